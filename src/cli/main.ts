@@ -1,0 +1,41 @@
+import { Command, CommanderError } from 'commander';
+import { ConfigError } from '../config/load.js';
+import { UsageError } from './errors.js';
+import { commands } from './commands.js';
+
+const VERSION = '0.1.0';
+
+/**
+ * The CLI entry: parses argv, runs one command, returns the exit code. Commands never call
+ * process.exit; user errors become one line on stderr and exit code 2.
+ */
+export async function main(argv: string[]): Promise<number> {
+  let exitCode = 0;
+  const program = new Command('logprobe')
+    .description('Transparent OpenAI-compatible proxy that measures per-token logprob drift between a candidate and a baseline')
+    .version(VERSION)
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride()
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+  for (const make of commands) {
+    const cmd = make((code) => {
+      exitCode = code;
+    });
+    cmd.exitOverride();
+    program.addCommand(cmd);
+  }
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+    return exitCode;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // --help and --version end here with exit code 0; usage mistakes with 1 from commander.
+      return err.exitCode === 0 ? 0 : 2;
+    }
+    if (err instanceof UsageError || err instanceof ConfigError) {
+      process.stderr.write(`logprobe: ${err.message}\n`);
+      return err instanceof UsageError ? err.exitCode : 2;
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,132 @@
+import { z } from 'zod';
+
+/**
+ * The configuration schema: design.md's keys and defaults. Every object is strict, so an unknown
+ * key is an error that names its path (a typo must not silently fall back to a default).
+ */
+
+const port = z
+  .number({ error: 'expected a port number' })
+  .int({ error: 'expected a port number' })
+  .min(0, { error: 'expected a port number' })
+  .max(65535, { error: 'expected a port number' });
+
+const host = z.string({ error: 'expected a host name or address' }).min(1, { error: 'expected a host name or address' });
+
+const httpUrl = z
+  .string({ error: 'expected an http(s) URL' })
+  .refine(
+    (s) => {
+      try {
+        const u = new URL(s);
+        return u.protocol === 'http:' || u.protocol === 'https:';
+      } catch {
+        return false;
+      }
+    },
+    { error: 'expected an http(s) URL' },
+  );
+
+const positiveMs = z.number({ error: 'expected milliseconds' }).int({ error: 'expected whole milliseconds' }).positive({ error: 'expected a positive number of milliseconds' });
+const share = z.number({ error: 'expected a number from 0 to 1' }).min(0, { error: 'expected a number from 0 to 1' }).max(1, { error: 'expected a number from 0 to 1' });
+const positiveNumber = z.number({ error: 'expected a positive number' }).positive({ error: 'expected a positive number' });
+const nonNegative = z.number({ error: 'expected a number ≥ 0' }).min(0, { error: 'expected a number ≥ 0' });
+const positiveInt = z.number({ error: 'expected a positive whole number' }).int({ error: 'expected a positive whole number' }).positive({ error: 'expected a positive whole number' });
+const nonNegativeInt = z.number({ error: 'expected a whole number ≥ 0' }).int({ error: 'expected a whole number ≥ 0' }).min(0, { error: 'expected a whole number ≥ 0' });
+const optionalSecret = z.string({ error: 'expected a string' }).nullable().default(null);
+
+const upstream = (defaultUrl: string) =>
+  z.strictObject({
+    url: httpUrl.default(defaultUrl),
+    timeoutMs: positiveMs.default(120_000),
+    /** TCP/TLS connect timeout; separate from the generation timeout. */
+    connectTimeoutMs: positiveMs.default(10_000),
+    /** Longest silence between two body chunks of a streamed response. */
+    idleTimeoutMs: positiveMs.default(120_000),
+  });
+
+export const configSchema = z.strictObject({
+  listen: z.strictObject({ host: host.default('0.0.0.0'), port: port.default(8080) }).prefault({}),
+  admin: z.strictObject({ host: host.default('127.0.0.1'), port: port.default(9464) }).prefault({}),
+  candidate: upstream('http://127.0.0.1:30000').prefault({}),
+  baseline: upstream('http://127.0.0.1:30001')
+    .extend({
+      apiKey: optionalSecret,
+      forwardAuth: z.boolean({ error: 'expected true or false' }).default(false),
+    })
+    .prefault({}),
+  tlsInsecure: z.boolean({ error: 'expected true or false' }).default(false),
+  limits: z.strictObject({ bodyMB: positiveNumber.default(32) }).prefault({}),
+  shutdown: z.strictObject({ drainSeconds: nonNegative.default(30) }).prefault({}),
+  mirror: z
+    .strictObject({
+      sampleRate: share.default(0.05),
+      sampleBy: z.enum(['random', 'hash'], { error: 'expected random or hash' }).default('random'),
+      routes: z
+        .array(z.string().startsWith('/', { error: 'expected a path starting with /' }), { error: 'expected a list of paths' })
+        .default(['/v1/completions', '/v1/chat/completions']),
+      topLogprobs: positiveInt.max(20, { error: 'expected a whole number from 1 to 20' }).default(5),
+      maxTokens: positiveInt.default(64),
+      concurrency: positiveInt.default(4),
+      queueSize: nonNegativeInt.default(128),
+      seed: z.number({ error: 'expected a whole number' }).int({ error: 'expected a whole number' }).default(1234),
+      extraParams: z.record(z.string(), z.unknown(), { error: 'expected a mapping' }).default({}),
+    })
+    .prefault({}),
+  analysis: z
+    .strictObject({
+      noiseFloor: z.union([positiveNumber, z.literal('auto')], { error: 'expected a positive number of nats or auto' }).default(0.1),
+      gapAmbiguous: nonNegative.default(0.3),
+      gapSystematic: nonNegative.default(0.4),
+      globalFraction: share.default(0.8),
+      minAligned: positiveInt.default(3),
+    })
+    .refine((a) => a.gapSystematic >= a.gapAmbiguous, {
+      error: 'gapSystematic must be ≥ gapAmbiguous',
+      path: ['gapSystematic'],
+    })
+    .prefault({}),
+  calibration: z
+    .strictObject({
+      rate: share.default(0),
+      margin: positiveNumber.default(3),
+      minSamples: positiveInt.default(20),
+      minFloor: positiveNumber.default(0.1),
+    })
+    .prefault({}),
+  alert: z
+    .strictObject({
+      window: positiveInt.default(50),
+      minRequests: positiveInt.default(20),
+      fireFraction: share.default(0.5),
+      forSeconds: nonNegative.default(60),
+      cusum: z.strictObject({ k: nonNegative.default(0.5), h: positiveNumber.default(5) }).prefault({}),
+      webhookUrl: httpUrl.nullable().default(null),
+    })
+    .prefault({}),
+  capture: z
+    .strictObject({
+      enabled: z.boolean({ error: 'expected true or false' }).default(true),
+      dir: z.string({ error: 'expected a directory path' }).min(1, { error: 'expected a directory path' }).default('./captures'),
+      maxFileMB: positiveNumber.default(100),
+      gzip: z.boolean({ error: 'expected true or false' }).default(false),
+      includePrompts: z.boolean({ error: 'expected true or false' }).default(true),
+    })
+    .prefault({}),
+  log: z
+    .strictObject({
+      level: z
+        .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+          error: 'expected one of fatal, error, warn, info, debug, trace, silent',
+        })
+        .default('info'),
+      /** Extra header or body keys to redact from logs, on top of the built-in secrets. */
+      redact: z.array(z.string(), { error: 'expected a list of keys' }).default([]),
+    })
+    .prefault({}),
+});
+
+/** The validated, frozen configuration. */
+export type Config = z.output<typeof configSchema>;
+/** What a YAML file or a test may give: any subset of the keys. */
+export type ConfigInput = z.input<typeof configSchema>;
