@@ -1,0 +1,49 @@
+/**
+ * Every metric logprobe exports: design.md's "Metrics" table, a contract that dashboards and
+ * alert rules rely on. The registry creates its metrics from this list, and the fleet tests check
+ * every series that the rules and the dashboard query against it.
+ */
+
+/** Bucket bounds for nats: 1e-4 … 10, dense around the noise floors (1e-3 … 1e-1). */
+export const NATS_BUCKETS = [0.0001, 0.0003, 0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 5, 10] as const;
+/** Bucket bounds for LLM calls: a 5 ms cache hit to a 2-minute generation. */
+export const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120] as const;
+/** Bucket bounds for token positions. */
+export const POSITION_BUCKETS = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024] as const;
+
+export type MetricType = 'counter' | 'gauge' | 'histogram';
+
+export interface MetricSpec {
+  readonly name: string;
+  readonly type: MetricType;
+  readonly help: string;
+  readonly labelNames: readonly string[];
+  readonly buckets?: readonly number[];
+}
+
+export const METRIC_CATALOG = [
+  { name: 'logprobe_proxy_requests_total', type: 'counter', help: 'Client requests proxied to the candidate, by route and status class.', labelNames: ['route', 'status_class'] },
+  { name: 'logprobe_proxy_request_duration_seconds', type: 'histogram', help: 'Client request duration through the proxy, seconds.', labelNames: ['route'], buckets: LATENCY_BUCKETS },
+  { name: 'logprobe_mirror_total', type: 'counter', help: 'Mirrored requests by outcome (ok, dropped, skipped, candidate_error, baseline_error, unparseable, incomparable).', labelNames: ['route', 'outcome'] },
+  { name: 'logprobe_upstream_duration_seconds', type: 'histogram', help: 'Mirrored request duration by backend, seconds.', labelNames: ['backend', 'route'], buckets: LATENCY_BUCKETS },
+  { name: 'logprobe_token_crosspath_diff_nats', type: 'histogram', help: '|candidate - baseline| logprob of the same chosen token, per aligned position before the first divergence, nats.', labelNames: ['route'], buckets: NATS_BUCKETS },
+  { name: 'logprobe_token_shift_nats', type: 'histogram', help: 'Largest |candidate - baseline| logprob over tokens in both top-k lists, per comparable position, nats.', labelNames: ['route'], buckets: NATS_BUCKETS },
+  { name: 'logprobe_token_gap_nats', type: 'histogram', help: "Baseline top-1 minus top-2 logprob, per comparable position, nats.", labelNames: ['route'], buckets: NATS_BUCKETS },
+  { name: 'logprobe_flip_gap_nats', type: 'histogram', help: 'Force needed to flip the baseline token at the first divergence, nats.', labelNames: ['route', 'class'], buckets: NATS_BUCKETS },
+  { name: 'logprobe_token_kl_nats', type: 'histogram', help: 'Per-position KL(baseline || candidate) estimate over the union of both top-k lists plus a tail bucket, nats.', labelNames: ['route'], buckets: NATS_BUCKETS },
+  { name: 'logprobe_first_divergence_tokens', type: 'histogram', help: 'Position of the first divergence, for pairs that diverge.', labelNames: ['route'], buckets: POSITION_BUCKETS },
+  { name: 'logprobe_verdicts_total', type: 'counter', help: 'Comparison verdicts of mirrored pairs.', labelNames: ['route', 'verdict'] },
+  { name: 'logprobe_window_global_shift_ratio', type: 'gauge', help: 'Pooled share of shifted comparable positions over the last alert.window comparable mirrored requests.', labelNames: [] },
+  { name: 'logprobe_cusum_statistic', type: 'gauge', help: 'One-sided CUSUM of per-request maxShift / noiseFloor.', labelNames: [] },
+  { name: 'logprobe_alert_firing', type: 'gauge', help: 'In-process alert state: 1 firing, 0 not.', labelNames: ['alert'] },
+  { name: 'logprobe_noise_floor_nats', type: 'gauge', help: 'Noise floor in force, nats.', labelNames: [] },
+  { name: 'logprobe_noise_floor_observed_nats', type: 'gauge', help: 'Calibration: p99 of per-position shift between repeats of the same request, nats.', labelNames: ['backend'] },
+  { name: 'logprobe_mirror_queue_depth', type: 'gauge', help: 'Mirrored requests waiting to be dispatched.', labelNames: [] },
+  { name: 'logprobe_capture_errors_total', type: 'counter', help: 'Capture write failures, by reason.', labelNames: ['reason'] },
+] as const satisfies readonly MetricSpec[];
+
+export type MetricName = (typeof METRIC_CATALOG)[number]['name'];
+
+/** The label values each enum-like label may take (bounded by construction). */
+export const MIRROR_OUTCOMES = ['ok', 'dropped', 'skipped', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'] as const;
+export const ALERT_NAMES = ['LogprobGlobalShift', 'LogprobSustainedShift'] as const;
