@@ -1,0 +1,38 @@
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
+
+/** What the admin server reports on. */
+export interface AdminDeps {
+  logger: Logger;
+  registry: Registry;
+  /** Resolves true when the candidate answers HTTP at all (any status). */
+  candidateReachable(): Promise<boolean>;
+  /** False once shutdown started: load balancers stop sending traffic. */
+  accepting(): boolean;
+}
+
+/**
+ * The admin server: `/metrics`, `/healthz`, `/readyz`, on its own host and port so that metrics
+ * and health never show on the public port.
+ */
+export function buildAdminApp(deps: AdminDeps): FastifyInstance {
+  const app = Fastify({ loggerInstance: deps.logger.child({ module: 'admin' }) as unknown as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+  });
+
+  app.get('/metrics', async (_request, reply) => {
+    const body = await deps.registry.metrics();
+    return reply.type(deps.registry.contentType).send(body);
+  });
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
+
+  app.get('/readyz', async (_request, reply) => {
+    if (!deps.accepting()) return reply.code(503).send({ status: 'shutting down' });
+    const ok = await deps.candidateReachable();
+    return reply.code(ok ? 200 : 503).send({ status: ok ? 'ready' : 'candidate unreachable' });
+  });
+
+  return app;
+}

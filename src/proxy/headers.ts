@@ -1,0 +1,56 @@
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+
+/**
+ * Hop-by-hop fields (RFC 9110 §7.6.1, plus the legacy ones proxies strip): they describe one
+ * connection, not the message, so a proxy must not forward them. Fields named in `Connection`
+ * are hop-by-hop too.
+ */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'http2-settings',
+]);
+
+/** Our own control header: decides mirroring for one request, never forwarded. */
+export const MIRROR_HEADER = 'x-logprobe-mirror';
+
+function connectionTokens(value: string | string[] | number | undefined): string[] {
+  if (typeof value !== 'string') return [];
+  return value
+    .toLowerCase()
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+/** Request headers as they go upstream: hop-by-hop and our control header removed, Host set. */
+export function upstreamRequestHeaders(headers: IncomingHttpHeaders, upstreamHost: string): Record<string, string | string[]> {
+  const drop = new Set(connectionTokens(headers.connection));
+  const out: Record<string, string | string[]> = {};
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || drop.has(name) || name === MIRROR_HEADER || name === 'host') continue;
+    out[name] = value;
+  }
+  out.host = upstreamHost;
+  return out;
+}
+
+/** Response headers as they go to the client: hop-by-hop removed, everything else as is. */
+export function clientResponseHeaders(headers: Record<string, string | string[] | undefined>): OutgoingHttpHeaders {
+  const drop = new Set(connectionTokens(headers.connection));
+  const out: OutgoingHttpHeaders = {};
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || drop.has(name)) continue;
+    out[name] = value;
+  }
+  return out;
+}

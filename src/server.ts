@@ -1,0 +1,108 @@
+import type { FastifyInstance } from 'fastify';
+import type { Pool } from 'undici';
+import type { Config } from './config/schema.js';
+import { buildAdminApp } from './admin/app.js';
+import { createLogger, type Logger } from './log/logger.js';
+import { Metrics } from './metrics/registry.js';
+import { buildApp } from './proxy/app.js';
+import type { MirrorTap } from './proxy/tap.js';
+import { createUpstreamPool } from './upstream/pool.js';
+
+/** A part of the process that must be stopped cleanly (mirror queue, capture writer, …). */
+export interface Closeable {
+  close(): Promise<void>;
+}
+
+/** Optional parts wired in by later stages (the mirror, the capture writer). */
+export interface RuntimeParts {
+  mirror?: MirrorTap & Closeable;
+}
+
+export interface LogprobeRuntime {
+  config: Config;
+  logger: Logger;
+  metrics: Metrics;
+  proxy: FastifyInstance;
+  admin: FastifyInstance;
+  candidatePool: Pool;
+  /** Listens on both ports; returns the URLs actually bound (port 0 gives a free port). */
+  listen(): Promise<{ proxyUrl: string; adminUrl: string }>;
+  /** Graceful stop: no new connections, in-flight requests finish within `shutdown.drainSeconds`. */
+  close(): Promise<void>;
+}
+
+/**
+ * Wires one logprobe process: logger, metrics, the candidate pool, the proxy and the admin
+ * server. `makeParts` builds the optional stages from the shared pieces.
+ */
+export function createRuntime(
+  config: Config,
+  options: {
+    logger?: Logger;
+    makeParts?: (shared: { config: Config; logger: Logger; metrics: Metrics; candidatePool: Pool }) => RuntimeParts;
+  } = {},
+): LogprobeRuntime {
+  const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact });
+  const metrics = new Metrics();
+  const candidatePool = createUpstreamPool(config.candidate, { tlsInsecure: config.tlsInsecure });
+  const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? {};
+  let accepting = true;
+
+  const proxy = buildApp(config, { logger, candidate: candidatePool, metrics, mirror: parts.mirror });
+  const admin = buildAdminApp({
+    logger,
+    registry: metrics.registry,
+    accepting: () => accepting,
+    candidateReachable: () => probe(candidatePool, config.candidate.url),
+  });
+
+  let closing: Promise<void> | null = null;
+  return {
+    config,
+    logger,
+    metrics,
+    proxy,
+    admin,
+    candidatePool,
+    async listen() {
+      const proxyUrl = await proxy.listen({ host: config.listen.host, port: config.listen.port });
+      const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
+      logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');
+      return { proxyUrl, adminUrl };
+    },
+    close() {
+      closing ??= (async () => {
+        accepting = false;
+        const drainMs = config.shutdown.drainSeconds * 1000;
+        const timer = setTimeout(() => {
+          logger.warn({ drainSeconds: config.shutdown.drainSeconds }, 'drain time over: closing the remaining connections');
+          proxy.server.closeAllConnections();
+        }, drainMs);
+        timer.unref();
+        try {
+          await proxy.close();
+        } finally {
+          clearTimeout(timer);
+        }
+        await parts.mirror?.close();
+        await candidatePool.close();
+        await admin.close();
+        logger.info('logprobe stopped');
+      })();
+      return closing;
+    },
+  };
+}
+
+/** True when the upstream answers HTTP at all; a 404 on /health still proves it is reachable. */
+async function probe(pool: Pool, url: string): Promise<boolean> {
+  try {
+    const base = new URL(url);
+    const path = `${base.pathname.replace(/\/$/, '')}/health`;
+    const res = await pool.request({ path, method: 'GET', headersTimeout: 2000, bodyTimeout: 2000, signal: AbortSignal.timeout(3000) });
+    await res.body.dump();
+    return true;
+  } catch {
+    return false;
+  }
+}
