@@ -61,19 +61,33 @@ function coerceEnv(raw: string, kind: 'string' | 'number' | 'boolean'): unknown 
   return raw.trim() !== '' && Number.isFinite(n) ? n : raw;
 }
 
-/** Replaces `${VAR}` in every string of a parsed YAML tree; an unset or empty variable gives null. */
-function interpolate(value: unknown, env: Env): unknown {
+/**
+ * `${VAR}` references are swapped for plain placeholder tokens before YAML parsing, because `{`
+ * inside a flow mapping (`baseline: { apiKey: ${KEY} }`, as design.md writes it) is YAML syntax;
+ * after parsing each placeholder takes its variable's value. A value that is only a reference to
+ * an unset or empty variable becomes null.
+ */
+function protectReferences(text: string): { text: string; names: string[] } {
+  const names: string[] = [];
+  const out = text.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+    names.push(name);
+    return `__LOGPROBE_ENV_${names.length - 1}__`;
+  });
+  return { text: out, names };
+}
+
+function interpolate(value: unknown, names: string[], env: Env): unknown {
   if (typeof value === 'string') {
-    const whole = /^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$/.exec(value);
+    const whole = /^__LOGPROBE_ENV_(\d+)__$/.exec(value);
     if (whole) {
-      const v = env[whole[1] as string];
+      const v = env[names[Number(whole[1])] as string];
       return v === undefined || v === '' ? null : v;
     }
-    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => env[name] ?? '');
+    return value.replace(/__LOGPROBE_ENV_(\d+)__/g, (_, i: string) => env[names[Number(i)] as string] ?? '');
   }
-  if (Array.isArray(value)) return value.map((v) => interpolate(v, env));
+  if (Array.isArray(value)) return value.map((v) => interpolate(v, names, env));
   if (value !== null && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env)]));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, names, env)]));
   }
   return value;
 }
@@ -112,7 +126,8 @@ export function readConfigFile(file: string, env: Env = process.env): Record<str
     const reason = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : (err as Error).message;
     throw new ConfigError([`cannot read config file (${reason})`], file);
   }
-  const doc = parseDocument(text, { prettyErrors: false });
+  const protectedText = protectReferences(text);
+  const doc = parseDocument(protectedText.text, { prettyErrors: false });
   if (doc.errors.length > 0) {
     const e = doc.errors[0]!;
     const line = e.linePos?.[0]?.line;
@@ -123,7 +138,7 @@ export function readConfigFile(file: string, env: Env = process.env): Record<str
   if (typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new ConfigError(['(root): expected a mapping of keys'], file);
   }
-  return interpolate(parsed, env) as Record<string, unknown>;
+  return interpolate(parsed, protectedText.names, env) as Record<string, unknown>;
 }
 
 /** Applies the `LOGPROBE_*` environment overrides to a raw config object (mutates a copy). */

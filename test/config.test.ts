@@ -1,0 +1,139 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError, buildConfig, loadConfig, readConfigFile } from '../src/config/load.js';
+
+function yamlFile(text: string): string {
+  const dir = mkdtempSync(join(tmpdir(), 'logprobe-config-'));
+  const file = join(dir, 'logprobe.yaml');
+  writeFileSync(file, text);
+  return file;
+}
+
+function issuesOf(fn: () => unknown): string[] {
+  try {
+    fn();
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, `expected a ConfigError, got ${String(err)}`);
+    return err.issues;
+  }
+  assert.fail('expected the config to be rejected');
+}
+
+test('defaults are design.md\'s', () => {
+  const c = buildConfig({});
+  assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
+  assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9464 });
+  assert.equal(c.candidate.url, 'http://127.0.0.1:30000');
+  assert.equal(c.candidate.timeoutMs, 120000);
+  assert.equal(c.baseline.url, 'http://127.0.0.1:30001');
+  assert.equal(c.baseline.apiKey, null);
+  assert.equal(c.baseline.forwardAuth, false);
+  assert.equal(c.tlsInsecure, false);
+  assert.equal(c.limits.bodyMB, 32);
+  assert.equal(c.shutdown.drainSeconds, 30);
+  assert.deepEqual(
+    { ...c.mirror, extraParams: { ...c.mirror.extraParams }, routes: [...c.mirror.routes] },
+    { sampleRate: 0.05, sampleBy: 'random', routes: ['/v1/completions', '/v1/chat/completions'], topLogprobs: 5, maxTokens: 64, concurrency: 4, queueSize: 128, seed: 1234, extraParams: {} },
+  );
+  assert.deepEqual({ ...c.analysis }, { noiseFloor: 0.1, gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3 });
+  assert.deepEqual({ ...c.calibration }, { rate: 0, margin: 3, minSamples: 20, minFloor: 0.1 });
+  assert.equal(c.alert.window, 50);
+  assert.equal(c.alert.minRequests, 20);
+  assert.equal(c.alert.fireFraction, 0.5);
+  assert.equal(c.alert.forSeconds, 60);
+  assert.deepEqual({ ...c.alert.cusum }, { k: 0.5, h: 5 });
+  assert.equal(c.alert.webhookUrl, null);
+  assert.deepEqual({ ...c.capture }, { enabled: true, dir: './captures', maxFileMB: 100, gzip: false, includePrompts: true });
+  assert.equal(c.log.level, 'info');
+});
+
+test('the config is frozen all the way down', () => {
+  const c = buildConfig({});
+  assert.ok(Object.isFrozen(c));
+  assert.ok(Object.isFrozen(c.mirror));
+  assert.ok(Object.isFrozen(c.mirror.routes));
+  assert.throws(() => {
+    (c.listen as { port: number }).port = 1;
+  }, TypeError);
+});
+
+test('invalid values are reported with their path and reason', () => {
+  assert.deepEqual(issuesOf(() => buildConfig({ listen: { port: 99999 } })), ['listen.port: expected a port number']);
+  assert.deepEqual(issuesOf(() => buildConfig({ listen: { port: 'http' } })), ['listen.port: expected a port number']);
+  assert.deepEqual(issuesOf(() => buildConfig({ candidate: { url: 'not a url' } })), ['candidate.url: expected an http(s) URL']);
+  assert.deepEqual(issuesOf(() => buildConfig({ mirror: { sampleRate: 2 } })), ['mirror.sampleRate: expected a number from 0 to 1']);
+  assert.deepEqual(issuesOf(() => buildConfig({ mirror: { sampleBy: 'prompt' } })), ['mirror.sampleBy: expected random or hash']);
+  assert.deepEqual(issuesOf(() => buildConfig({ analysis: { noiseFloor: 'loud' } })), ['analysis.noiseFloor: expected a positive number of nats or auto']);
+  assert.deepEqual(issuesOf(() => buildConfig({ analysis: { gapAmbiguous: 0.5, gapSystematic: 0.4 } })), ['analysis.gapSystematic: gapSystematic must be ≥ gapAmbiguous']);
+  assert.deepEqual(issuesOf(() => buildConfig({ log: { level: 'verbose' } })), ['log.level: expected one of fatal, error, warn, info, debug, trace, silent']);
+});
+
+test('every invalid or unknown key is reported, not just the first', () => {
+  const issues = issuesOf(() => buildConfig({ listen: { port: -1, hots: 'x' }, mirorr: {}, alert: { window: 0 } }));
+  assert.ok(issues.includes('listen.port: expected a port number'), issues.join('\n'));
+  assert.ok(issues.includes('listen.hots: unknown key'), issues.join('\n'));
+  assert.ok(issues.includes('mirorr: unknown key'), issues.join('\n'));
+  assert.ok(issues.includes('alert.window: expected a positive whole number'), issues.join('\n'));
+});
+
+test('YAML file, then LOGPROBE_* environment; empty variables count as unset', () => {
+  const file = yamlFile('listen: { port: 8081 }\ncandidate: { url: http://10.0.0.1:8000 }\nmirror: { sampleRate: 0.5 }\n');
+  const fromFile = loadConfig({ file, env: {} });
+  assert.equal(fromFile.listen.port, 8081);
+  assert.equal(fromFile.candidate.url, 'http://10.0.0.1:8000');
+  const env = {
+    LOGPROBE_PORT: '9000',
+    LOGPROBE_ADMIN_PORT: '9001',
+    LOGPROBE_CANDIDATE_URL: 'http://cand:1',
+    LOGPROBE_BASELINE_URL: 'http://base:2',
+    LOGPROBE_LOG_LEVEL: 'debug',
+    LOGPROBE_SAMPLE_RATE: '',
+  };
+  const c = loadConfig({ file, env });
+  assert.equal(c.listen.port, 9000);
+  assert.equal(c.admin.port, 9001);
+  assert.equal(c.candidate.url, 'http://cand:1');
+  assert.equal(c.baseline.url, 'http://base:2');
+  assert.equal(c.log.level, 'debug');
+  assert.equal(c.mirror.sampleRate, 0.5, 'an empty variable does not override');
+  assert.deepEqual(issuesOf(() => loadConfig({ env: { LOGPROBE_PORT: 'eighty' } })), ['listen.port: expected a port number']);
+});
+
+test('${VAR} in the YAML is taken from the environment; unset means null', () => {
+  const file = yamlFile('baseline: { url: http://b:1, apiKey: ${BASELINE_API_KEY} }\n');
+  assert.equal(loadConfig({ file, env: { BASELINE_API_KEY: 'sk-b' } }).baseline.apiKey, 'sk-b');
+  assert.equal(loadConfig({ file, env: {} }).baseline.apiKey, null);
+  assert.equal(loadConfig({ file, env: { BASELINE_API_KEY: '' } }).baseline.apiKey, null);
+});
+
+test('an unreadable file, a YAML syntax error and a non-mapping are reported with the file name', () => {
+  assert.throws(() => loadConfig({ file: '/nonexistent/logprobe.yaml', env: {} }), /\/nonexistent\/logprobe\.yaml: invalid configuration: cannot read config file \(no such file\)/);
+  const bad = yamlFile('listen: { port: 80\n');
+  assert.throws(() => loadConfig({ file: bad, env: {} }), (err: unknown) => err instanceof ConfigError && /YAML syntax error/.test(err.message) && err.message.includes(bad));
+  const list = yamlFile('- a\n- b\n');
+  assert.deepEqual(issuesOf(() => loadConfig({ file: list, env: {} })), ['(root): expected a mapping of keys']);
+  const empty = yamlFile('# nothing\n');
+  assert.equal(loadConfig({ file: empty, env: {} }).listen.port, 8080);
+});
+
+test('noiseFloor accepts auto', () => {
+  assert.equal(buildConfig({ analysis: { noiseFloor: 'auto' } }).analysis.noiseFloor, 'auto');
+  assert.equal(loadConfig({ env: { LOGPROBE_NOISE_FLOOR: 'auto' } }).analysis.noiseFloor, 'auto');
+  assert.equal(loadConfig({ env: { LOGPROBE_NOISE_FLOOR: '0.05' } }).analysis.noiseFloor, 0.05);
+});
+
+test('config/logprobe.example.yaml is valid, states every key, and its values are the defaults', () => {
+  const file = new URL('../config/logprobe.example.yaml', import.meta.url).pathname;
+  const raw = readConfigFile(file, {});
+  const keysOf = (o: unknown, prefix = ''): string[] =>
+    o !== null && typeof o === 'object' && !Array.isArray(o) && Object.keys(o).length > 0
+      ? Object.entries(o).flatMap(([k, v]) => keysOf(v, `${prefix}${k}.`))
+      : [prefix.slice(0, -1)];
+  const example = loadConfig({ file, env: {} });
+  const defaults = buildConfig({});
+  assert.deepEqual(keysOf(raw).sort(), keysOf(defaults).sort(), 'the example names every key');
+  assert.deepEqual(JSON.parse(JSON.stringify(example)), JSON.parse(JSON.stringify(defaults)));
+});
