@@ -1,0 +1,129 @@
+/**
+ * The llama.cpp engine model: the generated GGUF loaded through node-llama-cpp, one context with
+ * one sequence, greedy-decoding-ready distributions from `controlledEvaluate`, and optional
+ * injected faults (see `faults.ts`). Results are bit-reproducible on one machine with the same
+ * setup; llama.cpp picks a CPU-specific kernel build at run time, so compare live engines rather
+ * than stored numbers.
+ */
+import type { Token } from 'node-llama-cpp';
+import type { EngineModel, ModelSequence } from '../model.js';
+import { parseFault, type EngineSetup } from './faults.js';
+import { ensureModelFile } from './generate-model.js';
+import { acquireRuntime } from './runtime.js';
+import { LlamaSequence } from './sequence.js';
+import { buildVocab, TOKEN_TYPE_CONTROL } from './vocab.js';
+
+/** Options of {@link createLlamaModel}. */
+export interface LlamaModelOptions {
+  /** Weight seed of the generated model (a non-negative 32-bit integer). Default 1. */
+  readonly seed?: number;
+  /** A fault string (`zero-layer:1`, `kv:q4_0`, …; see `FAULT_FORMS`), or null/'' for none. */
+  readonly fault?: string | null;
+  /** CPU threads for evaluation. Default 1: on a 2-core machine 2 threads are ~20× slower. */
+  readonly threads?: number;
+  /** KV cache size in tokens (prompt + generation). Default 2048. */
+  readonly contextSize?: number;
+  /** Directory for the generated model files. Default: see `defaultModelDir()`. */
+  readonly cacheDir?: string;
+  /** The id reported by `/v1/models`. Default `logprobe-tiny-llama`. */
+  readonly id?: string;
+}
+
+/** The llama.cpp engine model, plus the setup it runs with (for logs and tests). */
+export interface LlamaEngineModel extends EngineModel {
+  readonly setup: EngineSetup;
+  readonly modelPath: string;
+  readonly vocabSize: number;
+  close(): Promise<void>;
+}
+
+function checkedInteger(name: string, value: number, min: number, max: number): number {
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw new RangeError(`${name} must be an integer from ${min} to ${max}, got ${value}`);
+  }
+  return value;
+}
+
+/**
+ * Creates the llama.cpp engine: generates (or reuses) the model file for the seed and fault,
+ * loads it and creates its context. Throws `InvalidFaultError` for a bad fault string before
+ * loading anything.
+ */
+export async function createLlamaModel(options: LlamaModelOptions = {}): Promise<LlamaEngineModel> {
+  const seed = checkedInteger('seed', options.seed ?? 1, 0, 0xffffffff);
+  const threads = checkedInteger('threads', options.threads ?? 1, 1, 256);
+  const contextSize = checkedInteger('contextSize', options.contextSize ?? 2048, 16, 2048);
+  const setup = parseFault(options.fault);
+  const modelPath = await ensureModelFile({ seed, variant: setup.variant, ...(options.cacheDir ? { dir: options.cacheDir } : {}) });
+
+  const runtime = await acquireRuntime();
+  try {
+    const { lib, llama } = runtime;
+    const model = await llama.loadModel({ modelPath, gpuLayers: 0, defaultContextFlashAttention: false });
+    const context = await model
+      .createContext({
+        contextSize,
+        sequences: 1,
+        threads: { ideal: threads, min: threads },
+        flashAttention: setup.flashAttention,
+        ...(setup.batchSize !== null ? { batchSize: setup.batchSize } : {}),
+        experimentalKvCacheKeyType: lib.GgmlType[setup.kvKeyType],
+        experimentalKvCacheValueType: lib.GgmlType[setup.kvValueType],
+        // No automatic retries with a smaller context: the size is part of the setup.
+        failedCreationRemedy: false,
+      })
+      .catch(async (err: unknown) => {
+        await model.dispose();
+        throw err;
+      });
+    const sequence = context.getSequence();
+    const vocab = buildVocab();
+    const vocabSize = vocab.tokens.length;
+    const bos = model.tokens.bos ?? vocab.bosId;
+    const textDecoder = new TextDecoder('utf-8');
+    const checkId = (id: number): number => {
+      if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RangeError(`token id ${id} is outside the vocabulary (0..${vocabSize - 1})`);
+      return id;
+    };
+    const controlText = (id: number): string | null => (vocab.types[id] === TOKEN_TYPE_CONTROL ? (vocab.tokens[id] ?? null) : null);
+    // Control tokens (BOS/EOS) are named in token lists but contribute no bytes to the text, as
+    // in the simulated engine.
+    const bytesOf = (id: number): Uint8Array => vocab.bytes[id] ?? new Uint8Array(0);
+
+    let generation = 0;
+    let closed = false;
+    const engine: LlamaEngineModel = {
+      id: options.id ?? 'logprobe-tiny-llama',
+      eosToken: model.tokens.eos ?? vocab.eosId,
+      setup,
+      modelPath,
+      vocabSize,
+      tokenize: (text) => model.tokenize(text, false).map(Number),
+      tokenText: (id) => controlText(checkId(id)) ?? textDecoder.decode(bytesOf(id)),
+      tokenBytes: (id) => bytesOf(checkId(id)),
+      // Special tokens (BOS/EOS) carry no text, as in a completion's `text`.
+      detokenize: (ids) => model.detokenize(ids as readonly Token[], false),
+      async start(prompt): Promise<ModelSequence> {
+        if (closed) throw new Error('llama model is closed');
+        for (const id of prompt) checkId(id);
+        const mine = ++generation;
+        // No prefix reuse between requests: every request starts from an empty KV cache.
+        await sequence.clearHistory();
+        const cells = [bos, ...prompt];
+        const drop = setup.dropPromptToken === null ? null : setup.dropPromptToken + 1;
+        return new LlamaSequence({ sequence, cells, vocabSize, dropCell: drop, isCurrent: () => mine === generation && !closed });
+      },
+      async close() {
+        if (closed) return;
+        closed = true;
+        await context.dispose();
+        await model.dispose();
+        await runtime.release();
+      },
+    };
+    return engine;
+  } catch (err) {
+    await runtime.release();
+    throw err;
+  }
+}
