@@ -1,0 +1,93 @@
+import type { Flip, Thresholds, Verdict } from './types.js';
+
+/** What {@link explain} needs: the verdict and the numbers it quotes. */
+export interface ExplainInput {
+  verdict: Verdict;
+  comparable: number;
+  shifted: number;
+  maxShift: number | null;
+  shiftedFraction: number | null;
+  flip: Flip | null;
+  /** Why the pair is incomparable, when it is. */
+  reason?: string;
+  /** Comparable positions whose shift is above the floor (local shifts quote a few). */
+  shiftedAt: readonly number[];
+}
+
+/** A number of nats for prose: three decimals, or two significant digits when tiny. */
+export function formatNats(x: number | null): string {
+  if (x === null) return 'n/a';
+  if (x === 0 || Math.abs(x) >= 0.001) return x.toFixed(3);
+  return x.toExponential(1);
+}
+
+const NOISE_CAVEAT =
+  'A noise verdict does not prove there is no bug: a large-gap flip proves presence; small diffs do not prove absence.';
+
+/**
+ * The verdict in the seed's terms (design.md §6): global → suspect the shared prefill input
+ * (KV cache / state); local → a token-specific path; early → see the window's pooled share;
+ * ambiguous flip → near-tie, cannot be attributed; noise carries the caveat that it proves no
+ * absence of a bug.
+ */
+export function explain(e: ExplainInput, t: Thresholds): string {
+  const floor = `the ${formatNats(t.noiseFloor)}-nat noise floor`;
+  const moved = `${e.shifted} of ${e.comparable} comparable positions moved more than ${floor} (max shift ${formatNats(e.maxShift)})`;
+  const parts: string[] = [];
+  switch (e.verdict) {
+    case 'incomparable':
+      parts.push(`Incomparable: ${e.reason ?? 'a side has no logprobs'}.`);
+      break;
+    case 'tokenizer_mismatch':
+      parts.push(
+        `Tokenizer mismatch: both sides spell the same text with different token boundaries from position ${e.flip?.index ?? '?'} ` +
+          `(${quote(e.flip?.baselineToken)} vs ${quote(e.flip?.candidateToken)}); the servers tokenize or detokenize differently, so their logprobs cannot be compared token by token.`,
+      );
+      return parts.join(' ');
+    case 'identical':
+      parts.push(`Identical: every chosen token, logprob and top-k entry is exactly equal over ${e.comparable} positions.`);
+      break;
+    case 'noise':
+      parts.push(`Noise: no comparable position moved more than ${floor} (max shift ${formatNats(e.maxShift)} over ${e.comparable} positions).`);
+      break;
+    case 'early_shift':
+      parts.push(
+        `Early shift: diverged at once with a large shift: see the window's pooled share (${moved}; fewer than ${t.minAligned} comparable positions, too few to localise from this request alone).`,
+      );
+      break;
+    case 'global_shift':
+      parts.push(
+        `Global shift: ${moved}. Every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise — next, compare the state where it is written, in the cache medium and where it is read back.`,
+      );
+      break;
+    case 'local_shift':
+      parts.push(`Local shift: ${moved}, at ${positionList(e.shiftedAt)}. Specific positions: suspect a token-specific path.`);
+      break;
+  }
+  if (e.flip) parts.push(flipSentence(e.flip));
+  if (e.verdict === 'noise') parts.push(NOISE_CAVEAT);
+  return parts.join(' ');
+}
+
+function flipSentence(f: Flip): string {
+  const gap = f.gap === null ? 'unknown' : `${f.lowerBound ? '≥ ' : ''}${formatNats(f.gap)} nats`;
+  const meaning =
+    f.class === 'ambiguous'
+      ? 'ambiguous: near-tie, cannot be attributed'
+      : f.class === 'systematic'
+        ? 'systematic: more force than float noise supplies, so the distributions themselves moved'
+        : 'gray: between the thresholds, not attributable on its own';
+  const cross =
+    f.crossPathDiff === null ? '' : ` The baseline's token moved by ${formatNats(f.crossPathDiff)} nats on the candidate's path.`;
+  return `Flip at position ${f.index}: the baseline chose ${quote(f.baselineToken)}, the candidate ${quote(f.candidateToken)}; gap ${gap} (${meaning}).${cross}`;
+}
+
+function quote(s: string | undefined): string {
+  return s === undefined ? '?' : JSON.stringify(s);
+}
+
+function positionList(at: readonly number[]): string {
+  if (at.length === 0) return 'the flip only';
+  const shown = at.slice(0, 8).join(', ');
+  return `position${at.length > 1 ? 's' : ''} ${shown}${at.length > 8 ? `, … (${at.length} in all)` : ''}`;
+}

@@ -1,0 +1,71 @@
+import { scratch } from './match.js';
+
+/** Smallest probability mass given to a tail bucket, so that logs stay finite. */
+const EPS = 1e-12;
+
+/**
+ * KL(baseline ‖ candidate) in nats for the position last matched by `matchPosition`, estimated
+ * over the union of both sides' reported tokens (chosen + top-k) plus one tail bucket for the
+ * unreported mass. A token one side did not report gets, on that side, the smaller of its lowest
+ * reported probability and an equal share of its tail; the tail shrinks by what was handed out.
+ *
+ * It is an estimate for dashboards (the `logprobe_token_kl_nats` histogram): top-k lists truncate
+ * both distributions, so it is not used by the verdict. Returns `null` when a side reports no
+ * usable value, and never a negative number.
+ */
+export function klAtMatchedPosition(): number | null {
+  const { vc, vb, mc, mb, dc, db, nc, nb } = scratch;
+  let massB = 0;
+  let massC = 0;
+  let minB = Infinity;
+  let minC = Infinity;
+  let knownB = 0;
+  let knownC = 0;
+  let missingInC = 0; // baseline tokens the candidate did not report
+  let missingInB = 0;
+  for (let l = 0; l < nb; l++) {
+    const v = vb[l]!;
+    if (db[l] === 1 || v !== v) continue;
+    knownB++;
+    massB += Math.exp(v);
+    if (v < minB) minB = v;
+    const j = mb[l]!;
+    if (j < 0 || vc[j] !== vc[j]) missingInC++;
+  }
+  for (let j = 0; j < nc; j++) {
+    const v = vc[j]!;
+    if (dc[j] === 1 || v !== v) continue;
+    knownC++;
+    massC += Math.exp(v);
+    if (v < minC) minC = v;
+    const l = mc[j]!;
+    if (l < 0 || vb[l] !== vb[l]) missingInB++;
+  }
+  if (knownB === 0 || knownC === 0) return null;
+  const tailB = Math.max(1 - massB, EPS);
+  const tailC = Math.max(1 - massC, EPS);
+  const qB = Math.max(Math.min(Math.exp(minB), tailB / (missingInB + 1)), EPS);
+  const qC = Math.max(Math.min(Math.exp(minC), tailC / (missingInC + 1)), EPS);
+  const restB = Math.max(tailB - missingInB * qB, EPS);
+  const restC = Math.max(tailC - missingInC * qC, EPS);
+  const logQC = Math.log(qC);
+  let kl = 0;
+  for (let l = 0; l < nb; l++) {
+    const v = vb[l]!;
+    if (db[l] === 1 || v !== v) continue;
+    const j = mb[l]!;
+    const w = j >= 0 ? vc[j]! : Number.NaN;
+    kl += Math.exp(v) * (v - (w === w ? w : logQC));
+  }
+  if (missingInB > 0) {
+    const logQB = Math.log(qB);
+    for (let j = 0; j < nc; j++) {
+      const v = vc[j]!;
+      if (dc[j] === 1 || v !== v) continue;
+      const l = mc[j]!;
+      if (l < 0 || vb[l] !== vb[l]) kl += qB * (logQB - v);
+    }
+  }
+  kl += restB * (Math.log(restB) - Math.log(restC));
+  return Number.isFinite(kl) ? Math.max(kl, 0) : null;
+}

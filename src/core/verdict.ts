@@ -1,0 +1,99 @@
+import type { FlipClass, Thresholds, TokenStep, Verdict } from './types.js';
+
+/**
+ * The class of a flip gap: `ambiguous` below `gapAmbiguous`, `systematic` above `gapSystematic`,
+ * `gray` between them (both bounds inclusive) and when the gap is unknown.
+ */
+export function flipClass(gap: number | null, t: Thresholds): FlipClass {
+  if (gap === null) return 'gray';
+  if (gap < t.gapAmbiguous) return 'ambiguous';
+  if (gap > t.gapSystematic) return 'systematic';
+  return 'gray';
+}
+
+/** What {@link chooseVerdict} needs to know about a pair. */
+export interface VerdictInput {
+  /** A side has no usable logprobs. */
+  incomparable: boolean;
+  /** Same text, different token boundaries (see {@link boundariesDiffer}). */
+  tokenizerMismatch: boolean;
+  /** No divergence, same lengths, every logprob and top entry exactly equal. */
+  identical: boolean;
+  /** Comparable positions. */
+  comparable: number;
+  /** Comparable positions whose shift is above the floor. */
+  shifted: number;
+  /** The flip's class, or `null` without a flip. */
+  flipClass: FlipClass | null;
+}
+
+/**
+ * design.md's verdict, first match: incomparable · tokenizer_mismatch · identical · noise (no
+ * position shifted and no systematic flip) · early_shift (fewer than `minAligned` comparable
+ * positions) · global_shift (shifted share ≥ `globalFraction`) · local_shift.
+ */
+export function chooseVerdict(v: VerdictInput, t: Thresholds): Verdict {
+  if (v.incomparable) return 'incomparable';
+  if (v.tokenizerMismatch) return 'tokenizer_mismatch';
+  if (v.identical) return 'identical';
+  if (v.shifted === 0 && v.flipClass !== 'systematic') return 'noise';
+  if (v.comparable < t.minAligned) return 'early_shift';
+  if (v.comparable > 0 && v.shifted / v.comparable >= t.globalFraction) return 'global_shift';
+  return 'local_shift';
+}
+
+/**
+ * True when two token sequences that diverge spell the same text with different token boundaries.
+ *
+ * Rule (design.md says "the concatenated texts are equal, the token boundaries differ"; this
+ * widens "equal" to "the shorter is a prefix of the longer", because a `max_tokens` cap cuts the
+ * side with more, smaller tokens earlier): there is a divergence `d` within the common length,
+ * both tokens at `d` are non-empty and one is a prefix of the other, and the shorter of the two
+ * concatenated texts is non-empty and a prefix of the longer. Texts are compared as strings and,
+ * when every step on both sides carries bytes, as bytes (so a multi-byte character split across
+ * tokens still matches). With vLLM `token_id:N` placeholders the strings say nothing, so only
+ * bytes can decide. A genuine flip to a shorter token at the very last position of a side is
+ * indistinguishable from a split and is called a mismatch too.
+ */
+export function boundariesDiffer(c: readonly TokenStep[], b: readonly TokenStep[], d: number): boolean {
+  const sc = c[d];
+  const sb = b[d];
+  if (!sc || !sb) return false;
+  const placeholders = hasPlaceholder(c) || hasPlaceholder(b);
+  if (!placeholders && prefixRelated(sc.token, sb.token) && prefixRelated(join(c), join(b))) return true;
+  const bc = allBytes(c);
+  const bb = allBytes(b);
+  if (bc === null || bb === null) return false;
+  return bytesPrefixRelated(sc.bytes!, sb.bytes!) && bytesPrefixRelated(bc, bb);
+}
+
+function prefixRelated(x: string, y: string): boolean {
+  if (x.length === 0 || y.length === 0) return false;
+  return x.length <= y.length ? y.startsWith(x) : x.startsWith(y);
+}
+
+function bytesPrefixRelated(x: readonly number[], y: readonly number[]): boolean {
+  const n = Math.min(x.length, y.length);
+  if (n === 0) return false;
+  for (let i = 0; i < n; i++) if (x[i] !== y[i]) return false;
+  return true;
+}
+
+function join(steps: readonly TokenStep[]): string {
+  let s = '';
+  for (const step of steps) s += step.token;
+  return s;
+}
+
+function hasPlaceholder(steps: readonly TokenStep[]): boolean {
+  return steps.some((s) => s.flags !== undefined && s.flags.includes('tokenIdPlaceholder'));
+}
+
+function allBytes(steps: readonly TokenStep[]): number[] | null {
+  const out: number[] = [];
+  for (const s of steps) {
+    if (!s.bytes) return null;
+    for (const x of s.bytes) out.push(x);
+  }
+  return out;
+}
