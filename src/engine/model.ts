@@ -6,7 +6,10 @@
 
 /** Log-probabilities of the next token, over the whole vocabulary or a prefix of it. */
 export interface NextTokenDistribution {
-  /** Token ids, most likely first. */
+  /**
+   * Token ids, most likely first: the whole vocabulary or at least its 20 most likely tokens
+   * (the OpenAI maximum of `top_logprobs`).
+   */
   readonly ids: ArrayLike<number>;
   /** Natural-log probabilities, aligned with `ids`, non-increasing. */
   readonly logprobs: ArrayLike<number>;
@@ -38,6 +41,11 @@ export interface EngineModel {
   readonly id: string;
   /** The end-of-sequence token id, or null when the model has none. */
   readonly eosToken: number | null;
+  /**
+   * Number of token ids (valid ids are 0..vocabSize-1). Sampling with `temperature > 0` walks the
+   * whole vocabulary through `logprobOf` when a distribution lists only a prefix.
+   */
+  readonly vocabSize: number;
   /** Text → token ids. */
   tokenize(text: string): number[];
   /** The text of one token (may be a partial UTF-8 sequence rendered with U+FFFD). */
