@@ -7,6 +7,8 @@ import { Metrics } from './metrics/registry.js';
 import { buildApp } from './proxy/app.js';
 import type { MirrorTap } from './proxy/tap.js';
 import { createUpstreamPool } from './upstream/pool.js';
+import { Mirror } from './mirror/mirror.js';
+import type { MirrorListeners } from './mirror/types.js';
 
 /** A part of the process that must be stopped cleanly (mirror queue, capture writer, …). */
 export interface Closeable {
@@ -18,6 +20,15 @@ export interface RuntimeParts {
   mirror?: MirrorTap & Closeable;
 }
 
+/** What a caller (serve, the demo, tests) may attach to a runtime. */
+export interface RuntimeOptions {
+  logger?: Logger;
+  /** Listeners for mirrored pairs and alert transitions (capture, the demo's live lines). */
+  listeners?: MirrorListeners;
+  /** Replaces the default parts (tests). */
+  makeParts?: (shared: { config: Config; logger: Logger; metrics: Metrics; candidatePool: Pool }) => RuntimeParts;
+}
+
 export interface LogprobeRuntime {
   config: Config;
   logger: Logger;
@@ -25,6 +36,8 @@ export interface LogprobeRuntime {
   proxy: FastifyInstance;
   admin: FastifyInstance;
   candidatePool: Pool;
+  /** The mirror, when this runtime built its own (absent with custom parts). */
+  mirror: Mirror | undefined;
   /** Listens on both ports; returns the URLs actually bound (port 0 gives a free port). */
   listen(): Promise<{ proxyUrl: string; adminUrl: string }>;
   /** Graceful stop: no new connections, in-flight requests finish within `shutdown.drainSeconds`. */
@@ -37,15 +50,13 @@ export interface LogprobeRuntime {
  */
 export function createRuntime(
   config: Config,
-  options: {
-    logger?: Logger;
-    makeParts?: (shared: { config: Config; logger: Logger; metrics: Metrics; candidatePool: Pool }) => RuntimeParts;
-  } = {},
+  options: RuntimeOptions = {},
 ): LogprobeRuntime {
   const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact });
   const metrics = new Metrics();
   const candidatePool = createUpstreamPool(config.candidate, { tlsInsecure: config.tlsInsecure });
-  const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? {};
+  const mirror = options.makeParts ? undefined : new Mirror({ config, logger, metrics, candidatePool, listeners: options.listeners });
+  const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? { mirror };
   let accepting = true;
 
   const proxy = buildApp(config, { logger, candidate: candidatePool, metrics, mirror: parts.mirror });
@@ -64,6 +75,7 @@ export function createRuntime(
     proxy,
     admin,
     candidatePool,
+    mirror,
     async listen() {
       const proxyUrl = await proxy.listen({ host: config.listen.host, port: config.listen.port });
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import { Readable } from 'node:stream';
 import { request } from 'undici';
 import { startUpstream } from './helpers/upstream.js';
 import { startLogprobe } from './helpers/logprobe.js';
@@ -61,7 +62,7 @@ test('a body over limits.bodyMB gives 413, with or without content-length, and n
   async function* chunks() {
     for (let i = 0; i < 20; i++) yield Buffer.alloc(1000, 0x62);
   }
-  const chunked = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: chunks(), headers: { 'content-type': 'application/json' } });
+  const chunked = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: Readable.from(chunks()), headers: { 'content-type': 'application/json' } });
   assert.equal(chunked.statusCode, 413);
   assertEnvelope(await chunked.body.json(), 'LOGPROBE_PAYLOAD_TOO_LARGE');
 

@@ -1,5 +1,6 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import httpProxy from '@fastify/http-proxy';
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
@@ -60,6 +61,8 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     loggerInstance: log as unknown as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     requestIdHeader: 'x-request-id',
+    // Ids end up in captures and alerts: unique across restarts and replicas, not a counter.
+    genReqId: () => randomUUID(),
     bodyLimit: limitBytes,
     // Long generations: the client-facing server must not cut them.
     requestTimeout: 0,

@@ -24,7 +24,7 @@ export interface TestUpstream {
  * already read (unless `streamBody` is set) and answers however it wants.
  */
 export async function startUpstream(
-  handler: (req: IncomingMessage, res: ServerResponse, body: Buffer, seen: SeenRequest) => void | Promise<void>,
+  handler: (req: IncomingMessage, res: ServerResponse, body: Buffer, seen: SeenRequest) => unknown,
 ): Promise<TestUpstream> {
   const seen: SeenRequest[] = [];
   const server = http.createServer((req, res) => {

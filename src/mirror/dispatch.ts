@@ -1,0 +1,106 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Dispatcher } from 'undici';
+
+/** Headers that carry a client's identity: never sent to the baseline unless forwardAuth is on. */
+const CREDENTIAL_HEADERS = new Set(['authorization', 'x-api-key', 'api-key', 'cookie', 'proxy-authorization']);
+
+/** Headers the mirror never copies: hop-by-hop, framing (the body is new) and our own. */
+const NEVER_COPIED = new Set([
+  'host',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+  'content-encoding',
+  'accept-encoding',
+  'expect',
+  'x-logprobe-mirror',
+]);
+
+/**
+ * The headers of a mirrored copy. The candidate gets the client's own headers (its credentials
+ * included: it is the deployment the client uses); the baseline gets them without credentials,
+ * plus `baseline.apiKey` as a bearer token, unless `forwardAuth` says the client's may go too.
+ */
+export function mirrorHeaders(client: IncomingHttpHeaders, target: { role: 'candidate' | 'baseline'; apiKey?: string | null; forwardAuth?: boolean }): Record<string, string> {
+  const out: Record<string, string> = {};
+  const dropCredentials = target.role === 'baseline' && !target.forwardAuth;
+  for (const name in client) {
+    const v = client[name];
+    if (v === undefined || NEVER_COPIED.has(name)) continue;
+    if (dropCredentials && CREDENTIAL_HEADERS.has(name)) continue;
+    out[name] = Array.isArray(v) ? v.join(', ') : v;
+  }
+  if (target.role === 'baseline' && target.apiKey) out.authorization = `Bearer ${target.apiKey}`;
+  out['content-type'] = 'application/json';
+  out.accept = 'application/json';
+  return out;
+}
+
+/** What one backend answered to a mirrored copy. */
+export interface BackendResult {
+  /** HTTP status, or 0 when no response arrived. */
+  status: number;
+  latencyMs: number;
+  /** The body parsed as JSON, or the text when it is not JSON, or null without a response. */
+  body: unknown;
+  /** Response headers that identify the server (kept for captures). */
+  serverHeaders: Record<string, string>;
+  /** A transport failure (refused, timeout, reset), or null. */
+  error: string | null;
+}
+
+const SERVER_HEADER = /^(server|x-.*version.*|x-.*model.*|x-.*engine.*|openai-.*|x-request-id)$/;
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+/** Sends one mirrored copy through a long-lived pool and reads the whole answer. */
+export async function callBackend(
+  pool: Dispatcher,
+  target: { url: string; timeoutMs: number; idleTimeoutMs: number },
+  path: string,
+  headers: Record<string, string>,
+  body: string,
+): Promise<BackendResult> {
+  const base = new URL(target.url);
+  const started = performance.now();
+  try {
+    const res = await pool.request({
+      origin: base.origin,
+      path: base.pathname.replace(/\/$/, '') + path,
+      method: 'POST',
+      headers: { ...headers, host: base.host, 'content-length': String(Buffer.byteLength(body)) },
+      body,
+      headersTimeout: target.timeoutMs,
+      bodyTimeout: target.idleTimeoutMs,
+    });
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of res.body) {
+      size += (chunk as Buffer).length;
+      if (size > MAX_BODY_BYTES) {
+        res.body.destroy();
+        throw new Error(`response body over ${MAX_BODY_BYTES} bytes`);
+      }
+      chunks.push(chunk as Buffer);
+    }
+    const text = Buffer.concat(chunks).toString('utf8');
+    let parsed: unknown = text;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      // Not JSON: the comparison core decides what it is (an SSE stream, or garbage).
+    }
+    const serverHeaders: Record<string, string> = {};
+    for (const [k, v] of Object.entries(res.headers)) {
+      if (v !== undefined && SERVER_HEADER.test(k)) serverHeaders[k] = Array.isArray(v) ? v.join(', ') : v;
+    }
+    return { status: res.statusCode, latencyMs: performance.now() - started, body: parsed, serverHeaders, error: null };
+  } catch (err) {
+    const e = err as { code?: string; message?: string };
+    return { status: 0, latencyMs: performance.now() - started, body: null, serverHeaders: {}, error: `${e.code ?? 'ERROR'}: ${e.message ?? String(err)}` };
+  }
+}

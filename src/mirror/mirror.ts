@@ -1,0 +1,249 @@
+import type { Dispatcher, Pool } from 'undici';
+import type { Logger } from 'pino';
+import type { Config } from '../config/schema.js';
+import { compare, parseResponse, type Comparison, type Thresholds } from '../core/index.js';
+import { initialDetectorState, observe, pooledShare, tick, type AlertTransition, type DetectorState } from '../core/detector.js';
+import type { Metrics } from '../metrics/registry.js';
+import type { Exchange, MirrorTap } from '../proxy/tap.js';
+import { createUpstreamPool } from '../upstream/pool.js';
+import { Calibration } from './calibration.js';
+import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
+import { AlertNotifier } from './notify.js';
+import { WorkQueue } from './queue.js';
+import { recordComparison } from './record.js';
+import { requestKind, rewriteForMirror } from './rewrite.js';
+import { Sampler } from './sampler.js';
+import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
+
+interface Job {
+  id: string;
+  route: string;
+  path: string;
+  headers: Exchange['headers'];
+  body: Record<string, unknown>;
+}
+
+/** What the mirror needs from the process. */
+export interface MirrorDeps {
+  config: Config;
+  logger: Logger;
+  metrics: Metrics;
+  candidatePool: Dispatcher;
+  /** The baseline's pool; created from the config when absent. */
+  baselinePool?: Pool;
+  listeners?: MirrorListeners;
+  /** Clock in seconds (injectable for tests). */
+  now?: () => number;
+  /** Uniform [0,1) source for sampling and calibration (injectable for tests). */
+  random?: () => number;
+}
+
+/**
+ * The mirror: samples finished client exchanges, rewrites them to greedy + logprobs, sends the
+ * copy to candidate and baseline, compares, exports, detects, and hands each pair to listeners.
+ * Everything happens after the client's response and off its path; a full queue drops the copy.
+ */
+export class Mirror implements MirrorTap {
+  private readonly sampler: Sampler;
+  private readonly queue: WorkQueue<Job>;
+  private readonly baselinePool: Pool;
+  private readonly ownsBaselinePool: boolean;
+  private readonly calibration: Calibration;
+  private readonly notifier: AlertNotifier;
+  private readonly log: Logger;
+  private readonly now: () => number;
+  private readonly random: () => number;
+  private readonly ticker: NodeJS.Timeout;
+  private detector: DetectorState = initialDetectorState();
+
+  constructor(private readonly deps: MirrorDeps) {
+    const { config } = deps;
+    this.log = deps.logger.child({ module: 'mirror' });
+    this.now = deps.now ?? (() => Date.now() / 1000);
+    this.random = deps.random ?? Math.random;
+    this.sampler = new Sampler({ ...config.mirror, random: this.random });
+    this.ownsBaselinePool = !deps.baselinePool;
+    this.baselinePool = deps.baselinePool ?? createUpstreamPool(config.baseline, { tlsInsecure: config.tlsInsecure, connections: config.mirror.concurrency * 2 });
+    this.calibration = new Calibration(config.calibration);
+    this.notifier = new AlertNotifier({ logger: this.log, webhookUrl: config.alert.webhookUrl, instance: `${config.listen.host}:${config.listen.port}` });
+    const depth = deps.metrics.gauge('logprobe_mirror_queue_depth');
+    this.queue = new WorkQueue<Job>({
+      concurrency: config.mirror.concurrency,
+      size: config.mirror.queueSize,
+      run: (job) => this.process(job),
+      onDepth: (d) => depth.set(d),
+    });
+    deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
+    // Time alone can fire or resolve an alert (forSeconds), with or without traffic.
+    this.ticker = setInterval(() => this.advance(tick(this.detector, config.alert, this.now())), 1000);
+    this.ticker.unref();
+  }
+
+  /** The noise floor in force: the configured one, or the calibrated one for `auto`. */
+  noiseFloor(): number {
+    const f = this.deps.config.analysis.noiseFloor;
+    return f === 'auto' ? this.calibration.autoFloor() : f;
+  }
+
+  /** The thresholds in force for the next comparison. */
+  thresholds(): Thresholds {
+    return { ...this.deps.config.analysis, noiseFloor: this.noiseFloor() };
+  }
+
+  /** The detectors' current state (read-only view for the demo and tests). */
+  get detectorState(): Readonly<DetectorState> {
+    return this.detector;
+  }
+
+  wantsBody(method: string, path: string, forced: boolean | undefined): boolean {
+    return this.sampler.wantsBody(method, path, forced);
+  }
+
+  onExchange(ex: Exchange): void {
+    if (!this.sampler.decide(ex.body, ex.forced)) return;
+    const count = (outcome: MirrorOutcome) => this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
+    const kind = requestKind(ex.path);
+    // A request the candidate refused is not a valid request to mirror.
+    if (kind === null || (ex.status >= 400 && !ex.aborted)) {
+      count('skipped');
+      return;
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(ex.body.toString('utf8'));
+    } catch {
+      count('skipped');
+      return;
+    }
+    if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+      count('skipped');
+      return;
+    }
+    const body = rewriteForMirror(kind, parsed as Record<string, unknown>, this.deps.config.mirror);
+    const accepted = this.queue.push({ id: ex.requestId, route: ex.route, path: ex.path, headers: ex.headers, body });
+    if (!accepted) count('dropped');
+  }
+
+  /** Sends a mirrored copy to both backends at once. */
+  private async sendPair(job: Job, payload: string): Promise<[BackendResult, BackendResult]> {
+    const { config } = this.deps;
+    const cHeaders = mirrorHeaders(job.headers, { role: 'candidate' });
+    const bHeaders = mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth });
+    return Promise.all([
+      callBackend(this.deps.candidatePool, config.candidate, job.path, cHeaders, payload),
+      callBackend(this.baselinePool, config.baseline, job.path, bHeaders, payload),
+    ]);
+  }
+
+  private async process(job: Job): Promise<void> {
+    const { metrics } = this.deps;
+    const payload = JSON.stringify(job.body);
+    const [cand, base] = await this.sendPair(job, payload);
+    const dur = metrics.histogram('logprobe_upstream_duration_seconds');
+    dur.observe({ backend: 'candidate', route: job.route }, cand.latencyMs / 1000);
+    dur.observe({ backend: 'baseline', route: job.route }, base.latencyMs / 1000);
+
+    const floor = this.noiseFloor();
+    let outcome: MirrorOutcome;
+    let analysis: Comparison | null = null;
+    if (cand.error !== null || cand.status >= 400) outcome = 'candidate_error';
+    else if (base.error !== null || base.status >= 400) outcome = 'baseline_error';
+    else {
+      const pc = parseResponse(cand.body);
+      const pb = parseResponse(base.body);
+      if (pc.format === 'unknown' || pb.format === 'unknown' || pc.format === 'error' || pb.format === 'error') outcome = 'unparseable';
+      else {
+        analysis = compare(pc, pb, { ...this.deps.config.analysis, noiseFloor: floor });
+        outcome = analysis.verdict === 'incomparable' ? 'incomparable' : 'ok';
+        recordComparison(metrics, job.route, analysis);
+        if (analysis.verdict !== 'incomparable' && analysis.comparable > 0) {
+          this.advance(
+            observe(
+              this.detector,
+              { shifted: analysis.shifted, comparable: analysis.comparable, maxShift: analysis.maxShift, noiseFloor: floor, requestId: job.id },
+              this.deps.config.alert,
+              this.now(),
+            ),
+          );
+        }
+      }
+    }
+    metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
+    if (outcome !== 'ok') this.log.debug({ reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base.status, candidateError: cand.error, baselineError: base.error }, 'mirror pair not compared');
+
+    const pair: MirroredPair = {
+      id: job.id,
+      ts: new Date().toISOString(),
+      route: job.route,
+      request: job.body,
+      clientHeaders: job.headers,
+      candidate: cand,
+      baseline: base,
+      outcome,
+      analysis,
+      noiseFloor: floor,
+    };
+    try {
+      this.deps.listeners?.onPair?.(pair);
+    } catch (err) {
+      this.log.error({ err }, 'mirror listener failed');
+    }
+
+    if (outcome === 'ok' && this.deps.config.calibration.rate > 0 && this.random() < this.deps.config.calibration.rate) {
+      await this.calibrate(job, payload, cand, base);
+    }
+  }
+
+  /** Sends the same copy again to each backend; the shift between the two runs is noise. */
+  private async calibrate(job: Job, payload: string, cand1: BackendResult, base1: BackendResult): Promise<void> {
+    const [cand2, base2] = await this.sendPair(job, payload);
+    const t = this.thresholds();
+    for (const [backend, first, second] of [
+      ['candidate', cand1, cand2],
+      ['baseline', base1, base2],
+    ] as const) {
+      if (second.error !== null || second.status >= 400) continue;
+      const c = compare(second.body, first.body, t);
+      if (c.verdict === 'incomparable') continue;
+      this.calibration.add(
+        backend,
+        c.positions.map((p) => p.shift).filter((s): s is number => s !== null),
+      );
+      const p99 = this.calibration.p99(backend);
+      if (p99 !== null) this.deps.metrics.gauge('logprobe_noise_floor_observed_nats').set({ backend }, p99);
+    }
+    this.deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
+  }
+
+  private advance(result: { state: DetectorState; transitions: AlertTransition[] }): void {
+    this.detector = result.state;
+    const { metrics } = this.deps;
+    metrics.gauge('logprobe_window_global_shift_ratio').set(pooledShare(this.detector));
+    metrics.gauge('logprobe_cusum_statistic').set(this.detector.cusum);
+    const firing = metrics.gauge('logprobe_alert_firing');
+    firing.set({ alert: 'LogprobGlobalShift' }, this.detector.global.phase === 'firing' || this.detector.global.phase === 'resolving' ? 1 : 0);
+    firing.set({ alert: 'LogprobSustainedShift' }, this.detector.sustained.phase === 'firing' || this.detector.sustained.phase === 'resolving' ? 1 : 0);
+    for (const t of result.transitions) {
+      this.notifier.notify(t);
+      try {
+        this.deps.listeners?.onAlert?.(t);
+      } catch (err) {
+        this.log.error({ err }, 'alert listener failed');
+      }
+    }
+  }
+
+  /** Resolves when no mirrored pair is queued or in flight (tests, replay). */
+  idle(): Promise<void> {
+    return this.queue.idle();
+  }
+
+  /** Stops taking copies, lets the pairs in flight finish, closes the baseline pool. */
+  async close(): Promise<void> {
+    clearInterval(this.ticker);
+    for (const job of this.queue.close()) this.deps.metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome: 'dropped' });
+    await this.queue.idle();
+    await this.notifier.flush();
+    if (this.ownsBaselinePool) await this.baselinePool.close();
+  }
+}

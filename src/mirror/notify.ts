@@ -1,0 +1,64 @@
+import { request } from 'undici';
+import type { Logger } from 'pino';
+import type { AlertTransition } from '../core/detector.js';
+
+const SUMMARY: Record<AlertTransition['alert'], string> = {
+  LogprobGlobalShift: 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise',
+  LogprobSustainedShift: 'a small shift above the noise floor persists across requests',
+};
+
+const DESCRIPTION: Record<AlertTransition['alert'], string> = {
+  LogprobGlobalShift:
+    'The pooled share of shifted comparable positions over the alert window is above alert.fireFraction. ' +
+    'Next, compare the state where it is written, in the cache medium and where it is read back.',
+  LogprobSustainedShift:
+    'The CUSUM of per-request maxShift / noiseFloor exceeded alert.cusum.h: a sustained shift too small to move the pooled share. ' +
+    'Check subtle corruptions (weights, quantisation) against a calibrated noise floor.',
+};
+
+/** One Alertmanager v2 alert (POST /api/v2/alerts takes an array of these). */
+export function toAlertmanager(t: AlertTransition, instance: string): Record<string, unknown> {
+  const startsAt = new Date(t.startsAt * 1000).toISOString();
+  return {
+    labels: { alertname: t.alert, severity: t.alert === 'LogprobGlobalShift' ? 'critical' : 'warning', service: 'logprobe', instance },
+    annotations: {
+      summary: SUMMARY[t.alert],
+      description: DESCRIPTION[t.alert],
+      pooled_share: t.evidence.pooledShare.toFixed(3),
+      median_shift_nats: t.evidence.medianShift === null ? 'n/a' : t.evidence.medianShift.toFixed(4),
+      cusum: t.evidence.cusum.toFixed(2),
+      example_request_id: t.evidence.exampleRequestId ?? 'n/a',
+    },
+    startsAt,
+    // A firing alert gets no end; a resolved one ends now (Alertmanager's convention).
+    ...(t.to === 'resolved' ? { endsAt: new Date(t.at * 1000).toISOString() } : {}),
+  };
+}
+
+/** Logs every alert transition at warn with its evidence and POSTs it to the webhook, if any. */
+export class AlertNotifier {
+  private pending: Promise<unknown> = Promise.resolve();
+  constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string }) {}
+
+  notify(t: AlertTransition): void {
+    this.options.logger.warn({ alert: t.alert, state: t.to, evidence: t.evidence }, `${t.alert} ${t.to}: ${SUMMARY[t.alert]}`);
+    const url = this.options.webhookUrl;
+    if (!url) return;
+    const payload = JSON.stringify([toAlertmanager(t, this.options.instance)]);
+    // Sent in order; a slow or failing receiver is logged, never retried in a loop, never thrown.
+    this.pending = this.pending.then(async () => {
+      try {
+        const res = await request(url, { method: 'POST', body: payload, headers: { 'content-type': 'application/json' }, headersTimeout: 5000, bodyTimeout: 5000 });
+        await res.body.dump();
+        if (res.statusCode >= 300) this.options.logger.error({ status: res.statusCode, alert: t.alert }, 'alert webhook refused the alert');
+      } catch (err) {
+        this.options.logger.error({ err, alert: t.alert }, 'alert webhook unreachable');
+      }
+    });
+  }
+
+  /** Resolves once every notification sent so far has been delivered or failed. */
+  flush(): Promise<void> {
+    return this.pending.then(() => undefined);
+  }
+}

@@ -1,0 +1,21 @@
+import type { Comparison } from '../core/index.js';
+import type { Metrics } from '../metrics/registry.js';
+
+/** Exports one comparison: per-token histograms, the flip, the divergence and the verdict. */
+export function recordComparison(metrics: Metrics, route: string, c: Comparison): void {
+  metrics.counter('logprobe_verdicts_total').inc({ route, verdict: c.verdict });
+  if (c.verdict === 'incomparable') return;
+  const diffH = metrics.histogram('logprobe_token_crosspath_diff_nats');
+  const shiftH = metrics.histogram('logprobe_token_shift_nats');
+  const gapH = metrics.histogram('logprobe_token_gap_nats');
+  const klH = metrics.histogram('logprobe_token_kl_nats');
+  const labels = { route };
+  for (const p of c.positions) {
+    if (p.diff !== null) diffH.observe(labels, Math.abs(p.diff));
+    if (p.shift !== null) shiftH.observe(labels, p.shift);
+    if (p.gap !== null) gapH.observe(labels, p.gap);
+    if (p.kl !== null) klH.observe(labels, Math.max(0, p.kl));
+  }
+  if (c.firstDivergence !== null) metrics.histogram('logprobe_first_divergence_tokens').observe(labels, c.firstDivergence);
+  if (c.flip && c.flip.gap !== null) metrics.histogram('logprobe_flip_gap_nats').observe({ route, class: c.flip.class }, c.flip.gap);
+}

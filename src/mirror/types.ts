@@ -1,0 +1,30 @@
+import type { Comparison } from '../core/index.js';
+import type { AlertTransition } from '../core/detector.js';
+import type { BackendResult } from './dispatch.js';
+
+/** Outcomes of `logprobe_mirror_total` (design.md). */
+export type MirrorOutcome = 'ok' | 'dropped' | 'skipped' | 'candidate_error' | 'baseline_error' | 'unparseable' | 'incomparable';
+
+/** One mirrored pair, complete: what was sent, what each side answered, what the comparison found. */
+export interface MirroredPair {
+  id: string;
+  ts: string;
+  route: string;
+  /** The mirrored body as sent to both backends. */
+  request: Record<string, unknown>;
+  /** The client request's headers (for capture: credentials are stripped there). */
+  clientHeaders: Record<string, string | string[] | undefined>;
+  candidate: BackendResult;
+  baseline: BackendResult;
+  outcome: MirrorOutcome;
+  /** The comparison, when both sides answered with a body. */
+  analysis: Comparison | null;
+  /** The noise floor used for this pair, nats. */
+  noiseFloor: number;
+}
+
+/** Who wants to hear about mirrored pairs and alert transitions (capture, the demo). */
+export interface MirrorListeners {
+  onPair?(pair: MirroredPair): void;
+  onAlert?(transition: AlertTransition): void;
+}
