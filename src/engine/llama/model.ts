@@ -29,9 +29,20 @@ export interface LlamaModelOptions {
   readonly id?: string;
 }
 
+/** What llama.cpp actually runs with, read back from the context (proves a fault took effect). */
+export interface LlamaContextInfo {
+  readonly contextSize: number;
+  readonly batchSize: number;
+  readonly threads: number;
+  readonly flashAttention: boolean | 'auto';
+  readonly kvCacheKeyType: string;
+  readonly kvCacheValueType: string;
+}
+
 /** The llama.cpp engine model, plus the setup it runs with (for logs and tests). */
 export interface LlamaEngineModel extends EngineModel {
   readonly setup: EngineSetup;
+  readonly context: LlamaContextInfo;
   readonly modelPath: string;
   readonly vocabSize: number;
   close(): Promise<void>;
@@ -96,6 +107,14 @@ export async function createLlamaModel(options: LlamaModelOptions = {}): Promise
       id: options.id ?? 'logprobe-tiny-llama',
       eosToken: model.tokens.eos ?? vocab.eosId,
       setup,
+      context: {
+        contextSize: context.contextSize,
+        batchSize: context.batchSize,
+        threads: context.idealThreads,
+        flashAttention: context.flashAttention,
+        kvCacheKeyType: String(lib.GgmlType[context.kvCacheKeyType]),
+        kvCacheValueType: String(lib.GgmlType[context.kvCacheValueType]),
+      },
       modelPath,
       vocabSize,
       tokenize: (text) => model.tokenize(text, false).map(Number),
