@@ -121,7 +121,7 @@ export async function createLlamaModel(options: LlamaModelOptions = {}): Promise
       tokenText: (id) => controlText(checkId(id)) ?? textDecoder.decode(bytesOf(id)),
       tokenBytes: (id) => bytesOf(checkId(id)),
       // Special tokens (BOS/EOS) carry no text, as in a completion's `text`.
-      detokenize: (ids) => model.detokenize(ids as readonly Token[], false),
+      detokenize: (ids) => model.detokenize(ids.map(checkId) as Token[], false),
       async start(prompt): Promise<ModelSequence> {
         if (closed) throw new Error('llama model is closed');
         for (const id of prompt) checkId(id);
