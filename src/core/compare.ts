@@ -143,10 +143,10 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
 
 /** Reads the flip at `d` off the scratch of the position just matched. */
 function flipAt(d: number, ci: TokenStep, bi: TokenStep, t: Thresholds): Flip {
-  const { vc, vb, mc, mb, nb } = scratch;
+  const { vc, vb, mc, mb, nb, ic, ib } = scratch;
   // lp_b(A): the baseline's own logprob (or its top entry for A when that was a sentinel).
-  const lpA = vb[0]!;
-  const hitB = mc[0]!;
+  const lpA = vb[ib]!;
+  const hitB = mc[ic]!;
   const lpB = hitB >= 0 ? vb[hitB]! : Number.NaN;
   let gap: number | null = null;
   let lowerBound = false;
@@ -156,7 +156,7 @@ function flipAt(d: number, ci: TokenStep, bi: TokenStep, t: Thresholds): Flip {
     } else {
       // B is not among the baseline's reported tokens: lp_b(B) ≤ the smallest reported value.
       let lowest = lpA;
-      for (let l = 1; l < nb; l++) {
+      for (let l = 0; l < nb; l++) {
         const v = vb[l]!;
         if (v === v && v < lowest) lowest = v;
       }
@@ -164,7 +164,7 @@ function flipAt(d: number, ci: TokenStep, bi: TokenStep, t: Thresholds): Flip {
       lowerBound = true;
     }
   }
-  const hitA = mb[0]!;
+  const hitA = mb[ib]!;
   const lpcA = hitA >= 0 ? vc[hitA]! : Number.NaN;
   return {
     index: d,

@@ -3,69 +3,79 @@ import { scratch } from './match.js';
 /** Smallest probability mass given to a tail bucket, so that logs stay finite. */
 const EPS = 1e-12;
 
+let pb = new Float64Array(32);
+
 /**
  * KL(baseline ‖ candidate) in nats for the position last matched by `matchPosition`, estimated
  * over the union of both sides' reported tokens (chosen + top-k) plus one tail bucket for the
  * unreported mass. A token one side did not report gets, on that side, the smaller of its lowest
- * reported probability and an equal share of its tail; the tail shrinks by what was handed out.
+ * reported probability and an equal share of its tail; the tail keeps what is left.
  *
  * It is an estimate for dashboards (the `logprobe_token_kl_nats` histogram): top-k lists truncate
  * both distributions, so it is not used by the verdict. Returns `null` when a side reports no
  * usable value, and never a negative number.
  */
 export function klAtMatchedPosition(): number | null {
-  const { vc, vb, mc, mb, dc, db, nc, nb } = scratch;
+  const { vc, vb, mc, mb, dc, db, nc, nb, repeats } = scratch;
+  if (pb.length < nb) pb = new Float64Array(Math.max(nb, pb.length * 2));
   let massB = 0;
   let massC = 0;
   let minB = Infinity;
   let minC = Infinity;
-  let knownB = 0;
-  let knownC = 0;
+  let pMinB = 0;
+  let pMinC = 0;
   let missingInC = 0; // baseline tokens the candidate did not report
   let missingInB = 0;
   for (let l = 0; l < nb; l++) {
     const v = vb[l]!;
-    if (db[l] === 1 || v !== v) continue;
-    knownB++;
-    massB += Math.exp(v);
-    if (v < minB) minB = v;
+    if (v !== v || (repeats && db[l] === 1)) continue;
+    const p = Math.exp(v);
+    pb[l] = p;
+    massB += p;
+    if (v < minB) {
+      minB = v;
+      pMinB = p;
+    }
     const j = mb[l]!;
     if (j < 0 || vc[j] !== vc[j]) missingInC++;
   }
   for (let j = 0; j < nc; j++) {
     const v = vc[j]!;
-    if (dc[j] === 1 || v !== v) continue;
-    knownC++;
-    massC += Math.exp(v);
-    if (v < minC) minC = v;
+    if (v !== v || (repeats && dc[j] === 1)) continue;
+    const p = Math.exp(v);
+    massC += p;
+    if (v < minC) {
+      minC = v;
+      pMinC = p;
+    }
     const l = mc[j]!;
     if (l < 0 || vb[l] !== vb[l]) missingInB++;
   }
-  if (knownB === 0 || knownC === 0) return null;
+  if (minB === Infinity || minC === Infinity) return null;
   const tailB = Math.max(1 - massB, EPS);
   const tailC = Math.max(1 - massC, EPS);
-  const qB = Math.max(Math.min(Math.exp(minB), tailB / (missingInB + 1)), EPS);
-  const qC = Math.max(Math.min(Math.exp(minC), tailC / (missingInC + 1)), EPS);
+  const qB = Math.max(Math.min(pMinB, tailB / (missingInB + 1)), EPS);
+  const qC = Math.max(Math.min(pMinC, tailC / (missingInC + 1)), EPS);
   const restB = Math.max(tailB - missingInB * qB, EPS);
   const restC = Math.max(tailC - missingInC * qC, EPS);
-  const logQC = Math.log(qC);
+  const logQC = missingInC > 0 ? Math.log(qC) : 0;
   let kl = 0;
   for (let l = 0; l < nb; l++) {
     const v = vb[l]!;
-    if (db[l] === 1 || v !== v) continue;
+    if (v !== v || (repeats && db[l] === 1)) continue;
     const j = mb[l]!;
     const w = j >= 0 ? vc[j]! : Number.NaN;
-    kl += Math.exp(v) * (v - (w === w ? w : logQC));
+    kl += pb[l]! * (v - (w === w ? w : logQC));
   }
   if (missingInB > 0) {
     const logQB = Math.log(qB);
     for (let j = 0; j < nc; j++) {
       const v = vc[j]!;
-      if (dc[j] === 1 || v !== v) continue;
+      if (v !== v || (repeats && dc[j] === 1)) continue;
       const l = mc[j]!;
       if (l < 0 || vb[l] !== vb[l]) kl += qB * (logQB - v);
     }
   }
-  kl += restB * (Math.log(restB) - Math.log(restC));
+  kl += restB * Math.log(restB / restC);
   return Number.isFinite(kl) ? Math.max(kl, 0) : null;
 }

@@ -2,12 +2,13 @@ import type { TokenStep } from './types.js';
 
 /**
  * Matching the tokens of one position across the two sides, without allocating: the hot loop of
- * {@link compare} runs this for every comparable position of every mirrored pair.
+ * `compare` runs this for every comparable position of every mirrored pair.
  *
- * Each side is seen as a *virtual list*: index 0 is the chosen token with its logprob, indices
- * 1..k the top-k entries. After {@link matchPosition}, the module's scratch arrays hold, for both
- * sides, each entry's value (NaN when unknown or a sentinel), the index of the same token on the
- * other side (−1 when absent), and whether the entry repeats an earlier one of its own side.
+ * Each side is seen as a *virtual list*: its top-k entries, plus the chosen token appended when
+ * it is not among them. The chosen token's entry carries the chosen logprob (the top value when
+ * the logprob was a sentinel). After {@link matchPosition}, {@link scratch} holds for both sides
+ * each entry's value (NaN when unknown), the index of the same token on the other side (−1 when
+ * absent), where the chosen token sits, and which entries repeat an earlier one of their side.
  */
 export interface MatchScratch {
   /** Entry values of the candidate's virtual list (NaN = unknown). */
@@ -18,13 +19,18 @@ export interface MatchScratch {
   mc: Int32Array;
   /** For each baseline entry: index of the same token in the candidate's list, or −1. */
   mb: Int32Array;
-  /** 1 where a candidate entry repeats an earlier candidate entry. */
+  /** 1 where a candidate entry repeats an earlier one (only meaningful when `repeats`). */
   dc: Uint8Array;
-  /** 1 where a baseline entry repeats an earlier baseline entry. */
+  /** 1 where a baseline entry repeats an earlier one (only meaningful when `repeats`). */
   db: Uint8Array;
-  /** Virtual list lengths (1 + top-k) of the last matched position. */
+  /** Whether either side lists a token twice (then `dc`/`db` mark the later copies). */
+  repeats: boolean;
+  /** Virtual list lengths of the last matched position. */
   nc: number;
   nb: number;
+  /** Index of the chosen token in each virtual list. */
+  ic: number;
+  ib: number;
 }
 
 /** The scratch filled by {@link matchPosition}; valid until the next call. */
@@ -35,8 +41,11 @@ export const scratch: MatchScratch = {
   mb: new Int32Array(32),
   dc: new Uint8Array(32),
   db: new Uint8Array(32),
+  repeats: false,
   nc: 0,
   nb: 0,
+  ic: 0,
+  ib: 0,
 };
 
 function grow(n: number): void {
@@ -50,101 +59,120 @@ function grow(n: number): void {
   scratch.db = new Uint8Array(size);
 }
 
-/** The chosen logprob, or NaN. */
-function chosenValue(s: TokenStep): number {
-  return s.logprob ?? Number.NaN;
-}
-
-/** A top value, NaN for the `-Infinity` that stands for a sentinel. */
-function topVal(v: number): number {
-  return v === -Infinity ? Number.NaN : v;
-}
-
+/** Key equality of entry `i` of `a`'s virtual list and entry `j` of `b`'s (index k = the chosen). */
 function sameKey(a: TokenStep, i: number, b: TokenStep, j: number, byId: boolean): boolean {
-  if (byId) {
-    const ka = i === 0 ? a.id : a.topIds![i - 1];
-    const kb = j === 0 ? b.id : b.topIds![j - 1];
-    return ka === kb;
-  }
-  const ka = i === 0 ? a.token : a.top[i - 1]![0];
-  const kb = j === 0 ? b.token : b.top[j - 1]![0];
-  return ka === kb;
+  const ka = a.top.length;
+  const kb = b.top.length;
+  if (byId) return (i < ka ? a.topIds![i] : a.id) === (j < kb ? b.topIds![j] : b.id);
+  return (i < ka ? a.top[i]![0] : a.token) === (j < kb ? b.top[j]![0] : b.token);
 }
 
 /**
- * Marks repeats within one side's virtual list (the chosen token is usually also top-1) and
- * returns the index of the chosen token's copy in the top list, or −1.
+ * Loads one side's values into `v`; returns the index of the chosen token (its top copy, or k
+ * when it is appended). A chosen entry with a known logprob takes that logprob.
  */
-function markRepeats(s: TokenStep, n: number, out: Uint8Array, byId: boolean): number {
-  out.fill(0, 0, n);
-  let copy = -1;
-  for (let j = 1; j < n; j++) {
-    if (sameKey(s, 0, s, j, byId)) {
-      out[j] = 1;
-      copy = j;
-      break;
-    }
+function load(s: TokenStep, v: Float64Array, byId: boolean): number {
+  const top = s.top;
+  const k = top.length;
+  let chosen = k;
+  for (let j = 0; j < k; j++) {
+    const x = top[j]![1];
+    v[j] = x === -Infinity ? Number.NaN : x;
+    if (chosen === k && (byId ? s.topIds![j] === s.id : top[j]![0] === s.token)) chosen = j;
   }
-  // Top lists repeat a token only when the parser flagged it; skip the quadratic scan otherwise.
-  if (s.flags === undefined || !s.flags.includes('duplicateTopKeys')) return copy;
-  for (let j = 2; j < n; j++) {
-    if (out[j] === 1) continue;
-    for (let l = 1; l < j; l++) {
+  const lp = s.logprob;
+  if (lp !== null) v[chosen] = lp;
+  else if (chosen === k) v[k] = Number.NaN;
+  return chosen;
+}
+
+function hasRepeats(s: TokenStep): boolean {
+  return s.flags !== undefined && s.flags.includes('duplicateTopKeys');
+}
+
+/**
+ * Fills {@link scratch} for one position. `byId` matches tokens by id (both sides carry ids on
+ * every step and top entry), otherwise by text. When a side lists a token twice, the first entry
+ * is the token's; a match prefers the first copy with a known value.
+ */
+export function matchPosition(c: TokenStep, b: TokenStep, byId: boolean): void {
+  const kc = c.top.length;
+  const kb = b.top.length;
+  grow((kc > kb ? kc : kb) + 1);
+  const { vc, vb, mc, mb } = scratch;
+  const ic = load(c, vc, byId);
+  const ib = load(b, vb, byId);
+  const nc = ic === kc ? kc + 1 : kc;
+  const nb = ib === kb ? kb + 1 : kb;
+  scratch.ic = ic;
+  scratch.ib = ib;
+  scratch.nc = nc;
+  scratch.nb = nb;
+  mb.fill(-1, 0, nb);
+  if (hasRepeats(c) || hasRepeats(b)) {
+    matchWithRepeats(c, b, byId);
+    return;
+  }
+  scratch.repeats = false;
+  // Every token appears once per side. Sorted lists of two close distributions mostly keep the
+  // same order, so the same index is tried first.
+  for (let j = 0; j < nc; j++) {
+    let hit = -1;
+    if (j < nb && sameKey(c, j, b, j, byId)) hit = j;
+    else {
+      for (let l = 0; l < nb; l++) {
+        if (l !== j && sameKey(c, j, b, l, byId)) {
+          hit = l;
+          break;
+        }
+      }
+    }
+    mc[j] = hit;
+    if (hit >= 0) mb[hit] = j;
+  }
+}
+
+function markRepeats(s: TokenStep, n: number, out: Uint8Array, byId: boolean): void {
+  out.fill(0, 0, n);
+  for (let j = 1; j < n; j++) {
+    for (let l = 0; l < j; l++) {
       if (sameKey(s, l, s, j, byId)) {
         out[j] = 1;
         break;
       }
     }
   }
-  return copy;
 }
 
-/**
- * Fills {@link scratch} for one position. `byId` matches tokens by id (both sides carry ids on
- * every step and every top entry), otherwise by text. When a token appears twice on a side, the
- * first entry with a known value is the one matched.
- */
-export function matchPosition(c: TokenStep, b: TokenStep, byId: boolean): void {
-  const nc = 1 + c.top.length;
-  const nb = 1 + b.top.length;
-  grow(nc > nb ? nc : nb);
-  const { vc, vb, mc, mb, dc, db } = scratch;
-  scratch.nc = nc;
-  scratch.nb = nb;
-  vc[0] = chosenValue(c);
-  for (let j = 1; j < nc; j++) vc[j] = topVal(c.top[j - 1]![1]);
-  vb[0] = chosenValue(b);
-  for (let j = 1; j < nb; j++) vb[j] = topVal(b.top[j - 1]![1]);
-  // A sentinel chosen logprob falls back to the chosen token's own top entry, when that is known.
-  const copyC = markRepeats(c, nc, dc, byId);
-  if (vc[0] !== vc[0] && copyC > 0) vc[0] = vc[copyC]!;
-  const copyB = markRepeats(b, nb, db, byId);
-  if (vb[0] !== vb[0] && copyB > 0) vb[0] = vb[copyB]!;
-  mb.fill(-1, 0, nb);
-  let skipped = false;
+function matchWithRepeats(c: TokenStep, b: TokenStep, byId: boolean): void {
+  const { vc, vb, mc, mb, dc, db, nc, nb } = scratch;
+  scratch.repeats = true;
+  markRepeats(c, nc, dc, byId);
+  markRepeats(b, nb, db, byId);
   for (let j = 0; j < nc; j++) {
     let hit = -1;
     for (let l = 0; l < nb; l++) {
       if (!sameKey(c, j, b, l, byId)) continue;
       if (hit < 0) hit = l;
-      else skipped = true;
       if (vb[l] === vb[l]) {
         hit = l;
         break;
       }
     }
     mc[j] = hit;
-    if (hit >= 0 && dc[j] === 0 && mb[hit]! < 0) mb[hit] = j;
   }
-  if (!skipped) return;
-  // A hit moved past an unknown value to a later copy: point the first copy back as well.
-  for (let l = 1; l < nb; l++) {
-    if (db[l] === 1 || mb[l]! >= 0) continue;
+  // Each first copy on one side points at the other side's matching entry with a known value.
+  for (let l = 0; l < nb; l++) {
+    if (db[l] === 1) continue;
+    let hit = -1;
     for (let j = 0; j < nc; j++) {
-      if (sameKey(c, j, b, l, byId)) {
-        mb[l] = j;
+      if (!sameKey(c, j, b, l, byId)) continue;
+      if (hit < 0) hit = j;
+      if (vc[j] === vc[j]) {
+        hit = j;
         break;
       }
     }
+    mb[l] = hit;
   }
 }
