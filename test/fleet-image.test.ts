@@ -1,0 +1,130 @@
+// The Dockerfile yields a production image that does not run as root, starts `logprobe serve`
+// with a valid default config, and whose HEALTHCHECK (node's fetch: slim images have no curl)
+// really tells a healthy admin port from a failing or absent one. No Docker engine runs here, so
+// the pieces are checked one by one.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { spawn } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { loadConfig } from '../src/config/load.js';
+
+const root = new URL('../', import.meta.url);
+const dockerfile = readFileSync(new URL('Dockerfile', root), 'utf8');
+const dockerignore = readFileSync(new URL('.dockerignore', root), 'utf8')
+  .split('\n')
+  .map((l) => l.trim())
+  .filter((l) => l && !l.startsWith('#'));
+
+/** Instructions with their continuation lines joined, comments dropped. */
+const instructions = dockerfile
+  .replace(/\\\n/g, ' ')
+  .split('\n')
+  .map((l) => l.trim())
+  .filter((l) => l && !l.startsWith('#'))
+  .map((l) => {
+    const m = /^(\w+)\s+(.*)$/.exec(l);
+    assert.ok(m, l);
+    return { op: (m[1] as string).toUpperCase(), args: m[2] as string };
+  });
+
+/** The instructions of the last stage: what the image runs. */
+const lastFrom = instructions.map((i) => i.op).lastIndexOf('FROM');
+const runtime = instructions.slice(lastFrom);
+
+function exec(op: string): string[] {
+  const i = runtime.filter((x) => x.op === op).at(-1);
+  assert.ok(i, `${op} in the runtime stage`);
+  return JSON.parse(i.args) as string[];
+}
+
+test('multi-stage: the runtime stage copies the build output, not the sources or dev dependencies', () => {
+  assert.ok(instructions.filter((i) => i.op === 'FROM').length >= 2, 'a build stage and a runtime stage');
+  const build = instructions.slice(0, lastFrom).map((i) => i.args).join('\n');
+  assert.match(build, /npm ci --ignore-scripts/);
+  assert.match(build, /npm run build/);
+  assert.match(build, /npm prune --omit=dev/);
+  const copies = runtime.filter((i) => i.op === 'COPY').map((i) => i.args);
+  assert.ok(copies.some((c) => /--from=build \/app\/node_modules/.test(c)));
+  assert.ok(copies.some((c) => /--from=build \/app\/dist/.test(c)));
+  assert.ok(!copies.some((c) => /\bsrc\b|\btest\b/.test(c)), 'no sources or tests in the image');
+  for (const excluded of ['node_modules', 'dist', 'captures', '.cache', '.git', 'test', 'bench']) {
+    assert.ok(dockerignore.includes(excluded), `.dockerignore excludes ${excluded}`);
+  }
+});
+
+test('the image runs as the unprivileged node user', () => {
+  const users = runtime.filter((i) => i.op === 'USER').map((i) => i.args.trim());
+  const user = users.at(-1);
+  assert.ok(user, 'a USER instruction in the runtime stage');
+  assert.ok(!/^(root|0)(:.*)?$/.test(user), `USER ${user}`);
+  assert.equal(user, 'node');
+  const env = runtime.filter((i) => i.op === 'ENV').map((i) => i.args).join(' ');
+  assert.match(env, /NODE_ENV=production/);
+  assert.match(env, /NODE_LLAMA_CPP_SKIP_DOWNLOAD=true/);
+});
+
+test('it starts `logprobe serve` with a valid default config and exposes both ports', () => {
+  assert.deepEqual(exec('ENTRYPOINT'), ['node', 'bin/logprobe.js']);
+  const cmd = exec('CMD');
+  assert.deepEqual(cmd.slice(0, 2), ['serve', '--config']);
+  const expose = runtime.filter((i) => i.op === 'EXPOSE').flatMap((i) => i.args.split(/\s+/));
+  assert.deepEqual(expose.sort(), ['8080', '9464']);
+
+  // The container defaults written by the runtime stage (printf '%s\n' 'line' … > file).
+  const run = runtime.find((i) => i.op === 'RUN' && i.args.includes(cmd[2] as string));
+  assert.ok(run, `a RUN step writes ${cmd[2]}`);
+  const lines = [...(run.args.split('>')[0] as string).matchAll(/'([^']*)'/g)].map((m) => m[1] as string).filter((l) => l !== '%s\\n');
+  const dir = mkdtempSync(join(tmpdir(), 'logprobe-image-'));
+  try {
+    const file = join(dir, 'logprobe.yaml');
+    writeFileSync(file, `${lines.join('\n')}\n`);
+    const config = loadConfig({ file, env: {} });
+    assert.equal(config.listen.port, 8080);
+    assert.equal(config.admin.port, 9464);
+    assert.equal(config.admin.host, '0.0.0.0', 'probes and Prometheus reach the admin port from outside');
+    assert.equal(config.capture.dir, '/var/lib/logprobe/captures');
+    assert.match(run.args, /chown node:node \/var\/lib\/logprobe\/captures/, 'the capture dir is writable by node');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('HEALTHCHECK passes on a healthy admin port and fails on 503 or no server', async (t) => {
+  const hc = runtime.find((i) => i.op === 'HEALTHCHECK');
+  assert.ok(hc);
+  const m = /CMD\s+(\[.*\])\s*$/.exec(hc.args);
+  assert.ok(m, hc.args);
+  const argv = JSON.parse(m[1] as string) as string[];
+  assert.equal(argv[0], 'node', 'no curl in slim images');
+
+  let status = 200;
+  const paths: string[] = [];
+  const server: Server = createServer((req, res) => {
+    paths.push(req.url ?? '');
+    res.statusCode = status;
+    res.end('{}');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => server.close());
+  const port = (server.address() as AddressInfo).port;
+
+  const check = (adminPort: number) =>
+    new Promise<number | null>((resolve) => {
+      const child = spawn(process.execPath, argv.slice(1), { env: { ...process.env, LOGPROBE_ADMIN_PORT: String(adminPort) }, stdio: 'ignore' });
+      child.on('exit', (code) => resolve(code));
+    });
+
+  assert.equal(await check(port), 0, 'healthy');
+  assert.deepEqual(paths, ['/healthz']);
+  status = 503;
+  assert.equal(await check(port), 1, 'unhealthy');
+  const closed = createServer();
+  await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+  const freePort = (closed.address() as AddressInfo).port;
+  await new Promise<void>((resolve) => closed.close(() => resolve()));
+  assert.equal(await check(freePort), 1, 'nothing listening');
+});
