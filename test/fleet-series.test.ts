@@ -262,7 +262,7 @@ test('every series, label and value the dashboard queries is exported by logprob
 test('the dashboard uses every metric logprobe exports', () => {
   const used = new Set(dashboard.flatMap((q) => baseMetrics(grafanaToPromql(q.expr), rules.recorded).map((b) => b.spec.name)));
   const unused = METRIC_CATALOG.map((m) => m.name).filter((n) => !used.has(n));
-  assert.deepEqual(unused, [], 'metrics with no panel');
+  assert.deepEqual(unused, [], 'catalog metrics with no panel in config/grafana/logprobe.json: add one');
 });
 
 test('every dashboard expression is valid PromQL (promtool)', (t) => {
