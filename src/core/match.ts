@@ -19,7 +19,7 @@ export interface MatchScratch {
   mc: Int32Array;
   /** For each baseline entry: index of the same token in the candidate's list, or −1. */
   mb: Int32Array;
-  /** 1 where a candidate entry repeats an earlier one (only meaningful when `repeats`). */
+  /** 1 where a candidate entry repeats an earlier one (only meaningful when `repeats`); a repeat matches nothing. */
   dc: Uint8Array;
   /** 1 where a baseline entry repeats an earlier one (only meaningful when `repeats`). */
   db: Uint8Array;
@@ -93,7 +93,7 @@ function hasRepeats(s: TokenStep): boolean {
 /**
  * Fills {@link scratch} for one position. `byId` matches tokens by id (both sides carry ids on
  * every step and top entry), otherwise by text. When a side lists a token twice, the first entry
- * is the token's; a match prefers the first copy with a known value.
+ * is the token's and the later copies are ignored.
  */
 export function matchPosition(c: TokenStep, b: TokenStep, byId: boolean): void {
   const kc = c.top.length;
@@ -145,34 +145,22 @@ function markRepeats(s: TokenStep, n: number, out: Uint8Array, byId: boolean): v
 }
 
 function matchWithRepeats(c: TokenStep, b: TokenStep, byId: boolean): void {
-  const { vc, vb, mc, mb, dc, db, nc, nb } = scratch;
+  const { mc, mb, dc, db, nc, nb } = scratch;
   scratch.repeats = true;
   markRepeats(c, nc, dc, byId);
   markRepeats(b, nb, db, byId);
+  // A repeated token counts once, with its first (larger) entry; the copies match nothing.
   for (let j = 0; j < nc; j++) {
     let hit = -1;
-    for (let l = 0; l < nb; l++) {
-      if (!sameKey(c, j, b, l, byId)) continue;
-      if (hit < 0) hit = l;
-      if (vb[l] === vb[l]) {
-        hit = l;
-        break;
+    if (dc[j] === 0) {
+      for (let l = 0; l < nb; l++) {
+        if (db[l] === 0 && sameKey(c, j, b, l, byId)) {
+          hit = l;
+          break;
+        }
       }
     }
     mc[j] = hit;
-  }
-  // Each first copy on one side points at the other side's matching entry with a known value.
-  for (let l = 0; l < nb; l++) {
-    if (db[l] === 1) continue;
-    let hit = -1;
-    for (let j = 0; j < nc; j++) {
-      if (!sameKey(c, j, b, l, byId)) continue;
-      if (hit < 0) hit = j;
-      if (vc[j] === vc[j]) {
-        hit = j;
-        break;
-      }
-    }
-    mb[l] = hit;
+    if (hit >= 0) mb[hit] = j;
   }
 }
