@@ -1,0 +1,87 @@
+/**
+ * `POST /v1/completions`: prompt (text or token ids) → completion, non-streamed or as OpenAI's
+ * legacy stream: one token per chunk (the last one carrying finish_reason), a trailing chunk with
+ * empty logprob arrays and finish_reason, an optional usage chunk, then `[DONE]`.
+ */
+import { badRequest } from './errors.js';
+import {
+  completionBody,
+  completionChunk,
+  completionLogprobs,
+  completionRows,
+  completionUsageChunk,
+  EMPTY_COMPLETION_LOGPROBS,
+  type CompletionRow,
+} from './format.js';
+import { generate, topEntries, type TokenStep } from './generate.js';
+import type { ModelSequence } from './model.js';
+import type { CompletionRequest } from './request.js';
+import { samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
+import { SseWriter } from './sse.js';
+
+/** Logprob rows for an echoed prompt: the first token has no conditional (null), as on vLLM. */
+async function echoRows(ctx: RouteContext, seq: ModelSequence, prompt: readonly number[], n: number): Promise<CompletionRow[]> {
+  if (prompt.length === 0) return [];
+  if (!seq.promptDistributions) throw badRequest('this engine cannot return prompt logprobs: use echo without logprobs', 'echo');
+  const dists = await seq.promptDistributions();
+  const decoder = new TextDecoder();
+  const rows: CompletionRow[] = [];
+  let offset = 0;
+  prompt.forEach((id, i) => {
+    const dist = i === 0 ? undefined : dists[i - 1];
+    rows.push({ id, logprob: dist ? dist.logprobOf(id) : null, top: dist ? topEntries(dist, n) : null, offset });
+    offset += decoder.decode(ctx.model.tokenBytes(id), { stream: true }).length;
+  });
+  return rows;
+}
+
+/** Serves one validated completions request. */
+export async function serveCompletion(ctx: RouteContext, req: CompletionRequest): Promise<void> {
+  const { model } = ctx;
+  const promptIds = 'text' in req.prompt ? model.tokenize(req.prompt.text) : req.prompt.ids;
+  const promptText = 'text' in req.prompt ? req.prompt.text : model.detokenize(req.prompt.ids);
+  const n = ctx.faults.nologprobs ? null : req.logprobs;
+  const { seq, maxTokens } = await startSequence(ctx, promptIds, req.maxTokens);
+  try {
+    const echoed = req.echo && n !== null ? await echoRows(ctx, seq, promptIds, n) : null;
+    const params = { ...req, maxTokens };
+    const rng = samplingRng(req, ctx.requestSeed);
+    const base = promptText.length;
+
+    if (!req.stream) {
+      const steps: TokenStep[] = [];
+      const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, emit: (s) => void steps.push(...s) });
+      const text = (req.echo ? promptText : '') + steps.map((s) => s.text).join('');
+      const logprobs = n === null ? null : completionLogprobs(ctx.tokens, [...(echoed ?? []), ...completionRows(steps, base)]);
+      const usage = { promptTokens: promptIds.length, completionTokens: result.completionTokens };
+      sendJson(ctx.res, 200, completionBody(ctx.meta, text, logprobs, result.finishReason, usage));
+      return;
+    }
+
+    const sse = new SseWriter(ctx.res, ctx.signal);
+    sse.open();
+    if (req.echo) await sse.send(completionChunk(ctx.meta, promptText, echoed ? completionLogprobs(ctx.tokens, echoed) : null, null));
+    // One token of lookahead: the last token's chunk carries finish_reason, as OpenAI's does.
+    let pending: TokenStep | null = null;
+    let sent = 0;
+    const chunkOf = (s: TokenStep, finish: 'stop' | 'length' | null): string =>
+      completionChunk(ctx.meta, s.text, n === null ? null : completionLogprobs(ctx.tokens, completionRows([s], base)), finish);
+    const emit = async (steps: TokenStep[]): Promise<void> => {
+      for (const s of steps) {
+        if (pending) {
+          await sse.send(chunkOf(pending, null));
+          if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
+        }
+        pending = s;
+      }
+    };
+    const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, emit });
+    const last = pending as TokenStep | null;
+    if (last) await sse.send(chunkOf(last, result.finishReason));
+    await sse.send(completionChunk(ctx.meta, '', n === null ? null : EMPTY_COMPLETION_LOGPROBS, result.finishReason));
+    if (req.includeUsage) await sse.send(completionUsageChunk(ctx.meta, { promptTokens: promptIds.length, completionTokens: result.completionTokens }));
+    sse.done();
+  } finally {
+    await seq.dispose();
+  }
+}

@@ -1,0 +1,280 @@
+/**
+ * The OpenAI-compatible engine server around any `EngineModel` (the simulated model, the
+ * llama.cpp model): `/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/health`. Plain
+ * `node:http` with keep-alive, so it is cheap enough to be the upstream of a proxy benchmark.
+ * Records every request, applies server-level faults, and stops generating when a client goes
+ * away.
+ */
+import { randomBytes, randomInt } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { serveChat } from './chat.js';
+import { serveCompletion } from './completions.js';
+import { EngineHttpError, errorEnvelope } from './errors.js';
+import { NO_FAULTS, parseServerFaults, type ServerFaults } from './faults.js';
+import { TokenJson } from './format.js';
+import { GenerationAborted } from './generate.js';
+import type { EngineModel } from './model.js';
+import { RequestQueue } from './queue.js';
+import { RequestRecorder, type RecordedRequest } from './recorder.js';
+import { parseChatRequest, parseCompletionRequest, parseJsonBody } from './request.js';
+import { sendError, sendJson, sleep, type RouteContext } from './route.js';
+
+/** A pino-compatible logger subset. */
+export interface EngineLog {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** Options of {@link startEngineServer}. */
+export interface EngineServerOptions {
+  readonly model: EngineModel;
+  /** Default 127.0.0.1. */
+  readonly host?: string;
+  /** Default 0 (any free port). */
+  readonly port?: number;
+  /** Server-level faults: parsed, or fault strings (`http500`, `slow:200`, …). Default none. */
+  readonly faults?: ServerFaults | string | readonly string[];
+  /** Generations running at once; the rest wait in arrival order. Default 1; 0 or Infinity = unlimited. */
+  readonly concurrency?: number;
+  /** Requests allowed to wait for a slot before new ones get a 503. Default 1024. */
+  readonly maxQueue?: number;
+  /** Largest prompt + completion, in tokens. Default 32768. */
+  readonly maxContext?: number;
+  /** Keep the last this many requests in `handle.requests`. Default 10,000. */
+  readonly recordLimit?: number;
+  /** Append one JSON line per request (method, path, headers, body, receivedAt) to this file. */
+  readonly requestLog?: string;
+  /** Base of the per-request seeds (noise differs per request). Default random, so two servers never share noise. */
+  readonly requestSeedBase?: number;
+  /** `system_fingerprint` in chat responses. Default `fp_logprobe`. */
+  readonly systemFingerprint?: string;
+  /** Largest accepted request body, in bytes. Default 32 MiB. */
+  readonly bodyLimitBytes?: number;
+  readonly log?: EngineLog;
+}
+
+/** Events of a running engine server. */
+export interface EngineServerEvents {
+  /** A request arrived (body complete). */
+  request: [RecordedRequest];
+  /** A client went away before its response was complete; generation stopped. */
+  aborted: [{ method: string; path: string }];
+}
+
+/** A running engine server. */
+export interface EngineServerHandle {
+  /** `http://host:port`. */
+  readonly url: string;
+  readonly host: string;
+  readonly port: number;
+  /** The most recent requests (bounded), oldest first. */
+  readonly requests: readonly RecordedRequest[];
+  /** Responses cut short because the client went away. */
+  readonly aborted: number;
+  /** Generation requests answered completely (status 200, all bytes written). */
+  readonly completed: number;
+  readonly events: EventEmitter<EngineServerEvents>;
+  /** The faults in force. */
+  readonly faults: ServerFaults;
+  /** Changes the faults for requests that arrive from now on. */
+  setFaults(faults: ServerFaults | string | readonly string[]): void;
+  /** Stops accepting, aborts running generations, closes connections and the request log. */
+  close(): Promise<void>;
+}
+
+const GENERATION_ROUTES = new Set(['/v1/completions', '/v1/chat/completions']);
+const NOOP_LOG: EngineLog = { info() {}, warn() {}, error() {} };
+
+function readBody(req: IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > limit) {
+        reject(new EngineHttpError(413, `the request body exceeds ${limit} bytes`));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function isStreamRequest(raw: string): boolean {
+  try {
+    return (JSON.parse(raw) as { stream?: unknown } | null)?.stream === true;
+  } catch {
+    return false;
+  }
+}
+
+function toFaults(f: ServerFaults | string | readonly string[] | undefined): ServerFaults {
+  if (f === undefined) return NO_FAULTS;
+  if (typeof f === 'string' || Array.isArray(f)) return parseServerFaults(f as string | readonly string[]);
+  return f as ServerFaults;
+}
+
+/** Starts the engine server; resolves once it listens. */
+export async function startEngineServer(options: EngineServerOptions): Promise<EngineServerHandle> {
+  const { model } = options;
+  const log = options.log ?? NOOP_LOG;
+  const concurrency = options.concurrency === undefined ? 1 : options.concurrency <= 0 ? Infinity : options.concurrency;
+  const queue = new RequestQueue(concurrency, options.maxQueue ?? 1024);
+  const recorder = await RequestRecorder.create(options.recordLimit ?? 10_000, options.requestLog);
+  const bodyLimit = options.bodyLimitBytes ?? 32 * 1024 * 1024;
+  const maxContext = options.maxContext ?? 32_768;
+  const seedBase = options.requestSeedBase ?? randomInt(0, 2 ** 31);
+  const idBase = randomBytes(6).toString('hex');
+  const fingerprint = options.systemFingerprint ?? 'fp_logprobe';
+  const tokens = new TokenJson(model);
+  const events = new EventEmitter<EngineServerEvents>();
+  const active = new Set<AbortController>();
+  let faults = toFaults(options.faults);
+  let counter = 0;
+  let aborted = 0;
+  let completed = 0;
+  let closing = false;
+
+  async function generation(req: IncomingMessage, res: ServerResponse, path: string, raw: string, signal: AbortSignal, deliberate: () => void): Promise<void> {
+    const n = counter++;
+    const f = faults;
+    const release = await queue.acquire(signal);
+    try {
+      if (f.slowMs > 0) await sleep(f.slowMs, signal);
+      if (f.reset) {
+        deliberate();
+        req.socket.destroy();
+        return;
+      }
+      if (f.http500) throw new EngineHttpError(500, 'simulated internal server error (fault http500)');
+      if (f.garbage) {
+        if (isStreamRequest(raw)) {
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          res.end('data: {"id":"garbage","choices":[{"text": <<not json>>\n\ndata: [DONE]\n\n');
+        } else {
+          sendJson(res, 200, '<html><body>502 Bad Gateway</body></html> {"not": json');
+        }
+        return;
+      }
+      const body = parseJsonBody(raw);
+      const chat = path === '/v1/chat/completions';
+      const ctx: RouteContext = {
+        model,
+        res,
+        signal,
+        requestSeed: (Math.imul(seedBase ^ n, 0x9e3779b1) ^ n) >>> 0,
+        faults: f,
+        tokens,
+        meta: { id: `${chat ? 'chatcmpl' : 'cmpl'}-${idBase}${n.toString(16).padStart(6, '0')}`, created: Math.floor(Date.now() / 1000), model: model.id, fingerprint },
+        maxContext,
+      };
+      if (chat) await serveChat(ctx, parseChatRequest(body));
+      else await serveCompletion(ctx, parseCompletionRequest(body, model.vocabSize));
+    } finally {
+      release();
+    }
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const method = req.method ?? 'GET';
+    const path = (req.url ?? '/').split('?', 1)[0] as string;
+    const controller = new AbortController();
+    let deliberate = false;
+    res.on('close', () => {
+      active.delete(controller);
+      if (res.writableFinished) {
+        if (res.statusCode === 200 && GENERATION_ROUTES.has(path)) completed++;
+        return;
+      }
+      controller.abort(new GenerationAborted('the client went away'));
+      if (deliberate || closing) return;
+      aborted++;
+      events.emit('aborted', { method, path });
+    });
+    active.add(controller);
+    try {
+      const raw = await readBody(req, bodyLimit);
+      const record: RecordedRequest = { method, path, headers: req.headers, body: raw, receivedAt: Date.now() };
+      recorder.record(record);
+      events.emit('request', record);
+      if (GENERATION_ROUTES.has(path)) {
+        if (method !== 'POST') throw new EngineHttpError(405, `Method ${method} is not allowed on ${path}; use POST`);
+        await generation(req, res, path, raw, controller.signal, () => (deliberate = true));
+      } else if (path === '/health' && (method === 'GET' || method === 'HEAD')) {
+        sendJson(res, 200, '{"status":"ok"}');
+      } else if (path === '/v1/models' && method === 'GET') {
+        sendJson(res, 200, JSON.stringify({ object: 'list', data: [{ id: model.id, object: 'model', created: 0, owned_by: 'logprobe' }] }));
+      } else {
+        throw new EngineHttpError(404, `Invalid URL (${method} ${path})`);
+      }
+    } catch (err) {
+      if (controller.signal.aborted || res.destroyed) {
+        // The client is gone, or the server is closing: nothing more to say on this socket.
+        res.destroy();
+        return;
+      }
+      const httpErr =
+        err instanceof EngineHttpError ? err : new EngineHttpError(500, `the engine failed: ${err instanceof Error ? err.message : String(err)}`);
+      if (!(err instanceof EngineHttpError)) log.error({ err, path }, 'engine request failed');
+      if (res.headersSent) {
+        // Mid-stream: an error event, then the end of the stream, as vLLM does.
+        res.end(`data: ${errorEnvelope(httpErr)}\n\ndata: [DONE]\n\n`);
+      } else {
+        sendError(res, httpErr);
+      }
+    }
+  }
+
+  const server: Server = createServer({ noDelay: true, keepAlive: true }, (req, res) => void handle(req, res));
+  // Longer than common client pools keep idle sockets, so the server is not the side that closes.
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const addr = server.address() as AddressInfo;
+  const host = options.host ?? '127.0.0.1';
+  const urlHost = host.includes(':') ? `[${host}]` : host;
+  log.info({ host, port: addr.port, model: model.id }, 'engine listening');
+
+  return {
+    url: `http://${urlHost}:${addr.port}`,
+    host,
+    port: addr.port,
+    requests: recorder.requests,
+    get aborted() {
+      return aborted;
+    },
+    get completed() {
+      return completed;
+    },
+    events,
+    get faults() {
+      return faults;
+    },
+    setFaults(f) {
+      faults = toFaults(f);
+    },
+    async close() {
+      closing = true;
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      for (const c of active) c.abort(new GenerationAborted('the engine is shutting down'));
+      // Aborted streams end within a step; anything still open after a grace period is cut.
+      const timer = setTimeout(() => server.closeAllConnections(), 2000);
+      await closed;
+      clearTimeout(timer);
+      await recorder.close();
+    },
+  };
+}
