@@ -1,9 +1,11 @@
 import type { Command } from 'commander';
 import { serveCommand } from './serve.js';
 import { engineCommand } from './engine.js';
+import { compareCommand } from './compare.js';
+import { demoCommand } from './demo.js';
 
 /** A command factory: builds the commander Command; `setExit` records the exit code. */
 export type CommandFactory = (setExit: (code: number) => void) => Command;
 
 /** Every subcommand of `logprobe`, in help order. */
-export const commands: CommandFactory[] = [serveCommand, engineCommand];
+export const commands: CommandFactory[] = [serveCommand, compareCommand, demoCommand, engineCommand];
