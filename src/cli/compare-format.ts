@@ -1,0 +1,73 @@
+import { formatNats, type Comparison, type Thresholds } from '../core/index.js';
+
+const RED = '\u001b[31m';
+const YELLOW = '\u001b[33m';
+const BOLD = '\u001b[1m';
+const RESET = '\u001b[0m';
+
+/**
+ * The human-readable report of `logprobe compare`: the seed appendix's table (position, token,
+ * candidate and baseline logprob, diff, baseline top-1/top-2 gap, shift) with shifted cells
+ * marked `*` (and red when `color`), then the summary, the flip line, the verdict and its
+ * explanation.
+ */
+export function renderComparison(r: Comparison, t: Thresholds, color: boolean): string {
+  const paint = (s: string, code: string): string => (color ? `${code}${s}${RESET}` : s);
+  const lines: string[] = [];
+  if (r.positions.length > 0) {
+    const header = ['pos', 'token', 'candidate', 'baseline', 'diff', 'gap', 'shift'];
+    const rows = r.positions.map((p) => {
+      const token = p.candidateToken === undefined ? show(p.token) : `${show(p.token)}→${show(p.candidateToken)}`;
+      const shifted = p.shift !== null && p.shift > t.noiseFloor;
+      return {
+        cells: [String(p.i), token, num(p.candidate), num(p.baseline), signed(p.diff), num(p.gap), shifted ? `${num(p.shift)}*` : num(p.shift)],
+        shifted,
+        flip: p.candidateToken !== undefined,
+      };
+    });
+    const widths = header.map((h, k) => Math.max(h.length, ...rows.map((row) => row.cells[k]!.length)));
+    const fit = (cells: string[]): string[] => cells.map((c, k) => (k === 1 ? c.padEnd(widths[k]!) : c.padStart(widths[k]!)));
+    lines.push(fit(header).join('  '));
+    for (const row of rows) {
+      const cells = fit(row.cells);
+      if (row.shifted) cells[6] = paint(cells[6]!, RED);
+      if (row.flip) cells[1] = paint(cells[1]!, YELLOW);
+      lines.push(cells.join('  '));
+    }
+    lines.push('');
+  }
+  const share = r.shiftedFraction === null ? 'n/a' : `${(r.shiftedFraction * 100).toFixed(0)}%`;
+  lines.push(
+    `comparable ${r.comparable}, aligned ${r.aligned}, shifted ${r.shifted} (${share} above ${formatNats(t.noiseFloor)} nats), ` +
+      `max |diff| ${formatNats(r.maxAbsDiff)}, mean |diff| ${formatNats(r.meanAbsDiff)}, max shift ${formatNats(r.maxShift)}`,
+  );
+  const f = r.flip;
+  if (f) {
+    const gap = f.gap === null ? 'unknown' : `${f.lowerBound ? '≥ ' : ''}${formatNats(f.gap)}`;
+    const cross = f.crossPathDiff === null ? 'n/a' : signed(f.crossPathDiff);
+    lines.push(
+      `flip at ${f.index}: baseline ${show(f.baselineToken)} → candidate ${show(f.candidateToken)}, gap ${gap} nats (${f.class}), cross-path diff ${cross}`,
+    );
+  } else {
+    lines.push('flip: none');
+  }
+  for (const note of r.notes) lines.push(`note: ${note}`);
+  lines.push(`verdict: ${paint(r.verdict, BOLD)}`);
+  lines.push(r.explanation);
+  return `${lines.join('\n')}\n`;
+}
+
+function show(token: string): string {
+  const s = JSON.stringify(token);
+  return s.length > 26 ? `${s.slice(0, 24)}…"` : s;
+}
+
+function num(x: number | null): string {
+  return x === null ? '—' : formatNats(x);
+}
+
+function signed(x: number | null): string {
+  if (x === null) return '—';
+  const s = formatNats(x);
+  return x > 0 ? `+${s}` : s;
+}

@@ -1,0 +1,106 @@
+import { readFileSync } from 'node:fs';
+import { Command } from 'commander';
+import type { CommandFactory } from './commands.js';
+import { parseNumberOption, UsageError } from './errors.js';
+import { renderComparison } from './compare-format.js';
+import { loadConfig } from '../config/load.js';
+import { compare, DEFAULT_THRESHOLDS, parseResponse, type ParsedResponse, type Thresholds, type Verdict } from '../core/index.js';
+
+interface CompareOptions {
+  json?: boolean;
+  config?: string;
+  noiseFloor?: string;
+  gapAmbiguous?: string;
+  gapSystematic?: string;
+  globalFraction?: string;
+  minAligned?: string;
+}
+
+const EXIT_HELP = `
+Each file is a saved response body: JSON (completions, chat, llama.cpp, SGLang native) or a saved
+SSE stream. Thresholds come from the defaults, then --config's analysis.* (noiseFloor: auto uses
+calibration.minFloor), then the flags.
+
+Exit codes:
+  0  identical or noise
+  1  a shift (early_shift, global_shift, local_shift) or a tokenizer mismatch
+  2  unusable input: an unreadable file, a body that is not a response, or a response without
+     logprobs ("no logprobs in FILE"; with --json the incomparable result is still printed)
+`;
+
+/** Exit code of a verdict: 0 when nothing moved beyond noise, 1 for anything to look at. */
+export function verdictExitCode(verdict: Verdict): number {
+  if (verdict === 'identical' || verdict === 'noise') return 0;
+  if (verdict === 'incomparable') return 2;
+  return 1;
+}
+
+/** `logprobe compare CANDIDATE BASELINE`: the seed's two-file workflow. */
+export const compareCommand: CommandFactory = (setExit) =>
+  new Command('compare')
+    .description('compare two saved response bodies of the same greedy request (candidate first)')
+    .argument('<candidate>', "the candidate's response body (JSON or SSE)")
+    .argument('<baseline>', "the baseline's response body (JSON or SSE)")
+    .option('--json', 'print the comparison object (design.md field list) instead of the table')
+    .option('-c, --config <file>', 'take analysis.* thresholds from a YAML config')
+    .option('--noise-floor <nats>', `a position shift above this is not float noise (default ${DEFAULT_THRESHOLDS.noiseFloor})`)
+    .option('--gap-ambiguous <nats>', `flips below this gap are near-ties (default ${DEFAULT_THRESHOLDS.gapAmbiguous})`)
+    .option('--gap-systematic <nats>', `flips above this gap need a systematic shift (default ${DEFAULT_THRESHOLDS.gapSystematic})`)
+    .option('--global-fraction <share>', `shifted share for a global shift (default ${DEFAULT_THRESHOLDS.globalFraction})`)
+    .option('--min-aligned <n>', `fewer comparable positions make an early shift (default ${DEFAULT_THRESHOLDS.minAligned})`)
+    .addHelpText('after', EXIT_HELP)
+    .action((candidateFile: string, baselineFile: string, opts: CompareOptions) => {
+      const thresholds = resolveThresholds(opts);
+      const candidate = readResponse(candidateFile);
+      const baseline = readResponse(baselineFile);
+      const result = compare(candidate, baseline, thresholds);
+      if (opts.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+      else if (result.verdict !== 'incomparable') {
+        const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
+        process.stdout.write(renderComparison(result, thresholds, color));
+      }
+      if (result.verdict === 'incomparable') {
+        const empty = candidate.steps.length === 0 ? candidateFile : baseline.steps.length === 0 ? baselineFile : null;
+        throw new UsageError(empty ? `no logprobs in ${empty}` : (result.notes[0] ?? 'incomparable'));
+      }
+      setExit(verdictExitCode(result.verdict));
+    });
+
+/** Reads and parses one body; a file that is not a response is a user error naming the file. */
+function readResponse(file: string): ParsedResponse {
+  let bytes: Uint8Array;
+  try {
+    bytes = readFileSync(file);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const reason = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : 'cannot read';
+    throw new UsageError(`${file}: ${reason}`);
+  }
+  const parsed = parseResponse(bytes);
+  if (parsed.format === 'unknown' || parsed.format === 'error') {
+    throw new UsageError(`${file}: ${parsed.error ?? 'not a completion response'}`);
+  }
+  return parsed;
+}
+
+function resolveThresholds(opts: CompareOptions): Thresholds {
+  const t: Thresholds = { ...DEFAULT_THRESHOLDS };
+  if (opts.config) {
+    const config = loadConfig({ file: opts.config });
+    const a = config.analysis;
+    t.noiseFloor = a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor;
+    t.gapAmbiguous = a.gapAmbiguous;
+    t.gapSystematic = a.gapSystematic;
+    t.globalFraction = a.globalFraction;
+    t.minAligned = a.minAligned;
+  }
+  if (opts.noiseFloor !== undefined) t.noiseFloor = parseNumberOption('--noise-floor', opts.noiseFloor, { min: 0 });
+  if (opts.gapAmbiguous !== undefined) t.gapAmbiguous = parseNumberOption('--gap-ambiguous', opts.gapAmbiguous, { min: 0 });
+  if (opts.gapSystematic !== undefined) t.gapSystematic = parseNumberOption('--gap-systematic', opts.gapSystematic, { min: 0 });
+  if (opts.globalFraction !== undefined) t.globalFraction = parseNumberOption('--global-fraction', opts.globalFraction, { min: 0, max: 1 });
+  if (opts.minAligned !== undefined) t.minAligned = parseNumberOption('--min-aligned', opts.minAligned, { min: 1, integer: true });
+  if (t.gapSystematic < t.gapAmbiguous) {
+    throw new UsageError(`--gap-systematic (${t.gapSystematic}) must be ≥ --gap-ambiguous (${t.gapAmbiguous})`);
+  }
+  return t;
+}
