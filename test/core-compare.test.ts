@@ -8,6 +8,7 @@ import {
   completionsStream,
   llamaCompletionsBody,
   seedExample,
+  sglangNativeBody,
   step,
   type Spec,
 } from './core-bodies.js';
@@ -210,6 +211,26 @@ test('tokenizer_mismatch: the same text split at different boundaries', () => {
   // A max_tokens cap cuts the side with more tokens earlier: the shorter text is a prefix.
   const capped = cmp(candidate.slice(0, 3), baseline);
   assert.equal(capped.verdict, 'tokenizer_mismatch');
+  // Without the cap (different lengths) a shorter text is a divergence, not a split.
+  assert.notEqual(cmp(candidate.slice(0, 2), baseline).verdict, 'tokenizer_mismatch');
+});
+
+test('tokenizer_mismatch when ids are carried: split pieces that kept the whole token id', () => {
+  const mk = (token: string, id: number, lp: number): Spec => ({ token, logprob: lp, id, top: [[token, lp]], topIds: [id] });
+  const baseline = llamaCompletionsBody([mk(' Hello', 100, -0.1), mk(' world', 200, -0.2)]);
+  const candidate = llamaCompletionsBody([mk(' Hel', 100, -0.4), mk('lo', 100, -0.1), mk(' world', 200, -0.2)]);
+  const r = compare(candidate, baseline, DEFAULT_THRESHOLDS);
+  assert.equal(r.firstDivergence, 1, 'aligned by id, the texts differ from position 0 already');
+  assert.equal(r.verdict, 'tokenizer_mismatch');
+});
+
+test('not a tokenizer mismatch: texts unknown (SGLang without text), or an empty special token', () => {
+  const a: Spec[] = [{ token: '', logprob: -0.1, id: 1, top: [['', -0.1], ['', -2]], topIds: [1, 2] }];
+  const b: Spec[] = [{ token: '', logprob: -0.1, id: 2, top: [['', -0.1], ['', -2]], topIds: [2, 1] }];
+  assert.notEqual(compare(sglangNativeBody(a, false), sglangNativeBody(b, false), DEFAULT_THRESHOLDS).verdict, 'tokenizer_mismatch');
+  const special = cmp([step('{', -0.1), step('}', -0.1), step('\n', -0.5)], [step('{', -0.1), step('}', -0.1), step('', -0.4)]);
+  assert.equal(special.firstDivergence, 2);
+  assert.notEqual(special.verdict, 'tokenizer_mismatch');
 });
 
 test('tokenizer_mismatch by bytes: a multi-byte character split across two byte tokens', () => {

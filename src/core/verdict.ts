@@ -45,36 +45,36 @@ export function chooseVerdict(v: VerdictInput, t: Thresholds): Verdict {
 /**
  * True when two token sequences that diverge spell the same text with different token boundaries.
  *
- * Rule (design.md says "the concatenated texts are equal, the token boundaries differ"; this
- * widens "equal" to "the shorter is a prefix of the longer", because a `max_tokens` cap cuts the
- * side with more, smaller tokens earlier): there is a divergence `d` within the common length,
- * both tokens at `d` are non-empty and one is a prefix of the other, and the shorter of the two
- * concatenated texts is non-empty and a prefix of the longer. Texts are compared as strings and,
- * when every step on both sides carries bytes, as bytes (so a multi-byte character split across
- * tokens still matches). With vLLM `token_id:N` placeholders the strings say nothing, so only
- * bytes can decide. A genuine flip to a shorter token at the very last position of a side is
- * indistinguishable from a split and is called a mismatch too.
+ * Rule: there is a divergence `d` within the common length, the concatenated texts are non-empty,
+ * and either they are equal (design.md's definition), or both sides have the same number of tokens
+ * and the shorter text is a prefix of the longer one — a `max_tokens` cap cuts the side with more,
+ * smaller tokens earlier — with non-empty tokens at `d` (so an empty special token is not taken
+ * for a boundary). Texts are compared as strings and, when every step on both sides carries
+ * bytes, as bytes (a multi-byte character split across byte tokens still matches). With vLLM
+ * `token_id:N` placeholders the strings say nothing, so only bytes can decide. A genuine flip to
+ * a shorter token at the very last position of two capped responses reads as a split too.
  */
 export function boundariesDiffer(c: readonly TokenStep[], b: readonly TokenStep[], d: number): boolean {
   const sc = c[d];
   const sb = b[d];
   if (!sc || !sb) return false;
-  const placeholders = hasPlaceholder(c) || hasPlaceholder(b);
-  if (!placeholders && prefixRelated(sc.token, sb.token) && prefixRelated(join(c), join(b))) return true;
+  const capped = c.length === b.length;
+  if (!hasPlaceholder(c) && !hasPlaceholder(b)) {
+    const tc = join(c);
+    const tb = join(b);
+    if (sameOrCapped(tc, tb, capped && sc.token !== '' && sb.token !== '')) return true;
+  }
   const bc = allBytes(c);
   const bb = allBytes(b);
   if (bc === null || bb === null) return false;
-  return bytesPrefixRelated(sc.bytes!, sb.bytes!) && bytesPrefixRelated(bc, bb);
+  return sameOrCapped(bc, bb, capped && sc.bytes!.length > 0 && sb.bytes!.length > 0);
 }
 
-function prefixRelated(x: string, y: string): boolean {
+/** Equal and non-empty, or (when `prefixOk`) the shorter a non-empty prefix of the longer. */
+function sameOrCapped<T extends string | readonly number[]>(x: T, y: T, prefixOk: boolean): boolean {
   if (x.length === 0 || y.length === 0) return false;
-  return x.length <= y.length ? y.startsWith(x) : x.startsWith(y);
-}
-
-function bytesPrefixRelated(x: readonly number[], y: readonly number[]): boolean {
+  if (x.length !== y.length && !prefixOk) return false;
   const n = Math.min(x.length, y.length);
-  if (n === 0) return false;
   for (let i = 0; i < n; i++) if (x[i] !== y[i]) return false;
   return true;
 }
