@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { compare, DEFAULT_THRESHOLDS, parseResponse, type Comparison } from '../src/core/index.js';
+import { compare, DEFAULT_THRESHOLDS, parseResponse, type Comparison, type TokenStep } from '../src/core/index.js';
 import { chatBody, chatStream, completionsBody, completionsStream, llamaCompletionsBody, sse, type Pair, type Spec } from './core-bodies.js';
 
 const RUNS = { numRuns: 300 };
@@ -159,5 +159,85 @@ test('arbitrary JSON, text, bytes and response-shaped junk never throw and never
       assert.equal(typeof JSON.stringify(r), 'string');
     }),
     { numRuns: 1000 },
+  );
+});
+
+/**
+ * A slow, Map-based reading of design.md's shift and flip, to hold the allocation-free hot loop
+ * to: each side's tokens are its top list (first entry of a repeated token) plus the chosen
+ * token with its own logprob.
+ */
+function reference(cs: TokenStep[], bs: TokenStep[]): { d: number; shifts: Array<number | null>; gap: number | null; lowerBound: boolean } {
+  const known = (s: TokenStep): Map<string, number> => {
+    const m = new Map<string, number>();
+    for (const [t, v] of s.top) if (!m.has(t)) m.set(t, Number.isFinite(v) ? v : Number.NaN);
+    if (s.logprob !== null) m.set(s.token, s.logprob);
+    else if (!m.has(s.token)) m.set(s.token, Number.NaN);
+    return m;
+  };
+  const n = Math.min(cs.length, bs.length);
+  let d = -1;
+  for (let i = 0; i < n; i++) {
+    if (cs[i]!.token !== bs[i]!.token) {
+      d = i;
+      break;
+    }
+  }
+  const comparable = d >= 0 ? d + 1 : n;
+  const shifts: Array<number | null> = [];
+  let gap: number | null = null;
+  let lowerBound = false;
+  for (let i = 0; i < comparable; i++) {
+    const mc = known(cs[i]!);
+    const mb = known(bs[i]!);
+    let s: number | null = null;
+    for (const [t, v] of mc) {
+      const w = mb.get(t);
+      if (w === undefined || Number.isNaN(w) || Number.isNaN(v)) continue;
+      s = Math.max(s ?? 0, Math.abs(v - w));
+    }
+    shifts.push(s);
+    if (i === d) {
+      const a = mb.get(bs[i]!.token)!;
+      const b = mb.get(cs[i]!.token);
+      if (!Number.isNaN(a)) {
+        if (b !== undefined && !Number.isNaN(b)) gap = a - b;
+        else {
+          lowerBound = true;
+          // Every reported value bounds lp_b(B), repeated tokens included (they are other ids);
+          // the chosen token's entry stands for its own logprob.
+          const own = bs[i]!.top.findIndex((e) => e[0] === bs[i]!.token);
+          const values = bs[i]!.top.map((e, j) => (j === own ? a : e[1]));
+          gap = a - Math.min(a, ...values.filter((x) => Number.isFinite(x)));
+        }
+      }
+    }
+  }
+  return { d, shifts, gap, lowerBound };
+}
+
+test('the allocation-free matching agrees with a Map-based reference on shifts and the flip', () => {
+  const eps = fc.array(fc.double({ min: -0.6, max: 0.6, noNaN: true }), { minLength: 1, maxLength: 8 });
+  const swap = fc.array(fc.tuple(fc.nat(11), token), { maxLength: 2 });
+  fc.assert(
+    fc.property(steps, eps, swap, fc.boolean(), (s, e, swaps, reorder) => {
+      const other = perturb(s, e).map((x) => (reorder ? { ...x, top: [...x.top].reverse() } : x));
+      for (const [i, t] of swaps) if (other[i]) other[i] = { ...other[i], token: t };
+      const pc = parseResponse(chatBody(other));
+      const pb = parseResponse(chatBody(s));
+      const r = compare(pc, pb, DEFAULT_THRESHOLDS);
+      if (r.verdict === 'incomparable') return;
+      const ref = reference(pc.steps, pb.steps);
+      assert.equal(r.firstDivergence, ref.d >= 0 ? ref.d : null);
+      assert.deepEqual(
+        r.positions.map((p) => p.shift),
+        ref.shifts,
+      );
+      if (r.flip) {
+        assert.equal(r.flip.gap, ref.gap);
+        assert.equal(r.flip.lowerBound, ref.lowerBound);
+      }
+    }),
+    { numRuns: 500 },
   );
 });
