@@ -6,6 +6,8 @@ import { initialDetectorState, observe, pooledShare, tick, type AlertTransition,
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
 import { createUpstreamPool } from '../upstream/pool.js';
+import { MIRROR_OUTCOMES } from '../metrics/catalog.js';
+import { routeLabel } from '../proxy/routes.js';
 import { Calibration } from './calibration.js';
 import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
 import { AlertNotifier } from './notify.js';
@@ -14,6 +16,9 @@ import { recordComparison } from './record.js';
 import { requestKind, rewriteForMirror } from './rewrite.js';
 import { Sampler } from './sampler.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
+
+/** Every verdict, for zero-initialised series. */
+const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'] as const;
 
 interface Job {
   id: string;
@@ -74,6 +79,11 @@ export class Mirror implements MirrorTap {
       onDepth: (d) => depth.set(d),
     });
     deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
+    // Series exist from the start at 0, so rate() sees the first increment.
+    for (const route of new Set(config.mirror.routes.map(routeLabel))) {
+      for (const outcome of MIRROR_OUTCOMES) deps.metrics.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
+      for (const verdict of VERDICTS) deps.metrics.counter('logprobe_verdicts_total').inc({ route, verdict }, 0);
+    }
     // Time alone can fire or resolve an alert (forSeconds), with or without traffic.
     this.ticker = setInterval(() => this.advance(tick(this.detector, config.alert, this.now())), 1000);
     this.ticker.unref();

@@ -1,0 +1,22 @@
+import { startEngineServer, type EngineServerHandle } from '../../src/engine/openai-server.js';
+import { createSimModel, type SimOptions } from '../../src/engine/sim/model.js';
+
+/** Starts a simulated engine on port 0 (unlimited concurrency: it is cheap and synchronous). */
+export function startSim(options: SimOptions & { faults?: string | string[] } = {}): Promise<EngineServerHandle> {
+  const { faults, ...sim } = options;
+  return startEngineServer({ model: createSimModel({ seed: 11, ...sim }), concurrency: 0, faults });
+}
+
+/** Reads one metric sample from a Prometheus text exposition; undefined when absent. */
+export function metricValue(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
+  let total: number | undefined;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const got: Record<string, string> = {};
+    for (const part of (m[3] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) got[part[1]!] = part[2]!;
+    if (Object.entries(labels).every(([k, v]) => got[k] === v)) total = (total ?? 0) + Number(m[4]);
+  }
+  return total;
+}
