@@ -140,6 +140,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   let aborted = 0;
   let completed = 0;
   let closing = false;
+  let closePromise: Promise<void> | undefined;
 
   async function generation(req: IncomingMessage, res: ServerResponse, path: string, raw: string, signal: AbortSignal, deliberate: () => void): Promise<void> {
     const n = counter++;
@@ -265,16 +266,19 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     setFaults(f) {
       faults = toFaults(f);
     },
-    async close() {
-      closing = true;
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
-      for (const c of active) c.abort(new GenerationAborted('the engine is shutting down'));
-      // Aborted streams end within a step; anything still open after a grace period is cut.
-      const timer = setTimeout(() => server.closeAllConnections(), 2000);
-      await closed;
-      clearTimeout(timer);
-      await recorder.close();
+    close() {
+      closePromise ??= (async () => {
+        closing = true;
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeIdleConnections();
+        for (const c of active) c.abort(new GenerationAborted('the engine is shutting down'));
+        // Aborted streams end within a step; anything still open after a grace period is cut.
+        const timer = setTimeout(() => server.closeAllConnections(), 2000);
+        await closed;
+        clearTimeout(timer);
+        await recorder.close();
+      })();
+      return closePromise;
     },
   };
 }
