@@ -211,7 +211,10 @@ test('tokenizer_mismatch: the same text split at different boundaries', () => {
   // A max_tokens cap cuts the side with more tokens earlier: the shorter text is a prefix.
   const capped = cmp(candidate.slice(0, 3), baseline);
   assert.equal(capped.verdict, 'tokenizer_mismatch');
-  // Without the cap (different lengths) a shorter text is a divergence, not a split.
+  // The split side hit the cap while the other stopped earlier: still a prefix from more tokens.
+  const cut = [step(' Hel', -0.4), step('lo', -0.01), step(' wor', -0.2)];
+  assert.equal(cmp(cut, baseline.slice(0, 2)).verdict, 'tokenizer_mismatch');
+  // A shorter text from fewer tokens is a side that stopped, not a split.
   assert.notEqual(cmp(candidate.slice(0, 2), baseline).verdict, 'tokenizer_mismatch');
 });
 

@@ -46,34 +46,38 @@ export function chooseVerdict(v: VerdictInput, t: Thresholds): Verdict {
  * True when two token sequences that diverge spell the same text with different token boundaries.
  *
  * Rule: there is a divergence `d` within the common length, the concatenated texts are non-empty,
- * and either they are equal (design.md's definition), or both sides have the same number of tokens
- * and the shorter text is a prefix of the longer one — a `max_tokens` cap cuts the side with more,
- * smaller tokens earlier — with non-empty tokens at `d` (so an empty special token is not taken
- * for a boundary). Texts are compared as strings and, when every step on both sides carries
- * bytes, as bytes (a multi-byte character split across byte tokens still matches). With vLLM
- * `token_id:N` placeholders the strings say nothing, so only bytes can decide. A genuine flip to
- * a shorter token at the very last position of two capped responses reads as a split too.
+ * and either they are equal (design.md's definition), or the shorter text is a prefix of the
+ * longer one and came from at least as many tokens — the `max_tokens` cap cut the side with more,
+ * smaller tokens before it finished the text — with non-empty tokens at `d` (so an empty special
+ * token is not taken for a boundary). Texts are compared as strings and, when every step on both
+ * sides carries bytes, as bytes (a multi-byte character split across byte tokens still matches).
+ * With vLLM `token_id:N` placeholders the strings say nothing, so only bytes can decide. A genuine
+ * flip to a shorter token at the very last position of a capped response reads as a split too.
  */
 export function boundariesDiffer(c: readonly TokenStep[], b: readonly TokenStep[], d: number): boolean {
   const sc = c[d];
   const sb = b[d];
   if (!sc || !sb) return false;
-  const capped = c.length === b.length;
   if (!hasPlaceholder(c) && !hasPlaceholder(b)) {
-    const tc = join(c);
-    const tb = join(b);
-    if (sameOrCapped(tc, tb, capped && sc.token !== '' && sb.token !== '')) return true;
+    const cut = sc.token !== '' && sb.token !== '';
+    if (sameOrCut(join(c), c.length, join(b), b.length, cut)) return true;
   }
   const bc = allBytes(c);
   const bb = allBytes(b);
   if (bc === null || bb === null) return false;
-  return sameOrCapped(bc, bb, capped && sc.bytes!.length > 0 && sb.bytes!.length > 0);
+  return sameOrCut(bc, c.length, bb, b.length, sc.bytes!.length > 0 && sb.bytes!.length > 0);
 }
 
-/** Equal and non-empty, or (when `prefixOk`) the shorter a non-empty prefix of the longer. */
-function sameOrCapped<T extends string | readonly number[]>(x: T, y: T, prefixOk: boolean): boolean {
+/**
+ * Equal and non-empty; or, when `cutOk`, the shorter a non-empty prefix of the longer, spelled
+ * with at least as many tokens (`nx`, `ny`) as the longer.
+ */
+function sameOrCut<T extends string | readonly number[]>(x: T, nx: number, y: T, ny: number, cutOk: boolean): boolean {
   if (x.length === 0 || y.length === 0) return false;
-  if (x.length !== y.length && !prefixOk) return false;
+  if (x.length !== y.length) {
+    if (!cutOk) return false;
+    if (x.length < y.length ? nx < ny : ny < nx) return false;
+  }
   const n = Math.min(x.length, y.length);
   for (let i = 0; i < n; i++) if (x[i] !== y[i]) return false;
   return true;
