@@ -303,3 +303,10 @@ test('only choice 0 is read', () => {
   assert.deepEqual(tokens(p.steps), ['a']);
   assert.ok(p.flags.includes('multipleChoices'));
 });
+
+test('a positive logprob beyond rounding is not a logprob; tiny positive noise is kept', () => {
+  const p = parseResponse(chatBody([step('a', 1e308), step('b', 2e-3)]));
+  assert.equal(p.steps[0]!.logprob, null);
+  assert.deepEqual(p.steps[0]!.flags, ['nullLogprob', 'sentinelInTop']);
+  assert.equal(p.steps[1]!.logprob, 2e-3);
+});

@@ -11,6 +11,7 @@ const finite = fc.double({ min: -20, max: 0, noNaN: true, noDefaultInfinity: tru
 const value = fc.oneof(
   { weight: 12, arbitrary: finite },
   { weight: 1, arbitrary: fc.constantFrom<number | null>(-9999, null, -3.4028234663852886e38, Number.NaN, -Infinity) },
+  { weight: 1, arbitrary: fc.double() },
 );
 const spec: fc.Arbitrary<Spec> = fc
   .record({ token, logprob: value, alts: fc.array(fc.tuple(token, value), { maxLength: 6 }), chosenInTop: fc.boolean() })

@@ -25,11 +25,13 @@ export interface MatchScratch {
   db: Uint8Array;
   /** Whether either side lists a token twice (then `dc`/`db` mark the later copies). */
   repeats: boolean;
-  /** Virtual list lengths of the last matched position. */
+  /** Length of the candidate's virtual list at the last matched position. */
   nc: number;
+  /** Length of the baseline's virtual list. */
   nb: number;
-  /** Index of the chosen token in each virtual list. */
+  /** Index of the candidate's chosen token in its virtual list. */
   ic: number;
+  /** Index of the baseline's chosen token in its virtual list. */
   ib: number;
 }
 

@@ -32,9 +32,11 @@ export const DEFAULT_THRESHOLDS: Readonly<Thresholds> = Object.freeze({
  * every statistic; the step itself stays aligned.
  *
  * - `sentinel`: the chosen logprob was −9999 (vLLM/OpenAI) or ≤ −3.4e38 (llama.cpp, SGLang).
- * - `nullLogprob`: the chosen logprob was `null`, missing or not a number (NaN in a stream).
+ * - `nullLogprob`: the chosen logprob was `null`, missing, not a number (NaN in a stream) or
+ *   above 1 (not a logprob).
  * - `missingTop`: the step has no top list (`null` or absent).
- * - `sentinelInTop`: a top entry carried a sentinel, null or NaN (kept as `-Infinity`).
+ * - `sentinelInTop`: a top entry carried a sentinel, null, NaN or a value above 1 (kept as
+ *   `-Infinity`).
  * - `collapsedTopK`: a completions top dict lost keys (the chosen token is absent from its own
  *   dict, or it has fewer entries than the response asked for): two token ids decoded to one string.
  * - `duplicateTopKeys`: a top list names the same token twice (the first, larger, value is used).

@@ -11,11 +11,12 @@ export function isObject(v: unknown): v is JsonObject {
 /**
  * Reads a logprob off the wire. Returns the number, or `null` for everything that is not a usable
  * logprob: null, NaN, ±Infinity, −9999 (vLLM's and OpenAI's "very unlikely"), ≤ −3.4e38
- * (llama.cpp's and SGLang's float-lowest clamp), non-numbers. Anything ≤ −9999 counts as a
- * sentinel, as the wire-format reference recommends.
+ * (llama.cpp's and SGLang's float-lowest clamp), non-numbers, and values above 1 (no logprob is
+ * positive; rounding and injected noise stay far below 1). Anything ≤ −9999 counts as a sentinel,
+ * as the wire-format reference recommends. The bounds keep every difference finite.
  */
 export function readLogprob(v: unknown): number | null {
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= -9999) return null;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= -9999 || v > 1) return null;
   return v;
 }
 
