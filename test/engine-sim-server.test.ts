@@ -147,3 +147,19 @@ test('a non-streamed request abandoned while queued never runs', async (t) => {
   assert.equal(engine.aborted, 1);
   assert.equal(engine.completed, 1);
 });
+
+test('tokenDelayMs paces generation token by token', async (t) => {
+  const engine = await startSim(t, { seed: 1 }, { tokenDelayMs: 30 });
+  const arrivals: number[] = [];
+  const t0 = Date.now();
+  await new Promise<void>((resolve, reject) => {
+    const req = request(`${engine.url}/v1/chat/completions`, { method: 'POST' }, (res) => {
+      res.on('data', () => arrivals.push(Date.now() - t0));
+      res.on('end', resolve);
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ messages: [{ role: 'user', content: 'pace' }], max_tokens: 6, stream: true }));
+  });
+  assert.ok((arrivals.at(-1) ?? 0) >= 140, `6 tokens at 30 ms took ${arrivals.at(-1)} ms`);
+  assert.ok(arrivals.length >= 5, `${arrivals.length} separate arrivals: tokens were not flushed one by one`);
+});

@@ -20,6 +20,7 @@ interface EngineOptions {
   fault: string[];
   requestLog?: string;
   concurrency?: string;
+  tokenDelay?: string;
   modelId?: string;
 }
 
@@ -136,12 +137,14 @@ export const engineCommand: CommandFactory = (setExit) =>
     .option('--fault <fault>', 'inject a fault (repeatable; see below)', collect, [] as string[])
     .option('--request-log <file>', 'append one JSON line per request (method, path, headers, body)')
     .option('--concurrency <n>', 'generations at once, the rest queue (default: sim unlimited, llama 1)')
+    .option('--token-delay <ms>', 'pause after every generated token (a real decode pace)')
     .option('--model-id <id>', 'model id reported by /v1/models and in responses')
     .addHelpText('after', HELP)
     .action(async (opts: EngineOptions) => {
       if (opts.sim === opts.llama) throw new UsageError(opts.sim ? 'choose one engine: --sim or --llama, not both' : 'choose an engine: --sim or --llama');
       const port = parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true });
       const concurrency = knob('--concurrency', opts.concurrency, { min: 0, integer: true });
+      const tokenDelayMs = knob('--token-delay', opts.tokenDelay, { min: 0 });
       const faults = serverFaults(opts.fault);
       const kind = opts.sim ? 'sim' : 'llama';
       if (!opts.sim) {
@@ -160,6 +163,7 @@ export const engineCommand: CommandFactory = (setExit) =>
           port,
           faults: faults.server,
           concurrency: concurrency ?? (opts.sim ? 0 : 1),
+          ...(tokenDelayMs !== undefined ? { tokenDelayMs } : {}),
           ...(opts.requestLog ? { requestLog: opts.requestLog } : {}),
           ...(maxContext !== undefined ? { maxContext } : {}),
           log: stderrLog,

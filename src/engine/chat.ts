@@ -23,7 +23,7 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest): Promise<vo
 
     if (!req.stream) {
       const steps: TokenStep[] = [];
-      const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, emit: (s) => void steps.push(...s) });
+      const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
       const content = steps.map((s) => s.text).join('');
       const logprobs = withLogprobs ? chatLogprobs(steps.map((s) => chatLogprobItem(ctx.tokens, s, req.topLogprobs))) : null;
       const usage = { promptTokens: promptIds.length, completionTokens: result.completionTokens };
@@ -42,7 +42,7 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest): Promise<vo
         if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
       }
     };
-    const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, emit });
+    const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit });
     await sse.send(chatFinishChunk(ctx.meta, result.finishReason));
     if (req.includeUsage) await sse.send(chatUsageChunk(ctx.meta, { promptTokens: promptIds.length, completionTokens: result.completionTokens }));
     sse.done();

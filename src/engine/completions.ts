@@ -50,7 +50,7 @@ export async function serveCompletion(ctx: RouteContext, req: CompletionRequest)
 
     if (!req.stream) {
       const steps: TokenStep[] = [];
-      const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, emit: (s) => void steps.push(...s) });
+      const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
       const text = (req.echo ? promptText : '') + steps.map((s) => s.text).join('');
       const logprobs = n === null ? null : completionLogprobs(ctx.tokens, [...(echoed ?? []), ...completionRows(steps, base)]);
       const usage = { promptTokens: promptIds.length, completionTokens: result.completionTokens };
@@ -75,7 +75,7 @@ export async function serveCompletion(ctx: RouteContext, req: CompletionRequest)
         pending = s;
       }
     };
-    const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, emit });
+    const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit });
     const last = pending as TokenStep | null;
     if (last) await sse.send(chunkOf(last, result.finishReason));
     await sse.send(completionChunk(ctx.meta, '', n === null ? null : EMPTY_COMPLETION_LOGPROBS, result.finishReason));

@@ -5,6 +5,7 @@
  */
 import type { EngineModel, ModelSequence, NextTokenDistribution } from './model.js';
 import type { SamplingParams } from './request.js';
+import { setTimeout as delay } from 'node:timers/promises';
 import { chooseToken, type Rng } from './sampling.js';
 
 /** One of the most likely tokens at a position. */
@@ -41,6 +42,8 @@ export interface GenerateOptions {
   readonly emit: (steps: TokenStep[]) => void | Promise<void>;
   /** Yield to the event loop every this many tokens, so aborts and other sockets get a turn. Default 16. */
   readonly yieldEvery?: number;
+  /** Pause this long after every token (a realistic decode pace for streams and abort tests). Default 0. */
+  readonly tokenDelayMs?: number;
 }
 
 /** The outcome of a generation. */
@@ -133,7 +136,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     }
     if (count >= params.maxTokens) break;
     await seq.push(id);
-    if (count % yieldEvery === 0) await yieldToLoop();
+    if (o.tokenDelayMs) await delay(o.tokenDelayMs, undefined, { signal });
+    else if (count % yieldEvery === 0) await yieldToLoop();
   }
   // A trailing partial UTF-8 character is dropped, as the tokens' concatenated text has none.
   await release(Infinity);

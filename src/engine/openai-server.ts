@@ -51,6 +51,8 @@ export interface EngineServerOptions {
   readonly requestSeedBase?: number;
   /** `system_fingerprint` in chat responses. Default `fp_logprobe`. */
   readonly systemFingerprint?: string;
+  /** Pause after every generated token, in ms: a real engine's decode pace. Default 0. */
+  readonly tokenDelayMs?: number;
   /** Largest accepted request body, in bytes. Default 32 MiB. */
   readonly bodyLimitBytes?: number;
   readonly log?: EngineLog;
@@ -174,6 +176,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         tokens,
         meta: { id: `${chat ? 'chatcmpl' : 'cmpl'}-${idBase}${n.toString(16).padStart(6, '0')}`, created: Math.floor(Date.now() / 1000), model: model.id, fingerprint },
         maxContext,
+        tokenDelayMs: options.tokenDelayMs ?? 0,
       };
       if (chat) await serveChat(ctx, parseChatRequest(body));
       else await serveCompletion(ctx, parseCompletionRequest(body, model.vocabSize));

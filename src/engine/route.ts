@@ -25,6 +25,8 @@ export interface RouteContext {
   readonly meta: ResponseMeta;
   /** Largest prompt + completion length, in tokens. */
   readonly maxContext: number;
+  /** Pause after every generated token, in ms (0: none). */
+  readonly tokenDelayMs: number;
 }
 
 /** Sends a complete JSON response (with a content-length, so keep-alive needs no chunking). */
