@@ -135,7 +135,7 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
     meanShift: shifts > 0 ? sumShift / shifts : null,
     shiftedFraction,
     flip,
-    explanation: explain({ verdict, comparable, shifted, maxShift: maxShiftOut, shiftedFraction, flip, shiftedAt }, t),
+    explanation: explain({ verdict, comparable, shifted, maxShift: maxShiftOut, flip, shiftedAt }, t),
     notes: notesFor(c, b, d, topById),
     positions,
   };
@@ -228,7 +228,10 @@ function unusableReason(p: ParsedResponse, side: string): string | undefined {
 }
 
 function incomparable(reason: string, t: Thresholds): Comparison {
-  const base = { comparable: 0, shifted: 0, maxShift: null, shiftedFraction: null, flip: null, shiftedAt: [] };
+  const explanation = explain(
+    { verdict: 'incomparable', reason, comparable: 0, shifted: 0, maxShift: null, flip: null, shiftedAt: [] },
+    t,
+  );
   return {
     verdict: 'incomparable',
     aligned: 0,
@@ -241,7 +244,7 @@ function incomparable(reason: string, t: Thresholds): Comparison {
     meanShift: null,
     shiftedFraction: null,
     flip: null,
-    explanation: explain({ ...base, verdict: 'incomparable', reason }, t),
+    explanation,
     notes: [reason],
     positions: [],
   };

@@ -6,7 +6,6 @@ export interface ExplainInput {
   comparable: number;
   shifted: number;
   maxShift: number | null;
-  shiftedFraction: number | null;
   flip: Flip | null;
   /** Why the pair is incomparable, when it is. */
   reason?: string;
