@@ -163,3 +163,11 @@ test('tokenDelayMs paces generation token by token', async (t) => {
   assert.ok((arrivals.at(-1) ?? 0) >= 140, `6 tokens at 30 ms took ${arrivals.at(-1)} ms`);
   assert.ok(arrivals.length >= 5, `${arrivals.length} separate arrivals: tokens were not flushed one by one`);
 });
+
+test('a body over the limit is a 413 envelope, and the server stays up', async (t) => {
+  const engine = await startSim(t, {}, { bodyLimitBytes: 1000 });
+  const res = await post(engine.url, '/v1/completions', { prompt: 'x'.repeat(5000) });
+  assert.equal(res.status, 413);
+  assert.match(res.json.error.message, /exceeds 1000 bytes/);
+  assert.equal((await post(engine.url, '/v1/completions', { prompt: 'x', max_tokens: 1 })).status, 200);
+});

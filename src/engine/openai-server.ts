@@ -96,14 +96,13 @@ function readBody(req: IncomingMessage, limit: number): Promise<string> {
     let size = 0;
     req.on('data', (c: Buffer) => {
       size += c.length;
-      if (size > limit) {
-        reject(new EngineHttpError(413, `the request body exceeds ${limit} bytes`));
-        req.destroy();
-        return;
-      }
-      chunks.push(c);
+      // Past the limit the rest is read and dropped, so the client still gets its 413.
+      if (size <= limit) chunks.push(c);
     });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('end', () => {
+      if (size > limit) reject(new EngineHttpError(413, `the request body exceeds ${limit} bytes`));
+      else resolve(Buffer.concat(chunks).toString('utf8'));
+    });
     req.on('error', reject);
   });
 }
@@ -239,13 +238,18 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   // Longer than common client pools keep idle sockets, so the server is not the side that closes.
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err) {
+    await recorder.close();
+    throw err;
+  }
   const addr = server.address() as AddressInfo;
   const host = options.host ?? '127.0.0.1';
   const urlHost = host.includes(':') ? `[${host}]` : host;
