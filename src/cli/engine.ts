@@ -22,11 +22,12 @@ interface EngineOptions {
   concurrency?: string;
   tokenDelay?: string;
   modelId?: string;
+  threads?: string;
 }
 
 /** What `--llama` needs from the llama.cpp engine module (loaded only then: it pulls in node-llama-cpp). */
 interface LlamaModule {
-  createLlamaModel(options: { seed?: number; fault?: string | null; id?: string }): Promise<EngineModel & { close(): Promise<void>; context?: { contextSize: number } }>;
+  createLlamaModel(options: { seed?: number; fault?: string | null; threads?: number; id?: string }): Promise<EngineModel & { close(): Promise<void>; context?: { contextSize: number } }>;
 }
 
 // A variable, not a literal, so the sim path neither type-checks against nor loads the llama code.
@@ -72,6 +73,7 @@ async function llamaModel(opts: EngineOptions, modelFaults: string[]): Promise<E
     return await mod.createLlamaModel({
       seed: knob('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true }),
       fault: modelFaults.length > 0 ? modelFaults.join(',') : null,
+      threads: knob('--threads', opts.threads, { min: 1, max: 256, integer: true }),
       ...(opts.modelId ? { id: opts.modelId } : {}),
     });
   } catch (err) {
@@ -139,6 +141,7 @@ export const engineCommand: CommandFactory = (setExit) =>
     .option('--concurrency <n>', 'generations at once, the rest queue (default: sim unlimited, llama 1)')
     .option('--token-delay <ms>', 'pause after every generated token (a real decode pace)')
     .option('--model-id <id>', 'model id reported by /v1/models and in responses')
+    .option('--threads <n>', 'llama: CPU threads (default 1; on a 2-core machine 2 threads are ~20× slower)')
     .addHelpText('after', HELP)
     .action(async (opts: EngineOptions) => {
       if (opts.sim === opts.llama) throw new UsageError(opts.sim ? 'choose one engine: --sim or --llama, not both' : 'choose an engine: --sim or --llama');
@@ -152,6 +155,7 @@ export const engineCommand: CommandFactory = (setExit) =>
           if (opts[flag] !== undefined) throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
         }
       }
+      if (opts.sim && opts.threads !== undefined) throw new UsageError('--threads applies to --llama only');
       const model = opts.sim ? simModel(opts, faults.model) : await llamaModel(opts, faults.model);
       // llama.cpp's KV cache bounds prompt + completion.
       const maxContext = (model as { context?: { contextSize?: number } }).context?.contextSize;

@@ -20,16 +20,38 @@ async function load(): Promise<{ lib: NodeLlamaCpp; llama: Llama }> {
   } catch (err) {
     throw new Error('the llama.cpp engine needs the node-llama-cpp package (a dev dependency of logprobe): run npm ci', { cause: err });
   }
-  const llama = await lib.getLlama({
-    build: 'never',
-    gpu: false,
-    skipDownload: true,
-    // 0 = no cap, so each context's `threads` is the exact thread count (a cap turns it into a hint).
-    maxThreads: 0,
-    logLevel: lib.LlamaLogLevel.error,
-    progressLogs: false,
-  });
-  return { lib, llama };
+  // getLlama tests the binary in a child forked with this process's execArgv; under `node -e` or
+  // `node -p` that child would run the evaluated script instead (or refuse `--input-type`), and
+  // the binary would be rejected.
+  const execArgv = process.execArgv;
+  process.execArgv = withoutEval(execArgv);
+  try {
+    const llama = await lib.getLlama({
+      build: 'never',
+      gpu: false,
+      skipDownload: true,
+      // 0 = no cap, so each context's `threads` is the exact thread count (a cap turns it into a hint).
+      maxThreads: 0,
+      logLevel: lib.LlamaLogLevel.error,
+      progressLogs: false,
+    });
+    return { lib, llama };
+  } finally {
+    process.execArgv = execArgv;
+  }
+}
+
+const EVAL_FLAGS = ['-e', '--eval', '-p', '--print', '--input-type'];
+
+/** execArgv without `-e`/`--eval`/`-p`/`--print`/`--input-type` and their values. */
+export function withoutEval(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] ?? '';
+    if (EVAL_FLAGS.includes(arg)) i++;
+    else if (!EVAL_FLAGS.some((flag) => arg.startsWith(`${flag}=`))) out.push(arg);
+  }
+  return out;
 }
 
 /** A reference to the shared runtime; call `release` once when the model using it is closed. */
