@@ -213,3 +213,126 @@ export function checkQuery(q: Query, recorded: Map<string, string>): string[] {
   }
   return problems;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The same queries against a running logprobe: its /metrics text instead of the catalogue.
+
+/** A Prometheus text exposition: sample label sets by series name, and the declared types. */
+export interface Exposition {
+  /** Series name (`x`, `x_bucket`, `x_sum`, `x_count`) → the label sets of its samples. */
+  readonly samples: ReadonlyMap<string, ReadonlyArray<Readonly<Record<string, string>>>>;
+  /** Metric name → `# TYPE` (counter, gauge, histogram, …). */
+  readonly types: ReadonlyMap<string, string>;
+}
+
+/** Parses a text exposition (format 0.0.4, as prom-client writes it). */
+export function parseExposition(text: string): Exposition {
+  const samples = new Map<string, Array<Record<string, string>>>();
+  const types = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    const type = /^# TYPE ([a-zA-Z_:][\w:]*) (\w+)/.exec(line);
+    if (type) {
+      types.set(type[1] as string, type[2] as string);
+      continue;
+    }
+    if (line.startsWith('#') || line.trim() === '') continue;
+    const m = /^([a-zA-Z_:][\w:]*)(?:\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+\S+/.exec(line);
+    if (!m) continue;
+    const labels: Record<string, string> = {};
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, (_s, c: string) => (c === 'n' ? '\n' : c));
+    const name = m[1] as string;
+    let list = samples.get(name);
+    if (!list) samples.set(name, (list = []));
+    list.push(labels);
+  }
+  return { samples, types };
+}
+
+/** One label matcher of a selector: `series{label op "value"}`. */
+export interface Matcher {
+  series: string;
+  label: string;
+  op: '=' | '!=' | '=~' | '!~';
+  value: string;
+}
+
+/** The label matchers of every logprobe (and ALERTS) selector in an expression. */
+export function selectorMatchers(expr: string): Matcher[] {
+  const out: Matcher[] = [];
+  for (const m of expr.matchAll(/(logprobe[_:][a-zA-Z0-9_:]*|ALERTS)\s*\{([^}]*)\}/g)) {
+    for (const matcher of (m[2] as string).matchAll(/([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"/g)) {
+      out.push({ series: m[1] as string, label: matcher[1] as string, op: matcher[2] as Matcher['op'], value: matcher[3] as string });
+    }
+  }
+  return out;
+}
+
+/** The labels named in by/without/on/ignoring/group_left/group_right clauses. */
+export function groupingLabels(expr: string): Array<{ clause: string; label: string }> {
+  const out: Array<{ clause: string; label: string }> = [];
+  for (const m of stripStrings(expr).matchAll(/\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
+    for (const label of (m[2] as string).split(',').map((s) => s.trim()).filter(Boolean)) out.push({ clause: m[1] as string, label });
+  }
+  return out;
+}
+
+/**
+ * Checks one expression against a live exposition; returns the problems found:
+ *  - every logprobe series it reads (through the recording rules it uses; a histogram's
+ *    `_bucket`/`_sum`/`_count` as written) has samples;
+ *  - every label a selector matches on, or a by/on/… clause names, is carried by live samples of
+ *    those series (target labels — job, instance, namespace, pod — are Prometheus', not ours);
+ *  - every literal value an `=` or `=~` matcher selects (`verdict=~"global_shift|early_shift"`,
+ *    `le="0.1"`, `status_class="5xx"`) occurs on a live sample.
+ * `eventOnly` names metrics that have no sample until their event happens (a label value is only
+ * known then); for those a `# TYPE` declaration of the right type is enough while no sample exists.
+ */
+export function checkLive(q: Query, recorded: Map<string, string>, live: Exposition, eventOnly: ReadonlyMap<string, string> = new Map()): string[] {
+  const problems: string[] = [];
+  const declaredOnly = new Set<string>();
+  const seriesOf = (name: string): string[] => baseMetrics(name, recorded).map((b) => b.spec.name + b.suffix);
+  const samplesOf = (names: readonly string[]) => names.flatMap((n) => live.samples.get(n) ?? []);
+
+  const bases = baseMetrics(q.expr, recorded);
+  for (const b of bases) {
+    const series = b.spec.name + b.suffix;
+    if ((live.samples.get(series) ?? []).length > 0) continue;
+    if (eventOnly.has(b.spec.name) && live.types.get(b.spec.name) === b.spec.type) {
+      declaredOnly.add(series);
+      continue;
+    }
+    problems.push(
+      live.types.has(b.spec.name)
+        ? `${q.where}: ${series} is declared but has no sample in the live exposition`
+        : `${q.where}: ${series} is not in the live exposition at all`,
+    );
+  }
+
+  for (const m of selectorMatchers(q.expr)) {
+    if (m.series === 'ALERTS' || TARGET_LABELS.has(m.label)) continue;
+    const names = seriesOf(m.series);
+    if (names.length > 0 && names.every((n) => declaredOnly.has(n))) continue;
+    const carrying = samplesOf(names).filter((s) => m.label in s);
+    if (carrying.length === 0) {
+      if (samplesOf(names).length > 0) problems.push(`${q.where}: no live sample of ${m.series} carries the label ${m.label}`);
+      continue;
+    }
+    if ((m.op !== '=' && m.op !== '=~') || /\$|\bvar_/.test(m.value)) continue;
+    const alternatives = m.op === '=~' ? m.value.split('|') : [m.value];
+    for (const alt of alternatives) {
+      if (!/^[\w.+-]+$/.test(alt)) continue; // a real regex (`Logprob.*`): no literal value to look for
+      if (!carrying.some((s) => s[m.label] === alt)) problems.push(`${q.where}: ${m.series}{${m.label}="${alt}"} has no live sample`);
+    }
+  }
+
+  const prometheusLabels = new Set(seriesNames(q.expr).flatMap((n) => [...(PROMETHEUS_SERIES.get(n) ?? [])]));
+  const liveSamples = samplesOf(bases.map((b) => b.spec.name + b.suffix));
+  for (const g of groupingLabels(q.expr)) {
+    if (TARGET_LABELS.has(g.label) || prometheusLabels.has(g.label)) continue;
+    if (liveSamples.some((s) => g.label in s)) continue;
+    // A label only an event-only metric carries, declared in the catalogue, cannot be seen yet.
+    if (bases.some((b) => declaredOnly.has(b.spec.name + b.suffix) && (b.spec.labelNames as readonly string[]).includes(g.label))) continue;
+    problems.push(`${q.where}: ${g.clause} (${g.label}): no live sample here carries that label`);
+  }
+  return problems;
+}
