@@ -45,7 +45,9 @@ function parseText(text: string): ParsedResponse {
   } catch (err) {
     const lines = jsonLines(text);
     if (lines) return assemble(lines.chunks, true);
-    return failed(`neither JSON nor an SSE stream (${err instanceof Error ? err.message : 'invalid JSON'})`);
+    // One line: JSON.parse quotes the offending text, which may hold newlines.
+    const reason = err instanceof Error ? err.message.replace(/\s+/g, ' ').slice(0, 120) : 'invalid JSON';
+    return failed(`neither JSON nor an SSE stream (${reason})`);
   }
   return parseValue(value, false);
 }
