@@ -1,0 +1,227 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import type { Logger } from 'pino';
+import { readBody } from './body.js';
+import { PayloadTooLargeError, mapUpstreamError, openAIError } from './errors.js';
+import { MIRROR_HEADER, clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
+import { pathOf, routeLabel } from './routes.js';
+import { parseMirrorHeader, type MirrorTap } from './tap.js';
+
+/** What every exchange shares: built once per app. */
+export interface ExchangeContext {
+  candidate: Dispatcher;
+  origin: string;
+  host: string;
+  basePath: string;
+  limitBytes: number;
+  limitMB: number;
+  log: Logger;
+  /** Whether the info-level request line is written (checked once per request, not per field). */
+  logRequests: () => boolean;
+  metrics: { observeRequest(route: string, status: number, seconds: number): void };
+  mirror: MirrorTap | undefined;
+}
+
+/**
+ * Bodies up to this size with a known length are read before the upstream request is sent, so
+ * headers and body leave in one write; larger ones stream through. Either way the bytes are the
+ * client's, unchanged.
+ */
+const READ_AHEAD_BYTES = 64 * 1024;
+
+/** The error a client disconnect aborts the upstream request with. */
+class ClientGoneError extends Error {
+  readonly code = 'LOGPROBE_CLIENT_GONE';
+  constructor() {
+    super('the client closed the connection');
+  }
+}
+
+const kExchange = Symbol('logprobe.exchange');
+type TaggedResponse = ServerResponse & { [kExchange]?: ProxyExchange };
+
+/** `res.on('close')` listener shared by all exchanges (no closure per request). */
+function onResponseClose(this: TaggedResponse): void {
+  this[kExchange]?.closed();
+}
+
+/**
+ * One client request forwarded to the candidate: reads (or streams) the body, dispatches it on
+ * the candidate's pool and relays the answer chunk by chunk with backpressure. It is its own
+ * undici handler, so a request costs one object, not a stream pipeline. On the response's
+ * `close` it records metrics, writes the request log line, aborts the upstream request when the
+ * client left early, and hands the exchange to the mirror.
+ */
+export class ProxyExchange implements Dispatcher.DispatchHandler {
+  private readonly start = performance.now();
+  private readonly route: string;
+  private readonly path: string;
+  private readonly forced: boolean | undefined;
+  private readonly keepBody: boolean;
+  private body: Buffer | null = null;
+  private controller: Dispatcher.DispatchController | null = null;
+  private done = false;
+  private resumer: (() => void) | null = null;
+  private id: string | undefined;
+
+  constructor(
+    private readonly ctx: ExchangeContext,
+    private readonly req: IncomingMessage,
+    private readonly res: ServerResponse,
+  ) {
+    const url = req.url as string;
+    this.path = pathOf(url);
+    this.route = routeLabel(url);
+    const mirrorHeader = req.headers[MIRROR_HEADER];
+    this.forced = mirrorHeader === undefined ? undefined : parseMirrorHeader(mirrorHeader);
+    this.keepBody = ctx.mirror ? ctx.mirror.wantsBody(req.method as string, this.path, this.forced) : false;
+    (res as TaggedResponse)[kExchange] = this;
+    res.on('close', onResponseClose);
+  }
+
+  /** The request id: the client's `x-request-id`, else a UUID made when first needed. */
+  requestId(): string {
+    if (this.id === undefined) {
+      const h = this.req.headers['x-request-id'];
+      this.id = typeof h === 'string' && h !== '' ? h : randomUUID();
+    }
+    return this.id;
+  }
+
+  /** Forwards the request: reads the body first when it must be kept or is small, else streams it. */
+  run(): void {
+    const headers = this.req.headers;
+    const cl = headers['content-length'];
+    const te = headers['transfer-encoding'];
+    if (cl !== undefined && Number(cl) > this.ctx.limitBytes) {
+      this.fail(new PayloadTooLargeError(this.ctx.limitMB));
+      return;
+    }
+    if (te === undefined && (cl === undefined || cl === '0')) {
+      this.dispatch(null);
+      return;
+    }
+    if (this.keepBody || cl === undefined || Number(cl) <= READ_AHEAD_BYTES) {
+      readBody(this.req, this.ctx.limitBytes).then(
+        (buf) => {
+          if (this.keepBody) this.body = buf;
+          this.dispatch(buf);
+        },
+        (err: Error) => this.fail(err),
+      );
+      return;
+    }
+    this.dispatch(this.req);
+  }
+
+  private dispatch(body: Buffer | IncomingMessage | null): void {
+    if (this.res.destroyed) return;
+    const headers = upstreamRequestHeaders(this.req.headers, this.ctx.host);
+    if (body instanceof Buffer) headers['content-length'] = String(body.length);
+    try {
+      this.ctx.candidate.dispatch(
+        { origin: this.ctx.origin, path: this.ctx.basePath + (this.req.url as string), method: this.req.method as Dispatcher.HttpMethod, headers, body },
+        this,
+      );
+    } catch (err) {
+      this.onResponseError(null, err as Error);
+    }
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.res.destroyed) controller.abort(new ClientGoneError());
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    if (this.res.destroyed) {
+      controller.abort(new ClientGoneError());
+      return;
+    }
+    let out: OutgoingHttpHeaders;
+    try {
+      out = clientResponseHeaders(headers);
+      this.res.writeHead(statusCode, out);
+    } catch (err) {
+      controller.abort(err as Error);
+    }
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.res.write(chunk)) {
+      // Backpressure: the client reads slower than the upstream writes.
+      controller.pause();
+      this.resumer ??= () => this.controller?.resume();
+      this.res.once('drain', this.resumer);
+    }
+  }
+
+  onResponseEnd(): void {
+    this.done = true;
+    this.res.end();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
+    this.done = true;
+    if (err instanceof ClientGoneError || this.res.destroyed) return;
+    if (!this.res.headersSent) {
+      this.fail(mapUpstreamError(err, this.ctx.host));
+      return;
+    }
+    // Mid-stream: the status is gone, so the client sees a truncated response.
+    this.ctx.log.warn({ reqId: this.requestId(), err }, 'response terminated with an error with headers already sent');
+    this.res.destroy(err);
+  }
+
+  /** Answers with an error of our own, in the OpenAI envelope. */
+  fail(err: Error & { statusCode?: number; code?: string }): void {
+    const res = this.res;
+    if (res.destroyed || res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const status = err.statusCode !== undefined && err.statusCode >= 400 ? err.statusCode : 500;
+    if (status >= 500) this.ctx.log.warn({ reqId: this.requestId(), err }, 'proxy error');
+    const payload = JSON.stringify(openAIError(status, err.message, err.code ?? null));
+    const headers: OutgoingHttpHeaders = { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload) };
+    // The rest of an oversized body is never read: the connection cannot be reused.
+    if (status === 413) headers.connection = 'close';
+    res.writeHead(status, headers);
+    res.end(payload);
+  }
+
+  /** The response closed (finished, or the client went away): account for the exchange once. */
+  closed(): void {
+    const res = this.res as TaggedResponse;
+    res[kExchange] = undefined;
+    const aborted = !res.writableFinished;
+    if (aborted && !this.done) this.controller?.abort(new ClientGoneError());
+    const seconds = (performance.now() - this.start) / 1000;
+    const { ctx, req } = this;
+    ctx.metrics.observeRequest(this.route, aborted ? 499 : res.statusCode, seconds);
+    if (ctx.logRequests()) {
+      ctx.log.info(
+        { reqId: this.requestId(), method: req.method, route: this.route, status: res.statusCode, durationMs: Math.round(seconds * 1e6) / 1e3, aborted },
+        'request',
+      );
+    }
+    if (ctx.mirror && this.body) {
+      try {
+        ctx.mirror.onExchange({
+          requestId: this.requestId(),
+          method: req.method as string,
+          path: this.path,
+          route: this.route,
+          headers: req.headers,
+          body: this.body,
+          status: aborted ? 0 : res.statusCode,
+          aborted,
+          forced: this.forced,
+        });
+      } catch (err) {
+        ctx.log.error({ reqId: this.requestId(), err }, 'mirror tap failed');
+      }
+    }
+  }
+}
