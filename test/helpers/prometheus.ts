@@ -1,0 +1,206 @@
+// A real Prometheus server (Debian's `prometheus` package) for integration tests: started on
+// loopback with a generated config and a temporary TSDB, queried through its HTTP API, stopped
+// and removed by the caller's `close()`.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import assert from 'node:assert/strict';
+import type { TestContext } from 'node:test';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { request } from 'undici';
+
+export const PROMETHEUS_INSTALL_HINT = 'prometheus not installed: apt-get install -y prometheus';
+
+/** Whether the `prometheus` binary runs. */
+export function prometheusPresent(): boolean {
+  const r = spawnSync('prometheus', ['--version'], { encoding: 'utf8' });
+  return r.error === undefined && r.status === 0;
+}
+
+/** Skips locally without prometheus; in CI (.ci/run installs it) its absence is a failure. */
+export function needPrometheus(t: TestContext): boolean {
+  if (prometheusPresent()) return true;
+  if (process.env.CI) assert.fail(`${PROMETHEUS_INSTALL_HINT} (.ci/run installs it; CI must run the Prometheus test)`);
+  t.skip(PROMETHEUS_INSTALL_HINT);
+  return false;
+}
+
+/** A loopback port that was free a moment ago (Prometheus cannot listen on port 0 and report it). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr !== null ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * The rule file as a test loads it: every alert's `for:` replaced by `forDuration` and every
+ * group's evaluation `interval:` set to `interval`. Expressions, labels, annotations and the
+ * rate windows are left exactly as written.
+ */
+export function rulesForTest(text: string, options: { forDuration: string; interval: string }): string {
+  const doc = parseYaml(text) as { groups: Array<{ interval?: string; rules: Array<{ alert?: string; for?: string }> }> };
+  for (const group of doc.groups) {
+    group.interval = options.interval;
+    for (const rule of group.rules) if (rule.alert !== undefined && rule.for !== undefined) rule.for = options.forDuration;
+  }
+  return stringifyYaml(doc, { lineWidth: 0 });
+}
+
+export interface RunningPrometheus {
+  /** `http://127.0.0.1:PORT`. */
+  url: string;
+  child: ChildProcess;
+  /** Its stdout and stderr so far (logs), for failure messages. */
+  output(): string;
+  /** SIGTERM, SIGKILL after 5 s, then removes the temporary directory. Idempotent. */
+  close(): Promise<void>;
+}
+
+export interface PrometheusFiles {
+  /** prometheus.yml, as an object (written as YAML; JSON is YAML). */
+  config: Record<string, unknown>;
+  /** Other files beside it (rule files), by name; `config` refers to them by name (Prometheus
+   * resolves rule_files relative to the config file). */
+  files?: Record<string, string>;
+}
+
+/**
+ * Starts Prometheus on a free loopback port with the given config, in a temporary directory that
+ * holds the config, the extra files and the TSDB; resolves when `/-/ready` answers 200. Retries
+ * with another port when the chosen one was taken in between.
+ */
+export async function startPrometheus(setup: PrometheusFiles, options: { timeoutMs?: number } = {}): Promise<RunningPrometheus> {
+  let lastError: unknown;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      return await startOnce(setup, options.timeoutMs ?? 30_000);
+    } catch (err) {
+      lastError = err;
+      if (!(err instanceof PortTakenError)) throw err;
+    }
+  }
+  throw lastError;
+}
+
+class PortTakenError extends Error {}
+
+async function startOnce(setup: PrometheusFiles, timeoutMs: number): Promise<RunningPrometheus> {
+  const dir = mkdtempSync(join(tmpdir(), 'logprobe-prometheus-'));
+  const { config, files = {} } = setup;
+  for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
+  const configFile = join(dir, 'prometheus.yml');
+  writeFileSync(configFile, stringifyYaml(config));
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const child = spawn(
+    'prometheus',
+    [
+      `--config.file=${configFile}`,
+      `--storage.tsdb.path=${join(dir, 'data')}`,
+      `--web.listen-address=127.0.0.1:${port}`,
+      '--log.level=warn',
+    ],
+    { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr?.on('data', (c: Buffer) => (out += c.toString()));
+  let exitCode: number | null | undefined;
+  const exited = new Promise<void>((resolve) => {
+    child.once('close', (code) => {
+      exitCode = code;
+      resolve();
+    });
+    child.once('error', (err) => {
+      out += `\n${String(err)}`;
+      exitCode = -1;
+      resolve();
+    });
+  });
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    (closing ??= (async () => {
+      if (exitCode === undefined) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+        await exited;
+        clearTimeout(timer);
+      }
+      rmSync(dir, { recursive: true, force: true });
+    })());
+
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (exitCode !== undefined) {
+      await close();
+      if (/address already in use/i.test(out)) throw new PortTakenError(`port ${port} taken:\n${out}`);
+      throw new Error(`prometheus exited with ${exitCode} before it was ready:\n${out}`);
+    }
+    try {
+      const res = await request(`${url}/-/ready`, { headersTimeout: 2000, bodyTimeout: 2000 });
+      await res.body.text();
+      if (res.statusCode === 200) return { url, child, output: () => out, close };
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await close();
+  throw new Error(`prometheus not ready in ${timeoutMs} ms:\n${out}`);
+}
+
+/** One element of an instant vector. */
+export interface VectorSample {
+  metric: Record<string, string>;
+  value: number;
+}
+
+/** GET /api/v1/query: the instant vector of `expr` now (throws on an error or another type). */
+export async function promQuery(url: string, expr: string): Promise<VectorSample[]> {
+  const res = await request(`${url}/api/v1/query?query=${encodeURIComponent(expr)}`, { headersTimeout: 10_000, bodyTimeout: 10_000 });
+  const body = (await res.body.json()) as { status: string; error?: string; data?: { resultType: string; result: Array<{ metric: Record<string, string>; value: [number, string] }> } };
+  if (res.statusCode !== 200 || body.status !== 'success' || !body.data) throw new Error(`query ${expr}: ${res.statusCode} ${body.error ?? JSON.stringify(body)}`);
+  if (body.data.resultType !== 'vector') throw new Error(`query ${expr}: a ${body.data.resultType}, not a vector`);
+  return body.data.result.map((r) => ({ metric: r.metric, value: Number(r.value[1]) }));
+}
+
+/** An active alert as GET /api/v1/alerts lists it. */
+export interface PromAlert {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  state: 'pending' | 'firing' | string;
+  activeAt: string;
+  value: string;
+}
+
+/** GET /api/v1/alerts: every pending or firing alert. */
+export async function promAlerts(url: string): Promise<PromAlert[]> {
+  const res = await request(`${url}/api/v1/alerts`, { headersTimeout: 10_000, bodyTimeout: 10_000 });
+  const body = (await res.body.json()) as { status: string; data?: { alerts: PromAlert[] } };
+  if (res.statusCode !== 200 || body.status !== 'success' || !body.data) throw new Error(`alerts: ${res.statusCode} ${JSON.stringify(body)}`);
+  return body.data.alerts;
+}
+
+/** Health of every active scrape target: `job` → health (`up`, `down`, `unknown`) and last error. */
+export async function promTargets(url: string): Promise<Array<{ job: string; health: string; lastError: string; scrapeUrl: string }>> {
+  const res = await request(`${url}/api/v1/targets?state=active`, { headersTimeout: 10_000, bodyTimeout: 10_000 });
+  const body = (await res.body.json()) as { data?: { activeTargets: Array<{ labels: Record<string, string>; health: string; lastError: string; scrapeUrl: string }> } };
+  return (body.data?.activeTargets ?? []).map((t) => ({ job: t.labels.job ?? '', health: t.health, lastError: t.lastError, scrapeUrl: t.scrapeUrl }));
+}
+
+/** GET /api/v1/rules: rule groups whose rules failed to evaluate (lastError), for messages. */
+export async function promRuleErrors(url: string): Promise<string[]> {
+  const res = await request(`${url}/api/v1/rules`, { headersTimeout: 10_000, bodyTimeout: 10_000 });
+  const body = (await res.body.json()) as { data?: { groups: Array<{ name: string; rules: Array<{ name: string; health: string; lastError?: string }> }> } };
+  const out: string[] = [];
+  for (const g of body.data?.groups ?? []) for (const r of g.rules) if (r.health === 'err' || r.lastError) out.push(`${g.name}/${r.name}: ${r.lastError ?? r.health}`);
+  return out;
+}
