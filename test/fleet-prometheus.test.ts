@@ -20,7 +20,7 @@ import { stringify as stringifyYaml } from 'yaml';
 import { startCli } from './helpers/cli.js';
 import { startSim } from './helpers/sim.js';
 import { readRulesText } from './helpers/promql.js';
-import { needPrometheus, promAlerts, promQuery, promRuleErrors, promTargets, rulesForTest, startPrometheus, type PromAlert } from './helpers/prometheus.js';
+import { needPrometheus, promAlerts, promQuery, promRuleErrors, promRules, promTargets, rulesForTest, startPrometheus, type PromAlert } from './helpers/prometheus.js';
 
 const FOR = '5s';
 const FOR_MS = 5000;
@@ -118,9 +118,9 @@ test('LogprobGlobalShift fires on a real Prometheus for the faulty replica\'s fl
   defer(() => rmSync(dir, { recursive: true, force: true }));
 
   // Two pairs of engines, in this process (cheap and deterministic).
-  const engines = await Promise.all([startSim(), startSim({ stateShift: 0.6 }), startSim(), startSim({ noise: 0.001 })]);
-  defer(() => Promise.all(engines.map((e) => e.close())));
-  const [faultyBaseline, faultyCandidate, cleanBaseline, cleanCandidate] = engines as [typeof engines[0], typeof engines[0], typeof engines[0], typeof engines[0]];
+  const engines = [startSim(), startSim({ stateShift: 0.6 }), startSim(), startSim({ noise: 0.001 })] as const;
+  defer(() => Promise.all(engines.map(async (e) => (await e).close())));
+  const [faultyBaseline, faultyCandidate, cleanBaseline, cleanCandidate] = await Promise.all(engines);
 
   // Two real `logprobe serve` processes.
   const [faulty, clean] = await Promise.all([
@@ -152,7 +152,14 @@ test('LogprobGlobalShift fires on a real Prometheus for the faulty replica\'s fl
     if (Date.now() > deadline) assert.fail(`targets never up${await context()}`);
     await sleep(250);
   }
-  // The rule file loaded with all its rules, and none fails on this data.
+  // The rule file loaded, both groups with every alert (`for:` shortened), and no rule fails.
+  const groups = await promRules(prom.url);
+  assert.deepEqual(groups.map((g) => `${g.name} every ${g.interval}s`).sort(), ['logprobe.alerts every 1s', 'logprobe.rules every 1s']);
+  const alerting = groups.flatMap((g) => g.rules).filter((r) => r.type === 'alerting');
+  assert.deepEqual(
+    alerting.map((r) => `${r.name} for ${r.duration}s`).sort(),
+    ['LogprobGlobalShift', 'LogprobMirrorStalled', 'LogprobProxyErrors', 'LogprobSustainedShift'].map((n) => `${n} for ${FOR_MS / 1000}s`),
+  );
   assert.deepEqual(await promRuleErrors(prom.url), []);
 
   // Traffic: each replica gets ~6 requests a second (2 at a time, paced), until told to stop.

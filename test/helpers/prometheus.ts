@@ -196,11 +196,27 @@ export async function promTargets(url: string): Promise<Array<{ job: string; hea
   return (body.data?.activeTargets ?? []).map((t) => ({ job: t.labels.job ?? '', health: t.health, lastError: t.lastError, scrapeUrl: t.scrapeUrl }));
 }
 
-/** GET /api/v1/rules: rule groups whose rules failed to evaluate (lastError), for messages. */
-export async function promRuleErrors(url: string): Promise<string[]> {
+/** A loaded rule as GET /api/v1/rules lists it. */
+export interface PromRule {
+  name: string;
+  type: 'recording' | 'alerting' | string;
+  health: string;
+  lastError?: string;
+  /** Alerting rules: `for:` in seconds. */
+  duration?: number;
+}
+
+/** GET /api/v1/rules: the loaded rule groups and their rules. */
+export async function promRules(url: string): Promise<Array<{ name: string; interval: number; rules: PromRule[] }>> {
   const res = await request(`${url}/api/v1/rules`, { headersTimeout: 10_000, bodyTimeout: 10_000 });
-  const body = (await res.body.json()) as { data?: { groups: Array<{ name: string; rules: Array<{ name: string; health: string; lastError?: string }> }> } };
+  const body = (await res.body.json()) as { status: string; data?: { groups: Array<{ name: string; interval: number; rules: PromRule[] }> } };
+  if (res.statusCode !== 200 || body.status !== 'success' || !body.data) throw new Error(`rules: ${res.statusCode} ${JSON.stringify(body)}`);
+  return body.data.groups;
+}
+
+/** The loaded rules that failed to evaluate (`group/rule: error`), for assertions and messages. */
+export async function promRuleErrors(url: string): Promise<string[]> {
   const out: string[] = [];
-  for (const g of body.data?.groups ?? []) for (const r of g.rules) if (r.health === 'err' || r.lastError) out.push(`${g.name}/${r.name}: ${r.lastError ?? r.health}`);
+  for (const g of await promRules(url)) for (const r of g.rules) if (r.health === 'err' || r.lastError) out.push(`${g.name}/${r.name}: ${r.lastError ?? r.health}`);
   return out;
 }
