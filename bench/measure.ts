@@ -1,0 +1,125 @@
+import { autocannon, probe } from './load.js';
+import { memoryMB } from './lib/proc.js';
+import { mirrorCounters } from './lib/metrics.js';
+import { chatBody } from './upstreams.js';
+import type { Running } from './proxies/types.js';
+
+export interface Plan {
+  rounds: number;
+  /** Rounds for the SSE and latency figures (the quick run does fewer). */
+  probeRounds: number;
+  seconds: number;
+  connections: number;
+  /** Moderate request rate for the latency figure, per second. */
+  rate: number;
+  /** Rate of paced SSE requests for TTFB and inter-chunk delay, per second. */
+  sseRate: number;
+  probeSeconds: number;
+  /** Throughput with SSE too (off in the engine scenario). */
+  sse: boolean;
+  latency: boolean;
+}
+
+export interface TargetResult {
+  key: string;
+  label: string;
+  tputJson: number[];
+  tputSse: number[];
+  errors: number;
+  requests: number;
+  latP50: number[];
+  latP99: number[];
+  ttfbP50: number[];
+  ttfbP99: number[];
+  gapP50: number[];
+  gapP99: number[];
+  rssMB?: number;
+  peakMB?: number;
+  mirror?: { pairsPerSec: number[]; dropped: number; queueDepthMax: number };
+}
+
+function empty(t: Running): TargetResult {
+  return { key: t.key, label: t.label, tputJson: [], tputSse: [], errors: 0, requests: 0, latP50: [], latP99: [], ttfbP50: [], ttfbP99: [], gapP50: [], gapP99: [] };
+}
+
+/** Round r visits the targets starting at a different one each time (A B C, B C A, …). */
+function rotated<T>(xs: readonly T[], r: number): T[] {
+  const k = r % xs.length;
+  return [...xs.slice(k), ...xs.slice(0, k)];
+}
+
+const URL_PATH = '/v1/chat/completions';
+
+/**
+ * Every figure for every running target, side by side: each round visits all targets in turn
+ * (rotating the order), so slow drift of a shared, noisy machine hits all of them alike.
+ */
+export async function measure(targets: Running[], plan: Plan, log: (s: string) => void): Promise<Map<string, TargetResult>> {
+  const res = new Map<string, TargetResult>(targets.map((t) => [t.key, empty(t)]));
+  const get = (t: Running) => res.get(t.key) as TargetResult;
+
+  // Warm-up: JIT, connection pools, nginx's upstream keep-alive.
+  for (const t of targets) {
+    await autocannon({ url: t.url + URL_PATH, connections: plan.connections, seconds: 1, body: chatBody(false), headers: t.headers });
+    if (plan.sse) await autocannon({ url: t.url + URL_PATH, connections: 8, seconds: 1, body: chatBody(true), headers: t.headers });
+  }
+
+  for (let r = 0; r < plan.rounds; r++) {
+    for (const t of rotated(targets, r)) {
+      const before = t.adminUrl ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
+      const started = performance.now();
+      const a = await autocannon({ url: t.url + URL_PATH, connections: plan.connections, seconds: plan.seconds, body: chatBody(false), headers: t.headers });
+      const secs = (performance.now() - started) / 1000;
+      const tr = get(t);
+      tr.tputJson.push(a.rps);
+      tr.errors += a.errors + a.non2xx;
+      tr.requests += a.total;
+      if (before && t.adminUrl) {
+        const after = await mirrorCounters(t.adminUrl).catch(() => null);
+        if (after && after.ok + after.dropped + after.other > before.ok + before.dropped + before.other) {
+          tr.mirror ??= { pairsPerSec: [], dropped: 0, queueDepthMax: 0 };
+          tr.mirror.pairsPerSec.push((after.ok - before.ok) / secs);
+          tr.mirror.dropped += after.dropped - before.dropped;
+          tr.mirror.queueDepthMax = Math.max(tr.mirror.queueDepthMax, after.queueDepth);
+        }
+      }
+      log(`  round ${r + 1} json  ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`);
+    }
+    if (plan.sse && r < plan.probeRounds) {
+      for (const t of rotated(targets, r)) {
+        const a = await autocannon({ url: t.url + URL_PATH, connections: plan.connections, seconds: plan.seconds, body: chatBody(true), headers: t.headers });
+        const tr = get(t);
+        tr.tputSse.push(a.rps);
+        tr.errors += a.errors + a.non2xx;
+        tr.requests += a.total;
+        log(`  round ${r + 1} sse   ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`);
+      }
+    }
+    if (plan.latency && r < plan.probeRounds) {
+      for (const t of rotated(targets, r)) {
+        const p = await probe({ url: t.url + URL_PATH, rate: plan.rate, seconds: plan.probeSeconds, connections: 16, body: chatBody(false), headers: t.headers });
+        const tr = get(t);
+        tr.latP50.push(p.latency[0]);
+        tr.latP99.push(p.latency[1]);
+        tr.errors += p.errors + p.non2xx;
+        tr.requests += p.sent;
+        const s = await probe({ url: t.url + URL_PATH, rate: plan.sseRate, seconds: plan.probeSeconds, connections: 16, body: chatBody(true, true), headers: t.headers });
+        tr.ttfbP50.push(s.ttfb[0]);
+        tr.ttfbP99.push(s.ttfb[1]);
+        tr.gapP50.push(s.gap[0]);
+        tr.gapP99.push(s.gap[1]);
+        tr.errors += s.errors + s.non2xx;
+        tr.requests += s.sent;
+        log(`  round ${r + 1} probe ${t.key.padEnd(18)} p50 ${p.latency[0]} µs p99 ${p.latency[1]} µs | sse ttfb p50 ${s.ttfb[0]} µs gap p50 ${s.gap[0]} µs p99 ${s.gap[1]} µs${p.errors + s.errors + p.non2xx + s.non2xx ? `  errors ${p.errors + s.errors + p.non2xx + s.non2xx}` : ''}`);
+      }
+    }
+  }
+  for (const t of targets) {
+    const m = await memoryMB(await t.pids());
+    if (m) {
+      get(t).rssMB = m.rss;
+      get(t).peakMB = m.peak;
+    }
+  }
+  return res;
+}

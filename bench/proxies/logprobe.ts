@@ -1,0 +1,59 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { start } from '../lib/proc.js';
+import { freePort } from '../lib/net.js';
+import type { Running } from './types.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+export interface LogprobeTarget {
+  key: string;
+  label: string;
+  candidate: string;
+  baseline: string;
+  sampleRate: number;
+  logLevel: 'warn' | 'info';
+  outDir: string;
+  /** Write a CPU profile (node --cpu-prof) into outDir/prof. */
+  profile?: boolean;
+}
+
+/** `logprobe serve` in its own process with a generated config (capture off). */
+export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
+  const port = await freePort();
+  const adminPort = await freePort();
+  const file = join(t.outDir, `${t.key}.yaml`);
+  writeFileSync(
+    file,
+    [
+      `listen: { host: 127.0.0.1, port: ${port} }`,
+      `admin: { host: 127.0.0.1, port: ${adminPort} }`,
+      `candidate: { url: "${t.candidate}" }`,
+      `baseline: { url: "${t.baseline}" }`,
+      `log: { level: ${t.logLevel} }`,
+      `mirror: { sampleRate: ${t.sampleRate} }`,
+      'capture: { enabled: false }',
+      '',
+    ].join('\n'),
+  );
+  const nodeArgs = t.profile ? ['--cpu-prof', `--cpu-prof-dir=${join(t.outDir, 'prof', t.key)}`] : [];
+  const { proc } = await start({
+    name: t.key,
+    cmd: 'node',
+    args: [...nodeArgs, 'bin/logprobe.js', 'serve', '--config', file],
+    cwd: ROOT,
+    port,
+    // The request log goes to a file, as it would in production (not into the bench's pipe).
+    logFile: join(t.outDir, `${t.key}.log`),
+  });
+  return {
+    key: t.key,
+    label: t.label,
+    url: `http://127.0.0.1:${port}`,
+    headers: {},
+    adminUrl: `http://127.0.0.1:${adminPort}`,
+    pids: async () => [proc.pid],
+    stop: () => proc.stop(),
+  };
+}

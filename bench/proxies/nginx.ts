@@ -1,0 +1,67 @@
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { childPids, start } from '../lib/proc.js';
+import { freePort } from '../lib/net.js';
+import type { Running, Unavailable } from './types.js';
+
+/** `nginx -v` (it prints to stderr), or null when nginx is not installed. */
+export function nginxVersion(): string | null {
+  const r = spawnSync('nginx', ['-v'], { encoding: 'utf8' });
+  if (r.error) return null;
+  return (r.stderr || r.stdout).trim().replace(/^nginx version:\s*/, '');
+}
+
+/**
+ * nginx as a plain reverse proxy: one worker (like one logprobe process), keep-alive to the
+ * upstream, no response or request buffering, no access log.
+ */
+export async function startNginx(o: { upstream: string; outDir: string; workers: number | 'auto'; key?: string; label?: string }): Promise<Running | Unavailable> {
+  const key = o.key ?? 'nginx';
+  const label = o.label ?? `nginx (${o.workers} worker${o.workers === 1 ? '' : 's'})`;
+  if (nginxVersion() === null) return { key, label, reason: 'not installed: apt-get install nginx' };
+  const port = await freePort();
+  const dir = join(o.outDir, key);
+  mkdirSync(dir, { recursive: true });
+  const up = new URL(o.upstream);
+  const conf = join(dir, 'nginx.conf');
+  writeFileSync(
+    conf,
+    `worker_processes ${o.workers};
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  upstream candidate { server ${up.host}; keepalive 256; }
+  server {
+    listen 127.0.0.1:${port};
+    keepalive_requests 1000000;
+    location / {
+      proxy_pass http://candidate;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 120s;
+    }
+  }
+}
+`,
+  );
+  const { proc } = await start({ name: key, cmd: 'nginx', args: ['-c', conf, '-p', dir, '-e', `${dir}/error.log`], port });
+  return {
+    key,
+    label,
+    url: `http://127.0.0.1:${port}`,
+    headers: {},
+    pids: async () => [proc.pid, ...(await childPids(proc.pid))],
+    stop: () => proc.stop(),
+  };
+}

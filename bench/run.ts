@@ -1,0 +1,129 @@
+/**
+ * `npm run bench` (issue #8): the same workload, side by side in one run, against the upstream
+ * directly, logprobe (mirroring off, sampleRate 0.1 and 1.0), nginx, haproxy and
+ * @portkey-ai/gateway; load generator, upstream and proxies each in their own process.
+ * Writes bench/RESULTS.md and bench/out/results.json.
+ *
+ *   npm run bench                 full run (~12 minutes)
+ *   npm run bench -- --quick      under 2 minutes, one line per figure (regression checks)
+ *   options: --no-portkey  --profile (cpu-prof logprobe, mirroring off)  --no-build
+ */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { killAll, runToEnd } from './lib/proc.js';
+import { machine } from './lib/machine.js';
+import { measure, type Plan } from './measure.js';
+import { startLogprobe } from './proxies/logprobe.js';
+import { startNginx } from './proxies/nginx.js';
+import { startHaproxy } from './proxies/haproxy.js';
+import { startPortkey } from './proxies/portkey.js';
+import { isRunning, type Running, type Unavailable } from './proxies/types.js';
+import { captureResponses, startFixed, startSim, type Upstream } from './upstreams.js';
+import { coreBench } from './core.js';
+import { summarize, verdicts, type Summary } from './figures.js';
+import { quickLines, writeResults } from './report.js';
+import { profileTop } from './lib/profile.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const OUT = join(ROOT, 'bench', 'out');
+const argv = process.argv.slice(2);
+const quick = argv.includes('--quick');
+const wantPortkey = !argv.includes('--no-portkey');
+const profile = argv.includes('--profile');
+const QUEUE_SIZE = 128;
+
+const log = (s: string) => process.stdout.write(`${s}\n`);
+
+const FULL: Plan = { rounds: 3, probeRounds: 3, seconds: 5, connections: 32, rate: 400, sseRate: 100, probeSeconds: 5, sse: true, latency: true };
+const QUICK: Plan = { rounds: 2, probeRounds: 1, seconds: 2, connections: 32, rate: 400, sseRate: 100, probeSeconds: 2, sse: true, latency: true };
+const ENGINE: Plan = { rounds: 3, probeRounds: 0, seconds: 5, connections: 32, rate: 0, sseRate: 0, probeSeconds: 0, sse: false, latency: false };
+
+/** Starts the targets in front of `upstream`; the unavailable ones say why. */
+async function startTargets(upstream: Upstream, baseline: Upstream, set: 'all' | 'quick' | 'engine'): Promise<Array<Running | Unavailable>> {
+  const out: Array<Running | Unavailable> = [];
+  const pids = async () => [upstream.proc.pid];
+  out.push({ key: 'direct', label: 'upstream directly', url: upstream.url, headers: {}, pids, stop: async () => undefined });
+  out.push(await startNginx({ upstream: upstream.url, outDir: OUT, workers: 1 }));
+  out.push(await startHaproxy({ upstream: upstream.url, outDir: OUT }));
+  const lp = (key: string, label: string, sampleRate: number, logLevel: 'warn' | 'info' = 'warn') =>
+    startLogprobe({ key, label, candidate: upstream.url, baseline: baseline.url, sampleRate, logLevel, outDir: OUT, profile: profile && key === 'logprobe-off' });
+  out.push(await lp('logprobe-off', 'logprobe, mirroring off', 0));
+  if (set === 'all') out.push(await lp('logprobe-off-info', 'logprobe, mirroring off, log info', 0, 'info'));
+  if (set !== 'engine') {
+    if (set === 'all') out.push(await lp('logprobe-0.1', 'logprobe, sampleRate 0.1', 0.1));
+    out.push(await lp('logprobe-1.0', 'logprobe, sampleRate 1.0', 1));
+  }
+  out.push(await startPortkey({ upstream: upstream.url, skip: wantPortkey ? undefined : 'skipped (--no-portkey)' }));
+  return out;
+}
+
+async function scenario(name: string, upstream: Upstream, baseline: Upstream, set: 'all' | 'quick' | 'engine', plan: Plan) {
+  log(`\n${name}: starting targets`);
+  const all = await startTargets(upstream, baseline, set);
+  const running = all.filter(isRunning);
+  for (const t of all) if (!isRunning(t)) log(`  ${t.label}: ${t.reason}`);
+  try {
+    const raw = await measure(running, plan, log);
+    const sums = new Map<string, Summary>([...raw.values()].map((r) => [r.key, summarize(r)]));
+    return { sums, unavailable: all.filter((t): t is Unavailable => !isRunning(t)), raw: [...raw.values()] };
+  } finally {
+    for (const t of running) await t.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  const began = Date.now();
+  rmSync(OUT, { recursive: true, force: true });
+  mkdirSync(OUT, { recursive: true });
+  if (!argv.includes('--no-build')) {
+    const b = await runToEnd('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, timeoutMs: 180_000 });
+    if (b.code !== 0) log(`build reported errors (bench runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`);
+  }
+  const info = machine();
+  log(`logprobe bench${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, load ${info.load}`);
+
+  const sim = await startSim('sim-engine', 1);
+  const canned = await captureResponses(sim.url, OUT);
+  const up = await startFixed('upstream', canned);
+  const base = await startFixed('baseline', canned);
+
+  const fixed = await scenario('fixed-response upstream', up, base, quick ? 'quick' : 'all', quick ? QUICK : FULL);
+  await up.proc.stop();
+  await base.proc.stop();
+
+  let engine: Awaited<ReturnType<typeof scenario>> | null = null;
+  if (!quick) {
+    const simB = await startSim('sim-baseline', 1);
+    engine = await scenario('simulated engine upstream', sim, simB, 'engine', ENGINE);
+    await simB.proc.stop();
+  }
+  await sim.proc.stop();
+
+  const core = await coreBench(quick ? 300 : 1500);
+  const checks = verdicts(fixed.sums, core.rows, QUEUE_SIZE);
+  const lines = quickLines(fixed.sums, engine?.sums ?? null, core.rows, checks);
+  log('');
+  for (const l of lines) log(l);
+  const top = profile ? profileTop(join(OUT, 'prof', 'logprobe-off'), 25) : null;
+  if (top) log(`\nCPU profile of logprobe (mirroring off), top self time:\n${top}`);
+  const elapsed = (Date.now() - began) / 1000;
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ info, quick, fixed: fixed.raw, engine: engine?.raw ?? null, core, checks, elapsed }, null, 2));
+  if (!quick) {
+    writeResults(join(ROOT, 'bench', 'RESULTS.md'), { info, plan: FULL, engine: ENGINE, fixed: fixed.sums, unavailable: fixed.unavailable, engineSums: engine?.sums ?? null, core, checks, elapsed, queueSize: QUEUE_SIZE });
+    log('\nwrote bench/RESULTS.md');
+  }
+  log(`bench took ${elapsed.toFixed(0)} s`);
+}
+
+main().then(
+  () => {
+    killAll();
+    process.exit(0);
+  },
+  (err: unknown) => {
+    process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
+    killAll();
+    process.exit(1);
+  },
+);
