@@ -1,26 +1,86 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { UsageError, parseNumberOption } from './errors.js';
-import { SIM_DEMO_FAULTS, runDemo, startSimEngines, type SimDemoFault } from '../demo/run.js';
+import { runDemo } from '../demo/run.js';
+import { chooseEngines } from '../demo/engines.js';
+import { EngineStartError } from '../demo/engine-process.js';
+import { DEFAULT_LLAMA_FAULT, DEMO_ENGINES, SIM_DEMO_FAULTS, UnknownDemoFaultError, planFault, type DemoEngineChoice, type DemoFaultPlan } from '../demo/faults.js';
+import { FAULT_FORMS } from '../engine/llama/faults.js';
+import { portFree } from '../demo/ports.js';
+
+interface DemoCliOptions {
+  fault: string;
+  engine: string;
+  duration?: string;
+  rate: string;
+  port: string;
+  adminPort: string;
+  seed: string;
+}
+
+const HELP = `
+Engines (--engine):
+  auto    two llama.cpp engines in separate processes (a tiny model generated on first use) when
+          llama.cpp runs here; otherwise the simulated engines, with a one-line notice
+  llama   llama.cpp engines or an error
+  sim     the simulated engines (a seeded toy model, in this process)
+
+Faults (--fault), on the candidate:
+  llama.cpp: ${FAULT_FORMS.join(', ')} (comma-separated to combine), none
+  simulated: ${SIM_DEMO_FAULTS.join(', ')}
+  A llama.cpp fault runs on the simulated engines as its stand-in (flash-attention, weights:f16,
+  batch:N → noise; zero-layer, drop-prompt-token, kv:q4_0 → state-shift; weight-noise, kv:q8_0 →
+  subtle); state-shift, subtle, noise and none run on llama.cpp as zero-layer:1,
+  weight-noise:0.01, flash-attention and none; local and tokenizer exist only on the simulated
+  engines. The banner says what ran.
+`;
+
+/** A port the user left at its default moves to a free one when taken; one they chose does not. */
+async function pickPort(cmd: Command, name: 'port' | 'adminPort', flag: string, port: number, notice: (line: string) => void): Promise<number> {
+  if (port === 0 || cmd.getOptionValueSource(name) !== 'default' || (await portFree('127.0.0.1', port))) return port;
+  notice(`port ${port} is in use: using a free one (choose with ${flag})`);
+  return 0;
+}
 
 export const demoCommand: CommandFactory = (setExit) =>
   new Command('demo')
     .description('the main job on an embedded default: two engines (the candidate with a fault), the proxy in front, live traffic, verdicts and alerts')
-    .option('--fault <fault>', `candidate fault: ${SIM_DEMO_FAULTS.join(', ')}`, 'state-shift')
-    .option('--duration <seconds>', 'stop after this many seconds (default: until Ctrl-C)')
+    .option('--fault <fault>', 'candidate fault (see below)', DEFAULT_LLAMA_FAULT)
+    .option('--engine <engine>', `which engines: ${DEMO_ENGINES.join(', ')}`, 'auto')
+    .option('--duration <seconds>', 'seconds of traffic, then exit 0 (default: until Ctrl-C)')
     .option('--rate <rps>', 'client requests per second', '4')
     .option('--port <n>', 'proxy port (0: any free port)', '8080')
     .option('--admin-port <n>', 'admin port for /metrics (0: any free port)', '9464')
-    .action(async (opts: { fault: string; duration?: string; rate: string; port: string; adminPort: string }) => {
-      if (!(SIM_DEMO_FAULTS as readonly string[]).includes(opts.fault)) {
-        throw new UsageError(`--fault: expected one of ${SIM_DEMO_FAULTS.join(', ')}, got '${opts.fault}'`);
+    .option('--seed <n>', 'llama.cpp: seed of the generated model', '1')
+    .addHelpText('after', HELP)
+    .action(async (opts: DemoCliOptions, cmd: Command) => {
+      const startedAt = Date.now();
+      if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine)) throw new UsageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
+      const choice = opts.engine as DemoEngineChoice;
+      let plan: DemoFaultPlan;
+      try {
+        plan = planFault(opts.fault);
+      } catch (err) {
+        if (err instanceof UnknownDemoFaultError) throw new UsageError(`--fault: ${err.message}`);
+        throw err;
       }
-      const fault = opts.fault as SimDemoFault;
       const duration = opts.duration === undefined ? undefined : parseNumberOption('--duration', opts.duration, { min: 1 });
       const rate = parseNumberOption('--rate', opts.rate, { min: 0.1, max: 1000 });
-      const port = parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true });
-      const adminPort = parseNumberOption('--admin-port', opts.adminPort, { min: 0, max: 65535, integer: true });
+      const seed = parseNumberOption('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true });
       const ac = new AbortController();
+      // Piped into \`head\`: when the reader goes away, stop the demo (and its engines) quietly.
+      let stdoutOpen = true;
+      const onStdoutError = (err: NodeJS.ErrnoException): void => {
+        if (err.code !== 'EPIPE') throw err;
+        stdoutOpen = false;
+        ac.abort();
+      };
+      process.stdout.on('error', onStdoutError);
+      const out = (line: string): void => {
+        if (stdoutOpen) process.stdout.write(`${line}\n`);
+      };
+      const port = await pickPort(cmd, 'port', '--port', parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true }), out);
+      const adminPort = await pickPort(cmd, 'adminPort', '--admin-port', parseNumberOption('--admin-port', opts.adminPort, { min: 0, max: 65535, integer: true }), out);
       const onSignal = () => ac.abort();
       process.once('SIGINT', onSignal);
       process.once('SIGTERM', onSignal);
@@ -30,14 +90,18 @@ export const demoCommand: CommandFactory = (setExit) =>
           rate,
           port,
           adminPort,
-          faultLabel: fault === 'none' ? 'no fault' : `fault: ${fault}`,
-          engines: () => startSimEngines(fault),
+          startedAt,
+          engines: () => chooseEngines({ choice, plan, seed, notice: out }),
           signal: ac.signal,
-          out: (line) => process.stdout.write(`${line}\n`),
+          out,
         });
+      } catch (err) {
+        if (err instanceof EngineStartError) throw new UsageError(`--engine ${choice}: llama.cpp engines unavailable (${err.reason})`, 1);
+        throw err;
       } finally {
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);
+        process.stdout.off('error', onStdoutError);
       }
       setExit(0);
     });

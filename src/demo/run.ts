@@ -3,71 +3,42 @@ import { createLogger } from '../log/logger.js';
 import { createRuntime } from '../server.js';
 import type { AlertTransition } from '../core/detector.js';
 import type { MirroredPair } from '../mirror/types.js';
-import { startEngineServer, type EngineServerHandle } from '../engine/openai-server.js';
-import { createSimModel, type SimOptions } from '../engine/sim/model.js';
+import type { DemoEngines } from './engines.js';
 import { runTraffic } from './traffic.js';
 
-/** The candidate faults the simulated demo offers. */
-export const SIM_DEMO_FAULTS = ['state-shift', 'none', 'noise', 'local', 'tokenizer'] as const;
-export type SimDemoFault = (typeof SIM_DEMO_FAULTS)[number];
+export { SIM_DEMO_FAULTS, type SimDemoFault } from './faults.js';
+export { startSimEngines, simFaultOptions, type DemoEngines } from './engines.js';
 
-/** The candidate's knobs for each demo fault (the baseline is the same model, clean). */
-export function simFaultOptions(fault: SimDemoFault): SimOptions {
-  switch (fault) {
-    case 'state-shift':
-      // A corrupted prefill state: every decode step moves by ~0.2–0.5 nats.
-      return { stateShift: 0.6 };
-    case 'noise':
-      // Float noise between two implementations: ~1e-3 nats.
-      return { noise: 0.001 };
-    case 'local':
-      return { localShift: 1.5, localShiftRate: 0.1 };
-    case 'tokenizer':
-      return { tokenizerSplit: true };
-    case 'none':
-      return {};
-  }
-}
-
-export interface DemoEngines {
-  /** What runs the engines, for the banner. */
-  kind: string;
-  candidateUrl: string;
-  baselineUrl: string;
-  close(): Promise<void>;
-}
-
+/** Options of {@link runDemo}. */
 export interface DemoOptions {
-  /** Seconds to run; undefined runs until the signal. */
+  /** Seconds of traffic; undefined runs until the signal. */
   duration?: number;
   /** Requests per second of the traffic generator. */
   rate: number;
   port: number;
   adminPort: number;
-  /** Starts the two engines (simulated by default). */
+  /** Starts the two engines; the demo closes them however it ends. */
   engines: () => Promise<DemoEngines>;
-  /** Describes the fault on the banner. */
-  faultLabel: string;
   /** Stops the demo early (Ctrl-C). */
   signal: AbortSignal;
   /** Where the live lines go. */
   out: (line: string) => void;
   /** Alert thresholds tuned so the demo shows a verdict within a minute. */
   alert?: { window: number; minRequests: number; forSeconds: number };
+  /** When the demo started (ms since the epoch), for the times on the alert lines. Default: now. */
+  startedAt?: number;
 }
 
-/** Starts two simulated engines in this process: a clean baseline and a candidate with the fault. */
-export async function startSimEngines(fault: SimDemoFault, seed = 7): Promise<DemoEngines> {
-  const baseline: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-baseline' }), concurrency: 0 });
-  const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault) }), concurrency: 0 });
-  return {
-    kind: 'simulated engines (seeded toy language model)',
-    candidateUrl: candidate.url,
-    baselineUrl: baseline.url,
-    close: async () => {
-      await Promise.all([candidate.close(), baseline.close()]);
-    },
-  };
+/** What the demo saw, for the exit code and the tests. */
+export interface DemoSummary {
+  /** Which engines ran. */
+  engine: 'llama' | 'sim';
+  mirrored: number;
+  verdicts: Record<string, number>;
+  alerts: AlertTransition[];
+  /** Seconds from the start to each alert's first firing (engine start-up included). */
+  firstFiring: Partial<Record<AlertTransition['alert'], number>>;
+  sent: number;
 }
 
 function fmt(v: number | null | undefined, digits = 3): string {
@@ -82,54 +53,60 @@ export function pairLine(n: number, pair: MirroredPair): string {
   return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${a.verdict.padEnd(18)} aligned ${String(a.aligned).padStart(3)}  comparable ${String(a.comparable).padStart(3)}  maxShift ${fmt(a.maxShift)}  ${flip}`;
 }
 
+function alertLine(t: AlertTransition, mirrored: number, secs: number): string {
+  const e = t.evidence;
+  const what = t.alert === 'LogprobGlobalShift' ? 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise' : 'a sustained shift above the noise floor';
+  return `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert} after ${mirrored} mirrored requests (${secs.toFixed(1)} s since start): pooled share ${e.pooledShare.toFixed(2)}, median shift ${fmt(e.medianShift)} nats, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`;
+}
+
 /**
  * The main job on an embedded default: two engines, the proxy in front at sampleRate 1, a
  * traffic generator, a live line per mirrored request, the moment each alert fires, and
- * /metrics to look at. Returns a summary for the exit code and the tests.
+ * /metrics to look at. The engines are closed however it ends.
  */
-export async function runDemo(options: DemoOptions): Promise<{ mirrored: number; verdicts: Record<string, number>; alerts: AlertTransition[]; sent: number }> {
+export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const out = options.out;
+  const started = options.startedAt ?? Date.now();
   const engines = await options.engines();
   const verdicts: Record<string, number> = {};
   const alerts: AlertTransition[] = [];
+  const firstFiring: DemoSummary['firstFiring'] = {};
   let mirrored = 0;
-  const alertCfg = options.alert ?? { window: 20, minRequests: 10, forSeconds: 5 };
-  const config = buildConfig({
-    listen: { host: '127.0.0.1', port: options.port },
-    admin: { host: '127.0.0.1', port: options.adminPort },
-    candidate: { url: engines.candidateUrl },
-    baseline: { url: engines.baselineUrl },
-    mirror: { sampleRate: 1, concurrency: 2, queueSize: 64 },
-    alert: { ...alertCfg, cusum: { k: 0.5, h: 5 } },
-    capture: { enabled: false },
-    log: { level: 'error' },
-  });
-  const started = Date.now();
-  const runtime = createRuntime(config, {
-    logger: createLogger({ level: 'error', destination: process.stderr as unknown as NodeJS.WritableStream & { write: (s: string) => boolean } }),
-    listeners: {
-      onPair(pair) {
-        mirrored++;
-        const key = pair.analysis?.verdict ?? pair.outcome;
-        verdicts[key] = (verdicts[key] ?? 0) + 1;
-        out(pairLine(mirrored, pair));
-      },
-      onAlert(t) {
-        alerts.push(t);
-        const secs = ((Date.now() - started) / 1000).toFixed(1);
-        const e = t.evidence;
-        const what = t.alert === 'LogprobGlobalShift' ? 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise' : 'a sustained shift above the noise floor';
-        out(
-          `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert} after ${mirrored} mirrored requests (${secs} s): pooled share ${e.pooledShare.toFixed(2)}, median shift ${fmt(e.medianShift)} nats, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`,
-        );
-      },
-    },
-  });
   let sent = 0;
+  const alertCfg = options.alert ?? { window: 20, minRequests: 10, forSeconds: 5 };
+  let runtime: ReturnType<typeof createRuntime> | undefined;
   try {
+    const config = buildConfig({
+      listen: { host: '127.0.0.1', port: options.port },
+      admin: { host: '127.0.0.1', port: options.adminPort },
+      candidate: { url: engines.candidateUrl },
+      baseline: { url: engines.baselineUrl },
+      mirror: { sampleRate: 1, concurrency: engines.mirrorConcurrency, queueSize: 64, maxTokens: engines.maxTokens },
+      alert: { ...alertCfg, cusum: { k: 0.5, h: 5 } },
+      capture: { enabled: false },
+      log: { level: 'error' },
+    });
+    runtime = createRuntime(config, {
+      logger: createLogger({ level: 'error', destination: process.stderr as unknown as NodeJS.WritableStream & { write: (s: string) => boolean } }),
+      listeners: {
+        onPair(pair) {
+          mirrored++;
+          const key = pair.analysis?.verdict ?? pair.outcome;
+          verdicts[key] = (verdicts[key] ?? 0) + 1;
+          out(pairLine(mirrored, pair));
+        },
+        onAlert(t) {
+          alerts.push(t);
+          const secs = (Date.now() - started) / 1000;
+          if (t.to === 'firing') firstFiring[t.alert] ??= secs;
+          // The mirror reports a transition before the pair that caused it: print after that pair.
+          queueMicrotask(() => out(alertLine(t, mirrored, secs)));
+        },
+      },
+    });
     const { proxyUrl, adminUrl } = await runtime.listen();
     out(`logprobe demo — ${engines.kind}`);
-    out(`  candidate ${engines.candidateUrl}  (${options.faultLabel})`);
+    out(`  candidate ${engines.candidateUrl}  (${engines.candidateLabel})`);
     out(`  baseline  ${engines.baselineUrl}  (clean)`);
     out(`  proxy     ${proxyUrl}   (every request mirrored: sampleRate 1)`);
     out(`  metrics   ${adminUrl}/metrics`);
@@ -138,26 +115,32 @@ export async function runDemo(options: DemoOptions): Promise<{ mirrored: number;
     out('');
     const stop = new AbortController();
     const onAbort = () => stop.abort();
+    if (options.signal.aborted) stop.abort();
     options.signal.addEventListener('abort', onAbort, { once: true });
     const timer = options.duration ? setTimeout(() => stop.abort(), options.duration * 1000) : undefined;
     let answered = 0;
+    const live = runtime;
     const progress = setInterval(() => {
-      const st = runtime.mirror?.detectorState;
+      const st = live.mirror?.detectorState;
       const mix = Object.entries(verdicts)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ');
       out(`… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${mirrored} mirrored [${mix}]; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`);
     }, 5000);
-    sent = await runTraffic({ proxyUrl, rate: options.rate, signal: stop.signal, onResponse: () => answered++ });
-    clearInterval(progress);
-    if (timer) clearTimeout(timer);
-    options.signal.removeEventListener('abort', onAbort);
+    try {
+      sent = await runTraffic({ proxyUrl, rate: options.rate, maxTokens: engines.maxTokens, signal: stop.signal, onResponse: () => answered++ });
+    } finally {
+      clearInterval(progress);
+      if (timer) clearTimeout(timer);
+      options.signal.removeEventListener('abort', onAbort);
+    }
     await runtime.mirror?.idle();
   } finally {
-    await runtime.close();
+    await runtime?.close();
     await engines.close();
   }
   out('');
-  out(`done: ${sent} client requests, ${mirrored} mirrored; verdicts ${JSON.stringify(verdicts)}; alerts ${alerts.map((a) => `${a.alert} ${a.to}`).join(', ') || 'none'}`);
-  return { mirrored, verdicts, alerts, sent };
+  const which = engines.engine === 'llama' ? 'llama.cpp engines' : 'simulated engines';
+  out(`done (${which}): ${sent} client requests, ${mirrored} mirrored; verdicts ${JSON.stringify(verdicts)}; alerts ${alerts.map((a) => `${a.alert} ${a.to}`).join(', ') || 'none'}`);
+  return { engine: engines.engine, mirrored, verdicts, alerts, firstFiring, sent };
 }

@@ -1,7 +1,7 @@
 import { request } from 'undici';
 
-/** A few prompts in the shape real clients send: chat and completions, streaming and not. */
-const PROMPTS = [
+/** A few prompts in the shape real clients send (any text suits the byte-level llama.cpp model too). */
+export const DEMO_PROMPTS: readonly string[] = [
   'Explain why the sky is blue in two sentences.',
   'Write a haiku about a server that never sleeps.',
   'The capital of France is',
@@ -24,6 +24,8 @@ export interface TrafficOptions {
   signal: AbortSignal;
   maxRequests?: number;
   model?: string;
+  /** `max_tokens` of each request. Default 48. */
+  maxTokens?: number;
   onResponse?: (info: { index: number; status: number; stream: boolean; route: string; error?: string }) => void;
 }
 
@@ -35,15 +37,16 @@ export async function runTraffic(options: TrafficOptions): Promise<number> {
   let sent = 0;
   const inflight = new Set<Promise<void>>();
   const interval = 1000 / options.rate;
+  const maxTokens = options.maxTokens ?? 48;
   while (!options.signal.aborted && (options.maxRequests === undefined || sent < options.maxRequests)) {
     const index = sent++;
-    const prompt = PROMPTS[index % PROMPTS.length] as string;
+    const prompt = DEMO_PROMPTS[index % DEMO_PROMPTS.length] as string;
     const chat = index % 2 === 0;
     const stream = index % 3 === 0;
     const route = chat ? '/v1/chat/completions' : '/v1/completions';
     const body = chat
-      ? { model: options.model ?? 'demo', messages: [{ role: 'user', content: prompt }], temperature: 0.8, top_p: 0.95, max_tokens: 48, stream }
-      : { model: options.model ?? 'demo', prompt, temperature: 0.7, max_tokens: 48, stream };
+      ? { model: options.model ?? 'demo', messages: [{ role: 'user', content: prompt }], temperature: 0.8, top_p: 0.95, max_tokens: maxTokens, stream }
+      : { model: options.model ?? 'demo', prompt, temperature: 0.7, max_tokens: maxTokens, stream };
     const p = (async () => {
       try {
         const res = await request(options.proxyUrl + route, {
@@ -60,11 +63,15 @@ export async function runTraffic(options: TrafficOptions): Promise<number> {
     inflight.add(p);
     void p.finally(() => inflight.delete(p));
     await new Promise<void>((resolve) => {
-      const t = setTimeout(resolve, interval);
-      options.signal.addEventListener('abort', () => {
+      const onAbort = (): void => {
         clearTimeout(t);
         resolve();
-      }, { once: true });
+      };
+      const t = setTimeout(() => {
+        options.signal.removeEventListener('abort', onAbort);
+        resolve();
+      }, interval);
+      options.signal.addEventListener('abort', onAbort, { once: true });
     });
   }
   await Promise.all(inflight);
