@@ -1,0 +1,99 @@
+/**
+ * A subtle bug on real llama.cpp numerics: layer 0's FFN down weights × (1 + 1% noise), which
+ * moves logprobs by ~0.03 (median) to ~0.1 — about as much as a q8_0 K cache, a few times the
+ * implementation noise (flash attention, f16 weights: ≤ 0.02). What holds on this model:
+ * - it is never `identical`;
+ * - at the default floor (0.1) it hides in `noise` verdicts, and the window never fires;
+ * - with `noiseFloor: auto` (calibration on; repeats on a deterministic CPU engine are bitwise
+ *   equal, so the floor is `calibration.minFloor` 0.04, twice the implementation noise) the pairs
+ *   are `local_shift` and LogprobSustainedShift (CUSUM) fires within a few requests, while the
+ *   pooled window stays below its threshold — and f16 weights stay quiet at that same floor.
+ * Engines are `logprobe engine --llama` processes (threads 1). Needs the built CLI.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { request } from 'undici';
+import type { ConfigInput } from '../src/config/schema.js';
+import { spawnLlamaEngine, type LlamaEngineProcess } from '../src/demo/engine-process.js';
+import { startLogprobe } from './helpers/logprobe.js';
+import { metricValue } from './helpers/sim.js';
+
+const skip =
+  (process.platform === 'linux' && process.arch === 'x64') || process.env['CI']
+    ? false
+    : `llama.cpp engines run on x64 Linux here (this is ${process.platform}-${process.arch}); set CI=1 to run them anyway`;
+
+const PROMPTS = ['The quick brown fox', 'Once upon a time, in a small village by the sea,', 'def fibonacci(n):', 'Why do floating point sums depend on the order of addition?', 'Artificial intelligence is', 'The capital of France is'];
+const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'] as const;
+const CALIBRATED: ConfigInput = { analysis: { noiseFloor: 'auto' }, calibration: { rate: 1, margin: 3, minSamples: 5, minFloor: 0.04 } };
+
+async function mirrorThrough(baseline: LlamaEngineProcess, fault: string, n: number, analysis: ConfigInput): Promise<{ verdicts: Record<string, number>; metrics: string; sustainedFiredAt: number | null }> {
+  const candidate = await spawnLlamaEngine({ seed: 1, fault });
+  try {
+    const lp = await startLogprobe({
+      ...analysis,
+      candidate: { url: candidate.url },
+      baseline: { url: baseline.url },
+      mirror: { sampleRate: 1, concurrency: 1, maxTokens: 24 },
+      alert: { window: 20, minRequests: 10, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } },
+    });
+    try {
+      let sustainedFiredAt: number | null = null;
+      for (let i = 0; i < n; i++) {
+        const prompt = `${PROMPTS[i % PROMPTS.length]} ${i}`;
+        const chat = i % 2 === 1;
+        const res = await request(`${lp.proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(chat ? { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: 24 } : { model: 'm', prompt, max_tokens: 24 }),
+        });
+        assert.equal(res.statusCode, 200);
+        await res.body.dump();
+        await lp.runtime.mirror!.idle();
+        if (sustainedFiredAt === null && lp.runtime.mirror!.detectorState.sustained.phase === 'firing') sustainedFiredAt = i + 1;
+      }
+      const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
+      const verdicts = Object.fromEntries(VERDICTS.map((v) => [v, metricValue(metrics, 'logprobe_verdicts_total', { verdict: v }) ?? 0]).filter(([, c]) => c !== 0));
+      return { verdicts, metrics, sustainedFiredAt };
+    } finally {
+      await lp.close();
+    }
+  } finally {
+    await candidate.stop();
+  }
+}
+
+describe('1% weight noise on llama.cpp: never identical; needs a calibrated floor', { skip }, () => {
+  let baseline: LlamaEngineProcess;
+  before(async () => {
+    baseline = await spawnLlamaEngine({ seed: 1 });
+  });
+  after(() => baseline?.stop());
+
+  test('at the default floor 0.1 it is never identical but mostly noise, and LogprobGlobalShift stays quiet', async () => {
+    const { verdicts, metrics } = await mirrorThrough(baseline, 'weight-noise:0.01', 20, { analysis: { noiseFloor: 0.1 } });
+    assert.equal(verdicts['identical'], undefined, JSON.stringify(verdicts));
+    assert.ok((verdicts['noise'] ?? 0) >= 15, `mostly noise at 0.1: ${JSON.stringify(verdicts)}`);
+    assert.equal(metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 0);
+  });
+
+  test('with a calibrated floor (auto → minFloor 0.04) it is reported as local shifts and caught by CUSUM, not by the window', async () => {
+    const { verdicts, metrics, sustainedFiredAt } = await mirrorThrough(baseline, 'weight-noise:0.01', 20, CALIBRATED);
+    assert.equal(metricValue(metrics, 'logprobe_noise_floor_observed_nats', { backend: 'candidate' }), 0, 'repeats on one engine are bitwise equal');
+    assert.equal(metricValue(metrics, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' }), 0);
+    assert.equal(metricValue(metrics, 'logprobe_noise_floor_nats'), 0.04, 'so the floor in force is minFloor');
+    assert.equal(verdicts['identical'], undefined, JSON.stringify(verdicts));
+    assert.ok((verdicts['local_shift'] ?? 0) >= 15, `mostly local shifts: ${JSON.stringify(verdicts)}`);
+    assert.ok(sustainedFiredAt !== null && sustainedFiredAt <= 10, `LogprobSustainedShift fired at request ${sustainedFiredAt}`);
+    assert.equal(metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobSustainedShift' }), 1);
+    assert.equal(metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 0);
+    assert.ok((metricValue(metrics, 'logprobe_window_global_shift_ratio') ?? 1) < 0.5, 'the pooled share stays below fireFraction');
+  });
+
+  test('the same calibrated floor keeps f16 weights (implementation noise) quiet: noise verdicts, no alert', async () => {
+    const { verdicts, metrics } = await mirrorThrough(baseline, 'weights:f16', 20, CALIBRATED);
+    assert.deepEqual(verdicts, { noise: 20 });
+    assert.equal(metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobSustainedShift' }), 0);
+    assert.equal(metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 0);
+  });
+});
