@@ -1,0 +1,155 @@
+import { createReadStream } from 'node:fs';
+import { open } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import { createGunzip } from 'node:zlib';
+import { CAPTURE_VERSION, type CaptureRecord } from './record.js';
+
+/** One line of a JSONL file: its parsed value, or why it could not be used (`file:line: error`). */
+export type LineItem = { file: string; line: number; value: unknown; error?: undefined } | { file: string; line: number; error: string; value?: undefined };
+
+/** A file that cannot be read at all: a usage error for the CLI (`logprobe: FILE: reason`). */
+export class UnreadableFileError extends Error {
+  constructor(
+    readonly file: string,
+    readonly reason: string,
+  ) {
+    super(`${file}: ${reason}`);
+    this.name = 'UnreadableFileError';
+  }
+}
+
+/** Longest line kept in memory; a longer one is skipped and reported (a corrupt file without newlines must not exhaust memory). */
+export const MAX_LINE_BYTES = 256 * 1024 * 1024;
+
+function describe(err: unknown): string {
+  const code = (err as { code?: string }).code;
+  if (code === 'ENOENT') return 'no such file';
+  if (code === 'EACCES' || code === 'EPERM') return 'permission denied';
+  if (code === 'EISDIR') return 'is a directory';
+  return (err as Error).message ?? 'cannot read';
+}
+
+/** Checks that `file` can be opened and says whether it is gzip (magic bytes 1f 8b); throws {@link UnreadableFileError}. */
+export async function probeFile(file: string): Promise<{ gzip: boolean; size: number }> {
+  let handle;
+  try {
+    handle = await open(file, 'r');
+  } catch (err) {
+    throw new UnreadableFileError(file, describe(err));
+  }
+  try {
+    const st = await handle.stat();
+    if (st.isDirectory()) throw new UnreadableFileError(file, 'is a directory');
+    const head = Buffer.alloc(2);
+    const { bytesRead } = await handle.read(head, 0, 2, 0);
+    return { gzip: bytesRead === 2 && head[0] === 0x1f && head[1] === 0x8b, size: st.size };
+  } catch (err) {
+    throw err instanceof UnreadableFileError ? err : new UnreadableFileError(file, describe(err));
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * Streams the lines of a JSONL file, plain or gzip, in constant memory (one line at a time).
+ * Blank lines are skipped. A line that is not JSON is an error item; an unterminated last line
+ * that is not JSON is `truncated record (incomplete JSON)` (a crash mid-write), and a gzip stream
+ * cut short is reported once, after the lines it held. `onBytes` gets the file bytes consumed
+ * (compressed bytes for gzip), for progress.
+ */
+export async function* readJsonLines(file: string, options: { onBytes?: (n: number) => void; maxLineBytes?: number } = {}): AsyncGenerator<LineItem> {
+  const { gzip } = await probeFile(file);
+  const maxLine = options.maxLineBytes ?? MAX_LINE_BYTES;
+  const raw = createReadStream(file, { highWaterMark: 256 * 1024 });
+  if (options.onBytes) raw.on('data', (c) => options.onBytes!((c as Buffer).length));
+  let source: Readable = raw;
+  if (gzip) {
+    const gunzip = createGunzip();
+    raw.on('error', (err) => gunzip.destroy(err));
+    source = raw.pipe(gunzip);
+  }
+  let parts: Buffer[] = [];
+  let size = 0;
+  let overlong = false;
+  let lineNo = 0;
+
+  const finish = (complete: boolean): LineItem | null => {
+    lineNo++;
+    const bytes = parts.length === 1 ? parts[0]! : Buffer.concat(parts, size);
+    const wasOverlong = overlong;
+    parts = [];
+    size = 0;
+    overlong = false;
+    if (wasOverlong) return { file, line: lineNo, error: `line longer than ${Math.round(maxLine / 1024 / 1024)} MB, skipped` };
+    const text = bytes.toString('utf8').replace(/\r$/, '');
+    if (text.trim() === '') return null;
+    try {
+      return { file, line: lineNo, value: JSON.parse(text) as unknown };
+    } catch (err) {
+      if (!complete) return { file, line: lineNo, error: 'truncated record (incomplete JSON)' };
+      return { file, line: lineNo, error: `invalid JSON (${(err as Error).message.split('\n')[0]})` };
+    }
+  };
+
+  try {
+    for await (const chunk of source as AsyncIterable<Buffer>) {
+      let start = 0;
+      for (;;) {
+        const nl = chunk.indexOf(10, start);
+        const end = nl < 0 ? chunk.length : nl;
+        if (end > start && !overlong) {
+          if (size + (end - start) > maxLine) {
+            overlong = true;
+            parts = [];
+            size = 0;
+          } else {
+            parts.push(chunk.subarray(start, end));
+            size += end - start;
+          }
+        }
+        if (nl < 0) break;
+        const item = finish(true);
+        if (item) yield item;
+        start = nl + 1;
+      }
+    }
+  } catch (err) {
+    if (size > 0 || overlong) {
+      const item = finish(false);
+      if (item) yield item;
+    }
+    const code = (err as { code?: string }).code;
+    const what = gzip && (code === 'Z_BUF_ERROR' || code === 'Z_DATA_ERROR') ? `gzip stream cut short or corrupt (${(err as Error).message})` : `read failed (${describe(err)})`;
+    yield { file, line: lineNo + 1, error: what };
+    return;
+  } finally {
+    raw.destroy();
+    if (source !== raw) source.destroy();
+  }
+  if (size > 0 || overlong) {
+    const item = finish(false);
+    if (item) yield item;
+  }
+}
+
+/** Why a parsed line is not a version-1 capture record, or null when it is one. */
+export function captureRecordError(value: unknown): string | null {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return 'not a capture record (not an object)';
+  const r = value as Record<string, unknown>;
+  if (r.v === undefined) return 'not a capture record (no "v" field)';
+  if (r.v !== CAPTURE_VERSION) return `unsupported capture version ${JSON.stringify(r.v)} (this logprobe reads ${CAPTURE_VERSION})`;
+  if (typeof r.route !== 'string') return 'not a capture record (no "route")';
+  for (const side of ['candidate', 'baseline'] as const) {
+    const s = r[side] as Record<string, unknown> | null | undefined;
+    if (s === null || typeof s !== 'object' || Array.isArray(s)) return `not a capture record (no "${side}")`;
+    if (typeof s.status !== 'number') return `not a capture record (no "${side}.status")`;
+    if (!('body' in s)) return `not a capture record (no "${side}.body")`;
+  }
+  if (r.request === null || typeof r.request !== 'object' || Array.isArray(r.request)) return 'not a capture record (no "request")';
+  return null;
+}
+
+/** Narrows a parsed line to a capture record (after {@link captureRecordError} returned null). */
+export function asCaptureRecord(value: unknown): CaptureRecord {
+  return value as CaptureRecord;
+}

@@ -1,0 +1,120 @@
+import type { Comparison, Thresholds } from '../core/index.js';
+import type { BackendResult } from '../mirror/dispatch.js';
+import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
+import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, scrub, secretValues } from './redact.js';
+
+/** The capture format's version; `analyze` and `replay` refuse any other. */
+export const CAPTURE_VERSION = 1;
+
+/** What one backend answered, as captured: the raw body (so `analyze` can re-run the comparison) and engine metadata. */
+export interface CaptureSide {
+  status: number;
+  latencyMs: number;
+  /** The body as received: parsed JSON, or the text when it was not JSON, or null without a response. */
+  body: unknown;
+  /** A transport failure (refused, timeout, reset); absent when a response arrived. */
+  error?: string;
+  /** `model` of the response body, when it names one. */
+  model?: string;
+  /** `system_fingerprint` of the response body, when present. */
+  system_fingerprint?: string;
+  /** Response headers that identify the server (`server`, `x-*-version`, …). */
+  serverHeaders?: Record<string, string>;
+}
+
+/** The online comparison without its `positions[]` (they are recomputed from the bodies), plus the thresholds it used. */
+export type CapturedAnalysis = Omit<Comparison, 'positions'> & {
+  /** The noise floor in force for this pair (the calibrated one under `noiseFloor: auto`). */
+  noiseFloor: number;
+  /** Every threshold the online comparison used, so `analyze` reproduces it exactly. */
+  thresholds: Thresholds;
+};
+
+/** One mirrored pair, one JSONL line (design.md, "Capture record"). */
+export interface CaptureRecord {
+  v: typeof CAPTURE_VERSION;
+  id: string;
+  ts: string;
+  route: string;
+  /** How the mirror classified the pair (`logprobe_mirror_total`'s outcome). */
+  outcome: MirrorOutcome;
+  /** The mirrored body as sent to both backends (prompts hashed when `promptsHashed`). */
+  request: Record<string, unknown>;
+  /** True when `capture.includePrompts: false` replaced prompts by their SHA-256: such a record cannot be replayed. */
+  promptsHashed?: true;
+  /** The client's harmless headers ({@link HARMLESS_HEADERS}); never credentials. */
+  clientHeaders?: Record<string, string>;
+  candidate: CaptureSide;
+  baseline: CaptureSide;
+  /** The online comparison, or null when the pair was not compared (an error or an unparseable body). */
+  analysis: CapturedAnalysis | null;
+}
+
+/** How records are built: what to hash, what to scrub, which thresholds were in force. */
+export interface RecordOptions {
+  includePrompts: boolean;
+  /** `analysis.*` in force (the pair's own noise floor replaces `noiseFloor`). */
+  thresholds: Omit<Thresholds, 'noiseFloor'>;
+  /** Configured secrets to scrub wherever they appear (`baseline.apiKey`). */
+  secrets?: ReadonlyArray<string | null | undefined>;
+  /** Extra field names to redact (`log.redact`). */
+  redactFields?: readonly string[];
+}
+
+function side(r: BackendResult, includePrompts: boolean): CaptureSide {
+  const out: CaptureSide = { status: r.status, latencyMs: Math.round(r.latencyMs * 10) / 10, body: includePrompts ? r.body : hashEchoedPrompts(r.body) };
+  if (r.error !== null) out.error = r.error;
+  if (r.body !== null && typeof r.body === 'object' && !Array.isArray(r.body)) {
+    const b = r.body as Record<string, unknown>;
+    if (typeof b.model === 'string') out.model = b.model;
+    if (typeof b.system_fingerprint === 'string') out.system_fingerprint = b.system_fingerprint;
+  }
+  if (Object.keys(r.serverHeaders).length > 0) out.serverHeaders = { ...r.serverHeaders };
+  return out;
+}
+
+function withoutPositions(c: Comparison): Omit<Comparison, 'positions'> {
+  const { positions: _positions, ...rest } = c;
+  return rest;
+}
+
+/**
+ * The capture record of a mirrored pair. Client headers are dropped except a harmless
+ * allow-list; every field named like a credential and every occurrence of a secret the client
+ * sent (or `baseline.apiKey`) is replaced by `[redacted]`; prompts are hashed unless
+ * `includePrompts`.
+ */
+export function buildRecord(pair: MirroredPair, options: RecordOptions): CaptureRecord {
+  const clientHeaders: Record<string, string> = {};
+  for (const name of HARMLESS_HEADERS) {
+    const v = pair.clientHeaders[name];
+    if (v !== undefined) clientHeaders[name] = Array.isArray(v) ? v.join(', ') : v;
+  }
+  const secrets = secretValues(pair.clientHeaders, options.secrets ?? []);
+  const byName = { extraFields: options.redactFields };
+  const request = scrub(options.includePrompts ? pair.request : hashPrompts(pair.request), secrets, byName) as Record<string, unknown>;
+  const analysis: CapturedAnalysis | null =
+    pair.analysis === null ? null : { ...withoutPositions(pair.analysis), noiseFloor: pair.noiseFloor, thresholds: { ...options.thresholds, noiseFloor: pair.noiseFloor } };
+  return {
+    v: CAPTURE_VERSION,
+    id: scrub(pair.id, secrets) as string,
+    ts: pair.ts,
+    route: pair.route,
+    outcome: pair.outcome,
+    request,
+    ...(options.includePrompts ? {} : { promptsHashed: true as const }),
+    ...(Object.keys(clientHeaders).length > 0 ? { clientHeaders: scrub(clientHeaders, secrets, byName) as Record<string, string> } : {}),
+    candidate: scrubSide(side(pair.candidate, options.includePrompts), secrets, byName),
+    baseline: scrubSide(side(pair.baseline, options.includePrompts), secrets, byName),
+    analysis: scrub(analysis, secrets, { byName: false }) as CapturedAnalysis | null,
+  };
+}
+
+/** Headers and the error text by name and value; the body by value only (see {@link scrub}). */
+function scrubSide(s: CaptureSide, secrets: readonly string[], byName: { extraFields?: readonly string[] }): CaptureSide {
+  const out: CaptureSide = { ...s, body: scrub(s.body, secrets, { byName: false }) };
+  if (s.error !== undefined) out.error = scrub(s.error, secrets) as string;
+  if (s.serverHeaders !== undefined) out.serverHeaders = scrub(s.serverHeaders, secrets, byName) as Record<string, string>;
+  for (const k of ['model', 'system_fingerprint'] as const) if (s[k] !== undefined) out[k] = scrub(s[k], secrets) as string;
+  return out;
+}

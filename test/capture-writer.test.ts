@@ -1,0 +1,188 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import { createLogger } from '../src/log/logger.js';
+import { Metrics } from '../src/metrics/registry.js';
+import { buildConfig } from '../src/config/load.js';
+import { CaptureWriter, type CaptureWriterOptions } from '../src/capture/writer.js';
+import { createCaptureWriter } from '../src/capture/sink.js';
+import { nodeCaptureFs, type CaptureFs } from '../src/capture/files.js';
+import { LogSink } from './helpers/logprobe.js';
+import { metricValue } from './helpers/sim.js';
+import { captureLines, makePair, tempDir } from './helpers/capture.js';
+
+const THRESHOLDS = { gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3 };
+
+function writer(dir: string, extra: Partial<CaptureWriterOptions> = {}): { w: CaptureWriter; logs: LogSink; errors: string[] } {
+  const logs = new LogSink();
+  const errors: string[] = [];
+  const w = new CaptureWriter({
+    dir,
+    maxFileBytes: 100 * 1024 * 1024,
+    gzip: false,
+    record: { includePrompts: true, thresholds: THRESHOLDS },
+    logger: createLogger({ level: 'info', destination: logs }),
+    onError: (reason) => errors.push(reason),
+    ...extra,
+  });
+  return { w, logs, errors };
+}
+
+function errno(code: string): NodeJS.ErrnoException {
+  return Object.assign(new Error(`${code}: simulated`), { code });
+}
+
+test('records are v1 JSONL lines with the raw bodies, engine metadata and the analysis without positions; files 0600, dir 0700', async (t) => {
+  const dir = join(tempDir(t), 'nested', 'captures');
+  const { w, errors } = writer(dir);
+  for (let i = 0; i < 5; i++) w.write(makePair(i, { shift: i === 4 ? 0.5 : 0 }));
+  await w.close();
+  assert.deepEqual(errors, []);
+  assert.equal(statSync(dir).mode & 0o777, 0o700);
+  const files = readdirSync(dir);
+  assert.equal(files.length, 1);
+  assert.match(files[0]!, /^capture-\d{4}-\d\d-\d\dT\d{6}\.\d{3}Z-\d+-1\.jsonl$/);
+  assert.equal(statSync(join(dir, files[0]!)).mode & 0o777, 0o600);
+  const records = captureLines(dir).map((l) => JSON.parse(l) as Record<string, any>);
+  assert.equal(records.length, 5);
+  const r = records[4]!;
+  assert.equal(r.v, 1);
+  assert.equal(r.id, 'req-4');
+  assert.equal(r.route, '/v1/chat/completions');
+  assert.equal(r.outcome, 'ok');
+  assert.equal(r.request.messages[0].content, 'question 4');
+  assert.equal(r.candidate.status, 200);
+  assert.equal(r.candidate.latencyMs, 12.3);
+  assert.equal(r.candidate.model, 'sim-model');
+  assert.equal(r.candidate.system_fingerprint, 'fp_test');
+  assert.deepEqual(r.candidate.serverHeaders, { server: 'sim/1.0' });
+  assert.deepEqual(r.baseline.body, makePair(4).baseline.body, 'the raw body, for analyze to re-run compare');
+  assert.equal(r.analysis.verdict, 'global_shift');
+  assert.equal(r.analysis.positions, undefined);
+  assert.equal(r.analysis.noiseFloor, 0.1);
+  assert.deepEqual(r.analysis.thresholds, { ...THRESHOLDS, noiseFloor: 0.1 });
+  assert.equal(r.clientHeaders['user-agent'], 'test/1');
+});
+
+test('files rotate before they would pass maxFileBytes; with gzip the rotated ones are compressed (0600, mtime kept), the current one stays plain', async (t) => {
+  const dir = tempDir(t);
+  const lineBytes = Buffer.byteLength(`${JSON.stringify((await import('../src/capture/record.js')).buildRecord(makePair(0), { includePrompts: true, thresholds: THRESHOLDS }))}\n`);
+  const { w, errors } = writer(dir, { maxFileBytes: lineBytes * 3 + 10, gzip: true, flushBytes: 1 });
+  for (let i = 0; i < 10; i++) {
+    w.write(makePair(i));
+    await w.flush();
+  }
+  await w.close();
+  assert.deepEqual(errors, []);
+  const files = readdirSync(dir).sort((a, b) => Number(/-(\d+)\.jsonl/.exec(a)![1]) - Number(/-(\d+)\.jsonl/.exec(b)![1]));
+  assert.deepEqual(
+    files.map((f) => f.replace(/^.*-(\d+\.jsonl(\.gz)?)$/, '$1')),
+    ['1.jsonl.gz', '2.jsonl.gz', '3.jsonl.gz', '4.jsonl'],
+  );
+  for (const f of files) {
+    const st = statSync(join(dir, f));
+    assert.equal(st.mode & 0o777, 0o600, f);
+    const text = (f.endsWith('.gz') ? gunzipSync(readFileSync(join(dir, f))) : readFileSync(join(dir, f))).toString();
+    assert.ok(Buffer.byteLength(text) <= lineBytes * 3 + 10, `${f} within the limit`);
+  }
+  const ids = captureLines(dir).map((l) => (JSON.parse(l) as { id: string }).id);
+  assert.deepEqual(ids.sort(), Array.from({ length: 10 }, (_, i) => `req-${i}`).sort(), 'no record lost or duplicated');
+  assert.ok(statSync(join(dir, files[0]!)).mtimeMs <= statSync(join(dir, files[3]!)).mtimeMs, 'a compressed file is never newer than the current one');
+});
+
+test('writes are buffered: nothing reaches the disk before the interval, everything does on close', async (t) => {
+  const dir = tempDir(t);
+  const { w } = writer(dir, { flushIntervalMs: 60_000 });
+  for (let i = 0; i < 20; i++) w.write(makePair(i));
+  await new Promise((r) => setTimeout(r, 50));
+  assert.deepEqual(readdirSync(dir).length === 0 ? [] : captureLines(dir), [], 'still buffered');
+  await w.close();
+  assert.equal(captureLines(dir).length, 20);
+});
+
+test('ENOSPC on write: the batch is dropped and counted, logged once per burst, the file abandoned; writing resumes in a new file', async (t) => {
+  const dir = tempDir(t);
+  let failWrites = 2;
+  const fs: CaptureFs = {
+    mkdir: nodeCaptureFs.mkdir,
+    async open(path, o) {
+      const f = await nodeCaptureFs.open(path, o);
+      return {
+        async write(data) {
+          if (failWrites > 0) {
+            failWrites--;
+            // A short write first: the partial line must stay the last line of its file.
+            await f.write(data.subarray(0, 10));
+            throw errno('ENOSPC');
+          }
+          await f.write(data);
+        },
+        close: () => f.close(),
+      };
+    },
+  };
+  const { w, logs, errors } = writer(dir, { fs, flushBytes: 1 });
+  for (let i = 0; i < 6; i++) {
+    assert.doesNotThrow(() => w.write(makePair(i)));
+    await w.flush();
+  }
+  await w.close();
+  assert.deepEqual(errors, ['ENOSPC', 'ENOSPC']);
+  assert.deepEqual(w.stats, { written: 4, dropped: 2 });
+  const failures = logs.lines.filter((l) => l.msg === 'capture write failed: records are dropped until it recovers');
+  assert.equal(failures.length, 1, 'one log line for the burst');
+  assert.equal(failures[0]!.reason, 'ENOSPC');
+  assert.ok(logs.lines.some((l) => l.msg === 'capture writes recovered'));
+  // Each failed file holds one partial line and nothing after it.
+  const files = readdirSync(dir).sort();
+  assert.equal(files.length, 3);
+  const complete = files.flatMap((f) => readFileSync(join(dir, f), 'utf8').split('\n').filter((l) => l !== '')).filter((l) => l.endsWith('}'));
+  assert.deepEqual(complete.map((l) => (JSON.parse(l) as { id: string }).id), ['req-2', 'req-3', 'req-4', 'req-5']);
+});
+
+test('EACCES on open and ENOTDIR from the real file system are counted in logprobe_capture_errors_total and never thrown', async (t) => {
+  const root = tempDir(t);
+  const metrics = new Metrics({ defaultMetrics: false });
+  const logs = new LogSink();
+  const logger = createLogger({ level: 'info', destination: logs });
+  const denied: CaptureFs = { mkdir: async () => {}, open: async () => Promise.reject(errno('EACCES')) };
+  const config = buildConfig({ capture: { dir: join(root, 'a') } });
+  const w1 = createCaptureWriter({ config, logger, metrics, fs: denied });
+  w1.write(makePair(1));
+  w1.write(makePair(2));
+  await w1.close();
+
+  writeFileSync(join(root, 'file'), 'not a directory');
+  const w2 = createCaptureWriter({ config: buildConfig({ capture: { dir: join(root, 'file', 'captures') } }), logger, metrics });
+  w2.write(makePair(3));
+  await w2.close();
+
+  const text = await metrics.registry.metrics();
+  assert.equal(metricValue(text, 'logprobe_capture_errors_total', { reason: 'EACCES' }), 1, 'one failed open');
+  assert.equal(metricValue(text, 'logprobe_capture_errors_total', { reason: 'write' }), 1, 'ENOTDIR is an other error');
+  assert.equal(metricValue(text, 'logprobe_capture_errors_total', { reason: 'ENOSPC' }), 0, 'series exist at zero');
+  assert.deepEqual(w1.stats, { written: 0, dropped: 2 });
+  assert.ok(!logs.text().includes('question'), 'logs never quote a record');
+});
+
+test('a disk slower than the mirror: past maxPendingBytes records are dropped as overflow, memory stays bounded', async (t) => {
+  const dir = tempDir(t);
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const slow: CaptureFs = {
+    mkdir: nodeCaptureFs.mkdir,
+    async open(path, o) {
+      const f = await nodeCaptureFs.open(path, o);
+      return { write: async (d) => { await gate; await f.write(d); }, close: () => f.close() };
+    },
+  };
+  const { w, errors } = writer(dir, { fs: slow, flushBytes: 1, maxPendingBytes: 20_000 });
+  for (let i = 0; i < 50; i++) w.write(makePair(i));
+  release();
+  await w.close();
+  assert.ok(errors.length > 0 && errors.every((e) => e === 'overflow'), `${errors.length} overflow`);
+  assert.equal(w.stats.written + w.stats.dropped, 50);
+  assert.equal(captureLines(dir).length, w.stats.written);
+});
