@@ -103,13 +103,14 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
       return;
     }
     if (this.keepBody || cl === undefined || Number(cl) <= READ_AHEAD_BYTES) {
-      readBody(this.req, this.ctx.limitBytes).then(
-        (buf) => {
-          if (this.keepBody) this.body = buf;
-          this.dispatch(buf);
-        },
-        (err: Error) => this.fail(err),
-      );
+      readBody(this.req, this.ctx.limitBytes, (err, buf) => {
+        if (err) {
+          this.fail(err);
+          return;
+        }
+        if (this.keepBody) this.body = buf;
+        this.dispatch(buf);
+      });
       return;
     }
     this.dispatch(this.req);

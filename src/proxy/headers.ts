@@ -21,18 +21,27 @@ const HOP_BY_HOP = new Set([
 /** Our own control header: decides mirroring for one request, never forwarded. */
 export const MIRROR_HEADER = 'x-logprobe-mirror';
 
-function connectionTokens(value: string | string[] | number | undefined): string[] {
-  if (typeof value !== 'string') return [];
-  return value
-    .toLowerCase()
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean);
+const NONE: ReadonlySet<string> = new Set();
+
+/**
+ * Field names listed in a `Connection` header. The usual values (absent, `keep-alive`, `close`)
+ * name no other field and take the fast path: no Set per request.
+ */
+function connectionTokens(value: string | string[] | number | undefined): ReadonlySet<string> {
+  if (typeof value !== 'string') return NONE;
+  const v = value.toLowerCase();
+  if (v === 'keep-alive' || v === 'close') return NONE;
+  return new Set(
+    v
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+  );
 }
 
 /** Request headers as they go upstream: hop-by-hop and our control header removed, Host set. */
 export function upstreamRequestHeaders(headers: IncomingHttpHeaders, upstreamHost: string): Record<string, string | string[]> {
-  const drop = new Set(connectionTokens(headers.connection));
+  const drop = connectionTokens(headers.connection);
   const out: Record<string, string | string[]> = {};
   for (const name in headers) {
     const value = headers[name];
@@ -45,7 +54,7 @@ export function upstreamRequestHeaders(headers: IncomingHttpHeaders, upstreamHos
 
 /** Response headers as they go to the client: hop-by-hop removed, everything else as is. */
 export function clientResponseHeaders(headers: Record<string, string | string[] | undefined>): OutgoingHttpHeaders {
-  const drop = new Set(connectionTokens(headers.connection));
+  const drop = connectionTokens(headers.connection);
   const out: OutgoingHttpHeaders = {};
   for (const name in headers) {
     const value = headers[name];
