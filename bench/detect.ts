@@ -8,6 +8,7 @@
  *
  *   npm run bench:detect -- [--requests 40] [--seed 1] [--max-tokens 32] [--faults 'a;b'] [--no-write]
  */
+import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -62,7 +63,7 @@ interface Row {
   c: Case;
   verdicts: Map<string, number>;
   shifts: number[];
-  flips: { ambiguous: number; gray: number; systematic: number; minGap: number };
+  flips: { ambiguous: number; gray: number; systematic: number; minGap: number; maxGap: number };
   firing: Partial<Record<AlertTransition['alert'], number>>;
   floorUsed: number;
   pairs: number;
@@ -80,7 +81,7 @@ function body(i: number): { path: string; json: Record<string, unknown> } {
 
 async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
   const candidate = await spawnLlamaEngine({ seed, fault: c.fault === 'none' ? null : c.fault });
-  const row: Row = { c, verdicts: new Map(), shifts: [], flips: { ambiguous: 0, gray: 0, systematic: 0, minGap: Infinity }, firing: {}, floorUsed: NaN, pairs: 0 };
+  const row: Row = { c, verdicts: new Map(), shifts: [], flips: { ambiguous: 0, gray: 0, systematic: 0, minGap: Infinity, maxGap: -Infinity }, firing: {}, floorUsed: NaN, pairs: 0 };
   const config = buildConfig({
     ...c.config,
     listen: { host: '127.0.0.1', port: 0 },
@@ -105,7 +106,10 @@ async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
         for (const p of a.positions) if (p.shift !== null) row.shifts.push(p.shift);
         if (a.flip) {
           row.flips[a.flip.class]++;
-          if (a.flip.gap !== null) row.flips.minGap = Math.min(row.flips.minGap, a.flip.gap);
+          if (a.flip.gap !== null) {
+            row.flips.minGap = Math.min(row.flips.minGap, a.flip.gap);
+            row.flips.maxGap = Math.max(row.flips.maxGap, a.flip.gap);
+          }
         }
       },
       onAlert(t) {
@@ -148,12 +152,16 @@ function line(r: Row): string {
     .join(', ');
   const f = r.flips;
   const flips = f.ambiguous + f.gray + f.systematic;
-  const flipText = flips === 0 ? '0' : `${flips}: ${f.ambiguous} amb · ${f.gray} gray · ${f.systematic} sys (min gap ${num(f.minGap)})`;
+  const flipText = flips === 0 ? '0' : `${flips}: ${f.ambiguous} amb · ${f.gray} gray · ${f.systematic} sys (gaps ${num(f.minGap)}–${num(f.maxGap)})`;
   const alert = (name: AlertTransition['alert']): string => (r.firing[name] === undefined ? 'none' : `#${r.firing[name]}`);
   const floor = r.c.floor.startsWith('auto') ? `auto → ${num(r.floorUsed)}` : r.c.floor;
   return `| ${r.c.fault === 'none' ? 'none (two clean processes)' : r.c.fault} | ${floor} | ${mix} | ${num(median(r.shifts))} | ${num(Math.max(...r.shifts, 0))} | ${flipText} | ${alert('LogprobGlobalShift')} | ${alert('LogprobSustainedShift')} |`;
 }
 
+if (!existsSync(fileURLToPath(new URL('../dist/cli/main.js', import.meta.url)))) {
+  console.error('bench:detect starts engines with the built CLI: run npm run build first');
+  process.exit(2);
+}
 const started = performance.now();
 const baseline = await spawnLlamaEngine({ seed });
 const rows: Row[] = [];
