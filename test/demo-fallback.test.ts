@@ -19,7 +19,7 @@ test('when llama.cpp engines cannot start, the demo says why in one line, runs t
   assert.match(notices[0] ?? '', /^llama\.cpp engines unavailable \(.*ENOTDIR.*\): falling back to simulated engines$/);
   assert.match(stdout, /^logprobe demo — simulated engines/m);
   assert.match(stdout, /\(fault: state-shift, for --fault zero-layer:1\)/);
-  assert.match(stdout, /^▲ ALERT FIRING {2}LogprobGlobalShift after \d+ mirrored requests/m);
+  assert.match(stdout, /^▲ ALERT FIRING {2}LogprobGlobalShift at mirrored request \d+/m);
   assert.match(stdout, /^done \(simulated engines\): /m);
 });
 

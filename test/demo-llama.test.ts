@@ -34,7 +34,7 @@ test('logprobe demo --duration runs two llama.cpp engine processes, shows Logpro
   assert.match(stdout, /^logprobe demo — llama\.cpp engines/m);
   assert.match(stdout, /^ {2}candidate http:\/\/127\.0\.0\.1:\d+ {2}\(fault: zero-layer:1\)$/m);
   assert.doesNotMatch(stdout, /falling back/);
-  const firing = /^▲ ALERT FIRING {2}LogprobGlobalShift after (\d+) mirrored requests \(([\d.]+) s since start\)/m.exec(stdout);
+  const firing = /^▲ ALERT FIRING {2}LogprobGlobalShift at mirrored request (\d+) \(([\d.]+) s since start\)/m.exec(stdout);
   assert.ok(firing, `LogprobGlobalShift fired:\n${stdout}`);
   assert.ok(Number(firing[1]) >= 10, 'not before the window holds minRequests (10)');
   assert.ok(Number(firing[2]) < 15, `within the run (${firing[2]} s)`);

@@ -56,7 +56,7 @@ export function pairLine(n: number, pair: MirroredPair): string {
 function alertLine(t: AlertTransition, mirrored: number, secs: number): string {
   const e = t.evidence;
   const what = t.alert === 'LogprobGlobalShift' ? 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise' : 'a sustained shift above the noise floor';
-  return `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert} after ${mirrored} mirrored requests (${secs.toFixed(1)} s since start): pooled share ${e.pooledShare.toFixed(2)}, median shift ${fmt(e.medianShift)} nats, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`;
+  return `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert} at mirrored request ${mirrored} (${secs.toFixed(1)} s since start): pooled share ${e.pooledShare.toFixed(2)}, median shift ${fmt(e.medianShift)} nats, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`;
 }
 
 /**
