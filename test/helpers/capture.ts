@@ -35,7 +35,8 @@ export function allText(dir: string): string {
     .join('\n');
 }
 
-function chatBody(tokens: Array<[string, number]>): Record<string, unknown> {
+/** A chat completion body with logprobs for the given tokens (top-2 per step). */
+export function chatBody(tokens: Array<[string, number]>): Record<string, unknown> {
   return {
     object: 'chat.completion',
     model: 'sim-model',

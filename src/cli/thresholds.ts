@@ -1,0 +1,88 @@
+import type { Command } from 'commander';
+import { loadConfig } from '../config/load.js';
+import type { Config } from '../config/schema.js';
+import { DEFAULT_THRESHOLDS, formatNats, type Thresholds } from '../core/index.js';
+import { UNCOMPARED, VERDICTS } from '../report/summary.js';
+import { parseNumberOption, UsageError } from './errors.js';
+
+/** The threshold flags `analyze` and `replay` share with `compare`. */
+export interface ThresholdFlags {
+  config?: string;
+  noiseFloor?: string;
+  gapAmbiguous?: string;
+  gapSystematic?: string;
+  globalFraction?: string;
+  minAligned?: string;
+}
+
+/** Adds `--config` and the threshold flags to a command. */
+export function thresholdOptions(cmd: Command): Command {
+  return cmd
+    .option('-c, --config <file>', 'take analysis.* (and for replay mirror.*, baseline.apiKey, timeouts) from a YAML config')
+    .option('--noise-floor <nats>', 'a position shift above this is not float noise')
+    .option('--gap-ambiguous <nats>', 'flips below this gap are near-ties')
+    .option('--gap-systematic <nats>', 'flips above this gap need a systematic shift')
+    .option('--global-fraction <share>', 'shifted share of comparable positions for a global shift')
+    .option('--min-aligned <n>', 'fewer comparable positions make an early shift');
+}
+
+/** The config named by `--config` (defaults and `LOGPROBE_*` otherwise). */
+export function configFrom(flags: ThresholdFlags): Config {
+  return loadConfig({ file: flags.config });
+}
+
+/**
+ * The thresholds that override a record's own: `--config`'s analysis.* when given (`auto` →
+ * calibration.minFloor), then each flag. Empty when neither is given.
+ */
+export function thresholdOverrides(flags: ThresholdFlags, config: Config | null): Partial<Thresholds> {
+  const t: Partial<Thresholds> = {};
+  if (config && flags.config) {
+    const a = config.analysis;
+    Object.assign(t, { noiseFloor: a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor, gapAmbiguous: a.gapAmbiguous, gapSystematic: a.gapSystematic, globalFraction: a.globalFraction, minAligned: a.minAligned });
+  }
+  if (flags.noiseFloor !== undefined) t.noiseFloor = parseNumberOption('--noise-floor', flags.noiseFloor, { min: 0 });
+  if (flags.gapAmbiguous !== undefined) t.gapAmbiguous = parseNumberOption('--gap-ambiguous', flags.gapAmbiguous, { min: 0 });
+  if (flags.gapSystematic !== undefined) t.gapSystematic = parseNumberOption('--gap-systematic', flags.gapSystematic, { min: 0 });
+  if (flags.globalFraction !== undefined) t.globalFraction = parseNumberOption('--global-fraction', flags.globalFraction, { min: 0, max: 1 });
+  if (flags.minAligned !== undefined) t.minAligned = parseNumberOption('--min-aligned', flags.minAligned, { min: 1, integer: true });
+  const full = { ...DEFAULT_THRESHOLDS, ...t };
+  if (full.gapSystematic < full.gapAmbiguous) throw new UsageError(`--gap-systematic (${full.gapSystematic}) must be ≥ --gap-ambiguous (${full.gapAmbiguous})`);
+  return t;
+}
+
+/** Thresholds from defaults ← config ← flags (replay: the pairs are new, nothing recorded to reuse). */
+export function resolveThresholds(flags: ThresholdFlags, config: Config): Thresholds {
+  const a = config.analysis;
+  const fromConfig: Thresholds = { ...a, noiseFloor: a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor };
+  return { ...fromConfig, ...thresholdOverrides({ ...flags, config: undefined }, null) };
+}
+
+/** One line saying which thresholds judged the pairs. */
+export function describeThresholds(t: Partial<Thresholds>, perRecord: boolean): string {
+  const d = { ...DEFAULT_THRESHOLDS, ...t };
+  const floor = t.noiseFloor !== undefined ? `${formatNats(t.noiseFloor)} nats` : perRecord ? "each record's own (the floor in force online)" : `${formatNats(d.noiseFloor)} nats`;
+  const rest = perRecord && Object.keys(t).filter((k) => k !== 'noiseFloor').length === 0 ? "the others each record's own" : `gap ambiguous ${d.gapAmbiguous}, systematic ${d.gapSystematic}, global fraction ${d.globalFraction}, min aligned ${d.minAligned}`;
+  return `noise floor ${floor}; ${rest}`;
+}
+
+/** What `--fail-on` may name: any verdict, an uncompared outcome, `error` (all three), `alert` (the offline detectors). */
+export const FAIL_ON_ITEMS: readonly string[] = [...VERDICTS, ...UNCOMPARED, 'error', 'alert'];
+/** replay's default gate: a data-level shift or a tokenizer change. */
+export const DEFAULT_FAIL_ON = 'global_shift,local_shift,tokenizer_mismatch';
+
+/** Parses `--fail-on a,b,c` (`none` for an empty list), naming an unknown item. */
+export function parseFailOn(raw: string): Set<string> {
+  const items = raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  const out = new Set<string>();
+  for (const item of items) {
+    if (item === 'none') continue;
+    if (!FAIL_ON_ITEMS.includes(item)) throw new UsageError(`--fail-on: unknown item '${item}' (expected ${FAIL_ON_ITEMS.join(', ')}, or none)`);
+    if (item === 'error') for (const o of UNCOMPARED) out.add(o);
+    else out.add(item);
+  }
+  return out;
+}

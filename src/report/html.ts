@@ -1,0 +1,123 @@
+import { formatNats } from '../core/index.js';
+import { coarsen, type HistogramData } from './histogram.js';
+import { CLIENT_SCRIPT } from './html-client.js';
+import { HTML_STYLE } from './html-style.js';
+import { esc, svgHistogram, svgStackedBar, type Bar } from './html-svg.js';
+import { FLIP_CLASSES, type SummaryData } from './summary.js';
+import { ABSENCE_NOTE, notableWorst, VERDICT_ORDER, type ReportContext } from './text.js';
+
+/** What the page says about its inputs. */
+export interface HtmlContext extends ReportContext {
+  title: string;
+  inputs: readonly string[];
+  /** Strips per page (default 25; the issue allows up to 200). */
+  perPage?: number;
+}
+
+const int = (n: number): string => n.toLocaleString('en-US');
+
+/** JSON for a `<script type="application/json">`: `<` escaped so that no `</script>` can end it early. */
+function embedJson(value: unknown): string {
+  return JSON.stringify(value).replace(/</g, '\\u003c').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029');
+}
+
+/** Position-shift histogram: 5 bars per decade from 1e-5 to 10 nats, zero apart, the floor marked. */
+function shiftChart(h: HistogramData, floors: readonly number[]): string {
+  const keep = [0];
+  for (let e = -50; e <= 10; e += 2) keep.push(Number((10 ** (e / 10)).toPrecision(6)));
+  const c = coarsen(h, keep);
+  const label = (i: number) => (i === 0 ? '0' : i >= keep.length ? `> ${keep[keep.length - 1]}` : `(${formatNats(keep[i - 1]!)}, ${formatNats(keep[i]!)}]`);
+  const bars: Bar[] = c.counts.map((count, i) => ({ label: `shift ${label(i)} nats`, segments: [{ count, cls: i === 0 ? 's-zero' : keep[i]! <= (floors[0] ?? 0.1) ? 's-noise' : 's-shift', name: 'positions' }] }));
+  // Bar 0 holds exact zeros; bar i ≥ 1 spans x ∈ [i, i+1] and ends at keep[i], so a value v ≥ 1e-5 sits at x = 2 + 5(log10 v + 5).
+  const at = (v: number) => 2 + 5 * (Math.log10(v) + 5);
+  const ticks = [-5, -4, -3, -2, -1, 0, 1].map((k) => ({ index: at(10 ** k), text: `1e${k}` }));
+  ticks.unshift({ index: 0.5, text: '0' });
+  const markers = floors.slice(0, 3).map((f) => ({ at: at(f), label: `floor ${formatNats(f)}` }));
+  return svgHistogram({ id: 'shift-hist', title: `Position shift over ${int(h.n)} comparable positions (log scale)`, bars, ticks, markers, xLabel: 'position shift, nats (log scale)' });
+}
+
+/** Flip-gap histogram: 0.1-nat bars up to 3 nats, stacked by class, the two gap thresholds marked. */
+function flipChart(d: SummaryData, ctx: HtmlContext): string {
+  const keep: number[] = [];
+  for (let i = 1; i <= 30; i++) keep.push(Number((i * 0.1).toFixed(6)));
+  const byClass = Object.fromEntries(FLIP_CLASSES.map((c) => [c, coarsen(d.flips[c], keep)])) as Record<string, HistogramData>;
+  const bars: Bar[] = [];
+  for (let i = 0; i <= keep.length; i++) {
+    const label = i === keep.length ? '> 3 nats' : `gap ${(i * 0.1).toFixed(1)}–${keep[i]!.toFixed(1)} nats`;
+    bars.push({ label, segments: FLIP_CLASSES.map((c) => ({ count: byClass[c]!.counts[i]!, cls: `c-${c}`, name: c })) });
+  }
+  const ticks = [0, 0.5, 1, 1.5, 2, 2.5, 3].map((v) => ({ index: v * 10, text: String(v) }));
+  const markers = [
+    { at: ctx.gapAmbiguous * 10, label: `ambiguous < ${ctx.gapAmbiguous}` },
+    { at: ctx.gapSystematic * 10, label: `systematic > ${ctx.gapSystematic}` },
+  ];
+  const n = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
+  return svgHistogram({ id: 'flip-hist', title: `Flip gap of ${int(n)} diverging pairs, by class`, bars, ticks, markers, xLabel: 'flip gap lp_b(A) − lp_b(B), nats' });
+}
+
+function verdictSection(d: SummaryData): string {
+  const rows = VERDICT_ORDER.map(
+    (v) => `<tr data-verdict="${v}"><th scope="row"><span class="badge v-${v}">${v}</span></th><td class="num count" data-count="${d.verdicts[v]}">${int(d.verdicts[v])}</td><td class="num">${d.compared ? ((100 * d.verdicts[v]) / d.compared).toFixed(1) : '0.0'}%</td></tr>`,
+  );
+  const unc = Object.entries(d.uncompared)
+    .filter(([, n]) => (n ?? 0) > 0)
+    .map(([k, n]) => `<tr data-outcome="${esc(k)}"><th scope="row">${esc(k)}</th><td class="num count" data-count="${n}">${int(n ?? 0)}</td><td class="num muted">not compared</td></tr>`);
+  const bar = svgStackedBar({ id: 'verdict-bar', title: 'Verdict mix', parts: VERDICT_ORDER.map((v) => ({ name: v, count: d.verdicts[v], cls: `v-${v}` })) });
+  const changed = d.changed === null ? '' : `<p>${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online.</p>`;
+  return `<section id="verdicts"><h2>Verdict mix</h2>
+<p><span id="pairs-total" data-count="${d.pairs}">${int(d.pairs)}</span> pairs, <span id="pairs-compared" data-count="${d.compared}">${int(d.compared)}</span> compared.</p>
+${bar}<table class="verdicts"><thead><tr><th>verdict</th><th class="num">pairs</th><th class="num">share</th></tr></thead><tbody>${rows.join('')}${unc.join('')}</tbody></table>${changed}
+<p class="note">Note: ${esc(ABSENCE_NOTE)}</p></section>`;
+}
+
+function worstSection(d: SummaryData, top: number): string {
+  const rows = notableWorst(d, top).map((s, i) => {
+    const f = s.flip ? `@${s.flip.index} ${esc(JSON.stringify(s.flip.baselineToken))}→${esc(JSON.stringify(s.flip.candidateToken))}, gap ${s.flip.gap === null ? '?' : `${s.flip.lowerBound ? '≥ ' : ''}${formatNats(s.flip.gap)}`} (${s.flip.class})` : '—';
+    return `<tr><td class="num">${i + 1}</td><td><span class="badge v-${s.verdict}">${s.verdict}</span></td><td class="num">${formatNats(s.maxShift)}</td><td class="num">${s.shifted}/${s.comparable}</td><td>${f}</td><td><code>${esc(s.at)}</code><br><span class="muted">${esc(s.id)} ${esc(s.route)}</span></td><td>${esc(s.explanation)}</td></tr>`;
+  });
+  if (rows.length === 0) {
+    const s = d.worst[0];
+    return s ? `<section id="worst"><h2>Worst pairs</h2><p>None with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, <code>${esc(s.at)}</code>).</p></section>` : '';
+  }
+  return `<section id="worst"><h2>Worst pairs</h2><table class="worst"><thead><tr><th>#</th><th>verdict</th><th class="num">max shift</th><th class="num">shifted</th><th>flip</th><th>record</th><th>explanation</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
+}
+
+/**
+ * The self-contained HTML report: the verdict mix, histograms of position shift and flip gap
+ * (inline SVG), the worst pairs, and token strips coloured by shift with the flip and its gap
+ * marked and both sides' top-k on hover. The strips cover a bounded selection (the worst pairs
+ * plus a uniform sample, said on the page), paginated client-side from an embedded JSON blob.
+ * Inline CSS and script only: nothing is loaded from anywhere.
+ */
+export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
+  const perPage = Math.min(200, Math.max(1, ctx.perPage ?? 25));
+  const nStrips = d.worst.length + d.sampled.length;
+  const selection =
+    nStrips === 0
+      ? 'No pair was compared, so there is no token strip.'
+      : `Token strips for ${int(nStrips)} of ${int(d.pairs)} pairs: the ${int(d.worst.length)} worst (by verdict, then max shift), plus the ${int(d.sampled.length)} others of a uniform random sample of ${int(d.sampleDrawn)} pairs (seeded, so the same input gives the same page); ${perPage} per page. Colour: pale green at or below the noise floor, yellow to red from 1× to 10× above it; the flip is boxed with its gap. Hover a token for both sides' top-k.`;
+  const alerts = d.alerts.length
+    ? `<section id="alerts"><h2>Detectors</h2><ul>${d.alerts.map((a) => `<li><strong>${a.alert}</strong> would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}, CUSUM ${a.cusum.toFixed(1)}); pairs in input order, forSeconds not applied.</li>`).join('')}</ul></section>`
+    : '';
+  const skipped = d.skipped ? `<section id="skipped"><h2>Skipped lines (${int(d.skipped)})</h2><ul>${d.skippedExamples.map((m) => `<li><code>${esc(m)}</code></li>`).join('')}</ul></section>` : '';
+  const flips = FLIP_CLASSES.map((c) => `<tr data-flip-class="${c}"><th scope="row"><span class="badge c-${c}">${c}</span></th><td class="num count" data-count="${d.flips[c].n}">${int(d.flips[c].n)}</td></tr>`).join('');
+  const options = ['all', ...VERDICT_ORDER].map((v) => `<option value="${v}">${v === 'all' ? 'all verdicts' : v}</option>`).join('');
+  const blob = embedJson({ perPage, worst: d.worst, sampled: d.sampled });
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${esc(ctx.title)}</title><link rel="icon" href="data:,"><style>${HTML_STYLE}</style></head>
+<body><header><h1>${esc(ctx.title)}</h1>
+<p class="muted">Inputs: ${ctx.inputs.map((f) => `<code>${esc(f)}</code>`).join(', ')}. Thresholds: ${esc(ctx.thresholds)}.</p></header>
+<main>${verdictSection(d)}${alerts}
+<section id="shift"><h2>Position shift</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable position (${int(d.positionShift.n)}).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
+<section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>
+${worstSection(d, ctx.top ?? 10)}
+<section id="strips"><h2>Token strips</h2><p id="strip-selection">${esc(selection)}</p>
+<div class="controls"><label>Verdict <select id="verdict-filter">${options}</select></label> <button id="prev" type="button">← previous</button> <span id="page-info"></span> <button id="next" type="button">next →</button></div>
+<div id="strip-list"></div></section>${skipped}</main>
+<div id="tip" role="tooltip"></div>
+<script type="application/json" id="report-data">${blob}</script>
+<script>${CLIENT_SCRIPT}</script>
+</body></html>
+`;
+}

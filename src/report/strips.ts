@@ -1,0 +1,150 @@
+import type { Comparison, FlipClass, ParsedResponse, TopEntry, Verdict } from '../core/index.js';
+
+/** One comparable position of a token strip (short keys: the HTML report embeds thousands). */
+export interface StripToken {
+  /** The shared token (at the divergence: the baseline's). */
+  t: string;
+  /** At the divergence only: the candidate's token. */
+  c?: string;
+  /** shift_i, nats. */
+  s: number | null;
+  /** diff_i = lp_c − lp_b of the chosen token, nats (before the divergence). */
+  d: number | null;
+  /** The candidate's and the baseline's top-k, `[token, logprob]` (a sentinel as null). */
+  tc: Array<[string, number | null]>;
+  tb: Array<[string, number | null]>;
+}
+
+/** A pair as the report shows it: the figures, the flip, the explanation and the token strip. */
+export interface Strip {
+  /** 1-based position of the pair in the input. */
+  n: number;
+  id: string;
+  /** `file:line` of the record. */
+  at: string;
+  route: string;
+  verdict: Verdict;
+  maxShift: number | null;
+  shifted: number;
+  comparable: number;
+  noiseFloor: number;
+  flip: { index: number; baselineToken: string; candidateToken: string; gap: number | null; lowerBound: boolean; class: FlipClass } | null;
+  explanation: string;
+  /** Generated tokens after the compared ones (after the divergence, or the longer side's tail). */
+  after: number;
+  /** Positions beyond {@link MAX_STRIP_TOKENS} are left out; how many. */
+  cut: number;
+  tokens: StripToken[];
+}
+
+/** Positions per strip; mirrored copies are capped at `mirror.maxTokens` (64 by default) anyway. */
+export const MAX_STRIP_TOKENS = 256;
+const TOP_K = 5;
+
+const round = (x: number | null): number | null => (x === null || !Number.isFinite(x) ? null : Number(x.toPrecision(5)));
+const top = (entries: readonly TopEntry[] | undefined): Array<[string, number | null]> =>
+  (entries ?? []).slice(0, TOP_K).map(([tok, lp]) => [tok, round(lp)]);
+
+/** Builds a pair's strip from its comparison and the parsed bodies. */
+export function buildStrip(meta: { n: number; id: string; at: string; route: string; noiseFloor: number }, c: Comparison, cand: ParsedResponse, base: ParsedResponse): Strip {
+  const shown = c.positions.slice(0, MAX_STRIP_TOKENS);
+  const f = c.flip;
+  return {
+    ...meta,
+    verdict: c.verdict,
+    maxShift: round(c.maxShift),
+    shifted: c.shifted,
+    comparable: c.comparable,
+    flip: f ? { index: f.index, baselineToken: f.baselineToken, candidateToken: f.candidateToken, gap: round(f.gap), lowerBound: f.lowerBound, class: f.class } : null,
+    explanation: c.explanation,
+    after: Math.max(cand.steps.length, base.steps.length) - c.comparable,
+    cut: c.positions.length - shown.length,
+    tokens: shown.map((p) => ({
+      t: p.token,
+      ...(p.candidateToken !== undefined ? { c: p.candidateToken } : {}),
+      s: round(p.shift),
+      d: round(p.diff),
+      tc: top(cand.steps[p.i]?.top),
+      tb: top(base.steps[p.i]?.top),
+    })),
+  };
+}
+
+/** How bad a verdict is, for ordering the worst pairs: shifts first, then mismatches, then noise. */
+const SEVERITY: Record<Verdict, number> = { global_shift: 6, early_shift: 5, local_shift: 4, tokenizer_mismatch: 3, noise: 2, identical: 1, incomparable: 0 };
+
+/** The ordering key of a pair: severity, then the largest shift, then the flip gap. */
+export function badness(c: Comparison): [number, number, number] {
+  return [SEVERITY[c.verdict], c.maxShift ?? -1, c.flip?.gap ?? -1];
+}
+
+function worse(a: readonly number[], b: readonly number[]): boolean {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i]! > b[i]!;
+  return false;
+}
+
+/** mulberry32: a seeded generator, so the same input gives the same report. */
+function seeded(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Chooses which pairs get a token strip, in bounded memory: the `worst` pairs by {@link badness}
+ * plus a uniform random sample (reservoir, seeded) of `sample` pairs. A strip is built only when
+ * its pair is kept.
+ */
+export class StripSelector {
+  private readonly worstList: Array<{ key: [number, number, number]; strip: Strip }> = [];
+  private readonly reservoir: Strip[] = [];
+  private seen = 0;
+  private readonly random: () => number;
+
+  constructor(
+    readonly worstN: number,
+    readonly sampleN: number,
+    seed = 1,
+  ) {
+    this.random = seeded(seed);
+  }
+
+  consider(key: [number, number, number], make: () => Strip): void {
+    let strip: Strip | null = null;
+    const get = () => (strip ??= make());
+    const last = this.worstList[this.worstList.length - 1];
+    if (this.worstN > 0 && (this.worstList.length < this.worstN || (last !== undefined && worse(key, last.key)))) {
+      let i = this.worstList.length;
+      while (i > 0 && worse(key, this.worstList[i - 1]!.key)) i--;
+      this.worstList.splice(i, 0, { key, strip: get() });
+      if (this.worstList.length > this.worstN) this.worstList.pop();
+    }
+    this.seen++;
+    if (this.reservoir.length < this.sampleN) this.reservoir.push(get());
+    else if (this.sampleN > 0) {
+      const j = Math.floor(this.random() * this.seen);
+      if (j < this.sampleN) this.reservoir[j] = get();
+    }
+  }
+
+  /** The worst pairs, worst first. */
+  worst(): Strip[] {
+    return this.worstList.map((w) => w.strip);
+  }
+
+  /** How many pairs the uniform sample drew (some may also be among the worst). */
+  get drawn(): number {
+    return this.reservoir.length;
+  }
+
+  /** The sampled pairs not already among the worst, in input order. */
+  sampled(): Strip[] {
+    const inWorst = new Set(this.worstList.map((w) => w.strip.n));
+    return this.reservoir.filter((s) => !inWorst.has(s.n)).sort((a, b) => a.n - b.n);
+  }
+}

@@ -1,0 +1,182 @@
+import { initialDetectorState, observe, pooledShare, type AlertConfig, type DetectorState } from '../core/detector.js';
+import type { FlipClass, Verdict } from '../core/index.js';
+import type { MirrorOutcome } from '../mirror/types.js';
+import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
+import type { PairResult } from './pair.js';
+import { badness, buildStrip, StripSelector, type Strip } from './strips.js';
+
+/** Every verdict, in design.md's order of precedence. */
+export const VERDICTS: readonly Verdict[] = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'];
+/** Outcomes of pairs that were not compared. */
+export const UNCOMPARED: readonly MirrorOutcome[] = ['candidate_error', 'baseline_error', 'unparseable'];
+/** Flip classes, from a near-tie to a flip that needs a systematic shift. */
+export const FLIP_CLASSES: readonly FlipClass[] = ['ambiguous', 'gray', 'systematic'];
+
+/** One pair handed to the summary. */
+export interface SummaryEntry {
+  file: string;
+  line: number;
+  id: string;
+  route: string;
+  result: PairResult;
+  /** The thresholds' noise floor used for this pair. */
+  noiseFloor: number;
+  /** The verdict the capture recorded online (null: not compared online); undefined when the input had none. */
+  online?: Verdict | null;
+}
+
+/** An alert the in-process detectors would have raised over the pairs, in input order. */
+export interface OfflineAlert {
+  alert: 'LogprobGlobalShift' | 'LogprobSustainedShift';
+  /** 1-based pair number at which it fired. */
+  atPair: number;
+  pooledShare: number;
+  cusum: number;
+}
+
+/** Everything a report shows, as plain data (the text report, `--html`, and tests read it). */
+export interface SummaryData {
+  pairs: number;
+  compared: number;
+  verdicts: Record<Verdict, number>;
+  uncompared: Partial<Record<MirrorOutcome, number>>;
+  /** Pairs whose verdict differs from the one captured online (null: no input carried one). */
+  changed: number | null;
+  /** Distinct noise floors used (at most 5 listed; `moreFloors` when there were more). */
+  noiseFloors: number[];
+  moreFloors: boolean;
+  /** shift_i over every comparable position of every compared pair. */
+  positionShift: HistogramData;
+  /** Each compared pair's largest shift. */
+  pairMaxShift: HistogramData;
+  /** Flip gaps by class, and how many were lower bounds. */
+  flips: Record<FlipClass, HistogramData> & { lowerBound: number };
+  alerts: OfflineAlert[];
+  /** Worst pairs first, then the sample, each with its strip. */
+  worst: Strip[];
+  sampled: Strip[];
+  /** Size of the uniform sample the `sampled` strips come from (it may overlap the worst). */
+  sampleDrawn: number;
+  /** Lines that were skipped, and the first few messages. */
+  skipped: number;
+  skippedExamples: string[];
+}
+
+/** Sizes of what the summary keeps (it keeps nothing else per pair). */
+export interface SummaryOptions {
+  /** Pairs with a strip among the worst (default 100). */
+  worst?: number;
+  /** Pairs with a strip drawn uniformly from all (default 400). */
+  sample?: number;
+  /** Alert config for the offline detectors (`forSeconds` is ignored: pairs have no time here). */
+  alert?: AlertConfig;
+}
+
+const EXAMPLES = 20;
+
+/**
+ * Accumulates analysed pairs into a report in constant memory: counts, histograms, the flips,
+ * the offline detectors, and a bounded selection of pairs with their token strips.
+ */
+export class Summary {
+  private pairs = 0;
+  private readonly verdicts = Object.fromEntries(VERDICTS.map((v) => [v, 0])) as Record<Verdict, number>;
+  private readonly uncompared: Partial<Record<MirrorOutcome, number>> = {};
+  private changed: number | null = null;
+  private readonly floors = new Set<number>();
+  private moreFloors = false;
+  private readonly positionShift = new Histogram(logEdges(-6, 2, 10));
+  private readonly pairMaxShift = new Histogram(logEdges(-6, 2, 10));
+  private readonly flipGap = Object.fromEntries(FLIP_CLASSES.map((c) => [c, new Histogram(linearEdges(0.05, 5))])) as Record<FlipClass, Histogram>;
+  private lowerBound = 0;
+  private readonly strips: StripSelector;
+  private detector: DetectorState = initialDetectorState();
+  private readonly alerts: OfflineAlert[] = [];
+  private skipped = 0;
+  private readonly skippedExamples: string[] = [];
+
+  constructor(private readonly options: SummaryOptions = {}) {
+    this.strips = new StripSelector(options.worst ?? 100, options.sample ?? 400);
+  }
+
+  /** Adds one pair. */
+  add(e: SummaryEntry): void {
+    const n = ++this.pairs;
+    const c = e.result.comparison;
+    if (e.online !== undefined) this.changed = (this.changed ?? 0) + ((c?.verdict ?? null) === e.online ? 0 : 1);
+    if (c === null) {
+      this.uncompared[e.result.outcome] = (this.uncompared[e.result.outcome] ?? 0) + 1;
+      return;
+    }
+    this.verdicts[c.verdict]++;
+    if (this.floors.size < 5) this.floors.add(e.noiseFloor);
+    else if (!this.floors.has(e.noiseFloor)) this.moreFloors = true;
+    if (c.verdict === 'incomparable') return;
+    for (const p of c.positions) if (p.shift !== null) this.positionShift.add(p.shift);
+    if (c.maxShift !== null) this.pairMaxShift.add(c.maxShift);
+    if (c.flip && c.flip.gap !== null) {
+      this.flipGap[c.flip.class].add(c.flip.gap);
+      if (c.flip.lowerBound) this.lowerBound++;
+    }
+    const { candidate, baseline } = e.result;
+    if (candidate && baseline) {
+      this.strips.consider(badness(c), () => buildStrip({ n, id: e.id, at: `${e.file}:${e.line}`, route: e.route, noiseFloor: e.noiseFloor }, c, candidate, baseline));
+    }
+    // Each alert is reported once, when it first fires: after both have, the detectors can rest.
+    if (this.options.alert && c.comparable > 0 && this.alerts.length < 2) this.detect(n, e, this.options.alert);
+  }
+
+  /** Counts a skipped line (malformed, truncated, not replayable); keeps the first messages. */
+  skip(message: string): void {
+    this.skipped++;
+    if (this.skippedExamples.length < EXAMPLES) this.skippedExamples.push(message);
+  }
+
+  /** Pairs so far with one of `verdicts` (verdict names or uncompared outcomes). */
+  count(names: Iterable<string>): number {
+    let n = 0;
+    for (const name of names) n += (this.verdicts as Record<string, number>)[name] ?? (this.uncompared as Record<string, number>)[name] ?? 0;
+    return n;
+  }
+
+  get alertsFired(): number {
+    return this.alerts.length;
+  }
+
+  get total(): number {
+    return this.pairs;
+  }
+
+  private detect(n: number, e: SummaryEntry, cfg: AlertConfig): void {
+    const c = e.result.comparison!;
+    // Pairs carry no usable time offline: each is one second, and alerts fire without waiting.
+    const r = observe(this.detector, { shifted: c.shifted, comparable: c.comparable, maxShift: c.maxShift, noiseFloor: e.noiseFloor, requestId: e.id }, { ...cfg, forSeconds: 0 }, n);
+    this.detector = r.state;
+    for (const t of r.transitions) {
+      if (t.to === 'firing' && !this.alerts.some((a) => a.alert === t.alert)) this.alerts.push({ alert: t.alert, atPair: n, pooledShare: pooledShare(r.state), cusum: r.state.cusum });
+    }
+  }
+
+  /** The report's data. */
+  data(): SummaryData {
+    const compared = VERDICTS.reduce((s, v) => s + this.verdicts[v], 0);
+    return {
+      pairs: this.pairs,
+      compared,
+      verdicts: { ...this.verdicts },
+      uncompared: { ...this.uncompared },
+      changed: this.changed,
+      noiseFloors: [...this.floors].sort((a, b) => a - b),
+      moreFloors: this.moreFloors,
+      positionShift: this.positionShift.toJSON(),
+      pairMaxShift: this.pairMaxShift.toJSON(),
+      flips: { ambiguous: this.flipGap.ambiguous.toJSON(), gray: this.flipGap.gray.toJSON(), systematic: this.flipGap.systematic.toJSON(), lowerBound: this.lowerBound },
+      alerts: [...this.alerts],
+      worst: this.strips.worst(),
+      sampled: this.strips.sampled(),
+      sampleDrawn: this.strips.drawn,
+      skipped: this.skipped,
+      skippedExamples: [...this.skippedExamples],
+    };
+  }
+}

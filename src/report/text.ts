@@ -1,0 +1,111 @@
+import { formatNats } from '../core/index.js';
+import { coarsen, type HistogramData } from './histogram.js';
+import { FLIP_CLASSES, type SummaryData } from './summary.js';
+import type { Strip } from './strips.js';
+
+/** What the text report says about how the pairs were judged. */
+export interface ReportContext {
+  /** One line describing the thresholds (per record, overridden, …). */
+  thresholds: string;
+  gapAmbiguous: number;
+  gapSystematic: number;
+  /** Worst pairs listed (default 10). */
+  top?: number;
+}
+
+/** Verdicts from the most to the least alarming (the order reports list them in). */
+export const VERDICT_ORDER = ['global_shift', 'early_shift', 'local_shift', 'tokenizer_mismatch', 'noise', 'identical', 'incomparable'] as const;
+
+/** The design.md caveat every report carries. */
+export const ABSENCE_NOTE = 'a noise verdict does not prove there is no bug: small differences do not prove absence; a large-gap flip proves presence.';
+
+const int = (n: number): string => n.toLocaleString('en-US');
+const pct = (n: number, of: number): string => (of > 0 ? `${((100 * n) / of).toFixed(1)}%` : '—');
+const bar = (n: number, max: number, width = 30): string => (max > 0 && n > 0 ? '█'.repeat(Math.max(1, Math.round((width * n) / max))) : '');
+
+/** The decade edges of the shift histograms, for display. */
+export const SHIFT_DECADES = [0, 1e-4, 1e-3, 1e-2, 1e-1, 1, 10];
+
+function decadeLabel(edges: readonly number[], i: number): string {
+  if (i === 0) return '0';
+  if (i >= edges.length) return `> ${edges[edges.length - 1]}`;
+  return `(${edges[i - 1]}, ${edges[i]}]`;
+}
+
+function quantiles(h: HistogramData, qs: Array<[string, number]>): string {
+  if (h.n === 0) return 'none';
+  const parts = qs.map(([label, q]) => {
+    const target = Math.max(1, Math.ceil(q * h.n));
+    let seen = 0;
+    for (let i = 0; i < h.counts.length; i++) {
+      seen += h.counts[i]!;
+      if (seen >= target) return `${label} ≤ ${formatNats(i < h.edges.length ? Math.min(h.edges[i]!, h.max ?? Infinity) : h.max)}`;
+    }
+    return `${label} ${formatNats(h.max)}`;
+  });
+  return `${parts.join('  ')}  max ${formatNats(h.max)}`;
+}
+
+function describeFlip(s: Strip): string {
+  const f = s.flip;
+  if (!f) return 'no flip';
+  return `flip@${f.index} ${JSON.stringify(f.baselineToken)}→${JSON.stringify(f.candidateToken)} gap ${f.gap === null ? '?' : `${f.lowerBound ? '≥ ' : ''}${formatNats(f.gap)}`} (${f.class})`;
+}
+
+/** The worst pairs worth reading: a shift, a tokenizer mismatch or a systematic flip (ten noise pairs say nothing). */
+export function notableWorst(d: SummaryData, top: number): Strip[] {
+  return d.worst.filter((s) => NOTABLE.has(s.verdict) || s.flip?.class === 'systematic').slice(0, top);
+}
+
+const NOTABLE = new Set<string>(['global_shift', 'early_shift', 'local_shift', 'tokenizer_mismatch']);
+
+/** The human-readable report of `analyze` and `replay`: verdict mix, shift distribution, flips, alerts, worst pairs. */
+export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
+  const out: string[] = [];
+  const unc = Object.entries(d.uncompared).filter(([, n]) => (n ?? 0) > 0);
+  out.push(`pairs ${int(d.pairs)}, compared ${int(d.compared)}${unc.length ? `; not compared: ${unc.map(([k, n]) => `${k} ${int(n ?? 0)}`).join(', ')}` : ''}`);
+  out.push(`thresholds: ${ctx.thresholds}`);
+  out.push('', 'verdicts');
+  const vmax = Math.max(0, ...Object.values(d.verdicts));
+  for (const v of VERDICT_ORDER) {
+    const n = d.verdicts[v];
+    out.push(`  ${v.padEnd(19)}${int(n).padStart(9)}  ${pct(n, d.compared).padStart(6)}  ${bar(n, vmax)}`);
+  }
+  if (d.changed !== null) out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
+
+  const ps = coarsen(d.positionShift, SHIFT_DECADES);
+  out.push('', `position shift, nats (${int(d.positionShift.n)} comparable positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`);
+  const smax = Math.max(0, ...ps.counts);
+  ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
+  out.push(`  ${quantiles(d.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
+  out.push(`per-pair max shift: ${quantiles(d.pairMaxShift, [['p50', 0.5], ['p90', 0.9]])}`);
+
+  const flips = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
+  out.push('', `flips: ${int(flips)} pairs diverged (gap = lp_b(A) − lp_b(B), the force a flip needs)`);
+  const bounds: Record<string, string> = { ambiguous: `gap < ${ctx.gapAmbiguous}`, gray: `${ctx.gapAmbiguous}–${ctx.gapSystematic}`, systematic: `gap > ${ctx.gapSystematic}` };
+  for (const c of FLIP_CLASSES) {
+    const h = d.flips[c];
+    out.push(`  ${c.padEnd(11)} ${`(${bounds[c]})`.padEnd(14)}${int(h.n).padStart(8)}  ${h.n > 0 ? `median ${quantiles(h, [['', 0.5]]).replace(/^ /, '')}` : ''}`.trimEnd());
+  }
+  if (d.flips.lowerBound > 0) out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
+
+  if (d.alerts.length > 0) {
+    out.push('', 'offline detectors (pairs in input order, forSeconds not applied):');
+    for (const a of d.alerts) out.push(`  ${a.alert} would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}, CUSUM ${a.cusum.toFixed(1)})`);
+  }
+
+  const top = notableWorst(d, ctx.top ?? 10);
+  if (top.length > 0) {
+    out.push('', 'worst pairs');
+    top.forEach((s, i) => {
+      out.push(`  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  max shift ${formatNats(s.maxShift)}  shifted ${s.shifted}/${s.comparable}  ${describeFlip(s)}`);
+      out.push(`     ${s.explanation}`);
+    });
+  } else if (d.worst[0] && (ctx.top ?? 10) > 0) {
+    const s = d.worst[0];
+    out.push('', `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, ${s.at})`);
+  }
+  if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (each reported on stderr)`);
+  out.push('', `note: ${ABSENCE_NOTE}`);
+  return `${out.join('\n')}\n`;
+}
