@@ -4,9 +4,10 @@ import { engineCommand } from './engine.js';
 import { compareCommand } from './compare.js';
 import { demoCommand } from './demo.js';
 import { analyzeCommand } from './analyze.js';
+import { replayCommand } from './replay.js';
 
 /** A command factory: builds the commander Command; `setExit` records the exit code. */
 export type CommandFactory = (setExit: (code: number) => void) => Command;
 
 /** Every subcommand of `logprobe`, in help order. */
-export const commands: CommandFactory[] = [serveCommand, compareCommand, analyzeCommand, demoCommand, engineCommand];
+export const commands: CommandFactory[] = [serveCommand, compareCommand, analyzeCommand, replayCommand, demoCommand, engineCommand];

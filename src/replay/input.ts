@@ -1,0 +1,45 @@
+import { captureRecordError } from '../capture/reader.js';
+import type { CaptureRecord } from '../capture/record.js';
+import { requestKind, type RequestKind } from '../mirror/rewrite.js';
+
+/** One request to replay: where it goes and the body before the mirror's rewrite. */
+export interface ReplayItem {
+  route: string;
+  kind: RequestKind;
+  body: Record<string, unknown>;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * A replay input line: a capture record (its mirrored request), or a prompt-set line
+ * `{"route": "/v1/chat/completions", "body": {…}}` or `{"route": …, …body fields}`.
+ * Returns the item, or why the line cannot be replayed.
+ */
+export function toReplayItem(value: unknown): ReplayItem | { error: string } {
+  if (!isObject(value)) return { error: 'not a capture record or a prompt-set line (not an object)' };
+  if (value.v !== undefined) {
+    const bad = captureRecordError(value);
+    if (bad) return { error: bad };
+    const record = value as unknown as CaptureRecord;
+    if (record.promptsHashed) return { error: 'the prompt was not captured (capture.includePrompts: false), nothing to replay' };
+    const kind = requestKind(record.route);
+    if (kind === null || !record.route.startsWith('/')) return { error: `route '${record.route}' cannot be replayed (not a completions route)` };
+    return { route: record.route, kind, body: record.request };
+  }
+  if (typeof value.route !== 'string') return { error: 'not a capture record or a prompt-set line (no "route")' };
+  const route = value.route;
+  const kind = requestKind(route);
+  if (kind === null || !route.startsWith('/')) return { error: `route '${route}' is neither a /completions nor a /chat/completions path` };
+  let body: Record<string, unknown>;
+  if (value.body !== undefined) {
+    if (!isObject(value.body)) return { error: '"body" must be a JSON object' };
+    body = value.body;
+  } else {
+    const { route: _route, ...rest } = value;
+    body = rest;
+  }
+  if (kind === 'chat' && !Array.isArray(body.messages)) return { error: 'a chat request needs "messages" (a list)' };
+  if (kind === 'completions' && body.prompt === undefined) return { error: 'a completions request needs "prompt"' };
+  return { route, kind, body };
+}

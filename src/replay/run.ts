@@ -1,0 +1,119 @@
+import { basename } from 'node:path';
+import type { Pool } from 'undici';
+import { readJsonLines } from '../capture/reader.js';
+import type { CaptureWriter } from '../capture/writer.js';
+import type { Thresholds } from '../core/index.js';
+import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
+import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
+import type { MirroredPair } from '../mirror/types.js';
+import { analyzePair } from '../report/pair.js';
+import type { Summary } from '../report/summary.js';
+import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
+import { toReplayItem, type ReplayItem } from './input.js';
+import { RateLimiter } from './limit.js';
+
+/** What a replay needs: inputs, the two backends, pacing, thresholds, and where results go. */
+export interface ReplayOptions {
+  inputs: readonly string[];
+  candidate: UpstreamOptions;
+  baseline: UpstreamOptions & { apiKey: string | null };
+  tlsInsecure: boolean;
+  /** The mirror's rewrite options (`mirror.*`). */
+  rewrite: RewriteOptions;
+  /** Generate this many tokens per request instead of what the input asked for (capped by it otherwise). */
+  maxTokens?: number;
+  /** Pairs in flight at once. */
+  concurrency: number;
+  /** Pairs started per second at most; null: as fast as `concurrency` allows. */
+  rps: number | null;
+  thresholds: Thresholds;
+  writer: CaptureWriter;
+  summary: Summary;
+  /** Each input line that cannot be replayed, as `file:line: reason`. */
+  onSkip?: (message: string) => void;
+  /** After each finished pair. */
+  onPair?: (done: number) => void;
+  signal?: AbortSignal;
+}
+
+/** The body to send: the item's, with `maxTokens` imposed when asked, through the mirror's rewrite. */
+function mirroredBody(item: ReplayItem, o: ReplayOptions): Record<string, unknown> {
+  let body = item.body;
+  let rewrite = o.rewrite;
+  if (o.maxTokens !== undefined) {
+    body = { ...body, [item.kind === 'chat' && body.max_completion_tokens !== undefined ? 'max_completion_tokens' : 'max_tokens']: o.maxTokens };
+    rewrite = { ...rewrite, maxTokens: o.maxTokens };
+  }
+  return rewriteForMirror(item.kind, body, rewrite);
+}
+
+/**
+ * Replays captured requests or a prompt set against two backends: each line goes through the
+ * mirror's rewrite and dispatch (`rewriteForMirror`, `mirrorHeaders`, `callBackend`), the pair is
+ * compared like a live one, written to the capture and added to the summary. Input is streamed;
+ * at most `concurrency` pairs are in flight.
+ */
+export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
+  const pools: Pool[] = [
+    createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency }),
+    createUpstreamPool(o.baseline, { tlsInsecure: o.tlsInsecure, connections: o.concurrency }),
+  ];
+  const [candidatePool, baselinePool] = pools as [Pool, Pool];
+  const limiter = new RateLimiter(o.rps);
+  const inflight = new Set<Promise<void>>();
+  const cHeaders = mirrorHeaders({}, { role: 'candidate' });
+  const bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: o.baseline.apiKey, forwardAuth: false });
+  let started = 0;
+  let done = 0;
+
+  const one = async (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => {
+    const request = mirroredBody(item, o);
+    const payload = JSON.stringify(request);
+    const [cand, base] = await Promise.all([
+      callBackend(candidatePool, o.candidate, item.route, cHeaders, payload),
+      callBackend(baselinePool, o.baseline, item.route, bHeaders, payload),
+    ]);
+    const result = analyzePair(cand, base, o.thresholds);
+    const pair: MirroredPair = {
+      id,
+      ts: new Date().toISOString(),
+      route: item.route,
+      request,
+      clientHeaders: {},
+      candidate: cand,
+      baseline: base,
+      outcome: result.outcome,
+      analysis: result.comparison,
+      noiseFloor: o.thresholds.noiseFloor,
+    };
+    o.writer.write(pair);
+    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor });
+    o.onPair?.(++done);
+  };
+
+  try {
+    for (const file of o.inputs) {
+      for await (const line of readJsonLines(file)) {
+        if (o.signal?.aborted) break;
+        const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
+        if ('error' in item) {
+          const message = `${line.file}:${line.line}: ${item.error}`;
+          o.summary.skip(message);
+          o.onSkip?.(message);
+          continue;
+        }
+        while (inflight.size >= o.concurrency) await Promise.race(inflight);
+        await limiter.take();
+        started++;
+        // The input's place names the pair: the replay capture points back at what was replayed.
+        const id = `${basename(file)}:${line.line}`;
+        const p = one(id, item, { file, line: line.line }).finally(() => inflight.delete(p));
+        inflight.add(p);
+      }
+    }
+    await Promise.all(inflight);
+  } finally {
+    await Promise.all(pools.map((p) => p.close()));
+  }
+  return { pairs: started };
+}
