@@ -7,10 +7,12 @@ import { FAULT_FORMS, InvalidFaultError, parseFault } from '../engine/llama/faul
 
 /** The candidate faults the simulated engines offer. */
 export const SIM_DEMO_FAULTS = ['state-shift', 'subtle', 'none', 'noise', 'local', 'tokenizer'] as const;
+/** A simulated candidate fault. */
 export type SimDemoFault = (typeof SIM_DEMO_FAULTS)[number];
 
 /** Which engines the demo may use. */
 export const DEMO_ENGINES = ['auto', 'llama', 'sim'] as const;
+/** `--engine`: llama.cpp when it runs here (auto), llama.cpp or fail, or the simulated engines. */
 export type DemoEngineChoice = (typeof DEMO_ENGINES)[number];
 
 /** The default candidate fault: the seed story's zeroed layers, a large global shift. */

@@ -16,6 +16,7 @@ export const DEMO_PROMPTS: readonly string[] = [
   'Give me a name for a cat that likes GPUs.',
 ];
 
+/** Options of {@link runTraffic}. */
 export interface TrafficOptions {
   proxyUrl: string;
   /** Requests per second. */
