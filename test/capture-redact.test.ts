@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { buildRecord } from '../src/capture/record.js';
+import { buildRecord, recordLine } from '../src/capture/record.js';
 import { secretValues } from '../src/capture/redact.js';
 import { compare, DEFAULT_THRESHOLDS } from '../src/core/index.js';
 import { makePair } from './helpers/capture.js';
@@ -28,6 +28,13 @@ test('no credential survives: headers dropped, credential fields redacted anywhe
   assert.equal((record.request.messages as Array<{ content: string }>)[0]!.content, 'my key is [redacted], my session [redacted]');
   assert.equal(record.candidate.error, 'ECONNRESET: reset while sending Bearer [redacted]');
   assert.equal(record.baseline.serverHeaders?.['x-engine-version'], '1 [redacted]');
+  // The writer's fast path (search the serialised line, scrub only on a hit) gives the same line.
+  const options = { includePrompts: true, thresholds: THRESHOLDS, secrets: [API_KEY] };
+  assert.equal(recordLine(pair, options), text);
+  const clean = makePair(2, { headers: { authorization: `Bearer ${SECRET}` } });
+  assert.equal(recordLine(clean, options), JSON.stringify(buildRecord(clean, options)));
+  const quoted = makePair(3, { headers: { authorization: 'Bearer a"b\\c<d>e-long' }, request: { model: 'm', messages: [{ role: 'user', content: 'x a"b\\c<d>e-long y' }] } });
+  assert.ok(!recordLine(quoted, options).includes('<d>e-long'), 'a secret that JSON escapes is found too');
 });
 
 test('redaction never changes what analyze re-runs: a token spelled like a credential field, or a short cookie value, keeps its logprob', () => {

@@ -85,12 +85,28 @@ function withoutPositions(c: Comparison): Omit<Comparison, 'positions'> {
  * `includePrompts`.
  */
 export function buildRecord(pair: MirroredPair, options: RecordOptions): CaptureRecord {
+  return assemble(pair, options, secretValues(pair.clientHeaders, options.secrets ?? []));
+}
+
+/**
+ * The record as one JSON line (no newline), the same as `JSON.stringify(buildRecord(…))` but
+ * cheaper: secret values are searched for once in the serialised line, and the structural scrub
+ * runs only when one turns up. JSON escapes character by character, so a string holds a secret
+ * exactly when the line holds the secret's escaped form.
+ */
+export function recordLine(pair: MirroredPair, options: RecordOptions): string {
+  const secrets = secretValues(pair.clientHeaders, options.secrets ?? []);
+  const line = JSON.stringify(assemble(pair, options, []));
+  if (!secrets.some((secret) => line.includes(JSON.stringify(secret).slice(1, -1)))) return line;
+  return JSON.stringify(assemble(pair, options, secrets));
+}
+
+function assemble(pair: MirroredPair, options: RecordOptions, secrets: readonly string[]): CaptureRecord {
   const clientHeaders: Record<string, string> = {};
   for (const name of HARMLESS_HEADERS) {
     const v = pair.clientHeaders[name];
     if (v !== undefined) clientHeaders[name] = Array.isArray(v) ? v.join(', ') : v;
   }
-  const secrets = secretValues(pair.clientHeaders, options.secrets ?? []);
   const byName = { extraFields: options.redactFields };
   const request = scrub(options.includePrompts ? pair.request : hashPrompts(pair.request), secrets, byName) as Record<string, unknown>;
   const analysis: CapturedAnalysis | null =
@@ -112,7 +128,7 @@ export function buildRecord(pair: MirroredPair, options: RecordOptions): Capture
 
 /** Headers and the error text by name and value; the body by value only (see {@link scrub}). */
 function scrubSide(s: CaptureSide, secrets: readonly string[], byName: { extraFields?: readonly string[] }): CaptureSide {
-  const out: CaptureSide = { ...s, body: scrub(s.body, secrets, { byName: false }) };
+  const out: CaptureSide = { ...s, body: secrets.length > 0 ? scrub(s.body, secrets, { byName: false }) : s.body };
   if (s.error !== undefined) out.error = scrub(s.error, secrets) as string;
   if (s.serverHeaders !== undefined) out.serverHeaders = scrub(s.serverHeaders, secrets, byName) as Record<string, string>;
   for (const k of ['model', 'system_fingerprint'] as const) if (s[k] !== undefined) out[k] = scrub(s[k], secrets) as string;

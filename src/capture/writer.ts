@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { MirroredPair } from '../mirror/types.js';
 import { captureFileName, errorReason, gzipFile, nodeCaptureFs, type CaptureFile, type CaptureFs } from './files.js';
-import { buildRecord, type RecordOptions } from './record.js';
+import { recordLine, type RecordOptions } from './record.js';
 
 /** Reasons of `logprobe_capture_errors_total`: the disk's codes, `write` for anything else, `overflow` when the disk cannot keep up. */
 export type CaptureErrorReason = 'ENOSPC' | 'EACCES' | 'EROFS' | 'write' | 'overflow';
@@ -73,7 +73,7 @@ export class CaptureWriter {
     }
     let line: Buffer;
     try {
-      line = Buffer.from(`${JSON.stringify(buildRecord(pair, this.options.record))}\n`, 'utf8');
+      line = Buffer.from(`${recordLine(pair, this.options.record)}\n`, 'utf8');
     } catch (err) {
       this.fail('write', err, 1);
       return;
