@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { createWriteStream, writeFileSync } from 'node:fs';
+import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { buildRecord } from '../src/capture/record.js';
@@ -53,6 +53,8 @@ test('a gzip file cut short (a copy interrupted) yields its complete records and
 
 test('usage errors exit 2 with one line: no file, a missing file, a directory, no record at all, a bad flag', async (t) => {
   const dir = tempDir(t);
+  mkdirSync(join(dir, 'sub'));
+  writeFileSync(join(dir, 'sub', 'notes.txt'), 'not a capture');
   const empty = join(dir, 'empty.jsonl');
   writeFileSync(empty, 'not json\n');
   const good = join(dir, 'good.jsonl');
@@ -60,7 +62,7 @@ test('usage errors exit 2 with one line: no file, a missing file, a directory, n
   const cases: Array<[string[], RegExp]> = [
     [['analyze'], /missing required argument/],
     [['analyze', join(dir, 'nope.jsonl')], /^logprobe: .*nope\.jsonl: no such file\n$/],
-    [['analyze', dir], /^logprobe: .*: is a directory\n$/],
+    [['analyze', join(dir, 'sub')], /^logprobe: .*sub: no \.jsonl or \.jsonl\.gz file in this directory\n$/],
     [['analyze', empty], /logprobe: no capture records in/],
     [['analyze', '--noise-floor', 'abc', good], /^logprobe: --noise-floor: expected a number, got 'abc'\n$/],
     [['analyze', '--fail-on', 'bogus', good], /^logprobe: --fail-on: unknown item 'bogus'/],
@@ -74,6 +76,11 @@ test('usage errors exit 2 with one line: no file, a missing file, a directory, n
   }
   assert.equal((await runCli(['analyze', '--fail-on', 'noise,early_shift', good])).code, 0, 'the verdict is global_shift');
   assert.equal((await runCli(['analyze', '--fail-on', 'global_shift', good])).code, 1);
+  // A directory stands for its capture files.
+  const all = await runCli(['analyze', '--json', dir]);
+  assert.equal(all.code, 0, all.stderr);
+  assert.equal(all.stdout.trim().split('\n').length, 1, 'good.jsonl (empty.jsonl has no record)');
+  assert.match(all.stderr, /empty\.jsonl:1: invalid JSON/);
 });
 
 test('the reader splits lines across chunks, strips CR, skips blank lines and bounds a line\'s length', async (t) => {

@@ -1,9 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startUpstream } from './helpers/upstream.js';
-import { runCli } from './helpers/cli.js';
+import { BIN, runCli } from './helpers/cli.js';
 import { chatBody, tempDir } from './helpers/capture.js';
 
 /** An engine stand-in that answers after `delayMs` and records how many requests it held at once. */
@@ -60,4 +61,26 @@ test('--rps paces the pairs evenly (token bucket, no burst)', async (t) => {
   assert.ok(span >= 8 * 50 - 15, `9 pairs at 20/s span ≥ 400 ms, got ${span.toFixed(0)}`);
   const gaps = a.slice(1).map((x, i) => x - a[i]!);
   assert.ok(Math.min(...gaps) >= 35, `evenly spaced: smallest gap ${Math.min(...gaps).toFixed(0)} ms`);
+});
+
+test('on a terminal replay draws a progress bar on stderr; piped, stderr stays clean', { skip: existsSync('/usr/bin/script') ? false : 'script(1) is absent' }, async (t) => {
+  const dir = tempDir(t);
+  const c = await slowEngine(20);
+  const b = await slowEngine(20);
+  t.after(() => Promise.all([c.up.close(), b.up.close()]));
+  const file = promptSet(dir, 12);
+  const args = ['replay', file, '--candidate', c.up.url, '--baseline', b.up.url, '--out', join(dir, 'o.jsonl')];
+  // script(1) gives the command a pseudo-terminal; stdout goes to /dev/null, so what shows is stderr.
+  const shell = `${process.execPath} ${BIN} ${args.join(' ')} > /dev/null`;
+  const tty = await new Promise<{ code: number | null; out: string }>((resolve) => {
+    const child = spawn('script', ['-qec', shell, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('close', (code) => resolve({ code, out }));
+  });
+  assert.equal(tty.code, 0, tty.out);
+  assert.match(tty.out, /replay \[[█░]+\] 100% \| 12 of 12/);
+  const piped = await runCli(args);
+  assert.equal(piped.code, 0);
+  assert.equal(piped.stderr, '');
 });

@@ -1,5 +1,6 @@
 import { createReadStream } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { open, readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { CAPTURE_VERSION, type CaptureRecord } from './record.js';
@@ -48,6 +49,36 @@ export async function probeFile(file: string): Promise<{ gzip: boolean; size: nu
   } finally {
     await handle.close();
   }
+}
+
+/**
+ * The files behind command-line inputs: a file as given, a directory as its `*.jsonl` and
+ * `*.jsonl.gz` files in name order (not recursive; `logprobe analyze captures/`). Every file is
+ * probed first, so that an unreadable one is a usage error before any output. Throws
+ * {@link UnreadableFileError}.
+ */
+export async function resolveInputs(paths: readonly string[]): Promise<{ files: string[]; bytes: number }> {
+  const files: string[] = [];
+  let bytes = 0;
+  for (const path of paths) {
+    let listed = [path];
+    const st = await stat(path).catch(() => null);
+    if (st?.isDirectory()) {
+      let names: string[];
+      try {
+        names = await readdir(path);
+      } catch (err) {
+        throw new UnreadableFileError(path, describe(err));
+      }
+      listed = names.filter((n) => /\.jsonl(\.gz)?$/.test(n)).sort().map((n) => join(path, n));
+      if (listed.length === 0) throw new UnreadableFileError(path, 'no .jsonl or .jsonl.gz file in this directory');
+    }
+    for (const file of listed) {
+      bytes += (await probeFile(file)).size;
+      files.push(file);
+    }
+  }
+  return { files, bytes };
 }
 
 /**

@@ -3,7 +3,7 @@ import type { CommandFactory } from './commands.js';
 import { parseNumberOption, UsageError } from './errors.js';
 import { startProgress } from './progress.js';
 import { configFrom, describeThresholds, parseFailOn, thresholdOptions, thresholdOverrides, type ThresholdFlags } from './thresholds.js';
-import { probeFile, UnreadableFileError } from '../capture/reader.js';
+import { resolveInputs, UnreadableFileError } from '../capture/reader.js';
 import { analyzeFiles, type AnalysedRecord } from '../report/analyze.js';
 import { Summary } from '../report/summary.js';
 import { renderSummaryText } from '../report/text.js';
@@ -18,7 +18,8 @@ interface AnalyzeFlags extends ThresholdFlags {
 }
 
 const HELP = `
-FILES are capture files (JSONL, plain or gzip, as 'serve' writes them or 'replay --out').
+FILES are capture files (JSONL, plain or gzip, as 'serve' writes them or 'replay --out'), or
+directories holding them.
 Each record is re-compared from its captured bodies. Thresholds: each record's own (those in
 force online, so that the verdicts are reproduced exactly), unless --config or a flag sets them
 for every record.
@@ -38,28 +39,22 @@ export const analyzeCommand: CommandFactory = (setExit) =>
   thresholdOptions(
     new Command('analyze')
       .description('re-analyse captured pairs offline: verdict mix, shift distribution, flips, worst pairs; --html report')
-      .argument('<files...>', 'capture files (.jsonl or .jsonl.gz)')
+      .argument('<files...>', 'capture files (.jsonl or .jsonl.gz), or directories of them')
       .option('--json', 'one JSON object per pair on stdout (design.md fields)')
       .option('--html <file>', 'write a self-contained HTML report')
       .option('--fail-on <list>', 'exit 1 when any of these verdicts/outcomes occurs (comma-separated; also error, alert)')
       .option('--top <n>', 'worst pairs listed', '10'),
   )
     .addHelpText('after', HELP)
-    .action(async (files: string[], flags: AnalyzeFlags) => {
+    .action(async (inputs: string[], flags: AnalyzeFlags) => {
       guardStdout();
       const top = parseNumberOption('--top', flags.top, { min: 0, integer: true });
       const failOn = flags.failOn === undefined ? new Set<string>() : parseFailOn(flags.failOn);
       const config = configFrom(flags);
       const overrides = thresholdOverrides(flags, config);
-      let totalBytes = 0;
-      for (const f of files) {
-        try {
-          totalBytes += (await probeFile(f)).size;
-        } catch (err) {
-          if (err instanceof UnreadableFileError) throw new UsageError(err.message);
-          throw err;
-        }
-      }
+      const { files, bytes: totalBytes } = await resolveInputs(inputs).catch((err: unknown) => {
+        throw err instanceof UnreadableFileError ? new UsageError(err.message) : err;
+      });
       if (flags.html) await checkWritable(flags.html);
 
       const summary = new Summary({ alert: config.alert });

@@ -7,7 +7,7 @@ import { startProgress } from './progress.js';
 import { checkWritable, reason, writeHtmlReport } from './report-file.js';
 import { guardStdout, writeOut } from './stdout.js';
 import { configFrom, DEFAULT_FAIL_ON, describeThresholds, parseFailOn, resolveThresholds, thresholdOptions, type ThresholdFlags } from './thresholds.js';
-import { probeFile, readJsonLines, UnreadableFileError } from '../capture/reader.js';
+import { readJsonLines, resolveInputs, UnreadableFileError } from '../capture/reader.js';
 import { CaptureWriter } from '../capture/writer.js';
 import { runReplay } from '../replay/run.js';
 import { Summary } from '../report/summary.js';
@@ -53,7 +53,7 @@ export const replayCommand: CommandFactory = (setExit) =>
   thresholdOptions(
     new Command('replay')
       .description('re-send captured requests or a prompt set to two backends, compare, report; exit 1 on a shift (the CI gate)')
-      .argument('<inputs...>', 'captures or prompt sets (.jsonl or .jsonl.gz)')
+      .argument('<inputs...>', 'captures or prompt sets (.jsonl or .jsonl.gz), or directories of captures')
       .option('--candidate <url>', 'the build under test')
       .option('--baseline <url>', 'the trusted build')
       .option('--concurrency <n>', 'pairs in flight at once', '4')
@@ -64,7 +64,7 @@ export const replayCommand: CommandFactory = (setExit) =>
       .option('--html <file>', 'also write the HTML report'),
   )
     .addHelpText('after', HELP)
-    .action(async (inputs: string[], flags: ReplayFlags) => {
+    .action(async (args: string[], flags: ReplayFlags) => {
       guardStdout();
       const candidateUrl = url('--candidate', flags.candidate);
       const baselineUrl = url('--baseline', flags.baseline);
@@ -74,14 +74,9 @@ export const replayCommand: CommandFactory = (setExit) =>
       const failOn = parseFailOn(flags.failOn);
       const config = configFrom(flags);
       const thresholds = resolveThresholds(flags, config);
-      for (const f of inputs) {
-        try {
-          await probeFile(f);
-        } catch (err) {
-          if (err instanceof UnreadableFileError) throw new UsageError(err.message);
-          throw err;
-        }
-      }
+      const { files: inputs } = await resolveInputs(args).catch((err: unknown) => {
+        throw err instanceof UnreadableFileError ? new UsageError(err.message) : err;
+      });
       if (flags.html) await checkWritable(flags.html);
       const out = resolve(flags.out ?? `replay-${new Date().toISOString().replace(/:/g, '')}.jsonl`);
       const writer = new CaptureWriter({
