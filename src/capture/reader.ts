@@ -92,11 +92,12 @@ export async function* readJsonLines(file: string, options: { onBytes?: (n: numb
   const { gzip } = await probeFile(file);
   const maxLine = options.maxLineBytes ?? MAX_LINE_BYTES;
   const raw = createReadStream(file, { highWaterMark: 256 * 1024 });
-  if (options.onBytes) raw.on('data', (c) => options.onBytes!((c as Buffer).length));
   let source: Readable = raw;
   if (gzip) {
     const gunzip = createGunzip();
     raw.on('error', (err) => gunzip.destroy(err));
+    // pipe() already reads raw in flowing mode, so a 'data' listener sees the compressed bytes.
+    if (options.onBytes) raw.on('data', (c) => options.onBytes!((c as Buffer).length));
     source = raw.pipe(gunzip);
   }
   let parts: Buffer[] = [];
@@ -124,6 +125,7 @@ export async function* readJsonLines(file: string, options: { onBytes?: (n: numb
 
   try {
     for await (const chunk of source as AsyncIterable<Buffer>) {
+      if (!gzip) options.onBytes?.(chunk.length);
       let start = 0;
       for (;;) {
         const nl = chunk.indexOf(10, start);
