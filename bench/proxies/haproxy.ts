@@ -9,7 +9,7 @@ import type { Running, Unavailable } from './types.js';
 export function haproxyVersion(): string | null {
   const r = spawnSync('haproxy', ['-v'], { encoding: 'utf8' });
   if (r.error) return null;
-  return (r.stdout.split('\n')[0] ?? '').replace(/^HAProxy version\s*/, '').trim();
+  return (r.stdout.split('\n')[0] ?? '').replace(/^HAProxy version\s*/, '').trim().split(' ')[0] ?? '';
 }
 
 /** haproxy in HTTP mode, one thread, keep-alive both sides with connection reuse to the upstream. */
@@ -32,6 +32,8 @@ defaults
   timeout server 120s
   timeout http-keep-alive 65s
   option http-keep-alive
+  # Streamed responses (SSE) leave as they arrive, like nginx's proxy_buffering off.
+  option http-no-delay
 frontend fe
   bind 127.0.0.1:${port}
   default_backend candidate

@@ -118,6 +118,12 @@ export class Mirror implements MirrorTap {
       count('skipped');
       return;
     }
+    // A full queue would refuse the copy anyway: drop it before parsing and rewriting the body,
+    // so a saturated mirror costs the client path as little as possible.
+    if (this.queue.full) {
+      count('dropped');
+      return;
+    }
     let parsed: unknown;
     try {
       parsed = JSON.parse(ex.body.toString('utf8'));

@@ -22,6 +22,11 @@ export class WorkQueue<T> {
     return this.running;
   }
 
+  /** True when `push` would refuse a job now (every slot running, the waiting line full, or closed). */
+  get full(): boolean {
+    return this.closed || (this.running >= this.options.concurrency && this.waiting.length >= this.options.size);
+  }
+
   /** Enqueues a job; false when the queue is full or closed. */
   push(job: T): boolean {
     if (this.closed) return false;
