@@ -2,7 +2,8 @@ import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { parseNumberOption, UsageError } from './errors.js';
 import { startProgress } from './progress.js';
-import { configFrom, describeThresholds, parseFailOn, thresholdOptions, thresholdOverrides, type ThresholdFlags } from './thresholds.js';
+import { configFrom, describeThresholds, parseFailOn, thresholdOptions, thresholdOverrides, thresholdsNote, type ThresholdFlags } from './thresholds.js';
+import type { Thresholds } from '../core/index.js';
 import { resolveInputs, UnreadableFileError } from '../capture/reader.js';
 import { analyzeFiles, type AnalysedRecord } from '../report/analyze.js';
 import { Summary } from '../report/summary.js';
@@ -62,6 +63,8 @@ export const analyzeCommand: CommandFactory = (setExit) =>
       const progress = startProgress({ label: 'analyze', total: totalBytes, unit: 'bytes', lines: totalBytes >= 64 * 1024 * 1024 });
       let consumed = 0;
       const json = flags.json === true;
+      let first: Thresholds | null = null;
+      let varied = false;
       const { records } = await analyzeFiles({
         files,
         overrides,
@@ -71,7 +74,11 @@ export const analyzeCommand: CommandFactory = (setExit) =>
           progress.update(consumed, { detail: `${summary.total.toLocaleString('en-US')} pairs` });
         },
         onSkip: (m) => process.stderr.write(`${m}\n`),
-        onPair: json ? (r) => writeOut(`${JSON.stringify(pairJson(r))}\n`) : undefined,
+        onPair: (r) => {
+          if (first === null) first = r.thresholds;
+          else if (!varied && !sameThresholds(first, r.thresholds)) varied = true;
+          return json ? writeOut(`${JSON.stringify(pairJson(r))}\n`) : undefined;
+        },
         // Without --html or --fail-on, nobody needs the rest once the reader of --json has gone.
         signal: json && !flags.html && failOn.size === 0 ? stdoutGone : undefined,
       });
@@ -79,8 +86,8 @@ export const analyzeCommand: CommandFactory = (setExit) =>
       if (records === 0) throw new UsageError(`no capture records in ${files.join(', ')}`);
 
       const data = summary.data();
-      const t = { ...overrides };
-      const ctx = { thresholds: describeThresholds(t, true), gapAmbiguous: t.gapAmbiguous ?? 0.3, gapSystematic: t.gapSystematic ?? 0.4, top };
+      const t: Thresholds = first!;
+      const ctx = { thresholds: describeThresholds(t, thresholdsNote(overrides, varied)), gapAmbiguous: t.gapAmbiguous, gapSystematic: t.gapSystematic, top };
       if (!json) await writeOut(renderSummaryText(data, ctx));
       if (flags.html) {
         await writeHtmlReport(flags.html, data, { title: `logprobe analyze: ${files.length === 1 ? files[0] : `${files.length} files`}`, inputs: files, ...ctx });
@@ -89,6 +96,10 @@ export const analyzeCommand: CommandFactory = (setExit) =>
       const failed = summary.count(failOn) + (failOn.has('alert') ? summary.alertsFired : 0);
       setExit(failed > 0 ? 1 : 0);
     });
+
+function sameThresholds(a: Thresholds, b: Thresholds): boolean {
+  return a.noiseFloor === b.noiseFloor && a.gapAmbiguous === b.gapAmbiguous && a.gapSystematic === b.gapSystematic && a.globalFraction === b.globalFraction && a.minAligned === b.minAligned;
+}
 
 /** A pair as `--json` prints it: the comparison's fields (design.md) and where it came from. */
 function pairJson(r: AnalysedRecord): Record<string, unknown> {

@@ -122,7 +122,7 @@ export const replayCommand: CommandFactory = (setExit) =>
       if (summary.total === 0) throw new UsageError(`nothing to replay in ${inputs.join(', ')}`);
 
       const data = summary.data();
-      const ctx = { thresholds: describeThresholds(thresholds, false), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic };
+      const ctx = { thresholds: describeThresholds(thresholds), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic };
       void writeOut(renderSummaryText(data, ctx));
       void writeOut(`capture: ${out}\n`);
       if (flags.html) {

@@ -58,12 +58,18 @@ export function resolveThresholds(flags: ThresholdFlags, config: Config): Thresh
   return { ...fromConfig, ...thresholdOverrides({ ...flags, config: undefined }, null) };
 }
 
-/** One line saying which thresholds judged the pairs. */
-export function describeThresholds(t: Partial<Thresholds>, perRecord: boolean): string {
-  const d = { ...DEFAULT_THRESHOLDS, ...t };
-  const floor = t.noiseFloor !== undefined ? `${formatNats(t.noiseFloor)} nats` : perRecord ? "each record's own (the floor in force online)" : `${formatNats(d.noiseFloor)} nats`;
-  const rest = perRecord && Object.keys(t).filter((k) => k !== 'noiseFloor').length === 0 ? "the others each record's own" : `gap ambiguous ${d.gapAmbiguous}, systematic ${d.gapSystematic}, global fraction ${d.globalFraction}, min aligned ${d.minAligned}`;
-  return `noise floor ${floor}; ${rest}`;
+/** One line saying which thresholds judged the pairs, and where they came from. */
+export function describeThresholds(t: Thresholds, note?: string): string {
+  return `noise floor ${formatNats(t.noiseFloor)} nats, gap ambiguous ${t.gapAmbiguous}, systematic ${t.gapSystematic}, global fraction ${t.globalFraction}, min aligned ${t.minAligned}${note ? ` (${note})` : ''}`;
+}
+
+/** Where analyze's thresholds came from: each record's own, or flags for every record. */
+export function thresholdsNote(overrides: Partial<Thresholds>, varied: boolean): string {
+  const set = Object.keys(overrides);
+  const own = varied ? "each record's own, which vary: the first record's shown" : "each record's own: those in force online";
+  if (set.length === 0) return own;
+  if (set.length === 5) return 'set for every record by --config or flags';
+  return `${set.join(', ')} set for every record; the others ${own}`;
 }
 
 /** What `--fail-on` may name: any verdict, an uncompared outcome, `error` (all three), `alert` (the offline detectors). */
