@@ -210,3 +210,20 @@ test('a request the candidate refused is skipped; a mirrored copy the candidate 
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'candidate_error' }), 1);
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'skipped' }), 1);
 });
+
+test('a graceful stop finishes the mirrored pairs still queued instead of dropping them', async (t) => {
+  const baseline = await startSim({ faults: 'slow:150' });
+  const candidate = await startSim();
+  t.after(() => Promise.all([baseline.close(), candidate.close()]));
+  const pairs: string[] = [];
+  const lp = await startLogprobe(
+    { candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1, concurrency: 1, queueSize: 10 } },
+    { listeners: { onPair: (p) => pairs.push(p.outcome) } },
+  );
+  for (let i = 0; i < 5; i++) assert.equal((await send(lp.proxyUrl, i, { max_tokens: 4 })).status, 200);
+  assert.ok(lp.runtime.mirror!.detectorState !== undefined);
+  await lp.close();
+  assert.deepEqual(pairs, ['ok', 'ok', 'ok', 'ok', 'ok'], 'every queued pair completed before the stop');
+  const m = await lp.runtime.metrics.registry.metrics();
+  assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'dropped' }), 0);
+});

@@ -36,6 +36,8 @@ export interface CaptureRecord {
   id: string;
   ts: string;
   route: string;
+  /** The request path when it differs from `route` (a configured route outside the known ones). */
+  path?: string;
   /** How the mirror classified the pair (`logprobe_mirror_total`'s outcome). */
   outcome: MirrorOutcome;
   /** The mirrored body as sent to both backends (prompts hashed when `promptsHashed`). */
@@ -116,6 +118,7 @@ function assemble(pair: MirroredPair, options: RecordOptions, secrets: readonly 
     id: scrub(pair.id, secrets) as string,
     ts: pair.ts,
     route: pair.route,
+    ...(pair.path !== pair.route ? { path: pair.path } : {}),
     outcome: pair.outcome,
     request,
     ...(options.includePrompts ? {} : { promptsHashed: true as const }),

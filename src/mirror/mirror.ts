@@ -191,6 +191,7 @@ export class Mirror implements MirrorTap {
       id: job.id,
       ts: new Date().toISOString(),
       route: job.route,
+      path: job.path,
       request: job.body,
       clientHeaders: job.headers,
       candidate: cand,
@@ -254,10 +255,16 @@ export class Mirror implements MirrorTap {
     return this.queue.idle();
   }
 
-  /** Stops taking copies, lets the pairs in flight finish, closes the baseline pool. */
+  /**
+   * Stops taking copies and lets the queued and running pairs finish (so a graceful stop loses
+   * no record), for up to `shutdown.drainSeconds`; what is still queued then is dropped and
+   * counted. Closes the baseline pool.
+   */
   async close(): Promise<void> {
     clearInterval(this.ticker);
-    for (const job of this.queue.close()) this.deps.metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome: 'dropped' });
+    const dropped = await this.queue.close(this.deps.config.shutdown.drainSeconds * 1000);
+    for (const job of dropped) this.deps.metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome: 'dropped' });
+    if (dropped.length > 0) this.log.warn({ dropped: dropped.length }, 'drain time over: queued mirror pairs dropped');
     await this.queue.idle();
     await this.notifier.flush();
     if (this.ownsBaselinePool) await this.baselinePool.close();

@@ -65,9 +65,17 @@ export class WorkQueue<T> {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  /** Refuses new jobs; waiting ones are discarded and returned, running ones finish. */
-  close(): T[] {
+  /**
+   * Refuses new jobs and lets the waiting and running ones finish for up to `graceMs`; jobs still
+   * waiting then are discarded and returned (running ones always finish).
+   */
+  async close(graceMs = 0): Promise<T[]> {
     this.closed = true;
+    if (graceMs > 0 && (this.running > 0 || this.waiting.length > 0)) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.idle(), new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
+      clearTimeout(timer);
+    }
     const dropped = this.waiting.splice(0);
     this.options.onDepth?.(0);
     return dropped;

@@ -10,6 +10,8 @@ export interface MirroredPair {
   id: string;
   ts: string;
   route: string;
+  /** The request path (the `route` label is `other` for configured routes outside the known ones). */
+  path: string;
   /** The mirrored body as sent to both backends. */
   request: Record<string, unknown>;
   /** The client request's headers (for capture: credentials are stripped there). */

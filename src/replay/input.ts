@@ -23,9 +23,10 @@ export function toReplayItem(value: unknown): ReplayItem | { error: string } {
     if (bad) return { error: bad };
     const record = value as unknown as CaptureRecord;
     if (record.promptsHashed) return { error: 'the prompt was not captured (capture.includePrompts: false), nothing to replay' };
-    const kind = requestKind(record.route);
-    if (kind === null || !record.route.startsWith('/')) return { error: `route '${record.route}' cannot be replayed (not a completions route)` };
-    return { route: record.route, kind, body: record.request };
+    const path = typeof record.path === 'string' ? record.path : record.route;
+    const kind = requestKind(path);
+    if (kind === null || !path.startsWith('/')) return { error: `route '${path}' cannot be replayed (not a completions route)` };
+    return { route: path, kind, body: record.request };
   }
   if (typeof value.route !== 'string') return { error: 'not a capture record or a prompt-set line (no "route")' };
   const route = value.route;

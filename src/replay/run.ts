@@ -6,6 +6,7 @@ import type { Thresholds } from '../core/index.js';
 import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
 import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
 import type { MirroredPair } from '../mirror/types.js';
+import { routeLabel } from '../proxy/routes.js';
 import { analyzePair } from '../report/pair.js';
 import type { Summary } from '../report/summary.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
@@ -77,7 +78,8 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
     const pair: MirroredPair = {
       id,
       ts: new Date().toISOString(),
-      route: item.route,
+      route: routeLabel(item.route),
+      path: item.route,
       request,
       clientHeaders: {},
       candidate: cand,

@@ -67,6 +67,7 @@ export function makePair(i: number, options: { shift?: number; headers?: Record<
     id: `req-${i}`,
     ts: new Date(Date.UTC(2026, 10, 29, 7, 0, i)).toISOString(),
     route: '/v1/chat/completions',
+    path: '/v1/chat/completions',
     request: options.request ?? { model: 'm', messages: [{ role: 'user', content: `question ${i}` }], temperature: 0, logprobs: true, top_logprobs: 2, max_tokens: 5 },
     clientHeaders: { 'user-agent': 'test/1', 'content-type': 'application/json', ...(options.headers ?? {}) },
     candidate: result(candidate),

@@ -7,6 +7,7 @@ import type { Metrics } from '../../src/metrics/registry.js';
 import type { Pool } from 'undici';
 import type { Config } from '../../src/config/schema.js';
 import type { Logger } from 'pino';
+import type { MirrorListeners } from '../../src/mirror/types.js';
 
 /** Log lines captured in memory, as the JSON objects pino wrote. */
 export class LogSink extends Writable {
@@ -36,6 +37,7 @@ export async function startLogprobe(
   input: ConfigInput,
   options: {
     makeParts?: (shared: { config: Config; logger: Logger; metrics: Metrics; candidatePool: Pool }) => RuntimeParts;
+    listeners?: MirrorListeners;
     level?: string;
   } = {},
 ): Promise<StartedLogprobe> {
@@ -48,7 +50,7 @@ export async function startLogprobe(
   });
   const logs = new LogSink();
   const logger = createLogger({ level: config.log.level, redact: config.log.redact, destination: logs });
-  const runtime = createRuntime(config, { logger, makeParts: options.makeParts });
+  const runtime = createRuntime(config, { logger, makeParts: options.makeParts, listeners: options.listeners });
   const { proxyUrl, adminUrl } = await runtime.listen();
   return { runtime, proxyUrl, adminUrl, logs, close: () => runtime.close() };
 }
