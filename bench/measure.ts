@@ -18,6 +18,8 @@ export interface Plan {
   /** Throughput with SSE too (off in the engine scenario). */
   sse: boolean;
   latency: boolean;
+  /** Warm SSE up too before the first round (the quick run skips it to stay under 2 minutes). */
+  warmSse: boolean;
 }
 
 export interface TargetResult {
@@ -61,7 +63,7 @@ export async function measure(targets: Running[], plan: Plan, log: (s: string) =
   // Warm-up: JIT, connection pools, nginx's upstream keep-alive.
   for (const t of targets) {
     await autocannon({ url: t.url + URL_PATH, connections: plan.connections, seconds: 1, body: chatBody(false), headers: t.headers });
-    if (plan.sse) await autocannon({ url: t.url + URL_PATH, connections: 8, seconds: 1, body: chatBody(true), headers: t.headers });
+    if (plan.sse && plan.warmSse) await autocannon({ url: t.url + URL_PATH, connections: 8, seconds: 1, body: chatBody(true), headers: t.headers });
   }
 
   for (let r = 0; r < plan.rounds; r++) {

@@ -35,9 +35,9 @@ const QUEUE_SIZE = 128;
 
 const log = (s: string) => process.stdout.write(`${s}\n`);
 
-const FULL: Plan = { rounds: 3, probeRounds: 3, seconds: 5, connections: 32, rate: 400, sseRate: 100, probeSeconds: 5, sse: true, latency: true };
-const QUICK: Plan = { rounds: 2, probeRounds: 1, seconds: 2, connections: 32, rate: 400, sseRate: 100, probeSeconds: 2, sse: true, latency: true };
-const ENGINE: Plan = { rounds: 3, probeRounds: 0, seconds: 5, connections: 32, rate: 0, sseRate: 0, probeSeconds: 0, sse: false, latency: false };
+const FULL: Plan = { rounds: 3, probeRounds: 3, seconds: 5, connections: 32, rate: 400, sseRate: 100, probeSeconds: 5, sse: true, latency: true, warmSse: true };
+const QUICK: Plan = { rounds: 2, probeRounds: 1, seconds: 2, connections: 32, rate: 400, sseRate: 100, probeSeconds: 2, sse: true, latency: true, warmSse: false };
+const ENGINE: Plan = { rounds: 3, probeRounds: 0, seconds: 5, connections: 32, rate: 0, sseRate: 0, probeSeconds: 0, sse: false, latency: false, warmSse: false };
 
 /** Starts the targets in front of `upstream`; the unavailable ones say why. */
 async function startTargets(upstream: Upstream, baseline: Upstream, set: 'all' | 'quick' | 'engine'): Promise<Array<Running | Unavailable>> {
