@@ -20,8 +20,9 @@ export async function autocannon(opts: { url: string; connections: number; secon
   args.push(opts.url);
   const r = await runToEnd('node', args, { cwd: ROOT, timeoutMs: (opts.seconds + 30) * 1000 });
   try {
-    const j = JSON.parse(r.stdout) as { duration: number; requests: { total: number }; errors: number; timeouts: number; non2xx: number };
-    return { rps: j.requests.total / j.duration, total: j.requests.total, errors: j.errors + j.timeouts, non2xx: j.non2xx };
+    const j = JSON.parse(r.stdout) as { duration: number; requests: { total: number }; errors: number; timeouts: number; non2xx: number; '2xx': number };
+    // Only successful answers count: a proxy that fails fast must not look fast.
+    return { rps: j['2xx'] / j.duration, total: j.requests.total, errors: j.errors + j.timeouts, non2xx: j.non2xx };
   } catch {
     throw new Error(`autocannon failed (${r.code}): ${r.stderr.slice(-300)}`);
   }
