@@ -7,22 +7,13 @@
  * aligned and every position runs the full matching, shift and KL path.
  */
 import { compare, parseResponse, DEFAULT_THRESHOLDS, type ParsedResponse } from '../src/core/index.js';
+import { mulberry32 } from '../src/core/random.js';
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A chat body with `n` tokens and `k` alternatives per step; `shift` moves every value. */
 function body(n: number, k: number, seed: number, shift: number): string {
-  const r = rng(seed);
-  const noise = rng(seed + 1000);
+  const r = mulberry32(seed);
+  const noise = mulberry32(seed + 1000);
   const content = [];
   for (let i = 0; i < n; i++) {
     const vals: number[] = [];

@@ -1,3 +1,4 @@
+import { mulberry32 } from '../core/random.js';
 import type { Comparison, FlipClass, ParsedResponse, TopEntry, Verdict } from '../core/index.js';
 
 /** One comparable position of a token strip (short keys: the HTML report embeds thousands). */
@@ -83,17 +84,6 @@ function worse(a: readonly number[], b: readonly number[]): boolean {
   return false;
 }
 
-/** mulberry32: a seeded generator, so the same input gives the same report. */
-function seeded(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /**
  * Chooses which pairs get a token strip, in bounded memory: the `worst` pairs by {@link badness}
@@ -111,7 +101,7 @@ export class StripSelector {
     readonly sampleN: number,
     seed = 1,
   ) {
-    this.random = seeded(seed);
+    this.random = mulberry32(seed);
   }
 
   consider(key: [number, number, number], make: () => Strip): void {

@@ -3,6 +3,7 @@
  * plus `Math.log`/`Math.sqrt` (no trigonometry), so the same seed gives bit-identical weights on
  * every machine running the same Node.js major.
  */
+import { mulberry32 } from '../../core/random.js';
 
 /** 32-bit FNV-1a of a string: names a random stream per tensor. */
 export function hashString(text: string): number {
@@ -16,21 +17,17 @@ export function hashString(text: string): number {
 
 /** A seeded stream of uniforms and standard normals (mulberry32 + Marsaglia's polar method). */
 export class Rng {
-  private state: number;
+  private readonly next: () => number;
   private spare: number | null = null;
 
   /** `seed` and `stream` are mixed so that each tensor gets an independent stream. */
   constructor(seed: number, stream = '') {
-    this.state = (Math.imul(seed >>> 0, 0x9e3779b1) ^ hashString(stream)) >>> 0;
+    this.next = mulberry32(Math.imul(seed >>> 0, 0x9e3779b1) ^ hashString(stream));
   }
 
   /** Uniform on [0, 1) with 32 random bits. */
   uniform(): number {
-    this.state = (this.state + 0x6d2b79f5) >>> 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    return this.next();
   }
 
   /** Standard normal N(0, 1). The polar method avoids `Math.cos`, whose last bit is not specified. */

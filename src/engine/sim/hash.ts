@@ -28,17 +28,9 @@ export function hashString(s: string): number {
   return mix32(h >>> 0);
 }
 
-/** mulberry32: a small, fast seeded PRNG returning uniforms in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from '../../core/random.js';
+
+export { mulberry32 };
 
 /** Size of the random tables; a power of two so an index is one mask. */
 export const TABLE_BITS = 16;
