@@ -1,20 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { parseNumberOption, UsageError } from './errors.js';
+import { UsageError } from './errors.js';
+import { thresholdOverrides, type ThresholdFlags } from './thresholds.js';
 import { renderComparison } from './compare-format.js';
 import { loadConfig } from '../config/load.js';
 import { compare, DEFAULT_THRESHOLDS, parseResponse, type ParsedResponse, type Thresholds, type Verdict } from '../core/index.js';
 
-interface CompareOptions {
-  json?: boolean;
-  config?: string;
-  noiseFloor?: string;
-  gapAmbiguous?: string;
-  gapSystematic?: string;
-  globalFraction?: string;
-  minAligned?: string;
-}
+type CompareOptions = ThresholdFlags & { json?: boolean };
 
 const EXIT_HELP = `
 Each file is a saved response body: JSON (completions, chat, llama.cpp, SGLang native) or a saved
@@ -83,24 +76,7 @@ function readResponse(file: string): ParsedResponse {
   return parsed;
 }
 
+/** Defaults ← `--config`'s analysis.* ← the flags (the same rules as analyze and replay). */
 function resolveThresholds(opts: CompareOptions): Thresholds {
-  const t: Thresholds = { ...DEFAULT_THRESHOLDS };
-  if (opts.config) {
-    const config = loadConfig({ file: opts.config });
-    const a = config.analysis;
-    t.noiseFloor = a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor;
-    t.gapAmbiguous = a.gapAmbiguous;
-    t.gapSystematic = a.gapSystematic;
-    t.globalFraction = a.globalFraction;
-    t.minAligned = a.minAligned;
-  }
-  if (opts.noiseFloor !== undefined) t.noiseFloor = parseNumberOption('--noise-floor', opts.noiseFloor, { min: 0 });
-  if (opts.gapAmbiguous !== undefined) t.gapAmbiguous = parseNumberOption('--gap-ambiguous', opts.gapAmbiguous, { min: 0 });
-  if (opts.gapSystematic !== undefined) t.gapSystematic = parseNumberOption('--gap-systematic', opts.gapSystematic, { min: 0 });
-  if (opts.globalFraction !== undefined) t.globalFraction = parseNumberOption('--global-fraction', opts.globalFraction, { min: 0, max: 1 });
-  if (opts.minAligned !== undefined) t.minAligned = parseNumberOption('--min-aligned', opts.minAligned, { min: 1, integer: true });
-  if (t.gapSystematic < t.gapAmbiguous) {
-    throw new UsageError(`--gap-systematic (${t.gapSystematic}) must be ≥ --gap-ambiguous (${t.gapAmbiguous})`);
-  }
-  return t;
+  return { ...DEFAULT_THRESHOLDS, ...thresholdOverrides(opts, opts.config ? loadConfig({ file: opts.config }) : null) };
 }
