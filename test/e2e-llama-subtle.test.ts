@@ -11,6 +11,7 @@
  * Engines are `logprobe engine --llama` processes (threads 1). Needs the built CLI.
  */
 import assert from 'node:assert/strict';
+import { sendAlternating } from './helpers/llama.js';
 import { after, before, describe, test } from 'node:test';
 import { request } from 'undici';
 import type { ConfigInput } from '../src/config/schema.js';
@@ -41,14 +42,7 @@ async function mirrorThrough(baseline: LlamaEngineProcess, fault: string, n: num
       let sustainedFiredAt: number | null = null;
       for (let i = 0; i < n; i++) {
         const prompt = `${PROMPTS[i % PROMPTS.length]} ${i}`;
-        const chat = i % 2 === 1;
-        const res = await request(`${lp.proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(chat ? { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: 24 } : { model: 'm', prompt, max_tokens: 24 }),
-        });
-        assert.equal(res.statusCode, 200);
-        await res.body.dump();
+        await sendAlternating(lp.proxyUrl, prompt, i, 24);
         await lp.runtime.mirror!.idle();
         if (sustainedFiredAt === null && lp.runtime.mirror!.detectorState.sustained.phase === 'firing') sustainedFiredAt = i + 1;
       }
