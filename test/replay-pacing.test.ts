@@ -57,10 +57,12 @@ test('--rps paces the pairs evenly (token bucket, no burst)', async (t) => {
   assert.equal(res.code, 0, res.stdout + res.stderr);
   const a = c.stats.arrivals;
   assert.equal(a.length, 9);
-  const span = a[a.length - 1]! - a[0]!;
-  assert.ok(span >= 8 * 50 - 15, `9 pairs at 20/s span ≥ 400 ms, got ${span.toFixed(0)}`);
-  const gaps = a.slice(1).map((x, i) => x - a[i]!);
-  assert.ok(Math.min(...gaps) >= 35, `evenly spaced: smallest gap ${Math.min(...gaps).toFixed(0)} ms`);
+  // Arrivals are timed at the upstream, so the first one also pays the connection set-up (tens of
+  // ms on a loaded machine): measure from the second arrival. A burst would put them all at once.
+  const span = a[a.length - 1]! - a[1]!;
+  assert.ok(span >= 7 * 50 - 25, `pairs 2..9 at 20/s span ≥ 350 ms, got ${span.toFixed(0)}`);
+  const gaps = a.slice(2).map((x, i) => x - a[i + 1]!);
+  assert.ok(Math.min(...gaps) >= 30, `evenly spaced: smallest gap ${Math.min(...gaps).toFixed(0)} ms`);
 });
 
 test('on a terminal replay draws a progress bar on stderr; piped, stderr stays clean', { skip: existsSync('/usr/bin/script') ? false : 'script(1) is absent' }, async (t) => {
