@@ -7,6 +7,7 @@ import { openAIError } from './errors.js';
 import { ProxyExchange, type ExchangeContext } from './exchange.js';
 import type { MirrorTap } from './tap.js';
 import { upstreamBasePath } from '../upstream/pool.js';
+import { RawFrontend } from './raw.js';
 
 /** What the proxy needs from the rest of the process. */
 export interface ProxyDeps {
@@ -61,6 +62,7 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     mirror: deps.mirror,
   };
   let closing = false;
+  let raw: RawFrontend | null = null;
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (closing) {
@@ -85,6 +87,28 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
       server.requestTimeout = 0;
       server.setTimeout(0);
       server.keepAliveTimeout = 65_000;
+      // Plain-http candidates: connections go through the byte-level fast path first (raw.ts);
+      // https candidates, and what the fast path does not handle, use ProxyExchange.
+      if (candidateUrl.protocol === 'http:') {
+        raw = new RawFrontend(
+          {
+            upstreamHost: candidateUrl.host,
+            upstreamHostname: candidateUrl.hostname.replace(/^\[|\]$/g, ''),
+            upstreamPort: Number(candidateUrl.port || 80),
+            basePath: ctx.basePath,
+            limitBytes,
+            limitMB: config.limits.bodyMB,
+            timeoutMs: config.candidate.timeoutMs,
+            connectTimeoutMs: config.candidate.connectTimeoutMs,
+            idleTimeoutMs: config.candidate.idleTimeoutMs,
+            log,
+            logRequests: ctx.logRequests,
+            metrics: deps.metrics,
+            mirror: deps.mirror,
+          },
+          server,
+        );
+      }
       return server;
     },
     forceCloseConnections: false,
@@ -92,6 +116,11 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
   // New requests during the drain get 503 and "connection: close" (fastify's return503OnClosing).
   app.addHook('preClose', (done) => {
     closing = true;
+    raw?.beginClose();
+    done();
+  });
+  app.addHook('onClose', (_instance, done) => {
+    raw?.destroy();
     done();
   });
   return app;

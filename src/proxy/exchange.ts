@@ -7,6 +7,8 @@ import { PayloadTooLargeError, mapUpstreamError, openAIError } from './errors.js
 import { MIRROR_HEADER, clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import { pathOf, routeLabel } from './routes.js';
 import { parseMirrorHeader, type MirrorTap } from './tap.js';
+import { kPresetKeepBody } from './raw.js';
+import type { Socket } from 'node:net';
 
 /** What every exchange shares: built once per app. */
 export interface ExchangeContext {
@@ -75,7 +77,11 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     this.route = routeLabel(url);
     const mirrorHeader = req.headers[MIRROR_HEADER];
     this.forced = mirrorHeader === undefined ? undefined : parseMirrorHeader(mirrorHeader);
-    this.keepBody = ctx.mirror ? ctx.mirror.wantsBody(req.method as string, this.path, this.forced) : false;
+    // The fast path (raw.ts) may have asked the mirror already before handing the connection over.
+    const sock = req.socket as Socket & { [kPresetKeepBody]?: boolean };
+    const preset = sock[kPresetKeepBody];
+    if (preset !== undefined) sock[kPresetKeepBody] = undefined;
+    this.keepBody = preset ?? (ctx.mirror ? ctx.mirror.wantsBody(req.method as string, this.path, this.forced) : false);
     (res as TaggedResponse)[kExchange] = this;
     res.on('close', onResponseClose);
   }

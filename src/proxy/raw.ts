@@ -1,0 +1,936 @@
+import { randomUUID } from 'node:crypto';
+import net from 'node:net';
+import type { Server } from 'node:http';
+import type { Logger } from 'pino';
+import { PayloadTooLargeError, GatewayTimeoutError, mapUpstreamError, openAIError } from './errors.js';
+import { MIRROR_HEADER } from './headers.js';
+import { pathOf, routeLabel } from './routes.js';
+import { parseMirrorHeader, type MirrorTap } from './tap.js';
+
+/**
+ * The fast path for plain-http candidates: a byte-level HTTP/1.1 forwarder on the sockets of the
+ * node:http server. Request heads are parsed here (request line and header lines only), the head
+ * is rewritten where a proxy must (Host, hop-by-hop fields, `x-logprobe-mirror`) and sent with the
+ * body bytes on a keep-alive upstream socket; the response head is parsed to learn its framing
+ * (content-length, chunked — chunk sizes walked, bytes not copied —, close-delimited, no body)
+ * and rewritten only to drop hop-by-hop fields; body bytes go through untouched with
+ * backpressure in both directions.
+ *
+ * Anything else (HTTP/1.0, `Expect`, `Upgrade`, a request the mirror wants to copy, a request
+ * while closing, a method or target we do not forward, a malformed head) is handed, with the
+ * bytes already read, to node:http and the {@link ProxyExchange} path for the rest of that
+ * connection.
+ */
+
+export interface RawContext {
+  upstreamHost: string;
+  upstreamHostname: string;
+  upstreamPort: number;
+  basePath: string;
+  limitBytes: number;
+  limitMB: number;
+  timeoutMs: number;
+  connectTimeoutMs: number;
+  idleTimeoutMs: number;
+  log: Logger;
+  logRequests: () => boolean;
+  metrics: { observeRequest(route: string, status: number, seconds: number): void };
+  mirror: MirrorTap | undefined;
+}
+
+/** Set on a socket handed to node:http when the mirror already decided to keep the body. */
+export const kPresetKeepBody = Symbol('logprobe.presetKeepBody');
+
+const CRLFCRLF = Buffer.from('\r\n\r\n');
+const MAX_HEAD = 64 * 1024;
+const DIGITS = /^\d+$/;
+/** A lone CR or LF, or a NUL, in a head: not handled here (node:http's parser rejects them). */
+const BAD_HEAD_BYTES = /\r(?!\n)|(?<!\r)\n|\0/;
+const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
+/** Request fields never forwarded (hop-by-hop, ours, and Host which is replaced). */
+const REQ_DROP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'upgrade',
+  'http2-settings',
+  MIRROR_HEADER,
+  'host',
+]);
+/** Response fields never forwarded (transfer-encoding is kept: the body bytes keep their framing). */
+const RESP_DROP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade', 'http2-settings']);
+const IDLE_UPSTREAM_MS = 4000;
+const CLIENT_KEEPALIVE_MS = 65_000;
+
+// Chunked framing walk.
+const CH_SIZE = 0;
+const CH_EXT = 1;
+const CH_SIZE_LF = 2;
+const CH_DATA = 3;
+const CH_DATA_CR = 4;
+const CH_DATA_LF = 5;
+const CH_TRAILER = 6;
+const CH_DONE = 7;
+
+/** Walks chunked framing without copying; counts data bytes. */
+class ChunkWalker {
+  state = CH_SIZE;
+  size = 0;
+  lineLen = 0;
+  dataBytes = 0;
+  bad = false;
+  digits = false;
+  cr = false;
+  reset(): void {
+    this.digits = false;
+    this.cr = false;
+    this.state = CH_SIZE;
+    this.size = 0;
+    this.lineLen = 0;
+    this.dataBytes = 0;
+    this.bad = false;
+  }
+  /** Index just past the end of the chunked body in `d`, or -1 when it goes on. */
+  walk(d: Buffer, from: number): number {
+    let i = from;
+    const len = d.length;
+    while (i < len) {
+      switch (this.state) {
+        case CH_SIZE: {
+          const c = d[i] as number;
+          let v: number;
+          if (c >= 48 && c <= 57) v = c - 48;
+          else if (c >= 97 && c <= 102) v = c - 87;
+          else if (c >= 65 && c <= 70) v = c - 55;
+          else {
+            // At least one hex digit, then an extension (';…') or CRLF.
+            if (!this.digits || (c !== 13 && c !== 59 && c !== 32 && c !== 9)) this.bad = true;
+            this.state = c === 13 ? CH_SIZE_LF : CH_EXT;
+            i++;
+            if (this.bad) return -1;
+            break;
+          }
+          this.size = this.size * 16 + v;
+          this.digits = true;
+          if (this.size > 2 ** 40) {
+            this.bad = true;
+            return -1;
+          }
+          i++;
+          break;
+        }
+        case CH_EXT:
+          if (d[i] === 13) this.state = CH_SIZE_LF;
+          else if (d[i] === 10) {
+            this.bad = true;
+            return -1;
+          }
+          i++;
+          break;
+        case CH_SIZE_LF:
+          if (d[i] !== 10) {
+            this.bad = true;
+            return -1;
+          }
+          i++;
+          this.digits = false;
+          if (this.size === 0) {
+            this.state = CH_TRAILER;
+            this.lineLen = 0;
+          } else this.state = CH_DATA;
+          break;
+        case CH_DATA: {
+          const take = Math.min(this.size, len - i);
+          i += take;
+          this.size -= take;
+          this.dataBytes += take;
+          if (this.size === 0) this.state = CH_DATA_CR;
+          break;
+        }
+        case CH_DATA_CR:
+          if (d[i] !== 13) {
+            this.bad = true;
+            return -1;
+          }
+          i++;
+          this.state = CH_DATA_LF;
+          break;
+        case CH_DATA_LF:
+          if (d[i] !== 10) {
+            this.bad = true;
+            return -1;
+          }
+          i++;
+          this.state = CH_SIZE;
+          this.size = 0;
+          break;
+        case CH_TRAILER: {
+          const c = d[i] as number;
+          i++;
+          if (c === 10) {
+            if (!this.cr) {
+              this.bad = true;
+              return -1;
+            }
+            this.cr = false;
+            if (this.lineLen === 0) {
+              this.state = CH_DONE;
+              return i;
+            }
+            this.lineLen = 0;
+          } else if (c === 13) this.cr = true;
+          else {
+            if (this.cr) {
+              this.bad = true;
+              return -1;
+            }
+            this.lineLen++;
+          }
+          break;
+        }
+        default:
+          return i;
+      }
+    }
+    return -1;
+  }
+}
+
+/** Field names listed in a Connection value other than keep-alive/close, lower-cased. */
+function connectionTokens(value: string): string[] | null {
+  const v = value.toLowerCase();
+  if (v === 'keep-alive' || v === 'close') return null;
+  const out: string[] = [];
+  for (const s of v.split(',')) {
+    const t = s.trim();
+    if (t !== '' && t !== 'keep-alive' && t !== 'close') out.push(t);
+  }
+  return out.length > 0 ? out : null;
+}
+
+function hasToken(value: string, token: string): boolean {
+  for (const s of value.toLowerCase().split(',')) if (s.trim() === token) return true;
+  return false;
+}
+
+const REQ_IDLE = 0;
+const REQ_BODY = 1; // forwarding the request body
+const REQ_WAIT = 2; // request sent, waiting for / relaying the response
+const REQ_CLOSED = 3; // answered with connection: close; nothing more is read
+
+const BODY_NONE = 0;
+const BODY_LENGTH = 1;
+const BODY_CHUNKED = 2;
+const BODY_CLOSE = 3;
+
+/** One upstream keep-alive connection. */
+class UpstreamConn {
+  readonly sock: net.Socket;
+  client: ClientConn | null = null;
+  connected = false;
+  reused = false;
+  headBuf: Buffer | null = null;
+  inHead = true;
+  mode = BODY_NONE;
+  remaining = 0;
+  reusable = true;
+  readonly walker = new ChunkWalker();
+  readonly onDrainClient: () => void;
+
+  constructor(readonly pool: RawPool) {
+    const sock = net.connect(pool.ctx.upstreamPort, pool.ctx.upstreamHostname);
+    this.sock = sock;
+    sock.setNoDelay(true);
+    sock.setTimeout(pool.ctx.connectTimeoutMs);
+    sock.on('connect', () => {
+      this.connected = true;
+      if (this.client) sock.setTimeout(pool.ctx.timeoutMs);
+    });
+    sock.on('data', (d: Buffer) => this.onData(d));
+    sock.on('error', (err: Error) => this.onError(err));
+    sock.on('close', () => this.onClose());
+    sock.on('timeout', () => this.onTimeout());
+    this.onDrainClient = () => sock.resume();
+  }
+
+  /** Starts relaying the response for `client`. */
+  attach(client: ClientConn): void {
+    this.client = client;
+    this.inHead = true;
+    this.headBuf = null;
+    this.mode = BODY_NONE;
+    this.reusable = true;
+    if (this.connected) this.sock.setTimeout(this.pool.ctx.timeoutMs);
+  }
+
+  private detach(): ClientConn | null {
+    const c = this.client;
+    this.client = null;
+    return c;
+  }
+
+  private onTimeout(): void {
+    const c = this.client;
+    if (!c) {
+      this.sock.destroy();
+      return;
+    }
+    const host = this.pool.ctx.upstreamHost;
+    let err: Error;
+    if (!this.connected) err = new GatewayTimeoutError(`connecting to ${host}`);
+    else if (this.inHead) err = new GatewayTimeoutError(`no response headers from ${host} in time`);
+    else err = new GatewayTimeoutError(`${host} stopped sending the body`);
+    this.detach();
+    this.sock.destroy();
+    c.upstreamFailed(err, false);
+  }
+
+  private onError(err: Error): void {
+    const c = this.detach();
+    this.sock.destroy();
+    if (c) c.upstreamFailed(mapUpstreamError(err, this.pool.ctx.upstreamHost), this.reused && this.inHead && this.headBuf === null);
+  }
+
+  private onClose(): void {
+    this.pool.remove(this);
+    const c = this.detach();
+    if (!c) return;
+    if (!this.inHead && this.mode === BODY_CLOSE) {
+      c.responseEnd(false);
+      return;
+    }
+    const err = new Error('upstream closed the connection') as Error & { code: string };
+    err.code = 'ECONNRESET';
+    c.upstreamFailed(mapUpstreamError(err, this.pool.ctx.upstreamHost), this.reused && this.inHead && this.headBuf === null);
+  }
+
+  private onData(d: Buffer): void {
+    const c = this.client;
+    if (!c) {
+      this.sock.destroy();
+      return;
+    }
+    if (!this.inHead) {
+      this.body(c, d, 0, null);
+      return;
+    }
+    let b = d;
+    if (this.headBuf) b = Buffer.concat([this.headBuf, d]);
+    for (;;) {
+      const end = b.indexOf(CRLFCRLF);
+      if (end < 0) {
+        if (b.length > MAX_HEAD) {
+          this.detach();
+          this.sock.destroy();
+          c.upstreamFailed(mapUpstreamError(new Error('response head too large'), this.pool.ctx.upstreamHost), false);
+          return;
+        }
+        this.headBuf = b;
+        return;
+      }
+      this.headBuf = null;
+      const parsed = this.parseHead(c, b.toString('latin1', 0, end));
+      if (parsed === null) {
+        this.detach();
+        this.sock.destroy();
+        c.upstreamFailed(mapUpstreamError(new Error('malformed response head'), this.pool.ctx.upstreamHost), false);
+        return;
+      }
+      if (parsed.interim) {
+        // 1xx: relayed as is, the final head follows.
+        c.sock.write(parsed.head, 'latin1');
+        b = b.subarray(end + 4);
+        if (b.length === 0) return;
+        continue;
+      }
+      this.inHead = false;
+      this.sock.setTimeout(this.pool.ctx.idleTimeoutMs);
+      c.responseStarted(parsed.status);
+      this.body(c, b, end + 4, parsed.head);
+      return;
+    }
+  }
+
+  /** Parses and rewrites a response head; sets the body framing. */
+  private parseHead(c: ClientConn, head: string): { status: number; head: string; interim: boolean } | null {
+    const lineEnd = head.indexOf('\r\n');
+    const statusLine = lineEnd < 0 ? head : head.slice(0, lineEnd);
+    if (!statusLine.startsWith('HTTP/1.')) return null;
+    const status = Number(statusLine.slice(9, 12));
+    if (!(status >= 100 && status <= 999)) return null;
+    const http10 = statusLine.charCodeAt(7) === 48;
+    let out = statusLine + '\r\n';
+    let cl = -1;
+    let chunked = false;
+    let connValue: string | null = null;
+    let drop: string[] | null = null;
+    let pos = lineEnd < 0 ? head.length : lineEnd + 2;
+    // First pass for Connection (its tokens name more fields to drop).
+    const lower = head.toLowerCase();
+    const ci = lower.indexOf('\r\nconnection:');
+    if (ci >= 0) {
+      let e = head.indexOf('\r\n', ci + 2);
+      if (e < 0) e = head.length;
+      connValue = head.slice(ci + 13, e).trim();
+      drop = connectionTokens(connValue);
+    }
+    while (pos < head.length) {
+      let e = head.indexOf('\r\n', pos);
+      if (e < 0) e = head.length;
+      const colon = head.indexOf(':', pos);
+      if (colon < 0 || colon > e) return null;
+      const name = lower.slice(pos, colon).trim();
+      if (!RESP_DROP.has(name) && (drop === null || !drop.includes(name))) {
+        if (name === 'content-length') {
+          const t = head.slice(colon + 1, e).trim();
+          const v = Number(t);
+          if (!DIGITS.test(t) || !Number.isSafeInteger(v) || (cl >= 0 && cl !== v)) return null;
+          cl = v;
+        } else if (name === 'transfer-encoding') {
+          chunked = lower.slice(colon + 1, e).trim().endsWith('chunked');
+        }
+        out += head.slice(pos, e) + '\r\n';
+      }
+      pos = e + 2;
+    }
+    if (status < 200 && status !== 101) return { status, head: out + '\r\n', interim: true };
+    if (http10 ? connValue === null || !hasToken(connValue, 'keep-alive') : connValue !== null && hasToken(connValue, 'close')) this.reusable = false;
+    if (c.method === 'HEAD' || status === 204 || status === 304) this.mode = BODY_NONE;
+    else if (chunked) {
+      this.mode = BODY_CHUNKED;
+      this.walker.reset();
+    } else if (cl >= 0) {
+      this.mode = BODY_LENGTH;
+      this.remaining = cl;
+    } else {
+      this.mode = BODY_CLOSE;
+      this.reusable = false;
+    }
+    if (this.mode === BODY_CLOSE || c.pool.closing || c.closeAfter) {
+      c.closeAfter = true;
+      out += 'connection: close\r\n';
+    }
+    return { status, head: out + '\r\n', interim: false };
+  }
+
+  /** Relays body bytes d[from..] (with the head first when given), tracking the framing's end. */
+  private body(c: ClientConn, d: Buffer, from: number, head: string | null): void {
+    let end = d.length;
+    let done = false;
+    if (this.mode === BODY_LENGTH) {
+      if (end - from >= this.remaining) {
+        end = from + this.remaining;
+        done = true;
+      }
+      this.remaining -= end - from;
+    } else if (this.mode === BODY_CHUNKED) {
+      const e = this.walker.walk(d, from);
+      if (this.walker.bad) {
+        this.detach();
+        this.sock.destroy();
+        c.sock.destroy();
+        return;
+      }
+      if (e >= 0) {
+        end = e;
+        done = true;
+      }
+    } else if (this.mode === BODY_NONE) {
+      end = from;
+      done = true;
+    }
+    if (done && end < d.length) this.reusable = false; // bytes past the response: not ours to keep
+    const cs = c.sock;
+    let ok = true;
+    if (head !== null) {
+      if (end > from) {
+        cs.cork();
+        cs.write(head, 'latin1');
+        ok = cs.write(from === 0 && end === d.length ? d : d.subarray(from, end));
+        cs.uncork();
+      } else ok = cs.write(head, 'latin1');
+    } else if (end > from) {
+      ok = cs.write(from === 0 && end === d.length ? d : d.subarray(from, end));
+    }
+    if (done) {
+      this.detach();
+      // An upstream that answered before the whole request body went out cannot be reused.
+      if (this.reusable && !c.pool.closing && c.state === REQ_WAIT) this.pool.release(this);
+      else this.sock.destroy();
+      c.responseEnd(true);
+    } else if (!ok) {
+      this.sock.pause();
+      cs.once('drain', this.onDrainClient);
+    }
+  }
+}
+
+/** The keep-alive pool of upstream connections (LIFO). */
+class RawPool {
+  closing = false;
+  private readonly idle: UpstreamConn[] = [];
+  constructor(readonly ctx: RawContext) {}
+
+  acquire(): UpstreamConn {
+    for (;;) {
+      const u = this.idle.pop();
+      if (!u) return new UpstreamConn(this);
+      if (u.sock.destroyed || u.sock.readyState !== 'open') continue;
+      u.reused = true;
+      return u;
+    }
+  }
+
+  release(u: UpstreamConn): void {
+    u.sock.setTimeout(IDLE_UPSTREAM_MS);
+    this.idle.push(u);
+  }
+
+  remove(u: UpstreamConn): void {
+    const i = this.idle.indexOf(u);
+    if (i >= 0) this.idle.splice(i, 1);
+  }
+
+  destroyIdle(): void {
+    for (const u of this.idle.splice(0)) u.sock.destroy();
+  }
+}
+
+/** One client connection on the fast path. */
+class ClientConn {
+  state = REQ_IDLE;
+  buf: Buffer | null = null;
+  closeAfter = false;
+  handedOff = false;
+  // The request in flight.
+  method = '';
+  url = '';
+  requestIdHeader: string | undefined;
+  start = 0;
+  bodyMode = BODY_NONE;
+  bodyLeft = 0;
+  readonly walker = new ChunkWalker();
+  up: UpstreamConn | null = null;
+  /** The whole request as sent upstream, kept while it can still be replayed on a fresh connection. */
+  replay: Buffer[] | null = null;
+  status = 0;
+  headSent = false;
+  private readonly onDataBound: (d: Buffer) => void;
+  private readonly onCloseBound: () => void;
+  readonly onDrainUpstream: () => void;
+
+  constructor(
+    readonly sock: net.Socket,
+    readonly pool: RawPool,
+    readonly frontend: RawFrontend,
+  ) {
+    sock.setNoDelay(true);
+    this.onDataBound = (d) => this.onData(d);
+    this.onCloseBound = () => this.onClose();
+    this.onDrainUpstream = () => sock.resume();
+    sock.on('data', this.onDataBound);
+    sock.on('close', this.onCloseBound);
+    sock.on('error', noop);
+    // A client that ends its side mid-exchange is gone (as with node:http): the upstream is aborted.
+    sock.on('end', () => {
+      if (this.state === REQ_IDLE || this.state === REQ_CLOSED) sock.end();
+      else sock.destroy();
+    });
+    // The client-side keep-alive timeout (node:http's keepAliveTimeout in the other path).
+    sock.setTimeout(CLIENT_KEEPALIVE_MS);
+    sock.on('timeout', () => {
+      if (this.idle) sock.destroy();
+    });
+  }
+
+  private onData(d: Buffer): void {
+    if (this.state === REQ_CLOSED) return;
+    if (this.state === REQ_BODY) {
+      this.requestBody(d, 0);
+      return;
+    }
+    if (this.state === REQ_WAIT) {
+      // Pipelined: kept until the response has gone.
+      this.buf = this.buf ? Buffer.concat([this.buf, d]) : d;
+      this.sock.pause();
+      return;
+    }
+    const b = this.buf ? Buffer.concat([this.buf, d]) : d;
+    this.buf = null;
+    this.parse(b);
+  }
+
+  /** Parses the request head at the start of `b`; forwards it, or hands the connection over. */
+  private parse(b: Buffer): void {
+    const end = b.indexOf(CRLFCRLF);
+    if (end < 0) {
+      if (b.length > MAX_HEAD) this.handOff(b);
+      else this.buf = b;
+      return;
+    }
+    if (this.pool.closing) {
+      this.handOff(b);
+      return;
+    }
+    const head = b.toString('latin1', 0, end);
+    if (BAD_HEAD_BYTES.test(head)) {
+      this.handOff(b);
+      return;
+    }
+    let lineEnd = head.indexOf('\r\n');
+    if (lineEnd < 0) lineEnd = head.length;
+    const sp1 = head.indexOf(' ');
+    const sp2 = sp1 < 0 ? -1 : head.indexOf(' ', sp1 + 1);
+    if (sp1 <= 0 || sp2 < 0 || sp2 > lineEnd || head.slice(sp2 + 1, lineEnd) !== 'HTTP/1.1') {
+      this.handOff(b);
+      return;
+    }
+    const method = head.slice(0, sp1);
+    const url = head.slice(sp1 + 1, sp2);
+    if (url.charCodeAt(0) !== 47 || !FORWARDED_METHODS.has(method)) {
+      this.handOff(b);
+      return;
+    }
+    const lower = head.toLowerCase();
+    let drop: string[] | null = null;
+    const ci = lower.indexOf('\r\nconnection:');
+    let clientClose = false;
+    if (ci >= 0) {
+      let e = head.indexOf('\r\n', ci + 2);
+      if (e < 0) e = head.length;
+      const v = head.slice(ci + 13, e).trim();
+      drop = connectionTokens(v);
+      clientClose = hasToken(v, 'close');
+    }
+    let out = `${method} ${this.frontend.ctx.basePath}${url} HTTP/1.1\r\n`;
+    let cl = -1;
+    let chunked = false;
+    let reqId: string | undefined;
+    let mirrorHeader: string | undefined;
+    let pos = lineEnd + 2;
+    while (pos < head.length) {
+      let e = head.indexOf('\r\n', pos);
+      if (e < 0) e = head.length;
+      const colon = head.indexOf(':', pos);
+      if (colon <= pos || colon > e) {
+        this.handOff(b);
+        return;
+      }
+      const name = lower.slice(pos, colon);
+      const c0 = name.charCodeAt(0);
+      if (c0 === 32 || c0 === 9 || name.charCodeAt(name.length - 1) === 32) {
+        this.handOff(b); // obsolete folding or whitespace before the colon
+        return;
+      }
+      switch (name) {
+        case 'content-length': {
+          const v = head.slice(colon + 1, e).trim();
+          const n = Number(v);
+          if (!DIGITS.test(v) || !Number.isSafeInteger(n) || (cl >= 0 && cl !== n)) {
+            this.handOff(b);
+            return;
+          }
+          cl = n;
+          break;
+        }
+        case 'transfer-encoding':
+          if (chunked || lower.slice(colon + 1, e).trim() !== 'chunked') {
+            this.handOff(b);
+            return;
+          }
+          chunked = true;
+          break;
+        case 'expect':
+        case 'upgrade':
+          this.handOff(b);
+          return;
+        case 'x-request-id':
+          reqId = head.slice(colon + 1, e).trim();
+          break;
+        case MIRROR_HEADER:
+          mirrorHeader = head.slice(colon + 1, e).trim();
+          break;
+      }
+      if (!REQ_DROP.has(name) && (drop === null || !drop.includes(name))) out += head.slice(pos, e) + '\r\n';
+      pos = e + 2;
+    }
+    if (chunked && cl >= 0) {
+      this.handOff(b);
+      return;
+    }
+    const ctx = this.frontend.ctx;
+    const mirror = ctx.mirror;
+    if (mirror) {
+      const forced = mirrorHeader === undefined ? undefined : parseMirrorHeader(mirrorHeader);
+      if (mirror.wantsBody(method, pathOf(url), forced)) {
+        (this.sock as net.Socket & { [kPresetKeepBody]?: boolean })[kPresetKeepBody] = true;
+        this.handOff(b);
+        return;
+      }
+    }
+    out += `host: ${ctx.upstreamHost}\r\n\r\n`;
+    this.method = method;
+    this.url = url;
+    this.requestIdHeader = reqId;
+    this.start = performance.now();
+    this.status = 0;
+    this.headSent = false;
+    this.closeAfter = clientClose;
+    if (cl > ctx.limitBytes) {
+      this.state = REQ_WAIT;
+      this.closeAfter = true;
+      this.fail(new PayloadTooLargeError(ctx.limitMB));
+      return;
+    }
+    const up = this.pool.acquire();
+    this.up = up;
+    up.attach(this);
+    const headBuf = Buffer.from(out, 'latin1');
+    const bodyStart = end + 4;
+    if (chunked) {
+      this.bodyMode = BODY_CHUNKED;
+      this.walker.reset();
+    } else if (cl > 0) {
+      this.bodyMode = BODY_LENGTH;
+      this.bodyLeft = cl;
+    } else this.bodyMode = BODY_NONE;
+    this.state = REQ_BODY;
+    this.replay = [headBuf];
+    if (this.bodyMode === BODY_NONE) {
+      this.state = REQ_WAIT;
+      up.sock.write(headBuf);
+      if (bodyStart < b.length) this.keepRest(b.subarray(bodyStart));
+      return;
+    }
+    up.sock.cork();
+    up.sock.write(headBuf);
+    this.requestBody(b, bodyStart);
+    up.sock.uncork();
+  }
+
+  /** Forwards request body bytes d[from..]; the rest (a pipelined request) is kept. */
+  private requestBody(d: Buffer, from: number): void {
+    let end = d.length;
+    let done = false;
+    if (this.bodyMode === BODY_LENGTH) {
+      if (end - from >= this.bodyLeft) {
+        end = from + this.bodyLeft;
+        done = true;
+      }
+      this.bodyLeft -= end - from;
+    } else {
+      const e = this.walker.walk(d, from);
+      if (this.walker.bad) {
+        this.sock.destroy();
+        return;
+      }
+      if (e >= 0) {
+        end = e;
+        done = true;
+      }
+      if (this.walker.dataBytes > this.frontend.ctx.limitBytes) {
+        // Too large: the upstream request is abandoned, the client gets a 413.
+        const up = this.up;
+        this.up = null;
+        this.replay = null;
+        if (up) {
+          up.client = null;
+          up.sock.destroy();
+        }
+        this.state = REQ_WAIT;
+        this.closeAfter = true;
+        this.sock.pause();
+        this.fail(new PayloadTooLargeError(this.frontend.ctx.limitMB));
+        return;
+      }
+    }
+    const up = this.up;
+    if (!up) return;
+    const part = from === 0 && end === d.length ? d : d.subarray(from, end);
+    let ok = true;
+    if (end > from) {
+      ok = up.sock.write(part);
+      if (this.replay) {
+        if (this.replay.length < 8) this.replay.push(part);
+        else this.replay = null;
+      }
+    }
+    if (done) {
+      this.state = REQ_WAIT;
+      if (end < d.length) this.keepRest(d.subarray(end));
+    } else if (!ok) {
+      this.sock.pause();
+      up.sock.once('drain', this.onDrainUpstream);
+    }
+  }
+
+  private keepRest(rest: Buffer): void {
+    this.buf = this.buf ? Buffer.concat([this.buf, rest]) : rest;
+    this.sock.pause();
+  }
+
+  responseStarted(status: number): void {
+    this.status = status;
+    this.headSent = true;
+    this.replay = null;
+  }
+
+  /** The upstream failed: retried once on a fresh connection when nothing was received yet, else 502/504. */
+  upstreamFailed(err: Error & { statusCode?: number; code?: string }, retryable: boolean): void {
+    if (retryable && this.replay && this.state === REQ_WAIT && !this.headSent) {
+      const parts = this.replay;
+      const fresh = new UpstreamConn(this.pool);
+      this.up = fresh;
+      fresh.attach(this);
+      fresh.sock.cork();
+      for (const p of parts) fresh.sock.write(p);
+      fresh.sock.uncork();
+      return;
+    }
+    this.up = null;
+    this.replay = null;
+    if (this.headSent || this.sock.destroyed) {
+      if (!this.sock.destroyed) this.frontend.ctx.log.warn({ reqId: this.requestId(), err }, 'response terminated with an error with headers already sent');
+      this.sock.destroy();
+      return;
+    }
+    this.closeAfter = this.closeAfter || this.state === REQ_BODY;
+    this.state = REQ_WAIT;
+    this.fail(err);
+  }
+
+  /** Answers with an error of our own, in the OpenAI envelope. */
+  private fail(err: Error & { statusCode?: number; code?: string }): void {
+    const ctx = this.frontend.ctx;
+    const status = err.statusCode !== undefined && err.statusCode >= 400 ? err.statusCode : 500;
+    if (status >= 500) ctx.log.warn({ reqId: this.requestId(), err }, 'proxy error');
+    const payload = JSON.stringify(openAIError(status, err.message, err.code ?? null));
+    if (this.pool.closing) this.closeAfter = true;
+    const head =
+      `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\n` +
+      `date: ${new Date().toUTCString()}\r\nconnection: ${this.closeAfter ? 'close' : 'keep-alive'}\r\n\r\n`;
+    this.status = status;
+    this.headSent = true;
+    this.sock.write(head + payload);
+    this.responseEnd(true);
+  }
+
+  requestId(): string {
+    const h = this.requestIdHeader;
+    if (h !== undefined && h !== '') return h;
+    return (this.requestIdHeader = randomUUID());
+  }
+
+  /** The response has gone to the client (complete, or close-delimited and the upstream closed). */
+  responseEnd(complete: boolean): void {
+    this.up = null;
+    this.replay = null;
+    void complete;
+    this.account(false);
+    if (this.closeAfter || this.state === REQ_BODY) {
+      this.state = REQ_CLOSED;
+      this.buf = null;
+      const sock = this.sock;
+      sock.end(() => sock.destroy());
+      return;
+    }
+    this.state = REQ_IDLE;
+    const b = this.buf;
+    this.buf = null;
+    if (this.sock.isPaused()) this.sock.resume();
+    if (b && b.length > 0) this.parse(b);
+  }
+
+  private account(aborted: boolean): void {
+    const ctx = this.frontend.ctx;
+    const seconds = (performance.now() - this.start) / 1000;
+    const route = routeLabel(this.url);
+    const status = aborted ? 499 : this.status;
+    ctx.metrics.observeRequest(route, status, seconds);
+    if (ctx.logRequests()) {
+      ctx.log.info({ reqId: this.requestId(), method: this.method, route, status: this.status, durationMs: Math.round(seconds * 1e6) / 1e3, aborted }, 'request');
+    }
+  }
+
+  private onClose(): void {
+    this.frontend.conns.delete(this);
+    if (this.handedOff) return;
+    if (this.state !== REQ_IDLE && this.state !== REQ_CLOSED) {
+      // The client went away mid-exchange: the upstream must see the close.
+      const up = this.up;
+      this.up = null;
+      this.replay = null;
+      if (up) {
+        up.client = null;
+        up.sock.destroy();
+      }
+      this.state = REQ_IDLE;
+      this.account(true);
+    }
+  }
+
+  get idle(): boolean {
+    return this.state === REQ_IDLE && this.buf === null;
+  }
+
+  /** Gives the connection, with the bytes read so far, to node:http. */
+  private handOff(b: Buffer): void {
+    this.handedOff = true;
+    this.frontend.conns.delete(this);
+    const sock = this.sock;
+    sock.removeListener('data', this.onDataBound);
+    sock.removeListener('close', this.onCloseBound);
+    sock.removeAllListeners('end');
+    sock.removeAllListeners('timeout');
+    sock.setTimeout(0);
+    sock.removeListener('error', noop);
+    sock.pause();
+    if (b.length > 0) sock.unshift(b);
+    this.frontend.fallback(sock);
+  }
+}
+
+const STATUS_TEXT: Record<number, string> = { 413: 'Payload Too Large', 500: 'Internal Server Error', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
+
+function noop(): void {}
+
+/** Installs the fast path on a node:http server: its connections come here first. */
+export class RawFrontend {
+  readonly conns = new Set<ClientConn>();
+  readonly pool: RawPool;
+  readonly fallback: (sock: net.Socket) => void;
+
+  constructor(
+    readonly ctx: RawContext,
+    server: Server,
+  ) {
+    this.pool = new RawPool(ctx);
+    const listeners = server.listeners('connection') as Array<(sock: net.Socket) => void>;
+    server.removeAllListeners('connection');
+    this.fallback = (sock) => {
+      for (const l of listeners) l.call(server, sock);
+      sock.resume();
+    };
+    server.on('connection', (sock: net.Socket) => {
+      this.conns.add(new ClientConn(sock, this.pool, this));
+    });
+  }
+
+  /** Graceful close begins: idle connections are closed, busy ones after their response. */
+  beginClose(): void {
+    this.pool.closing = true;
+    for (const c of this.conns) {
+      if (c.idle) c.sock.destroy();
+      else c.closeAfter = true;
+    }
+  }
+
+  /** The server has closed: no upstream connection is kept. */
+  destroy(): void {
+    this.pool.destroyIdle();
+  }
+}
