@@ -300,7 +300,7 @@ class UpstreamConn {
     const c = this.detach();
     if (!c) return;
     if (!this.inHead && this.mode === BODY_CLOSE) {
-      c.responseEnd(false);
+      c.responseEnd();
       return;
     }
     const err = new Error('upstream closed the connection') as Error & { code: string };
@@ -410,7 +410,8 @@ class UpstreamConn {
       this.mode = BODY_CLOSE;
       this.reusable = false;
     }
-    if (this.mode === BODY_CLOSE || c.pool.closing || c.closeAfter) {
+    // An answer before the whole request body arrived ends the connection (the rest is not read).
+    if (this.mode === BODY_CLOSE || c.pool.closing || c.closeAfter || c.state === REQ_BODY) {
       c.closeAfter = true;
       out += 'connection: close\r\n';
     }
@@ -461,7 +462,7 @@ class UpstreamConn {
       // An upstream that answered before the whole request body went out cannot be reused.
       if (this.reusable && !c.pool.closing && c.state === REQ_WAIT) this.pool.release(this);
       else this.sock.destroy();
-      c.responseEnd(true);
+      c.responseEnd();
     } else if (!ok) {
       this.sock.pause();
       cs.once('drain', this.onDrainClient);
@@ -816,7 +817,7 @@ class ClientConn {
     this.status = status;
     this.headSent = true;
     this.sock.write(head + payload);
-    this.responseEnd(true);
+    this.responseEnd();
   }
 
   requestId(): string {
@@ -826,10 +827,9 @@ class ClientConn {
   }
 
   /** The response has gone to the client (complete, or close-delimited and the upstream closed). */
-  responseEnd(complete: boolean): void {
+  responseEnd(): void {
     this.up = null;
     this.replay = null;
-    void complete;
     this.account(false);
     if (this.closeAfter || this.state === REQ_BODY) {
       this.state = REQ_CLOSED;
