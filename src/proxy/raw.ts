@@ -47,6 +47,7 @@ const DIGITS = /^\d+$/;
 /** A lone CR or LF, or a NUL, in a head: not handled here (node:http's parser rejects them). */
 const BAD_HEAD_BYTES = /\r(?!\n)|(?<!\r)\n|\0/;
 const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
+const IDEMPOTENT_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PUT', 'OPTIONS']);
 /** Request fields never forwarded (hop-by-hop, ours, and Host which is replaced). */
 const REQ_DROP = new Set([
   'connection',
@@ -64,6 +65,8 @@ const REQ_DROP = new Set([
 /** Response fields never forwarded (transfer-encoding is kept: the body bytes keep their framing). */
 const RESP_DROP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade', 'http2-settings']);
 const IDLE_UPSTREAM_MS = 4000;
+/** Upstream sockets the fast path opens at most (the undici pool's cap is the same). */
+const MAX_UPSTREAM_CONNECTIONS = 256;
 const CLIENT_KEEPALIVE_MS = 65_000;
 
 // Chunked framing walk.
@@ -244,6 +247,8 @@ class UpstreamConn {
   constructor(readonly pool: RawPool) {
     const sock = net.connect(pool.ctx.upstreamPort, pool.ctx.upstreamHostname);
     this.sock = sock;
+    pool.live++;
+    sock.once('close', () => pool.live--);
     sock.setNoDelay(true);
     sock.setTimeout(pool.ctx.connectTimeoutMs);
     sock.on('connect', () => {
@@ -473,8 +478,15 @@ class UpstreamConn {
 /** The keep-alive pool of upstream connections (LIFO). */
 class RawPool {
   closing = false;
+  /** Upstream sockets open now (idle or busy). */
+  live = 0;
   private readonly idle: UpstreamConn[] = [];
   constructor(readonly ctx: RawContext) {}
+
+  /** True when no idle socket is left and opening one more would pass the connection cap. */
+  full(): boolean {
+    return this.idle.length === 0 && this.live >= MAX_UPSTREAM_CONNECTIONS;
+  }
 
   acquire(): UpstreamConn {
     for (;;) {
@@ -674,6 +686,12 @@ class ClientConn {
       }
     }
     out += `host: ${ctx.upstreamHost}\r\n\r\n`;
+    if (this.pool.full()) {
+      // Past the cap, the request waits in the undici pool's queue (same cap) instead of opening
+      // ever more sockets to the candidate.
+      this.handOff(b);
+      return;
+    }
     this.method = method;
     this.url = url;
     this.requestIdHeader = reqId;
@@ -700,7 +718,9 @@ class ClientConn {
       this.bodyLeft = cl;
     } else this.bodyMode = BODY_NONE;
     this.state = REQ_BODY;
-    this.replay = [headBuf];
+    // Only idempotent requests are replayed on a fresh connection after a stale keep-alive socket
+    // failed (as nginx does): a POST may have started a generation on an upstream that then died.
+    this.replay = IDEMPOTENT_METHODS.has(this.method) ? [headBuf] : null;
     if (this.bodyMode === BODY_NONE) {
       this.state = REQ_WAIT;
       up.sock.write(headBuf);
