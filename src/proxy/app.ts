@@ -24,8 +24,8 @@ export interface ProxyDeps {
 /** Methods forwarded to the candidate; any other method gets a 404 in the OpenAI envelope. */
 const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
 
-/** What fastify answers while it closes (return503OnClosing), kept byte for byte. */
-const CLOSING_BODY = '{"error":"Service Unavailable","message":"Service Unavailable","statusCode":503}';
+/** What a request gets while the proxy drains: the OpenAI envelope, like every error we make. */
+const CLOSING_BODY = JSON.stringify(openAIError(503, 'logprobe is shutting down: retry on another replica', 'LOGPROBE_SHUTTING_DOWN'));
 
 function notFound(ctx: ExchangeContext, req: IncomingMessage, res: ServerResponse): void {
   const started = performance.now();
@@ -66,7 +66,7 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (closing) {
-      res.writeHead(503, { 'content-type': 'application/json', 'content-length': String(CLOSING_BODY.length), connection: 'close' });
+      res.writeHead(503, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(CLOSING_BODY)), connection: 'close' });
       res.end(CLOSING_BODY);
       return;
     }
