@@ -3,9 +3,10 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 /**
  * Hop-by-hop fields (RFC 9110 §7.6.1, plus the legacy ones proxies strip): they describe one
  * connection, not the message, so a proxy must not forward them. Fields named in `Connection`
- * are hop-by-hop too.
+ * are hop-by-hop too. `transfer-encoding` is not in this list: the byte-level path keeps the
+ * body's framing as it is, the undici path re-frames it (see HOP_BY_HOP).
  */
-const HOP_BY_HOP = new Set([
+export const CONNECTION_FIELDS: readonly string[] = [
   'connection',
   'keep-alive',
   'proxy-connection',
@@ -13,10 +14,11 @@ const HOP_BY_HOP = new Set([
   'proxy-authorization',
   'te',
   'trailer',
-  'transfer-encoding',
   'upgrade',
   'http2-settings',
-]);
+];
+/** The hop-by-hop fields plus `transfer-encoding`, for paths that re-frame the body. */
+const HOP_BY_HOP = new Set([...CONNECTION_FIELDS, 'transfer-encoding']);
 
 /** Our own control header: decides mirroring for one request, never forwarded. */
 export const MIRROR_HEADER = 'x-logprobe-mirror';

@@ -3,7 +3,7 @@ import net from 'node:net';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { PayloadTooLargeError, GatewayTimeoutError, mapUpstreamError, openAIError } from './errors.js';
-import { MIRROR_HEADER } from './headers.js';
+import { CONNECTION_FIELDS, MIRROR_HEADER } from './headers.js';
 import { pathOf, routeLabel } from './routes.js';
 import { parseMirrorHeader, type MirrorTap } from './tap.js';
 
@@ -49,21 +49,9 @@ const BAD_HEAD_BYTES = /\r(?!\n)|(?<!\r)\n|\0/;
 const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
 const IDEMPOTENT_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PUT', 'OPTIONS']);
 /** Request fields never forwarded (hop-by-hop, ours, and Host which is replaced). */
-const REQ_DROP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'upgrade',
-  'http2-settings',
-  MIRROR_HEADER,
-  'host',
-]);
+const REQ_DROP = new Set([...CONNECTION_FIELDS, MIRROR_HEADER, 'host']);
 /** Response fields never forwarded (transfer-encoding is kept: the body bytes keep their framing). */
-const RESP_DROP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade', 'http2-settings']);
+const RESP_DROP = new Set(CONNECTION_FIELDS);
 const IDLE_UPSTREAM_MS = 4000;
 /** Upstream sockets the fast path opens at most (the undici pool's cap is the same). */
 const MAX_UPSTREAM_CONNECTIONS = 256;
