@@ -3,6 +3,7 @@ import net from 'node:net';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { PayloadTooLargeError, GatewayTimeoutError, mapUpstreamError, openAIError } from './errors.js';
+import { ChunkWalker } from './chunked.js';
 import { CONNECTION_FIELDS, MIRROR_HEADER } from './headers.js';
 import { pathOf, routeLabel } from './routes.js';
 import { parseMirrorHeader, type MirrorTap } from './tap.js';
@@ -56,140 +57,6 @@ const IDLE_UPSTREAM_MS = 4000;
 /** Upstream sockets the fast path opens at most (the undici pool's cap is the same). */
 const MAX_UPSTREAM_CONNECTIONS = 256;
 const CLIENT_KEEPALIVE_MS = 65_000;
-
-// Chunked framing walk.
-const CH_SIZE = 0;
-const CH_EXT = 1;
-const CH_SIZE_LF = 2;
-const CH_DATA = 3;
-const CH_DATA_CR = 4;
-const CH_DATA_LF = 5;
-const CH_TRAILER = 6;
-const CH_DONE = 7;
-
-/** Walks chunked framing without copying; counts data bytes. */
-class ChunkWalker {
-  state = CH_SIZE;
-  size = 0;
-  lineLen = 0;
-  dataBytes = 0;
-  bad = false;
-  digits = false;
-  cr = false;
-  reset(): void {
-    this.digits = false;
-    this.cr = false;
-    this.state = CH_SIZE;
-    this.size = 0;
-    this.lineLen = 0;
-    this.dataBytes = 0;
-    this.bad = false;
-  }
-  /** Index just past the end of the chunked body in `d`, or -1 when it goes on. */
-  walk(d: Buffer, from: number): number {
-    let i = from;
-    const len = d.length;
-    while (i < len) {
-      switch (this.state) {
-        case CH_SIZE: {
-          const c = d[i] as number;
-          let v: number;
-          if (c >= 48 && c <= 57) v = c - 48;
-          else if (c >= 97 && c <= 102) v = c - 87;
-          else if (c >= 65 && c <= 70) v = c - 55;
-          else {
-            // At least one hex digit, then an extension (';…') or CRLF.
-            if (!this.digits || (c !== 13 && c !== 59 && c !== 32 && c !== 9)) this.bad = true;
-            this.state = c === 13 ? CH_SIZE_LF : CH_EXT;
-            i++;
-            if (this.bad) return -1;
-            break;
-          }
-          this.size = this.size * 16 + v;
-          this.digits = true;
-          if (this.size > 2 ** 40) {
-            this.bad = true;
-            return -1;
-          }
-          i++;
-          break;
-        }
-        case CH_EXT:
-          if (d[i] === 13) this.state = CH_SIZE_LF;
-          else if (d[i] === 10) {
-            this.bad = true;
-            return -1;
-          }
-          i++;
-          break;
-        case CH_SIZE_LF:
-          if (d[i] !== 10) {
-            this.bad = true;
-            return -1;
-          }
-          i++;
-          this.digits = false;
-          if (this.size === 0) {
-            this.state = CH_TRAILER;
-            this.lineLen = 0;
-          } else this.state = CH_DATA;
-          break;
-        case CH_DATA: {
-          const take = Math.min(this.size, len - i);
-          i += take;
-          this.size -= take;
-          this.dataBytes += take;
-          if (this.size === 0) this.state = CH_DATA_CR;
-          break;
-        }
-        case CH_DATA_CR:
-          if (d[i] !== 13) {
-            this.bad = true;
-            return -1;
-          }
-          i++;
-          this.state = CH_DATA_LF;
-          break;
-        case CH_DATA_LF:
-          if (d[i] !== 10) {
-            this.bad = true;
-            return -1;
-          }
-          i++;
-          this.state = CH_SIZE;
-          this.size = 0;
-          break;
-        case CH_TRAILER: {
-          const c = d[i] as number;
-          i++;
-          if (c === 10) {
-            if (!this.cr) {
-              this.bad = true;
-              return -1;
-            }
-            this.cr = false;
-            if (this.lineLen === 0) {
-              this.state = CH_DONE;
-              return i;
-            }
-            this.lineLen = 0;
-          } else if (c === 13) this.cr = true;
-          else {
-            if (this.cr) {
-              this.bad = true;
-              return -1;
-            }
-            this.lineLen++;
-          }
-          break;
-        }
-        default:
-          return i;
-      }
-    }
-    return -1;
-  }
-}
 
 /** Field names listed in a Connection value other than keep-alive/close, lower-cased. */
 function connectionTokens(value: string): string[] | null {
