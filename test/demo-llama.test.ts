@@ -7,11 +7,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runCli, startCli } from './helpers/cli.js';
+import { llamaSkip } from './helpers/llama-e2e.js';
 
-const skip =
-  (process.platform === 'linux' && process.arch === 'x64') || process.env['CI']
-    ? false
-    : `llama.cpp engines run on x64 Linux here (this is ${process.platform}-${process.arch}); set CI=1 to run them anyway`;
+const skip = llamaSkip;
 
 function alive(pid: number): boolean {
   try {

@@ -4,16 +4,14 @@
  * `identical` and nothing alerts. Needs the built CLI (`npm test` builds first).
  */
 import assert from 'node:assert/strict';
+import { llamaSkip } from './helpers/llama-e2e.js';
 import { test } from 'node:test';
 import { request } from 'undici';
 import { spawnLlamaEngine } from '../src/demo/engine-process.js';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 
-const skip =
-  (process.platform === 'linux' && process.arch === 'x64') || process.env['CI']
-    ? false
-    : `llama.cpp engines run on x64 Linux here (this is ${process.platform}-${process.arch}); set CI=1 to run them anyway`;
+const skip = llamaSkip;
 
 test('two clean llama.cpp engines in separate processes: every mirrored pair is identical, no alert', { skip }, async (t) => {
   const [baseline, candidate] = await Promise.all([spawnLlamaEngine({ seed: 1 }), spawnLlamaEngine({ seed: 1 })]);

@@ -11,51 +11,17 @@
  * Engines are `logprobe engine --llama` processes (threads 1). Needs the built CLI.
  */
 import assert from 'node:assert/strict';
-import { sendAlternating } from './helpers/llama.js';
+import { llamaSkip, mirrorThrough } from './helpers/llama-e2e.js';
 import { after, before, describe, test } from 'node:test';
-import { request } from 'undici';
 import type { ConfigInput } from '../src/config/schema.js';
 import { spawnLlamaEngine, type LlamaEngineProcess } from '../src/demo/engine-process.js';
-import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 
-const skip =
-  (process.platform === 'linux' && process.arch === 'x64') || process.env['CI']
-    ? false
-    : `llama.cpp engines run on x64 Linux here (this is ${process.platform}-${process.arch}); set CI=1 to run them anyway`;
+const skip = llamaSkip;
 
-const PROMPTS = ['The quick brown fox', 'Once upon a time, in a small village by the sea,', 'def fibonacci(n):', 'Why do floating point sums depend on the order of addition?', 'Artificial intelligence is', 'The capital of France is'];
-const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'] as const;
-const CALIBRATED: ConfigInput = { analysis: { noiseFloor: 'auto' }, calibration: { rate: 1, margin: 3, minSamples: 5, minFloor: 0.04 } };
+const ALERT: ConfigInput['alert'] = { window: 20, minRequests: 10, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } };
+const CALIBRATED: ConfigInput = { analysis: { noiseFloor: 'auto' }, calibration: { rate: 1, margin: 3, minSamples: 5, minFloor: 0.04 }, alert: ALERT };
 
-async function mirrorThrough(baseline: LlamaEngineProcess, fault: string, n: number, analysis: ConfigInput): Promise<{ verdicts: Record<string, number>; metrics: string; sustainedFiredAt: number | null }> {
-  const candidate = await spawnLlamaEngine({ seed: 1, fault });
-  try {
-    const lp = await startLogprobe({
-      ...analysis,
-      candidate: { url: candidate.url },
-      baseline: { url: baseline.url },
-      mirror: { sampleRate: 1, concurrency: 1, maxTokens: 24 },
-      alert: { window: 20, minRequests: 10, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } },
-    });
-    try {
-      let sustainedFiredAt: number | null = null;
-      for (let i = 0; i < n; i++) {
-        const prompt = `${PROMPTS[i % PROMPTS.length]} ${i}`;
-        await sendAlternating(lp.proxyUrl, prompt, i, 24);
-        await lp.runtime.mirror!.idle();
-        if (sustainedFiredAt === null && lp.runtime.mirror!.detectorState.sustained.phase === 'firing') sustainedFiredAt = i + 1;
-      }
-      const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-      const verdicts = Object.fromEntries(VERDICTS.map((v) => [v, metricValue(metrics, 'logprobe_verdicts_total', { verdict: v }) ?? 0]).filter(([, c]) => c !== 0));
-      return { verdicts, metrics, sustainedFiredAt };
-    } finally {
-      await lp.close();
-    }
-  } finally {
-    await candidate.stop();
-  }
-}
 
 describe('1% weight noise on llama.cpp: never identical; needs a calibrated floor', { skip }, () => {
   let baseline: LlamaEngineProcess;
@@ -65,7 +31,7 @@ describe('1% weight noise on llama.cpp: never identical; needs a calibrated floo
   after(() => baseline?.stop());
 
   test('at the default floor 0.1 it is never identical but mostly noise, and LogprobGlobalShift stays quiet', async () => {
-    const { verdicts, metrics } = await mirrorThrough(baseline, 'weight-noise:0.01', 20, { analysis: { noiseFloor: 0.1 } });
+    const { verdicts, metrics } = await mirrorThrough(baseline, 'weight-noise:0.01', 20, { analysis: { noiseFloor: 0.1 }, alert: ALERT });
     assert.equal(verdicts['identical'], undefined, JSON.stringify(verdicts));
     assert.ok((verdicts['noise'] ?? 0) >= 15, `mostly noise at 0.1: ${JSON.stringify(verdicts)}`);
     assert.equal(metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 0);

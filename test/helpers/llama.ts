@@ -3,8 +3,6 @@
  * baseline, the same tokens forced through a candidate, and the largest logprob differences.
  * Shared by the engine-llama tests and `bench/llama-faults.ts`.
  */
-import assert from 'node:assert/strict';
-import { request } from 'undici';
 import type { EngineModel, NextTokenDistribution } from '../../src/engine/model.js';
 
 /** Four prompts; the last is long (128 tokens) so batch-size splits of the prefill show up. */
@@ -84,19 +82,4 @@ export function shiftOf(base: Trace, cand: readonly NextTokenDistribution[], int
 /** Every listed id and logprob of two distributions, for bitwise comparisons. */
 export function flatten(d: NextTokenDistribution): { ids: number[]; logprobs: number[] } {
   return { ids: Array.from(d.ids), logprobs: Array.from(d.logprobs) };
-}
-
-/**
- * Sends one client request through a proxy, alternating completions (even i) and chat (odd i),
- * and asserts the client got a 200.
- */
-export async function sendAlternating(proxyUrl: string, prompt: string, i: number, maxTokens: number): Promise<void> {
-  const chat = i % 2 === 1;
-  const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(chat ? { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens } : { model: 'm', prompt, max_tokens: maxTokens }),
-  });
-  assert.equal(res.statusCode, 200);
-  await res.body.dump();
 }
