@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
 import { startLogprobe } from './helpers/logprobe.js';
-import { startSim } from './helpers/sim.js';
+import { startSim, sendChatOrCompletion } from './helpers/sim.js';
 import { startUpstream } from './helpers/upstream.js';
 import { METRIC_CATALOG } from '../src/metrics/catalog.js';
 import { checkLive, dashboardQueries, grafanaToPromql, parseExposition, readDashboardText, readRulesText, rulesQueries, type Query } from './helpers/promql.js';
@@ -25,18 +25,8 @@ const EVENT_ONLY = new Map<string, string>([
 const rules = rulesQueries(readRulesText());
 const dashboard = dashboardQueries(readDashboardText()).map((q) => ({ ...q, expr: grafanaToPromql(q.expr) }));
 
-async function send(proxyUrl: string, i: number, prompt = `Prompt ${i}: the capital of France is`): Promise<number> {
-  const chat = i % 2 === 0;
-  const body = chat
-    ? { model: 'sim', messages: [{ role: 'user', content: prompt }], max_tokens: 24 }
-    : { model: 'sim', prompt, max_tokens: 24 };
-  const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
-    method: 'POST',
-    body: JSON.stringify(body),
-    headers: { 'content-type': 'application/json' },
-  });
-  await res.body.text();
-  return res.statusCode;
+function send(proxyUrl: string, i: number, prompt = `Prompt ${i}: the capital of France is`): Promise<number> {
+  return sendChatOrCompletion(proxyUrl, i, { chat: prompt, completion: prompt });
 }
 
 test('the live checker reports missing series, labels and values', () => {

@@ -15,10 +15,9 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from 'undici';
 import { stringify as stringifyYaml } from 'yaml';
 import { startCli } from './helpers/cli.js';
-import { startSim } from './helpers/sim.js';
+import { startSim, sendChatOrCompletion } from './helpers/sim.js';
 import { readRulesText } from './helpers/promql.js';
 import { needPrometheus, promAlerts, promQuery, promRuleErrors, promRules, promTargets, rulesForTest, startPrometheus, type PromAlert } from './helpers/prometheus.js';
 
@@ -89,18 +88,8 @@ async function startReplica(defer: Defer, dir: string, name: string, candidate: 
   return { proxyUrl, target: proc.match[1]! };
 }
 
-async function send(proxyUrl: string, i: number): Promise<number> {
-  const chat = i % 2 === 0;
-  const body = chat
-    ? { model: 'sim', messages: [{ role: 'user', content: `question number ${i}: why is the sky blue?` }], max_tokens: 24 }
-    : { model: 'sim', prompt: `Prompt ${i}: the capital of France is`, max_tokens: 24 };
-  const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
-    method: 'POST',
-    body: JSON.stringify(body),
-    headers: { 'content-type': 'application/json' },
-  });
-  await res.body.text();
-  return res.statusCode;
+function send(proxyUrl: string, i: number): Promise<number> {
+  return sendChatOrCompletion(proxyUrl, i, { chat: `question number ${i}: why is the sky blue?`, completion: `Prompt ${i}: the capital of France is` });
 }
 
 /** The single value of an instant query for a job, or undefined when it has none. */
