@@ -23,12 +23,12 @@ export interface Upstream {
   proc: Proc;
 }
 
-/** `logprobe engine --sim` on a free port, unlimited concurrency. */
-export async function startSim(name: string, seed: number): Promise<Upstream> {
+/** `logprobe engine --sim` on a free port, unlimited concurrency; `extra`: more engine flags. */
+export async function startSim(name: string, seed: number, extra: string[] = []): Promise<Upstream> {
   const { proc, match } = await start({
     name,
     cmd: 'node',
-    args: ['bin/logprobe.js', 'engine', '--sim', '--port', '0', '--seed', String(seed)],
+    args: ['bin/logprobe.js', 'engine', '--sim', '--port', '0', '--seed', String(seed), ...extra],
     cwd: ROOT,
     ready: /listening on (http:\/\/\S+)/,
   });
