@@ -1,19 +1,19 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
+import { CONNECTION_FIELDS } from '../proxy/headers.js';
 
 /** Headers that carry a client's identity: never sent to the baseline unless forwardAuth is on. */
 const CREDENTIAL_HEADERS = new Set(['authorization', 'x-api-key', 'api-key', 'cookie', 'proxy-authorization']);
 
-/** Headers the mirror never copies: hop-by-hop, framing (the body is new) and our own. */
+/**
+ * Headers the mirror never copies: hop-by-hop (the client path's list: `proxy-authorization` is
+ * the client's credential for this proxy, it goes to no upstream), framing (the body is new) and
+ * our own.
+ */
 const NEVER_COPIED = new Set([
+  ...CONNECTION_FIELDS,
   'host',
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'te',
-  'trailer',
   'transfer-encoding',
-  'upgrade',
   'content-length',
   'content-encoding',
   'accept-encoding',
@@ -29,9 +29,11 @@ const NEVER_COPIED = new Set([
 export function mirrorHeaders(client: IncomingHttpHeaders, target: { role: 'candidate' | 'baseline'; apiKey?: string | null; forwardAuth?: boolean }): Record<string, string> {
   const out: Record<string, string> = {};
   const dropCredentials = target.role === 'baseline' && !target.forwardAuth;
+  // Fields named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
+  const named = typeof client.connection === 'string' ? client.connection.toLowerCase().split(',').map((s) => s.trim()) : [];
   for (const name in client) {
     const v = client[name];
-    if (v === undefined || NEVER_COPIED.has(name)) continue;
+    if (v === undefined || NEVER_COPIED.has(name) || named.includes(name)) continue;
     if (dropCredentials && CREDENTIAL_HEADERS.has(name)) continue;
     out[name] = Array.isArray(v) ? v.join(', ') : v;
   }
