@@ -10,6 +10,7 @@ import { MIRROR_OUTCOMES } from '../metrics/catalog.js';
 import { routeLabel } from '../proxy/routes.js';
 import { Calibration } from './calibration.js';
 import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
+import { limitsFor, sendWithinLimits } from './limits.js';
 import { AlertNotifier } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
@@ -140,15 +141,28 @@ export class Mirror implements MirrorTap {
     if (!accepted) count('dropped');
   }
 
-  /** Sends a mirrored copy to both backends at once. */
+  /**
+   * Sends a mirrored copy to both backends at once, within the logprobs caps learned so far (a
+   * backend refusing the copy for asking too many is retried once within its cap: limits.ts).
+   * `job.body` becomes what both backends finally got, so the pair records what was sent.
+   */
   private async sendPair(job: Job, payload: string): Promise<[BackendResult, BackendResult]> {
     const { config } = this.deps;
     const cHeaders = mirrorHeaders(job.headers, { role: 'candidate' });
     const bHeaders = mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth });
-    return Promise.all([
-      callBackend(this.deps.candidatePool, config.candidate, job.path, cHeaders, payload),
-      callBackend(this.baselinePool, config.baseline, job.path, bHeaders, payload),
-    ]);
+    const sent = await sendWithinLimits({
+      body: job.body,
+      payload,
+      limits: limitsFor(this),
+      send: (backend, p) =>
+        backend === 'candidate'
+          ? callBackend(this.deps.candidatePool, config.candidate, job.path, cHeaders, p)
+          : callBackend(this.baselinePool, config.baseline, job.path, bHeaders, p),
+      onLearned: (backend, field, cap, requested) =>
+        this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
+    });
+    job.body = sent.body;
+    return [sent.candidate, sent.baseline];
   }
 
   private async process(job: Job): Promise<void> {
@@ -213,7 +227,9 @@ export class Mirror implements MirrorTap {
 
   /** Sends the same copy again to each backend; the shift between the two runs is noise. */
   private async calibrate(job: Job, payload: string, cand1: BackendResult, base1: BackendResult): Promise<void> {
-    const [cand2, base2] = await this.sendPair(job, payload);
+    // Not `payload`: the first send may have lowered job.body to a learned logprobs cap, and the
+    // second run must ask for what the first one got.
+    const [cand2, base2] = await this.sendPair(job, JSON.stringify(job.body));
     const t = this.thresholds();
     for (const [backend, first, second] of [
       ['candidate', cand1, cand2],

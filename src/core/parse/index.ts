@@ -1,6 +1,7 @@
 import type { ParsedResponse } from '../types.js';
 import { assemble } from './assemble.js';
 import { isObject } from './values.js';
+import { parseJson } from './json.js';
 import { jsonLines, looksLikeSse, sseChunks } from './sse.js';
 
 const decoder = new TextDecoder('utf-8');
@@ -41,7 +42,7 @@ function parseText(text: string): ParsedResponse {
   }
   let value: unknown;
   try {
-    value = JSON.parse(text);
+    value = parseJson(text);
   } catch (err) {
     const lines = jsonLines(text);
     if (lines) return assemble(lines.chunks, true);

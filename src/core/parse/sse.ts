@@ -1,4 +1,5 @@
 import { createParser } from 'eventsource-parser';
+import { parseJson } from './json.js';
 
 /** What an SSE body or a file of JSON lines held. */
 export interface ChunkList {
@@ -42,7 +43,7 @@ export function sseChunks(text: string): ChunkList {
       }
       if (data === '') return;
       try {
-        out.chunks.push(JSON.parse(data));
+        out.chunks.push(parseJson(data));
       } catch {
         out.bad++;
       }
@@ -64,7 +65,7 @@ export function jsonLines(text: string): ChunkList | null {
   const chunks: unknown[] = [];
   for (const line of lines) {
     try {
-      chunks.push(JSON.parse(line));
+      chunks.push(parseJson(line));
     } catch {
       return null;
     }
