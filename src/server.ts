@@ -7,10 +7,8 @@ import { Metrics } from './metrics/registry.js';
 import { buildApp } from './proxy/app.js';
 import type { MirrorTap } from './proxy/tap.js';
 import { createUpstreamPool } from './upstream/pool.js';
-import { Mirror } from './mirror/mirror.js';
+import { MirrorThread } from './mirror/thread.js';
 import type { MirrorListeners } from './mirror/types.js';
-import { createCaptureWriter, withCapture } from './capture/sink.js';
-import type { CaptureWriter } from './capture/writer.js';
 
 /** A part of the process that must be stopped cleanly (mirror queue, capture writer, …). */
 export interface Closeable {
@@ -38,10 +36,8 @@ export interface LogprobeRuntime {
   proxy: FastifyInstance;
   admin: FastifyInstance;
   candidatePool: Pool;
-  /** The mirror, when this runtime built its own (absent with custom parts). */
-  mirror: Mirror | undefined;
-  /** The capture writer, when `capture.enabled` and the runtime built its own mirror. */
-  capture: CaptureWriter | undefined;
+  /** The mirror (its worker thread does the work and writes the capture), when this runtime built its own (absent with custom parts). */
+  mirror: MirrorThread | undefined;
   /** Listens on both ports; returns the URLs actually bound (port 0 gives a free port). */
   listen(): Promise<{ proxyUrl: string; adminUrl: string }>;
   /** Graceful stop: no new connections, in-flight requests finish within `shutdown.drainSeconds`. */
@@ -59,16 +55,15 @@ export function createRuntime(
   const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact });
   const metrics = new Metrics();
   const candidatePool = createUpstreamPool(config.candidate, { tlsInsecure: config.tlsInsecure });
-  const capture = !options.makeParts && config.capture.enabled ? createCaptureWriter({ config, logger, metrics }) : undefined;
-  const listeners = capture ? withCapture(capture, options.listeners) : options.listeners;
-  const mirror = options.makeParts ? undefined : new Mirror({ config, logger, metrics, candidatePool, listeners });
+  const mirror = options.makeParts ? undefined : new MirrorThread({ config, logger, metrics, listeners: options.listeners });
   const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? { mirror };
   let accepting = true;
 
   const proxy = buildApp(config, { logger, candidate: candidatePool, metrics, mirror: parts.mirror });
   const admin = buildAdminApp({
     logger,
-    registry: metrics.registry,
+    metricsText: mirror ? () => mirror.metricsText(metrics.registry) : () => metrics.registry.metrics(),
+    contentType: metrics.registry.contentType,
     accepting: () => accepting,
     candidateReachable: () => probe(candidatePool, config.candidate.url),
   });
@@ -82,7 +77,6 @@ export function createRuntime(
     admin,
     candidatePool,
     mirror,
-    capture,
     async listen() {
       const proxyUrl = await proxy.listen({ host: config.listen.host, port: config.listen.port });
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
@@ -103,9 +97,8 @@ export function createRuntime(
         } finally {
           clearTimeout(timer);
         }
+        // The mirror's worker finishes its queue within drainSeconds, then flushes the capture.
         await parts.mirror?.close();
-        // After the mirror: the pairs it let finish are in the buffer; this writes them out.
-        await capture?.close();
         await candidatePool.close();
         await admin.close();
         logger.info('logprobe stopped');

@@ -1,11 +1,12 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import type { Registry } from 'prom-client';
 
 /** What the admin server reports on. */
 export interface AdminDeps {
   logger: Logger;
-  registry: Registry;
+  /** The exposition text (the main registry merged with the mirror worker's). */
+  metricsText(): Promise<string>;
+  contentType: string;
   /** Resolves true when the candidate answers HTTP at all (any status). */
   candidateReachable(): Promise<boolean>;
   /** False once shutdown started: load balancers stop sending traffic. */
@@ -22,8 +23,8 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
   });
 
   app.get('/metrics', async (_request, reply) => {
-    const body = await deps.registry.metrics();
-    return reply.type(deps.registry.contentType).send(body);
+    const body = await deps.metricsText();
+    return reply.type(deps.contentType).send(body);
   });
 
   app.get('/healthz', async () => ({ status: 'ok' }));

@@ -4,7 +4,7 @@ import type { Config } from '../config/schema.js';
 import { compare, parseResponse, type Comparison, type Thresholds } from '../core/index.js';
 import { initialDetectorState, observe, pooledShare, tick, type AlertTransition, type DetectorState } from '../core/detector.js';
 import type { Metrics } from '../metrics/registry.js';
-import type { Exchange, MirrorTap } from '../proxy/tap.js';
+import type { Exchange } from '../proxy/tap.js';
 import { createUpstreamPool } from '../upstream/pool.js';
 import { MIRROR_OUTCOMES } from '../metrics/catalog.js';
 import { routeLabel } from '../proxy/routes.js';
@@ -15,7 +15,6 @@ import { AlertNotifier } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
 import { requestKind, rewriteForMirror } from './rewrite.js';
-import { Sampler } from './sampler.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
 
 /** Every verdict, for zero-initialised series. */
@@ -27,6 +26,8 @@ interface Job {
   path: string;
   headers: Exchange['headers'];
   body: Record<string, unknown>;
+  /** Called once when the job is over (compared, failed or dropped at close). */
+  settle?: () => void;
 }
 
 /** What the mirror needs from the process. */
@@ -42,15 +43,17 @@ export interface MirrorDeps {
   now?: () => number;
   /** Uniform [0,1) source for sampling and calibration (injectable for tests). */
   random?: () => number;
+  /** Called once per exchange handed to `accept` when it is over (the worker's acknowledgement). */
+  onSettled?: () => void;
 }
 
 /**
- * The mirror: samples finished client exchanges, rewrites them to greedy + logprobs, sends the
- * copy to candidate and baseline, compares, exports, detects, and hands each pair to listeners.
- * Everything happens after the client's response and off its path; a full queue drops the copy.
+ * The mirror, in its worker thread: takes the exchanges the proxy's thread sampled, rewrites them
+ * to greedy + logprobs, sends the copy to candidate and baseline, compares, exports, detects, and
+ * hands each pair to listeners. Everything happens after the client's response and off its
+ * thread; a full queue drops the copy.
  */
-export class Mirror implements MirrorTap {
-  private readonly sampler: Sampler;
+export class Mirror {
   private readonly queue: WorkQueue<Job>;
   private readonly baselinePool: Pool;
   private readonly ownsBaselinePool: boolean;
@@ -67,7 +70,6 @@ export class Mirror implements MirrorTap {
     this.log = deps.logger.child({ module: 'mirror' });
     this.now = deps.now ?? (() => Date.now() / 1000);
     this.random = deps.random ?? Math.random;
-    this.sampler = new Sampler({ ...config.mirror, random: this.random });
     this.ownsBaselinePool = !deps.baselinePool;
     this.baselinePool = deps.baselinePool ?? createUpstreamPool(config.baseline, { tlsInsecure: config.tlsInsecure, connections: config.mirror.concurrency * 2 });
     this.calibration = new Calibration(config.calibration);
@@ -76,7 +78,7 @@ export class Mirror implements MirrorTap {
     this.queue = new WorkQueue<Job>({
       concurrency: config.mirror.concurrency,
       size: config.mirror.queueSize,
-      run: (job) => this.process(job),
+      run: (job) => this.process(job).finally(() => job.settle?.()),
       onDepth: (d) => depth.set(d),
     });
     deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
@@ -106,21 +108,23 @@ export class Mirror implements MirrorTap {
     return this.detector;
   }
 
-  wantsBody(method: string, path: string, forced: boolean | undefined): boolean {
-    return this.sampler.wantsBody(method, path, forced);
-  }
-
-  onExchange(ex: Exchange): void {
-    if (!this.sampler.decide(ex.body, ex.forced)) return;
-    const count = (outcome: MirrorOutcome) => this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
+  /**
+   * Takes an exchange the sampler chose (on the proxy's thread, src/mirror/thread.ts): skipped,
+   * dropped or queued. `deps.onSettled` is called once when it is over, whichever way.
+   */
+  accept(ex: Exchange): void {
+    const settle = this.deps.onSettled;
+    const count = (outcome: MirrorOutcome) => {
+      this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
+      settle?.();
+    };
     const kind = requestKind(ex.path);
     // A request the candidate refused is not a valid request to mirror.
     if (kind === null || (ex.status >= 400 && !ex.aborted)) {
       count('skipped');
       return;
     }
-    // A full queue would refuse the copy anyway: drop it before parsing and rewriting the body,
-    // so a saturated mirror costs the client path as little as possible.
+    // A full queue would refuse the copy anyway: drop it before parsing and rewriting the body.
     if (this.queue.full) {
       count('dropped');
       return;
@@ -137,7 +141,7 @@ export class Mirror implements MirrorTap {
       return;
     }
     const body = rewriteForMirror(kind, parsed as Record<string, unknown>, this.deps.config.mirror);
-    const accepted = this.queue.push({ id: ex.requestId, route: ex.route, path: ex.path, headers: ex.headers, body });
+    const accepted = this.queue.push({ id: ex.requestId, route: ex.route, path: ex.path, headers: ex.headers, body, settle });
     if (!accepted) count('dropped');
   }
 
@@ -279,7 +283,10 @@ export class Mirror implements MirrorTap {
   async close(): Promise<void> {
     clearInterval(this.ticker);
     const dropped = await this.queue.close(this.deps.config.shutdown.drainSeconds * 1000);
-    for (const job of dropped) this.deps.metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome: 'dropped' });
+    for (const job of dropped) {
+      this.deps.metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome: 'dropped' });
+      job.settle?.();
+    }
     if (dropped.length > 0) this.log.warn({ dropped: dropped.length }, 'drain time over: queued mirror pairs dropped');
     await this.queue.idle();
     await this.notifier.flush();

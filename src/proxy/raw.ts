@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import net from 'node:net';
-import type { Server } from 'node:http';
+import type { IncomingHttpHeaders, Server } from 'node:http';
 import type { Logger } from 'pino';
 import { PayloadTooLargeError, GatewayTimeoutError, mapUpstreamError, openAIError } from './errors.js';
 import { ChunkWalker } from './chunked.js';
@@ -17,7 +17,10 @@ import { parseMirrorHeader, type MirrorTap } from './tap.js';
  * and rewritten only to drop hop-by-hop fields; body bytes go through untouched with
  * backpressure in both directions.
  *
- * Anything else (HTTP/1.0, `Expect`, `Upgrade`, a request the mirror wants to copy, a request
+ * A request the mirror wants is forwarded the same way; the body buffers it forwarded are kept
+ * and handed to the mirror when the response has gone.
+ *
+ * Anything else (HTTP/1.0, `Expect`, `Upgrade`, a chunked request the mirror wants, a request
  * while closing, a method or target we do not forward, a malformed head) is handed, with the
  * bytes already read, to node:http and the {@link ProxyExchange} path for the rest of that
  * connection.
@@ -383,6 +386,8 @@ class ClientConn {
   bodyLeft = 0;
   readonly walker = new ChunkWalker();
   up: UpstreamConn | null = null;
+  /** The request's head and body parts, when the mirror wants a copy. */
+  kept: { head: string; forced: boolean | undefined; parts: Buffer[]; complete: boolean } | null = null;
   /** The whole request as sent upstream, kept while it can still be replayed on a fresh connection. */
   replay: Buffer[] | null = null;
   status = 0;
@@ -532,9 +537,13 @@ class ClientConn {
     }
     const ctx = this.frontend.ctx;
     const mirror = ctx.mirror;
+    let keep = false;
+    let forced: boolean | undefined;
     if (mirror) {
-      const forced = mirrorHeader === undefined ? undefined : parseMirrorHeader(mirrorHeader);
-      if (mirror.wantsBody(method, pathOf(url), forced)) {
+      forced = mirrorHeader === undefined ? undefined : parseMirrorHeader(mirrorHeader);
+      keep = mirror.wantsBody(method, pathOf(url), forced);
+      // A chunked body would have to be decoded for the copy: node:http does that.
+      if (keep && chunked) {
         (this.sock as net.Socket & { [kPresetKeepBody]?: boolean })[kPresetKeepBody] = true;
         this.handOff(b);
         return;
@@ -544,12 +553,15 @@ class ClientConn {
     if (this.pool.full()) {
       // Past the cap, the request waits in the undici pool's queue (same cap) instead of opening
       // ever more sockets to the candidate.
+      if (keep) (this.sock as net.Socket & { [kPresetKeepBody]?: boolean })[kPresetKeepBody] = true;
       this.handOff(b);
       return;
     }
     this.method = method;
     this.url = url;
     this.requestIdHeader = reqId;
+    // The mirror's copy of the body: the very buffers forwarded, no copy until the exchange ends.
+    this.kept = keep ? { head, forced, parts: [], complete: cl <= 0 } : null;
     this.start = performance.now();
     this.status = 0;
     this.headSent = false;
@@ -630,6 +642,7 @@ class ClientConn {
     let ok = true;
     if (end > from) {
       ok = up.sock.write(part);
+      this.kept?.parts.push(part);
       if (this.replay) {
         if (this.replay.length < 8) this.replay.push(part);
         else this.replay = null;
@@ -637,6 +650,7 @@ class ClientConn {
     }
     if (done) {
       this.state = REQ_WAIT;
+      if (this.kept) this.kept.complete = true;
       if (end < d.length) this.keepRest(d.subarray(end));
     } else if (!ok) {
       this.sock.pause();
@@ -729,6 +743,26 @@ class ClientConn {
     if (ctx.logRequests()) {
       ctx.log.info({ reqId: this.requestId(), method: this.method, route, status: this.status, durationMs: Math.round(seconds * 1e6) / 1e3, aborted }, 'request');
     }
+    const kept = this.kept;
+    this.kept = null;
+    // A body the client did not finish sending is not a request to mirror.
+    if (kept !== null && kept.complete && ctx.mirror) {
+      try {
+        ctx.mirror.onExchange({
+          requestId: this.requestId(),
+          method: this.method,
+          path: pathOf(this.url),
+          route,
+          headers: headerFields(kept.head),
+          body: kept.parts.length === 1 ? (kept.parts[0] as Buffer) : Buffer.concat(kept.parts),
+          status: aborted ? 0 : this.status,
+          aborted,
+          forced: kept.forced,
+        });
+      } catch (err) {
+        ctx.log.error({ reqId: this.requestId(), err }, 'mirror tap failed');
+      }
+    }
   }
 
   private onClose(): void {
@@ -769,6 +803,32 @@ class ClientConn {
   }
 }
 
+/**
+ * The header fields of a request head (the request line first), as node:http presents them:
+ * names lower-cased, repeated fields joined with ", " (cookie with "; ", set-cookie as a list).
+ */
+export function headerFields(head: string): IncomingHttpHeaders {
+  const out: Record<string, string | string[]> = {};
+  let pos = head.indexOf('\r\n');
+  if (pos < 0) return out;
+  pos += 2;
+  while (pos < head.length) {
+    let e = head.indexOf('\r\n', pos);
+    if (e < 0) e = head.length;
+    const colon = head.indexOf(':', pos);
+    if (colon > pos && colon < e) {
+      const name = head.slice(pos, colon).toLowerCase();
+      const value = head.slice(colon + 1, e).trim();
+      const prev = out[name];
+      if (name === 'set-cookie') out[name] = Array.isArray(prev) ? [...prev, value] : [value];
+      else if (prev === undefined) out[name] = value;
+      else out[name] = `${prev as string}${name === 'cookie' ? '; ' : ', '}${value}`;
+    }
+    pos = e + 2;
+  }
+  return out as IncomingHttpHeaders;
+}
+
 const STATUS_TEXT: Record<number, string> = { 413: 'Payload Too Large', 500: 'Internal Server Error', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
 function noop(): void {}
@@ -793,6 +853,19 @@ export class RawFrontend {
     server.on('connection', (sock: net.Socket) => {
       this.conns.add(new ClientConn(sock, this.pool, this));
     });
+    // node:http's closeAllConnections() (the drain timer's last resort) knows only the sockets it
+    // parsed; the fast path's own must be cut too, or a stop waits for their upstream.
+    const closeAllHttp = server.closeAllConnections.bind(server);
+    server.closeAllConnections = () => {
+      this.closeAll();
+      closeAllHttp();
+    };
+  }
+
+  /** Cuts every fast-path connection now (their upstream requests are aborted). */
+  closeAll(): void {
+    for (const c of [...this.conns]) c.sock.destroy();
+    this.pool.destroyIdle();
   }
 
   /** Graceful close begins: idle connections are closed, busy ones after their response. */

@@ -1,0 +1,50 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import type { MetricObjectWithValues, MetricValue } from 'prom-client';
+import type { Config } from '../config/schema.js';
+import type { AlertTransition, DetectorState } from '../core/detector.js';
+import type { MirroredPair } from './types.js';
+
+/**
+ * Messages between the proxy's thread and the mirror's worker thread (src/mirror/thread.ts and
+ * src/mirror/worker.ts). Only plain data crosses: the request body as a transferred buffer, the
+ * detector's summary, log lines, metric snapshots, and pairs when the main thread has listeners.
+ */
+
+/** What the worker is started with. */
+export interface WorkerInit {
+  config: Config;
+  /** Post every pair / alert transition back (the demo's and tests' listeners live on the main thread). */
+  forwardPairs: boolean;
+  forwardAlerts: boolean;
+}
+
+/** The detectors' state without the window's entries (what the demo and tests read). */
+export type DetectorSummary = Omit<DetectorState, 'recent'>;
+
+export type ToWorker =
+  | {
+      t: 'job';
+      requestId: string;
+      method: string;
+      path: string;
+      route: string;
+      headers: IncomingHttpHeaders;
+      status: number;
+      aborted: boolean;
+      forced: boolean | undefined;
+      body: Uint8Array;
+    }
+  | { t: 'metrics'; id: number }
+  | { t: 'close' };
+
+export type FromWorker =
+  | { t: 'settled'; state: DetectorSummary }
+  | { t: 'log'; line: string }
+  | { t: 'pair'; pair: MirroredPair }
+  | { t: 'alert'; transition: AlertTransition }
+  | { t: 'metrics'; id: number; metrics: Array<MetricObjectWithValues<MetricValue<string>>> }
+  | { t: 'closed' };
+
+export function summarize(s: Readonly<DetectorState>): DetectorSummary {
+  return { shiftedSum: s.shiftedSum, comparableSum: s.comparableSum, cusum: s.cusum, global: s.global, sustained: s.sustained };
+}

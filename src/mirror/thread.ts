@@ -1,0 +1,203 @@
+import { Worker } from 'node:worker_threads';
+import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, type Registry } from 'prom-client';
+import { pino, type Logger } from 'pino';
+import type { Config } from '../config/schema.js';
+import { initialDetectorState } from '../core/detector.js';
+import type { Metrics } from '../metrics/registry.js';
+import type { Exchange, MirrorTap } from '../proxy/tap.js';
+import { requestKind } from './rewrite.js';
+import { Sampler } from './sampler.js';
+import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
+import type { MirrorListeners } from './types.js';
+
+type MetricsJSON = Array<MetricObjectWithValues<MetricValue<string>>>;
+
+/**
+ * Starts the worker: the compiled worker.js next to this file; when this file is the .ts source
+ * (tests under tsx), worker.ts through tsx's loader, which a worker does not inherit.
+ */
+function startWorker(workerData: WorkerInit): Worker {
+  const self = import.meta.url;
+  if (!self.endsWith('.ts')) return new Worker(new URL('./worker.js', self), { workerData, name: 'logprobe-mirror' });
+  const entry = JSON.stringify(new URL('./worker.ts', self).href);
+  const boot = `import('tsx/esm/api').then((m) => { m.register(); return import(${entry}); });`;
+  return new Worker(boot, { eval: true, workerData, name: 'logprobe-mirror' });
+}
+
+/**
+ * The mirror as the proxy's thread sees it: the sampling decision (it decides whether a body is
+ * kept at all) and a bounded hand-over of each chosen exchange to the mirror's worker thread
+ * (src/mirror/worker.ts), which does everything else. The client path pays for one copy of the
+ * kept body and one `postMessage`; a full mirror drops the copy here, counted, without waiting.
+ * If the worker dies, mirroring stops (counted as dropped, logged once); clients never notice.
+ */
+export class MirrorThread implements MirrorTap {
+  private readonly sampler: Sampler;
+  private readonly worker: Worker;
+  /** Exchanges handed over and not yet settled by the worker. */
+  private outstanding = 0;
+  private readonly cap: number;
+  private alive = true;
+  private idleWaiters: Array<() => void> = [];
+  private metricWaiters = new Map<number, (m: MetricsJSON) => void>();
+  private nextId = 1;
+  private detector: DetectorSummary = summarize(initialDetectorState());
+  private readonly closed: Promise<void>;
+  private closing: Promise<void> | null = null;
+  private readonly logStream: { write(line: string): unknown };
+
+  constructor(
+    private readonly deps: { config: Config; logger: Logger; metrics: Metrics; listeners?: MirrorListeners | undefined },
+  ) {
+    const { config } = deps;
+    this.sampler = new Sampler(config.mirror);
+    // As many as the worker's queue holds and runs: beyond that it would drop them anyway.
+    this.cap = config.mirror.queueSize + config.mirror.concurrency;
+    this.logStream = (deps.logger as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym] ?? process.stdout;
+    const init: WorkerInit = { config, forwardPairs: Boolean(deps.listeners?.onPair), forwardAlerts: Boolean(deps.listeners?.onAlert) };
+    this.worker = startWorker(init);
+    this.worker.on('message', (m: FromWorker) => this.onMessage(m));
+    this.worker.on('error', (err) => {
+      deps.logger.error({ err }, 'mirror worker failed');
+    });
+    this.closed = new Promise((resolve) => {
+      this.worker.once('exit', (code) => {
+        if (this.closing === null) deps.logger.error({ exitCode: code }, 'mirror worker stopped: mirroring stopped, the proxy keeps serving');
+        this.alive = false;
+        this.outstanding = 0;
+        this.wakeIdle();
+        for (const w of this.metricWaiters.values()) w([]);
+        this.metricWaiters.clear();
+        resolve();
+      });
+    });
+  }
+
+  /** The detectors' state as of the last settled pair (for the demo and tests). */
+  get detectorState(): Readonly<DetectorSummary> {
+    return this.detector;
+  }
+
+  wantsBody(method: string, path: string, forced: boolean | undefined): boolean {
+    return this.sampler.wantsBody(method, path, forced);
+  }
+
+  onExchange(ex: Exchange): void {
+    if (!this.sampler.decide(ex.body, ex.forced)) return;
+    const count = (outcome: 'skipped' | 'dropped') => this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
+    // A request the candidate refused is not a valid request to mirror.
+    if (requestKind(ex.path) === null || (ex.status >= 400 && !ex.aborted)) {
+      count('skipped');
+      return;
+    }
+    if (!this.alive || this.closing !== null || this.outstanding >= this.cap) {
+      count('dropped');
+      return;
+    }
+    // A copy of exactly the body's bytes (the Buffer may be a view on a larger pooled one),
+    // moved to the worker without a second copy.
+    const body = new Uint8Array(ex.body);
+    const msg: ToWorker = {
+      t: 'job',
+      requestId: ex.requestId,
+      method: ex.method,
+      path: ex.path,
+      route: ex.route,
+      headers: ex.headers,
+      status: ex.status,
+      aborted: ex.aborted,
+      forced: ex.forced,
+      body,
+    };
+    this.outstanding++;
+    this.worker.postMessage(msg, [body.buffer]);
+  }
+
+  private onMessage(m: FromWorker): void {
+    switch (m.t) {
+      case 'settled':
+        this.detector = m.state;
+        if (this.outstanding > 0) this.outstanding--;
+        if (this.outstanding === 0) this.wakeIdle();
+        break;
+      case 'log':
+        this.logStream.write(m.line);
+        break;
+      case 'pair':
+        this.call(() => this.deps.listeners?.onPair?.(m.pair), 'mirror listener failed');
+        break;
+      case 'alert':
+        this.call(() => this.deps.listeners?.onAlert?.(m.transition), 'alert listener failed');
+        break;
+      case 'metrics':
+        this.metricWaiters.get(m.id)?.(m.metrics);
+        this.metricWaiters.delete(m.id);
+        break;
+      case 'closed':
+        break;
+    }
+  }
+
+  private call(f: () => void, what: string): void {
+    try {
+      f();
+    } catch (err) {
+      this.deps.logger.error({ err }, what);
+    }
+  }
+
+  private wakeIdle(): void {
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  /** Resolves when every exchange handed over so far is settled (compared, failed or dropped). */
+  idle(): Promise<void> {
+    if (this.outstanding === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** The worker's metrics (mirror, detectors, capture), for merging into `/metrics`. */
+  private workerMetrics(): Promise<MetricsJSON> {
+    if (!this.alive) return Promise.resolve([]);
+    const id = this.nextId++;
+    return new Promise((resolve) => {
+      this.metricWaiters.set(id, resolve);
+      this.worker.postMessage({ t: 'metrics', id } satisfies ToWorker);
+    });
+  }
+
+  /**
+   * The exposition text of `main` and the worker's registry together. A series is set on one
+   * side only (or counted on both, as `logprobe_mirror_total`), so adding the two is exact; the
+   * process metrics exist on the main side only, hence `sum` for every family (prom-client's own
+   * aggregators, made for cluster workers, would omit or average some of them).
+   */
+  async metricsText(main: Registry): Promise<string> {
+    const [a, b] = await Promise.all([main.getMetricsAsJSON(), this.workerMetrics()]);
+    const summed = (list: MetricsJSON) => list.map((m) => ({ ...m, aggregator: 'sum' as const }));
+    return AggregatorRegistry.aggregate([summed(a), summed(b)]).metrics();
+  }
+
+  /**
+   * Stops handing over copies; the worker finishes its queue within `shutdown.drainSeconds`
+   * (then drops and counts the rest), flushes the capture and exits.
+   */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      if (this.alive) {
+        this.worker.postMessage({ t: 'close' } satisfies ToWorker);
+        const grace = (this.deps.config.shutdown.drainSeconds + 10) * 1000;
+        const timer = setTimeout(() => {
+          this.deps.logger.warn('mirror worker did not stop in time: terminated');
+          void this.worker.terminate();
+        }, grace);
+        timer.unref();
+        await this.closed;
+        clearTimeout(timer);
+      }
+    })();
+    return this.closing;
+  }
+}

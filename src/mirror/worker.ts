@@ -1,0 +1,82 @@
+import { readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
+import { parentPort, workerData } from 'node:worker_threads';
+import { createLogger } from '../log/logger.js';
+import { Metrics } from '../metrics/registry.js';
+import { createUpstreamPool } from '../upstream/pool.js';
+import { createCaptureWriter, withCapture } from '../capture/sink.js';
+import { Mirror } from './mirror.js';
+import type { MirrorListeners } from './types.js';
+import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
+
+/**
+ * The mirror's worker thread: everything after the sampling decision — JSON parsing, rewrite,
+ * the two backend calls, parsing and comparing their logprobs, metrics, detectors, alerts and the
+ * capture writer — runs here, so none of it competes with client requests on the proxy's event
+ * loop. Its metrics live in a registry of its own, merged into `/metrics` by the main thread; its
+ * log lines go to the main thread's log destination.
+ */
+
+const port = parentPort;
+if (!port) throw new Error('src/mirror/worker.ts runs as a worker thread only');
+const init = workerData as WorkerInit;
+const { config } = init;
+const post = (m: FromWorker) => port.postMessage(m);
+
+/**
+ * Linux: this thread runs at nice 10, so that when the CPU is short the kernel gives it to the
+ * proxy's thread first (the mirror then falls behind and drops copies, counted, instead of
+ * slowing clients). setpriority() on a thread id affects that thread only.
+ */
+export const MIRROR_NICE = 10;
+if (process.platform === 'linux') {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, MIRROR_NICE);
+  } catch {
+    // Not allowed or not supported: the mirror runs at the process's priority.
+  }
+}
+
+const logger = createLogger({
+  level: config.log.level,
+  redact: config.log.redact,
+  destination: { write: (line: string) => post({ t: 'log', line }) },
+});
+const metrics = new Metrics({ defaultMetrics: false });
+const candidatePool = createUpstreamPool(config.candidate, { tlsInsecure: config.tlsInsecure, connections: config.mirror.concurrency * 2 });
+const capture = config.capture.enabled ? createCaptureWriter({ config, logger, metrics }) : undefined;
+const forward: MirrorListeners = {
+  ...(init.forwardPairs ? { onPair: (pair) => post({ t: 'pair', pair }) } : {}),
+  ...(init.forwardAlerts ? { onAlert: (transition) => post({ t: 'alert', transition }) } : {}),
+};
+const listeners = capture ? withCapture(capture, forward) : forward;
+const mirror: Mirror = new Mirror({
+  config,
+  logger,
+  metrics,
+  candidatePool,
+  listeners,
+  onSettled: () => post({ t: 'settled', state: summarize(mirror.detectorState) }),
+});
+
+port.on('message', (m: ToWorker) => {
+  if (m.t === 'job') {
+    const body = Buffer.from(m.body.buffer, m.body.byteOffset, m.body.byteLength);
+    mirror.accept({ requestId: m.requestId, method: m.method, path: m.path, route: m.route, headers: m.headers, body, status: m.status, aborted: m.aborted, forced: m.forced });
+  } else if (m.t === 'metrics') {
+    void metrics.registry.getMetricsAsJSON().then((json) => post({ t: 'metrics', id: m.id, metrics: json }));
+  } else if (m.t === 'close') {
+    void (async () => {
+      try {
+        await mirror.close();
+        await capture?.close();
+        await candidatePool.close();
+      } catch (err) {
+        logger.error({ err }, 'mirror worker: error while closing');
+      }
+      post({ t: 'closed' });
+      port.close();
+    })();
+  }
+});
