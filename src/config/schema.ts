@@ -37,7 +37,12 @@ const optionalSecret = z.string({ error: 'expected a string' }).nullable().defau
 
 const upstream = (defaultUrl: string) =>
   z.strictObject({
-    url: httpUrl.default(defaultUrl),
+    // Credentials in the URL would be logged and are not sent (the pools use the origin only).
+    url: httpUrl
+      .refine((s) => !URL.canParse(s) || (new URL(s).username === '' && new URL(s).password === ''), {
+        error: 'credentials in the URL are not sent: remove user:password@ (the baseline takes baseline.apiKey)',
+      })
+      .default(defaultUrl),
     timeoutMs: positiveMs.default(120_000),
     /** TCP/TLS connect timeout; separate from the generation timeout. */
     connectTimeoutMs: positiveMs.default(10_000),
