@@ -22,8 +22,9 @@ export function requestKind(path: string): RequestKind | null {
   return null;
 }
 
+/** The client's length limit, whole and at most `max`; `max` when it is absent or not a count ≥ 1 (0.5 would floor to 0). */
 function cap(value: unknown, max: number): number {
-  return typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.min(Math.floor(value), max) : max;
+  return typeof value === 'number' && Number.isFinite(value) && value >= 1 ? Math.min(Math.floor(value), max) : max;
 }
 
 /**
