@@ -26,6 +26,8 @@ interface Job {
   path: string;
   headers: Exchange['headers'];
   body: Record<string, unknown>;
+  /** `body` as JSON text. */
+  payload: string;
   /** Called once when the job is over (compared, failed or dropped at close). */
   settle?: () => void;
 }
@@ -78,7 +80,10 @@ export class Mirror {
     this.queue = new WorkQueue<Job>({
       concurrency: config.mirror.concurrency,
       size: config.mirror.queueSize,
-      run: (job) => this.process(job).finally(() => job.settle?.()),
+      run: (job) =>
+        this.process(job)
+          .catch((err: unknown) => this.log.error({ err, reqId: job.id }, 'mirror pair failed'))
+          .finally(() => job.settle?.()),
       onDepth: (d) => depth.set(d),
     });
     deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
@@ -141,7 +146,15 @@ export class Mirror {
       return;
     }
     const body = rewriteForMirror(kind, parsed as Record<string, unknown>, this.deps.config.mirror);
-    const accepted = this.queue.push({ id: ex.requestId, route: ex.route, path: ex.path, headers: ex.headers, body, settle });
+    let payload: string;
+    try {
+      // Throws on a body nested deeper than the stack allows (JSON.parse does not).
+      payload = JSON.stringify(body);
+    } catch {
+      count('skipped');
+      return;
+    }
+    const accepted = this.queue.push({ id: ex.requestId, route: ex.route, path: ex.path, headers: ex.headers, body, payload, settle });
     if (!accepted) count('dropped');
   }
 
@@ -171,7 +184,7 @@ export class Mirror {
 
   private async process(job: Job): Promise<void> {
     const { metrics } = this.deps;
-    const payload = JSON.stringify(job.body);
+    const payload = job.payload;
     const [cand, base] = await this.sendPair(job, payload);
     const dur = metrics.histogram('logprobe_upstream_duration_seconds');
     dur.observe({ backend: 'candidate', route: job.route }, cand.latencyMs / 1000);
