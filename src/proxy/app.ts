@@ -1,5 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
@@ -34,6 +35,25 @@ function notFound(ctx: ExchangeContext, req: IncomingMessage, res: ServerRespons
   res.end(payload);
   ctx.metrics.observeRequest('other', 404, (performance.now() - started) / 1000);
   if (ctx.logRequests()) ctx.log.info({ method: req.method, route: 'other', status: 404, durationMs: 0, aborted: false }, 'request');
+}
+
+const CLIENT_ERRORS: Record<string, [number, string, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'request header fields too large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'request not received in time'],
+};
+
+/**
+ * A request node:http's parser refused (malformed head, header overflow, timeout): answered in the
+ * OpenAI envelope, like every error we make, and the connection closed.
+ */
+function onClientError(err: Error & { code?: string }, socket: Duplex): void {
+  if (!socket.writable || err.code === 'ECONNRESET') {
+    socket.destroy();
+    return;
+  }
+  const [status, text, message] = CLIENT_ERRORS[err.code ?? ''] ?? [400, 'Bad Request', 'malformed HTTP request'];
+  const payload = JSON.stringify(openAIError(status, message, err.code ?? null));
+  socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`);
 }
 
 /**
@@ -112,6 +132,7 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
       return server;
     },
     forceCloseConnections: false,
+    clientErrorHandler: onClientError,
   });
   // New requests during the drain get 503 and "connection: close" (fastify's return503OnClosing).
   app.addHook('preClose', (done) => {

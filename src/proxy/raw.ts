@@ -48,8 +48,10 @@ export const kPresetKeepBody = Symbol('logprobe.presetKeepBody');
 const CRLFCRLF = Buffer.from('\r\n\r\n');
 const MAX_HEAD = 64 * 1024;
 const DIGITS = /^\d+$/;
-/** A lone CR or LF, or a NUL, in a head: not handled here (node:http's parser rejects them). */
-const BAD_HEAD_BYTES = /\r(?!\n)|(?<!\r)\n|\0/;
+/** A lone CR or LF, or another control byte but HTAB, in a head: not handled here (node:http's parser rejects them). */
+const BAD_HEAD_BYTES = /\r(?!\n)|(?<!\r)\n|[\0-\x08\x0b\x0c\x0e-\x1f\x7f]/;
+/** An RFC 9110 token (field names; lower-cased before the test). */
+const FIELD_NAME = /^[-!#$%&'*+.^_`|~0-9a-z]+$/;
 const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
 const IDEMPOTENT_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PUT', 'OPTIONS']);
 /** Request fields never forwarded (hop-by-hop, ours, and Host which is replaced). */
@@ -60,6 +62,17 @@ const IDLE_UPSTREAM_MS = 4000;
 /** Upstream sockets the fast path opens at most (the undici pool's cap is the same). */
 const MAX_UPSTREAM_CONNECTIONS = 256;
 const CLIENT_KEEPALIVE_MS = 65_000;
+
+/** True while `b` (a head without its end yet) can still be a request line: an upper-case method, then a space. */
+function startsLikeRequest(b: Buffer): boolean {
+  const n = Math.min(b.length, 16);
+  for (let i = 0; i < n; i++) {
+    const c = b[i] as number;
+    if (c === 32) return i > 0;
+    if (c < 65 || c > 90) return false;
+  }
+  return n < 16;
+}
 
 /** Field names listed in a Connection value other than keep-alive/close, lower-cased. */
 function connectionTokens(value: string): string[] | null {
@@ -416,7 +429,8 @@ class ClientConn {
     // The client-side keep-alive timeout (node:http's keepAliveTimeout in the other path).
     sock.setTimeout(CLIENT_KEEPALIVE_MS);
     sock.on('timeout', () => {
-      if (this.idle) sock.destroy();
+      // Idle, or silent in the middle of a request head (node:http would answer 408): closed.
+      if (this.idle || (this.state === REQ_IDLE && this.buf !== null)) sock.destroy();
     });
   }
 
@@ -441,8 +455,14 @@ class ClientConn {
   private parse(b: Buffer): void {
     const end = b.indexOf(CRLFCRLF);
     if (end < 0) {
-      if (b.length > MAX_HEAD) this.handOff(b);
+      // Not the start of a request line (e.g. a TLS ClientHello), or too long: node:http answers.
+      if (b.length > MAX_HEAD || !startsLikeRequest(b)) this.handOff(b);
       else this.buf = b;
+      return;
+    }
+    // The same limit however the head arrived (in one read or trickled).
+    if (end > MAX_HEAD) {
+      this.handOff(b);
       return;
     }
     if (this.pool.closing) {
@@ -494,9 +514,8 @@ class ClientConn {
         return;
       }
       const name = lower.slice(pos, colon);
-      const c0 = name.charCodeAt(0);
-      if (c0 === 32 || c0 === 9 || name.charCodeAt(name.length - 1) === 32) {
-        this.handOff(b); // obsolete folding or whitespace before the colon
+      if (!FIELD_NAME.test(name)) {
+        this.handOff(b); // obsolete folding, whitespace or a control byte in the name: node:http judges
         return;
       }
       switch (name) {
