@@ -13,15 +13,22 @@ import type { MirrorListeners } from './types.js';
 type MetricsJSON = Array<MetricObjectWithValues<MetricValue<string>>>;
 
 /**
+ * The worker's young generation: V8's default (up to 32 MB of semi-spaces per isolate) is sized for
+ * throughput; the mirror's garbage is short-lived JSON, and a smaller nursery keeps the process's
+ * RSS down with the queue full.
+ */
+const WORKER_LIMITS = { maxYoungGenerationSizeMb: 8 };
+
+/**
  * Starts the worker: the compiled worker.js next to this file; when this file is the .ts source
  * (tests under tsx), worker.ts through tsx's loader, which a worker does not inherit.
  */
 function startWorker(workerData: WorkerInit): Worker {
   const self = import.meta.url;
-  if (!self.endsWith('.ts')) return new Worker(new URL('./worker.js', self), { workerData, name: 'logprobe-mirror' });
+  if (!self.endsWith('.ts')) return new Worker(new URL('./worker.js', self), { workerData, name: 'logprobe-mirror', resourceLimits: WORKER_LIMITS });
   const entry = JSON.stringify(new URL('./worker.ts', self).href);
   const boot = `import('tsx/esm/api').then((m) => { m.register(); return import(${entry}); });`;
-  return new Worker(boot, { eval: true, workerData, name: 'logprobe-mirror' });
+  return new Worker(boot, { eval: true, workerData, name: 'logprobe-mirror', resourceLimits: WORKER_LIMITS });
 }
 
 /**
