@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { startSim } from './helpers/sim.js';
 import { runCli } from './helpers/cli.js';
 import { tempDir } from './helpers/capture.js';
+import { startUpstream } from './helpers/upstream.js';
 
 const GOLDEN = fileURLToPath(new URL('../config/golden-prompts.example.jsonl', import.meta.url));
 const KEY = 'sk-baseline-replay-9876';
@@ -124,4 +125,35 @@ test('usage errors exit 2; a replay where nothing could be compared exits 1', as
   assert.equal(down.code, 1, 'a gate does not pass on no evidence');
   assert.match(down.stdout, /not compared: candidate_error 24/);
   assert.match(down.stdout, /^gate: FAIL \(no pair could be compared/m);
+});
+
+test('replay learns a backend\'s logprobs cap from its 400 like the live mirror: one refusal per field, then every copy within it', async (t) => {
+  const dir = tempDir(t);
+  const sim = await startSim();
+  t.after(() => sim.close());
+  const asked: number[] = [];
+  // vLLM started with --max-logprobs 2, in front of the simulated engine.
+  const capped = await startUpstream(async (req, res, body) => {
+    const b = JSON.parse(body.toString()) as Record<string, unknown>;
+    const k = typeof b.top_logprobs === 'number' ? b.top_logprobs : typeof b.logprobs === 'number' ? b.logprobs : 0;
+    asked.push(k);
+    if (k > 2) {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ object: 'error', message: `Requested sample logprobs of ${k}, which is greater than max allowed: 2`, type: 'BadRequestError', param: null, code: 400 }));
+      return;
+    }
+    const up = await fetch(sim.url + req.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    res.writeHead(up.status, { 'content-type': 'application/json' });
+    res.end(await up.text());
+  });
+  t.after(() => capped.close());
+  const out = join(dir, 'capped.jsonl');
+  const res = await runCli(['replay', GOLDEN, '--candidate', capped.url, '--baseline', sim.url, '--out', out, '--concurrency', '1']);
+  assert.equal(res.code, 0, res.stdout + res.stderr);
+  // One refusal per field (chat's top_logprobs, completions' logprobs: OpenAI caps them differently), then within the cap.
+  assert.equal(asked.filter((k) => k > 2).length, 2, `refused copies: ${asked.join(',')}`);
+  const records = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { outcome: string; request: Record<string, unknown> });
+  assert.equal(records.length, 24);
+  assert.ok(records.every((r) => r.outcome === 'ok'), 'every pair compared');
+  assert.ok(records.every((r) => (r.request.top_logprobs ?? r.request.logprobs) === 2), 'both sides compared over the same top-2');
 });

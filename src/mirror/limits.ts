@@ -117,18 +117,6 @@ export class LogprobLimits {
   }
 }
 
-const owned = new WeakMap<object, LogprobLimits>();
-
-/** The limits memory of one owner (a mirror), created on first use and gone with the owner. */
-export function limitsFor(owner: object): LogprobLimits {
-  let limits = owned.get(owner);
-  if (!limits) {
-    limits = new LogprobLimits();
-    owned.set(owner, limits);
-  }
-  return limits;
-}
-
 /** What {@link sendWithinLimits} needs. */
 export interface LimitedSend {
   /** The mirrored body. */

@@ -10,7 +10,7 @@ import { MIRROR_OUTCOMES } from '../metrics/catalog.js';
 import { routeLabel } from '../proxy/routes.js';
 import { Calibration } from './calibration.js';
 import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
-import { limitsFor, sendWithinLimits } from './limits.js';
+import { LogprobLimits, sendWithinLimits } from './limits.js';
 import { AlertNotifier } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
@@ -66,6 +66,8 @@ export class Mirror {
   private readonly random: () => number;
   private readonly ticker: NodeJS.Timeout;
   private detector: DetectorState = initialDetectorState();
+  /** The logprobs caps the backends told us about (limits.ts). */
+  private readonly limits = new LogprobLimits();
 
   constructor(private readonly deps: MirrorDeps) {
     const { config } = deps;
@@ -170,7 +172,7 @@ export class Mirror {
     const sent = await sendWithinLimits({
       body: job.body,
       payload,
-      limits: limitsFor(this),
+      limits: this.limits,
       send: (backend, p) =>
         backend === 'candidate'
           ? callBackend(this.deps.candidatePool, config.candidate, job.path, cHeaders, p)

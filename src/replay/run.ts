@@ -4,6 +4,7 @@ import { readJsonLines } from '../capture/reader.js';
 import type { CaptureWriter } from '../capture/writer.js';
 import type { Thresholds } from '../core/index.js';
 import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
+import { LogprobLimits, sendWithinLimits } from '../mirror/limits.js';
 import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { routeLabel } from '../proxy/routes.js';
@@ -50,7 +51,8 @@ function mirroredBody(item: ReplayItem, o: ReplayOptions): Record<string, unknow
 
 /**
  * Replays captured requests or a prompt set against two backends: each line goes through the
- * mirror's rewrite and dispatch (`rewriteForMirror`, `mirrorHeaders`, `callBackend`), the pair is
+ * mirror's rewrite and dispatch (`rewriteForMirror`, `mirrorHeaders`, `callBackend`, the
+ * logprobs-cap retry of `sendWithinLimits`), the pair is
  * compared like a live one, written to the capture and added to the summary. Input is streamed;
  * at most `concurrency` pairs are in flight.
  */
@@ -61,6 +63,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   ];
   const [candidatePool, baselinePool] = pools as [Pool, Pool];
   const limiter = new RateLimiter(o.rps);
+  const limits = new LogprobLimits();
   const inflight = new Set<Promise<void>>();
   const cHeaders = mirrorHeaders({}, { role: 'candidate' });
   const bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: o.baseline.apiKey, forwardAuth: false });
@@ -68,12 +71,15 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   let done = 0;
 
   const one = async (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => {
-    const request = mirroredBody(item, o);
-    const payload = JSON.stringify(request);
-    const [cand, base] = await Promise.all([
-      callBackend(candidatePool, o.candidate, item.route, cHeaders, payload),
-      callBackend(baselinePool, o.baseline, item.route, bHeaders, payload),
-    ]);
+    // Within the logprobs caps the backends told us about, like the live mirror (limits.ts).
+    const sent = await sendWithinLimits({
+      body: mirroredBody(item, o),
+      limits,
+      send: (backend, p) =>
+        backend === 'candidate' ? callBackend(candidatePool, o.candidate, item.route, cHeaders, p) : callBackend(baselinePool, o.baseline, item.route, bHeaders, p),
+    });
+    const request = sent.body;
+    const [cand, base] = [sent.candidate, sent.baseline];
     const result = analyzePair(cand, base, o.thresholds);
     const pair: MirroredPair = {
       id,
