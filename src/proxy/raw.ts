@@ -62,6 +62,8 @@ const IDLE_UPSTREAM_MS = 4000;
 /** Upstream sockets the fast path opens at most (the undici pool's cap is the same). */
 const MAX_UPSTREAM_CONNECTIONS = 256;
 const CLIENT_KEEPALIVE_MS = 65_000;
+/** How long a connection answered before its request body was read keeps discarding that body. */
+const LINGER_MS = 2000;
 
 /** True while `b` (a head without its end yet) can still be a request line: an upper-case method, then a space. */
 function startsLikeRequest(b: Buffer): boolean {
@@ -405,6 +407,8 @@ class ClientConn {
   replay: Buffer[] | null = null;
   status = 0;
   headSent = false;
+  /** Answered before the request body was read (413): the close lingers. */
+  unreadBody = false;
   private readonly onDataBound: (d: Buffer) => void;
   private readonly onCloseBound: () => void;
   readonly onDrainUpstream: () => void;
@@ -588,6 +592,7 @@ class ClientConn {
     if (cl > ctx.limitBytes) {
       this.state = REQ_WAIT;
       this.closeAfter = true;
+      this.unreadBody = true;
       this.fail(new PayloadTooLargeError(ctx.limitMB));
       return;
     }
@@ -650,6 +655,7 @@ class ClientConn {
         }
         this.state = REQ_WAIT;
         this.closeAfter = true;
+        this.unreadBody = true;
         this.sock.pause();
         this.fail(new PayloadTooLargeError(this.frontend.ctx.limitMB));
         return;
@@ -740,10 +746,22 @@ class ClientConn {
     this.replay = null;
     this.account(false);
     if (this.closeAfter || this.state === REQ_BODY) {
+      const linger = this.unreadBody || this.state === REQ_BODY;
       this.state = REQ_CLOSED;
       this.buf = null;
       const sock = this.sock;
-      sock.end(() => sock.destroy());
+      if (!linger) {
+        sock.end(() => sock.destroy());
+        return;
+      }
+      // Lingering close (as nginx): the client may still be sending the body we answered without
+      // reading. Closing now would reset the connection and could lose our answer in its receive
+      // buffer; reading and discarding for a while (REQ_CLOSED drops the bytes) lets it read it.
+      sock.end();
+      if (sock.isPaused()) sock.resume();
+      const timer = setTimeout(() => sock.destroy(), LINGER_MS);
+      timer.unref();
+      sock.once('close', () => clearTimeout(timer));
       return;
     }
     this.state = REQ_IDLE;
