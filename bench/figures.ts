@@ -1,5 +1,5 @@
 import { median, ratio } from './lib/stats.js';
-import type { TargetResult } from './measure.js';
+import type { MirrorAB, TargetResult } from './measure.js';
 import type { CoreFigure } from './core.js';
 
 /** The RSS ceiling logprobe must stay under with the mirror queue full (issue #8, stated here). */
@@ -55,7 +55,7 @@ export interface Verdict {
 const ms = (us: number) => (us / 1000).toFixed(2);
 
 /** Issue #8's targets, checked against the medians (null: could not be measured here). */
-export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize: number): Verdict[] {
+export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize: number, ab: { shared: MirrorAB; remote: MirrorAB } | null = null): Verdict[] {
   const off = s.get('logprobe-off');
   const on = s.get('logprobe-1.0');
   const nginx = s.get('nginx');
@@ -71,7 +71,23 @@ export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize:
     const added = off.p99 - direct.p99;
     out.push({ target: 'mirroring off: ≤ 1 ms added p99 at a moderate rate', met: added <= 1000, detail: `+${ms(added)} ms (p99 ${ms(off.p99)} vs direct ${ms(direct.p99)} ms)` });
   }
-  if (off && on && Number.isFinite(on.p99)) {
+  if (ab && ab.remote.pairs.length > 0) {
+    // The pooled figure: one probe's p99 rests on a few dozen requests and moves by tens of
+    // percent with the machine; pairs back to back, pooled, give the tail many more samples.
+    // Judged with the baseline stand-in deprioritised (in production it is another machine);
+    // the figure with it competing for these 2 CPUs is given beside it.
+    const pct = (a: MirrorAB) => {
+      const m = ratio(a.pooled[1], a.pooled[0]) - 1;
+      return `${m >= 0 ? '+' : ''}${(m * 100).toFixed(0)}%`;
+    };
+    const moved = ratio(ab.remote.pooled[1], ab.remote.pooled[0]) - 1;
+    const spread = ab.remote.pairs.map(([a, b]) => (b / a).toFixed(2)).join(', ');
+    out.push({
+      target: 'sampleRate 1.0 moves the client p99 by ≤ 10%',
+      met: moved <= 0.1,
+      detail: `${pct(ab.remote)} (p99 ${ms(ab.remote.pooled[1])} vs ${ms(ab.remote.pooled[0])} ms, ${ab.remote.pairs.length} back-to-back pairs pooled, baseline stand-in at nice 19; pair ratios ${spread}); ${pct(ab.shared)} with the baseline stand-in sharing the 2 CPUs`,
+    });
+  } else if (off && on && Number.isFinite(on.p99)) {
     const moved = ratio(on.p99, off.p99) - 1;
     out.push({ target: 'sampleRate 1.0 moves the client p99 by ≤ 10%', met: moved <= 0.1, detail: `${moved >= 0 ? '+' : ''}${(moved * 100).toFixed(0)}% (p99 ${ms(on.p99)} vs ${ms(off.p99)} ms)` });
   }

@@ -1,6 +1,7 @@
 import { autocannon, probe } from './load.js';
 import { memoryMB } from './lib/proc.js';
 import { mirrorCounters } from './lib/metrics.js';
+import { median, percentile } from './lib/stats.js';
 import { chatBody } from './upstreams.js';
 import type { Running } from './proxies/types.js';
 
@@ -20,6 +21,18 @@ export interface Plan {
   latency: boolean;
   /** Warm SSE up too before the first round (the quick run skips it to stay under 2 minutes). */
   warmSse: boolean;
+  /** Back-to-back latency probes of mirroring off and sampleRate 1.0, for the mirror's p99 figure. */
+  abPairs: number;
+}
+
+/** The mirror's cost on the client p99: paired probes, off and 1.0 back to back, order alternating. */
+export interface MirrorAB {
+  /** p99 µs of each pair, [off, on]. */
+  pairs: Array<[number, number]>;
+  /** Median over the pairs of on ÷ off. */
+  medianRatio: number;
+  /** p99 µs over all the requests of all pairs, [off, on] (the figure: 100× more tail samples than one probe). */
+  pooled: [number, number];
 }
 
 export interface TargetResult {
@@ -56,6 +69,27 @@ const URL_PATH = '/v1/chat/completions';
  * Every figure for every running target, side by side: each round visits all targets in turn
  * (rotating the order), so slow drift of a shared, noisy machine hits all of them alike.
  */
+/**
+ * The client p99 at a moderate rate with mirroring off and at sampleRate 1.0, measured in pairs
+ * back to back (the order alternating), so that the machine's drift, which moves every target's
+ * p99 by tens of percent between rounds here, cancels within a pair.
+ */
+export async function mirrorAB(off: Running, on: Running, plan: Plan, log: (s: string) => void): Promise<MirrorAB> {
+  const pairs: Array<[number, number]> = [];
+  const pool: Record<string, number[]> = { [off.key]: [], [on.key]: [] };
+  for (let i = 0; i < plan.abPairs; i++) {
+    const p99: Record<string, number> = {};
+    for (const t of i % 2 === 0 ? [off, on] : [on, off]) {
+      const p = await probe({ url: t.url + URL_PATH, rate: plan.rate, seconds: plan.probeSeconds, connections: 16, body: chatBody(false), headers: t.headers, samples: true });
+      p99[t.key] = p.latency[1];
+      for (const x of p.samples ?? []) pool[t.key]!.push(x);
+    }
+    pairs.push([p99[off.key] as number, p99[on.key] as number]);
+    log(`  pair ${i + 1} mirror a/b  p99 off ${p99[off.key]} µs, 1.0 ${p99[on.key]} µs (${((p99[on.key] as number) / (p99[off.key] as number)).toFixed(2)}×)`);
+  }
+  return { pairs, medianRatio: median(pairs.map(([a, b]) => b / a)), pooled: [percentile(pool[off.key]!, 99), percentile(pool[on.key]!, 99)] };
+}
+
 export async function measure(targets: Running[], plan: Plan, log: (s: string) => void): Promise<Map<string, TargetResult>> {
   const res = new Map<string, TargetResult>(targets.map((t) => [t.key, empty(t)]));
   const get = (t: Running) => res.get(t.key) as TargetResult;

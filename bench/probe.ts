@@ -16,6 +16,8 @@ export interface ProbeSpec {
   connections: number;
   body: string;
   headers?: Record<string, string>;
+  /** Return every request's latency too (µs), for pooling several probes. */
+  samples?: boolean;
 }
 
 export interface ProbeResult {
@@ -28,6 +30,7 @@ export interface ProbeResult {
   ttfb: [number, number];
   gap: [number, number];
   gaps: number;
+  samples?: number[];
 }
 
 function run(spec: ProbeSpec): Promise<ProbeResult> {
@@ -52,7 +55,7 @@ function run(spec: ProbeSpec): Promise<ProbeResult> {
       finished = true;
       agent.destroy();
       const us = (xs: number[], p: number) => Math.round(percentile(xs, p) * 1000);
-      resolve({ sent, ok, errors, non2xx, latency: [us(lat, 50), us(lat, 99)], ttfb: [us(ttfb, 50), us(ttfb, 99)], gap: [us(gap, 50), us(gap, 99)], gaps: gap.length });
+      resolve({ sent, ok, errors, non2xx, latency: [us(lat, 50), us(lat, 99)], ttfb: [us(ttfb, 50), us(ttfb, 99)], gap: [us(gap, 50), us(gap, 99)], gaps: gap.length, ...(spec.samples ? { samples: lat.map((x) => Math.round(x * 1000)) } : {}) });
     };
     const one = (scheduled: number) => {
       sent++;

@@ -1,7 +1,7 @@
 import { writeSection } from './lib/sections.js';
 import { fmt, ratio } from './lib/stats.js';
 import type { Machine } from './lib/machine.js';
-import type { Plan } from './measure.js';
+import type { MirrorAB, Plan } from './measure.js';
 import type { Summary, Verdict } from './figures.js';
 import { RSS_CEILING_MB } from './figures.js';
 import type { CoreFigure } from './core.js';
@@ -14,7 +14,7 @@ const msu = (us: number) => (Number.isFinite(us) ? (us / 1000).toFixed(2) : '–
 const added = (us: number, base: number) => (Number.isFinite(us) && Number.isFinite(base) ? `${us - base >= 0 ? '+' : ''}${((us - base) / 1000).toFixed(2)}` : '–');
 
 /** One line per figure: the quick run's output, and the summary at the end of a full run. */
-export function quickLines(s: Map<string, Summary>, engine: Map<string, Summary> | null, core: CoreFigure[], checks: Verdict[]): string[] {
+export function quickLines(s: Map<string, Summary>, engine: Map<string, Summary> | null, core: CoreFigure[], checks: Verdict[], ab: { shared: MirrorAB; remote: MirrorAB } | null = null): string[] {
   const d = s.get('direct');
   const n = s.get('nginx');
   const lp = s.get('logprobe-off');
@@ -30,7 +30,7 @@ export function quickLines(s: Map<string, Summary>, engine: Map<string, Summary>
     lines.push(`sse inter-chunk  p50/p99 logprobe ${msu(lp.gap50)}/${msu(lp.gap99)} ms, added vs direct ${added(lp.gap50, d?.gap50 ?? NaN)}/${added(lp.gap99, d?.gap99 ?? NaN)} ms (nginx ${added(n?.gap50 ?? NaN, d?.gap50 ?? NaN)}/${added(n?.gap99 ?? NaN, d?.gap99 ?? NaN)})`);
     lines.push(`rss peak                 logprobe ${fmt(lp.peakMB, 0)} MB, sampleRate 1.0 ${fmt(on?.peakMB ?? NaN, 0)} MB, nginx ${fmt(n?.peakMB ?? NaN, 0)} MB${pk ? `, portkey ${fmt(pk.peakMB, 0)} MB` : ''}`);
   }
-  if (on && lp) lines.push(`mirror client p99        sampleRate 1.0 ${msu(on.p99)} ms vs 0: ${msu(lp.p99)} ms (${x(ratio(on.p99, lp.p99))}); mirror ${fmt(on.pairsPerSec, 0)} pairs compared/s, ${on.dropped} dropped`);
+  if (on && lp) lines.push(`mirror client p99        sampleRate 1.0 ${msu(on.p99)} ms vs 0: ${msu(lp.p99)} ms (${x(ratio(on.p99, lp.p99))})${ab ? `, paired and pooled ${x(ratio(ab.remote.pooled[1], ab.remote.pooled[0]))} (baseline stand-in sharing the CPUs ${x(ratio(ab.shared.pooled[1], ab.shared.pooled[0]))})` : ''}; mirror ${fmt(on.pairsPerSec, 0)} pairs compared/s, ${on.dropped} dropped`);
   if (engine) {
     const ed = engine.get('direct');
     const en = engine.get('nginx');
@@ -60,6 +60,7 @@ export interface ReportInput {
   checks: Verdict[];
   elapsed: number;
   queueSize: number;
+  ab?: { shared: MirrorAB; remote: MirrorAB } | null;
 }
 
 /** Renders the generated part of bench/RESULTS.md. */
@@ -115,7 +116,16 @@ export function renderResults(r: ReportInput): string {
       table(
         ['figure', 'value'],
         [
-          ['client p99 at sampleRate 1.0 vs 0', `${msu(on.p99)} vs ${msu(off.p99)} ms (${x(ratio(on.p99, off.p99))})`],
+          ['client p99 at sampleRate 1.0 vs 0 (medians of the rounds above)', `${msu(on.p99)} vs ${msu(off.p99)} ms (${x(ratio(on.p99, off.p99))})`],
+          ...(r.ab
+            ? ([
+                ['remote', r.ab.remote, 'baseline stand-in at nice 19, as on its own machine; the target\'s figure'],
+                ['shared', r.ab.shared, 'baseline stand-in at normal priority, sharing the 2 CPUs'],
+              ] as const).map(([, a, what]) => [
+                `client p99 at sampleRate 1.0 vs 0, ${a.pairs.length} back-to-back pairs pooled (${r.plan.rate} req/s, ${r.plan.probeSeconds} s each; ${what})`,
+                `${msu(a.pooled[1])} vs ${msu(a.pooled[0])} ms (${x(ratio(a.pooled[1], a.pooled[0]))}); per pair 1.0/0: ${a.pairs.map(([p, q]) => `${msu(q)}/${msu(p)}`).join(', ')} ms, median ratio ${x(a.medianRatio)}`,
+              ])
+            : []),
           ['client JSON throughput at sampleRate 1.0 vs 0', `${fmt(on.json, 0)} vs ${fmt(off.json, 0)} req/s (${x(ratio(on.json, off.json))})`],
           ['mirror throughput (pairs compared per second, queue saturated)', fmt(on.pairsPerSec, 0)],
           [`queue (size ${r.queueSize}) during the throughput rounds`, `max depth seen ${on.queueDepthMax}, ${on.dropped} copies dropped`],

@@ -9,11 +9,12 @@
  *   options: --no-portkey  --profile (cpu-prof logprobe, mirroring off)  --no-build
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { killAll, runToEnd } from './lib/proc.js';
 import { machine } from './lib/machine.js';
-import { measure, type Plan } from './measure.js';
+import { measure, mirrorAB, type MirrorAB, type Plan } from './measure.js';
 import { startLogprobe } from './proxies/logprobe.js';
 import { startNginx } from './proxies/nginx.js';
 import { startHaproxy } from './proxies/haproxy.js';
@@ -35,9 +36,9 @@ const QUEUE_SIZE = 128;
 
 const log = (s: string) => process.stdout.write(`${s}\n`);
 
-const FULL: Plan = { rounds: 3, probeRounds: 3, seconds: 5, connections: 32, rate: 400, sseRate: 100, probeSeconds: 5, sse: true, latency: true, warmSse: true };
-const QUICK: Plan = { rounds: 2, probeRounds: 1, seconds: 2, connections: 32, rate: 400, sseRate: 100, probeSeconds: 2, sse: true, latency: true, warmSse: false };
-const ENGINE: Plan = { rounds: 3, probeRounds: 0, seconds: 5, connections: 32, rate: 0, sseRate: 0, probeSeconds: 0, sse: false, latency: false, warmSse: false };
+const FULL: Plan = { rounds: 3, probeRounds: 3, seconds: 5, connections: 32, rate: 400, sseRate: 100, probeSeconds: 5, sse: true, latency: true, warmSse: true, abPairs: 8 };
+const QUICK: Plan = { rounds: 2, probeRounds: 1, seconds: 2, connections: 32, rate: 400, sseRate: 100, probeSeconds: 2, sse: true, latency: true, warmSse: false, abPairs: 3 };
+const ENGINE: Plan = { rounds: 3, probeRounds: 0, seconds: 5, connections: 32, rate: 0, sseRate: 0, probeSeconds: 0, sse: false, latency: false, warmSse: false, abPairs: 0 };
 
 /** Starts the targets in front of `upstream`; the unavailable ones say why. */
 async function startTargets(upstream: Upstream, baseline: Upstream, set: 'all' | 'quick' | 'engine'): Promise<Array<Running | Unavailable>> {
@@ -65,8 +66,22 @@ async function scenario(name: string, upstream: Upstream, baseline: Upstream, se
   for (const t of all) if (!isRunning(t)) log(`  ${t.label}: ${t.reason}`);
   try {
     const raw = await measure(running, plan, log);
+    const off = running.find((t) => t.key === 'logprobe-off');
+    const on = running.find((t) => t.key === 'logprobe-1.0');
+    let ab: { shared: MirrorAB; remote: MirrorAB } | null = null;
+    if (off && on && plan.abPairs > 0) {
+      log('  mirror a/b, the baseline stand-in at normal priority (it shares these 2 CPUs with the proxy)');
+      const shared = await mirrorAB(off, on, plan, log);
+      // The baseline is a remote server in production: at nice 19 here, its CPU stops counting
+      // against the proxy, and what is left is logprobe's own cost.
+      setPriority(baseline.proc.pid, 19);
+      log('  mirror a/b, the baseline stand-in at nice 19 (as if on its own machine)');
+      const remote = await mirrorAB(off, on, plan, log);
+      setPriority(baseline.proc.pid, 0);
+      ab = { shared, remote };
+    }
     const sums = new Map<string, Summary>([...raw.values()].map((r) => [r.key, summarize(r)]));
-    return { sums, unavailable: all.filter((t): t is Unavailable => !isRunning(t)), raw: [...raw.values()] };
+    return { sums, ab, unavailable: all.filter((t): t is Unavailable => !isRunning(t)), raw: [...raw.values()] };
   } finally {
     for (const t of running) await t.stop();
   }
@@ -101,16 +116,16 @@ async function main(): Promise<void> {
   await sim.proc.stop();
 
   const core = await coreBench(quick ? 300 : 1500);
-  const checks = verdicts(fixed.sums, core.rows, QUEUE_SIZE);
-  const lines = quickLines(fixed.sums, engine?.sums ?? null, core.rows, checks);
+  const checks = verdicts(fixed.sums, core.rows, QUEUE_SIZE, fixed.ab);
+  const lines = quickLines(fixed.sums, engine?.sums ?? null, core.rows, checks, fixed.ab);
   log('');
   for (const l of lines) log(l);
   const top = profile ? profileTop(join(OUT, 'prof', 'logprobe-off'), 25) : null;
   if (top) log(`\nCPU profile of logprobe (mirroring off), top self time:\n${top}`);
   const elapsed = (Date.now() - began) / 1000;
-  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ info, quick, fixed: fixed.raw, engine: engine?.raw ?? null, core, checks, elapsed }, null, 2));
+  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ info, quick, fixed: fixed.raw, ab: fixed.ab, engine: engine?.raw ?? null, core, checks, elapsed }, null, 2));
   if (!quick) {
-    writeResults(join(ROOT, 'bench', 'RESULTS.md'), { info, plan: FULL, engine: ENGINE, fixed: fixed.sums, unavailable: fixed.unavailable, engineSums: engine?.sums ?? null, core, checks, elapsed, queueSize: QUEUE_SIZE });
+    writeResults(join(ROOT, 'bench', 'RESULTS.md'), { info, plan: FULL, engine: ENGINE, fixed: fixed.sums, unavailable: fixed.unavailable, engineSums: engine?.sums ?? null, core, checks, elapsed, queueSize: QUEUE_SIZE, ab: fixed.ab });
     log('\nwrote bench/RESULTS.md');
   }
   log(`bench took ${elapsed.toFixed(0)} s`);
