@@ -1,6 +1,7 @@
 import http, { type IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { request } from 'undici';
+import { listenLocal } from './upstream.js';
 
 /**
  * A test double of an LLM server on port 0 whose behaviour is scripted per request: answer any
@@ -81,10 +82,9 @@ export function errorBody(message: string, type = 'BadRequestError', code: numbe
 /** A URL where nothing listens (connection refused). */
 export async function deadUrl(): Promise<string> {
   const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
+  const { url } = await listenLocal(server);
   await new Promise<void>((resolve) => server.close(() => resolve()));
-  return `http://127.0.0.1:${port}`;
+  return url;
 }
 
 export async function startFaultServer(script: FaultScript): Promise<FaultServer> {
@@ -146,10 +146,9 @@ export async function startFaultServer(script: FaultScript): Promise<FaultServer
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
+  const { url, port } = await listenLocal(server);
   return {
-    url: `http://127.0.0.1:${port}`,
+    url,
     port,
     seen,
     setScript: (s) => {

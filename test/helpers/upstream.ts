@@ -49,10 +49,9 @@ export async function startUpstream(
     });
   });
   server.keepAliveTimeout = 5000;
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
+  const { url, port } = await listenLocal(server);
   return {
-    url: `http://127.0.0.1:${port}`,
+    url,
     port,
     seen,
     close: () =>
@@ -61,4 +60,11 @@ export async function startUpstream(
         server.close(() => resolve());
       }),
   };
+}
+
+/** Listens on a free port of 127.0.0.1; the server's http:// URL and port. */
+export async function listenLocal(server: http.Server): Promise<{ url: string; port: number }> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return { url: `http://127.0.0.1:${port}`, port };
 }
