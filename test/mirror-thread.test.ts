@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { request } from 'undici';
-import { headerFields } from '../src/proxy/raw.js';
+import { headerFields } from '../src/proxy/raw-head.js';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue, sendChatOrCompletion, startSim } from './helpers/sim.js';
 import { startUpstream } from './helpers/upstream.js';

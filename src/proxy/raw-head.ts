@@ -1,0 +1,86 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import { CONNECTION_FIELDS, MIRROR_HEADER } from './headers.js';
+
+/**
+ * The fast path's HTTP/1.1 head rules (src/proxy/raw.ts): what a head may contain to be handled
+ * there, the fields a proxy removes, and the connection and body-framing states shared by the
+ * client and upstream sides.
+ */
+
+export const CRLFCRLF = Buffer.from('\r\n\r\n');
+export const MAX_HEAD = 64 * 1024;
+export const DIGITS = /^\d+$/;
+/** A lone CR or LF, or another control byte but HTAB, in a head: not handled here (node:http's parser rejects them). */
+export const BAD_HEAD_BYTES = /\r(?!\n)|(?<!\r)\n|[\0-\x08\x0b\x0c\x0e-\x1f\x7f]/;
+/** An RFC 9110 token (field names; lower-cased before the test). */
+export const FIELD_NAME = /^[-!#$%&'*+.^_`|~0-9a-z]+$/;
+export const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
+export const IDEMPOTENT_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PUT', 'OPTIONS']);
+/** Request fields never forwarded (hop-by-hop, ours, and Host which is replaced). */
+export const REQ_DROP = new Set([...CONNECTION_FIELDS, MIRROR_HEADER, 'host']);
+/** Response fields never forwarded (transfer-encoding is kept: the body bytes keep their framing). */
+export const RESP_DROP = new Set(CONNECTION_FIELDS);
+
+/** True while `b` (a head without its end yet) can still be a request line: an upper-case method, then a space. */
+export function startsLikeRequest(b: Buffer): boolean {
+  const n = Math.min(b.length, 16);
+  for (let i = 0; i < n; i++) {
+    const c = b[i] as number;
+    if (c === 32) return i > 0;
+    if (c < 65 || c > 90) return false;
+  }
+  return n < 16;
+}
+
+/** Field names listed in a Connection value other than keep-alive/close, lower-cased. */
+export function connectionTokens(value: string): string[] | null {
+  const v = value.toLowerCase();
+  if (v === 'keep-alive' || v === 'close') return null;
+  const out: string[] = [];
+  for (const s of v.split(',')) {
+    const t = s.trim();
+    if (t !== '' && t !== 'keep-alive' && t !== 'close') out.push(t);
+  }
+  return out.length > 0 ? out : null;
+}
+
+export function hasToken(value: string, token: string): boolean {
+  for (const s of value.toLowerCase().split(',')) if (s.trim() === token) return true;
+  return false;
+}
+
+/**
+ * The header fields of a request head (the request line first), as node:http presents them:
+ * names lower-cased, repeated fields joined with ", " (cookie with "; ", set-cookie as a list).
+ */
+export function headerFields(head: string): IncomingHttpHeaders {
+  const out: Record<string, string | string[]> = {};
+  let pos = head.indexOf('\r\n');
+  if (pos < 0) return out;
+  pos += 2;
+  while (pos < head.length) {
+    let e = head.indexOf('\r\n', pos);
+    if (e < 0) e = head.length;
+    const colon = head.indexOf(':', pos);
+    if (colon > pos && colon < e) {
+      const name = head.slice(pos, colon).toLowerCase();
+      const value = head.slice(colon + 1, e).trim();
+      const prev = out[name];
+      if (name === 'set-cookie') out[name] = Array.isArray(prev) ? [...prev, value] : [value];
+      else if (prev === undefined) out[name] = value;
+      else out[name] = `${prev as string}${name === 'cookie' ? '; ' : ', '}${value}`;
+    }
+    pos = e + 2;
+  }
+  return out as IncomingHttpHeaders;
+}
+
+export const REQ_IDLE = 0;
+export const REQ_BODY = 1; // forwarding the request body
+export const REQ_WAIT = 2; // request sent, waiting for / relaying the response
+export const REQ_CLOSED = 3; // answered with connection: close; nothing more is read
+
+export const BODY_NONE = 0;
+export const BODY_LENGTH = 1;
+export const BODY_CHUNKED = 2;
+export const BODY_CLOSE = 3;
