@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import { ChunkWalker } from './chunked.js';
 import { CONNECTION_FIELDS, MIRROR_HEADER } from './headers.js';
 
 /**
@@ -84,3 +85,51 @@ export const BODY_NONE = 0;
 export const BODY_LENGTH = 1;
 export const BODY_CHUNKED = 2;
 export const BODY_CLOSE = 3;
+
+/**
+ * Where one message body ends in the bytes as they arrive, for both directions: a content-length
+ * counted down, chunked framing walked (strictly, without copying), none, or close-delimited.
+ */
+export class BodyFraming {
+  mode = BODY_NONE;
+  /** Content-length bytes still to come. */
+  left = 0;
+  readonly walker = new ChunkWalker();
+  /** The last `scan` reached the end of the body. */
+  done = false;
+
+  /** The next body's framing (`length` for BODY_LENGTH). */
+  start(mode: number, length = 0): void {
+    this.mode = mode;
+    this.done = false;
+    if (mode === BODY_LENGTH) this.left = length;
+    else if (mode === BODY_CHUNKED) this.walker.reset();
+  }
+
+  /** A chunked body whose framing is broken. */
+  get bad(): boolean {
+    return this.mode === BODY_CHUNKED && this.walker.bad;
+  }
+
+  /** Scans d[from..]: returns where the body's bytes end in d (d.length when it goes on); sets `done`. */
+  scan(d: Buffer, from: number): number {
+    let end = d.length;
+    if (this.mode === BODY_LENGTH) {
+      if (end - from >= this.left) {
+        end = from + this.left;
+        this.done = true;
+      }
+      this.left -= end - from;
+    } else if (this.mode === BODY_CHUNKED) {
+      const e = this.walker.walk(d, from);
+      if (e >= 0) {
+        end = e;
+        this.done = true;
+      }
+    } else if (this.mode === BODY_NONE) {
+      end = from;
+      this.done = true;
+    }
+    return end;
+  }
+}

@@ -1,7 +1,6 @@
 import net from 'node:net';
 import { GatewayTimeoutError, mapUpstreamError } from './errors.js';
-import { ChunkWalker } from './chunked.js';
-import { BODY_CHUNKED, BODY_CLOSE, BODY_LENGTH, BODY_NONE, CRLFCRLF, DIGITS, MAX_HEAD, REQ_BODY, REQ_WAIT, RESP_DROP, connectionTokens, hasToken } from './raw-head.js';
+import { BODY_CHUNKED, BODY_CLOSE, BODY_LENGTH, BODY_NONE, BodyFraming, CRLFCRLF, DIGITS, MAX_HEAD, REQ_BODY, REQ_WAIT, RESP_DROP, connectionTokens, hasToken } from './raw-head.js';
 import type { ClientConn, RawContext } from './raw.js';
 
 /**
@@ -22,10 +21,9 @@ export class UpstreamConn {
   reused = false;
   headBuf: Buffer | null = null;
   inHead = true;
-  mode = BODY_NONE;
-  remaining = 0;
+  /** The response body's framing. */
+  readonly framing = new BodyFraming();
   reusable = true;
-  readonly walker = new ChunkWalker();
   readonly onDrainClient: () => void;
 
   constructor(readonly pool: RawPool) {
@@ -51,7 +49,7 @@ export class UpstreamConn {
     this.client = client;
     this.inHead = true;
     this.headBuf = null;
-    this.mode = BODY_NONE;
+    this.framing.start(BODY_NONE);
     this.reusable = true;
     if (this.connected) this.sock.setTimeout(this.pool.ctx.timeoutMs);
   }
@@ -88,7 +86,7 @@ export class UpstreamConn {
     this.pool.remove(this);
     const c = this.detach();
     if (!c) return;
-    if (!this.inHead && this.mode === BODY_CLOSE) {
+    if (!this.inHead && this.framing.mode === BODY_CLOSE) {
       c.responseEnd();
       return;
     }
@@ -188,19 +186,15 @@ export class UpstreamConn {
     }
     if (status < 200 && status !== 101) return { status, head: out + '\r\n', interim: true };
     if (http10 ? connValue === null || !hasToken(connValue, 'keep-alive') : connValue !== null && hasToken(connValue, 'close')) this.reusable = false;
-    if (c.method === 'HEAD' || status === 204 || status === 304) this.mode = BODY_NONE;
-    else if (chunked) {
-      this.mode = BODY_CHUNKED;
-      this.walker.reset();
-    } else if (cl >= 0) {
-      this.mode = BODY_LENGTH;
-      this.remaining = cl;
-    } else {
-      this.mode = BODY_CLOSE;
+    if (c.method === 'HEAD' || status === 204 || status === 304) this.framing.start(BODY_NONE);
+    else if (chunked) this.framing.start(BODY_CHUNKED);
+    else if (cl >= 0) this.framing.start(BODY_LENGTH, cl);
+    else {
+      this.framing.start(BODY_CLOSE);
       this.reusable = false;
     }
     // An answer before the whole request body arrived ends the connection (the rest is not read).
-    if (this.mode === BODY_CLOSE || c.pool.closing || c.closeAfter || c.state === REQ_BODY) {
+    if (this.framing.mode === BODY_CLOSE || c.pool.closing || c.closeAfter || c.state === REQ_BODY) {
       c.closeAfter = true;
       out += 'connection: close\r\n';
     }
@@ -209,30 +203,14 @@ export class UpstreamConn {
 
   /** Relays body bytes d[from..] (with the head first when given), tracking the framing's end. */
   private body(c: ClientConn, d: Buffer, from: number, head: string | null): void {
-    let end = d.length;
-    let done = false;
-    if (this.mode === BODY_LENGTH) {
-      if (end - from >= this.remaining) {
-        end = from + this.remaining;
-        done = true;
-      }
-      this.remaining -= end - from;
-    } else if (this.mode === BODY_CHUNKED) {
-      const e = this.walker.walk(d, from);
-      if (this.walker.bad) {
-        this.detach();
-        this.sock.destroy();
-        c.sock.destroy();
-        return;
-      }
-      if (e >= 0) {
-        end = e;
-        done = true;
-      }
-    } else if (this.mode === BODY_NONE) {
-      end = from;
-      done = true;
+    const end = this.framing.scan(d, from);
+    if (this.framing.bad) {
+      this.detach();
+      this.sock.destroy();
+      c.sock.destroy();
+      return;
     }
+    const done = this.framing.done;
     if (done && end < d.length) this.reusable = false; // bytes past the response: not ours to keep
     const cs = c.sock;
     let ok = true;

@@ -3,13 +3,13 @@ import type net from 'node:net';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { PayloadTooLargeError, openAIError } from './errors.js';
-import { ChunkWalker } from './chunked.js';
 import { MIRROR_HEADER } from './headers.js';
 import {
   BAD_HEAD_BYTES,
   BODY_CHUNKED,
   BODY_LENGTH,
   BODY_NONE,
+  BodyFraming,
   CRLFCRLF,
   DIGITS,
   FIELD_NAME,
@@ -82,9 +82,8 @@ export class ClientConn {
   url = '';
   requestIdHeader: string | undefined;
   start = 0;
-  bodyMode = BODY_NONE;
-  bodyLeft = 0;
-  readonly walker = new ChunkWalker();
+  /** The request body's framing. */
+  readonly framing = new BodyFraming();
   up: UpstreamConn | null = null;
   /** The request's head and body parts, when the mirror wants a copy. */
   kept: { head: string; forced: boolean | undefined; parts: Buffer[]; complete: boolean } | null = null;
@@ -286,18 +285,14 @@ export class ClientConn {
     up.attach(this);
     const headBuf = Buffer.from(out, 'latin1');
     const bodyStart = end + 4;
-    if (chunked) {
-      this.bodyMode = BODY_CHUNKED;
-      this.walker.reset();
-    } else if (cl > 0) {
-      this.bodyMode = BODY_LENGTH;
-      this.bodyLeft = cl;
-    } else this.bodyMode = BODY_NONE;
+    if (chunked) this.framing.start(BODY_CHUNKED);
+    else if (cl > 0) this.framing.start(BODY_LENGTH, cl);
+    else this.framing.start(BODY_NONE);
     this.state = REQ_BODY;
     // Only idempotent requests are replayed on a fresh connection after a stale keep-alive socket
     // failed (as nginx does): a POST may have started a generation on an upstream that then died.
     this.replay = IDEMPOTENT_METHODS.has(this.method) ? [headBuf] : null;
-    if (this.bodyMode === BODY_NONE) {
+    if (this.framing.mode === BODY_NONE) {
       this.state = REQ_WAIT;
       up.sock.write(headBuf);
       if (bodyStart < b.length) this.keepRest(b.subarray(bodyStart));
@@ -311,40 +306,22 @@ export class ClientConn {
 
   /** Forwards request body bytes d[from..]; the rest (a pipelined request) is kept. */
   private requestBody(d: Buffer, from: number): void {
-    let end = d.length;
-    let done = false;
-    if (this.bodyMode === BODY_LENGTH) {
-      if (end - from >= this.bodyLeft) {
-        end = from + this.bodyLeft;
-        done = true;
-      }
-      this.bodyLeft -= end - from;
-    } else {
-      const e = this.walker.walk(d, from);
-      if (this.walker.bad) {
-        this.sock.destroy();
-        return;
-      }
-      if (e >= 0) {
-        end = e;
-        done = true;
-      }
-      if (this.walker.dataBytes > this.frontend.ctx.limitBytes) {
-        // Too large: the upstream request is abandoned, the client gets a 413.
-        const up = this.up;
-        this.up = null;
-        this.replay = null;
-        if (up) {
-          up.client = null;
-          up.sock.destroy();
-        }
-        this.state = REQ_WAIT;
-        this.closeAfter = true;
-        this.unreadBody = true;
-        this.sock.pause();
-        this.fail(new PayloadTooLargeError(this.frontend.ctx.limitMB));
-        return;
-      }
+    const end = this.framing.scan(d, from);
+    if (this.framing.bad) {
+      this.sock.destroy();
+      return;
+    }
+    const done = this.framing.done;
+    // A chunked body has no announced size: too large once its data passes the limit. The
+    // upstream request is abandoned, the client gets a 413.
+    if (this.framing.mode === BODY_CHUNKED && this.framing.walker.dataBytes > this.frontend.ctx.limitBytes) {
+      this.abandonUpstream();
+      this.state = REQ_WAIT;
+      this.closeAfter = true;
+      this.unreadBody = true;
+      this.sock.pause();
+      this.fail(new PayloadTooLargeError(this.frontend.ctx.limitMB));
+      return;
     }
     const up = this.up;
     if (!up) return;
@@ -487,18 +464,23 @@ export class ClientConn {
     }
   }
 
+  /** Drops the upstream exchange in flight: its socket is closed, so the candidate sees the abort. */
+  private abandonUpstream(): void {
+    const up = this.up;
+    this.up = null;
+    this.replay = null;
+    if (up) {
+      up.client = null;
+      up.sock.destroy();
+    }
+  }
+
   private onClose(): void {
     this.frontend.conns.delete(this);
     if (this.handedOff) return;
     if (this.state !== REQ_IDLE && this.state !== REQ_CLOSED) {
       // The client went away mid-exchange: the upstream must see the close.
-      const up = this.up;
-      this.up = null;
-      this.replay = null;
-      if (up) {
-        up.client = null;
-        up.sock.destroy();
-      }
+      this.abandonUpstream();
       this.state = REQ_IDLE;
       this.account(true);
     }
