@@ -41,13 +41,17 @@ function connectionTokens(value: string | string[] | number | undefined): Readon
   );
 }
 
-/** Request headers as they go upstream: hop-by-hop and our control header removed, Host set. */
+/**
+ * Request headers as they go upstream: hop-by-hop and our control header removed, Host set.
+ * `Expect` too: node:http has already answered `100 Continue` to the client (undici refuses to
+ * send it).
+ */
 export function upstreamRequestHeaders(headers: IncomingHttpHeaders, upstreamHost: string): Record<string, string | string[]> {
   const drop = connectionTokens(headers.connection);
   const out: Record<string, string | string[]> = {};
   for (const name in headers) {
     const value = headers[name];
-    if (value === undefined || HOP_BY_HOP.has(name) || drop.has(name) || name === MIRROR_HEADER || name === 'host') continue;
+    if (value === undefined || HOP_BY_HOP.has(name) || drop.has(name) || name === MIRROR_HEADER || name === 'host' || name === 'expect') continue;
     out[name] = value;
   }
   out.host = upstreamHost;

@@ -33,6 +33,21 @@ export function startsLikeRequest(b: Buffer): boolean {
   return n < 16;
 }
 
+/**
+ * Every Connection field of a head, joined with ", " as node:http does (a repeated field must not
+ * hide the names it lists); null without one. `lower` is the head lower-cased.
+ */
+export function connectionValue(head: string, lower: string): string | null {
+  let value: string | null = null;
+  for (let ci = lower.indexOf('\r\nconnection:'); ci >= 0; ci = lower.indexOf('\r\nconnection:', ci + 2)) {
+    let e = head.indexOf('\r\n', ci + 2);
+    if (e < 0) e = head.length;
+    const v = head.slice(ci + 13, e).trim();
+    value = value === null ? v : `${value}, ${v}`;
+  }
+  return value;
+}
+
 /** Field names listed in a Connection value other than keep-alive/close, lower-cased. */
 export function connectionTokens(value: string): string[] | null {
   const v = value.toLowerCase();

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { GatewayTimeoutError, mapUpstreamError } from './errors.js';
-import { BODY_CHUNKED, BODY_CLOSE, BODY_LENGTH, BODY_NONE, BodyFraming, CRLFCRLF, DIGITS, MAX_HEAD, REQ_BODY, REQ_WAIT, RESP_DROP, connectionTokens, hasToken } from './raw-head.js';
+import { BODY_CHUNKED, BODY_CLOSE, BODY_LENGTH, BODY_NONE, BodyFraming, CRLFCRLF, DIGITS, MAX_HEAD, REQ_BODY, REQ_WAIT, RESP_DROP, connectionTokens, connectionValue, hasToken } from './raw-head.js';
 import type { ClientConn, RawContext } from './raw.js';
 
 /**
@@ -158,13 +158,8 @@ export class UpstreamConn {
     let pos = lineEnd < 0 ? head.length : lineEnd + 2;
     // First pass for Connection (its tokens name more fields to drop).
     const lower = head.toLowerCase();
-    const ci = lower.indexOf('\r\nconnection:');
-    if (ci >= 0) {
-      let e = head.indexOf('\r\n', ci + 2);
-      if (e < 0) e = head.length;
-      connValue = head.slice(ci + 13, e).trim();
-      drop = connectionTokens(connValue);
-    }
+    connValue = connectionValue(head, lower);
+    if (connValue !== null) drop = connectionTokens(connValue);
     while (pos < head.length) {
       let e = head.indexOf('\r\n', pos);
       if (e < 0) e = head.length;

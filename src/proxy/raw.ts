@@ -22,6 +22,7 @@ import {
   REQ_WAIT,
   REQ_DROP,
   connectionTokens,
+  connectionValue,
   hasToken,
   headerFields,
   startsLikeRequest,
@@ -178,18 +179,16 @@ export class ClientConn {
     }
     const lower = head.toLowerCase();
     let drop: string[] | null = null;
-    const ci = lower.indexOf('\r\nconnection:');
+    const connValue = connectionValue(head, lower);
     let clientClose = false;
-    if (ci >= 0) {
-      let e = head.indexOf('\r\n', ci + 2);
-      if (e < 0) e = head.length;
-      const v = head.slice(ci + 13, e).trim();
-      drop = connectionTokens(v);
-      clientClose = hasToken(v, 'close');
+    if (connValue !== null) {
+      drop = connectionTokens(connValue);
+      clientClose = hasToken(connValue, 'close');
     }
     let out = `${method} ${this.frontend.ctx.basePath}${url} HTTP/1.1\r\n`;
     let cl = -1;
     let chunked = false;
+    let hasHost = false;
     let reqId: string | undefined;
     let mirrorHeader: string | undefined;
     let pos = lineEnd + 2;
@@ -210,7 +209,8 @@ export class ClientConn {
         case 'content-length': {
           const v = head.slice(colon + 1, e).trim();
           const n = Number(v);
-          if (!DIGITS.test(v) || !Number.isSafeInteger(n) || (cl >= 0 && cl !== n)) {
+          // A repeated Content-Length, even with the same value, is refused by llhttp: node:http answers.
+          if (!DIGITS.test(v) || !Number.isSafeInteger(n) || cl >= 0) {
             this.handOff(b);
             return;
           }
@@ -228,6 +228,9 @@ export class ClientConn {
         case 'upgrade':
           this.handOff(b);
           return;
+        case 'host':
+          hasHost = true;
+          break;
         case 'x-request-id':
           reqId = head.slice(colon + 1, e).trim();
           break;
@@ -238,7 +241,8 @@ export class ClientConn {
       if (!REQ_DROP.has(name) && (drop === null || !drop.includes(name))) out += head.slice(pos, e) + '\r\n';
       pos = e + 2;
     }
-    if (chunked && cl >= 0) {
+    // Both framings, or an HTTP/1.1 request without Host (node:http answers 400): not ours.
+    if ((chunked && cl >= 0) || !hasHost) {
       this.handOff(b);
       return;
     }
