@@ -7,10 +7,20 @@ const CH_DATA_LF = 5;
 const CH_TRAILER = 6;
 const CH_DONE = 7;
 
+/** Token characters (RFC 9110 §5.6.2), for trailer field names. */
+const TCHAR = new Uint8Array(256);
+for (const ch of "!#$%&'*+-.^_`|~") TCHAR[ch.charCodeAt(0)] = 1;
+for (let c = 48; c <= 57; c++) TCHAR[c] = 1;
+for (let c = 65; c <= 90; c++) TCHAR[c] = 1;
+for (let c = 97; c <= 122; c++) TCHAR[c] = 1;
+/** Bytes allowed in a chunk extension: token characters, `;`, `=` and `"`. */
+const EXT_BYTES = TCHAR.slice();
+for (const ch of ';="') EXT_BYTES[ch.charCodeAt(0)] = 1;
+
 /**
  * Walks HTTP/1.1 chunked framing (RFC 9112 §7.1) without copying: finds where a chunked body ends
  * in a byte stream that arrives in arbitrary pieces, and counts its data bytes. Strict: anything
- * but hex sizes, extensions, CRLF line ends and trailer lines sets `bad`, and the connection is
+ * but hex sizes, extensions of token bytes, CRLF line ends and trailer lines sets `bad`, and the connection is
  * not trusted further (a lenient walker is how request smuggling starts).
  */
 export class ChunkWalker {
@@ -21,9 +31,12 @@ export class ChunkWalker {
   bad = false;
   digits = false;
   cr = false;
+  /** In a trailer line, past its colon. */
+  inValue = false;
   reset(): void {
     this.digits = false;
     this.cr = false;
+    this.inValue = false;
     this.state = CH_SIZE;
     this.size = 0;
     this.lineLen = 0;
@@ -59,14 +72,18 @@ export class ChunkWalker {
           i++;
           break;
         }
-        case CH_EXT:
-          if (d[i] === 13) this.state = CH_SIZE_LF;
-          else if (d[i] === 10) {
+        case CH_EXT: {
+          const c = d[i] as number;
+          if (c === 13) this.state = CH_SIZE_LF;
+          else if (EXT_BYTES[c] !== 1) {
+            // Stricter than RFC 9112's BWS and quoted-string: no space, control or non-ASCII byte in
+            // an extension. What a parser further on may read differently is not forwarded.
             this.bad = true;
             return -1;
           }
           i++;
           break;
+        }
         case CH_SIZE_LF:
           if (d[i] !== 10) {
             this.bad = true;
@@ -108,11 +125,12 @@ export class ChunkWalker {
           const c = d[i] as number;
           i++;
           if (c === 10) {
-            if (!this.cr) {
+            if (!this.cr || (this.lineLen > 0 && !this.inValue)) {
               this.bad = true;
               return -1;
             }
             this.cr = false;
+            this.inValue = false;
             if (this.lineLen === 0) {
               this.state = CH_DONE;
               return i;
@@ -120,10 +138,12 @@ export class ChunkWalker {
             this.lineLen = 0;
           } else if (c === 13) this.cr = true;
           else {
-            if (this.cr) {
+            // A trailer line is a field line: a token, ':', then no control byte but HTAB.
+            if (this.cr || (this.inValue ? c < 32 ? c !== 9 : c === 127 : c === 58 ? this.lineLen === 0 : TCHAR[c] !== 1)) {
               this.bad = true;
               return -1;
             }
+            if (c === 58) this.inValue = true;
             this.lineLen++;
           }
           break;

@@ -312,6 +312,8 @@ export class ClientConn {
   private requestBody(d: Buffer, from: number): void {
     const end = this.framing.scan(d, from);
     if (this.framing.bad) {
+      // Broken framing: the upstream exchange goes too (a head still corked is never sent).
+      this.abandonUpstream();
       this.sock.destroy();
       return;
     }
