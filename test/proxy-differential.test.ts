@@ -27,6 +27,7 @@ import http from 'node:http';
 import net from 'node:net';
 import fc from 'fast-check';
 import { startLogprobe, type StartedLogprobe } from './helpers/logprobe.js';
+import { CONNECTION_FIELDS, MIRROR_HEADER } from '../src/proxy/headers.js';
 
 // ---------------------------------------------------------------------------------------------
 // The reference: a plain node:http server that records what it parsed, per client connection.
@@ -461,17 +462,9 @@ const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PU
 /** Fields a proxy changes: Host (replaced), hop-by-hop, our control header, and the framing. */
 const CHANGED = new Set([
   'host',
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
+  ...CONNECTION_FIELDS,
   'transfer-encoding',
-  'upgrade',
-  'http2-settings',
-  'x-logprobe-mirror',
+  MIRROR_HEADER,
   // Expect is answered by the proxy (node:http sends 100 Continue itself), not forwarded.
   'expect',
   // The body may be re-framed (chunked forwarded with a length, a length re-written): the body
