@@ -74,3 +74,16 @@ test('malformed framing is refused, never read past', () => {
   const incomplete = walkPieces(Buffer.from('5\r\nhel', 'latin1'), []);
   assert.deepEqual([incomplete.bad, incomplete.end], [false, -1], 'an incomplete body goes on');
 });
+
+test('extensions of token bytes and field-line trailers pass; what llhttp refuses there is refused', () => {
+  const walk = (s: string) => {
+    const w = new ChunkWalker();
+    const end = w.walk(Buffer.from(s, 'latin1'), 0);
+    return w.bad ? 'bad' : end;
+  };
+  const ok = '1;a=b;c="d"\r\nx\r\n0\r\nX-Sum: abc\r\n\r\n';
+  assert.equal(walk(ok + 'GET /next'), ok.length);
+  for (const s of ['1;a=b c\r\nx\r\n0\r\n\r\n', '1;a\x01\r\nx\r\n0\r\n\r\n', '0\r\nBad Trailer: x\r\n\r\n', '0\r\nno-colon\r\n\r\n', '0\r\n: x\r\n\r\n', '0\r\nTransfer-Encoding: chunked\r\n\r\n', '0\r\ncontent-LENGTH: 1\r\n\r\n', '0\r\nX: a\x01b\r\n\r\n']) {
+    assert.equal(walk(s), 'bad', JSON.stringify(s));
+  }
+});

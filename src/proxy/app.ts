@@ -96,8 +96,24 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
       notFound(ctx, req, res);
       return;
     }
-    new ProxyExchange(ctx, req, res).run();
+    const exchange = new ProxyExchange(ctx, req, res);
+    // Pipelined requests reach the candidate one at a time, in order, as they were sent: node:http
+    // emits the next before the previous response is done.
+    const sock = req.socket;
+    const before = inFlight.get(sock);
+    const done = new Promise<void>((resolve) =>
+      res.once('close', () => {
+        if (inFlight.get(sock) === done) inFlight.delete(sock);
+        resolve();
+      }),
+    );
+    inFlight.set(sock, done);
+    if (before === undefined) exchange.run();
+    // A client gone meanwhile: nothing to forward.
+    else void before.then(() => (res.destroyed ? undefined : exchange.run()));
   };
+  /** The exchange in flight on each connection (only while one is). */
+  const inFlight = new WeakMap<object, Promise<void>>();
 
   const app = Fastify({
     loggerInstance: log as unknown as FastifyBaseLogger,

@@ -13,6 +13,8 @@ for (const ch of "!#$%&'*+-.^_`|~") TCHAR[ch.charCodeAt(0)] = 1;
 for (let c = 48; c <= 57; c++) TCHAR[c] = 1;
 for (let c = 65; c <= 90; c++) TCHAR[c] = 1;
 for (let c = 97; c <= 122; c++) TCHAR[c] = 1;
+/** Trailer fields that would change the message's framing. */
+const FRAMING_TRAILERS = new Set(['transfer-encoding', 'content-length']);
 /** Bytes allowed in a chunk extension: token characters, `;`, `=` and `"`. */
 const EXT_BYTES = TCHAR.slice();
 for (const ch of ';="') EXT_BYTES[ch.charCodeAt(0)] = 1;
@@ -33,10 +35,13 @@ export class ChunkWalker {
   cr = false;
   /** In a trailer line, past its colon. */
   inValue = false;
+  /** The trailer line's field name so far, lower-cased (its first 32 bytes). */
+  name = '';
   reset(): void {
     this.digits = false;
     this.cr = false;
     this.inValue = false;
+    this.name = '';
     this.state = CH_SIZE;
     this.size = 0;
     this.lineLen = 0;
@@ -131,6 +136,7 @@ export class ChunkWalker {
             }
             this.cr = false;
             this.inValue = false;
+            this.name = '';
             if (this.lineLen === 0) {
               this.state = CH_DONE;
               return i;
@@ -143,7 +149,14 @@ export class ChunkWalker {
               this.bad = true;
               return -1;
             }
-            if (c === 58) this.inValue = true;
+            if (c === 58) {
+              // Framing fields in trailers are refused by llhttp: read differently further on.
+              if (!this.inValue && FRAMING_TRAILERS.has(this.name)) {
+                this.bad = true;
+                return -1;
+              }
+              this.inValue = true;
+            } else if (!this.inValue && this.name.length < 32) this.name += String.fromCharCode(c | 0x20);
             this.lineLen++;
           }
           break;

@@ -13,6 +13,8 @@ export const MAX_HEAD = 64 * 1024;
 export const DIGITS = /^\d+$/;
 /** A lone CR or LF, or another control byte but HTAB, in a head: not handled here (node:http's parser rejects them). */
 export const BAD_HEAD_BYTES = /\r(?!\n)|(?<!\r)\n|[\0-\x08\x0b\x0c\x0e-\x1f\x7f]/;
+/** Bytes llhttp refuses in a request target: anything but visible ASCII (HTAB and non-ASCII too, which a head line may hold). */
+export const BAD_TARGET_BYTES = /[^\x21-\x7e]/;
 /** An RFC 9110 token (field names; lower-cased before the test). */
 export const FIELD_NAME = /^[-!#$%&'*+.^_`|~0-9a-z]+$/;
 export const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);

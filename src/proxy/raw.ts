@@ -6,6 +6,7 @@ import { PayloadTooLargeError, openAIError } from './errors.js';
 import { MIRROR_HEADER } from './headers.js';
 import {
   BAD_HEAD_BYTES,
+  BAD_TARGET_BYTES,
   BODY_CHUNKED,
   BODY_LENGTH,
   BODY_NONE,
@@ -173,7 +174,7 @@ export class ClientConn {
     }
     const method = head.slice(0, sp1);
     const url = head.slice(sp1 + 1, sp2);
-    if (url.charCodeAt(0) !== 47 || !FORWARDED_METHODS.has(method)) {
+    if (url.charCodeAt(0) !== 47 || !FORWARDED_METHODS.has(method) || BAD_TARGET_BYTES.test(url)) {
       this.handOff(b);
       return;
     }
