@@ -14,7 +14,7 @@ import { LogprobLimits, sendWithinLimits } from './limits.js';
 import { AlertNotifier } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
-import { requestKind, rewriteForMirror } from './rewrite.js';
+import { mirrorKind, rewriteForMirror } from './rewrite.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
 
 /** Every verdict, for zero-initialised series. */
@@ -125,9 +125,8 @@ export class Mirror {
       this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
       settle?.();
     };
-    const kind = requestKind(ex.path);
-    // A request the candidate refused is not a valid request to mirror.
-    if (kind === null || (ex.status >= 400 && !ex.aborted)) {
+    const kind = mirrorKind(ex);
+    if (kind === null) {
       count('skipped');
       return;
     }
@@ -240,14 +239,14 @@ export class Mirror {
     }
 
     if (outcome === 'ok' && this.deps.config.calibration.rate > 0 && this.random() < this.deps.config.calibration.rate) {
-      await this.calibrate(job, payload, cand, base);
+      await this.calibrate(job, cand, base);
     }
   }
 
   /** Sends the same copy again to each backend; the shift between the two runs is noise. */
-  private async calibrate(job: Job, payload: string, cand1: BackendResult, base1: BackendResult): Promise<void> {
-    // Not `payload`: the first send may have lowered job.body to a learned logprobs cap, and the
-    // second run must ask for what the first one got.
+  private async calibrate(job: Job, cand1: BackendResult, base1: BackendResult): Promise<void> {
+    // From job.body, not job.payload: the first send may have lowered it to a learned logprobs
+    // cap, and the second run must ask for what the first one got.
     const [cand2, base2] = await this.sendPair(job, JSON.stringify(job.body));
     const t = this.thresholds();
     for (const [backend, first, second] of [

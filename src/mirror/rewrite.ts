@@ -22,6 +22,15 @@ export function requestKind(path: string): RequestKind | null {
   return null;
 }
 
+/**
+ * The kind of a finished exchange to mirror, or null when it is skipped: a route the mirror
+ * cannot rewrite, or a request the candidate refused (not a valid request to mirror).
+ */
+export function mirrorKind(ex: { path: string; status: number; aborted: boolean }): RequestKind | null {
+  if (ex.status >= 400 && !ex.aborted) return null;
+  return requestKind(ex.path);
+}
+
 /** The client's length limit, whole and at most `max`; `max` when it is absent or not a count ≥ 1 (0.5 would floor to 0). */
 function cap(value: unknown, max: number): number {
   return typeof value === 'number' && Number.isFinite(value) && value >= 1 ? Math.min(Math.floor(value), max) : max;
