@@ -1,7 +1,7 @@
-import type { IncomingHttpHeaders } from 'node:http';
 import type { MetricObjectWithValues, MetricValue } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import type { AlertTransition, DetectorState } from '../core/detector.js';
+import type { Exchange } from '../proxy/tap.js';
 import type { MirroredPair } from './types.js';
 
 /**
@@ -22,18 +22,8 @@ export interface WorkerInit {
 export type DetectorSummary = Omit<DetectorState, 'recent'>;
 
 export type ToWorker =
-  | {
-      t: 'job';
-      requestId: string;
-      method: string;
-      path: string;
-      route: string;
-      headers: IncomingHttpHeaders;
-      status: number;
-      aborted: boolean;
-      forced: boolean | undefined;
-      body: Uint8Array;
-    }
+  /** A sampled exchange; its body's bytes are transferred. */
+  | { t: 'job'; exchange: Omit<Exchange, 'body'> & { body: Uint8Array } }
   | { t: 'metrics'; id: number }
   | { t: 'close' };
 

@@ -5,7 +5,7 @@ import type { Config } from '../config/schema.js';
 import { initialDetectorState } from '../core/detector.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
-import { requestKind } from './rewrite.js';
+import { mirrorKind } from './rewrite.js';
 import { Sampler } from './sampler.js';
 import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
 import type { MirrorListeners } from './types.js';
@@ -92,8 +92,7 @@ export class MirrorThread implements MirrorTap {
   onExchange(ex: Exchange): void {
     if (!this.sampler.decide(ex.body, ex.forced)) return;
     const count = (outcome: 'skipped' | 'dropped') => this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
-    // A request the candidate refused is not a valid request to mirror.
-    if (requestKind(ex.path) === null || (ex.status >= 400 && !ex.aborted)) {
+    if (mirrorKind(ex) === null) {
       count('skipped');
       return;
     }
@@ -104,18 +103,7 @@ export class MirrorThread implements MirrorTap {
     // A copy of exactly the body's bytes (the Buffer may be a view on a larger pooled one),
     // moved to the worker without a second copy.
     const body = new Uint8Array(ex.body);
-    const msg: ToWorker = {
-      t: 'job',
-      requestId: ex.requestId,
-      method: ex.method,
-      path: ex.path,
-      route: ex.route,
-      headers: ex.headers,
-      status: ex.status,
-      aborted: ex.aborted,
-      forced: ex.forced,
-      body,
-    };
+    const msg: ToWorker = { t: 'job', exchange: { ...ex, body } };
     this.outstanding++;
     this.worker.postMessage(msg, [body.buffer]);
   }

@@ -62,8 +62,8 @@ const mirror: Mirror = new Mirror({
 
 port.on('message', (m: ToWorker) => {
   if (m.t === 'job') {
-    const body = Buffer.from(m.body.buffer, m.body.byteOffset, m.body.byteLength);
-    mirror.accept({ requestId: m.requestId, method: m.method, path: m.path, route: m.route, headers: m.headers, body, status: m.status, aborted: m.aborted, forced: m.forced });
+    const { body } = m.exchange;
+    mirror.accept({ ...m.exchange, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength) });
   } else if (m.t === 'metrics') {
     void metrics.registry.getMetricsAsJSON().then((json) => post({ t: 'metrics', id: m.id, metrics: json }));
   } else if (m.t === 'close') {
