@@ -83,6 +83,8 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
   };
   let closing = false;
   let raw: RawFrontend | null = null;
+  /** The exchange in flight on each connection (only while one is). */
+  const inFlight = new WeakMap<object, Promise<void>>();
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (closing) {
@@ -112,8 +114,6 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     // A client gone meanwhile: nothing to forward.
     else void before.then(() => (res.destroyed ? undefined : exchange.run()));
   };
-  /** The exchange in flight on each connection (only while one is). */
-  const inFlight = new WeakMap<object, Promise<void>>();
 
   const app = Fastify({
     loggerInstance: log as unknown as FastifyBaseLogger,
@@ -132,15 +132,15 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
             upstreamHostname: candidateUrl.hostname.replace(/^\[|\]$/g, ''),
             upstreamPort: Number(candidateUrl.port || 80),
             basePath: ctx.basePath,
-            limitBytes,
-            limitMB: config.limits.bodyMB,
+            limitBytes: ctx.limitBytes,
+            limitMB: ctx.limitMB,
+            log: ctx.log,
+            logRequests: ctx.logRequests,
+            metrics: ctx.metrics,
+            mirror: ctx.mirror,
             timeoutMs: config.candidate.timeoutMs,
             connectTimeoutMs: config.candidate.connectTimeoutMs,
             idleTimeoutMs: config.candidate.idleTimeoutMs,
-            log,
-            logRequests: ctx.logRequests,
-            metrics: deps.metrics,
-            mirror: deps.mirror,
           },
           server,
         );

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type net from 'node:net';
 import type { Server } from 'node:http';
-import type { Logger } from 'pino';
 import { PayloadTooLargeError, openAIError } from './errors.js';
+import type { ExchangeContext } from './exchange.js';
 import { MIRROR_HEADER } from './headers.js';
 import {
   BAD_HEAD_BYTES,
@@ -30,7 +30,7 @@ import {
 } from './raw-head.js';
 import { RawPool, UpstreamConn } from './raw-upstream.js';
 import { pathOf, routeLabel } from './routes.js';
-import { parseMirrorHeader, type MirrorTap } from './tap.js';
+import { parseMirrorHeader } from './tap.js';
 
 /**
  * The fast path for plain-http candidates: a byte-level HTTP/1.1 forwarder on the sockets of the
@@ -50,20 +50,14 @@ import { parseMirrorHeader, type MirrorTap } from './tap.js';
  * connection.
  */
 
-export interface RawContext {
+/** What the fast path shares with the node:http path, plus the candidate's socket address and timeouts. */
+export interface RawContext extends Pick<ExchangeContext, 'basePath' | 'limitBytes' | 'limitMB' | 'log' | 'logRequests' | 'metrics' | 'mirror'> {
   upstreamHost: string;
   upstreamHostname: string;
   upstreamPort: number;
-  basePath: string;
-  limitBytes: number;
-  limitMB: number;
   timeoutMs: number;
   connectTimeoutMs: number;
   idleTimeoutMs: number;
-  log: Logger;
-  logRequests: () => boolean;
-  metrics: { observeRequest(route: string, status: number, seconds: number): void };
-  mirror: MirrorTap | undefined;
 }
 
 /** Set on a socket handed to node:http when the mirror already decided to keep the body. */
