@@ -54,7 +54,12 @@ export function createRuntime(
 ): LogprobeRuntime {
   const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact });
   const metrics = new Metrics();
-  const candidatePool = createUpstreamPool(config.candidate, { tlsInsecure: config.tlsInsecure });
+  const candidatePool = createUpstreamPool(config.candidate, {
+    tlsInsecure: config.tlsInsecure,
+    connections: config.candidate.maxConnections,
+    maxHeaderSize: config.limits.maxHeaderKB * 1024,
+    onConnections: (delta) => metrics.connections('candidate', delta),
+  });
   const mirror = options.makeParts ? undefined : new MirrorThread({ config, logger, metrics, listeners: options.listeners });
   const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? { mirror };
   let accepting = true;
@@ -78,7 +83,7 @@ export function createRuntime(
     candidatePool,
     mirror,
     async listen() {
-      const proxyUrl = await proxy.listen({ host: config.listen.host, port: config.listen.port });
+      const proxyUrl = await proxy.listen({ host: config.listen.host, port: config.listen.port, backlog: config.limits.backlog });
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
       logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');
       return { proxyUrl, adminUrl };

@@ -432,13 +432,13 @@ test('wrong content types (text/plain, multipart, none) are the upstream’s to 
   await assertStillServing();
 });
 
-test('a 40 MB body over the default 32 MB limit gets 413 in the OpenAI envelope, with content-length and chunked, on both paths', async () => {
+test('a 40 MB body over the default 32 MB limit gets 413 in the OpenAI envelope, with content-length and chunked, kept for the mirror or streamed', async () => {
   assert.equal(lp.runtime.config.limits.bodyMB, 32, 'the default limit');
   const big = Buffer.alloc(40 * 1024 * 1024, 0x20);
   big.write('{"model":"m","prompt":"', 0);
   const seenBefore = upstream.seen;
   const before = await mirrorTotals();
-  // /v1/chat/completions: the mirror keeps the body (node:http path); /v1/embeddings: the fast path.
+  // /v1/chat/completions: the mirror keeps the body; /v1/embeddings: it streams through.
   for (const path of ['/v1/chat/completions', '/v1/embeddings']) {
     const withLength = await exchange(proxyPort, [req('POST', path, JSON_CT, big)], Infinity, 30_000);
     assert.equal(withLength.responses.length, 1, `${path}: one answer`);
@@ -528,7 +528,7 @@ test('invalid UTF-8 in the body is forwarded byte for byte', async () => {
   await assertStillServing();
 });
 
-test('500 headers reach the upstream on both paths', async () => {
+test('500 headers reach the upstream sampled for the mirror or not', async () => {
   const before = await mirrorTotals();
   const headers: Array<[string, string]> = [['Content-Type', 'application/json']];
   for (let i = 0; i < 500; i++) headers.push([`X-Many-${i}`, `value-${i}`]);
@@ -542,7 +542,7 @@ test('500 headers reach the upstream on both paths', async () => {
   await assertStillServing();
 });
 
-test('a head far over the limit (200 KB) is refused with 431 and the connection closed, on both paths', async () => {
+test('a head far over the limit (200 KB) is refused with 431 and the connection closed, sampled for the mirror or not', async () => {
   const huge = 'a'.repeat(200 * 1024);
   const seenBefore = upstream.seen;
   for (const bytes of [req('GET', '/v1/models', { 'X-Huge': huge }), req('POST', '/v1/chat/completions', { ...JSON_CT, 'X-Huge': huge }, GOOD_CHAT)]) {
@@ -555,7 +555,7 @@ test('a head far over the limit (200 KB) is refused with 431 and the connection 
   await assertStillServing();
 });
 
-test('a 60 KB header is forwarded on both paths (sampled for the mirror or not)', async () => {
+test('a 60 KB header is forwarded, sampled for the mirror or not', async () => {
   const before = await mirrorTotals();
   const big = 'b'.repeat(60 * 1024);
   const fast = await exchange(proxyPort, [req('GET', '/v1/models', { 'X-Big': big })]);
@@ -679,8 +679,8 @@ test('HTTP/1.0 requests are served (and mirrored), with and without keep-alive',
 test('pipelined requests mixing good and bad are answered in order', async () => {
   const before = await mirrorTotals();
   const seq = [
-    req('GET', '/v1/models', {}), // fast path
-    req('POST', '/v1/chat/completions', JSON_CT, GOOD_CHAT), // mirrored: handed to node:http
+    req('GET', '/v1/models', {}), // not mirrored
+    req('POST', '/v1/chat/completions', JSON_CT, GOOD_CHAT), // mirrored: the body is kept
     req('POST', '/v1/chat/completions', JSON_CT, '{"model":'), // invalid JSON: the upstream's 400
     req('POST', '/v1/completions', JSON_CT, GOOD_COMPLETION),
     req('POST', '/v1/chat/completions', { 'Content-Type': 'text/plain' }, GOOD_CHAT), // 415
@@ -723,7 +723,7 @@ test('pipelined requests mixing good and bad are answered in order', async () =>
 });
 
 test(
-  'header names with bytes node:http refuses are refused by the fast path too, not forwarded',
+  'header names with bytes node:http refuses are refused, not forwarded',
   {},
   async (t) => {
     // A raw TCP upstream that accepts anything: it shows what the proxy forwards.

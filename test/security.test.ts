@@ -16,6 +16,7 @@ import { buildConfig } from '../src/config/load.js';
 import { KNOWN_ROUTES } from '../src/proxy/routes.js';
 import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS } from '../src/metrics/catalog.js';
 import { CAPTURE_ERROR_REASONS } from '../src/capture/writer.js';
+import { OVERFLOW_REASONS } from '../src/proxy/budget.js';
 
 // What must hold whatever a client sends: the admin surface is private, no secret leaks to any
 // output, TLS is verified unless told otherwise, the mirror header cannot reach the baseline,
@@ -431,7 +432,7 @@ const ALLOWED: Record<string, ReadonlySet<string>> = {
   backend: new Set(['candidate', 'baseline']),
   class: new Set(['ambiguous', 'gray', 'systematic']),
   alert: new Set(ALERT_NAMES),
-  reason: new Set(CAPTURE_ERROR_REASONS),
+  reason: new Set<string>([...CAPTURE_ERROR_REASONS, ...OVERFLOW_REASONS]),
   le: new Set([...LATENCY_BUCKETS, ...NATS_BUCKETS, ...POSITION_BUCKETS, '+Inf'].map(String)),
 };
 
@@ -510,4 +511,61 @@ test('nothing a client sends creates new metric label values: random paths, meth
   const catalogNames = new Set<string>(METRIC_CATALOG.map((m) => m.name));
   for (const key of second.keys()) assert.ok(catalogNames.has(key.replace(/(_bucket|_sum|_count)?\{.*$/, '')), `not in the catalog: ${key}`);
   assert.ok(second.size < 1000, `${second.size} series after ${2 * kinds.length * methods.length} distinct requests`);
+});
+
+// ---------------------------------------------------------------- the baseline's headers: an allow-list
+
+test('the baseline copy carries an allow-list of headers: content-type, accept, its own key and baseline.forwardHeaders, never a planted credential', async (t) => {
+  const planted: Record<string, string> = {
+    authorization: 'Bearer sk-planted-AUTH-1',
+    cookie: 'sid=planted-COOKIE-2',
+    'x-api-key': 'planted-XAPIKEY-3',
+    'api-key': 'planted-APIKEY-4',
+    'x-goog-api-key': 'planted-GOOG-5',
+    'openai-organization': 'org-planted-ORG-6',
+    'openai-project': 'proj-planted-PROJ-7',
+    'x-custom-token': 'planted-CUSTOM-8',
+    'x-tenant': 'blue',
+    'user-agent': 'planted-agent/1.0',
+  };
+  const sim = await startSim();
+  t.after(() => sim.close());
+  const candidate = await startUpstream((req, res, body) => relay(sim, req, res, body));
+  const baseline = await startUpstream((req, res, body) => relay(sim, req, res, body));
+  t.after(() => Promise.all([candidate.close(), baseline.close()]));
+  const chat = JSON.stringify({ model: 'sim', messages: [{ role: 'user', content: 'allow-list' }], max_tokens: 4 });
+  const send = async (lp: { proxyUrl: string; runtime: { mirror?: { idle(): Promise<void> } | undefined } }) => {
+    const res = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: chat, headers: { ...planted, 'content-type': 'application/json' } });
+    assert.equal(res.statusCode, 200);
+    await res.body.dump();
+    await lp.runtime.mirror!.idle();
+  };
+
+  const strict = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url, apiKey: 'sk-baseline-own' }, mirror: { sampleRate: 1 } });
+  await send(strict);
+  await strict.close();
+  const copy = baseline.seen.at(-1)!;
+  const names = Object.keys(copy.headers).filter((h) => !['host', 'content-length', 'connection'].includes(h)).sort();
+  assert.deepEqual(names, ['accept', 'authorization', 'content-type'], 'nothing but the allow-list');
+  assert.equal(copy.headers.authorization, 'Bearer sk-baseline-own');
+  assert.ok(!/planted|blue/.test(JSON.stringify(copy.headers)), 'no planted value reached the baseline');
+  // The candidate is the client's own deployment: its copy keeps the client's headers.
+  const cand = candidate.seen.filter((s) => s.body.includes('"logprobs":true')).at(-1)!;
+  assert.equal(cand.headers['x-tenant'], 'blue');
+  assert.equal(cand.headers.authorization, planted.authorization);
+
+  // Named headers pass, and only those; forwardAuth lets the client's API credentials through.
+  const named = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url, forwardHeaders: ['X-Tenant', 'openai-organization'], forwardAuth: true },
+    mirror: { sampleRate: 1 },
+  });
+  await send(named);
+  await named.close();
+  const copy2 = baseline.seen.at(-1)!;
+  assert.equal(copy2.headers['x-tenant'], 'blue');
+  assert.equal(copy2.headers['openai-organization'], planted['openai-organization']);
+  assert.equal(copy2.headers.authorization, planted.authorization);
+  assert.equal(copy2.headers['x-api-key'], planted['x-api-key']);
+  for (const h of ['cookie', 'x-goog-api-key', 'openai-project', 'x-custom-token', 'user-agent']) assert.equal(copy2.headers[h], undefined, `${h} was not named`);
 });

@@ -10,6 +10,7 @@ import { configFrom, DEFAULT_FAIL_ON, describeThresholds, parseFailOn, resolveTh
 import { readJsonLines, resolveInputs, UnreadableFileError } from '../capture/reader.js';
 import { CaptureWriter } from '../capture/writer.js';
 import { runReplay } from '../replay/run.js';
+import type { UpstreamOptions } from '../upstream/pool.js';
 import { Summary } from '../report/summary.js';
 import { renderSummaryText } from '../report/text.js';
 
@@ -98,7 +99,7 @@ export const replayCommand: CommandFactory = (setExit) =>
       const total = process.stderr.isTTY ? await countLines(inputs) : 0;
       const progress = startProgress({ label: 'replay', total, unit: 'items', lines: false });
       const summary = new Summary({ alert: config.alert });
-      const upstream = (u: string, base: typeof config.candidate) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
+      const upstream = (u: string, base: UpstreamOptions) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
       try {
         await runReplay({
           inputs,

@@ -50,18 +50,52 @@ const upstream = (defaultUrl: string) =>
     idleTimeoutMs: positiveMs.default(120_000),
   });
 
+/** A limit that is off unless set: `null` means no limit (as nginx), a number is a hard cap. */
+const optionalLimit = nonNegativeInt.nullable().default(null);
+
+/** HTTP header names (RFC 9110 tokens), compared lower-cased. */
+const headerName = z
+  .string({ error: 'expected a header name' })
+  .regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: 'expected a header name (letters, digits and !#$%&\'*+.^_`|~-)' })
+  .transform((s) => s.toLowerCase());
+
 export const configSchema = z.strictObject({
   listen: z.strictObject({ host: host.default('0.0.0.0'), port: port.default(8080) }).prefault({}),
   admin: z.strictObject({ host: host.default('127.0.0.1'), port: port.default(9464) }).prefault({}),
-  candidate: upstream('http://127.0.0.1:30000').prefault({}),
+  candidate: upstream('http://127.0.0.1:30000')
+    .extend({
+      /** Most upstream connections the client path opens at once; null: as many as clients need. */
+      maxConnections: z.union([positiveInt, z.null()], { error: 'expected a positive whole number or null' }).default(null),
+      /** With maxConnections: most requests that may wait for a busy connection; null: no limit. */
+      maxPending: optionalLimit,
+    })
+    .refine((c) => c.maxPending === null || c.maxConnections !== null, {
+      error: 'applies only with candidate.maxConnections (without it no request waits for a connection)',
+      path: ['maxPending'],
+    })
+    .prefault({}),
   baseline: upstream('http://127.0.0.1:30001')
     .extend({
       apiKey: optionalSecret,
       forwardAuth: z.boolean({ error: 'expected true or false' }).default(false),
+      /** Client request headers the baseline's copy may carry besides content-type, accept and apiKey. */
+      forwardHeaders: z.array(headerName, { error: 'expected a list of header names' }).default([]),
     })
     .prefault({}),
   tlsInsecure: z.boolean({ error: 'expected true or false' }).default(false),
-  limits: z.strictObject({ bodyMB: positiveNumber.default(32) }).prefault({}),
+  limits: z
+    .strictObject({
+      bodyMB: positiveNumber.default(32),
+      /** The request head (request line + fields) and an upstream's response head: one limit, every path. */
+      maxHeaderKB: positiveInt.max(1024, { error: 'expected a whole number of KB from 1 to 1024' }).default(64),
+      /** A request head that has not fully arrived after this long is answered 408. */
+      headTimeoutMs: positiveMs.default(30_000),
+      /** An idle client keep-alive connection is closed after this long. */
+      keepAliveTimeoutMs: positiveMs.default(65_000),
+      /** The listen backlog; the kernel caps it at net.core.somaxconn. */
+      backlog: positiveInt.default(4096),
+    })
+    .prefault({}),
   shutdown: z.strictObject({ drainSeconds: nonNegative.default(30) }).prefault({}),
   mirror: z
     .strictObject({

@@ -39,6 +39,8 @@ export const METRIC_CATALOG = [
   { name: 'logprobe_noise_floor_nats', type: 'gauge', help: 'Noise floor in force, nats.', labelNames: [] },
   { name: 'logprobe_noise_floor_observed_nats', type: 'gauge', help: 'Calibration: p99 of per-position shift between repeats of the same request, nats.', labelNames: ['backend'] },
   { name: 'logprobe_mirror_queue_depth', type: 'gauge', help: 'Mirrored requests waiting to be dispatched.', labelNames: [] },
+  { name: 'logprobe_proxy_overflow_total', type: 'counter', help: 'Client requests refused with 503 at once because a configured candidate limit was reached (candidate.maxConnections, candidate.maxPending).', labelNames: ['reason'] },
+  { name: 'logprobe_upstream_connections', type: 'gauge', help: 'Open connections to each upstream (the client path and the mirror together).', labelNames: ['backend'] },
   { name: 'logprobe_capture_errors_total', type: 'counter', help: 'Capture write failures, by reason.', labelNames: ['reason'] },
 ] as const satisfies readonly MetricSpec[];
 

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { METRIC_CATALOG, type MetricName } from './catalog.js';
+import { OVERFLOW_REASONS, type OverflowReason } from '../proxy/budget.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
@@ -28,6 +29,18 @@ export class Metrics {
     this.gauge('logprobe_window_global_shift_ratio').set(0);
     this.gauge('logprobe_cusum_statistic').set(0);
     this.gauge('logprobe_mirror_queue_depth').set(0);
+    for (const reason of OVERFLOW_REASONS) this.counter('logprobe_proxy_overflow_total').inc({ reason }, 0);
+    for (const backend of ['candidate', 'baseline']) this.gauge('logprobe_upstream_connections').set({ backend }, 0);
+  }
+
+  /** A client request refused at once by a configured candidate limit. */
+  overflow(reason: OverflowReason): void {
+    this.counter('logprobe_proxy_overflow_total').inc({ reason });
+  }
+
+  /** An upstream connection opened (+1) or closed (−1). */
+  connections(backend: 'candidate' | 'baseline', delta: 1 | -1): void {
+    this.gauge('logprobe_upstream_connections').inc({ backend }, delta);
   }
 
   counter(name: MetricName): Counter<string> {

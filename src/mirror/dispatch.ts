@@ -2,13 +2,13 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { CONNECTION_FIELDS } from '../proxy/headers.js';
 
-/** Headers that carry a client's identity: never sent to the baseline unless forwardAuth is on. */
-const CREDENTIAL_HEADERS = new Set(['authorization', 'x-api-key', 'api-key', 'cookie', 'proxy-authorization']);
+/** The client's API credentials, which `baseline.forwardAuth: true` lets through to the baseline. */
+const AUTH_HEADERS = ['authorization', 'x-api-key', 'api-key'] as const;
 
 /**
- * Headers the mirror never copies: hop-by-hop (the client path's list: `proxy-authorization` is
- * the client's credential for this proxy, it goes to no upstream), framing (the body is new) and
- * our own.
+ * Headers the mirror never copies to the candidate: hop-by-hop (the client path's list:
+ * `proxy-authorization` is the client's credential for this proxy, it goes to no upstream),
+ * framing (the body is new) and our own.
  */
 const NEVER_COPIED = new Set([
   ...CONNECTION_FIELDS,
@@ -21,23 +21,44 @@ const NEVER_COPIED = new Set([
   'x-logprobe-mirror',
 ]);
 
+/** Who a mirrored copy goes to, and what the baseline may be given. */
+export type MirrorTarget =
+  | { role: 'candidate' }
+  | { role: 'baseline'; apiKey?: string | null; forwardAuth?: boolean; forwardHeaders?: readonly string[] };
+
+const one = (v: string | string[]): string => (Array.isArray(v) ? v.join(', ') : v);
+
 /**
  * The headers of a mirrored copy. The candidate gets the client's own headers (its credentials
- * included: it is the deployment the client uses); the baseline gets them without credentials,
- * plus `baseline.apiKey` as a bearer token, unless `forwardAuth` says the client's may go too.
+ * included: it is the deployment the client uses), less hop-by-hop and framing fields. The
+ * baseline is another party: it gets an allow-list — `content-type`, `accept`, `baseline.apiKey`
+ * as a bearer token, the client's `authorization`/`x-api-key`/`api-key` only with `forwardAuth`,
+ * and the client headers `baseline.forwardHeaders` names (lower-case). Nothing else: no cookies,
+ * organisation ids or custom tokens unless named.
  */
-export function mirrorHeaders(client: IncomingHttpHeaders, target: { role: 'candidate' | 'baseline'; apiKey?: string | null; forwardAuth?: boolean }): Record<string, string> {
+export function mirrorHeaders(client: IncomingHttpHeaders, target: MirrorTarget): Record<string, string> {
   const out: Record<string, string> = {};
-  const dropCredentials = target.role === 'baseline' && !target.forwardAuth;
-  // Fields named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
-  const named = typeof client.connection === 'string' ? client.connection.toLowerCase().split(',').map((s) => s.trim()) : [];
-  for (const name in client) {
-    const v = client[name];
-    if (v === undefined || NEVER_COPIED.has(name) || named.includes(name)) continue;
-    if (dropCredentials && CREDENTIAL_HEADERS.has(name)) continue;
-    out[name] = Array.isArray(v) ? v.join(', ') : v;
+  if (target.role === 'candidate') {
+    // Fields named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
+    const named = typeof client.connection === 'string' ? client.connection.toLowerCase().split(',').map((s) => s.trim()) : [];
+    for (const name in client) {
+      const v = client[name];
+      if (v === undefined || NEVER_COPIED.has(name) || named.includes(name)) continue;
+      out[name] = one(v);
+    }
+  } else {
+    for (const name of target.forwardHeaders ?? []) {
+      const v = client[name];
+      if (v !== undefined && !NEVER_COPIED.has(name)) out[name] = one(v);
+    }
+    if (target.forwardAuth) {
+      for (const name of AUTH_HEADERS) {
+        const v = client[name];
+        if (v !== undefined) out[name] = one(v);
+      }
+    }
+    if (target.apiKey) out.authorization = `Bearer ${target.apiKey}`;
   }
-  if (target.role === 'baseline' && target.apiKey) out.authorization = `Bearer ${target.apiKey}`;
   out['content-type'] = 'application/json';
   out.accept = 'application/json';
   return out;

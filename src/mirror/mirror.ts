@@ -75,7 +75,14 @@ export class Mirror {
     this.now = deps.now ?? (() => Date.now() / 1000);
     this.random = deps.random ?? Math.random;
     this.ownsBaselinePool = !deps.baselinePool;
-    this.baselinePool = deps.baselinePool ?? createUpstreamPool(config.baseline, { tlsInsecure: config.tlsInsecure, connections: config.mirror.concurrency * 2 });
+    this.baselinePool =
+      deps.baselinePool ??
+      createUpstreamPool(config.baseline, {
+        tlsInsecure: config.tlsInsecure,
+        connections: config.mirror.concurrency * 2,
+        maxHeaderSize: config.limits.maxHeaderKB * 1024,
+        onConnections: (delta) => deps.metrics.connections('baseline', delta),
+      });
     this.calibration = new Calibration(config.calibration);
     this.notifier = new AlertNotifier({ logger: this.log, webhookUrl: config.alert.webhookUrl, instance: `${config.listen.host}:${config.listen.port}` });
     const depth = deps.metrics.gauge('logprobe_mirror_queue_depth');
@@ -167,7 +174,7 @@ export class Mirror {
   private async sendPair(job: Job, payload: string): Promise<[BackendResult, BackendResult]> {
     const { config } = this.deps;
     const cHeaders = mirrorHeaders(job.headers, { role: 'candidate' });
-    const bHeaders = mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth });
+    const bHeaders = mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth, forwardHeaders: config.baseline.forwardHeaders });
     const sent = await sendWithinLimits({
       body: job.body,
       payload,

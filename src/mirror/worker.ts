@@ -44,7 +44,12 @@ const logger = createLogger({
   destination: { write: (line: string) => post({ t: 'log', line }) },
 });
 const metrics = new Metrics({ defaultMetrics: false });
-const candidatePool = createUpstreamPool(config.candidate, { tlsInsecure: config.tlsInsecure, connections: config.mirror.concurrency * 2 });
+const candidatePool = createUpstreamPool(config.candidate, {
+  tlsInsecure: config.tlsInsecure,
+  connections: config.mirror.concurrency * 2,
+  maxHeaderSize: config.limits.maxHeaderKB * 1024,
+  onConnections: (delta) => metrics.connections('candidate', delta),
+});
 const capture = config.capture.enabled ? createCaptureWriter({ config, logger, metrics }) : undefined;
 const forward: MirrorListeners = {
   ...(init.forwardPairs ? { onPair: (pair) => post({ t: 'pair', pair }) } : {}),

@@ -1,5 +1,5 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
@@ -8,7 +8,7 @@ import { openAIError } from './errors.js';
 import { ProxyExchange, type ExchangeContext } from './exchange.js';
 import type { MirrorTap } from './tap.js';
 import { upstreamBasePath } from '../upstream/pool.js';
-import { RawFrontend } from './raw.js';
+import { ConnectionBudget, type OverflowReason } from './budget.js';
 
 /** What the proxy needs from the rest of the process. */
 export interface ProxyDeps {
@@ -17,6 +17,8 @@ export interface ProxyDeps {
   candidate: Dispatcher;
   metrics: {
     observeRequest(route: string, status: number, seconds: number): void;
+    /** A request refused at once because a configured candidate limit was reached. */
+    overflow(reason: OverflowReason): void;
   };
   /** The mirror's hook; absent when mirroring is off. */
   mirror?: MirrorTap | undefined;
@@ -43,17 +45,23 @@ const CLIENT_ERRORS: Record<string, [number, string, string]> = {
 };
 
 /**
- * A request node:http's parser refused (malformed head, header overflow, timeout): answered in the
- * OpenAI envelope, like every error we make, and the connection closed.
+ * A request node:http's parser refused (malformed head, header overflow, stalled head): answered
+ * in the OpenAI envelope, like every error we make, and the connection closed — after the
+ * answers to the requests pipelined before it, so a client reads them in order.
  */
-function onClientError(err: Error & { code?: string }, socket: Duplex): void {
+function onClientError(err: Error & { code?: string }, socket: Duplex, before: Promise<void> | undefined): void {
   if (!socket.writable || err.code === 'ECONNRESET') {
     socket.destroy();
     return;
   }
   const [status, text, message] = CLIENT_ERRORS[err.code ?? ''] ?? [400, 'Bad Request', 'malformed HTTP request'];
   const payload = JSON.stringify(openAIError(status, message, err.code ?? null));
-  socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`);
+  const answer = () => {
+    if (socket.writable) socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`);
+    else socket.destroy();
+  };
+  if (before === undefined) answer();
+  else void before.then(answer);
 }
 
 /**
@@ -61,14 +69,16 @@ function onClientError(err: Error & { code?: string }, socket: Duplex): void {
  * the candidate with the client's bytes; only requests the mirror may copy, small ones and
  * chunked ones are read into memory first, and no body is parsed here.
  *
- * fastify owns the server's lifecycle (listen, graceful close, logging); requests go straight
- * from node:http to {@link ProxyExchange}, bypassing fastify's router, hooks and reply streams,
- * which cost three quarters of the proxy's CPU per request (see bench/RESULTS.md).
+ * One transport: node:http (llhttp) reads every client request, undici sends it on. fastify owns
+ * the server's lifecycle (listen, graceful close, logging); requests go straight from node:http
+ * to {@link ProxyExchange}, bypassing fastify's router, hooks and reply streams, which cost three
+ * quarters of the proxy's CPU per request (see bench/RESULTS.md).
  */
 export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
   const limitBytes = Math.floor(config.limits.bodyMB * 1024 * 1024);
   const candidateUrl = new URL(config.candidate.url);
   const log = deps.logger.child({ module: 'proxy' });
+  const { maxConnections, maxPending } = config.candidate;
   const ctx: ExchangeContext = {
     candidate: deps.candidate,
     origin: candidateUrl.origin,
@@ -80,11 +90,15 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     logRequests: () => log.isLevelEnabled('info'),
     metrics: deps.metrics,
     mirror: deps.mirror,
+    budget: maxConnections === null ? null : new ConnectionBudget(maxConnections, maxPending),
+    overflowed: overflowLogger(log, deps.metrics, config),
   };
   let closing = false;
-  let raw: RawFrontend | null = null;
-  /** The exchange in flight on each connection (only while one is). */
-  const inFlight = new WeakMap<object, Promise<void>>();
+  /**
+   * The last request on each connection while an exchange is in flight there: its request, the
+   * promise its response's close settles, and the one of the request before it.
+   */
+  const inFlight = new WeakMap<object, { req: IncomingMessage; done: Promise<void>; before: Promise<void> | undefined }>();
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (closing) {
@@ -102,63 +116,85 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     // Pipelined requests reach the candidate one at a time, in order, as they were sent: node:http
     // emits the next before the previous response is done.
     const sock = req.socket;
-    const before = inFlight.get(sock);
-    const done = new Promise<void>((resolve) =>
+    const before = inFlight.get(sock)?.done;
+    const entry = { req, done: undefined as unknown as Promise<void>, before };
+    entry.done = new Promise<void>((resolve) =>
       res.once('close', () => {
-        if (inFlight.get(sock) === done) inFlight.delete(sock);
+        if (inFlight.get(sock) === entry) inFlight.delete(sock);
+        // Draining: a keep-alive connection whose last answer just went out is closed now rather
+        // than at its keep-alive timeout, so the stop ends when the last request does.
+        if (closing) setImmediate(closeIdle);
         resolve();
       }),
     );
-    inFlight.set(sock, done);
+    inFlight.set(sock, entry);
     if (before === undefined) exchange.run();
     // A client gone meanwhile: nothing to forward.
     else void before.then(() => (res.destroyed ? undefined : exchange.run()));
   };
 
+  const { limits } = config;
+  let server: Server | null = null;
+  const closeIdle = () => server?.closeIdleConnections();
   const app = Fastify({
     loggerInstance: log as unknown as FastifyBaseLogger,
     serverFactory: () => {
-      const server = createServer(onRequest);
-      // Long generations: the client-facing server must not cut them.
-      server.requestTimeout = 0;
+      server = createServer(
+        {
+          // One head limit for the client's request and (in the pool) the upstream's response.
+          maxHeaderSize: limits.maxHeaderKB * 1024,
+          // A head still incomplete after headTimeoutMs is answered 408 (slowloris); once the head
+          // is in, nothing cuts the request: a generation may take minutes.
+          headersTimeout: limits.headTimeoutMs,
+          requestTimeout: 0,
+          keepAliveTimeout: limits.keepAliveTimeoutMs,
+          // How often node checks heads against headersTimeout (its default, 30 s, would let a
+          // stalled head live up to twice the limit).
+          connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(limits.headTimeoutMs / 4))),
+          noDelay: true,
+          // TCP keep-alive probes find clients that vanished mid-stream without a FIN.
+          keepAlive: true,
+          keepAliveInitialDelay: 60_000,
+          // llhttp's strict defaults stay: no lenient parsing, Host required on HTTP/1.1.
+          insecureHTTPParser: false,
+          requireHostHeader: true,
+        },
+        onRequest,
+      );
       server.setTimeout(0);
-      server.keepAliveTimeout = 65_000;
-      // Plain-http candidates: connections go through the byte-level fast path first (raw.ts);
-      // https candidates, and what the fast path does not handle, use ProxyExchange.
-      if (candidateUrl.protocol === 'http:') {
-        raw = new RawFrontend(
-          {
-            upstreamHost: candidateUrl.host,
-            upstreamHostname: candidateUrl.hostname.replace(/^\[|\]$/g, ''),
-            upstreamPort: Number(candidateUrl.port || 80),
-            basePath: ctx.basePath,
-            limitBytes: ctx.limitBytes,
-            limitMB: ctx.limitMB,
-            log: ctx.log,
-            logRequests: ctx.logRequests,
-            metrics: ctx.metrics,
-            mirror: ctx.mirror,
-            timeoutMs: config.candidate.timeoutMs,
-            connectTimeoutMs: config.candidate.connectTimeoutMs,
-            idleTimeoutMs: config.candidate.idleTimeoutMs,
-          },
-          server,
-        );
-      }
+      server.keepAliveTimeout = limits.keepAliveTimeoutMs;
       return server;
     },
     forceCloseConnections: false,
-    clientErrorHandler: onClientError,
+    // After the answers to what was pipelined before the broken bytes: all in flight when they
+    // came in a new head, those before the last request when they broke its (chunked) body.
+    clientErrorHandler: (err: Error, socket: Duplex) => {
+      const last = inFlight.get(socket);
+      onClientError(err, socket, last === undefined ? undefined : last.req.complete ? last.done : last.before);
+    },
   });
   // New requests during the drain get 503 and "connection: close" (fastify's return503OnClosing).
   app.addHook('preClose', (done) => {
     closing = true;
-    raw?.beginClose();
-    done();
-  });
-  app.addHook('onClose', (_instance, done) => {
-    raw?.destroy();
     done();
   });
   return app;
+}
+
+/** Counts each refusal and logs at most one warn line per 10 s, with how many were refused. */
+function overflowLogger(log: Logger, metrics: ProxyDeps['metrics'], config: Config): (reason: OverflowReason) => void {
+  let refused = 0;
+  let lastLog = -Infinity;
+  return (reason) => {
+    metrics.overflow(reason);
+    refused++;
+    const now = performance.now();
+    if (now - lastLog < 10_000) return;
+    lastLog = now;
+    log.warn(
+      { reason, refused, maxConnections: config.candidate.maxConnections, maxPending: config.candidate.maxPending },
+      'candidate limit reached: requests refused with 503 (candidate.maxConnections / candidate.maxPending)',
+    );
+    refused = 0;
+  };
 }

@@ -11,6 +11,11 @@ export const PayloadTooLargeError = createError<'LOGPROBE_PAYLOAD_TOO_LARGE', 41
   'request body exceeds the limit of %d MB (limits.bodyMB)',
   413,
 );
+export const UpstreamOverflowError = createError<'LOGPROBE_UPSTREAM_OVERFLOW', 503, [string]>(
+  'LOGPROBE_UPSTREAM_OVERFLOW',
+  'the candidate is at its configured limit: %s',
+  503,
+);
 
 /** The OpenAI error envelope. */
 export interface OpenAIErrorBody {

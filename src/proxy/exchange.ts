@@ -3,12 +3,11 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { readBody } from './body.js';
-import { PayloadTooLargeError, mapUpstreamError, openAIError } from './errors.js';
+import { PayloadTooLargeError, UpstreamOverflowError, mapUpstreamError, openAIError } from './errors.js';
 import { MIRROR_HEADER, clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import { pathOf, routeLabel } from './routes.js';
 import { parseMirrorHeader, type MirrorTap } from './tap.js';
-import { kPresetKeepBody } from './raw.js';
-import type { Socket } from 'node:net';
+import type { ConnectionBudget, OverflowReason } from './budget.js';
 
 /** What every exchange shares: built once per app. */
 export interface ExchangeContext {
@@ -23,6 +22,10 @@ export interface ExchangeContext {
   logRequests: () => boolean;
   metrics: { observeRequest(route: string, status: number, seconds: number): void };
   mirror: MirrorTap | undefined;
+  /** The configured candidate limits, or null when there are none (the default). */
+  budget: ConnectionBudget | null;
+  /** A request refused by the budget: counted and logged. */
+  overflowed: (reason: OverflowReason) => void;
 }
 
 /**
@@ -66,6 +69,8 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
   private done = false;
   private resumer: (() => void) | null = null;
   private id: string | undefined;
+  /** Holds a slot of the budget until the upstream exchange ends. */
+  private admitted = false;
 
   constructor(
     private readonly ctx: ExchangeContext,
@@ -77,11 +82,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     this.route = routeLabel(url);
     const mirrorHeader = req.headers[MIRROR_HEADER];
     this.forced = mirrorHeader === undefined ? undefined : parseMirrorHeader(mirrorHeader);
-    // The fast path (raw.ts) may have asked the mirror already before handing the connection over.
-    const sock = req.socket as Socket & { [kPresetKeepBody]?: boolean };
-    const preset = sock[kPresetKeepBody];
-    if (preset !== undefined) sock[kPresetKeepBody] = undefined;
-    this.keepBody = preset ?? (ctx.mirror ? ctx.mirror.wantsBody(req.method as string, this.path, this.forced) : false);
+    this.keepBody = ctx.mirror ? ctx.mirror.wantsBody(req.method as string, this.path, this.forced) : false;
     (res as TaggedResponse)[kExchange] = this;
     res.on('close', onResponseClose);
   }
@@ -124,6 +125,18 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
 
   private dispatch(body: Buffer | IncomingMessage | null): void {
     if (this.res.destroyed) return;
+    const budget = this.ctx.budget;
+    if (budget !== null) {
+      const refused = budget.admit();
+      if (refused !== null) {
+        this.ctx.overflowed(refused);
+        const why = refused === 'pending' ? 'too many requests waiting for a connection (candidate.maxPending)' : 'every connection is busy (candidate.maxConnections)';
+        // A streamed body was not read: the connection cannot carry another request.
+        this.fail(new UpstreamOverflowError(why), body !== null && !(body instanceof Buffer));
+        return;
+      }
+      this.admitted = true;
+    }
     const headers = upstreamRequestHeaders(this.req.headers, this.ctx.host);
     if (body instanceof Buffer) headers['content-length'] = String(body.length);
     try {
@@ -165,12 +178,21 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
-    this.done = true;
+    this.settle();
     this.res.end();
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
+  /** The upstream exchange is over: its budget slot goes back. */
+  private settle(): void {
     this.done = true;
+    if (this.admitted) {
+      this.admitted = false;
+      this.ctx.budget?.release();
+    }
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
+    this.settle();
     if (err instanceof ClientGoneError || this.res.destroyed) return;
     if (!this.res.headersSent) {
       this.fail(mapUpstreamError(err, this.ctx.host));
@@ -181,19 +203,24 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     this.res.destroy(err);
   }
 
-  /** Answers with an error of our own, in the OpenAI envelope. */
-  fail(err: Error & { statusCode?: number; code?: string }): void {
+  /**
+   * Answers with an error of our own, in the OpenAI envelope. `unreadBody`: the request body was
+   * not read, so the connection cannot carry another request.
+   */
+  fail(err: Error & { statusCode?: number; code?: string }, unreadBody = false): void {
+    this.settle();
     const res = this.res;
     if (res.destroyed || res.headersSent) {
       res.destroy();
       return;
     }
     const status = err.statusCode !== undefined && err.statusCode >= 400 ? err.statusCode : 500;
-    if (status >= 500) this.ctx.log.warn({ reqId: this.requestId(), err }, 'proxy error');
+    // Refusals by the configured limits are logged by the budget's own rate-limited line.
+    if (status >= 500 && !(err instanceof UpstreamOverflowError)) this.ctx.log.warn({ reqId: this.requestId(), err }, 'proxy error');
     const payload = JSON.stringify(openAIError(status, err.message, err.code ?? null));
     const headers: OutgoingHttpHeaders = { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload) };
     // The rest of an oversized body is never read: the connection cannot be reused.
-    if (status === 413) headers.connection = 'close';
+    if (status === 413 || unreadBody) headers.connection = 'close';
     res.writeHead(status, headers);
     res.end(payload);
   }
@@ -204,6 +231,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     res[kExchange] = undefined;
     const aborted = !res.writableFinished;
     if (aborted && !this.done) this.controller?.abort(new ClientGoneError());
+    this.settle();
     const seconds = (performance.now() - this.start) / 1000;
     const { ctx, req } = this;
     ctx.metrics.observeRequest(this.route, aborted ? 499 : res.statusCode, seconds);

@@ -49,6 +49,9 @@ function mirroredBody(item: ReplayItem, o: ReplayOptions): Record<string, unknow
   return rewriteForMirror(item.kind, body, rewrite);
 }
 
+/** The response-head limit of replay's pools: the default of `limits.maxHeaderKB`. */
+const REPLAY_MAX_HEADER = 64 * 1024;
+
 /**
  * Replays captured requests or a prompt set against two backends: each line goes through the
  * mirror's rewrite and dispatch (`rewriteForMirror`, `mirrorHeaders`, `callBackend`, the
@@ -58,8 +61,8 @@ function mirroredBody(item: ReplayItem, o: ReplayOptions): Record<string, unknow
  */
 export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   const pools: Pool[] = [
-    createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency }),
-    createUpstreamPool(o.baseline, { tlsInsecure: o.tlsInsecure, connections: o.concurrency }),
+    createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER }),
+    createUpstreamPool(o.baseline, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER }),
   ];
   const [candidatePool, baselinePool] = pools as [Pool, Pool];
   const limiter = new RateLimiter(o.rps);

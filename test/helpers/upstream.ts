@@ -25,9 +25,10 @@ export interface TestUpstream {
  */
 export async function startUpstream(
   handler: (req: IncomingMessage, res: ServerResponse, body: Buffer, seen: SeenRequest) => unknown,
+  options: http.ServerOptions = {},
 ): Promise<TestUpstream> {
   const seen: SeenRequest[] = [];
-  const server = http.createServer((req, res) => {
+  const server = http.createServer(options, (req, res) => {
     const chunks: Buffer[] = [];
     let resolveClosed!: (v: { aborted: boolean }) => void;
     const closed = new Promise<{ aborted: boolean }>((r) => (resolveClosed = r));

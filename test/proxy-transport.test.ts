@@ -1,0 +1,240 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { Agent, request } from 'undici';
+import { startLogprobe } from './helpers/logprobe.js';
+import { startUpstream } from './helpers/upstream.js';
+import { metricValue } from './helpers/sim.js';
+
+// One transport (issue #13): node:http (llhttp) reads every client request, undici sends it on.
+// These tests pin what that transport promises: request smuggling refused at the edge, one head
+// limit and one head timeout everywhere, no hidden cap on upstream connections, and the
+// configured limits answered with 503 at once.
+
+/** Writes bytes on a raw socket and collects everything until the proxy closes it. */
+function rawExchange(port: number, bytes: Buffer | string, timeoutMs = 5000): Promise<{ text: string; closed: boolean; ms: number }> {
+  const started = performance.now();
+  return new Promise((resolve) => {
+    const sock = net.connect(port, '127.0.0.1', () => sock.write(bytes));
+    let text = '';
+    const timer = setTimeout(() => {
+      sock.destroy();
+      resolve({ text, closed: false, ms: performance.now() - started });
+    }, timeoutMs);
+    sock.on('data', (d: Buffer) => (text += d.toString('latin1')));
+    sock.on('error', () => undefined);
+    sock.on('close', () => {
+      clearTimeout(timer);
+      resolve({ text, closed: true, ms: performance.now() - started });
+    });
+  });
+}
+
+const SMUGGLED = 'GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n';
+const bytes = (...parts: Array<string | number[]>): Buffer => Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p, 'latin1') : Buffer.from(p))));
+
+/** Framing that llhttp refuses; a lax reader would forward a request hidden behind each. */
+const SMUGGLING: Array<[string, Buffer]> = [
+  ['Content-Length with Transfer-Encoding', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
+  ['Transfer-Encoding in an obs-fold', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
+  ['Content-Length with a trailing U+00A0', bytes('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5', [0xa0], `\r\n\r\nhello${SMUGGLED}`)],
+  ['Transfer-Encoding chunked with a trailing U+00A0', bytes('POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked', [0xa0], `\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
+  ['Content-Length with a vertical tab', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\x0b\r\n\r\nhello${SMUGGLED}`)],
+  ['Content-Length after a form feed', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length:\x0c5\r\n\r\nhello${SMUGGLED}`)],
+  ['Transfer-Encoding after a vertical tab', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \x0bchunked\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
+  ['Transfer-Encoding with a bare CR', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
+  ['Transfer-Encoding chunked, identity', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\nContent-Length: 3\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
+  ['two Content-Length values that differ', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 38\r\n\r\nhello${SMUGGLED}`)],
+  ['a Content-Length list', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 38\r\n\r\nhello${SMUGGLED}`)],
+  ['whitespace before the colon', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello${SMUGGLED}`)],
+  ['a chunk size that overflows 64 bits', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000005\r\nhello\r\n0\r\n\r\n${SMUGGLED}`)],
+  ['a bare LF ending the head lines', bytes(`POST /v1/completions HTTP/1.1\nHost: x\nContent-Length: 5\n\nhello${SMUGGLED}`)],
+  ['a bare LF after one field', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\nContent-Length: 5\r\n\r\nhello${SMUGGLED}`)],
+  ['a bare LF after a chunk size', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n${SMUGGLED}`)],
+];
+
+test('request smuggling is refused at the edge: 400 in the OpenAI envelope, the connection closed, nothing reaches the candidate', async (t) => {
+  const up = await startUpstream((_req, res) => res.end('ok'));
+  t.after(() => up.close());
+  // Sampled for the mirror too: the mirror's copy of a body must not open another way in.
+  const lp = await startLogprobe({ candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 } });
+  t.after(() => lp.close());
+  const port = Number(new URL(lp.proxyUrl).port);
+  for (const [name, attack] of SMUGGLING) {
+    const r = await rawExchange(port, attack);
+    assert.ok(r.closed, `${name}: the connection is closed`);
+    assert.match(r.text, /^HTTP\/1\.1 400 /, `${name}: ${JSON.stringify(r.text.slice(0, 40))}`);
+    const body = JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4)) as { error: { message: string; code: string } };
+    assert.equal(typeof body.error.message, 'string', `${name}: the OpenAI envelope`);
+    assert.equal(r.text.split('HTTP/1.1 ').length - 1, 1, `${name}: one answer, not two`);
+  }
+  await lp.runtime.mirror!.idle();
+  assert.deepEqual(up.seen, [], 'no request of any of them reached the candidate');
+  const ok = await request(`${lp.proxyUrl}/v1/models`);
+  assert.equal(await ok.body.text(), 'ok', 'the proxy keeps serving');
+});
+
+test('a head trickled in slower than limits.headTimeoutMs gets 408 in time, and the connection closes', async (t) => {
+  const up = await startUpstream((_req, res) => res.end('ok'));
+  t.after(() => up.close());
+  const lp = await startLogprobe({ candidate: { url: up.url }, mirror: { sampleRate: 0 }, limits: { headTimeoutMs: 1500 } });
+  t.after(() => lp.close());
+  const port = Number(new URL(lp.proxyUrl).port);
+  const started = performance.now();
+  const result = await new Promise<{ text: string; ms: number }>((resolve) => {
+    const sock = net.connect(port, '127.0.0.1');
+    const head = 'GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Slow: ' + 'a'.repeat(100);
+    let i = 0;
+    // One byte every 200 ms: the connection never goes idle, the head never completes.
+    const timer = setInterval(() => {
+      if (sock.writable && i < head.length) sock.write(head[i++]!);
+    }, 200);
+    let text = '';
+    sock.on('data', (d: Buffer) => (text += d.toString()));
+    sock.on('error', () => undefined);
+    sock.on('close', () => {
+      clearInterval(timer);
+      resolve({ text, ms: performance.now() - started });
+    });
+  });
+  assert.match(result.text, /^HTTP\/1\.1 408 /);
+  assert.match(result.text, /"error":\{"message":"request not received in time"/);
+  assert.ok(result.ms >= 1400 && result.ms < 4000, `answered after ${Math.round(result.ms)} ms (limit 1500 ms)`);
+  assert.deepEqual(up.seen, []);
+});
+
+test('one head limit everywhere: limits.maxHeaderKB holds for sampled and unsampled requests and for the upstream response head', async (t) => {
+  const up = await startUpstream((req, res) => {
+    if (req.url === '/big-answer') res.setHeader('x-big', 'b'.repeat(40 * 1024));
+    res.end('ok');
+  }, { maxHeaderSize: 256 * 1024 });
+  t.after(() => up.close());
+  const lp = await startLogprobe({ candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 }, limits: { maxHeaderKB: 32 } });
+  t.after(() => lp.close());
+  const port = Number(new URL(lp.proxyUrl).port);
+  for (const path of ['/v1/models', '/v1/completions']) {
+    const method = path === '/v1/models' ? 'GET' : 'POST';
+    const body = method === 'POST' ? '{"prompt":"x"}' : '';
+    const head = (size: number) => `${method} ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Pad: ${'p'.repeat(size)}\r\nConnection: close\r\n\r\n${body}`;
+    const small = await rawExchange(port, head(24 * 1024));
+    assert.match(small.text, /^HTTP\/1\.1 200 /, `${path}: a 24 KB field under a 32 KB limit passes`);
+    const big = await rawExchange(port, head(40 * 1024));
+    assert.match(big.text, /^HTTP\/1\.1 431 /, `${path}: a 40 KB field over a 32 KB limit is refused`);
+    assert.ok(big.closed);
+  }
+  // The upstream's head is held to the same limit: over it, the client gets a 502, not a hang.
+  const res = await request(`${lp.proxyUrl}/big-answer`);
+  assert.equal(res.statusCode, 502);
+  const err = (await res.body.json()) as { error: { type: string } };
+  assert.equal(err.error.type, 'upstream_error');
+});
+
+test('no hidden cap: 700 concurrent streams each get their own upstream connection and their first byte before any finishes', async (t) => {
+  const N = 700;
+  let open = 0;
+  let peak = 0;
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const up = await startUpstream(async (_req, res) => {
+    open++;
+    peak = Math.max(peak, open);
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: {"first":true}\n\n');
+    await gate;
+    res.end('data: [DONE]\n\n');
+    open--;
+  });
+  const connections = new Set<unknown>();
+  t.after(() => up.close());
+  const lp = await startLogprobe({ candidate: { url: up.url }, mirror: { sampleRate: 0 }, log: { level: 'warn' } });
+  t.after(() => lp.close());
+  const client = new Agent({ connections: null, pipelining: 1 });
+  t.after(() => client.close());
+  let firstBytes = 0;
+  const streams = Array.from({ length: N }, async () => {
+    const res = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{"stream":true}', headers: { 'content-type': 'application/json' }, dispatcher: client });
+    connections.add(res);
+    let text = '';
+    let counted = false;
+    for await (const chunk of res.body) {
+      text += (chunk as Buffer).toString();
+      if (!counted) {
+        counted = true;
+        if (++firstBytes === N) release();
+      }
+    }
+    return text;
+  });
+  // Every stream must see its first event while all the others are still open: with a cap of
+  // C connections, stream C+1 would wait for the gate and the test would time out.
+  const timer = setTimeout(release, 20_000);
+  const texts = await Promise.all(streams);
+  clearTimeout(timer);
+  assert.equal(firstBytes, N, `${firstBytes} of ${N} streams got their first byte while all were open`);
+  assert.equal(peak, N, `the upstream held ${peak} streams at once`);
+  for (const text of texts) assert.ok(text.endsWith('data: [DONE]\n\n'));
+  const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
+  assert.ok(metricValue(metrics, 'logprobe_upstream_connections', { backend: 'candidate' })! >= N, 'the gauge counts the open upstream connections');
+  assert.equal(metricValue(metrics, 'logprobe_proxy_overflow_total', { reason: 'connections' }), 0);
+});
+
+test('candidate.maxConnections and maxPending: a request beyond them gets 503 at once in the OpenAI envelope, counted by reason', async (t) => {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const up = await startUpstream(async (_req, res) => {
+    await gate;
+    res.end('ok');
+  });
+  t.after(() => up.close());
+  const client = new Agent({ connections: null });
+  t.after(() => client.close());
+  const send = (url: string) => request(`${url}/v1/models`, { dispatcher: client });
+
+  // maxConnections 2 with no waiting: the third is refused, reason connections.
+  const strict = await startLogprobe({ candidate: { url: up.url, maxConnections: 2, maxPending: 0 }, mirror: { sampleRate: 0 } });
+  t.after(() => strict.close());
+  // maxConnections 2, 1 may wait: the fourth is refused, reason pending.
+  const queued = await startLogprobe({ candidate: { url: up.url, maxConnections: 2, maxPending: 1 }, mirror: { sampleRate: 0 } });
+  t.after(() => queued.close());
+
+  const held = [send(strict.proxyUrl), send(strict.proxyUrl), send(queued.proxyUrl), send(queued.proxyUrl), send(queued.proxyUrl)];
+  await new Promise((r) => setTimeout(r, 300));
+  for (const [lp, reason] of [[strict, 'connections'], [queued, 'pending']] as const) {
+    const started = performance.now();
+    const res = await send(lp.proxyUrl);
+    const ms = performance.now() - started;
+    assert.equal(res.statusCode, 503, reason);
+    const body = (await res.body.json()) as { error: { code: string; type: string; message: string } };
+    assert.equal(body.error.code, 'LOGPROBE_UPSTREAM_OVERFLOW');
+    assert.equal(body.error.type, 'upstream_error');
+    assert.match(body.error.message, reason === 'pending' ? /candidate\.maxPending/ : /candidate\.maxConnections/);
+    assert.ok(ms < 1000, `refused at once (${Math.round(ms)} ms), not after a wait`);
+    const text = await (await request(`${lp.adminUrl}/metrics`)).body.text();
+    assert.equal(metricValue(text, 'logprobe_proxy_overflow_total', { reason }), 1);
+    assert.ok(lp.logs.lines.some((l) => l.level === 'warn' && String(l.msg).startsWith('candidate limit reached')), `a warn line says which limit: ${lp.logs.text()}`);
+  }
+  release();
+  for (const r of await Promise.all(held)) {
+    assert.equal(r.statusCode, 200, 'the requests within the limits (the waiting one too) are served');
+    await r.body.dump();
+  }
+  // The slots come back: the next request is served.
+  const again = await send(strict.proxyUrl);
+  assert.equal(again.statusCode, 200);
+  await again.body.dump();
+});
+
+test('config: the limits are validated, with their paths', async () => {
+  const { buildConfig } = await import('../src/config/load.js');
+  assert.throws(() => buildConfig({ candidate: { maxConnections: 0 } }), /candidate\.maxConnections/);
+  assert.throws(() => buildConfig({ candidate: { maxPending: -1 } }), /candidate\.maxPending/);
+  assert.throws(() => buildConfig({ candidate: { maxPending: 5 } }), /candidate\.maxPending: applies only with candidate\.maxConnections/);
+  assert.throws(() => buildConfig({ limits: { maxHeaderKB: 0 } }), /limits\.maxHeaderKB/);
+  assert.throws(() => buildConfig({ baseline: { forwardHeaders: ['bad header'] } }), /baseline\.forwardHeaders\.0/);
+  const c = buildConfig({});
+  assert.deepEqual(
+    { maxConnections: c.candidate.maxConnections, maxPending: c.candidate.maxPending, limits: c.limits, forwardHeaders: c.baseline.forwardHeaders },
+    { maxConnections: null, maxPending: null, limits: { bodyMB: 32, maxHeaderKB: 64, headTimeoutMs: 30_000, keepAliveTimeoutMs: 65_000, backlog: 4096 }, forwardHeaders: [] },
+  );
+  assert.deepEqual(buildConfig({ baseline: { forwardHeaders: ['OpenAI-Organization'] } }).baseline.forwardHeaders, ['openai-organization']);
+});
