@@ -15,15 +15,18 @@ ARG NODE_IMAGE=node:20-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
-# node-llama-cpp is a dev dependency (demo and tests) that would download engine binaries on
-# install; --ignore-scripts skips that and the `prepare` build, which runs once the sources are in.
+# The test engines (the workspace packages/engine) are for the demo and the tests, not the
+# product: only their package.json comes in, for the lockfile, and the prune drops them with
+# node-llama-cpp, their optional dependency. --ignore-scripts skips node-llama-cpp's download and
+# the `prepare` build; the product's own tsc runs once the sources are in.
 ENV NODE_LLAMA_CPP_SKIP_DOWNLOAD=true
 COPY package.json package-lock.json ./
+COPY packages/engine/package.json ./packages/engine/package.json
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-RUN npm run build \
- && npm prune --omit=dev --ignore-scripts --no-audit --no-fund \
+RUN npx tsc -p tsconfig.build.json \
+ && npm prune --omit=dev --omit=optional --workspaces=false --include-workspace-root --ignore-scripts --no-audit --no-fund \
  && npm cache clean --force
 
 FROM ${NODE_IMAGE}

@@ -17,7 +17,7 @@ import { request } from 'undici';
 import { buildConfig } from '../src/config/load.js';
 import type { ConfigInput } from '../src/config/schema.js';
 import type { AlertTransition } from '../src/core/detector.js';
-import { spawnLlamaEngine, type LlamaEngineProcess } from '../src/demo/engine-process.js';
+import { spawnLlamaEngine, type LlamaEngineProcess } from '@logprobe/engine';
 import { DEMO_PROMPTS } from '../src/demo/traffic.js';
 import { createLogger } from '../src/log/logger.js';
 import type { MirroredPair } from '../src/mirror/types.js';

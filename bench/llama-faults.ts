@@ -6,8 +6,8 @@
  *   node --import tsx bench/llama-faults.ts [--seed 1] [--steps 48] [--faults 'a;b;…']
  */
 import { parseArgs } from 'node:util';
-import { createLlamaModel } from '../src/engine/llama/model.js';
-import { forced, greedy, PROMPTS, shiftOf, type Shift, type Trace } from '../test/helpers/llama.js';
+import { createLlamaModel } from '@logprobe/engine/llama';
+import { forced, greedy, PROMPTS, shiftOf, type Shift, type Trace } from '../packages/engine/test/helpers/llama.js';
 
 const DEFAULT_FAULTS = [
   'none',

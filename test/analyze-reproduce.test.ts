@@ -4,7 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { request } from 'undici';
 import type { ConfigInput } from '../src/config/schema.js';
-import type { SimOptions } from '../src/engine/sim/model.js';
+import type { SimOptions } from '@logprobe/engine';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue, startSim } from './helpers/sim.js';
 import { runCli } from './helpers/cli.js';

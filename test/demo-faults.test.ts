@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { planFault, UnknownDemoFaultError } from '../src/demo/faults.js';
+import { planFault, UnknownDemoFaultError } from '@logprobe/engine';
 
 test('--fault: what runs on llama.cpp and what stands in on the simulated engines', () => {
   const table: Array<[string, string | null, string]> = [

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { llamaSkip, mirrorThrough, type E2ERun } from './helpers/llama-e2e.js';
 import { after, before, describe, test } from 'node:test';
-import { spawnLlamaEngine, type LlamaEngineProcess } from '../src/demo/engine-process.js';
+import { spawnLlamaEngine, type LlamaEngineProcess } from '@logprobe/engine';
 import type { ConfigInput } from '../src/config/schema.js';
 import { metricValue } from './helpers/sim.js';
 

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { llamaSkip } from './helpers/llama-e2e.js';
 import { test } from 'node:test';
 import { request } from 'undici';
-import { spawnLlamaEngine } from '../src/demo/engine-process.js';
+import { spawnLlamaEngine } from '@logprobe/engine';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 

@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import { llamaSkip, mirrorThrough } from './helpers/llama-e2e.js';
 import { after, before, describe, test } from 'node:test';
 import type { ConfigInput } from '../src/config/schema.js';
-import { spawnLlamaEngine, type LlamaEngineProcess } from '../src/demo/engine-process.js';
+import { spawnLlamaEngine, type LlamaEngineProcess } from '@logprobe/engine';
 import { metricValue } from './helpers/sim.js';
 
 const skip = llamaSkip;

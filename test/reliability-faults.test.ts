@@ -2,7 +2,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import type { EngineServerHandle } from '../src/engine/openai-server.js';
+import type { EngineServerHandle } from '@logprobe/engine';
 import type { ConfigInput } from '../src/config/schema.js';
 import { MIRROR_OUTCOMES } from '../src/metrics/catalog.js';
 import { startLogprobe, type StartedLogprobe } from './helpers/logprobe.js';

@@ -8,8 +8,8 @@ import { runCli, startCli } from './helpers/cli.js';
 import { startUpstream } from './helpers/upstream.js';
 import { tempDir } from './helpers/capture.js';
 import { metricValue } from './helpers/sim.js';
-import { startEngineServer } from '../src/engine/openai-server.js';
-import { createSimModel } from '../src/engine/sim/model.js';
+import { startEngineServer } from '@logprobe/engine';
+import { createSimModel } from '@logprobe/engine';
 
 // Lifecycle of the real `logprobe serve` process (dist/, built by `npm run build`): SIGTERM under
 // load, SIGTERM with mirrored pairs still queued, SIGKILL in the middle of capture writing.

@@ -2,11 +2,8 @@ import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { UsageError, parseNumberOption } from './errors.js';
 import { runDemo } from '../demo/run.js';
-import { chooseEngines } from '../demo/engines.js';
-import { EngineStartError } from '../demo/engine-process.js';
-import { DEFAULT_LLAMA_FAULT, DEMO_ENGINES, SIM_DEMO_FAULTS, UnknownDemoFaultError, planFault, type DemoEngineChoice, type DemoFaultPlan } from '../demo/faults.js';
-import { FAULT_FORMS } from '../engine/llama/faults.js';
 import { portFree } from '../demo/ports.js';
+import { loadEngines, type DemoFaultPlan, type EnginePackage } from './engines.js';
 
 interface DemoCliOptions {
   fault: string;
@@ -18,7 +15,13 @@ interface DemoCliOptions {
   seed: string;
 }
 
-const HELP = `
+/** The engines' fault lists, for the help text (listed only where the engines are installed). */
+function help(engines: EnginePackage | null): string {
+  const faults = engines
+    ? `  llama.cpp: ${engines.FAULT_FORMS.join(', ')} (comma-separated to combine), none
+  simulated: ${engines.SIM_DEMO_FAULTS.join(', ')}`
+    : '  (the test engines are not installed here: logprobe demo runs from a clone of the repository)';
+  return `
 Engines (--engine):
   auto    two llama.cpp engines in separate processes (a tiny model generated on first use) when
           llama.cpp runs here; otherwise the simulated engines, with a one-line notice
@@ -26,14 +29,22 @@ Engines (--engine):
   sim     the simulated engines (a seeded toy model, in this process)
 
 Faults (--fault), on the candidate:
-  llama.cpp: ${FAULT_FORMS.join(', ')} (comma-separated to combine), none
-  simulated: ${SIM_DEMO_FAULTS.join(', ')}
+${faults}
   A llama.cpp fault runs on the simulated engines as its stand-in (flash-attention, weights:f16,
   batch:N → noise; zero-layer, drop-prompt-token, kv:q4_0 → state-shift; weight-noise, kv:q8_0 →
   subtle); state-shift, subtle, noise and none run on llama.cpp as zero-layer:1,
   weight-noise:0.01, flash-attention and none; local and tokenizer exist only on the simulated
   engines. The banner says what ran.
 `;
+}
+
+/** The engines as the help text sees them: loaded by {@link prepareDemoHelp} for `logprobe demo` only. */
+let installed: EnginePackage | null = null;
+
+/** Loads the engines' fault lists for `demo --help` (main calls it when the command is demo, so no other command loads the engines). */
+export async function prepareDemoHelp(): Promise<void> {
+  installed = await loadEngines('logprobe demo').catch(() => null);
+}
 
 /** A port the user left at its default moves to a free one when taken; one they chose does not. */
 async function pickPort(cmd: Command, name: 'port' | 'adminPort', flag: string, port: number, notice: (line: string) => void): Promise<number> {
@@ -45,18 +56,19 @@ async function pickPort(cmd: Command, name: 'port' | 'adminPort', flag: string, 
 export const demoCommand: CommandFactory = (setExit) =>
   new Command('demo')
     .description('the main job on an embedded default: two engines (the candidate with a fault), the proxy in front, live traffic, verdicts and alerts')
-    .option('--fault <fault>', 'candidate fault (see below)', DEFAULT_LLAMA_FAULT)
-    .option('--engine <engine>', `which engines: ${DEMO_ENGINES.join(', ')}`, 'auto')
+    .option('--fault <fault>', 'candidate fault (see below)', 'zero-layer:1')
+    .option('--engine <engine>', 'which engines: auto, llama, sim', 'auto')
     .option('--duration <seconds>', 'seconds of traffic, then exit 0 (default: until Ctrl-C)')
     .option('--rate <rps>', 'client requests per second', '4')
     .option('--port <n>', 'proxy port (0: any free port)', '8080')
     .option('--admin-port <n>', 'admin port for /metrics (0: any free port)', '9464')
     .option('--seed <n>', 'llama.cpp: seed of the generated model', '1')
-    .addHelpText('after', HELP)
+    .addHelpText('after', () => help(installed))
     .action(async (opts: DemoCliOptions, cmd: Command) => {
       const startedAt = Date.now();
+      const { DEMO_ENGINES, EngineStartError, UnknownDemoFaultError, chooseEngines, planFault } = await loadEngines('logprobe demo');
       if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine)) throw new UsageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
-      const choice = opts.engine as DemoEngineChoice;
+      const choice = opts.engine;
       let plan: DemoFaultPlan;
       try {
         plan = planFault(opts.fault);

@@ -2,6 +2,7 @@ import { Command, CommanderError } from 'commander';
 import { ConfigError } from '../config/load.js';
 import { UsageError } from './errors.js';
 import { commands } from './commands.js';
+import { prepareDemoHelp } from './demo.js';
 
 const VERSION = '0.1.0';
 
@@ -11,6 +12,7 @@ const VERSION = '0.1.0';
  */
 export async function main(argv: string[]): Promise<number> {
   let exitCode = 0;
+  if (argv[0] === 'demo') await prepareDemoHelp();
   const program = new Command('logprobe')
     .description('Transparent OpenAI-compatible proxy that measures per-token logprob drift between a candidate and a baseline')
     .version(VERSION)

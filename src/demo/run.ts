@@ -3,11 +3,28 @@ import { createLogger } from '../log/logger.js';
 import { createRuntime } from '../server.js';
 import type { AlertTransition } from '../core/detector.js';
 import type { MirroredPair } from '../mirror/types.js';
-import type { DemoEngines } from './engines.js';
 import { runTraffic } from './traffic.js';
 
-export { SIM_DEMO_FAULTS, type SimDemoFault } from './faults.js';
-export { startSimEngines, simFaultOptions, type DemoEngines } from './engines.js';
+
+/**
+ * Two running engines and how the demo should drive them: what the demo needs of the test
+ * engines (`@logprobe/engine`'s `chooseEngines` returns one).
+ */
+export interface DemoEngines {
+  /** Which engines run. */
+  engine: 'llama' | 'sim';
+  /** What runs the engines, for the banner. */
+  kind: string;
+  candidateUrl: string;
+  baselineUrl: string;
+  /** The candidate's fault, for the banner (`fault: zero-layer:1`, `no fault`, …). */
+  candidateLabel: string;
+  /** `max_tokens` of the client's requests (and so of the mirrored copies). */
+  maxTokens: number;
+  /** Mirrored pairs in flight at once (a llama engine serves one request at a time). */
+  mirrorConcurrency: number;
+  close(): Promise<void>;
+}
 
 /** Options of {@link runDemo}. */
 export interface DemoOptions {

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { request } from 'undici';
 import type { ConfigInput } from '../../src/config/schema.js';
-import { spawnLlamaEngine, type LlamaEngineProcess } from '../../src/demo/engine-process.js';
+import { spawnLlamaEngine, type LlamaEngineProcess } from '@logprobe/engine';
 import { startLogprobe } from './logprobe.js';
 import { metricValue } from './sim.js';
 

@@ -1,6 +1,6 @@
 import { request } from 'undici';
-import { startEngineServer, type EngineServerHandle } from '../../src/engine/openai-server.js';
-import { createSimModel, type SimOptions } from '../../src/engine/sim/model.js';
+import { startEngineServer, type EngineServerHandle } from '@logprobe/engine';
+import { createSimModel, type SimOptions } from '@logprobe/engine';
 
 /** Starts a simulated engine on port 0 (unlimited concurrency: it is cheap and synchronous). */
 export function startSim(options: SimOptions & { faults?: string | string[] } = {}): Promise<EngineServerHandle> {

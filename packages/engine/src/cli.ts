@@ -1,0 +1,227 @@
+import { Command, CommanderError } from 'commander';
+import type { EngineModel } from './model.js';
+import { isServerFault, parseServerFaults, SERVER_FAULT_FORMS, type ServerFaults } from './faults.js';
+import { startEngineServer, type EngineLog, type EngineServerHandle } from './openai-server.js';
+import { createSimModel } from './sim/model.js';
+
+/** A mistake in the engine's arguments: one line on stderr, exit code 2. */
+export class EngineUsageError extends Error {
+  override readonly name = 'EngineUsageError';
+}
+const UsageError = EngineUsageError;
+
+/** Parses a number option, naming the flag when it is not a number or out of range. */
+function parseNumberOption(flag: string, raw: string, opts: { min?: number; max?: number; integer?: boolean } = {}): number {
+  const n = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(n)) throw new UsageError(`${flag}: expected a number, got '${raw}'`);
+  if (opts.integer && !Number.isInteger(n)) throw new UsageError(`${flag}: expected a whole number, got '${raw}'`);
+  if (opts.min !== undefined && n < opts.min) throw new UsageError(`${flag}: must be ≥ ${opts.min}, got ${raw}`);
+  if (opts.max !== undefined && n > opts.max) throw new UsageError(`${flag}: must be ≤ ${opts.max}, got ${raw}`);
+  return n;
+}
+
+interface EngineOptions {
+  sim?: boolean;
+  llama?: boolean;
+  host: string;
+  port: string;
+  seed?: string;
+  noise?: string;
+  stateShift?: string;
+  localShift?: string;
+  localShiftRate?: string;
+  tokenizerSplit?: boolean;
+  fault: string[];
+  requestLog?: string;
+  concurrency?: string;
+  tokenDelay?: string;
+  modelId?: string;
+  threads?: string;
+}
+
+/** What `--llama` needs from the llama.cpp engine module (loaded only then: it pulls in node-llama-cpp). */
+interface LlamaModule {
+  createLlamaModel(options: { seed?: number; fault?: string | null; threads?: number; id?: string }): Promise<EngineModel & { close(): Promise<void>; context?: { contextSize: number } }>;
+}
+
+// A variable, not a literal, so the sim path neither type-checks against nor loads the llama code.
+const LLAMA_MODULE = './llama/model.js';
+
+const HELP = `
+Engines:
+  --sim     the simulated model: deterministic toy logits, knobs for noise and injected bugs
+  --llama   llama.cpp through node-llama-cpp on a generated tiny model (when installed)
+
+Faults (--fault, repeatable or comma-separated), on the generation routes:
+  ${SERVER_FAULT_FORMS.join(', ')}
+  (with --llama, other values are the llama engine's own faults, e.g. kv:q8_0)
+
+Prints one line "logprobe engine (sim) listening on http://HOST:PORT" once it listens, and runs
+until SIGINT/SIGTERM.
+`;
+
+const collect = (value: string, previous: string[]): string[] => [...previous, value];
+
+function knob(flag: string, raw: string | undefined, opts: { min?: number; max?: number; integer?: boolean } = { min: 0 }): number | undefined {
+  return raw === undefined ? undefined : parseNumberOption(flag, raw, opts);
+}
+
+function serverFaults(items: string[]): { server: ServerFaults; model: string[] } {
+  const flat = items.flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== '');
+  try {
+    return { server: parseServerFaults(flat.filter(isServerFault)), model: flat.filter((s) => !isServerFault(s)) };
+  } catch (err) {
+    throw new UsageError(`--fault: ${(err as Error).message}`);
+  }
+}
+
+async function llamaModel(opts: EngineOptions, modelFaults: string[]): Promise<EngineModel & { close(): Promise<void>; context?: { contextSize: number } }> {
+  let mod: LlamaModule;
+  try {
+    mod = (await import(LLAMA_MODULE)) as LlamaModule;
+  } catch (err) {
+    throw new UsageError(`--llama: the llama.cpp engine is not available (${(err as Error).message.split('\n', 1)[0]})`);
+  }
+  if (typeof mod.createLlamaModel !== 'function') throw new UsageError('--llama: the llama.cpp engine module has no createLlamaModel');
+  try {
+    return await mod.createLlamaModel({
+      seed: knob('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true }),
+      fault: modelFaults.length > 0 ? modelFaults.join(',') : null,
+      threads: knob('--threads', opts.threads, { min: 1, max: 256, integer: true }),
+      ...(opts.modelId ? { id: opts.modelId } : {}),
+    });
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    const name = (err as Error).name;
+    if (name === 'InvalidFaultError' || err instanceof RangeError) throw new UsageError(`--llama: ${(err as Error).message}`);
+    throw err;
+  }
+}
+
+function simModel(opts: EngineOptions, modelFaults: string[]): EngineModel {
+  const bad = modelFaults[0];
+  if (bad !== undefined) throw new UsageError(`--fault: unknown fault "${bad}": expected one of ${SERVER_FAULT_FORMS.join(', ')}`);
+  return createSimModel({
+    seed: knob('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true }),
+    noise: knob('--noise', opts.noise),
+    stateShift: knob('--state-shift', opts.stateShift),
+    localShift: knob('--local-shift', opts.localShift),
+    localShiftRate: knob('--local-shift-rate', opts.localShiftRate, { min: 0, max: 1 }),
+    tokenizerSplit: opts.tokenizerSplit ?? false,
+    ...(opts.modelId ? { id: opts.modelId } : {}),
+  });
+}
+
+const stderrLog: EngineLog = {
+  info() {},
+  warn(obj, msg) {
+    process.stderr.write(`logprobe engine: ${msg}\n`);
+    void obj;
+  },
+  error(obj, msg) {
+    const err = (obj as { err?: unknown }).err;
+    process.stderr.write(`logprobe engine: ${msg}${err instanceof Error ? `: ${err.message}` : ''}\n`);
+  },
+};
+
+function waitForSignal(): Promise<NodeJS.Signals> {
+  return new Promise((resolve) => {
+    const on = (sig: NodeJS.Signals): void => {
+      process.off('SIGINT', on);
+      process.off('SIGTERM', on);
+      resolve(sig);
+    };
+    process.on('SIGINT', on);
+    process.on('SIGTERM', on);
+  });
+}
+
+/** `logprobe engine --sim|--llama`: an OpenAI-compatible engine server for tests, benchmarks and the demo. */
+function engineProgram(setExit: (code: number) => void): Command {
+  return new Command('logprobe engine')
+    .description('run an OpenAI-compatible engine (the simulated model, or llama.cpp) for tests, benchmarks and the demo')
+    .option('--sim', 'the simulated model')
+    .option('--llama', 'llama.cpp on a generated tiny model')
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option('--port <n>', 'port to listen on (0: any free port)', '30000')
+    .option('--seed <n>', 'model seed (same seed and prompt: same logits)')
+    .option('--noise <nats>', 'sim: σ of run-to-run jitter added to every logit')
+    .option('--state-shift <nats>', 'sim: persistent per-prompt perturbation at every step (a corrupted prefill state)')
+    .option('--local-shift <nats>', 'sim: perturbation at some positions only')
+    .option('--local-shift-rate <share>', 'sim: share of positions --local-shift hits (default 0.1)')
+    .option('--tokenizer-split', 'sim: same text, other tokens (single bytes)')
+    .option('--fault <fault>', 'inject a fault (repeatable; see below)', collect, [] as string[])
+    .option('--request-log <file>', 'append one JSON line per request (method, path, headers, body)')
+    .option('--concurrency <n>', 'generations at once, the rest queue (default: sim unlimited, llama 1)')
+    .option('--token-delay <ms>', 'pause after every generated token (a real decode pace)')
+    .option('--model-id <id>', 'model id reported by /v1/models and in responses')
+    .option('--threads <n>', 'llama: CPU threads (default 1; on a 2-core machine 2 threads are ~20× slower)')
+    .addHelpText('after', HELP)
+    .action(async (opts: EngineOptions) => {
+      if (opts.sim === opts.llama) throw new UsageError(opts.sim ? 'choose one engine: --sim or --llama, not both' : 'choose an engine: --sim or --llama');
+      const port = parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true });
+      const concurrency = knob('--concurrency', opts.concurrency, { min: 0, integer: true });
+      const tokenDelayMs = knob('--token-delay', opts.tokenDelay, { min: 0 });
+      const faults = serverFaults(opts.fault);
+      const kind = opts.sim ? 'sim' : 'llama';
+      if (!opts.sim) {
+        for (const flag of ['noise', 'stateShift', 'localShift', 'localShiftRate', 'tokenizerSplit'] as const) {
+          if (opts[flag] !== undefined) throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
+        }
+      }
+      if (opts.sim && opts.threads !== undefined) throw new UsageError('--threads applies to --llama only');
+      const model = opts.sim ? simModel(opts, faults.model) : await llamaModel(opts, faults.model);
+      // llama.cpp's KV cache bounds prompt + completion.
+      const maxContext = (model as { context?: { contextSize?: number } }).context?.contextSize;
+      let handle: EngineServerHandle;
+      try {
+        handle = await startEngineServer({
+          model,
+          host: opts.host,
+          port,
+          faults: faults.server,
+          concurrency: concurrency ?? (opts.sim ? 0 : 1),
+          ...(tokenDelayMs !== undefined ? { tokenDelayMs } : {}),
+          ...(opts.requestLog ? { requestLog: opts.requestLog } : {}),
+          ...(maxContext !== undefined ? { maxContext } : {}),
+          log: stderrLog,
+        });
+      } catch (err) {
+        await model.close?.();
+        const e = err as NodeJS.ErrnoException;
+        if (e.code === 'EADDRINUSE') throw new UsageError(`--port: ${opts.host}:${port} is already in use`);
+        if (e.code === 'EADDRNOTAVAIL' || e.code === 'ENOTFOUND') throw new UsageError(`--host: cannot listen on ${opts.host}`);
+        if (e.syscall === 'open' && opts.requestLog) throw new UsageError(`--request-log: cannot open ${opts.requestLog} (${e.code ?? e.message})`);
+        throw err;
+      }
+      process.stdout.write(`logprobe engine (${kind}) listening on ${handle.url}\n`);
+      await waitForSignal();
+      await handle.close();
+      await model.close?.();
+      setExit(0);
+    });
+}
+
+/**
+ * `logprobe engine --sim|--llama …` (argv without the command name): an OpenAI-compatible engine
+ * server for tests, benchmarks and the demo. Runs until SIGINT/SIGTERM; resolves with the exit
+ * code (2 for a usage error, printed as one line).
+ */
+export async function runEngineCli(argv: readonly string[]): Promise<number> {
+  let exitCode = 0;
+  const program = engineProgram((code) => (exitCode = code))
+    .exitOverride()
+    .showHelpAfterError('(run with --help for usage)')
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+  try {
+    await program.parseAsync([...argv], { from: 'user' });
+    return exitCode;
+  } catch (err) {
+    if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
+    if (err instanceof EngineUsageError) {
+      process.stderr.write(`logprobe: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+}

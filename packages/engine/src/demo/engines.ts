@@ -1,0 +1,154 @@
+/**
+ * The demo's two engines: llama.cpp in two separate processes when it can run here, the
+ * simulated engines in this process otherwise (or when asked), with one line saying which.
+ */
+import { startEngineServer, type EngineServerHandle } from '../openai-server.js';
+import { createSimModel, type SimOptions } from '../sim/model.js';
+import { EngineStartError, spawnLlamaEngine, type LlamaEngineProcess } from './engine-process.js';
+import { faultLabel, type DemoEngineChoice, type DemoFaultPlan, type SimDemoFault } from './faults.js';
+
+/** Two running engines and how the demo should drive them. */
+export interface DemoEngines {
+  /** Which engines run. */
+  engine: 'llama' | 'sim';
+  /** What runs the engines, for the banner. */
+  kind: string;
+  candidateUrl: string;
+  baselineUrl: string;
+  /** The candidate's fault, for the banner (`fault: zero-layer:1`, `no fault`, …). */
+  candidateLabel: string;
+  /** `max_tokens` of the client's requests (and so of the mirrored copies). */
+  maxTokens: number;
+  /** Mirrored pairs in flight at once (a llama engine serves one request at a time). */
+  mirrorConcurrency: number;
+  close(): Promise<void>;
+}
+
+/** The candidate's knobs for each simulated fault (the baseline is the same model, clean). */
+export function simFaultOptions(fault: SimDemoFault): SimOptions {
+  switch (fault) {
+    case 'state-shift':
+      // A corrupted prefill state: every decode step moves by ~0.2–0.5 nats.
+      return { stateShift: 0.6 };
+    case 'subtle':
+      // A small persistent shift (~1.5× the floor per request): CUSUM's case, not the window's.
+      return { stateShift: 0.1 };
+    case 'noise':
+      // Float noise between two implementations: ~1e-3 nats.
+      return { noise: 0.001 };
+    case 'local':
+      return { localShift: 1.5, localShiftRate: 0.1 };
+    case 'tokenizer':
+      return { tokenizerSplit: true };
+    case 'none':
+      return {};
+  }
+}
+
+/** Starts two simulated engines in this process: a clean baseline and a candidate with the fault. */
+export async function startSimEngines(fault: SimDemoFault, seed = 7, label?: string): Promise<DemoEngines> {
+  const baseline: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-baseline' }), concurrency: 0 });
+  const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault) }), concurrency: 0 });
+  return {
+    engine: 'sim',
+    kind: 'simulated engines (seeded toy language model, in this process)',
+    candidateUrl: candidate.url,
+    baselineUrl: baseline.url,
+    candidateLabel: label ?? faultLabel(fault, fault),
+    maxTokens: 48,
+    mirrorConcurrency: 2,
+    close: async () => {
+      await Promise.all([candidate.close(), baseline.close()]);
+    },
+  };
+}
+
+/** Options of {@link startLlamaEngines}. */
+export interface LlamaEnginesOptions {
+  /** The candidate's llama fault, or 'none'. */
+  fault: string;
+  seed?: number;
+  threads?: number;
+  /** Per engine: model generation on first use and the library load included. */
+  timeoutMs?: number;
+  env?: Readonly<Record<string, string>>;
+}
+
+/**
+ * Starts two `logprobe engine --llama` processes on one seed: a clean baseline and the candidate
+ * with the fault. Rejects with {@link EngineStartError} (both stopped) when either fails.
+ */
+export async function startLlamaEngines(options: LlamaEnginesOptions): Promise<DemoEngines & { processes: LlamaEngineProcess[] }> {
+  const seed = options.seed ?? 1;
+  const common = { seed, threads: options.threads ?? 1, timeoutMs: options.timeoutMs ?? 60_000, ...(options.env ? { env: options.env } : {}) };
+  const started = await Promise.allSettled([
+    spawnLlamaEngine({ ...common, fault: null }),
+    spawnLlamaEngine({ ...common, fault: options.fault === 'none' ? null : options.fault }),
+  ]);
+  const [base, cand] = started;
+  if (base?.status !== 'fulfilled' || cand?.status !== 'fulfilled') {
+    await Promise.all(started.map((s) => (s.status === 'fulfilled' ? s.value.stop() : null)));
+    const failed = [base, cand].find((s): s is PromiseRejectedResult => s?.status === 'rejected');
+    const reason = failed?.reason as unknown;
+    throw reason instanceof EngineStartError ? reason : new EngineStartError(reason instanceof Error ? reason.message : String(reason), '');
+  }
+  const baseline = base.value;
+  const candidate = cand.value;
+  return {
+    engine: 'llama',
+    kind: `llama.cpp engines (node-llama-cpp, a tiny model generated from seed ${seed}, threads ${common.threads}; pids ${baseline.pid}, ${candidate.pid})`,
+    candidateUrl: candidate.url,
+    baselineUrl: baseline.url,
+    candidateLabel: faultLabel(options.fault, options.fault),
+    // A byte-level model: 32 tokens are ~32 characters, plenty of positions per request.
+    maxTokens: 32,
+    // Each engine decodes one request at a time; the client's requests share the candidate.
+    mirrorConcurrency: 1,
+    processes: [baseline, candidate],
+    close: async () => {
+      await Promise.all([candidate.stop(), baseline.stop()]);
+    },
+  };
+}
+
+/** Options of {@link chooseEngines}. */
+export interface ChooseEnginesOptions {
+  choice: DemoEngineChoice;
+  plan: DemoFaultPlan;
+  /** Where the one-line notices go. */
+  notice: (line: string) => void;
+  seed?: number;
+  threads?: number;
+  timeoutMs?: number;
+  env?: Readonly<Record<string, string>>;
+}
+
+/**
+ * Picks and starts the engines: llama.cpp when `choice` allows it and the fault has a llama.cpp
+ * form; the simulated engines otherwise, with one line saying why. `choice: 'llama'` never falls
+ * back: its failure is the caller's error.
+ */
+export async function chooseEngines(options: ChooseEnginesOptions): Promise<DemoEngines> {
+  const { plan, choice } = options;
+  const simLabel = faultLabel(plan.sim, plan.requested);
+  if (choice === 'sim') return startSimEngines(plan.sim, undefined, simLabel);
+  if (plan.llama === null) {
+    if (choice === 'llama') throw new EngineStartError(`fault '${plan.requested}' exists only on the simulated engines`, '');
+    options.notice(`fault '${plan.requested}' exists only on the simulated engines: using them`);
+    return startSimEngines(plan.sim, undefined, simLabel);
+  }
+  try {
+    const engines = await startLlamaEngines({
+      fault: plan.llama,
+      ...(options.seed !== undefined ? { seed: options.seed } : {}),
+      ...(options.threads !== undefined ? { threads: options.threads } : {}),
+      ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+      ...(options.env ? { env: options.env } : {}),
+    });
+    return { ...engines, candidateLabel: faultLabel(plan.llama, plan.requested) };
+  } catch (err) {
+    if (choice === 'llama' || !(err instanceof EngineStartError)) throw err;
+    options.notice(`llama.cpp engines unavailable (${err.reason}): falling back to simulated engines`);
+    return startSimEngines(plan.sim, undefined, simLabel);
+  }
+}

@@ -1,0 +1,15 @@
+/**
+ * mulberry32: a small, fast seeded PRNG returning uniforms in [0, 1), for the simulated model,
+ * the GGUF generator and sampling. The engines do not import the product (they are its test
+ * doubles), so this is their own copy of the generator logprobe's report uses for sampling.
+ */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
