@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/schema.js';
-import { DEFAULT_THRESHOLDS, formatNats, type Thresholds } from '../core/index.js';
-import { UNCOMPARED, VERDICTS } from '../report/summary.js';
+import { DEFAULT_THRESHOLDS, formatNats, VERDICTS, type Thresholds } from '../core/index.js';
+import { UNCOMPARED } from '../report/summary.js';
 import { parseNumberOption, UsageError } from './errors.js';
 
 /** The threshold flags `analyze` and `replay` share with `compare`. */

@@ -9,6 +9,7 @@ export { flipClass, chooseVerdict, boundariesDiffer, type VerdictInput } from '.
 export { formatNats } from './explain.js';
 export {
   DEFAULT_THRESHOLDS,
+  VERDICTS,
   type Comparison,
   type Flip,
   type FlipClass,

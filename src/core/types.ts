@@ -107,15 +107,14 @@ export interface ParsedResponse {
   error?: string;
 }
 
-/** The seven verdicts, in design.md's order of precedence. */
-export type Verdict =
-  | 'incomparable'
-  | 'tokenizer_mismatch'
-  | 'identical'
-  | 'noise'
-  | 'early_shift'
-  | 'global_shift'
-  | 'local_shift';
+/**
+ * The seven verdicts, in design.md's order of precedence (the first that matches wins): the one
+ * list every other place (metrics' zero-initialised series, reports, `--fail-on`) uses.
+ */
+export const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'] as const;
+
+/** A verdict: one of {@link VERDICTS}. */
+export type Verdict = (typeof VERDICTS)[number];
 
 /** How much force a flip needed: below gapAmbiguous, between, above gapSystematic. */
 export type FlipClass = 'ambiguous' | 'gray' | 'systematic';

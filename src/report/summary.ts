@@ -1,12 +1,10 @@
 import { initialDetectorState, observe, pooledShare, type AlertConfig, type DetectorState } from '../core/detector.js';
-import type { FlipClass, Verdict } from '../core/index.js';
+import { VERDICTS, type FlipClass, type Verdict } from '../core/index.js';
 import type { MirrorOutcome } from '../mirror/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
 import type { PairResult } from './pair.js';
 import { badness, buildStrip, StripSelector, type Strip } from './strips.js';
 
-/** Every verdict, in design.md's order of precedence. */
-export const VERDICTS: readonly Verdict[] = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'];
 /** Outcomes of pairs that were not compared. */
 export const UNCOMPARED: readonly MirrorOutcome[] = ['candidate_error', 'baseline_error', 'unparseable'];
 /** Flip classes, from a near-tie to a flip that needs a systematic shift. */

@@ -1,4 +1,4 @@
-import { formatNats } from '../core/index.js';
+import { formatNats, VERDICTS, type Verdict } from '../core/index.js';
 import { coarsen, type HistogramData } from './histogram.js';
 import { FLIP_CLASSES, type SummaryData } from './summary.js';
 import type { Strip } from './strips.js';
@@ -13,8 +13,11 @@ export interface ReportContext {
   top?: number;
 }
 
-/** Verdicts from the most to the least alarming (the order reports list them in). */
-export const VERDICT_ORDER = ['global_shift', 'early_shift', 'local_shift', 'tokenizer_mismatch', 'noise', 'identical', 'incomparable'] as const;
+/** How alarming each verdict is, most first (a Record: a new verdict cannot be left out). */
+const ALARM_RANK: Readonly<Record<Verdict, number>> = { global_shift: 0, early_shift: 1, local_shift: 2, tokenizer_mismatch: 3, noise: 4, identical: 5, incomparable: 6 };
+
+/** Every verdict ({@link VERDICTS}) from the most to the least alarming: the order reports list them in. */
+export const VERDICT_ORDER: readonly Verdict[] = [...VERDICTS].sort((a, b) => ALARM_RANK[a] - ALARM_RANK[b]);
 
 /** The design.md caveat every report carries. */
 export const ABSENCE_NOTE = 'a noise verdict does not prove there is no bug: small differences do not prove absence; a large-gap flip proves presence.';
