@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Pool } from 'undici';
 import type { Config } from './config/schema.js';
 import { buildAdminApp } from './admin/app.js';
-import { createLogger, type Logger } from './log/logger.js';
+import { createLogger, stdoutDestination, type LogDestination, type Logger } from './log/logger.js';
 import { Metrics } from './metrics/registry.js';
 import { buildApp } from './proxy/app.js';
 import type { MirrorTap } from './proxy/tap.js';
@@ -22,7 +22,16 @@ export interface RuntimeParts {
 
 /** What a caller (serve, the demo, tests) may attach to a runtime. */
 export interface RuntimeOptions {
+  /** The root logger; give `logDestination` with it (where it writes), or the worker's lines go to stdout. */
   logger?: Logger;
+  /** Where the logs go (default stdout): the root logger's, and the mirror worker's lines too. */
+  logDestination?: LogDestination;
+  /**
+   * The mirror worker's entry module (default: the compiled worker.js next to src/mirror/thread).
+   * Code that runs from the .ts sources passes a boot module that registers tsx first (tests:
+   * test/helpers/mirror-worker.mjs).
+   */
+  mirrorWorkerUrl?: URL;
   /** Listeners for mirrored pairs and alert transitions (capture, the demo's live lines). */
   listeners?: MirrorListeners;
   /** Replaces the default parts (tests). */
@@ -52,7 +61,8 @@ export function createRuntime(
   config: Config,
   options: RuntimeOptions = {},
 ): LogprobeRuntime {
-  const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact });
+  const logDestination = options.logDestination ?? (options.logger ? process.stdout : stdoutDestination());
+  const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination });
   const metrics = new Metrics();
   const candidatePool = createUpstreamPool(config.candidate, {
     tlsInsecure: config.tlsInsecure,
@@ -60,7 +70,7 @@ export function createRuntime(
     maxHeaderSize: config.limits.maxHeaderKB * 1024,
     onConnections: (delta) => metrics.connections('candidate', delta),
   });
-  const mirror = options.makeParts ? undefined : new MirrorThread({ config, logger, metrics, listeners: options.listeners });
+  const mirror = options.makeParts ? undefined : new MirrorThread({ config, logger, logDestination, metrics, listeners: options.listeners, workerUrl: options.mirrorWorkerUrl });
   const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? { mirror };
   let accepting = true;
 

@@ -19,8 +19,19 @@ export function redactPaths(extra: readonly string[] = []): string[] {
   return [...new Set(paths)];
 }
 
-/** The one root logger: JSON lines, secrets redacted. */
-export function createLogger(options: { level: string; redact?: readonly string[]; destination?: DestinationStream }): Logger {
+/**
+ * Where a process's log lines go. The runtime holds it next to its root logger: the mirror's
+ * worker thread writes its own lines (already JSON, already redacted) there too.
+ */
+export type LogDestination = DestinationStream;
+
+/** The default destination: stdout, buffered (pino's asynchronous SonicBoom). */
+export function stdoutDestination(): LogDestination {
+  return pino.destination({ dest: 1, sync: false });
+}
+
+/** The one root logger: JSON lines, secrets redacted, written to `destination` (default stdout). */
+export function createLogger(options: { level: string; redact?: readonly string[]; destination?: LogDestination }): Logger {
   return pino(
     {
       level: options.level,
@@ -29,7 +40,7 @@ export function createLogger(options: { level: string; redact?: readonly string[
       redact: { paths: redactPaths(options.redact), censor: '[redacted]' },
       formatters: { level: (label) => ({ level: label }) },
     },
-    options.destination ?? pino.destination({ dest: 1, sync: false }),
+    options.destination ?? stdoutDestination(),
   );
 }
 

@@ -1,8 +1,9 @@
 import { Worker } from 'node:worker_threads';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, type Registry } from 'prom-client';
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { initialDetectorState } from '../core/detector.js';
+import type { LogDestination } from '../log/logger.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
 import { mirrorKind } from './rewrite.js';
@@ -19,16 +20,23 @@ type MetricsJSON = Array<MetricObjectWithValues<MetricValue<string>>>;
  */
 const WORKER_LIMITS = { maxYoungGenerationSizeMb: 8 };
 
-/**
- * Starts the worker: the compiled worker.js next to this file; when this file is the .ts source
- * (tests under tsx), worker.ts through tsx's loader, which a worker does not inherit.
- */
-function startWorker(workerData: WorkerInit): Worker {
-  const self = import.meta.url;
-  if (!self.endsWith('.ts')) return new Worker(new URL('./worker.js', self), { workerData, name: 'logprobe-mirror', resourceLimits: WORKER_LIMITS });
-  const entry = JSON.stringify(new URL('./worker.ts', self).href);
-  const boot = `import('tsx/esm/api').then((m) => { m.register(); return import(${entry}); });`;
-  return new Worker(boot, { eval: true, workerData, name: 'logprobe-mirror', resourceLimits: WORKER_LIMITS });
+/** The worker's entry: the compiled worker.js next to this file. */
+export const DEFAULT_WORKER_URL = new URL('./worker.js', import.meta.url);
+
+/** What a {@link MirrorThread} is built from. */
+export interface MirrorThreadDeps {
+  config: Config;
+  logger: Logger;
+  metrics: Metrics;
+  /** Where the worker's log lines are written: the destination of `logger`. */
+  logDestination: LogDestination;
+  listeners?: MirrorListeners | undefined;
+  /**
+   * The worker's entry module (default {@link DEFAULT_WORKER_URL}). Code that runs from the .ts
+   * sources (tests under tsx) passes a boot module that loads worker.ts through tsx's loader,
+   * which a worker thread does not inherit.
+   */
+  workerUrl?: URL | undefined;
 }
 
 /**
@@ -51,18 +59,14 @@ export class MirrorThread implements MirrorTap {
   private detector: DetectorSummary = summarize(initialDetectorState());
   private readonly closed: Promise<void>;
   private closing: Promise<void> | null = null;
-  private readonly logStream: { write(line: string): unknown };
 
-  constructor(
-    private readonly deps: { config: Config; logger: Logger; metrics: Metrics; listeners?: MirrorListeners | undefined },
-  ) {
+  constructor(private readonly deps: MirrorThreadDeps) {
     const { config } = deps;
     this.sampler = new Sampler(config.mirror);
     // As many as the worker's queue holds and runs: beyond that it would drop them anyway.
     this.cap = config.mirror.queueSize + config.mirror.concurrency;
-    this.logStream = (deps.logger as unknown as Record<symbol, { write(line: string): unknown }>)[pino.symbols.streamSym] ?? process.stdout;
-    const init: WorkerInit = { config, forwardPairs: Boolean(deps.listeners?.onPair), forwardAlerts: Boolean(deps.listeners?.onAlert) };
-    this.worker = startWorker(init);
+    const workerData: WorkerInit = { config, forwardPairs: Boolean(deps.listeners?.onPair), forwardAlerts: Boolean(deps.listeners?.onAlert) };
+    this.worker = new Worker(deps.workerUrl ?? DEFAULT_WORKER_URL, { workerData, name: 'logprobe-mirror', resourceLimits: WORKER_LIMITS });
     this.worker.on('message', (m: FromWorker) => this.onMessage(m));
     this.worker.on('error', (err) => {
       deps.logger.error({ err }, 'mirror worker failed');
@@ -116,7 +120,7 @@ export class MirrorThread implements MirrorTap {
         if (this.outstanding === 0) this.wakeIdle();
         break;
       case 'log':
-        this.logStream.write(m.line);
+        this.deps.logDestination.write(m.line);
         break;
       case 'pair':
         this.call(() => this.deps.listeners?.onPair?.(m.pair), 'mirror listener failed');

@@ -32,6 +32,12 @@ export interface StartedLogprobe {
   close(): Promise<void>;
 }
 
+/**
+ * The mirror worker's entry when running from the sources: a boot module that registers tsx in
+ * the worker thread, then loads src/mirror/worker.ts. Tests that start a runtime pass it.
+ */
+export const MIRROR_WORKER_URL = new URL('./mirror-worker.mjs', import.meta.url);
+
 /** Starts a full logprobe (proxy + admin) on port 0 with the given config, logs captured. */
 export async function startLogprobe(
   input: ConfigInput,
@@ -39,6 +45,8 @@ export async function startLogprobe(
     makeParts?: (shared: { config: Config; logger: Logger; metrics: Metrics; candidatePool: Pool }) => RuntimeParts;
     listeners?: MirrorListeners;
     level?: string;
+    /** The mirror worker's entry (default {@link MIRROR_WORKER_URL}). */
+    mirrorWorkerUrl?: URL;
   } = {},
 ): Promise<StartedLogprobe> {
   const config = buildConfig({
@@ -50,7 +58,13 @@ export async function startLogprobe(
   });
   const logs = new LogSink();
   const logger = createLogger({ level: config.log.level, redact: config.log.redact, destination: logs });
-  const runtime = createRuntime(config, { logger, makeParts: options.makeParts, listeners: options.listeners });
+  const runtime = createRuntime(config, {
+    logger,
+    logDestination: logs,
+    mirrorWorkerUrl: options.mirrorWorkerUrl ?? MIRROR_WORKER_URL,
+    makeParts: options.makeParts,
+    listeners: options.listeners,
+  });
   const { proxyUrl, adminUrl } = await runtime.listen();
   return { runtime, proxyUrl, adminUrl, logs, close: () => runtime.close() };
 }
