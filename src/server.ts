@@ -63,7 +63,9 @@ export function createRuntime(
 ): LogprobeRuntime {
   const logDestination = options.logDestination ?? (options.logger ? process.stdout : stdoutDestination());
   const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination });
-  const metrics = new Metrics();
+  // The proxy's thread's metrics; the worker has its own (src/metrics/catalog.ts says which).
+  // Custom parts run on this thread: they get every metric.
+  const metrics = new Metrics({ thread: options.makeParts ? undefined : 'main', mirrorRoutes: config.mirror.routes });
   const candidatePool = createUpstreamPool(config.candidate, {
     tlsInsecure: config.tlsInsecure,
     connections: config.candidate.maxConnections,
@@ -95,6 +97,8 @@ export function createRuntime(
     async listen() {
       const proxyUrl = await proxy.listen({ host: config.listen.host, port: config.listen.port, backlog: config.limits.backlog });
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
+      // Listening means ready: the worker's series exist on the first scrape (bounded wait).
+      if (mirror && !(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
       logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');
       return { proxyUrl, adminUrl };
     },

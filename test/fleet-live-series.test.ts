@@ -1,26 +1,21 @@
 // Every logprobe series that the fleet rules (config/prometheus/alerts.yml) and the Grafana
 // dashboard (config/grafana/logprobe.json) query is exported by a running logprobe, with the
 // labels and label values the queries select on. fleet-series.test.ts checks the same queries
-// against the metric catalogue; this one checks them against a live /metrics after real mirrored
-// traffic, so a series that is declared but never observed, a label never set, or a histogram
-// bucket boundary that moved (`le="0.1"`) shows here.
+// against the metric catalogue; this one checks them against a live /metrics — on a fresh proxy
+// that has seen no request (every known label value's series exists at 0 from the start:
+// src/metrics/registry.ts), and after real mirrored traffic — so a series that is declared but
+// never observed, a label never set, or a histogram bucket boundary that moved (`le="0.1"`)
+// shows here.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
 import { startLogprobe } from './helpers/logprobe.js';
 import { startSim, sendChatOrCompletion } from './helpers/sim.js';
 import { startUpstream } from './helpers/upstream.js';
-import { METRIC_CATALOG } from '../src/metrics/catalog.js';
-import { checkLive, dashboardQueries, grafanaToPromql, parseExposition, readDashboardText, readRulesText, rulesQueries, type Query } from './helpers/promql.js';
+import { METRIC_CATALOG, MIRROR_OUTCOMES } from '../src/metrics/catalog.js';
+import { VERDICTS } from '../src/core/index.js';
+import { checkLive, dashboardQueries, grafanaToPromql, parseExposition, readDashboardText, readRulesText, rulesQueries, type Exposition, type Query } from './helpers/promql.js';
 
-/**
- * Metrics that have no sample until their event happens, with the event. Only while they have no
- * sample may they be declared only (`# TYPE` of the right type); once they have one, they are
- * checked like every other series.
- */
-const EVENT_ONLY = new Map<string, string>([
-  ['logprobe_capture_errors_total', 'one series per reason, created by the first capture write failure'],
-]);
 
 const rules = rulesQueries(readRulesText());
 const dashboard = dashboardQueries(readDashboardText()).map((q) => ({ ...q, expr: grafanaToPromql(q.expr) }));
@@ -102,17 +97,46 @@ test('every logprobe series, label and value the rules and the dashboard query i
   await lp.runtime.mirror!.idle();
   const res = await request(`${lp.adminUrl}/metrics`);
   assert.equal(res.statusCode, 200);
-  const live = parseExposition(await res.body.text());
+  assertComplete(parseExposition(await res.body.text()));
+});
 
+/**
+ * Every rule and dashboard query finds its series, labels and values in `live` (no metric is
+ * excused as "event-only": all exist from the start), and every catalogue metric has samples.
+ */
+function assertComplete(live: Exposition): void {
   // Not vacuous: the queries are there, and every catalogue metric is at least declared.
   assert.ok(rules.queries.length >= 14 && dashboard.length >= 25, `${rules.queries.length} rule and ${dashboard.length} dashboard queries`);
   const undeclared = METRIC_CATALOG.filter((m) => live.types.get(m.name) !== m.type).map((m) => m.name);
   assert.deepEqual(undeclared, [], 'catalogue metrics missing from the live exposition (or of another type)');
-
-  const problems = [...rules.queries, ...dashboard].flatMap((q: Query) => checkLive(q, rules.recorded, live, EVENT_ONLY));
+  const problems = [...rules.queries, ...dashboard].flatMap((q: Query) => checkLive(q, rules.recorded, live));
   assert.deepEqual(problems, []);
-
-  // Every catalogue metric has samples after this traffic, but for the event-only ones.
   const withoutSamples = METRIC_CATALOG.filter((m) => ![...live.samples.keys()].some((s) => s === m.name || s.startsWith(`${m.name}_`))).map((m) => m.name);
-  assert.deepEqual(withoutSamples.filter((n) => !EVENT_ONLY.has(n)), [], `metrics without a sample: ${withoutSamples.join(', ')}`);
+  assert.deepEqual(withoutSamples, [], 'metrics without a sample');
+}
+
+test('on a fresh proxy that has seen no request, every series, label and value the rules and the dashboard query exists', async (t) => {
+  // Nothing listens there: nothing is sent either. The default config (mirror.routes, capture off).
+  const lp = await startLogprobe({ candidate: { url: 'http://127.0.0.1:9' }, baseline: { url: 'http://127.0.0.1:9' } });
+  t.after(() => lp.close());
+  const res = await request(`${lp.adminUrl}/metrics`);
+  assert.equal(res.statusCode, 200);
+  const text = await res.body.text();
+  const live = parseExposition(text);
+  assertComplete(live);
+
+  // The series the issue names, by every known label value, and the worker's state.
+  const has = (name: string, labels: Record<string, string>) =>
+    (live.samples.get(name) ?? []).some((s) => Object.entries(labels).every(([k, v]) => s[k] === v));
+  for (const route of ['/v1/completions', '/v1/chat/completions']) {
+    for (const cls of ['ambiguous', 'gray', 'systematic']) assert.ok(has('logprobe_flip_gap_nats_count', { route, class: cls }), `flip gap ${route} ${cls}`);
+    assert.ok(has('logprobe_first_divergence_tokens_bucket', { route, le: '+Inf' }), `first divergence ${route}`);
+    for (const verdict of VERDICTS) assert.ok(has('logprobe_verdicts_total', { route, verdict }), `verdict ${route} ${verdict}`);
+    for (const outcome of MIRROR_OUTCOMES) assert.ok(has('logprobe_mirror_total', { route, outcome }), `outcome ${route} ${outcome}`);
+    for (const backend of ['candidate', 'baseline']) assert.ok(has('logprobe_upstream_duration_seconds_count', { route, backend }), `upstream ${route} ${backend}`);
+  }
+  for (const backend of ['candidate', 'baseline']) assert.ok(has('logprobe_noise_floor_observed_nats', { backend }), `observed floor ${backend}`);
+  // prom-client spells it `Nan`; Prometheus reads NaN in any case.
+  assert.match(text, /^logprobe_noise_floor_observed_nats\{backend="candidate"\} NaN$/im, 'not measured yet: NaN, not 0');
+  assert.match(text, /^logprobe_mirror_worker_up 1$/m);
 });

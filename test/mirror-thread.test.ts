@@ -9,7 +9,7 @@ import { startUpstream } from './helpers/upstream.js';
 
 // The mirror runs in a worker thread (src/mirror/thread.ts, worker.ts): these tests cover what the
 // hand-over adds — the proxy's own body copy, merged metrics, forwarded logs, the worker's
-// priority, and a worker that dies.
+// priority, and a worker that dies (what /metrics shows then: mirror-worker-down.test.ts).
 
 const PROMPTS = { chat: 'thread test: why is the sky blue?', completion: 'thread test: the capital of France is' };
 
@@ -95,12 +95,18 @@ test('a mirror worker that dies stops mirroring (dropped, counted, logged) and c
   const candidate = await startSim();
   const baseline = await startSim();
   t.after(() => Promise.all([candidate.close(), baseline.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } });
+  // The worker's entry with faults on demand: a body saying LOGPROBE-TEST-CRASH throws in it.
+  const lp = await startLogprobe(
+    { candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } },
+    { mirrorWorkerUrl: new URL('./helpers/mirror-worker-faults.mjs', import.meta.url) },
+  );
   t.after(() => lp.close());
   assert.equal(await sendChatOrCompletion(lp.proxyUrl, 0, PROMPTS), 200);
   await lp.runtime.mirror!.idle();
-  await (lp.runtime.mirror as unknown as { worker: { terminate(): Promise<number> } }).worker.terminate();
-  for (let i = 1; i <= 4; i++) assert.equal(await sendChatOrCompletion(lp.proxyUrl, i, PROMPTS), 200);
+  assert.equal(await sendChatOrCompletion(lp.proxyUrl, 1, { chat: 'LOGPROBE-TEST-CRASH', completion: 'LOGPROBE-TEST-CRASH' }), 200);
+  await lp.runtime.mirror!.idle(); // resolves when the worker is gone
+  assert.equal(lp.runtime.mirror!.workerRunning, false);
+  for (let i = 2; i <= 5; i++) assert.equal(await sendChatOrCompletion(lp.proxyUrl, i, PROMPTS), 200);
   await lp.runtime.mirror!.idle();
   const text = await scrape(lp.adminUrl);
   assert.equal(metricValue(text, 'logprobe_mirror_total', { outcome: 'dropped' }), 4);

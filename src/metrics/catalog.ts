@@ -1,3 +1,6 @@
+import type { FlipClass } from '../core/index.js';
+import { KNOWN_ROUTES } from '../proxy/routes.js';
+
 /**
  * Every metric logprobe exports: design.md's "Metrics" table, a contract that dashboards and
  * alert rules rely on. The registry creates its metrics from this list, and the fleet tests check
@@ -13,39 +16,73 @@ export const POSITION_BUCKETS = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 export type MetricType = 'counter' | 'gauge' | 'histogram';
 
+/** A thread of the process: the proxy's (`main`) or the mirror's worker (`worker`). */
+export type MetricThread = 'main' | 'worker';
+
+/**
+ * Which thread owns a metric, i.e. counts or sets it, and is the only one that registers it.
+ * `both`: a counter or gauge that each thread moves for its own part, registered on both and
+ * summed by `/metrics` (the only families the merge adds up; src/mirror/thread.ts).
+ */
+export type MetricOwner = MetricThread | 'both';
+
 export interface MetricSpec {
   readonly name: string;
   readonly type: MetricType;
   readonly help: string;
   readonly labelNames: readonly string[];
+  readonly owner: MetricOwner;
   readonly buckets?: readonly number[];
 }
 
 export const METRIC_CATALOG = [
-  { name: 'logprobe_proxy_requests_total', type: 'counter', help: 'Client requests proxied to the candidate, by route and status class.', labelNames: ['route', 'status_class'] },
-  { name: 'logprobe_proxy_request_duration_seconds', type: 'histogram', help: 'Client request duration through the proxy, seconds.', labelNames: ['route'], buckets: LATENCY_BUCKETS },
-  { name: 'logprobe_mirror_total', type: 'counter', help: 'Mirrored requests by outcome (ok, dropped, skipped, candidate_error, baseline_error, unparseable, incomparable).', labelNames: ['route', 'outcome'] },
-  { name: 'logprobe_upstream_duration_seconds', type: 'histogram', help: 'Mirrored request duration by backend, seconds.', labelNames: ['backend', 'route'], buckets: LATENCY_BUCKETS },
-  { name: 'logprobe_token_crosspath_diff_nats', type: 'histogram', help: '|candidate - baseline| logprob of the same chosen token, per aligned position before the first divergence, nats.', labelNames: ['route'], buckets: NATS_BUCKETS },
-  { name: 'logprobe_token_shift_nats', type: 'histogram', help: 'Largest |candidate - baseline| logprob over tokens in both top-k lists, per comparable position, nats.', labelNames: ['route'], buckets: NATS_BUCKETS },
-  { name: 'logprobe_token_gap_nats', type: 'histogram', help: "Baseline top-1 minus top-2 logprob, per comparable position, nats.", labelNames: ['route'], buckets: NATS_BUCKETS },
-  { name: 'logprobe_flip_gap_nats', type: 'histogram', help: 'Force needed to flip the baseline token at the first divergence, nats.', labelNames: ['route', 'class'], buckets: NATS_BUCKETS },
-  { name: 'logprobe_token_kl_nats', type: 'histogram', help: 'Per-position KL(baseline || candidate) estimate over the union of both top-k lists plus a tail bucket, nats.', labelNames: ['route'], buckets: NATS_BUCKETS },
-  { name: 'logprobe_first_divergence_tokens', type: 'histogram', help: 'Position of the first divergence, for pairs that diverge.', labelNames: ['route'], buckets: POSITION_BUCKETS },
-  { name: 'logprobe_verdicts_total', type: 'counter', help: 'Comparison verdicts of mirrored pairs.', labelNames: ['route', 'verdict'] },
-  { name: 'logprobe_window_global_shift_ratio', type: 'gauge', help: 'Pooled share of shifted comparable positions over the last alert.window comparable mirrored requests.', labelNames: [] },
-  { name: 'logprobe_cusum_statistic', type: 'gauge', help: 'One-sided CUSUM of per-request maxShift / noiseFloor.', labelNames: [] },
-  { name: 'logprobe_alert_firing', type: 'gauge', help: 'In-process alert state: 1 firing, 0 not.', labelNames: ['alert'] },
-  { name: 'logprobe_noise_floor_nats', type: 'gauge', help: 'Noise floor in force, nats.', labelNames: [] },
-  { name: 'logprobe_noise_floor_observed_nats', type: 'gauge', help: 'Calibration: p99 of per-position shift between repeats of the same request, nats.', labelNames: ['backend'] },
-  { name: 'logprobe_mirror_queue_depth', type: 'gauge', help: 'Mirrored requests waiting to be dispatched.', labelNames: [] },
-  { name: 'logprobe_proxy_overflow_total', type: 'counter', help: 'Client requests refused with 503 at once because a configured candidate limit was reached (candidate.maxConnections, candidate.maxPending).', labelNames: ['reason'] },
-  { name: 'logprobe_upstream_connections', type: 'gauge', help: 'Open connections to each upstream (the client path and the mirror together).', labelNames: ['backend'] },
-  { name: 'logprobe_capture_errors_total', type: 'counter', help: 'Capture write failures, by reason.', labelNames: ['reason'] },
+  { name: 'logprobe_proxy_requests_total', type: 'counter', help: 'Client requests proxied to the candidate, by route and status class.', labelNames: ['route', 'status_class'], owner: 'main' },
+  { name: 'logprobe_proxy_request_duration_seconds', type: 'histogram', help: 'Client request duration through the proxy, seconds.', labelNames: ['route'], owner: 'main', buckets: LATENCY_BUCKETS },
+  // Both: the proxy's thread counts what it never hands over (skipped: not a mirrored kind;
+  // dropped: the hand-over is full, the worker is gone or closing), the worker everything it takes.
+  { name: 'logprobe_mirror_total', type: 'counter', help: 'Mirrored requests by outcome (ok, dropped, skipped, candidate_error, baseline_error, unparseable, incomparable).', labelNames: ['route', 'outcome'], owner: 'both' },
+  { name: 'logprobe_upstream_duration_seconds', type: 'histogram', help: 'Mirrored request duration by backend, seconds.', labelNames: ['backend', 'route'], owner: 'worker', buckets: LATENCY_BUCKETS },
+  { name: 'logprobe_token_crosspath_diff_nats', type: 'histogram', help: '|candidate - baseline| logprob of the same chosen token, per aligned position before the first divergence, nats.', labelNames: ['route'], owner: 'worker', buckets: NATS_BUCKETS },
+  { name: 'logprobe_token_shift_nats', type: 'histogram', help: 'Largest |candidate - baseline| logprob over tokens in both top-k lists, per comparable position, nats.', labelNames: ['route'], owner: 'worker', buckets: NATS_BUCKETS },
+  { name: 'logprobe_token_gap_nats', type: 'histogram', help: "Baseline top-1 minus top-2 logprob, per comparable position, nats.", labelNames: ['route'], owner: 'worker', buckets: NATS_BUCKETS },
+  { name: 'logprobe_flip_gap_nats', type: 'histogram', help: 'Force needed to flip the baseline token at the first divergence, nats.', labelNames: ['route', 'class'], owner: 'worker', buckets: NATS_BUCKETS },
+  { name: 'logprobe_token_kl_nats', type: 'histogram', help: 'Per-position KL(baseline || candidate) estimate over the union of both top-k lists plus a tail bucket, nats.', labelNames: ['route'], owner: 'worker', buckets: NATS_BUCKETS },
+  { name: 'logprobe_first_divergence_tokens', type: 'histogram', help: 'Position of the first divergence, for pairs that diverge.', labelNames: ['route'], owner: 'worker', buckets: POSITION_BUCKETS },
+  { name: 'logprobe_verdicts_total', type: 'counter', help: 'Comparison verdicts of mirrored pairs.', labelNames: ['route', 'verdict'], owner: 'worker' },
+  { name: 'logprobe_window_global_shift_ratio', type: 'gauge', help: 'Pooled share of shifted comparable positions over the last alert.window comparable mirrored requests.', labelNames: [], owner: 'worker' },
+  { name: 'logprobe_cusum_statistic', type: 'gauge', help: 'One-sided CUSUM of per-request maxShift / noiseFloor.', labelNames: [], owner: 'worker' },
+  { name: 'logprobe_alert_firing', type: 'gauge', help: 'In-process alert state: 1 firing, 0 not.', labelNames: ['alert'], owner: 'worker' },
+  { name: 'logprobe_noise_floor_nats', type: 'gauge', help: 'Noise floor in force, nats.', labelNames: [], owner: 'worker' },
+  { name: 'logprobe_noise_floor_observed_nats', type: 'gauge', help: 'Calibration: p99 of per-position shift between repeats of the same request, nats (NaN until calibration has measured it).', labelNames: ['backend'], owner: 'worker' },
+  { name: 'logprobe_mirror_queue_depth', type: 'gauge', help: 'Mirrored requests waiting to be dispatched.', labelNames: [], owner: 'worker' },
+  { name: 'logprobe_proxy_overflow_total', type: 'counter', help: 'Client requests refused with 503 at once because a configured candidate limit was reached (candidate.maxConnections, candidate.maxPending).', labelNames: ['reason'], owner: 'main' },
+  // Both: the proxy's thread has the client path's candidate pool, the worker the mirror's
+  // candidate and baseline pools; a backend's figure is the sum.
+  { name: 'logprobe_upstream_connections', type: 'gauge', help: 'Open connections to each upstream (the client path and the mirror together).', labelNames: ['backend'], owner: 'both' },
+  { name: 'logprobe_capture_errors_total', type: 'counter', help: 'Capture write failures, by reason.', labelNames: ['reason'], owner: 'worker' },
+  { name: 'logprobe_mirror_worker_up', type: 'gauge', help: "1 when the mirror's worker thread answered the last scrape in time; 0 when it is gone or did not answer, and its series show their last known values.", labelNames: [], owner: 'main' },
 ] as const satisfies readonly MetricSpec[];
 
 export type MetricName = (typeof METRIC_CATALOG)[number]['name'];
 
-/** The label values each enum-like label may take (bounded by construction). */
+/** The catalogue's metrics a thread registers: its own and those owned by both. */
+export function metricsOf(thread: MetricThread): MetricSpec[] {
+  return METRIC_CATALOG.filter((m) => m.owner === thread || m.owner === 'both');
+}
+
+/**
+ * The label values each enum-like label may take (bounded by construction). Each thread creates
+ * the series of its metrics for every known value at 0 when it starts (src/metrics/registry.ts),
+ * so that every series a dashboard panel or a rule reads exists on a fresh proxy.
+ */
 export const MIRROR_OUTCOMES = ['ok', 'dropped', 'skipped', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'] as const;
+/** The outcomes the proxy's thread counts itself (src/mirror/thread.ts): what it never hands over. */
+export const MAIN_MIRROR_OUTCOMES = ['skipped', 'dropped'] as const satisfies ReadonlyArray<(typeof MIRROR_OUTCOMES)[number]>;
 export const ALERT_NAMES = ['LogprobGlobalShift', 'LogprobSustainedShift'] as const;
+export const BACKENDS = ['candidate', 'baseline'] as const;
+/** `logprobe_flip_gap_nats{class}`: core's FlipClass (the report's FLIP_CLASSES has the same list). */
+export const FLIP_CLASSES = ['ambiguous', 'gray', 'systematic'] as const satisfies readonly FlipClass[];
+/** `logprobe_proxy_requests_total{status_class}`: the status' hundreds, `aborted` for a client gone (499). */
+export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'aborted'] as const;
+/** Every value of a client request's `route` label (src/proxy/routes.ts). */
+export const ROUTE_LABELS = [...KNOWN_ROUTES, 'other'] as const;

@@ -1,36 +1,104 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { METRIC_CATALOG, type MetricName } from './catalog.js';
+import { VERDICTS } from '../core/index.js';
+import { CAPTURE_ERROR_REASONS } from '../capture/writer.js';
 import { OVERFLOW_REASONS, type OverflowReason } from '../proxy/budget.js';
+import { routeLabel } from '../proxy/routes.js';
+import {
+  ALERT_NAMES,
+  BACKENDS,
+  FLIP_CLASSES,
+  MAIN_MIRROR_OUTCOMES,
+  METRIC_CATALOG,
+  MIRROR_OUTCOMES,
+  ROUTE_LABELS,
+  STATUS_CLASSES,
+  metricsOf,
+  type MetricName,
+  type MetricSpec,
+  type MetricThread,
+} from './catalog.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
+/** How a {@link Metrics} registry is built. */
+export interface MetricsOptions {
+  /**
+   * The thread this registry belongs to: it registers the catalogue's metrics that thread owns
+   * (and those owned by both), nothing else. Absent: every metric, for code that runs the whole
+   * pipeline on one thread (tests of a single part).
+   */
+  thread?: MetricThread;
+  /** `mirror.routes`: the routes whose mirror series are created at 0 (as their route labels). */
+  mirrorRoutes?: readonly string[];
+  /** Node's process metrics (`process_*`, `nodejs_*`); default: on every registry but the worker's. */
+  defaultMetrics?: boolean;
+}
+
 /**
- * A per-app registry (tests build the app twice; prom-client's global one would throw on the
- * second build) holding the process metrics and every metric of the catalog.
+ * A per-thread registry (tests build the app twice; prom-client's global one would throw on the
+ * second build) holding the metrics of the catalogue its thread owns, every known label value's
+ * series created at 0 (so `rate()` sees the first increment and no panel or rule reads "no
+ * data" on a fresh proxy), and on the proxy's thread the process metrics.
  */
 export class Metrics {
   readonly registry: Registry;
+  readonly thread: MetricThread | undefined;
   private readonly byName = new Map<string, AnyMetric>();
 
-  constructor(options: { defaultMetrics?: boolean } = {}) {
+  constructor(options: MetricsOptions = {}) {
+    this.thread = options.thread;
     this.registry = new Registry();
-    if (options.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry });
-    for (const spec of METRIC_CATALOG) {
+    if (options.defaultMetrics ?? options.thread !== 'worker') collectDefaultMetrics({ register: this.registry });
+    const specs: readonly MetricSpec[] = options.thread ? metricsOf(options.thread) : METRIC_CATALOG;
+    for (const spec of specs) {
       const common = { name: spec.name, help: spec.help, labelNames: [...spec.labelNames], registers: [this.registry] };
       let metric: AnyMetric;
       if (spec.type === 'counter') metric = new Counter(common);
       else if (spec.type === 'gauge') metric = new Gauge(common);
-      else metric = new Histogram({ ...common, buckets: [...(spec as { buckets: readonly number[] }).buckets] });
+      else metric = new Histogram({ ...common, buckets: [...(spec.buckets ?? [])] });
       this.byName.set(spec.name, metric);
     }
-    // Gauges that must exist from the start, so a dashboard never shows "no data" for them.
-    this.gauge('logprobe_alert_firing').set({ alert: 'LogprobGlobalShift' }, 0);
-    this.gauge('logprobe_alert_firing').set({ alert: 'LogprobSustainedShift' }, 0);
+    const routes = [...new Set((options.mirrorRoutes ?? []).map(routeLabel))];
+    if (options.thread !== 'worker') this.initMain(routes);
+    if (options.thread !== 'main') this.initWorker(routes);
+  }
+
+  /** The proxy's thread: client requests by every route label and status class, its share of the mirror. */
+  private initMain(mirrorRoutes: readonly string[]): void {
+    const requests = this.counter('logprobe_proxy_requests_total');
+    const duration = this.histogram('logprobe_proxy_request_duration_seconds');
+    for (const route of ROUTE_LABELS) {
+      for (const statusClass of STATUS_CLASSES) requests.inc({ route, status_class: statusClass }, 0);
+      duration.zero({ route });
+    }
+    for (const reason of OVERFLOW_REASONS) this.counter('logprobe_proxy_overflow_total').inc({ reason }, 0);
+    this.gauge('logprobe_upstream_connections').set({ backend: 'candidate' }, 0);
+    for (const route of mirrorRoutes) for (const outcome of MAIN_MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
+    // Until the worker has answered a scrape (src/mirror/thread.ts sets it).
+    this.gauge('logprobe_mirror_worker_up').set(0);
+  }
+
+  /** The mirror's worker: every mirrored route's comparison series, the detectors, the backends, the capture. */
+  private initWorker(mirrorRoutes: readonly string[]): void {
+    for (const route of mirrorRoutes) {
+      for (const outcome of MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
+      for (const verdict of VERDICTS) this.counter('logprobe_verdicts_total').inc({ route, verdict }, 0);
+      for (const name of ['logprobe_token_crosspath_diff_nats', 'logprobe_token_shift_nats', 'logprobe_token_gap_nats', 'logprobe_token_kl_nats', 'logprobe_first_divergence_tokens'] as const) {
+        this.histogram(name).zero({ route });
+      }
+      for (const flipClass of FLIP_CLASSES) this.histogram('logprobe_flip_gap_nats').zero({ route, class: flipClass });
+      for (const backend of BACKENDS) this.histogram('logprobe_upstream_duration_seconds').zero({ backend, route });
+    }
+    for (const backend of BACKENDS) {
+      this.gauge('logprobe_upstream_connections').set({ backend }, 0);
+      // Not measured yet: NaN, not 0 (a measured floor of 0 would be a claim).
+      this.gauge('logprobe_noise_floor_observed_nats').set({ backend }, Number.NaN);
+    }
+    for (const alert of ALERT_NAMES) this.gauge('logprobe_alert_firing').set({ alert }, 0);
     this.gauge('logprobe_window_global_shift_ratio').set(0);
     this.gauge('logprobe_cusum_statistic').set(0);
     this.gauge('logprobe_mirror_queue_depth').set(0);
-    for (const reason of OVERFLOW_REASONS) this.counter('logprobe_proxy_overflow_total').inc({ reason }, 0);
-    for (const backend of ['candidate', 'baseline']) this.gauge('logprobe_upstream_connections').set({ backend }, 0);
+    for (const reason of CAPTURE_ERROR_REASONS) this.counter('logprobe_capture_errors_total').inc({ reason }, 0);
   }
 
   /** A client request refused at once by a configured candidate limit. */
@@ -64,7 +132,7 @@ export class Metrics {
 
   private get(name: MetricName): AnyMetric {
     const m = this.byName.get(name);
-    if (!m) throw new Error(`unknown metric ${name}`);
+    if (!m) throw new Error(`metric ${name} is not registered on the ${this.thread ?? '?'} thread: it belongs to another one (src/metrics/catalog.ts)`);
     return m;
   }
 }

@@ -6,8 +6,6 @@ import { initialDetectorState, observe, pooledShare, tick, type AlertTransition,
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange } from '../proxy/tap.js';
 import { createUpstreamPool } from '../upstream/pool.js';
-import { MIRROR_OUTCOMES } from '../metrics/catalog.js';
-import { routeLabel } from '../proxy/routes.js';
 import { Calibration } from './calibration.js';
 import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
 import { LogprobLimits, sendWithinLimits } from './limits.js';
@@ -16,9 +14,6 @@ import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
 import { mirrorKind, rewriteForMirror } from './rewrite.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
-
-/** Every verdict, for zero-initialised series. */
-const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'] as const;
 
 interface Job {
   id: string;
@@ -95,12 +90,8 @@ export class Mirror {
           .finally(() => job.settle?.()),
       onDepth: (d) => depth.set(d),
     });
+    // The series of every known label value exist at 0 from the start (src/metrics/registry.ts).
     deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
-    // Series exist from the start at 0, so rate() sees the first increment.
-    for (const route of new Set(config.mirror.routes.map(routeLabel))) {
-      for (const outcome of MIRROR_OUTCOMES) deps.metrics.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
-      for (const verdict of VERDICTS) deps.metrics.counter('logprobe_verdicts_total').inc({ route, verdict }, 0);
-    }
     // Time alone can fire or resolve an alert (forSeconds), with or without traffic.
     this.ticker = setInterval(() => this.advance(tick(this.detector, config.alert, this.now())), 1000);
     this.ticker.unref();

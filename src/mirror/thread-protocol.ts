@@ -32,7 +32,12 @@ export type FromWorker =
   | { t: 'log'; line: string }
   | { t: 'pair'; pair: MirroredPair }
   | { t: 'alert'; transition: AlertTransition }
-  | { t: 'metrics'; id: number; metrics: Array<MetricObjectWithValues<MetricValue<string>>> }
+  /**
+   * The worker's registry: the answer to the request `id`, or (`id` null) a snapshot the worker
+   * sends by itself — once it is ready, and after each alert transition — so that the proxy's
+   * thread knows the last values even of a worker that dies before the next scrape.
+   */
+  | { t: 'metrics'; id: number | null; metrics: Array<MetricObjectWithValues<MetricValue<string>>> }
   | { t: 'closed' };
 
 export function summarize(s: Readonly<DetectorState>): DetectorSummary {

@@ -20,6 +20,23 @@ type MetricsJSON = Array<MetricObjectWithValues<MetricValue<string>>>;
  */
 const WORKER_LIMITS = { maxYoungGenerationSizeMb: 8 };
 
+/**
+ * How long a scrape waits for the worker's metrics before `/metrics` answers without them (with
+ * the worker's last known values and `logprobe_mirror_worker_up 0`). The worker answers between
+ * two of its tasks, within milliseconds even when busy (a comparison takes a few ms, its young
+ * generation is 8 MB); half a second is ample for that and still leaves room in a scrape timeout
+ * of 1 s (docs/operations.md's and the fleet test's Prometheus; the default is 10 s).
+ */
+export const WORKER_METRICS_TIMEOUT_MS = 500;
+
+/**
+ * How long `ready()` waits for a starting worker's first snapshot (the runtime's `listen()` waits
+ * for it, so that a fresh proxy's /metrics has every series). Starting takes ~100 ms compiled
+ * (nearer a second under tsx); this bounds a pathological start, after which the proxy serves
+ * anyway and the metrics say the worker is down.
+ */
+export const WORKER_START_TIMEOUT_MS = 10_000;
+
 /** The worker's entry: the compiled worker.js next to this file. */
 export const DEFAULT_WORKER_URL = new URL('./worker.js', import.meta.url);
 
@@ -27,6 +44,7 @@ export const DEFAULT_WORKER_URL = new URL('./worker.js', import.meta.url);
 export interface MirrorThreadDeps {
   config: Config;
   logger: Logger;
+  /** The proxy's thread's registry (src/metrics/registry.ts, thread `main`). */
   metrics: Metrics;
   /** Where the worker's log lines are written: the destination of `logger`. */
   logDestination: LogDestination;
@@ -44,7 +62,8 @@ export interface MirrorThreadDeps {
  * kept at all) and a bounded hand-over of each chosen exchange to the mirror's worker thread
  * (src/mirror/worker.ts), which does everything else. The client path pays for one copy of the
  * kept body and one `postMessage`; a full mirror drops the copy here, counted, without waiting.
- * If the worker dies, mirroring stops (counted as dropped, logged once); clients never notice.
+ * If the worker dies, mirroring stops (counted as dropped, logged once); clients never notice,
+ * and /metrics keeps the worker's last values under `logprobe_mirror_worker_up 0`.
  */
 export class MirrorThread implements MirrorTap {
   private readonly sampler: Sampler;
@@ -54,8 +73,16 @@ export class MirrorThread implements MirrorTap {
   private readonly cap: number;
   private alive = true;
   private idleWaiters: Array<() => void> = [];
-  private metricWaiters = new Map<number, (m: MetricsJSON) => void>();
+  /** Scrapes waiting for the worker's answer; `null` when it will not come (the worker exited). */
+  private metricWaiters = new Map<number, (m: MetricsJSON | null) => void>();
   private nextId = 1;
+  /**
+   * The worker's registry as last received (a scrape's answer, or a snapshot it sent after an
+   * alert transition): what /metrics shows of the worker when it is gone or does not answer.
+   */
+  private workerSnapshot: MetricsJSON = [];
+  private readonly started: Promise<boolean>;
+  private markStarted: (ok: boolean) => void = () => {};
   private detector: DetectorSummary = summarize(initialDetectorState());
   private readonly closed: Promise<void>;
   private closing: Promise<void> | null = null;
@@ -65,6 +92,7 @@ export class MirrorThread implements MirrorTap {
     this.sampler = new Sampler(config.mirror);
     // As many as the worker's queue holds and runs: beyond that it would drop them anyway.
     this.cap = config.mirror.queueSize + config.mirror.concurrency;
+    this.started = new Promise((resolve) => (this.markStarted = resolve));
     const workerData: WorkerInit = { config, forwardPairs: Boolean(deps.listeners?.onPair), forwardAlerts: Boolean(deps.listeners?.onAlert) };
     this.worker = new Worker(deps.workerUrl ?? DEFAULT_WORKER_URL, { workerData, name: 'logprobe-mirror', resourceLimits: WORKER_LIMITS });
     this.worker.on('message', (m: FromWorker) => this.onMessage(m));
@@ -73,15 +101,35 @@ export class MirrorThread implements MirrorTap {
     });
     this.closed = new Promise((resolve) => {
       this.worker.once('exit', (code) => {
-        if (this.closing === null) deps.logger.error({ exitCode: code }, 'mirror worker stopped: mirroring stopped, the proxy keeps serving');
+        if (this.closing === null) deps.logger.error({ exitCode: code }, 'mirror worker stopped: mirroring stopped, the proxy keeps serving; /metrics keeps its last values with logprobe_mirror_worker_up 0');
         this.alive = false;
         this.outstanding = 0;
+        this.deps.metrics.gauge('logprobe_mirror_worker_up').set(0);
+        this.markStarted(false);
         this.wakeIdle();
-        for (const w of this.metricWaiters.values()) w([]);
+        for (const w of this.metricWaiters.values()) w(null);
         this.metricWaiters.clear();
         resolve();
       });
     });
+  }
+
+  /**
+   * Resolves true once the worker is up (its first metrics snapshot arrived), false when it
+   * exited first or did not come up within `timeoutMs`.
+   */
+  ready(timeoutMs: number = WORKER_START_TIMEOUT_MS): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), timeoutMs);
+      timer.unref();
+    });
+    return Promise.race([this.started, late]).finally(() => clearTimeout(timer));
+  }
+
+  /** False once the worker thread has exited. */
+  get workerRunning(): boolean {
+    return this.alive;
   }
 
   /** The detectors' state as of the last settled pair (for the demo and tests). */
@@ -129,8 +177,13 @@ export class MirrorThread implements MirrorTap {
         this.call(() => this.deps.listeners?.onAlert?.(m.transition), 'alert listener failed');
         break;
       case 'metrics':
-        this.metricWaiters.get(m.id)?.(m.metrics);
-        this.metricWaiters.delete(m.id);
+        // Every snapshot is the newest known state, also one that comes after its scrape gave up.
+        this.workerSnapshot = m.metrics;
+        this.markStarted(true);
+        if (m.id !== null) {
+          this.metricWaiters.get(m.id)?.(m.metrics);
+          this.metricWaiters.delete(m.id);
+        }
         break;
       case 'closed':
         break;
@@ -157,26 +210,44 @@ export class MirrorThread implements MirrorTap {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  /** The worker's metrics (mirror, detectors, capture), for merging into `/metrics`. */
-  private workerMetrics(): Promise<MetricsJSON> {
-    if (!this.alive) return Promise.resolve([]);
+  /**
+   * The worker's metrics (mirror, detectors, capture) now, or `null` when it is gone or does not
+   * answer within {@link WORKER_METRICS_TIMEOUT_MS}.
+   */
+  private workerMetrics(): Promise<MetricsJSON | null> {
+    if (!this.alive) return Promise.resolve(null);
     const id = this.nextId++;
     return new Promise((resolve) => {
-      this.metricWaiters.set(id, resolve);
+      const timer = setTimeout(() => {
+        this.metricWaiters.delete(id);
+        resolve(null);
+      }, WORKER_METRICS_TIMEOUT_MS);
+      this.metricWaiters.set(id, (m) => {
+        clearTimeout(timer);
+        resolve(m);
+      });
       this.worker.postMessage({ t: 'metrics', id } satisfies ToWorker);
     });
   }
 
   /**
-   * The exposition text of `main` and the worker's registry together. A series is set on one
-   * side only (or counted on both, as `logprobe_mirror_total`), so adding the two is exact; the
-   * process metrics exist on the main side only, hence `sum` for every family (prom-client's own
-   * aggregators, made for cluster workers, would omit or average some of them).
+   * The exposition text of `main` and the worker's registry together, within
+   * {@link WORKER_METRICS_TIMEOUT_MS} whatever the worker does. When the worker is gone or does
+   * not answer in time, its series keep their last known values (counters do not reset, a firing
+   * alert stays firing) and `logprobe_mirror_worker_up` is 0: stale, and saying so.
+   *
+   * Each thread registers only the metrics it owns (src/metrics/catalog.ts), so a family is on
+   * both sides only when owned by both (`logprobe_mirror_total`, `logprobe_upstream_connections`),
+   * each side counting its own part: adding them is exact. Every other family comes from one side
+   * and a sum of one is itself, hence `sum` for every family (prom-client's own aggregators, made
+   * for cluster workers, would omit or average some process metrics).
    */
   async metricsText(main: Registry): Promise<string> {
-    const [a, b] = await Promise.all([main.getMetricsAsJSON(), this.workerMetrics()]);
+    const fresh = await this.workerMetrics();
+    this.deps.metrics.gauge('logprobe_mirror_worker_up').set(fresh === null ? 0 : 1);
+    const a = await main.getMetricsAsJSON();
     const summed = (list: MetricsJSON) => list.map((m) => ({ ...m, aggregator: 'sum' as const }));
-    return AggregatorRegistry.aggregate([summed(a), summed(b)]).metrics();
+    return AggregatorRegistry.aggregate([summed(a), summed(this.workerSnapshot)]).metrics();
   }
 
   /**

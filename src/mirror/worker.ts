@@ -43,7 +43,12 @@ const logger = createLogger({
   redact: config.log.redact,
   destination: { write: (line: string) => post({ t: 'log', line }) },
 });
-const metrics = new Metrics({ defaultMetrics: false });
+// The metrics this thread owns (src/metrics/catalog.ts), every known series at 0.
+const metrics = new Metrics({ thread: 'worker', mirrorRoutes: config.mirror.routes });
+/** Posts the registry: the answer to a scrape's request `id`, or a snapshot of its own (`null`). */
+const sendMetrics = (id: number | null) => {
+  void metrics.registry.getMetricsAsJSON().then((json) => post({ t: 'metrics', id, metrics: json }));
+};
 const candidatePool = createUpstreamPool(config.candidate, {
   tlsInsecure: config.tlsInsecure,
   connections: config.mirror.concurrency * 2,
@@ -55,7 +60,16 @@ const forward: MirrorListeners = {
   ...(init.forwardPairs ? { onPair: (pair) => post({ t: 'pair', pair }) } : {}),
   ...(init.forwardAlerts ? { onAlert: (transition) => post({ t: 'alert', transition }) } : {}),
 };
-const listeners = capture ? withCapture(capture, forward) : forward;
+const outer = capture ? withCapture(capture, forward) : forward;
+// After an alert transition, the proxy's thread gets the new state at once: if this thread dies
+// before the next scrape, /metrics still shows the alert as it last was.
+const listeners: MirrorListeners = {
+  ...outer,
+  onAlert: (transition) => {
+    outer.onAlert?.(transition);
+    sendMetrics(null);
+  },
+};
 const mirror: Mirror = new Mirror({
   config,
   logger,
@@ -70,7 +84,7 @@ port.on('message', (m: ToWorker) => {
     const { body } = m.exchange;
     mirror.accept({ ...m.exchange, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength) });
   } else if (m.t === 'metrics') {
-    void metrics.registry.getMetricsAsJSON().then((json) => post({ t: 'metrics', id: m.id, metrics: json }));
+    sendMetrics(m.id);
   } else if (m.t === 'close') {
     void (async () => {
       try {
@@ -85,3 +99,6 @@ port.on('message', (m: ToWorker) => {
     })();
   }
 });
+
+// Ready: the first snapshot tells the proxy's thread so, with every series at its start value.
+sendMetrics(null);
