@@ -147,7 +147,7 @@ test('LogprobGlobalShift fires on a real Prometheus for the faulty replica\'s fl
   const alerting = groups.flatMap((g) => g.rules).filter((r) => r.type === 'alerting');
   assert.deepEqual(
     alerting.map((r) => `${r.name} for ${r.duration}s`).sort(),
-    ['LogprobGlobalShift', 'LogprobMirrorStalled', 'LogprobProxyErrors', 'LogprobSustainedShift'].map((n) => `${n} for ${FOR_MS / 1000}s`),
+    ['LogprobGlobalShift', 'LogprobMirrorStalled', 'LogprobMirrorWorkerDown', 'LogprobProxyErrors', 'LogprobSustainedShift'].map((n) => `${n} for ${FOR_MS / 1000}s`),
   );
   assert.deepEqual(await promRuleErrors(prom.url), []);
 
@@ -220,6 +220,14 @@ test('LogprobGlobalShift fires on a real Prometheus for the faulty replica\'s fl
   assert.deepEqual(pooled.map((s) => s.metric.job), [FAULTY], 'pooled verdict share');
   const inProcess = await promQuery(prom.url, 'max by (job, namespace) (logprobe_alert_firing{alert="LogprobGlobalShift"}) == 1');
   assert.deepEqual(inProcess.map((s) => s.metric.job), [FAULTY], 'in-process detector');
+
+  // Both replicas' mirror workers answer their scrapes; the noise-floor gauge that calibration
+  // has not measured (NaN, spelled `Nan` by prom-client) is read by Prometheus, not refused.
+  const up = await promQuery(prom.url, 'logprobe_mirror_worker_up');
+  assert.deepEqual(up.map((s) => `${s.metric.job} ${s.value}`).sort(), [`${CLEAN} 1`, `${FAULTY} 1`], 'logprobe_mirror_worker_up');
+  assert.ok((await promAlerts(prom.url)).every((a) => a.labels.alertname !== 'LogprobMirrorWorkerDown'), 'no worker down');
+  const floors = await promQuery(prom.url, 'logprobe_noise_floor_observed_nats');
+  assert.equal(floors.length, 4, 'two backends on each replica');
 
   // The recording rules behind them, fleet by fleet.
   assert.ok(((await valueFor(prom.url, 'logprobe:global_shift:ratio_rate5m', FAULTY)) ?? 0) >= 0.9, 'faulty: (almost) every comparable verdict a shift');
