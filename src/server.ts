@@ -49,8 +49,11 @@ export interface LogprobeRuntime {
   mirror: MirrorThread | undefined;
   /** Listens on both ports; returns the URLs actually bound (port 0 gives a free port). */
   listen(): Promise<{ proxyUrl: string; adminUrl: string }>;
-  /** Graceful stop: no new connections, in-flight requests finish within `shutdown.drainSeconds`. */
-  close(): Promise<void>;
+  /**
+   * Graceful stop: no new connections, in-flight requests finish within `shutdown.drainSeconds`.
+   * `quiet`: no "logprobe stopped" line (a start that failed has nothing to report stopping).
+   */
+  close(options?: { quiet?: boolean }): Promise<void>;
 }
 
 /**
@@ -102,7 +105,7 @@ export function createRuntime(
       logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');
       return { proxyUrl, adminUrl };
     },
-    close() {
+    close(closeOptions = {}) {
       closing ??= (async () => {
         accepting = false;
         const drainMs = config.shutdown.drainSeconds * 1000;
@@ -120,7 +123,7 @@ export function createRuntime(
         await parts.mirror?.close();
         await candidatePool.close();
         await admin.close();
-        logger.info('logprobe stopped');
+        if (!closeOptions.quiet) logger.info('logprobe stopped');
       })();
       return closing;
     },

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, buildConfig, loadConfig, readConfigFile } from '../src/config/load.js';
+import { buildConfig, loadConfig, readConfigFile } from '../src/config/load.js';
+import { ConfigError } from '../src/errors.js';
 
 function yamlFile(text: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'logprobe-config-'));

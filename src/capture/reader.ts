@@ -4,48 +4,30 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { CAPTURE_VERSION, type CaptureRecord } from './record.js';
+import { errnoReason, LogprobeError, unreadableFile } from '../errors.js';
 
 /** One line of a JSONL file: its parsed value, or why it could not be used (`file:line: error`). */
 export type LineItem = { file: string; line: number; value: unknown; error?: undefined } | { file: string; line: number; error: string; value?: undefined };
 
-/** A file that cannot be read at all: a usage error for the CLI (`logprobe: FILE: reason`). */
-export class UnreadableFileError extends Error {
-  constructor(
-    readonly file: string,
-    readonly reason: string,
-  ) {
-    super(`${file}: ${reason}`);
-    this.name = 'UnreadableFileError';
-  }
-}
-
 /** Longest line kept in memory; a longer one is skipped and reported (a corrupt file without newlines must not exhaust memory). */
 export const MAX_LINE_BYTES = 256 * 1024 * 1024;
 
-function describe(err: unknown): string {
-  const code = (err as { code?: string }).code;
-  if (code === 'ENOENT') return 'no such file';
-  if (code === 'EACCES' || code === 'EPERM') return 'permission denied';
-  if (code === 'EISDIR') return 'is a directory';
-  return (err as Error).message ?? 'cannot read';
-}
-
-/** Checks that `file` can be opened and says whether it is gzip (magic bytes 1f 8b); throws {@link UnreadableFileError}. */
+/** Checks that `file` can be opened and says whether it is gzip (magic bytes 1f 8b); throws an unreadable-file {@link LogprobeError}. */
 export async function probeFile(file: string): Promise<{ gzip: boolean; size: number }> {
   let handle;
   try {
     handle = await open(file, 'r');
   } catch (err) {
-    throw new UnreadableFileError(file, describe(err));
+    throw unreadableFile(file, errnoReason(err, 'read'), err);
   }
   try {
     const st = await handle.stat();
-    if (st.isDirectory()) throw new UnreadableFileError(file, 'is a directory');
+    if (st.isDirectory()) throw unreadableFile(file, 'is a directory');
     const head = Buffer.alloc(2);
     const { bytesRead } = await handle.read(head, 0, 2, 0);
     return { gzip: bytesRead === 2 && head[0] === 0x1f && head[1] === 0x8b, size: st.size };
   } catch (err) {
-    throw err instanceof UnreadableFileError ? err : new UnreadableFileError(file, describe(err));
+    throw err instanceof LogprobeError ? err : unreadableFile(file, errnoReason(err, 'read'), err);
   } finally {
     await handle.close();
   }
@@ -55,7 +37,7 @@ export async function probeFile(file: string): Promise<{ gzip: boolean; size: nu
  * The files behind command-line inputs: a file as given, a directory as its `*.jsonl` and
  * `*.jsonl.gz` files in name order (not recursive; `logprobe analyze captures/`). Every file is
  * probed first, so that an unreadable one is a usage error before any output. Throws
- * {@link UnreadableFileError}.
+ * an unreadable-file {@link LogprobeError}.
  */
 export async function resolveInputs(paths: readonly string[]): Promise<{ files: string[]; bytes: number }> {
   const files: string[] = [];
@@ -68,10 +50,10 @@ export async function resolveInputs(paths: readonly string[]): Promise<{ files: 
       try {
         names = await readdir(path);
       } catch (err) {
-        throw new UnreadableFileError(path, describe(err));
+        throw unreadableFile(path, errnoReason(err, 'read'), err);
       }
       listed = names.filter((n) => /\.jsonl(\.gz)?$/.test(n)).sort().map((n) => join(path, n));
-      if (listed.length === 0) throw new UnreadableFileError(path, 'no .jsonl or .jsonl.gz file in this directory');
+      if (listed.length === 0) throw unreadableFile(path, 'no .jsonl or .jsonl.gz file in this directory');
     }
     for (const file of listed) {
       bytes += (await probeFile(file)).size;
@@ -152,7 +134,7 @@ export async function* readJsonLines(file: string, options: { onBytes?: (n: numb
       if (item) yield item;
     }
     const code = (err as { code?: string }).code;
-    const what = gzip && (code === 'Z_BUF_ERROR' || code === 'Z_DATA_ERROR') ? `gzip stream cut short or corrupt (${(err as Error).message})` : `read failed (${describe(err)})`;
+    const what = gzip && (code === 'Z_BUF_ERROR' || code === 'Z_DATA_ERROR') ? `gzip stream cut short or corrupt (${(err as Error).message})` : `read failed (${errnoReason(err, 'read')})`;
     yield { file, line: lineNo + 1, error: what };
     return;
   } finally {

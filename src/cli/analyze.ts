@@ -1,15 +1,16 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { parseNumberOption, UsageError } from './errors.js';
+import { noInput } from '../errors.js';
+import { parseNumberOption } from './options.js';
 import { startProgress } from './progress.js';
 import { configFrom, describeThresholds, parseFailOn, thresholdOptions, thresholdOverrides, thresholdsNote, type ThresholdFlags } from './thresholds.js';
 import type { Thresholds } from '../core/index.js';
-import { resolveInputs, UnreadableFileError } from '../capture/reader.js';
+import { resolveInputs } from '../capture/reader.js';
 import { analyzeFiles, type AnalysedRecord } from '../report/analyze.js';
 import { Summary } from '../report/summary.js';
 import { renderSummaryText } from '../report/text.js';
 import { checkWritable, writeHtmlReport } from './report-file.js';
-import { guardStdout, stdoutGone, writeOut } from './stdout.js';
+import { stdoutGone, writeOut } from './stdout.js';
 
 interface AnalyzeFlags extends ThresholdFlags {
   json?: boolean;
@@ -48,14 +49,11 @@ export const analyzeCommand: CommandFactory = (setExit) =>
   )
     .addHelpText('after', HELP)
     .action(async (inputs: string[], flags: AnalyzeFlags) => {
-      guardStdout();
       const top = parseNumberOption('--top', flags.top, { min: 0, integer: true });
       const failOn = flags.failOn === undefined ? new Set<string>() : parseFailOn(flags.failOn);
       const config = configFrom(flags);
       const overrides = thresholdOverrides(flags, config);
-      const { files, bytes: totalBytes } = await resolveInputs(inputs).catch((err: unknown) => {
-        throw err instanceof UnreadableFileError ? new UsageError(err.message) : err;
-      });
+      const { files, bytes: totalBytes } = await resolveInputs(inputs);
       if (flags.html) await checkWritable(flags.html);
 
       const summary = new Summary({ alert: config.alert });
@@ -83,7 +81,7 @@ export const analyzeCommand: CommandFactory = (setExit) =>
         signal: json && !flags.html && failOn.size === 0 ? stdoutGone : undefined,
       });
       progress.stop();
-      if (records === 0) throw new UsageError(`no capture records in ${files.join(', ')}`);
+      if (records === 0) throw noInput(`no capture records in ${files.join(', ')}`);
 
       const data = summary.data();
       const t: Thresholds = first!;

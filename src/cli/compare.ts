@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { UsageError } from './errors.js';
+import { errnoReason, noInput, unreadableFile } from '../errors.js';
 import { thresholdOverrides, type ThresholdFlags } from './thresholds.js';
 import { renderComparison } from './compare-format.js';
 import { loadConfig } from '../config/load.js';
@@ -54,7 +54,7 @@ export const compareCommand: CommandFactory = (setExit) =>
       }
       if (result.verdict === 'incomparable') {
         const empty = candidate.steps.length === 0 ? candidateFile : baseline.steps.length === 0 ? baselineFile : null;
-        throw new UsageError(empty ? `no logprobs in ${empty}` : (result.notes[0] ?? 'incomparable'));
+        throw noInput(empty ? `no logprobs in ${empty}` : (result.notes[0] ?? 'incomparable'));
       }
       setExit(verdictExitCode(result.verdict));
     });
@@ -65,13 +65,11 @@ function readResponse(file: string): ParsedResponse {
   try {
     bytes = readFileSync(file);
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const reason = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : 'cannot read';
-    throw new UsageError(`${file}: ${reason}`);
+    throw unreadableFile(file, errnoReason(err, 'read'), err);
   }
   const parsed = parseResponse(bytes);
   if (parsed.format === 'unknown' || parsed.format === 'error') {
-    throw new UsageError(`${file}: ${parsed.error ?? 'not a completion response'}`);
+    throw noInput(`${file}: ${parsed.error ?? 'not a completion response'}`);
   }
   return parsed;
 }

@@ -1,6 +1,9 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { UsageError, parseNumberOption } from './errors.js';
+import { LogprobeError, usageError } from '../errors.js';
+import { parseNumberOption } from './options.js';
+import { stopOnSignal } from './signals.js';
+import { stdoutGone, writeOut } from './stdout.js';
 import { runDemo } from '../demo/run.js';
 import { portFree } from '../demo/ports.js';
 import { loadEngines, type DemoFaultPlan, type EnginePackage } from './engines.js';
@@ -67,35 +70,23 @@ export const demoCommand: CommandFactory = (setExit) =>
     .action(async (opts: DemoCliOptions, cmd: Command) => {
       const startedAt = Date.now();
       const { DEMO_ENGINES, EngineStartError, UnknownDemoFaultError, chooseEngines, planFault } = await loadEngines('logprobe demo');
-      if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine)) throw new UsageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
+      if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine)) throw usageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
       const choice = opts.engine;
       let plan: DemoFaultPlan;
       try {
         plan = planFault(opts.fault);
       } catch (err) {
-        if (err instanceof UnknownDemoFaultError) throw new UsageError(`--fault: ${err.message}`);
+        if (err instanceof UnknownDemoFaultError) throw usageError(`--fault: ${err.message}`);
         throw err;
       }
       const duration = opts.duration === undefined ? undefined : parseNumberOption('--duration', opts.duration, { min: 1 });
       const rate = parseNumberOption('--rate', opts.rate, { min: 0.1, max: 1000 });
       const seed = parseNumberOption('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true });
-      const ac = new AbortController();
-      // Piped into \`head\`: when the reader goes away, stop the demo (and its engines) quietly.
-      let stdoutOpen = true;
-      const onStdoutError = (err: NodeJS.ErrnoException): void => {
-        if (err.code !== 'EPIPE') throw err;
-        stdoutOpen = false;
-        ac.abort();
-      };
-      process.stdout.on('error', onStdoutError);
-      const out = (line: string): void => {
-        if (stdoutOpen) process.stdout.write(`${line}\n`);
-      };
+      // Piped into `head`: when the reader goes away, the demo (and its engines) stops quietly.
+      const out = (line: string): void => void writeOut(`${line}\n`);
       const port = await pickPort(cmd, 'port', '--port', parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true }), out);
       const adminPort = await pickPort(cmd, 'adminPort', '--admin-port', parseNumberOption('--admin-port', opts.adminPort, { min: 0, max: 65535, integer: true }), out);
-      const onSignal = () => ac.abort();
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
+      const stop = stopOnSignal();
       try {
         await runDemo({
           duration,
@@ -104,16 +95,14 @@ export const demoCommand: CommandFactory = (setExit) =>
           adminPort,
           startedAt,
           engines: () => chooseEngines({ choice, plan, seed, notice: out }),
-          signal: ac.signal,
+          signal: AbortSignal.any([stop.stopping, stdoutGone]),
           out,
         });
       } catch (err) {
-        if (err instanceof EngineStartError) throw new UsageError(`--engine ${choice}: llama.cpp engines unavailable (${err.reason})`, 1);
+        if (err instanceof EngineStartError) throw new LogprobeError('LOGPROBE_ENGINES_UNAVAILABLE', `--engine ${choice}: llama.cpp engines unavailable (${err.reason})`, { cause: err });
         throw err;
       } finally {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
-        process.stdout.off('error', onStdoutError);
+        stop.dispose();
       }
       setExit(0);
     });

@@ -1,4 +1,4 @@
-import { UsageError } from './errors.js';
+import { LogprobeError } from '../errors.js';
 import type { DemoEngines } from '../demo/run.js';
 
 /**
@@ -36,7 +36,7 @@ export async function loadEngines(command: string): Promise<EnginePackage> {
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     if ((e.code === 'ERR_MODULE_NOT_FOUND' || e.code === 'MODULE_NOT_FOUND') && e.message.includes(PACKAGE)) {
-      throw new UsageError(`${command} needs the test engines (${PACKAGE}), which come with a clone of the repository, not with the logprobe package: git clone the repository and run npm ci there`);
+      throw new LogprobeError('LOGPROBE_ENGINES_MISSING', `${command} needs the test engines (${PACKAGE}), which come with a clone of the repository, not with the logprobe package: git clone the repository and run npm ci there`);
     }
     throw err;
   }

@@ -1,7 +1,7 @@
 import { Command, CommanderError } from 'commander';
-import { ConfigError } from '../config/load.js';
-import { UsageError } from './errors.js';
+import { LogprobeError } from '../errors.js';
 import { commands } from './commands.js';
+import { guardStdout } from './stdout.js';
 import { prepareDemoHelp } from './demo.js';
 
 const VERSION = '0.1.0';
@@ -12,6 +12,8 @@ const VERSION = '0.1.0';
  */
 export async function main(argv: string[]): Promise<number> {
   let exitCode = 0;
+  // Every command's output may go to a reader that leaves (`| head`): no EPIPE stack trace.
+  guardStdout();
   if (argv[0] === 'demo') await prepareDemoHelp();
   const program = new Command('logprobe')
     .description('Transparent OpenAI-compatible proxy that measures per-token logprob drift between a candidate and a baseline')
@@ -34,9 +36,10 @@ export async function main(argv: string[]): Promise<number> {
       // --help and --version end here with exit code 0; usage mistakes with 1 from commander.
       return err.exitCode === 0 ? 0 : 2;
     }
-    if (err instanceof UsageError || err instanceof ConfigError) {
+    // Every user-facing error of every command (src/errors.ts), mapped here once.
+    if (err instanceof LogprobeError) {
       process.stderr.write(`logprobe: ${err.message}\n`);
-      return err instanceof UsageError ? err.exitCode : 2;
+      return err.exitCode;
     }
     throw err;
   }

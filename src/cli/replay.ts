@@ -1,14 +1,15 @@
-import { basename, dirname, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { Command } from 'commander';
-import { pino } from 'pino';
 import type { CommandFactory } from './commands.js';
-import { parseNumberOption, UsageError } from './errors.js';
+import { noInput, usageError } from '../errors.js';
+import { parseNumberOption } from './options.js';
 import { startProgress } from './progress.js';
-import { checkWritable, reason, writeHtmlReport } from './report-file.js';
-import { guardStdout, writeOut } from './stdout.js';
+import { checkWritable, writeHtmlReport } from './report-file.js';
+import { writeOut } from './stdout.js';
 import { configFrom, DEFAULT_FAIL_ON, describeThresholds, parseFailOn, resolveThresholds, thresholdOptions, type ThresholdFlags } from './thresholds.js';
-import { readJsonLines, resolveInputs, UnreadableFileError } from '../capture/reader.js';
-import { CaptureWriter } from '../capture/writer.js';
+import { readJsonLines, resolveInputs } from '../capture/reader.js';
+import { decideGate } from '../replay/gate.js';
+import { openReplayCapture } from '../replay/output.js';
 import { runReplay } from '../replay/run.js';
 import type { UpstreamOptions } from '../upstream/pool.js';
 import { Summary } from '../report/summary.js';
@@ -39,14 +40,14 @@ Exit codes (the CI gate):
 `;
 
 function url(flag: string, raw: string | undefined): string {
-  if (raw === undefined) throw new UsageError(`${flag} URL is required`);
+  if (raw === undefined) throw usageError(`${flag} URL is required`);
   try {
     const u = new URL(raw);
     if (u.protocol === 'http:' || u.protocol === 'https:') return raw;
   } catch {
     // reported below
   }
-  throw new UsageError(`${flag}: expected an http(s) URL, got '${raw}'`);
+  throw usageError(`${flag}: expected an http(s) URL, got '${raw}'`);
 }
 
 /** `logprobe replay INPUT… --candidate URL --baseline URL`: the CI gate. */
@@ -66,7 +67,6 @@ export const replayCommand: CommandFactory = (setExit) =>
   )
     .addHelpText('after', HELP)
     .action(async (args: string[], flags: ReplayFlags) => {
-      guardStdout();
       const candidateUrl = url('--candidate', flags.candidate);
       const baselineUrl = url('--baseline', flags.baseline);
       const concurrency = parseNumberOption('--concurrency', flags.concurrency, { min: 1, max: 1024, integer: true });
@@ -75,26 +75,15 @@ export const replayCommand: CommandFactory = (setExit) =>
       const failOn = parseFailOn(flags.failOn);
       const config = configFrom(flags);
       const thresholds = resolveThresholds(flags, config);
-      const { files: inputs } = await resolveInputs(args).catch((err: unknown) => {
-        throw err instanceof UnreadableFileError ? new UsageError(err.message) : err;
-      });
+      const { files: inputs } = await resolveInputs(args);
       if (flags.html) await checkWritable(flags.html);
       const out = resolve(flags.out ?? `replay-${new Date().toISOString().replace(/:/g, '')}.jsonl`);
-      const writer = new CaptureWriter({
-        dir: dirname(out),
-        fileName: () => basename(out),
-        truncate: true,
-        maxFileBytes: Infinity,
-        gzip: false,
-        record: { includePrompts: true, thresholds, secrets: [config.baseline.apiKey] },
-        logger: pino({ level: 'silent' }),
+      const writer = await openReplayCapture({
+        file: out,
+        thresholds,
+        secrets: [config.baseline.apiKey],
         onError: (reason) => process.stderr.write(`logprobe: writing ${out} failed (${reason}); pairs are missing from it\n`),
       });
-      try {
-        await writer.open();
-      } catch (err) {
-        throw new UsageError(`${out}: ${reason(err)}`);
-      }
 
       const total = process.stderr.isTTY ? await countLines(inputs) : 0;
       const progress = startProgress({ label: 'replay', total, unit: 'items', lines: false });
@@ -120,7 +109,7 @@ export const replayCommand: CommandFactory = (setExit) =>
         progress.stop();
         await writer.close();
       }
-      if (summary.total === 0) throw new UsageError(`nothing to replay in ${inputs.join(', ')}`);
+      if (summary.total === 0) throw noInput(`nothing to replay in ${inputs.join(', ')}`);
 
       const data = summary.data();
       const ctx = { thresholds: describeThresholds(thresholds), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic };
@@ -130,18 +119,9 @@ export const replayCommand: CommandFactory = (setExit) =>
         await writeHtmlReport(flags.html, data, { title: `logprobe replay: ${candidateUrl} vs ${baselineUrl}`, inputs, ...ctx });
         void writeOut(`report: ${flags.html}\n`);
       }
-      const hits = [...failOn].filter((v) => v !== 'alert' && summary.count([v]) > 0).map((v) => `${v} ${summary.count([v])}`);
-      if (failOn.has('alert') && summary.alertsFired > 0) hits.push(`alert ${data.alerts.map((a) => a.alert).join(', ')}`);
-      if (hits.length > 0) {
-        void writeOut(`gate: FAIL (${hits.join(', ')})\n`);
-        setExit(1);
-      } else if (data.compared === 0) {
-        void writeOut('gate: FAIL (no pair could be compared: a gate does not pass on no evidence)\n');
-        setExit(1);
-      } else {
-        void writeOut(`gate: PASS (${failOn.size ? `no ${[...failOn].join(', no ')}` : '--fail-on none'})\n`);
-        setExit(0);
-      }
+      const gate = decideGate(summary, data, failOn);
+      void writeOut(`${gate.line}\n`);
+      setExit(gate.passed ? 0 : 1);
     });
 
 /** Input lines, for the progress bar's total (terminals only: it reads the inputs twice). */

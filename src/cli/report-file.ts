@@ -1,19 +1,7 @@
 import { open, writeFile } from 'node:fs/promises';
 import { renderHtml, type HtmlContext } from '../report/html.js';
 import type { SummaryData } from '../report/summary.js';
-import { UsageError } from './errors.js';
-
-/** Why an output file cannot be written, in a few words. */
-export function reason(err: unknown): string {
-  const code = (err as { code?: string }).code;
-  if (code === 'ENOENT') return 'no such directory';
-  if (code === 'EACCES' || code === 'EPERM') return 'permission denied';
-  if (code === 'EISDIR') return 'is a directory';
-  // mkdir -p answers EEXIST when a part of the path is a file.
-  if (code === 'ENOTDIR' || code === 'EEXIST') return 'a part of the path is not a directory';
-  if (code === 'EROFS') return 'read-only file system';
-  return (err as Error).message;
-}
+import { unwritableFile } from '../errors.js';
 
 /** Fails fast (before a long analysis) when the report cannot be written: `logprobe: FILE: reason`, exit 2. */
 export async function checkWritable(file: string): Promise<void> {
@@ -21,7 +9,7 @@ export async function checkWritable(file: string): Promise<void> {
     const h = await open(file, 'a', 0o600);
     await h.close();
   } catch (err) {
-    throw new UsageError(`${file}: ${reason(err)}`);
+    throw unwritableFile(file, err);
   }
 }
 
@@ -30,6 +18,6 @@ export async function writeHtmlReport(file: string, data: SummaryData, ctx: Html
   try {
     await writeFile(file, renderHtml(data, ctx), { mode: 0o600 });
   } catch (err) {
-    throw new UsageError(`${file}: ${reason(err)}`);
+    throw unwritableFile(file, err);
   }
 }

@@ -1,38 +1,9 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { loadConfig } from '../config/load.js';
-import { createRuntime, type LogprobeRuntime } from '../server.js';
-
-/**
- * Stops the runtime on SIGTERM/SIGINT (graceful drain), a second signal forces the exit.
- * Resolves once the runtime has stopped.
- */
-export function untilSignal(runtime: { close(): Promise<void>; logger: { info: (o: object, m: string) => void } }): Promise<void> {
-  return new Promise((resolve) => {
-    let stopping = false;
-    const onSignal = (signal: NodeJS.Signals) => {
-      if (stopping) {
-        process.stderr.write(`logprobe: second ${signal}, exiting now\n`);
-        process.exit(130);
-      }
-      stopping = true;
-      runtime.logger.info({ signal }, 'shutting down');
-      runtime.close().then(
-        () => {
-          process.off('SIGTERM', onSignal);
-          process.off('SIGINT', onSignal);
-          resolve();
-        },
-        (err: unknown) => {
-          process.stderr.write(`logprobe: error during shutdown: ${(err as Error).message}\n`);
-          resolve();
-        },
-      );
-    };
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-  });
-}
+import { LogprobeError } from '../errors.js';
+import { createRuntime } from '../server.js';
+import { aborted, stopOnSignal } from './signals.js';
 
 export const serveCommand: CommandFactory = (setExit) =>
   new Command('serve')
@@ -46,19 +17,23 @@ export const serveCommand: CommandFactory = (setExit) =>
         setExit(0);
         return;
       }
-      const runtime: LogprobeRuntime = createRuntime(config);
+      const runtime = createRuntime(config);
       try {
         await runtime.listen();
       } catch (err) {
         const e = err as NodeJS.ErrnoException;
-        await runtime.close().catch(() => undefined);
-        if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') {
-          process.stderr.write(`logprobe: cannot listen: ${e.message}\n`);
-          setExit(2);
-          return;
-        }
+        await runtime.close({ quiet: true }).catch(() => undefined);
+        if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') throw new LogprobeError('LOGPROBE_LISTEN', `cannot listen: ${e.message}`, { cause: err });
         throw err;
       }
-      await untilSignal(runtime);
+      // The first SIGTERM/SIGINT drains (shutdown.drainSeconds); a second one exits at once.
+      const stop = stopOnSignal();
+      try {
+        await aborted(stop.stopping);
+        runtime.logger.info({ signal: stop.signal() }, 'shutting down');
+        await runtime.close().catch((err: unknown) => process.stderr.write(`logprobe: error during shutdown: ${(err as Error).message}\n`));
+      } finally {
+        stop.dispose();
+      }
       setExit(0);
     });

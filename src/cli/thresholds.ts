@@ -3,7 +3,8 @@ import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { DEFAULT_THRESHOLDS, formatNats, VERDICTS, type Thresholds } from '../core/index.js';
 import { UNCOMPARED } from '../report/summary.js';
-import { parseNumberOption, UsageError } from './errors.js';
+import { usageError } from '../errors.js';
+import { parseNumberOption } from './options.js';
 
 /** The threshold flags `analyze` and `replay` share with `compare`. */
 export interface ThresholdFlags {
@@ -47,7 +48,7 @@ export function thresholdOverrides(flags: ThresholdFlags, config: Config | null)
   if (flags.globalFraction !== undefined) t.globalFraction = parseNumberOption('--global-fraction', flags.globalFraction, { min: 0, max: 1 });
   if (flags.minAligned !== undefined) t.minAligned = parseNumberOption('--min-aligned', flags.minAligned, { min: 1, integer: true });
   const full = { ...DEFAULT_THRESHOLDS, ...t };
-  if (full.gapSystematic < full.gapAmbiguous) throw new UsageError(`--gap-systematic (${full.gapSystematic}) must be ≥ --gap-ambiguous (${full.gapAmbiguous})`);
+  if (full.gapSystematic < full.gapAmbiguous) throw usageError(`--gap-systematic (${full.gapSystematic}) must be ≥ --gap-ambiguous (${full.gapAmbiguous})`);
   return t;
 }
 
@@ -86,7 +87,7 @@ export function parseFailOn(raw: string): Set<string> {
   const out = new Set<string>();
   for (const item of items) {
     if (item === 'none') continue;
-    if (!FAIL_ON_ITEMS.includes(item)) throw new UsageError(`--fail-on: unknown item '${item}' (expected ${FAIL_ON_ITEMS.join(', ')}, or none)`);
+    if (!FAIL_ON_ITEMS.includes(item)) throw usageError(`--fail-on: unknown item '${item}' (expected ${FAIL_ON_ITEMS.join(', ')}, or none)`);
     if (item === 'error') for (const o of UNCOMPARED) out.add(o);
     else out.add(item);
   }

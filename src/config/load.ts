@@ -1,16 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parseDocument } from 'yaml';
 import { configSchema, type Config, type ConfigInput } from './schema.js';
-
-/** A user error in the configuration: each line names the key path and the reason. */
-export class ConfigError extends Error {
-  readonly issues: string[];
-  constructor(issues: string[], source?: string) {
-    super(`${source ? `${source}: ` : ''}invalid configuration: ${issues.join('; ')}`);
-    this.name = 'ConfigError';
-    this.issues = issues;
-  }
-}
+import { ConfigError, errnoReason } from '../errors.js';
 
 /**
  * Environment overrides, applied after the file. Empty strings count as unset, so that
@@ -122,9 +113,7 @@ export function readConfigFile(file: string, env: Env = process.env): Record<str
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const reason = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'is a directory' : (err as Error).message;
-    throw new ConfigError([`cannot read config file (${reason})`], file);
+    throw new ConfigError([`cannot read config file (${errnoReason(err, 'read')})`], file);
   }
   const protectedText = protectReferences(text);
   const doc = parseDocument(protectedText.text, { prettyErrors: false });

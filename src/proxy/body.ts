@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { PayloadTooLargeError } from './errors.js';
+import { PayloadTooLargeError } from '../errors.js';
 
 /**
  * Reads a request body into one Buffer, failing with 413 past `limitBytes`. Used only where a

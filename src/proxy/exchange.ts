@@ -3,7 +3,8 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { readBody } from './body.js';
-import { PayloadTooLargeError, UpstreamOverflowError, mapUpstreamError, openAIError } from './errors.js';
+import { PayloadTooLargeError, UpstreamOverflowError } from '../errors.js';
+import { mapUpstreamError, openAIError } from './errors.js';
 import { MIRROR_HEADER, clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import { pathOf, routeLabel } from './routes.js';
 import { parseMirrorHeader, type MirrorTap } from './tap.js';

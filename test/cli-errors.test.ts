@@ -1,0 +1,53 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { BIN, runCli } from './helpers/cli.js';
+import { COMMAND_ERRORS, LogprobeError, errnoReason } from '../src/errors.js';
+
+// One error catalogue (src/errors.ts): every user-facing failure of a command is a LogprobeError
+// with its code's exit code, printed as one line by src/cli/main.ts.
+
+test('errnoReason: one wording for every command, reading and writing', () => {
+  const e = (code: string) => Object.assign(new Error(`raw ${code}`), { code });
+  assert.equal(errnoReason(e('ENOENT'), 'read'), 'no such file');
+  assert.equal(errnoReason(e('ENOENT'), 'write'), 'no such directory');
+  assert.equal(errnoReason(e('EACCES'), 'read'), 'permission denied');
+  assert.equal(errnoReason(e('EPERM'), 'write'), 'permission denied');
+  assert.equal(errnoReason(e('EISDIR'), 'read'), 'is a directory');
+  assert.equal(errnoReason(e('ENOTDIR'), 'write'), 'a part of the path is not a directory');
+  assert.equal(errnoReason(e('EROFS'), 'write'), 'read-only file system');
+  assert.equal(errnoReason(e('ENOSPC'), 'write'), 'no space left on device');
+  assert.equal(errnoReason(e('EIO'), 'write'), 'raw EIO');
+});
+
+test('every catalogue code has an exit code, and the error carries it', () => {
+  for (const [code, { exitCode }] of Object.entries(COMMAND_ERRORS)) {
+    const err = new LogprobeError(code as keyof typeof COMMAND_ERRORS, 'm');
+    assert.equal(err.exitCode, exitCode);
+    assert.ok(exitCode === 1 || exitCode === 2, code);
+  }
+});
+
+test('the same user errors through different commands: one line, no stack trace, exit 2', async () => {
+  for (const args of [['analyze', '/nonexistent.jsonl'], ['compare', '/nonexistent.json', '/nonexistent2.json'], ['replay', '/nonexistent.jsonl', '--candidate', 'http://127.0.0.1:1', '--baseline', 'http://127.0.0.1:1'], ['serve', '--config', '/nonexistent.yaml']]) {
+    const r = await runCli(args);
+    assert.equal(r.code, 2, args.join(' '));
+    assert.match(r.stderr, /^logprobe: .*\/nonexistent\S*: no such file|^logprobe: \/nonexistent\.yaml: invalid configuration: cannot read config file \(no such file\)\n$/, args.join(' '));
+    assert.equal(r.stderr.trim().split('\n').length, 1, `${args.join(' ')}: ${r.stderr}`);
+  }
+});
+
+test('a reader that leaves early (| head) ends any command quietly: no EPIPE stack trace', async () => {
+  for (const args of [['compare', '--help'], ['--help'], ['analyze', '--help']]) {
+    const result = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+      // Close our end of stdout before the command writes: its writes then fail with EPIPE.
+      child.stdout.destroy();
+      child.on('close', (code) => resolve({ code, stderr }));
+    });
+    assert.doesNotMatch(result.stderr, /EPIPE|Error|at /, `${args.join(' ')}: ${result.stderr}`);
+    assert.equal(result.code, 0, args.join(' '));
+  }
+});
