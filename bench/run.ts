@@ -7,10 +7,23 @@
  *   npm run bench                 full run (~12 minutes)
  *   npm run bench -- --quick      under 2 minutes, one line per figure (regression checks)
  *   options: --no-portkey  --profile (cpu-prof logprobe, mirroring off)  --no-build
+ *
+ * Lanes: `--lane json` (the default: the fixed-JSON lane above), `--lane streams` (only the
+ * streaming lane, bench/streams.ts: long SSE streams, N = 100, 1,000, 5,000 concurrent clients;
+ * with --quick N = 100 and 1,000, one round; writes bench/out/streams.json and the "Streaming
+ * lane" section of bench/RESULTS.md), `--lane all` (both). Streaming-lane options:
+ *   --n 100,1000        the Ns (default 100,1000,5000; quick 100,1000)
+ *   --rounds R          rounds per N (default 3; quick 1)
+ *   --targets a,b       of direct,nginx,logprobe-off,logprobe-0.1 (default all)
+ *   --logprobe-root DIR run (and build, unless --no-build) the logprobe of another checkout
+ *   --mirror-delay-ms MS  the upstream's delay for the mirror's non-streaming copies (default 64 × 20)
+ *   --harness-nice K    nice value of the upstream and the load generator (default -5; 0: none)
+ * RESULTS.md gets the streaming section only from a run of the default Ns and targets without --quick.
  */
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { setPriority } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { killAll, runToEnd } from './lib/proc.js';
 import { machine } from './lib/machine.js';
@@ -25,6 +38,8 @@ import { coreBench } from './core.js';
 import { summarize, verdicts, type Summary } from './figures.js';
 import { quickLines, writeResults } from './report.js';
 import { profileTop } from './lib/profile.js';
+import { FULL_NS, QUICK_NS, runStreams, TARGET_KEYS } from './streams.js';
+import { streamsChecks, streamsMarkdown, streamsText, writeStreamsSection } from './streams-report.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const OUT = join(ROOT, 'bench', 'out');
@@ -33,6 +48,15 @@ const quick = argv.includes('--quick');
 const wantPortkey = !argv.includes('--no-portkey');
 const profile = argv.includes('--profile');
 const QUEUE_SIZE = 128;
+const flag = (name: string): string | undefined => {
+  const i = argv.indexOf(name);
+  return i >= 0 ? argv[i + 1] : undefined;
+};
+const lane = flag('--lane') ?? 'json';
+if (!['json', 'streams', 'all'].includes(lane)) {
+  process.stderr.write(`--lane ${lane}: expected json, streams or all\n`);
+  process.exit(2);
+}
 
 const log = (s: string) => process.stdout.write(`${s}\n`);
 
@@ -87,14 +111,16 @@ async function scenario(name: string, upstream: Upstream, baseline: Upstream, se
   }
 }
 
-async function main(): Promise<void> {
+async function build(root: string): Promise<void> {
+  const b = await runToEnd('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: root, timeoutMs: 180_000 });
+  if (b.code !== 0) log(`build${root === ROOT ? '' : ` of ${root}`} reported errors (bench runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`);
+}
+
+/** The fixed-JSON lane (`--lane json`, the default). */
+async function jsonLane(): Promise<void> {
   const began = Date.now();
   rmSync(OUT, { recursive: true, force: true });
   mkdirSync(OUT, { recursive: true });
-  if (!argv.includes('--no-build')) {
-    const b = await runToEnd('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, timeoutMs: 180_000 });
-    if (b.code !== 0) log(`build reported errors (bench runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`);
-  }
   const info = machine();
   log(`logprobe bench${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, load ${info.load}`);
 
@@ -129,6 +155,53 @@ async function main(): Promise<void> {
     log('\nwrote bench/RESULTS.md');
   }
   log(`bench took ${elapsed.toFixed(0)} s`);
+}
+
+/** The commit of the logprobe that ran, and whether its src/ had uncommitted changes. */
+function commitOf(root: string): string {
+  const head = spawnSync('git', ['-C', root, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' });
+  if (head.status !== 0) return `the checkout at ${root}`;
+  const dirty = spawnSync('git', ['-C', root, 'status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).stdout.trim() !== '';
+  return `commit ${head.stdout.trim()}${dirty ? ' with uncommitted changes in src/' : ''}`;
+}
+
+/** The streaming lane (`--lane streams`). */
+async function streamsLane(logprobeRoot: string): Promise<void> {
+  mkdirSync(OUT, { recursive: true });
+  rmSync(join(OUT, 'streams'), { recursive: true, force: true });
+  const list = (v: string | undefined) => v?.split(',').map((x) => x.trim()).filter(Boolean);
+  const ns = list(flag('--n'))?.map(Number) ?? (quick ? QUICK_NS : FULL_NS);
+  const targets = list(flag('--targets')) ?? [...TARGET_KEYS];
+  const bad = [...ns.filter((n) => !Number.isInteger(n) || n < 1 || n > 5000).map(String), ...targets.filter((t) => !(TARGET_KEYS as readonly string[]).includes(t))];
+  if (bad.length > 0) throw new Error(`streams lane: bad --n or --targets value(s): ${bad.join(', ')} (N from 1 to 5000; targets ${TARGET_KEYS.join(', ')})`);
+  const rounds = Number(flag('--rounds') ?? (quick ? 1 : 3));
+  const delay = flag('--mirror-delay-ms');
+  const info = machine();
+  const commit = commitOf(logprobeRoot);
+  log(`logprobe bench --lane streams${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, nginx ${info.versions.nginx}, load ${info.load}; logprobe ${commit}`);
+  const nice = flag('--harness-nice');
+  const r = await runStreams({ root: ROOT, outDir: OUT, quick, ns, rounds, targets, logprobeRoot, jsonDelayMs: delay === undefined ? null : Number(delay), ...(nice !== undefined ? { harnessNice: Number(nice) } : {}), log });
+  const checks = streamsChecks(r);
+  log(streamsText(r, checks));
+  writeFileSync(join(OUT, 'streams.json'), JSON.stringify({ info, commit, ...r, checks }, null, 2));
+  log('\nwrote bench/out/streams.json');
+  const complete = !quick && ns.join() === FULL_NS.join() && targets.length === TARGET_KEYS.length && r.unavailable.length === 0 && rounds >= 3;
+  if (complete) {
+    writeStreamsSection(join(ROOT, 'bench', 'RESULTS.md'), streamsMarkdown(r, checks, info, commit));
+    log('wrote the "Streaming lane" section of bench/RESULTS.md');
+  } else log('bench/RESULTS.md not written (a quick or partial streams run)');
+  log(`streams lane took ${r.elapsedS} s`);
+}
+
+async function main(): Promise<void> {
+  const logprobeRoot = resolve(flag('--logprobe-root') ?? ROOT);
+  if (!existsSync(join(logprobeRoot, 'bin', 'logprobe.js'))) throw new Error(`--logprobe-root ${logprobeRoot}: no bin/logprobe.js there`);
+  if (!argv.includes('--no-build')) {
+    if (lane !== 'streams') await build(ROOT);
+    if (lane !== 'json' && (lane === 'streams' || resolve(logprobeRoot) !== resolve(ROOT))) await build(logprobeRoot);
+  }
+  if (lane !== 'streams') await jsonLane();
+  if (lane !== 'json') await streamsLane(logprobeRoot);
 }
 
 main().then(

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { start } from '../lib/proc.js';
 import { freePort } from '../lib/net.js';
+import { withNofile } from '../lib/procstat.js';
 import type { Running } from './types.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -17,6 +18,10 @@ export interface LogprobeTarget {
   outDir: string;
   /** Write a CPU profile (node --cpu-prof) into outDir/prof. */
   profile?: boolean;
+  /** The checkout whose bin/logprobe.js (and dist/) runs; default this one. */
+  root?: string;
+  /** Start it with this file-descriptor limit (`ulimit -n`). */
+  nofile?: number;
 }
 
 /** `logprobe serve` in its own process with a generated config (capture off). */
@@ -38,11 +43,11 @@ export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
     ].join('\n'),
   );
   const nodeArgs = t.profile ? ['--cpu-prof', `--cpu-prof-dir=${join(t.outDir, 'prof', t.key)}`] : [];
+  const args = [...nodeArgs, 'bin/logprobe.js', 'serve', '--config', file];
   const { proc } = await start({
     name: t.key,
-    cmd: 'node',
-    args: [...nodeArgs, 'bin/logprobe.js', 'serve', '--config', file],
-    cwd: ROOT,
+    ...(t.nofile ? withNofile('node', args, t.nofile) : { cmd: 'node', args }),
+    cwd: t.root ?? ROOT,
     port,
     // The request log goes to a file, as it would in production (not into the bench's pipe).
     logFile: join(t.outDir, `${t.key}.log`),

@@ -3,6 +3,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { childPids, start } from '../lib/proc.js';
 import { freePort } from '../lib/net.js';
+import { withNofile } from '../lib/procstat.js';
 import type { Running, Unavailable } from './types.js';
 
 /** `nginx -v` (it prints to stderr), or null when nginx is not installed. */
@@ -14,9 +15,11 @@ export function nginxVersion(): string | null {
 
 /**
  * nginx as a plain reverse proxy: one worker (like one logprobe process), keep-alive to the
- * upstream, no response or request buffering, no access log.
+ * upstream, no response or request buffering, no access log. `workerConnections` (default
+ * 4096) and `nofile` (worker_rlimit_nofile, and the master's own limit through `ulimit -n`) are
+ * raised for the streaming lane's 5,000 client + 5,000 upstream connections.
  */
-export async function startNginx(o: { upstream: string; outDir: string; workers: number | 'auto'; key?: string; label?: string }): Promise<Running | Unavailable> {
+export async function startNginx(o: { upstream: string; outDir: string; workers: number | 'auto'; key?: string; label?: string; workerConnections?: number; nofile?: number }): Promise<Running | Unavailable> {
   const key = o.key ?? 'nginx';
   const label = o.label ?? `nginx (${o.workers} worker${o.workers === 1 ? '' : 's'})`;
   if (nginxVersion() === null) return { key, label, reason: 'not installed: apt-get install nginx' };
@@ -28,10 +31,10 @@ export async function startNginx(o: { upstream: string; outDir: string; workers:
   writeFileSync(
     conf,
     `worker_processes ${o.workers};
-daemon off;
+${o.nofile ? `worker_rlimit_nofile ${o.nofile};\n` : ''}daemon off;
 pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
-events { worker_connections 4096; }
+events { worker_connections ${o.workerConnections ?? 4096}; }
 http {
   access_log off;
   client_body_temp_path ${dir}/body;
@@ -55,7 +58,8 @@ http {
 }
 `,
   );
-  const { proc } = await start({ name: key, cmd: 'nginx', args: ['-c', conf, '-p', dir, '-e', `${dir}/error.log`], port });
+  const args = ['-c', conf, '-p', dir, '-e', `${dir}/error.log`];
+  const { proc } = await start({ name: key, ...(o.nofile ? withNofile('nginx', args, o.nofile) : { cmd: 'nginx', args }), port });
   return {
     key,
     label,

@@ -1,0 +1,77 @@
+/**
+ * What the streaming lane reads of the processes it measures (Linux /proc): CPU time
+ * (utime + stime of every thread), resident memory sampled during a run, and the
+ * file-descriptor limit every process it starts is given.
+ */
+import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+
+/** The hard limit on this machine is 20,000; 5,000 client + 5,000 upstream sockets need ~10,000. */
+export const NOFILE = 20_000;
+
+/**
+ * `cmd args…` run through bash with the file-descriptor limit raised first. `exec` keeps the
+ * pid, so the pid the bench sees is the process itself (nginx's master, node).
+ */
+export function withNofile(cmd: string, args: string[], nofile = NOFILE): { cmd: string; args: string[] } {
+  return { cmd: 'bash', args: ['-c', `ulimit -n ${nofile} && exec "$@"`, 'bash', cmd, ...args] };
+}
+
+let clkTck = 0;
+/** USER_HZ: the unit of /proc/PID/stat's and /proc/stat's CPU times. */
+export function ticksPerSecond(): number {
+  if (clkTck === 0) {
+    const r = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
+    clkTck = Number(r.stdout?.trim()) || 100;
+  }
+  return clkTck;
+}
+
+/** utime + stime of a process (all its threads), in ms; NaN when it is gone. */
+export function cpuMs(pid: number): number {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may hold spaces) start at field 3 (state).
+    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / ticksPerSecond();
+  } catch {
+    return NaN;
+  }
+}
+
+/** Sum of cpuMs over some processes. */
+export function cpuMsOf(pids: readonly number[]): number {
+  return pids.reduce((a, p) => a + cpuMs(p), 0);
+}
+
+/** VmRSS of a process in KB; NaN when it is gone. */
+export function rssKB(pid: number): number {
+  try {
+    return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN);
+  } catch {
+    return NaN;
+  }
+}
+
+export function rssKBOf(pids: readonly number[]): number {
+  return pids.reduce((a, p) => a + rssKB(p), 0);
+}
+
+/** Samples the summed VmRSS of `pids` every `everyMs` until stopped; returns the peak seen (KB). */
+export function rssSampler(pids: readonly number[], everyMs = 100): { stop(): { peakKB: number; samples: number } } {
+  let peak = rssKBOf(pids);
+  let samples = 1;
+  const t = setInterval(() => {
+    const v = rssKBOf(pids);
+    samples++;
+    if (v > peak) peak = v;
+  }, everyMs);
+  return {
+    stop() {
+      clearInterval(t);
+      const v = rssKBOf(pids);
+      if (v > peak) peak = v;
+      return { peakKB: peak, samples: samples + 1 };
+    },
+  };
+}

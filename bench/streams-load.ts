@@ -1,0 +1,383 @@
+/**
+ * The streaming lane's load generator, a process of its own: `clients` concurrent clients, each
+ * doing `streams` SSE chat completions one after the other on its own keep-alive connection
+ * (an undici Client each: one connection per client, no pool and so no cap). The connections
+ * are opened first (at most 256 handshakes in flight, so the listen backlog does not overflow),
+ * then the clients start their first stream evenly over `rampMs`: TTFB is that of a request on
+ * an open keep-alive connection, not of 5,000 TCP handshakes at once.
+ * It prints `load ready`, waits for SIGUSR2 (so the bench reads the targets' CPU counters at the
+ * start of the load, not of node's start-up), runs, writes its result (JSON) to `out`, exits.
+ *
+ *   node --import tsx bench/streams-load.ts '{"url":…,"clients":1000,"streams":3,"chunks":64,"gapMs":20,"rampMs":200,"deadlineMs":120000,"out":"FILE"}'
+ *
+ * Per stream: TTFB (dispatch → first body byte), and for chunks 2…64 the gap to the previous
+ * chunk as seen here minus `gapMs` (the added inter-chunk delay; events that arrive together in
+ * one read get the same time). A stream is cut when it errors, answers non-2xx, or ends with
+ * fewer than `chunks` chunks or without `data: [DONE]`.
+ */
+import { writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Client, type Dispatcher } from 'undici';
+
+export interface LoadSpec {
+  url: string;
+  clients: number;
+  streams: number;
+  chunks: number;
+  gapMs: number;
+  rampMs: number;
+  deadlineMs: number;
+  out: string;
+  headers?: Record<string, string>;
+}
+
+export interface Pcts {
+  p50: number;
+  p99: number;
+  max: number;
+  count: number;
+}
+
+export interface LoadResult {
+  clients: number;
+  planned: number;
+  completed: number;
+  cut: number;
+  /** Why streams were cut: `error:<code or message>`, `status:<n>`, `short:<chunks seen>`, `no-done`, `deadline`. */
+  cutReasons: Record<string, number>;
+  /** ms. */
+  ttfb: Pcts;
+  /** TTFB of each client's first stream only (the first request on its connection), ms. */
+  ttfbFirst: Pcts;
+  /** Added inter-chunk delay, ms (gap − gapMs). */
+  added: Pcts;
+  /** Streams in flight at the same time, at the peak. */
+  peakInFlight: number;
+  /** Connections opened (one per client, more if the target closed some). */
+  connections: number;
+  /** How long opening the clients' connections took, ms (before the first stream). */
+  connectMs: number;
+  /** Connections that could not be opened (their client's streams are cut). */
+  connectErrors: number;
+  wallMs: number;
+  /** This process's CPU over the run, ms, and its share of one core. */
+  cpuMs: number;
+  cpuShare: number;
+  /** This process's event-loop delay over the run, ms. */
+  loopDelay: { p99: number; max: number };
+}
+
+const SEP = Buffer.from('\n\n');
+const DONE = Buffer.from('data: [DONE]');
+
+function pcts(xs: Float64Array, n: number): Pcts {
+  if (n === 0) return { p50: NaN, p99: NaN, max: NaN, count: 0 };
+  const s = xs.subarray(0, n).sort();
+  const at = (p: number) => s[Math.min(n - 1, Math.max(0, Math.ceil((p / 100) * n) - 1))] as number;
+  const r = (x: number) => Math.round(x * 1000) / 1000;
+  return { p50: r(at(50)), p99: r(at(99)), max: r(s[n - 1] as number), count: n };
+}
+
+/**
+ * The accept queue of the listening socket on 127.0.0.1:`port` (connections the kernel has
+ * completed and the server has not yet accept()ed): `ss -ltnH` (netlink, filtered in the kernel:
+ * cheap even with 20,000 sockets open); null when it cannot tell.
+ */
+async function acceptQueue(port: number): Promise<number | null> {
+  const { execFile } = await import('node:child_process');
+  return new Promise((resolve) => {
+    execFile('ss', ['-ltnH', `sport = :${port}`], { timeout: 2000 }, (err, stdout) => {
+      if (err) return resolve(null);
+      // State Recv-Q Send-Q Local Peer: for a LISTEN socket Recv-Q is the accept queue.
+      const q = Number(stdout.trim().split(/\s+/)[1]);
+      resolve(Number.isFinite(q) ? q : null);
+    });
+  });
+}
+
+/**
+ * Opens `n` TCP connections to the target in batches of `batch`, waiting after each batch until
+ * the server has accept()ed nearly all of them. A client's connect completes as soon as the
+ * kernel answers the SYN, accepted or not; past the listen backlog (511 by default, nginx's and
+ * node's alike) the kernel drops the handshake's last ACK and that connection only comes through
+ * after 1 s, 3 s, 7 s … of SYN-ACK retransmission, which would land in its first stream's TTFB.
+ * Resolves with the sockets (null where the connect failed).
+ */
+async function preconnect(host: string, port: number, n: number, batch = 64): Promise<Array<net.Socket | null>> {
+  const out: Array<net.Socket | null> = new Array<net.Socket | null>(n).fill(null);
+  const one = (i: number) =>
+    new Promise<void>((resolve) => {
+      const sock = net.connect({ host, port, noDelay: true });
+      let settled = false;
+      const settle = (ok: boolean) => {
+        if (settled) return;
+        settled = true;
+        sock.removeAllListeners('connect');
+        sock.setTimeout(0);
+        if (ok) out[i] = sock;
+        else sock.destroy();
+        resolve();
+      };
+      sock.once('connect', () => settle(true));
+      sock.on('error', () => settle(false));
+      sock.setTimeout(30_000, () => settle(false));
+    });
+  for (let from = 0; from < n; from += batch) {
+    await Promise.all(Array.from({ length: Math.min(batch, n - from) }, (_, k) => one(from + k)));
+    const end = performance.now() + 5000;
+    for (;;) {
+      const q = await acceptQueue(port);
+      if (q === null || q <= batch / 4 || performance.now() > end) break;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  }
+  // Until the streams begin, a connection the target drops is noticed by undici (it reconnects).
+  for (const sk of out) sk?.on('error', () => undefined);
+  return out;
+}
+
+async function run(spec: LoadSpec): Promise<LoadResult> {
+  const u = new URL(spec.url);
+  const port = Number(u.port || 80);
+  const c0 = performance.now();
+  const sockets = await preconnect(u.hostname, port, spec.clients);
+  const connectMs = Math.round(performance.now() - c0);
+  const connectErrors = sockets.filter((x) => x === null).length;
+  const body = Buffer.from(
+    JSON.stringify({ model: 'bench-llm-8b-instruct', messages: [{ role: 'user', content: 'Write a short paragraph about reverse proxies in front of LLM servers.' }], max_tokens: spec.chunks, stream: true }),
+  );
+  const headers = { 'content-type': 'application/json', 'content-length': String(body.length), ...(spec.headers ?? {}) };
+  const planned = spec.clients * spec.streams;
+  const ttfb = new Float64Array(planned);
+  const ttfbFirst = new Float64Array(spec.clients);
+  let nFirst = 0;
+  const added = new Float64Array(planned * Math.max(0, spec.chunks - 1));
+  let nTtfb = 0;
+  let nAdded = 0;
+  let completed = 0;
+  let cut = 0;
+  let inFlight = 0;
+  let peakInFlight = 0;
+  let connections = 0;
+  const cutReasons: Record<string, number> = {};
+  const live = new Set<{ abort(): void }>();
+  const conns: Client[] = [];
+
+  const loop = monitorEventLoopDelay({ resolution: 5 });
+  loop.enable();
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+
+  return new Promise((resolve) => {
+    let clientsDone = 0;
+    let finished = false;
+    let stopping = false;
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      loop.disable();
+      const wallMs = performance.now() - t0;
+      const c = process.cpuUsage(cpu0);
+      const cpuMs = (c.user + c.system) / 1000;
+      resolve({
+        clients: spec.clients,
+        planned,
+        completed,
+        cut,
+        cutReasons,
+        ttfb: pcts(ttfb, nTtfb),
+        ttfbFirst: pcts(ttfbFirst, nFirst),
+        added: pcts(added, nAdded),
+        peakInFlight,
+        connections,
+        connectMs,
+        connectErrors,
+        wallMs: Math.round(wallMs),
+        cpuMs: Math.round(cpuMs),
+        cpuShare: Math.round((cpuMs / wallMs) * 1000) / 1000,
+        loopDelay: { p99: Math.round(loop.percentile(99) / 1e4) / 100, max: Math.round(loop.max / 1e4) / 100 },
+      });
+    };
+    const cutOne = (reason: string) => {
+      cut++;
+      cutReasons[reason] = (cutReasons[reason] ?? 0) + 1;
+    };
+
+    /** One stream; calls `next` when it is over, whatever the outcome. */
+    const stream = (conn: Client, firstOfClient: boolean, next: () => void) => {
+      const start = performance.now();
+      let first = -1;
+      let last = -1;
+      let chunks = 0;
+      let done = false;
+      let status = 0;
+      let carry: Buffer | null = null;
+      let over = false;
+      let controller: Dispatcher.DispatchController | null = null;
+      inFlight++;
+      if (inFlight > peakInFlight) peakInFlight = inFlight;
+      const handle = {
+        abort: () => {
+          if (over) return;
+          end('deadline');
+          controller?.abort(new Error('deadline'));
+        },
+      };
+      live.add(handle);
+      const end = (reason: string | null) => {
+        if (over) return;
+        over = true;
+        live.delete(handle);
+        inFlight--;
+        if (reason === null) completed++;
+        else cutOne(reason);
+        next();
+      };
+      conn.dispatch(
+        { origin: u.origin, path: u.pathname, method: 'POST', headers, body },
+        {
+          onRequestStart(c) {
+            controller = c;
+          },
+          onResponseStart(_c, statusCode) {
+            status = statusCode;
+          },
+          onResponseData(_c, data: Buffer) {
+            const now = performance.now();
+            if (first < 0) {
+              first = now;
+              ttfb[nTtfb++] = now - start;
+              if (firstOfClient) ttfbFirst[nFirst++] = now - start;
+            }
+            let buf = data;
+            if (carry !== null) {
+              buf = Buffer.concat([carry, data]);
+              carry = null;
+            }
+            let pos = 0;
+            for (;;) {
+              const i = buf.indexOf(SEP, pos);
+              if (i < 0) break;
+              if (i - pos >= DONE.length && buf.compare(DONE, 0, DONE.length, pos, pos + DONE.length) === 0) done = true;
+              else if (i > pos) {
+                chunks++;
+                if (last >= 0 && chunks <= spec.chunks) added[nAdded++] = now - last - spec.gapMs;
+                last = now;
+              }
+              pos = i + 2;
+            }
+            if (pos < buf.length) carry = Buffer.from(buf.subarray(pos));
+          },
+          onResponseEnd() {
+            if (status < 200 || status >= 300) end(`status:${status}`);
+            else if (chunks < spec.chunks) end(`short:${chunks}`);
+            else if (!done) end('no-done');
+            else end(null);
+          },
+          onResponseError(_c, err: Error & { code?: string }) {
+            end(status >= 300 ? `status:${status}` : `error:${err.code ?? err.message}`);
+          },
+        },
+      );
+    };
+
+    const client = () => {
+      let left = spec.streams;
+      let pre = sockets[clientIndex++] ?? null;
+      // The first connect is the socket opened above; a reconnect (the target closed it) is a new one.
+      const connect = (_o: unknown, cb: (err: Error | null, sock: net.Socket | null) => void) => {
+        if (pre !== null) {
+          const sk = pre;
+          pre = null;
+          // Asynchronously, as a real connect would call back.
+          process.nextTick(cb, null, sk);
+          return;
+        }
+        const sk = net.connect({ host: u.hostname, port, noDelay: true });
+        sk.once('connect', () => cb(null, sk));
+        sk.once('error', (err) => cb(err, null));
+      };
+      const conn = new Client(u.origin, { pipelining: 1, headersTimeout: 60_000, bodyTimeout: 30_000, keepAliveTimeout: 30_000, connect: connect as unknown as Client.Options['connect'] });
+      conn.on('connect', () => connections++);
+      conns.push(conn);
+      const next = () => {
+        if (finished || stopping) return;
+        if (left-- > 0) stream(conn, left === spec.streams - 1, next);
+        else if (++clientsDone === spec.clients) finish();
+      };
+      next();
+    };
+
+    // The ramp: client i starts at i × rampMs / clients.
+    let started = 0;
+    let clientIndex = 0;
+    const ramp = () => {
+      const due = spec.rampMs <= 0 ? spec.clients : Math.min(spec.clients, Math.floor(((performance.now() - t0) / spec.rampMs) * spec.clients) + 1);
+      while (started < due) {
+        started++;
+        client();
+      }
+      if (started < spec.clients) setTimeout(ramp, 1);
+    };
+    ramp();
+
+    setTimeout(() => {
+      stopping = true;
+      for (const h of [...live]) h.abort();
+      // Streams not yet begun count as cut too.
+      const notStarted = planned - completed - cut;
+      if (notStarted > 0) {
+        cut += notStarted;
+        cutReasons.deadline = (cutReasons.deadline ?? 0) + notStarted;
+      }
+      finish();
+    }, spec.deadlineMs).unref();
+  }).then(async (r) => {
+    await Promise.all(conns.map((c) => c.destroy().catch(() => undefined)));
+    return r as LoadResult;
+  });
+}
+
+/**
+ * Warms this process up before the measured run (JIT, undici's parser) against a local server
+ * in this process that streams the same framing without gaps: a cold load generator would add
+ * tens of ms to the first streams' TTFB of every run.
+ */
+async function warmUp(chunks: number): Promise<void> {
+  const http = await import('node:http');
+  const event = Buffer.from(`data: ${JSON.stringify({ id: 'warm', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: ' warm' } }] })}\n\n`);
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      let i = 0;
+      const more = () => {
+        for (let k = 0; k < 8 && i < chunks; k++, i++) res.write(event);
+        if (i < chunks) setImmediate(more);
+        else res.end('data: [DONE]\n\n');
+      };
+      more();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as net.AddressInfo).port;
+  await run({ url: `http://127.0.0.1:${port}/v1/chat/completions`, clients: 32, streams: 3, chunks, gapMs: 0, rampMs: 0, deadlineMs: 20_000, out: '' });
+  await new Promise<void>((r) => server.close(() => r()));
+}
+
+if (process.argv[1]?.endsWith('streams-load.ts') && process.argv[2]) {
+  const spec = JSON.parse(process.argv[2]) as LoadSpec;
+  await warmUp(spec.chunks).catch((err: Error) => process.stderr.write(`warm-up failed: ${err.message}\n`));
+  process.once('SIGUSR2', () => {
+    void run(spec).then((r) => {
+      writeFileSync(spec.out, JSON.stringify(r));
+      process.stdout.write('load done\n');
+      process.exit(0);
+    });
+  });
+  // Keep the process alive until the signal comes.
+  const keep = setInterval(() => undefined, 1 << 30);
+  process.once('SIGUSR2', () => clearInterval(keep));
+  process.stdout.write('load ready\n');
+}

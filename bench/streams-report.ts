@@ -1,0 +1,254 @@
+/**
+ * The streaming lane's figures: the targets checked (PASS/FAIL, each as a ratio to nginx
+ * measured in the same run), a table per N for stdout, and the "Streaming lane" section of
+ * bench/RESULTS.md, between `<!-- streams:begin -->` and `<!-- streams:end -->` (the JSON lane's
+ * writer replaces only its own markers' block, so both coexist).
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import type { Machine } from './lib/machine.js';
+import type { StreamsResult, TargetSummary } from './streams.js';
+
+export const TTFB_RATIO_MAX = 1.2;
+export const ADDED_P99_SLACK_MS = 2;
+export const KB_PER_STREAM_MAX = 60;
+export const CUT_AT_N = 5000;
+
+export interface StreamsCheck {
+  target: string;
+  /** The logprobe target it is about. */
+  key: string;
+  pass: boolean | null;
+  detail: string;
+}
+
+const LOGPROBE = ['logprobe-off', 'logprobe-0.1'];
+const ORDER = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1'];
+const f = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '–');
+const sign = (x: number, d = 1) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${x.toFixed(d)}` : '–');
+const int = (x: number) => (Number.isFinite(x) ? Math.round(x).toLocaleString('en-US') : '–');
+
+function byN(r: StreamsResult): Map<number, Map<string, TargetSummary>> {
+  const m = new Map<number, Map<string, TargetSummary>>();
+  for (const s of r.summaries) {
+    if (!m.has(s.n)) m.set(s.n, new Map());
+    m.get(s.n)!.set(s.key, s);
+  }
+  return m;
+}
+
+/** The four targets, for each logprobe target measured. */
+export function streamsChecks(r: StreamsResult): StreamsCheck[] {
+  const out: StreamsCheck[] = [];
+  const ns = byN(r);
+  const nsSorted = [...ns.keys()].sort((a, b) => a - b);
+  for (const key of LOGPROBE) {
+    if (!r.summaries.some((s) => s.key === key)) continue;
+    const at5k = ns.get(CUT_AT_N)?.get(key);
+    out.push({
+      key,
+      target: `0 streams cut at N = ${int(CUT_AT_N)}`,
+      pass: at5k ? at5k.cut === 0 : null,
+      detail: at5k ? `${at5k.cut} cut of ${at5k.completed + at5k.cut}${at5k.cut > 0 ? ` (${Object.entries(at5k.cutReasons).map(([k, v]) => `${k} ${v}`).join(', ')})` : ''}; nginx ${ns.get(CUT_AT_N)?.get('nginx')?.cut ?? '–'}` : `N = ${int(CUT_AT_N)} not run`,
+    });
+    const ttfb: string[] = [];
+    const gap: string[] = [];
+    let ttfbOk: boolean | null = null;
+    let gapOk: boolean | null = null;
+    for (const n of nsSorted) {
+      const lp = ns.get(n)?.get(key);
+      const ng = ns.get(n)?.get('nginx');
+      if (!lp || !ng) continue;
+      const ratio = lp.ttfbP99 / ng.ttfbP99;
+      const diff = lp.addedP99 - ng.addedP99;
+      const tOk = Number.isFinite(ratio) && ratio <= TTFB_RATIO_MAX;
+      const gOk = Number.isFinite(diff) && diff <= ADDED_P99_SLACK_MS;
+      ttfbOk = (ttfbOk ?? true) && tOk;
+      gapOk = (gapOk ?? true) && gOk;
+      ttfb.push(`N=${int(n)} ${f(ratio, 2)}× (${f(lp.ttfbP99)} vs ${f(ng.ttfbP99)} ms)`);
+      gap.push(`N=${int(n)} ${sign(diff)} ms (${f(lp.addedP99)} vs ${f(ng.addedP99)} ms)`);
+    }
+    out.push({ key, target: `TTFB p99 ≤ ${TTFB_RATIO_MAX}× nginx's at every N`, pass: ttfbOk, detail: ttfb.join('; ') || 'nginx not measured' });
+    out.push({ key, target: `added inter-chunk delay p99 ≤ nginx's + ${ADDED_P99_SLACK_MS} ms at every N`, pass: gapOk, detail: gap.join('; ') || 'nginx not measured' });
+    // Per concurrent stream: judged at the largest N (at N = 100 the fixed cost of a warmed-up
+    // process holding any streams at all dominates the quotient), the other Ns shown.
+    const maxN = nsSorted[nsSorted.length - 1];
+    const big = maxN !== undefined ? ns.get(maxN)?.get(key) : undefined;
+    const per = nsSorted.map((n) => {
+      const s = ns.get(n)?.get(key);
+      const ng = ns.get(n)?.get('nginx');
+      return s ? `N=${int(n)} ${f(s.kbPerStream)} KB${ng ? ` (nginx ${f(ng.kbPerStream)})` : ''}` : '';
+    });
+    out.push({
+      key,
+      target: `peak RSS ≤ ${KB_PER_STREAM_MAX} KB per concurrent stream above idle (at the largest N)`,
+      pass: big ? big.kbPerStream <= KB_PER_STREAM_MAX : null,
+      detail: `${big ? `${f(big.kbPerStream / KB_PER_STREAM_MAX, 2)}× the ceiling at N=${int(maxN as number)}` : ''}; ${per.filter(Boolean).join('; ')}`,
+    });
+  }
+  return out;
+}
+
+const ordered = (m: Map<string, TargetSummary>) => ORDER.map((k) => m.get(k)).filter((x): x is TargetSummary => x !== undefined);
+
+function rows(m: Map<string, TargetSummary>): string[][] {
+  const ng = m.get('nginx');
+  return ordered(m).map((s) => [
+    s.key,
+    int(s.completed),
+    int(s.cut),
+    f(s.ttfbP50),
+    f(s.ttfbP99),
+    ng ? `${f(s.ttfbP99 / ng.ttfbP99, 2)}×` : '–',
+    f(s.ttfbFirstP99),
+    f(s.addedP50, 2),
+    f(s.addedP99),
+    ng ? sign(s.addedP99 - ng.addedP99) : '–',
+    f(s.addedMax),
+    f(s.idleKB / 1024),
+    f(s.peakKB / 1024),
+    f(s.kbPerStream),
+    f(s.cpuMsPerStream, 2),
+    int(s.upstreamConns),
+    int(s.upstreamPeakStreams),
+    f(s.wallS),
+  ]);
+}
+
+const HEAD = ['target', 'done', 'cut', 'TTFB p50', 'TTFB p99', '÷ nginx', 'TTFB p99 1st', 'added p50', 'added p99', '− nginx', 'added max', 'idle MB', 'peak MB', 'KB/stream', 'CPU ms/stream', 'up conns', 'up streams peak', 'wall s'];
+
+function textTable(head: string[], body: string[][]): string {
+  const w = head.map((h, i) => Math.max(h.length, ...body.map((r) => (r[i] ?? '').length)));
+  const line = (r: string[]) => r.map((c, i) => (i === 0 ? c.padEnd(w[i] as number) : c.padStart(w[i] as number))).join('  ');
+  return [line(head), ...body.map(line)].join('\n');
+}
+
+function harnessLine(m: Map<string, TargetSummary>): string {
+  const all = ordered(m);
+  const d = m.get('direct');
+  const loadMax = Math.max(...all.map((s) => s.loadCpuShare));
+  const busyMax = Math.max(...all.map((s) => s.machineBusyCores));
+  const lateMax = Math.max(...all.map((s) => s.upstreamLateP99));
+  const loopMax = Math.max(...all.map((s) => s.loadLoopP99));
+  const foreignMax = Math.max(...all.map((s) => s.foreignCores));
+  return (
+    `harness: upstream chunk lateness p99 ${d ? `${f(d.upstreamLateP99)} ms direct, ` : ''}≤ ${f(lateMax)} ms in any target's runs; ` +
+    `load generator ≤ ${f(loadMax, 2)} of a core, its event-loop delay p99 ≤ ${f(loopMax)} ms; machine ≤ ${f(busyMax, 2)} of 2 cores busy, other processes ≤ ${f(foreignMax, 2)} (medians over rounds)`
+  );
+}
+
+/** The stdout summary: a table per N, then the checks. */
+export function streamsText(r: StreamsResult, checks: StreamsCheck[]): string {
+  const out: string[] = [];
+  const ns = byN(r);
+  for (const n of [...ns.keys()].sort((a, b) => a - b)) {
+    const m = ns.get(n)!;
+    out.push('');
+    out.push(`streams, N = ${int(n)} concurrent clients × ${r.options.streamsPerClient} streams (${r.options.rounds} round${r.options.rounds === 1 ? '' : 's'}, medians; ms unless said; added = inter-chunk gap − ${r.options.gapMs} ms)`);
+    out.push(textTable(HEAD, rows(m)));
+    out.push(harnessLine(m));
+    const lp = m.get('logprobe-0.1');
+    if (lp?.mirror) out.push(`mirror at sampleRate 0.1: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes; ${int(lp.mirrorConns)} mirror connections to the candidate (median per run)`);
+  }
+  out.push('');
+  for (const c of caveats(r)) out.push(c.replace(/\*\*/g, ''));
+  out.push('');
+  for (const c of checks) out.push(`${c.pass === null ? 'n/a ' : c.pass ? 'PASS' : 'FAIL'}  ${c.key.padEnd(13)} ${c.target}: ${c.detail}`);
+  return out.join('\n');
+}
+
+function mdTable(head: string[], body: string[][]): string {
+  return [`| ${head.join(' | ')} |`, `|${head.map(() => ' --- ').join('|')}|`, ...body.map((x) => `| ${x.join(' | ')} |`)].join('\n');
+}
+
+/** The "Streaming lane" section of bench/RESULTS.md. */
+export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: Machine, commit: string): string {
+  const v = info.versions;
+  const o = r.options;
+  const out: string[] = [];
+  out.push('## Streaming lane (`npm run bench -- --lane streams`)');
+  out.push('');
+  out.push(
+    `Run of ${info.date.slice(0, 16).replace('T', ' ')} UTC${o.quick ? ' (`--quick`)' : ''}, ${r.elapsedS} s. Machine: ${info.nproc} CPUs (${info.cpu}), ${info.memoryGB} GB, ${info.kernel}; load average at the start ${info.load} (shared machine). ` +
+      `Versions: node ${v.node}, logprobe ${v.logprobe} (${commit}), undici ${v.undici}, nginx ${v.nginx}.`,
+  );
+  out.push('');
+  out.push(
+    `Workload: N concurrent clients, each doing ${o.streamsPerClient} SSE chat completions one after the other on its own keep-alive connection (an undici Client each, connections opened before the first stream, first streams started over N/5 ms); ` +
+      `the upstream (\`bench/streams-upstream.ts\`, its own process) answers each with ${o.chunks} OpenAI chat-completion chunks (~270 bytes, chunked transfer encoding) ${o.gapMs} ms apart, the first at once, then \`data: [DONE]\`. ` +
+      `Targets: the upstream directly; nginx ${v.nginx} (1 worker, \`proxy_buffering off\`, \`proxy_request_buffering off\`, HTTP/1.1 keep-alive upstream with 256 idle connections kept, \`worker_connections 12000\`, \`worker_rlimit_nofile 20000\`); ` +
+      `logprobe with mirroring off and at sampleRate 0.1 (the mirror's \`stream: false\` copies answered after ${o.jsonDelayMs} ms, the time the same tokens take to stream, by the candidate and by a second upstream process as baseline). ` +
+      `Every process with \`ulimit -n 20000\`${o.harnessNice !== null ? `; the upstream and the load generator at nice ${o.harnessNice} (the harness gets its CPU first; the targets, at 0, bear any shortage)` : ''}. For each N the targets are started afresh and warmed up (min(N, 100) streams); ${o.rounds} round${o.rounds === 1 ? '' : 's'} per N, the order of the targets rotating between rounds; figures are medians over rounds (done/cut: sums).`,
+  );
+  out.push('');
+  out.push(
+    'Columns: TTFB = request sent → first body byte (on an open connection), ms; added = gap between consecutive chunks as the client sees them minus ' +
+      `${o.gapMs} ms, over chunks 2…${o.chunks} of every stream (the direct row is the harness's own figure); idle MB = VmRSS of the target's processes after the warm-up, before the first round; peak MB = highest VmRSS sampled every 100 ms during a run (nginx: master + worker); ` +
+      'KB/stream = (peak − idle) ÷ N; CPU = utime + stime of the target\'s processes over the run ÷ streams completed; up conns = connections the upstream accepted during the run whose first request was a stream (the target\'s upstream connections; mirror connections not counted); up streams peak = streams live at the upstream at once. ' +
+      'For "upstream directly", RSS and CPU are the upstream\'s own.',
+  );
+  out.push('');
+  const ns = byN(r);
+  for (const n of [...ns.keys()].sort((a, b) => a - b)) {
+    const m = ns.get(n)!;
+    out.push(`### N = ${int(n)}`);
+    out.push('');
+    out.push(mdTable(HEAD.map((h) => (h.startsWith('TTFB') || h.startsWith('added') ? `${h} ms` : h)), rows(m).map((x) => [r.labels[x[0] as string] ?? (x[0] as string), ...x.slice(1)])));
+    out.push('');
+    out.push(harnessLine(m).replace(/^harness:/, 'Harness:') + '.');
+    const lp = m.get('logprobe-0.1');
+    if (lp?.mirror) out.push(`Mirror at sampleRate 0.1: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes over the rounds.`);
+    out.push('');
+  }
+  if (r.unavailable.length > 0) out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
+  out.push(...caveats(r).map((c) => `${c}\n`));
+  out.push('### Targets');
+  out.push('');
+  out.push(mdTable(['logprobe', 'target', 'result', 'measured'], checks.map((c) => [c.key, c.target, c.pass === null ? 'not measured' : c.pass ? 'PASS' : '**FAIL**', c.detail])));
+  out.push('');
+  return out.join('\n');
+}
+
+/** What limits the figures of this run, said with its own numbers. */
+export function caveats(r: StreamsResult): string[] {
+  const out: string[] = [];
+  const ns = byN(r);
+  const late = [...ns.entries()].filter(([, m]) => (m.get('direct')?.upstreamLateP99 ?? 0) > 20).map(([n, m]) => `N = ${int(n)} (p99 ${f(m.get('direct')!.upstreamLateP99)} ms late, machine ${f(m.get('direct')!.machineBusyCores, 2)} of 2 cores busy)`);
+  if (late.length > 0)
+    out.push(
+      `**The harness is past this machine's limit at ${late.join(', ')}**: in the direct runs the upstream's chunks already go out late, so at that N the figures show how each target degrades when the 2 CPUs are short (64 chunks × N ÷ 20 ms through the loopback TCP stack twice), not a proxy's overhead. Nothing was cut and no descriptor limit was hit.`,
+    );
+  const foreign = r.summaries.filter((x) => x.foreignCores > 0.2).map((x) => `${x.key} at N = ${int(x.n)} (${f(x.foreignCores, 2)})`);
+  if (foreign.length > 0) out.push(`Other processes of this shared machine took more than 0.2 cores (median over rounds) during: ${foreign.join(', ')}. A run during which they took more than 0.3 cores was done once more and the quieter one kept (a repeated run starts with the memory and the upstream connections the first one left).`);
+  out.push(
+    "CPU per stream is utime + stime from /proc: the loopback TCP receive work that the kernel does in softirq (the machine's softirq share is in bench/out/streams.json) is charged to no process, so all targets' CPU figures are low by the same kind of amount. KB/stream uses the first round's idle RSS and the median peak over rounds, so memory a target keeps from one round to the next counts against it.",
+  );
+  return out;
+}
+
+export const STREAMS_BEGIN = '<!-- streams:begin -->';
+export const STREAMS_END = '<!-- streams:end -->';
+
+/**
+ * Writes the section between its markers; without them, before the soak's generated block (after
+ * the JSON lane's figures and their hand-written analysis), or at the end of the file.
+ * Everything else in the file is kept.
+ */
+export function writeStreamsSection(path: string, body: string): void {
+  let old = '';
+  try {
+    old = readFileSync(path, 'utf8');
+  } catch {
+    old = '# logprobe benchmark results (issue #8)\n\n';
+  }
+  const block = `${STREAMS_BEGIN}\n${body}${STREAMS_END}`;
+  const i = old.indexOf(STREAMS_BEGIN);
+  const j = old.indexOf(STREAMS_END);
+  let next: string;
+  if (i >= 0 && j > i) next = old.slice(0, i) + block + old.slice(j + STREAMS_END.length);
+  else {
+    const k = old.indexOf('<!-- soak:generated:begin -->');
+    if (k >= 0) next = `${old.slice(0, k)}${block}\n\n${old.slice(k)}`;
+    else next = `${old.trimEnd()}\n\n${block}\n`;
+  }
+  writeFileSync(path, next);
+}
