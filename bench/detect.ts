@@ -94,6 +94,8 @@ async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
     log: { level: 'error' },
   });
   const runtime = createRuntime(config, {
+    // Run from the .ts sources (tsx): the mirror worker needs tsx's loader registered in it.
+    mirrorWorkerUrl: new URL('../test/helpers/mirror-worker.mjs', import.meta.url),
     logger: createLogger({ level: 'error' }),
     listeners: {
       onPair(pair: MirroredPair) {

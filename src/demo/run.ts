@@ -103,8 +103,11 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       capture: { enabled: false },
       log: { level: 'error' },
     });
+    const logDestination = process.stderr as unknown as NodeJS.WritableStream & { write: (s: string) => boolean };
     runtime = createRuntime(config, {
-      logger: createLogger({ level: 'error', destination: process.stderr as unknown as NodeJS.WritableStream & { write: (s: string) => boolean } }),
+      // The live lines own stdout: the proxy's and the mirror worker's log lines go to stderr.
+      logger: createLogger({ level: 'error', destination: logDestination }),
+      logDestination,
       listeners: {
         onPair(pair) {
           mirrored++;
