@@ -1,22 +1,34 @@
 /**
  * `POST /v1/chat/completions`: messages → the chat template → completion, non-streamed or as
  * OpenAI's chat stream: a role chunk, one chunk per token, a finish chunk with an empty delta,
- * an optional usage chunk with no choices, then `[DONE]`.
+ * an optional usage chunk with no choices, then `[DONE]`. With `vllm`, the logprobs and the
+ * non-streamed body are vLLM's (no `refusal`, `stop_reason`, `prompt_tokens_details`).
  */
 import { applyChatTemplate } from './chat-template.js';
-import { chatBody, chatFinishChunk, chatFirstChunk, chatLogprobItem, chatLogprobs, chatTokenChunk, chatUsageChunk } from './format.js';
+import { chatBody, chatFinishChunk, chatFirstChunk, chatLogprobItem, chatLogprobs, chatTokenChunk, chatUsageChunk, type TokenRender } from './format.js';
 import { generate, type TokenStep } from './generate.js';
 import type { ChatRequest } from './request.js';
-import { samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
+import { defaultCache, promptCells, samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
 import { SseWriter } from './sse.js';
+import { vllmChatBody } from './api/vllm-format.js';
+
+/** How the engine renders chat logprobs. Default: OpenAI's. */
+export interface ChatStyle {
+  /** Token names (vLLM's `return_tokens_as_token_ids` renders `token_id:N`). */
+  readonly tokens?: TokenRender;
+  /** vLLM's shapes: logprobs without `refusal`, its non-streamed body. */
+  readonly vllm?: boolean;
+}
 
 /** Serves one validated chat request. */
-export async function serveChat(ctx: RouteContext, req: ChatRequest): Promise<void> {
+export async function serveChat(ctx: RouteContext, req: ChatRequest, style: ChatStyle = {}): Promise<void> {
   const { model } = ctx;
-  const promptIds = model.tokenize(applyChatTemplate(req.messages));
+  const { cells, addBos } = promptCells(ctx, { text: applyChatTemplate(req.messages) });
   const withLogprobs = req.logprobs && !ctx.faults.nologprobs;
   const topN = withLogprobs ? req.topLogprobs : null;
-  const { seq, maxTokens } = await startSequence(ctx, promptIds, req.maxTokens);
+  const tokens = style.tokens ?? ctx.tokens;
+  const refusal = !style.vllm;
+  const { seq, maxTokens } = await startSequence(ctx, cells, req.maxTokens, { addBos, cache: defaultCache(ctx) });
   try {
     const params = { ...req, maxTokens };
     const rng = samplingRng(req, ctx.requestSeed);
@@ -25,26 +37,27 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest): Promise<vo
       const steps: TokenStep[] = [];
       const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
       const content = steps.map((s) => s.text).join('');
-      const logprobs = withLogprobs ? chatLogprobs(steps.map((s) => chatLogprobItem(ctx.tokens, s, req.topLogprobs))) : null;
-      const usage = { promptTokens: promptIds.length, completionTokens: result.completionTokens };
-      sendJson(ctx.res, 200, chatBody(ctx.meta, content, logprobs, result.finishReason, usage));
+      const logprobs = withLogprobs ? chatLogprobs(steps.map((s) => chatLogprobItem(tokens, s, req.topLogprobs)), refusal) : null;
+      const usage = { promptTokens: cells.length, completionTokens: result.completionTokens };
+      if (style.vllm) sendJson(ctx.res, 200, vllmChatBody(ctx, seq, content, logprobs, result, usage));
+      else sendJson(ctx.res, 200, chatBody(ctx.meta, content, logprobs, result.finishReason, usage));
       return;
     }
 
     const sse = new SseWriter(ctx.res, ctx.signal);
     sse.open();
-    await sse.send(chatFirstChunk(ctx.meta, withLogprobs));
+    await sse.send(chatFirstChunk(ctx.meta, withLogprobs, refusal));
     let sent = 0;
     const emit = async (steps: TokenStep[]): Promise<void> => {
       for (const s of steps) {
-        const lp = withLogprobs ? chatLogprobs([chatLogprobItem(ctx.tokens, s, req.topLogprobs)]) : null;
+        const lp = withLogprobs ? chatLogprobs([chatLogprobItem(tokens, s, req.topLogprobs)], refusal) : null;
         await sse.send(chatTokenChunk(ctx.meta, s.text, lp));
         if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
       }
     };
     const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit });
     await sse.send(chatFinishChunk(ctx.meta, result.finishReason));
-    if (req.includeUsage) await sse.send(chatUsageChunk(ctx.meta, { promptTokens: promptIds.length, completionTokens: result.completionTokens }));
+    if (req.includeUsage) await sse.send(chatUsageChunk(ctx.meta, { promptTokens: cells.length, completionTokens: result.completionTokens }));
     sse.done();
   } finally {
     await seq.dispose();

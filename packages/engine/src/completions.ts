@@ -16,7 +16,7 @@ import {
 import { generate, topEntries, type TokenStep } from './generate.js';
 import type { ModelSequence } from './model.js';
 import type { CompletionRequest } from './request.js';
-import { samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
+import { defaultCache, promptCells, samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
 import { SseWriter } from './sse.js';
 
 /** Logprob rows for an echoed prompt: the first token has no conditional (null), as on vLLM. */
@@ -38,12 +38,19 @@ async function echoRows(ctx: RouteContext, seq: ModelSequence, prompt: readonly 
 /** Serves one validated completions request. */
 export async function serveCompletion(ctx: RouteContext, req: CompletionRequest): Promise<void> {
   const { model } = ctx;
-  const promptIds = 'text' in req.prompt ? model.tokenize(req.prompt.text) : req.prompt.ids;
+  const { cells: promptIds, addBos } = promptCells(ctx, req.prompt);
   const promptText = 'text' in req.prompt ? req.prompt.text : model.detokenize(req.prompt.ids);
   const n = ctx.faults.nologprobs ? null : req.logprobs;
-  const { seq, maxTokens } = await startSequence(ctx, promptIds, req.maxTokens);
+  if (promptIds.length === 0 && !addBos) throw badRequest('the prompt is empty', 'prompt');
+  const echoLogprobs = req.echo && n !== null;
+  const { seq, maxTokens } = await startSequence(ctx, promptIds, req.maxTokens, {
+    addBos,
+    // Prompt logprobs are computed, not read from the cache (as vLLM skips it for them).
+    cache: echoLogprobs && ctx.server.prefixCache ? { read: false, write: true } : defaultCache(ctx),
+    ...(echoLogprobs ? { promptLogprobsFrom: 1 } : {}),
+  });
   try {
-    const echoed = req.echo && n !== null ? await echoRows(ctx, seq, promptIds, n) : null;
+    const echoed = echoLogprobs ? await echoRows(ctx, seq, promptIds, n) : null;
     const params = { ...req, maxTokens };
     const rng = samplingRng(req, ctx.requestSeed);
     const base = promptText.length;

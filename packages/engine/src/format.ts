@@ -28,8 +28,23 @@ export function lpJson(x: number | null): string {
   return String(x);
 }
 
+/** How tokens are named in logprobs: their text (JSON string literal) and bytes (JSON array or null). */
+export interface TokenRender {
+  text(id: number): string;
+  bytesOf(id: number): string;
+}
+
+/**
+ * vLLM's `return_tokens_as_token_ids`: every token is `"token_id:N"` (so tokens that are not
+ * JSON-encodable can be identified), its bytes those of that string.
+ */
+export const TOKEN_ID_RENDER: TokenRender = {
+  text: (id) => `"token_id:${id}"`,
+  bytesOf: (id) => `[${Array.from(Buffer.from(`token_id:${id}`)).join(',')}]`,
+};
+
 /** Token text and bytes as JSON, cached per id (the same tokens recur on every response). */
-export class TokenJson {
+export class TokenJson implements TokenRender {
   private readonly texts = new Map<number, string>();
   private readonly bytes = new Map<number, string>();
   constructor(private readonly model: EngineModel) {}
@@ -67,7 +82,7 @@ export interface CompletionRow {
   readonly offset: number;
 }
 
-function topDict(t: TokenJson, chosen: number, logprob: number | null, top: readonly TopEntry[]): string {
+function topDict(t: TokenRender, chosen: number, logprob: number | null, top: readonly TopEntry[]): string {
   // The chosen token first, then the top entries; a key seen before (same id, or two ids with
   // the same text) is not repeated, as in a Python dict.
   const keys = new Set<string>();
@@ -83,7 +98,7 @@ function topDict(t: TokenJson, chosen: number, logprob: number | null, top: read
 }
 
 /** The completions `logprobs` object for some rows. */
-export function completionLogprobs(t: TokenJson, rows: readonly CompletionRow[]): string {
+export function completionLogprobs(t: TokenRender, rows: readonly CompletionRow[]): string {
   const tokens = rows.map((r) => t.text(r.id)).join(',');
   const lps = rows.map((r) => lpJson(r.logprob)).join(',');
   const tops = rows.map((r) => (r.top === null ? 'null' : topDict(t, r.id, r.logprob, r.top))).join(',');
@@ -134,14 +149,14 @@ export function completionUsageChunk(m: ResponseMeta, usage: Usage): string {
 // /v1/chat/completions
 
 /** One chat `logprobs.content` item with up to `n` top entries. */
-export function chatLogprobItem(t: TokenJson, s: TokenStep, n: number): string {
+export function chatLogprobItem(t: TokenRender, s: TokenStep, n: number): string {
   const top = (s.top ?? []).slice(0, n).map((e) => `{"token":${t.text(e.id)},"logprob":${lpJson(e.logprob)},"bytes":${t.bytesOf(e.id)}}`);
   return `{"token":${t.text(s.id)},"logprob":${lpJson(s.logprob)},"bytes":${t.bytesOf(s.id)},"top_logprobs":[${top.join(',')}]}`;
 }
 
-/** The chat `logprobs` object for some items (JSON from `chatLogprobItem`). */
-export function chatLogprobs(items: readonly string[]): string {
-  return `{"content":[${items.join(',')}],"refusal":null}`;
+/** The chat `logprobs` object for some items (JSON from `chatLogprobItem`); vLLM's has no `refusal`. */
+export function chatLogprobs(items: readonly string[], refusal = true): string {
+  return refusal ? `{"content":[${items.join(',')}],"refusal":null}` : `{"content":[${items.join(',')}]}`;
 }
 
 /** A non-streamed chat body, in the field order of OpenAI's documented example. */
@@ -160,8 +175,8 @@ function chatChunkHead(m: ResponseMeta): string {
 }
 
 /** The first chat chunk: the assistant role, empty content. */
-export function chatFirstChunk(m: ResponseMeta, withLogprobs: boolean): string {
-  const lp = withLogprobs ? '{"content":[],"refusal":null}' : 'null';
+export function chatFirstChunk(m: ResponseMeta, withLogprobs: boolean, refusal = true): string {
+  const lp = withLogprobs ? chatLogprobs([], refusal) : 'null';
   return `${chatChunkHead(m)},"choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":${lp},"finish_reason":null}]}`;
 }
 

@@ -24,6 +24,8 @@ export interface TokenStep {
   readonly logprob: number;
   /** The `topN` most likely tokens at this position, or null when logprobs were not asked for. */
   readonly top: readonly TopEntry[] | null;
+  /** The whole distribution, with `keepDistributions` (SGLang's `token_ids_logprob`). */
+  readonly dist?: NextTokenDistribution;
 }
 
 /** How a generation ended. */
@@ -44,6 +46,8 @@ export interface GenerateOptions {
   readonly yieldEvery?: number;
   /** Pause this long after every token (a realistic decode pace for streams and abort tests). Default 0. */
   readonly tokenDelayMs?: number;
+  /** Attach each step's distribution to it (`TokenStep.dist`). Default false. */
+  readonly keepDistributions?: boolean;
 }
 
 /** The outcome of a generation. */
@@ -51,6 +55,10 @@ export interface GenerateResult {
   readonly finishReason: FinishReason;
   /** Tokens the model produced (including any cut by a stop string; not the end-of-sequence token). */
   readonly completionTokens: number;
+  /** The end-of-sequence token that ended it (SGLang and llama-server report it), or absent. */
+  readonly eos?: Omit<TokenStep, 'text' | 'offset'>;
+  /** The stop string that ended it (vLLM's `stop_reason`), or absent. */
+  readonly stopString?: string;
 }
 
 /** Thrown (as `signal.reason` when unset) when the client went away mid-generation. */
@@ -66,11 +74,11 @@ export function topEntries(dist: NextTokenDistribution, n: number): TopEntry[] {
   return out;
 }
 
-function findStop(text: string, stops: readonly string[], from: number): number {
-  let best = -1;
+function findStop(text: string, stops: readonly string[], from: number): { at: number; stop: string } | null {
+  let best: { at: number; stop: string } | null = null;
   for (const s of stops) {
     const i = text.indexOf(s, from);
-    if (i >= 0 && (best < 0 || i < best)) best = i;
+    if (i >= 0 && (best === null || i < best.at)) best = { at: i, stop: s };
   }
   return best;
 }
@@ -109,7 +117,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const id = chooseToken(dist, params, o.rng, model.vocabSize);
     if (id === model.eosToken) {
       await release(Infinity);
-      return { finishReason: 'stop', completionTokens: count };
+      const eos = { id, logprob: dist.logprobOf(id), top: o.topN === null ? null : topEntries(dist, o.topN), ...(o.keepDistributions ? { dist } : {}) };
+      return { finishReason: 'stop', completionTokens: count, eos };
     }
     count++;
     const piece = decoder.decode(model.tokenBytes(id), { stream: true });
@@ -119,16 +128,18 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
       offset: text.length,
       logprob: dist.logprobOf(id),
       top: o.topN === null ? null : topEntries(dist, o.topN),
+      ...(o.keepDistributions ? { dist } : {}),
     };
     text += piece;
     held.push(step);
     if (maxStop > 0) {
-      const hit = findStop(text, stops, Math.max(0, step.offset - maxStop + 1));
-      if (hit >= 0) {
+      const found = findStop(text, stops, Math.max(0, step.offset - maxStop + 1));
+      if (found !== null) {
+        const hit = found.at;
         const kept = held.filter((s) => s.offset < hit).map((s) => (s.offset + s.text.length > hit ? { ...s, text: text.slice(s.offset, hit) } : s));
         held.length = 0;
         if (kept.length > 0) await o.emit(kept);
-        return { finishReason: 'stop', completionTokens: count };
+        return { finishReason: 'stop', completionTokens: count, stopString: found.stop };
       }
       await release(safeEnd(text, stops, maxStop));
     } else {

@@ -20,6 +20,52 @@ export interface NextTokenDistribution {
   logprobOf(id: number): number;
 }
 
+/**
+ * How one request uses the prefix cache: one slot holding the previous request's evaluated
+ * tokens (prompt + generated), like llama-server with `-np 1`. Every engine re-evaluates at
+ * least the last prompt token (it needs that position's logits).
+ */
+export interface CacheUse {
+  /** Reuse the cached state of the longest common prefix (off: vLLM `prompt_logprobs`, llama.cpp `cache_prompt: false`). */
+  readonly read: boolean;
+  /** Keep this request's tokens for the next one (off: llama.cpp `cache_prompt: false`, which empties the slot). */
+  readonly write: boolean;
+  /** Reuse whole blocks of this many tokens only (vLLM caches full KV blocks of 16). Default 1. */
+  readonly block?: number;
+  /** Reuse at most this many leading tokens (SGLang: never beyond `logprob_start_len`). */
+  readonly limit?: number;
+}
+
+/** Options of {@link EngineModel.start}. */
+export interface StartOptions {
+  /** Lets a simulated model vary per request (run-to-run noise); real engines ignore it. */
+  readonly requestSeed: number;
+  /**
+   * Prepend the model's BOS token (when it has one). Default true: the engine's historical
+   * behaviour. False: the prompt is the exact token sequence, as vLLM, SGLang and llama-server
+   * use token-id prompts (the server adds BOS to text prompts itself).
+   */
+  readonly addBos?: boolean;
+  /** The prefix cache. Default: neither read nor written — a fresh state, nothing kept. */
+  readonly cache?: CacheUse;
+  /**
+   * The first prompt index (≥ 1) whose logprob `promptDistributions()` will be asked for; the
+   * positions before it may come from the prefix cache. Default: none announced (the model
+   * prepares them only when `promptDistributions()` is called first).
+   */
+  readonly promptLogprobsFrom?: number;
+}
+
+/** What a request took from and left in the prefix-cache slot. */
+export interface CacheState {
+  /** Tokens of the request (BOS included when the model prepended it). */
+  readonly cells: number;
+  /** Leading tokens taken from the cache instead of evaluated. */
+  readonly reused: number;
+  /** Tokens held for this request now: reused + evaluated (llama-server's `n_past`). */
+  readonly held: number;
+}
+
 /** One generation in progress: the prompt has been evaluated; tokens are appended one by one. */
 export interface ModelSequence {
   /** The distribution of the next token given everything evaluated so far. */
@@ -27,12 +73,23 @@ export interface ModelSequence {
   /** Appends the chosen token to the context. */
   push(id: number): Promise<void>;
   /**
-   * Conditional distributions of prompt tokens 1..n-1 (for `echo` with logprobs); entry i is the
-   * distribution that predicted prompt token i+1. Optional: engines without it reject `echo`.
+   * Conditional distributions of prompt tokens f..n-1, f = `promptLogprobsFrom` (default 1):
+   * entry k is the distribution that predicted prompt token f+k (for `echo` with logprobs,
+   * vLLM `prompt_logprobs`, SGLang input logprobs). Optional: engines without it reject them.
    */
   promptDistributions?(): Promise<NextTokenDistribution[]>;
-  /** Frees the sequence (no prefix reuse between requests). */
+  /** The prefix-cache bookkeeping, valid after the first `next()` or `promptDistributions()`. */
+  cacheState?(): CacheState;
+  /** Frees the sequence. */
   dispose(): Promise<void> | void;
+}
+
+/** What `/v1/models` tells about a model file (llama-server's `meta`). */
+export interface ModelCard {
+  readonly path: string;
+  readonly embedding: number;
+  readonly parameters: number;
+  readonly bytes: number;
 }
 
 /** A model behind the engine server. */
@@ -41,6 +98,8 @@ export interface EngineModel {
   readonly id: string;
   /** The end-of-sequence token id, or null when the model has none. */
   readonly eosToken: number | null;
+  /** The beginning-of-sequence token id, or null/absent when the model has none (the simulated model). */
+  readonly bosToken?: number | null;
   /**
    * Number of token ids (valid ids are 0..vocabSize-1). Sampling with `temperature > 0` walks the
    * whole vocabulary through `logprobOf` when a distribution lists only a prefix.
@@ -48,17 +107,25 @@ export interface EngineModel {
   readonly vocabSize: number;
   /** Text → token ids. */
   tokenize(text: string): number[];
+  /** Text → token ids, special-token text (`<|endoftext|>`) parsed as the special token (llama.cpp's `parse_special`). */
+  tokenizeSpecial?(text: string): number[];
   /** The text of one token (may be a partial UTF-8 sequence rendered with U+FFFD). */
   tokenText(id: number): string;
+  /** The token as the vocabulary spells it (`Ġthe` for a byte-level BPE): vLLM's `token_strs`. */
+  vocabPiece?(id: number): string;
   /** The raw bytes of one token. */
   tokenBytes(id: number): Uint8Array;
   /** The text of a token sequence (decoded together, so multi-byte characters survive splits). */
   detokenize(ids: readonly number[]): string;
+  /** Starts a sequence on a prompt. */
+  start(prompt: readonly number[], options: StartOptions): Promise<ModelSequence>;
   /**
-   * Starts a sequence on a prompt. `requestSeed` lets a simulated model vary per request
-   * (run-to-run noise); real engines ignore it.
+   * Empties the prefix-cache slot (SGLang `/flush_cache`, vLLM `/reset_prefix_cache`,
+   * llama-server's slot erase); returns the number of tokens it held. Never while a sequence runs.
    */
-  start(prompt: readonly number[], options: { requestSeed: number }): Promise<ModelSequence>;
+  flushCache?(): Promise<number> | number;
+  /** The model file, for engines that report it. */
+  readonly card?: ModelCard;
   /** Releases the model. */
   close?(): Promise<void> | void;
 }

@@ -1,25 +1,25 @@
 /**
  * The OpenAI-compatible engine server around any `EngineModel` (the simulated model, the
- * llama.cpp model): `/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/health`. Plain
- * `node:http` with keep-alive, so it is cheap enough to be the upstream of a proxy benchmark.
- * Records every request, applies server-level faults, and stops generating when a client goes
- * away.
+ * llama.cpp model): `/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/health`, and —
+ * with `api` — the native endpoints of vLLM, SGLang or llama-server in their own shapes
+ * (`src/api/`). Plain `node:http` with keep-alive, so it is cheap enough to be the upstream of a
+ * proxy benchmark. Records every request, applies server-level faults, and stops generating
+ * when a client goes away.
  */
 import { randomBytes, randomInt } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { serveChat } from './chat.js';
-import { serveCompletion } from './completions.js';
-import { EngineHttpError, errorEnvelope } from './errors.js';
+import { apiProfile, RawHttpError, type EngineApi } from './api/profile.js';
+import { routeFor } from './api/routes.js';
+import { EngineHttpError } from './errors.js';
 import { NO_FAULTS, parseServerFaults, type ServerFaults } from './faults.js';
 import { TokenJson } from './format.js';
 import { GenerationAborted } from './generate.js';
 import type { EngineModel } from './model.js';
 import { RequestQueue } from './queue.js';
 import { RequestRecorder, type RecordedRequest } from './recorder.js';
-import { parseChatRequest, parseCompletionRequest, parseJsonBody } from './request.js';
-import { sendError, sendJson, sleep, type RouteContext } from './route.js';
+import { sendJson, sleep, type Route, type RouteContext, type ServerSettings } from './route.js';
 
 /** A pino-compatible logger subset. */
 export interface EngineLog {
@@ -37,8 +37,28 @@ export interface EngineServerOptions {
   readonly port?: number;
   /** Server-level faults: parsed, or fault strings (`http500`, `slow:200`, …). Default none. */
   readonly faults?: ServerFaults | string | readonly string[];
-  /** Generations running at once; the rest wait in arrival order. Default 1; 0 or Infinity = unlimited. */
+  /**
+   * Generations running at once; the rest wait in arrival order. Default 1; 0 or Infinity =
+   * unlimited. Always 1 while the prefix cache is on, so its one slot is well defined.
+   */
   readonly concurrency?: number;
+  /**
+   * The engine to pretend to be: its identity, native endpoints and shapes. Default `logprobe`:
+   * OpenAI's shapes and nothing else, as before.
+   */
+  readonly api?: EngineApi;
+  /**
+   * The one-slot prefix cache (llama-server `-np 1`): a request whose prompt shares a prefix
+   * with the previous request's tokens reuses their state. Default: on for vllm, sglang and
+   * llamacpp (as the real engines), off for logprobe and openai (every request cold, as before).
+   */
+  readonly prefixCache?: boolean;
+  /** vLLM's `VLLM_SERVER_DEV_MODE=1`: serve `POST /reset_prefix_cache`. Default false (404, as vLLM). */
+  readonly devMode?: boolean;
+  /** llama-server's `--slot-save-path`: serve `POST /slots/0?action=erase`. Default none (501, as llama-server). */
+  readonly slotSavePath?: string;
+  /** vLLM's `--enable-prompt-tokens-details`: report `usage.prompt_tokens_details.cached_tokens`. Default false. */
+  readonly promptTokensDetails?: boolean;
   /** Requests allowed to wait for a slot before new ones get a 503. Default 1024. */
   readonly maxQueue?: number;
   /** Largest prompt + completion, in tokens. Default 32768. */
@@ -81,13 +101,16 @@ export interface EngineServerHandle {
   readonly events: EventEmitter<EngineServerEvents>;
   /** The faults in force. */
   readonly faults: ServerFaults;
+  /** The engine the server pretends to be. */
+  readonly api: EngineApi;
+  /** Whether the prefix cache is on. */
+  readonly prefixCache: boolean;
   /** Changes the faults for requests that arrive from now on. */
   setFaults(faults: ServerFaults | string | readonly string[]): void;
   /** Stops accepting, aborts running generations, closes connections and the request log. */
   close(): Promise<void>;
 }
 
-const GENERATION_ROUTES = new Set(['/v1/completions', '/v1/chat/completions']);
 const NOOP_LOG: EngineLog = { info() {}, warn() {}, error() {} };
 
 function readBody(req: IncomingMessage, limit: number): Promise<string> {
@@ -125,7 +148,11 @@ function toFaults(f: ServerFaults | string | readonly string[] | undefined): Ser
 export async function startEngineServer(options: EngineServerOptions): Promise<EngineServerHandle> {
   const { model } = options;
   const log = options.log ?? NOOP_LOG;
-  const concurrency = options.concurrency === undefined ? 1 : options.concurrency <= 0 ? Infinity : options.concurrency;
+  const api = apiProfile(options.api ?? 'logprobe');
+  const prefixCache = options.prefixCache ?? api.prefixCacheDefault;
+  const requested = options.concurrency === undefined ? 1 : options.concurrency <= 0 ? Infinity : options.concurrency;
+  // One slot: with the cache on, requests take turns, so "the previous request" is well defined.
+  const concurrency = prefixCache ? 1 : requested;
   const queue = new RequestQueue(concurrency, options.maxQueue ?? 1024);
   const recorder = await RequestRecorder.create(options.recordLimit ?? 10_000, options.requestLog);
   const bodyLimit = options.bodyLimitBytes ?? 32 * 1024 * 1024;
@@ -133,6 +160,15 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   const seedBase = options.requestSeedBase ?? randomInt(0, 2 ** 31);
   const idBase = randomBytes(6).toString('hex');
   const fingerprint = options.systemFingerprint ?? 'fp_logprobe';
+  const settings: ServerSettings = {
+    prefixCache,
+    devMode: options.devMode ?? false,
+    slotSavePath: options.slotSavePath ?? null,
+    promptTokensDetails: options.promptTokensDetails ?? false,
+    queue,
+    host: options.host ?? '127.0.0.1',
+    port: 0,
+  };
   const tokens = new TokenJson(model);
   const events = new EventEmitter<EngineServerEvents>();
   const active = new Set<AbortController>();
@@ -143,9 +179,31 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   let closing = false;
   let closePromise: Promise<void> | undefined;
 
-  async function generation(req: IncomingMessage, res: ServerResponse, path: string, raw: string, signal: AbortSignal, deliberate: () => void): Promise<void> {
+  function context(req: IncomingMessage, res: ServerResponse, route: Route, path: string, query: URLSearchParams, raw: string, signal: AbortSignal): RouteContext {
     const n = counter++;
-    const f = faults;
+    const prefix = route.idPrefix ?? 'cmpl';
+    return {
+      model,
+      res,
+      signal,
+      requestSeed: (Math.imul(seedBase ^ n, 0x9e3779b1) ^ n) >>> 0,
+      faults,
+      tokens,
+      meta: { id: `${prefix === '' ? '' : `${prefix}-`}${idBase}${n.toString(16).padStart(prefix === '' ? 20 : 6, '0')}`, created: Math.floor(Date.now() / 1000), model: model.id, fingerprint },
+      maxContext,
+      tokenDelayMs: options.tokenDelayMs ?? 0,
+      api,
+      server: settings,
+      method: req.method ?? 'GET',
+      path,
+      query,
+      raw,
+    };
+  }
+
+  async function generation(req: IncomingMessage, ctx: RouteContext, route: Route, deliberate: () => void): Promise<void> {
+    const f = ctx.faults;
+    const { res, raw, signal } = ctx;
     const release = await queue.acquire(signal);
     try {
       if (f.slowMs > 0) await sleep(f.slowMs, signal);
@@ -164,21 +222,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         }
         return;
       }
-      const body = parseJsonBody(raw);
-      const chat = path === '/v1/chat/completions';
-      const ctx: RouteContext = {
-        model,
-        res,
-        signal,
-        requestSeed: (Math.imul(seedBase ^ n, 0x9e3779b1) ^ n) >>> 0,
-        faults: f,
-        tokens,
-        meta: { id: `${chat ? 'chatcmpl' : 'cmpl'}-${idBase}${n.toString(16).padStart(6, '0')}`, created: Math.floor(Date.now() / 1000), model: model.id, fingerprint },
-        maxContext,
-        tokenDelayMs: options.tokenDelayMs ?? 0,
-      };
-      if (chat) await serveChat(ctx, parseChatRequest(body));
-      else await serveCompletion(ctx, parseCompletionRequest(body, model.vocabSize));
+      await route.serve(ctx);
     } finally {
       release();
     }
@@ -186,13 +230,17 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const method = req.method ?? 'GET';
-    const path = (req.url ?? '/').split('?', 1)[0] as string;
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    const route = routeFor(api.api, path);
     const controller = new AbortController();
     let deliberate = false;
+    if (api.serverHeader !== null) res.setHeader('server', api.serverHeader);
     res.on('close', () => {
       active.delete(controller);
       if (res.writableFinished) {
-        if (res.statusCode === 200 && GENERATION_ROUTES.has(path)) completed++;
+        if (res.statusCode === 200 && route?.generation) completed++;
         return;
       }
       controller.abort(new GenerationAborted('the client went away'));
@@ -206,16 +254,11 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       const record: RecordedRequest = { method, path, headers: req.headers, body: raw, receivedAt: Date.now() };
       recorder.record(record);
       events.emit('request', record);
-      if (GENERATION_ROUTES.has(path)) {
-        if (method !== 'POST') throw new EngineHttpError(405, `Method ${method} is not allowed on ${path}; use POST`);
-        await generation(req, res, path, raw, controller.signal, () => (deliberate = true));
-      } else if (path === '/health' && (method === 'GET' || method === 'HEAD')) {
-        sendJson(res, 200, '{"status":"ok"}');
-      } else if (path === '/v1/models' && method === 'GET') {
-        sendJson(res, 200, JSON.stringify({ object: 'list', data: [{ id: model.id, object: 'model', created: 0, owned_by: 'logprobe' }] }));
-      } else {
-        throw new EngineHttpError(404, `Invalid URL (${method} ${path})`);
-      }
+      if (route === undefined) throw api.notFound(method, path);
+      if (!route.methods.includes(method)) throw api.wrongMethod(method, path);
+      const ctx = context(req, res, route, path, new URLSearchParams(q < 0 ? '' : url.slice(q + 1)), raw, controller.signal);
+      if (route.generation) await generation(req, ctx, route, () => (deliberate = true));
+      else await route.serve(ctx);
     } catch (err) {
       if (controller.signal.aborted || res.destroyed) {
         // The client is gone, or the server is closing: nothing more to say on this socket.
@@ -225,11 +268,12 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       const httpErr =
         err instanceof EngineHttpError ? err : new EngineHttpError(500, `the engine failed: ${err instanceof Error ? err.message : String(err)}`);
       if (!(err instanceof EngineHttpError)) log.error({ err, path }, 'engine request failed');
+      const body = api.errorBody(httpErr, path);
       if (res.headersSent) {
         // Mid-stream: an error event, then the end of the stream, as vLLM does.
-        res.end(`data: ${errorEnvelope(httpErr)}\n\ndata: [DONE]\n\n`);
+        res.end(`data: ${body}\n\ndata: [DONE]\n\n`);
       } else {
-        sendError(res, httpErr);
+        sendJson(res, httpErr.status, body, httpErr instanceof RawHttpError ? { 'content-type': httpErr.contentType } : {});
       }
     }
   }
@@ -251,9 +295,10 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     throw err;
   }
   const addr = server.address() as AddressInfo;
+  settings.port = addr.port;
   const host = options.host ?? '127.0.0.1';
   const urlHost = host.includes(':') ? `[${host}]` : host;
-  log.info({ host, port: addr.port, model: model.id }, 'engine listening');
+  log.info({ host, port: addr.port, model: model.id, api: api.api, prefixCache }, 'engine listening');
 
   return {
     url: `http://${urlHost}:${addr.port}`,
@@ -270,6 +315,8 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     get faults() {
       return faults;
     },
+    api: api.api,
+    prefixCache,
     setFaults(f) {
       faults = toFaults(f);
     },

@@ -18,6 +18,11 @@ export class RequestQueue {
     private readonly maxQueue: number,
   ) {}
 
+  /** Whether a request runs or waits (SGLang's /flush_cache refuses then). */
+  get busy(): boolean {
+    return this.running > 0 || this.waiting.length > 0;
+  }
+
   /** Requests waiting for a slot. */
   get depth(): number {
     return this.waiting.length;

@@ -52,7 +52,8 @@ export interface ChatRequest extends SamplingParams {
   readonly topLogprobs: number;
 }
 
-type Body = Record<string, unknown>;
+/** A parsed JSON request body. */
+export type Body = Record<string, unknown>;
 
 /** Parses a request body that must be a JSON object. */
 export function parseJsonBody(raw: string): Body {
@@ -68,14 +69,15 @@ export function parseJsonBody(raw: string): Body {
   return value as Body;
 }
 
-interface NumberRule {
+/** Bounds of a number field. */
+export interface NumberRule {
   min?: number;
   max?: number;
   integer?: boolean;
 }
 
 /** A number field, or undefined when absent or null. */
-function num(body: Body, name: string, rule: NumberRule = {}): number | undefined {
+export function num(body: Body, name: string, rule: NumberRule = {}): number | undefined {
   const v = body[name];
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isFinite(v)) throw badRequest(`'${name}' must be a number`, name);
@@ -85,14 +87,16 @@ function num(body: Body, name: string, rule: NumberRule = {}): number | undefine
   return v;
 }
 
-function bool(body: Body, name: string): boolean | undefined {
+/** A boolean field, or undefined when absent or null. */
+export function bool(body: Body, name: string): boolean | undefined {
   const v = body[name];
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'boolean') throw badRequest(`'${name}' must be a boolean`, name);
   return v;
 }
 
-function stopStrings(body: Body): string[] {
+/** `stop`: a string or strings, empty ones dropped. */
+export function stopStrings(body: Body): string[] {
   const v = body.stop;
   if (v === undefined || v === null) return [];
   const list = typeof v === 'string' ? [v] : v;
@@ -177,17 +181,22 @@ function messageContent(v: unknown, i: number): string {
   throw badRequest(`messages[${i}].content must be a string or an array of text parts`, `messages[${i}].content`);
 }
 
-/** Validates a `/v1/chat/completions` body. */
-export function parseChatRequest(body: Body): ChatRequest {
+/** `messages`: a non-empty array of `{role, content}` with text content. */
+export function parseMessages(body: Body): ChatMessage[] {
   const raw = body.messages;
   if (!Array.isArray(raw) || raw.length === 0) throw badRequest(`'messages' must be a non-empty array`, 'messages');
-  const messages = raw.map((m: unknown, i): ChatMessage => {
+  return raw.map((m: unknown, i): ChatMessage => {
     const msg = m as Body | null;
     if (typeof msg !== 'object' || msg === null || typeof msg.role !== 'string') {
       throw badRequest(`messages[${i}] must be an object with a string 'role'`, `messages[${i}]`);
     }
     return { role: msg.role, content: messageContent(msg.content, i) };
   });
+}
+
+/** Validates a `/v1/chat/completions` body. */
+export function parseChatRequest(body: Body): ChatRequest {
+  const messages = parseMessages(body);
   const logprobs = bool(body, 'logprobs') ?? false;
   const topLogprobs = num(body, 'top_logprobs', { integer: true, min: 0, max: MAX_TOP_LOGPROBS }) ?? 0;
   if (topLogprobs > 0 && !logprobs) throw badRequest(`'logprobs' must be true when 'top_logprobs' is used`, 'top_logprobs');

@@ -1,16 +1,44 @@
 /**
- * What a generation route needs from the server for one request, and small response helpers
- * shared by the routes.
+ * What a route needs from the server for one request, and small response helpers shared by the
+ * routes.
  */
 import type { ServerResponse } from 'node:http';
 import { setTimeout as delay } from 'node:timers/promises';
+import { textCells, type ApiProfile } from './api/profile.js';
 import { EngineHttpError, errorEnvelope } from './errors.js';
 import type { ServerFaults } from './faults.js';
 import type { ResponseMeta, TokenJson } from './format.js';
-import type { EngineModel, ModelSequence } from './model.js';
+import type { CacheUse, EngineModel, ModelSequence } from './model.js';
+import type { RequestQueue } from './queue.js';
 import { mulberry32Rng } from './rng.js';
 import type { SamplingParams } from './request.js';
 import type { Rng } from './sampling.js';
+
+/** One route of the server. */
+export interface Route {
+  readonly methods: readonly string[];
+  /** A generation: admitted through the queue, with the server-level faults. */
+  readonly generation?: boolean;
+  /** Response ids start with this (`cmpl`, `chatcmpl`). */
+  readonly idPrefix?: string;
+  serve(ctx: RouteContext): Promise<void> | void;
+}
+
+/** Server-wide settings a route may read. */
+export interface ServerSettings {
+  /** The one-slot prefix cache is on (requests are then served one at a time). */
+  readonly prefixCache: boolean;
+  /** vLLM's `VLLM_SERVER_DEV_MODE=1`: `/reset_prefix_cache` exists. */
+  readonly devMode: boolean;
+  /** llama-server's `--slot-save-path`: the `/slots` actions exist. */
+  readonly slotSavePath: string | null;
+  /** vLLM's `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`. */
+  readonly promptTokensDetails: boolean;
+  /** Generation admission: the flush routes look at it. */
+  readonly queue: RequestQueue;
+  readonly host: string;
+  port: number;
+}
 
 /** Per-request context handed to a route. */
 export interface RouteContext {
@@ -27,6 +55,14 @@ export interface RouteContext {
   readonly maxContext: number;
   /** Pause after every generated token, in ms (0: none). */
   readonly tokenDelayMs: number;
+  /** The engine the server pretends to be. */
+  readonly api: ApiProfile;
+  readonly server: ServerSettings;
+  readonly method: string;
+  readonly path: string;
+  readonly query: URLSearchParams;
+  /** The request body as received. */
+  readonly raw: string;
 }
 
 /** Sends a complete JSON response (with a content-length, so keep-alive needs no chunking). */
@@ -47,18 +83,45 @@ export function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 /** The sampling RNG: from the request's `seed` when given (reproducible), else from the request. */
-export function samplingRng(params: SamplingParams, requestSeed: number): Rng {
+export function samplingRng(params: Pick<SamplingParams, 'seed'>, requestSeed: number): Rng {
   return mulberry32Rng(params.seed !== null ? params.seed : requestSeed ^ 0x2f6b3c1d);
+}
+
+/** How a sequence starts, beyond the prompt (see `StartOptions`). */
+export interface SequenceStart {
+  readonly addBos?: boolean;
+  readonly cache?: CacheUse;
+  readonly promptLogprobsFrom?: number;
+}
+
+/** The prefix-cache use of an ordinary request: read and keep, when the server's cache is on. */
+export function defaultCache(ctx: RouteContext): CacheUse | undefined {
+  return ctx.server.prefixCache ? { read: true, write: true } : undefined;
+}
+
+/**
+ * A completions prompt as the model's tokens: as the engine reads it (`api.verbatimIds`: text
+ * with BOS, ids as given, the model adds nothing) or as this engine always did (the model
+ * prepends BOS to text and ids alike).
+ */
+export function promptCells(ctx: RouteContext, prompt: { readonly text: string } | { readonly ids: readonly number[] }): { cells: number[]; addBos: boolean } {
+  if (!ctx.api.verbatimIds) return { cells: 'text' in prompt ? ctx.model.tokenize(prompt.text) : [...prompt.ids], addBos: true };
+  return { cells: 'text' in prompt ? textCells(ctx.model, prompt.text) : [...prompt.ids], addBos: false };
 }
 
 /**
  * Starts a sequence for `prompt`, limiting `maxTokens` to what the context leaves. A prompt that
  * fills the context is a 400, as on vLLM.
  */
-export async function startSequence(ctx: RouteContext, prompt: readonly number[], maxTokens: number): Promise<{ seq: ModelSequence; maxTokens: number }> {
+export async function startSequence(
+  ctx: RouteContext,
+  prompt: readonly number[],
+  maxTokens: number,
+  start: SequenceStart = { cache: defaultCache(ctx) },
+): Promise<{ seq: ModelSequence; maxTokens: number }> {
   if (prompt.length >= ctx.maxContext) {
     throw new EngineHttpError(400, `This model's maximum context length is ${ctx.maxContext} tokens; the prompt has ${prompt.length}.`, 'prompt', 'invalid_request_error', 'context_length_exceeded');
   }
-  const seq = await ctx.model.start(prompt, { requestSeed: ctx.requestSeed });
+  const seq = await ctx.model.start(prompt, { requestSeed: ctx.requestSeed, ...start });
   return { seq, maxTokens: Math.min(maxTokens, ctx.maxContext - prompt.length) };
 }

@@ -11,6 +11,8 @@ test('no fault is the clean setup: f32, no flash attention, f16 KV, default batc
     kvKeyType: 'F16',
     kvValueType: 'F16',
     dropPromptToken: null,
+    decodeStateToken: null,
+    cacheHitToken: null,
   });
 });
 
@@ -18,6 +20,8 @@ test('each fault form maps to the setup that reproduces it', () => {
   const cases: Array<[string, object]> = [
     ['zero-layer:1', { variant: { weights: 'f32', zeroAttentionOutputLayer: 1 } }],
     ['drop-prompt-token:3', { dropPromptToken: 3 }],
+    ['decode-state:3', { decodeStateToken: 3 }],
+    ['cache-hit:0', { cacheHitToken: 0 }],
     ['kv:q8_0', { kvKeyType: 'Q8_0' }],
     ['kv:q4_0', { kvKeyType: 'Q4_0', kvValueType: 'Q4_0', flashAttention: true }],
     ['weights:f16', { variant: { weights: 'f16' } }],
@@ -38,6 +42,8 @@ test('a bad fault is rejected with a message naming it and the reason', () => {
     ['zero-layer:x', /integer/],
     ['zero-layer', /integer/],
     ['drop-prompt-token:-1', /integer/],
+    ['decode-state', /integer/],
+    ['cache-hit:x', /integer/],
     ['kv:q5_1', /kv:q8_0 or kv:q4_0/],
     ['weights:bf16', /weights:f16/],
     ['flash-attention:1', /takes no argument/],

@@ -21,8 +21,12 @@ export interface EngineSetup {
   readonly batchSize: number | null;
   readonly kvKeyType: KvCacheType;
   readonly kvValueType: KvCacheType;
-  /** Prompt token index whose KV cell is erased after prefill, or null. */
+  /** Prompt token index whose KV cell is erased before the last prompt token is evaluated, or null. */
   readonly dropPromptToken: number | null;
+  /** Prompt token index whose KV cell is erased once the whole prompt is evaluated (`decode-state:I`), or null. */
+  readonly decodeStateToken: number | null;
+  /** Prompt token index whose restored KV cell is erased when a request reuses the cached prefix (`cache-hit:I`), or null. */
+  readonly cacheHitToken: number | null;
 }
 
 /** The clean setup every fault is measured against (f32, no flash attention, f16 KV, batch 512). */
@@ -33,12 +37,16 @@ export const CLEAN_SETUP: EngineSetup = {
   kvKeyType: 'F16',
   kvValueType: 'F16',
   dropPromptToken: null,
+  decodeStateToken: null,
+  cacheHitToken: null,
 };
 
 /** Accepted `--fault` forms, for help texts and error messages. */
 export const FAULT_FORMS = [
   'zero-layer:L',
   'drop-prompt-token:I',
+  'decode-state:I',
+  'cache-hit:I',
   'kv:q8_0',
   'kv:q4_0',
   'weights:f16',
@@ -67,6 +75,13 @@ function applyOne(setup: EngineSetup, fault: string): EngineSetup {
       return { ...setup, variant: { ...setup.variant, zeroAttentionOutputLayer: integer(fault, arg, 0, SHAPE.layers - 1) } };
     case 'drop-prompt-token':
       return { ...setup, dropPromptToken: integer(fault, arg, 0, SHAPE.contextLength - 2) };
+    case 'decode-state':
+      // The state carried into decode: the prompt's logits (and the first generated token's
+      // distribution) are clean, every later evaluation on that state misses the cell.
+      return { ...setup, decodeStateToken: integer(fault, arg, 0, SHAPE.contextLength - 2) };
+    case 'cache-hit':
+      // What a prefix-cache hit restores: clean on a cold request, wrong on a warm one.
+      return { ...setup, cacheHitToken: integer(fault, arg, 0, SHAPE.contextLength - 2) };
     case 'kv':
       // The measured bugs: a q8_0 K cache alone, and K and V both in q4_0. llama.cpp only accepts a
       // quantized V cache together with flash attention, so kv:q4_0 turns it on.

@@ -5,12 +5,14 @@
  * setup; llama.cpp picks a CPU-specific kernel build at run time, so compare live engines rather
  * than stored numbers.
  */
+import { statSync } from 'node:fs';
 import type { Token } from 'node-llama-cpp';
-import type { EngineModel, ModelSequence } from '../model.js';
+import type { EngineModel, ModelSequence, StartOptions } from '../model.js';
 import { parseFault, type EngineSetup } from './faults.js';
-import { ensureModelFile } from './generate-model.js';
+import { ensureModelFile, SHAPE } from './generate-model.js';
 import { acquireRuntime } from './runtime.js';
 import { LlamaSequence } from './sequence.js';
+import { LlamaSlot } from './slot.js';
 import { buildVocab, TOKEN_TYPE_CONTROL } from './vocab.js';
 
 /** Options of {@link createLlamaModel}. */
@@ -45,6 +47,9 @@ export interface LlamaEngineModel extends EngineModel {
   readonly context: LlamaContextInfo;
   readonly modelPath: string;
   readonly vocabSize: number;
+  readonly bosToken: number;
+  /** Empties the prefix-cache slot; resolves with the tokens it held. */
+  flushCache(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -87,7 +92,7 @@ export async function createLlamaModel(options: LlamaModelOptions = {}): Promise
         await model.dispose();
         throw err;
       });
-    const sequence = context.getSequence();
+    const slot = new LlamaSlot(context.getSequence());
     const vocab = buildVocab();
     const vocabSize = vocab.tokens.length;
     const bos = model.tokens.bos ?? vocab.bosId;
@@ -101,11 +106,17 @@ export async function createLlamaModel(options: LlamaModelOptions = {}): Promise
     // in the simulated engine.
     const bytesOf = (id: number): Uint8Array => vocab.bytes[id] ?? new Uint8Array(0);
 
-    let generation = 0;
     let closed = false;
+    // A fault names a prompt token; the cell is one further when the tokens start with BOS.
+    const faultCell = (index: number | null, cells: readonly number[]): number | null => {
+      if (index === null) return null;
+      const cell = index + (cells[0] === bos ? 1 : 0);
+      return cell < cells.length ? cell : null;
+    };
     const engine: LlamaEngineModel = {
       id: options.id ?? 'logprobe-tiny-llama',
       eosToken: model.tokens.eos ?? vocab.eosId,
+      bosToken: bos,
       setup,
       context: {
         contextSize: context.contextSize,
@@ -116,22 +127,40 @@ export async function createLlamaModel(options: LlamaModelOptions = {}): Promise
         kvCacheValueType: String(lib.GgmlType[context.kvCacheValueType]),
       },
       modelPath,
+      card: { path: modelPath, embedding: SHAPE.embedding, bytes: statSync(modelPath).size, parameters: Math.round(statSync(modelPath).size / (setup.variant.weights === 'f16' ? 2 : 4)) },
       vocabSize,
       tokenize: (text) => model.tokenize(text, false).map(Number),
+      tokenizeSpecial: (text) => model.tokenize(text, true).map(Number),
+      vocabPiece: (id) => vocab.tokens[checkId(id)] ?? '',
       tokenText: (id) => controlText(checkId(id)) ?? textDecoder.decode(bytesOf(id)),
       tokenBytes: (id) => bytesOf(checkId(id)),
       // Special tokens (BOS/EOS) carry no text, as in a completion's `text`.
       detokenize: (ids) => model.detokenize(ids.map(checkId) as Token[], false),
-      async start(prompt): Promise<ModelSequence> {
+      async start(prompt: readonly number[], o: StartOptions): Promise<ModelSequence> {
         if (closed) throw new Error('llama model is closed');
         for (const id of prompt) checkId(id);
-        const mine = ++generation;
-        // No prefix reuse between requests: every request starts from an empty KV cache.
-        await sequence.clearHistory();
-        const cells = [bos, ...prompt];
-        const drop = setup.dropPromptToken === null ? null : setup.dropPromptToken + 1;
-        return new LlamaSequence({ sequence, cells, vocabSize, dropCell: drop, isCurrent: () => mine === generation && !closed });
+        const addBos = o.addBos ?? true;
+        const cells = addBos ? [bos, ...prompt] : [...prompt];
+        if (cells.length === 0) throw new RangeError('the prompt is empty');
+        const from = o.promptLogprobsFrom ?? 1;
+        return new LlamaSequence({
+          slot,
+          claim: slot.claim(),
+          cells,
+          vocabSize,
+          faults: {
+            drop: faultCell(setup.dropPromptToken, cells),
+            decodeState: faultCell(setup.decodeStateToken, cells),
+            cacheHit: faultCell(setup.cacheHitToken, cells),
+          },
+          // Nothing is reused between requests unless the request asks (the prefix cache).
+          cache: o.cache,
+          echoCell: from + (addBos ? 1 : 0) - 1,
+          echoAnnounced: o.promptLogprobsFrom !== undefined,
+          isClosed: () => closed,
+        });
       },
+      flushCache: () => slot.flush(),
       async close() {
         if (closed) return;
         closed = true;

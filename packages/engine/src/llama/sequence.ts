@@ -1,9 +1,12 @@
 /**
- * One generation on a llama.cpp context sequence: prefill the prompt, then read the next-token
- * distribution and append the chosen token, step by step, through `controlledEvaluate`.
+ * One generation on the llama engine's slot: prefill the prompt (reusing the cached prefix when
+ * the request may), then read the next-token distribution and append the chosen token, step by
+ * step, through `controlledEvaluate`. The KV-cell faults act here, each at its moment.
  */
-import type { ControlledEvaluateInputItem, LlamaContextSequence, Token } from 'node-llama-cpp';
-import type { ModelSequence, NextTokenDistribution } from '../model.js';
+import type { ControlledEvaluateInputItem, Token } from 'node-llama-cpp';
+import type { CacheState, CacheUse, ModelSequence, NextTokenDistribution } from '../model.js';
+import { reusable } from '../prefix-cache.js';
+import type { LlamaSlot, SlotClaim } from './slot.js';
 
 const WITH_PROBABILITIES = { generateNext: { probabilities: true } } as const;
 
@@ -33,24 +36,39 @@ export function toDistribution(probabilities: ReadonlyMap<Token, number>, vocabS
   };
 }
 
-/** What a sequence needs from its model. */
-export interface SequenceOptions {
-  readonly sequence: LlamaContextSequence;
-  /** The prompt with BOS prepended: these are the KV cells, in order. */
-  readonly cells: readonly number[];
-  readonly vocabSize: number;
-  /** KV cell to erase after prefill (the `drop-prompt-token` fault), or null. */
-  readonly dropCell: number | null;
-  /** False once a newer request took the context over. */
-  readonly isCurrent: () => boolean;
+/** The KV cells (indices into the request's tokens) each fault erases, null when off or out of range. */
+export interface CellFaults {
+  /** `drop-prompt-token`: erased before the last prompt token is evaluated. */
+  readonly drop: number | null;
+  /** `decode-state`: erased once the whole prompt is evaluated. */
+  readonly decodeState: number | null;
+  /** `cache-hit`: erased from a reused prefix before the rest is evaluated. */
+  readonly cacheHit: number | null;
 }
 
-/** A {@link ModelSequence} over a llama.cpp context sequence whose history was cleared. */
+/** What a sequence needs from its model. */
+export interface SequenceOptions {
+  readonly slot: LlamaSlot;
+  readonly claim: SlotClaim;
+  /** The request's tokens (BOS first when the model prepended it): these become the KV cells. */
+  readonly cells: readonly number[];
+  readonly vocabSize: number;
+  readonly faults: CellFaults;
+  readonly cache: CacheUse | undefined;
+  /** The cell whose distribution predicts the first prompt token `promptDistributions()` returns. */
+  readonly echoCell: number;
+  /** Whether the prompt distributions were announced (`promptLogprobsFrom`): prefill computes them. */
+  readonly echoAnnounced: boolean;
+  readonly isClosed: () => boolean;
+}
+
+/** A {@link ModelSequence} over the llama engine's slot. */
 export class LlamaSequence implements ModelSequence {
   private prefilled = false;
   private echo: NextTokenDistribution[] | null = null;
   private current: NextTokenDistribution | null = null;
   private pending: number | null = null;
+  private reused = 0;
   /** Tokens evaluated after the prompt, for replaying the state (see `promptDistributions`). */
   private readonly generated: number[] = [];
   private disposed = false;
@@ -59,43 +77,49 @@ export class LlamaSequence implements ModelSequence {
 
   private check(): void {
     if (this.disposed) throw new Error('llama sequence used after dispose()');
-    if (!this.o.isCurrent()) throw new Error('llama sequence superseded: the engine serves one request at a time');
+    if (this.o.isClosed()) throw new Error('llama model is closed');
+    if (!this.o.slot.owns(this.o.claim)) throw new Error('llama sequence superseded: the engine serves one request at a time');
   }
 
   private async evaluate(items: ControlledEvaluateInputItem[]): Promise<NextTokenDistribution[]> {
-    const { sequence, vocabSize } = this.o;
-    if (sequence.nextTokenIndex + items.length > sequence.contextSize) {
-      // node-llama-cpp would silently shift the context (erase its beginning), changing numerics.
-      throw new Error(`context full: ${sequence.contextSize} tokens`);
-    }
-    const results = await sequence.controlledEvaluate(items);
+    const results = await this.o.slot.evaluate(items);
     const out: NextTokenDistribution[] = [];
     items.forEach((item, i) => {
       if (!Array.isArray(item)) return;
       const probabilities = results[i]?.next.probabilities;
       if (probabilities === undefined) throw new Error('llama.cpp returned no probabilities');
-      out.push(toDistribution(probabilities, vocabSize));
+      out.push(toDistribution(probabilities, this.o.vocabSize));
     });
     return out;
   }
 
   /**
-   * Evaluates the prompt. Cell 0 is BOS, so cells 1..n-1 predict prompt tokens 1..n-1 (the echo
-   * distributions) and the last cell predicts the first generated token. With `dropCell`, the
-   * prompt up to the last token is evaluated, the cell is erased, and the last token is
-   * evaluated without it, so that every generated token misses it.
+   * Evaluates the prompt after the reused prefix. The last cell predicts the first generated
+   * token; with `withEcho`, cells from `echoCell` on also give their distributions (so the
+   * cache is read only before them). The faults act in order: a warm request loses the
+   * `cache-hit` cell of what it restored; `drop-prompt-token` is lost before the last prompt
+   * token is evaluated (every generated token misses it); `decode-state` once the prompt is
+   * evaluated (its logits are clean, every later evaluation on this state misses it).
    */
-  private async prefill(withEcho: boolean): Promise<void> {
+  private async prefill(withEcho: boolean, fresh = false): Promise<void> {
     this.prefilled = true;
-    const { cells, dropCell, sequence } = this.o;
+    const { cells, slot, faults, echoCell } = this.o;
     const last = cells.length - 1;
-    const items: ControlledEvaluateInputItem[] = cells.map((id, c) =>
-      c === last || (withEcho && c >= 1) ? [tok(id), WITH_PROBABILITIES] : tok(id),
-    );
-    if (dropCell !== null && dropCell < last) {
-      const head = await this.evaluate(items.slice(0, last));
-      await sequence.eraseContextTokenRanges([{ start: dropCell, end: dropCell + 1 }]);
-      const [tail] = await this.evaluate(items.slice(last));
+    const reuse = fresh ? 0 : reusable(slot.cached, cells, this.o.cache, withEcho ? echoCell : Infinity);
+    await slot.begin(reuse, this.o.cache?.write ?? false);
+    this.reused = reuse;
+    if (faults.cacheHit !== null && faults.cacheHit < reuse) await slot.erase(faults.cacheHit);
+    const drop = faults.drop;
+    if (drop !== null && drop < reuse) await slot.erase(drop);
+    const items: ControlledEvaluateInputItem[] = [];
+    for (let c = reuse; c <= last; c++) {
+      const id = tok(cells[c] as number);
+      items.push(c === last || (withEcho && c >= echoCell) ? [id, WITH_PROBABILITIES] : id);
+    }
+    if (drop !== null && drop >= reuse && drop < last) {
+      const head = await this.evaluate(items.slice(0, last - reuse));
+      await slot.erase(drop);
+      const [tail] = await this.evaluate(items.slice(last - reuse));
       this.echo = withEcho ? head : null;
       this.current = tail ?? null;
     } else {
@@ -103,22 +127,22 @@ export class LlamaSequence implements ModelSequence {
       this.current = dists.pop() ?? null;
       this.echo = withEcho ? dists : null;
       // Losing the last prompt token: the first step still saw it, later steps do not.
-      if (dropCell === last) await sequence.eraseContextTokenRanges([{ start: dropCell, end: dropCell + 1 }]);
+      if (drop === last) await slot.erase(last);
     }
+    if (faults.decodeState !== null && faults.decodeState <= last) await slot.erase(faults.decodeState);
   }
 
   /**
-   * Echo distributions. Cheapest before the first `next()`; afterwards the prompt is evaluated
-   * again with logits at every position and the generated tokens replayed one by one, with the
-   * same batch structure as the first time, so the KV cache (and every later logprob) comes back
-   * bit for bit.
+   * Prompt distributions. Cheapest announced or before the first `next()`; afterwards the prompt
+   * is evaluated again from scratch with logits at every position and the generated tokens
+   * replayed one by one, with the same batch structure as the first time, so the KV cache (and
+   * every later logprob) comes back bit for bit.
    */
   async promptDistributions(): Promise<NextTokenDistribution[]> {
     this.check();
     if (!this.prefilled) await this.prefill(true);
     if (this.echo === null) {
-      await this.o.sequence.clearHistory();
-      await this.prefill(true);
+      await this.prefill(true, true);
       for (const id of this.generated) {
         const [dist] = await this.evaluate([[tok(id), WITH_PROBABILITIES]]);
         this.current = dist ?? null;
@@ -129,7 +153,7 @@ export class LlamaSequence implements ModelSequence {
 
   async next(): Promise<NextTokenDistribution> {
     this.check();
-    if (!this.prefilled) await this.prefill(false);
+    if (!this.prefilled) await this.prefill(this.o.echoAnnounced);
     if (this.pending !== null) {
       const [dist] = await this.evaluate([[tok(this.pending), WITH_PROBABILITIES]]);
       this.generated.push(this.pending);
@@ -143,13 +167,17 @@ export class LlamaSequence implements ModelSequence {
   async push(id: number): Promise<void> {
     this.check();
     if (!Number.isInteger(id) || id < 0 || id >= this.o.vocabSize) throw new RangeError(`token id ${id} is outside the vocabulary`);
-    if (!this.prefilled) await this.prefill(false);
+    if (!this.prefilled) await this.prefill(this.o.echoAnnounced);
     // Appending twice without next() in between: evaluate the first one now, without logits.
     if (this.pending !== null) {
       await this.evaluate([tok(this.pending)]);
       this.generated.push(this.pending);
     }
     this.pending = id;
+  }
+
+  cacheState(): CacheState {
+    return { cells: this.o.cells.length, reused: this.reused, held: this.o.slot.owns(this.o.claim) ? this.o.slot.length : this.reused };
   }
 
   dispose(): void {

@@ -8,6 +8,8 @@ export interface SimKnobs {
   readonly stateShift: number;
   readonly localShift: number;
   readonly localShiftRate: number;
+  readonly decodeShift: number;
+  readonly cacheHitShift: number;
 }
 
 // Salts keep the independent random streams (scale, shifts, noise, length) apart.
@@ -18,6 +20,8 @@ const SALT_LOCAL_PICK = 0x51a7e004;
 const SALT_LOCAL_VEC = 0x51a7e005;
 const SALT_NOISE = 0x51a7e006;
 const SALT_EOS = 0x51a7e007;
+const SALT_DECODE = 0x51a7e008;
+const SALT_CACHE_HIT = 0x51a7e009;
 
 /**
  * Per-step scale of the Gumbel logits, log-uniform in [SCALE_MIN, SCALE_MAX]: the top-1/top-2
@@ -85,6 +89,20 @@ export class SimCore {
     const x = this.knobs.stateShift;
     if (x === 0) return null;
     const h = mix32(promptHash ^ SALT_STATE);
+    const v = new Float64Array(VOCAB.size);
+    for (let t = 0; t < v.length; t++) v[t] = x * (2 * unit(h ^ Math.imul(t + 1, 0x9e3779b1)) - 1);
+    return v;
+  }
+
+  /**
+   * The persistent perturbation of a corrupted decode state (`decodeShift`) or of a wrong cache
+   * restore (`cacheHitShift`): uniform in ±x per token, fixed for the model (a bug in the engine,
+   * not in one prompt). Null when the knob is off.
+   */
+  faultVector(kind: 'decode' | 'cache-hit'): Float64Array | null {
+    const x = kind === 'decode' ? this.knobs.decodeShift : this.knobs.cacheHitShift;
+    if (x === 0) return null;
+    const h = mix32(this.seedHash ^ (kind === 'decode' ? SALT_DECODE : SALT_CACHE_HIT));
     const v = new Float64Array(VOCAB.size);
     for (let t = 0; t < v.length; t++) v[t] = x * (2 * unit(h ^ Math.imul(t + 1, 0x9e3779b1)) - 1);
     return v;

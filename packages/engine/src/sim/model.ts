@@ -1,4 +1,5 @@
-import type { EngineModel, ModelSequence, NextTokenDistribution } from '../model.js';
+import type { CacheState, EngineModel, ModelSequence, NextTokenDistribution, StartOptions } from '../model.js';
+import { reusable } from '../prefix-cache.js';
 import { LogitDistribution } from './distribution.js';
 import { SimCore, type SimKnobs } from './logits.js';
 import { SplitSequence } from './split.js';
@@ -19,6 +20,19 @@ export interface SimOptions {
   localShift?: number;
   /** Share of positions that `localShift` hits, chosen by a hash of position and context. Default 0.1. */
   localShiftRate?: number;
+  /**
+   * Magnitude (nats) of a persistent perturbation of the state carried into decode (the
+   * stand-in for llama's `decode-state:I`): every distribution computed in a decode step or on a
+   * reused cached prefix moves; prompt distributions and the prefill's last distribution (the
+   * first generated token's) are clean.
+   */
+  decodeShift?: number;
+  /**
+   * Magnitude (nats) of a perturbation of what a prefix-cache hit restores (the stand-in for
+   * llama's `cache-hit:I`): every distribution computed on a reused prefix moves; a cold
+   * request is clean.
+   */
+  cacheHitShift?: number;
   /**
    * Tokenizes the same text into other tokens: single bytes instead of multi-byte chunks. Greedy
    * decoding yields the same text as the unsplit model (until `max_tokens` cuts it earlier).
@@ -47,18 +61,46 @@ function checkId(id: number): void {
   }
 }
 
+/** The prefix-cache slot: the tokens the last request left (the model is stateless math, so only they are kept). */
+interface SimSlot {
+  cells: number[];
+  /** The state those tokens stand for was corrupted after its prefill (`decodeShift`). */
+  corrupt: boolean;
+}
+
+/** The perturbations one request's distributions get (null: none), and its cache bookkeeping. */
+interface SimRun {
+  /** Prompt distributions (all computed on the reused prefix when there is one). */
+  readonly prompt: Float64Array | null;
+  /** The prefill's last distribution (the first generated token's), on top of `stateShift`. */
+  readonly first: Float64Array | null;
+  /** Every decode step after it, on top of `stateShift`. */
+  readonly later: Float64Array | null;
+  readonly from: number;
+  readonly reused: number;
+  /** Where evaluated tokens are recorded, or null when the request keeps nothing. */
+  readonly slot: SimSlot | null;
+}
+
+function plus(a: Float64Array | null, b: Float64Array | null): Float64Array | null {
+  if (a === null || b === null) return a ?? b;
+  return a.map((x, i) => x + (b[i] as number));
+}
+
 /** One generation on the unsplit simulated model. */
 class SimSequence implements ModelSequence {
   private hash: number;
   private genPos = 0;
   private absPos: number;
-  private readonly state: Float64Array | null;
   private readonly eosStart: number;
+  private readonly first: Float64Array | null;
+  private readonly later: Float64Array | null;
 
   constructor(
     private readonly core: SimCore,
     private readonly prompt: readonly number[],
     private readonly requestSeed: number,
+    private readonly run: SimRun,
   ) {
     let h = core.initialHash();
     for (const id of prompt) {
@@ -67,12 +109,16 @@ class SimSequence implements ModelSequence {
     }
     this.hash = h;
     this.absPos = prompt.length;
-    this.state = core.stateVector(h);
     this.eosStart = core.eosStart(h);
+    const state = core.stateVector(h);
+    // Without the decode/cache knobs these are `state` itself: nothing added, nothing allocated.
+    this.first = plus(state, run.first);
+    this.later = plus(state, run.later);
   }
 
   next(): Promise<NextTokenDistribution> {
-    const logits = this.core.logits(this.hash, this.genPos, this.absPos, this.requestSeed, this.state, this.eosStart);
+    const state = this.genPos === 0 ? this.first : this.later;
+    const logits = this.core.logits(this.hash, this.genPos, this.absPos, this.requestSeed, state, this.eosStart);
     return Promise.resolve(new LogitDistribution(logits));
   }
 
@@ -81,20 +127,28 @@ class SimSequence implements ModelSequence {
     this.hash = this.core.extend(this.hash, id);
     this.genPos++;
     this.absPos++;
+    // generate() pushes only a token it goes on to evaluate: as llama-server, the slot keeps
+    // the prompt and every generated token but the last.
+    this.run.slot?.cells.push(id);
     return Promise.resolve();
   }
 
   promptDistributions(): Promise<NextTokenDistribution[]> {
-    // Prefill sees no corrupted state (that is written by prefill and read by decode steps) but
-    // does see noise and local shifts.
+    // Prefill sees no corrupted decode state (that is written by prefill and read by decode
+    // steps) but does see noise, local shifts, and whatever a reused prefix brings.
     const out: NextTokenDistribution[] = [];
     let h = this.core.initialHash();
     const n = this.prompt.length;
     for (let i = 0; i < n - 1; i++) {
       h = this.core.extend(h, this.prompt[i] as number);
-      out.push(new LogitDistribution(this.core.logits(h, i + 1 - n, i + 1, this.requestSeed, null, Infinity)));
+      if (i + 1 < this.run.from) continue;
+      out.push(new LogitDistribution(this.core.logits(h, i + 1 - n, i + 1, this.requestSeed, this.run.prompt, Infinity)));
     }
     return Promise.resolve(out);
+  }
+
+  cacheState(): CacheState {
+    return { cells: this.prompt.length, reused: this.run.reused, held: this.prompt.length + this.genPos };
   }
 
   dispose(): void {}
@@ -112,6 +166,8 @@ export function createSimModel(options: SimOptions = {}): SimModel {
     stateShift: options.stateShift ?? 0,
     localShift: options.localShift ?? 0,
     localShiftRate: options.localShiftRate ?? 0.1,
+    decodeShift: options.decodeShift ?? 0,
+    cacheHitShift: options.cacheHitShift ?? 0,
     tokenizerSplit: options.tokenizerSplit ?? false,
     id: options.id ?? 'logprobe-sim',
   };
@@ -120,14 +176,45 @@ export function createSimModel(options: SimOptions = {}): SimModel {
   checkKnob('stateShift', resolved.stateShift);
   checkKnob('localShift', resolved.localShift);
   checkKnob('localShiftRate', resolved.localShiftRate, 1);
+  checkKnob('decodeShift', resolved.decodeShift);
+  checkKnob('cacheHitShift', resolved.cacheHitShift);
   const knobs: SimKnobs = { ...resolved, seed: resolved.seed | 0 };
   const core = new SimCore(knobs);
+  const decodeVec = core.faultVector('decode');
+  const cacheHitVec = core.faultVector('cache-hit');
   const split = resolved.tokenizerSplit;
-  const startBase = (prompt: readonly number[], requestSeed: number): ModelSequence => new SimSequence(core, prompt, requestSeed);
+  const slot: SimSlot = { cells: [], corrupt: false };
+
+  const startBase = (prompt: readonly number[], o: StartOptions): ModelSequence => {
+    const reused = reusable(slot.cells, prompt, o.cache, o.promptLogprobsFrom === undefined ? Infinity : o.promptLogprobsFrom - 1);
+    const warm = reused > 0;
+    // What a reused prefix brings: a decode state corrupted after an earlier prefill, or a
+    // wrong restore. Positions computed on it move; a cold request's prefill is clean.
+    const restored = plus(warm && slot.corrupt ? decodeVec : null, warm ? cacheHitVec : null);
+    const run: SimRun = {
+      prompt: restored,
+      first: restored,
+      later: plus(decodeVec, warm ? cacheHitVec : null),
+      from: o.promptLogprobsFrom ?? 1,
+      reused,
+      slot: o.cache?.write ? slot : null,
+    };
+    const seq = new SimSequence(core, prompt, o.requestSeed, run);
+    if (o.cache?.write) {
+      slot.cells = [...prompt];
+      slot.corrupt = decodeVec !== null;
+    } else if (slot.cells.length > 0) {
+      // A request that keeps nothing empties the slot (llama-server's cache_prompt: false).
+      slot.cells = [];
+      slot.corrupt = false;
+    }
+    return seq;
+  };
 
   return {
     id: resolved.id,
     eosToken: EOS_ID,
+    bosToken: null,
     vocabSize: VOCAB.size,
     options: Object.freeze(resolved),
     tokenize: split ? tokenizeBytes : tokenizeLongest,
@@ -138,11 +225,19 @@ export function createSimModel(options: SimOptions = {}): SimModel {
     },
     tokenBytes: tokenBytesOf,
     detokenize: (ids) => decoder.decode(concatBytes(ids)),
-    start: (prompt, { requestSeed }) => {
-      if (!split) return Promise.resolve(startBase(prompt, requestSeed));
-      // The split model thinks in the canonical tokens of the same text, and spells them out.
+    start: (prompt, o) => {
+      if (!split) return Promise.resolve(startBase(prompt, o));
+      // The split model thinks in the canonical tokens of the same text, and spells them out
+      // (no prefix cache: its slot would hold canonical tokens the client never sent).
       const canonical = tokenizeLongest(decoder.decode(concatBytes(prompt)));
-      return Promise.resolve(new SplitSequence(startBase(canonical, requestSeed)));
+      return Promise.resolve(new SplitSequence(startBase(canonical, { requestSeed: o.requestSeed })));
+    },
+    flushCache: () => {
+      const n = slot.cells.length;
+      slot.cells = [];
+      slot.corrupt = false;
+      return n;
     },
   };
 }
+

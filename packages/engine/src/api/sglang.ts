@@ -1,0 +1,127 @@
+/**
+ * The SGLang profile's routes (/tmp/notes/engines.md §2): native `/generate`, `/tokenize` and
+ * `/v1/tokenize`, `/detokenize` and `/v1/detokenize`, the info endpoints under their old and new
+ * names, and `/flush_cache` (GET or POST; plain text; 400 while a request runs or waits).
+ */
+import { badRequest } from '../errors.js';
+import { bool, parseJsonBody, type Body } from '../request.js';
+import { sendJson, type Route, type RouteContext } from '../route.js';
+import { decodeWithSpecials, textCells } from './profile.js';
+import { serveGenerate } from './sglang-generate.js';
+
+/** The SGLang release this reports in `/get_server_info` (nominal: the shapes are the newest the notes describe). */
+export const SGLANG_VERSION = '0.5.0';
+
+/** http_server.py `flush_cache`'s text, for success (200) and refusal (400) alike. */
+const FLUSH_TEXT = 'Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n';
+
+/** `{prompt: str | [str], add_special_tokens=true}` → `{tokens, count, max_model_len}` (lists for a list of prompts). */
+function tokenize(ctx: RouteContext): void {
+  const body = parseJsonBody(ctx.raw);
+  const add = bool(body, 'add_special_tokens') ?? true;
+  const one = (p: unknown): number[] => {
+    if (typeof p !== 'string') throw badRequest("'prompt' must be a string or a list of strings", 'prompt');
+    return textCells(ctx.model, p, add);
+  };
+  // max_model_len is the tokenizer's model_max_length here, not the served context (the notes).
+  if (Array.isArray(body.prompt)) {
+    const all = body.prompt.map(one);
+    sendJson(ctx.res, 200, JSON.stringify({ tokens: all, count: all.map((t) => t.length), max_model_len: ctx.maxContext }));
+  } else {
+    const tokens = one(body.prompt);
+    sendJson(ctx.res, 200, JSON.stringify({ tokens, count: tokens.length, max_model_len: ctx.maxContext }));
+  }
+}
+
+function ids(v: unknown, vocabSize: number): number[] {
+  if (!Array.isArray(v) || !v.every((x) => typeof x === 'number' && Number.isInteger(x) && x >= 0 && x < vocabSize)) {
+    throw badRequest(`'tokens' must be token ids in [0, ${vocabSize - 1}] or lists of them`, 'tokens');
+  }
+  return v as number[];
+}
+
+/** `{tokens: [int] | [[int]], skip_special_tokens=true}` → `{text}`. */
+function detokenize(ctx: RouteContext): void {
+  const body = parseJsonBody(ctx.raw);
+  const skip = bool(body, 'skip_special_tokens') ?? true;
+  const decode = (t: number[]): string => (skip ? ctx.model.detokenize(t) : decodeWithSpecials(ctx.model, t));
+  const tokens = body.tokens;
+  if (Array.isArray(tokens) && tokens.length > 0 && Array.isArray(tokens[0])) {
+    sendJson(ctx.res, 200, JSON.stringify({ text: tokens.map((t) => decode(ids(t, ctx.model.vocabSize))) }));
+  } else {
+    sendJson(ctx.res, 200, JSON.stringify({ text: decode(ids(tokens, ctx.model.vocabSize)) }));
+  }
+}
+
+function modelInfo(ctx: RouteContext): void {
+  const id = ctx.model.id;
+  sendJson(
+    ctx.res,
+    200,
+    JSON.stringify({
+      model_path: id,
+      tokenizer_path: id,
+      is_generation: true,
+      preferred_sampling_params: null,
+      weight_version: 'default',
+      has_image_understanding: false,
+      has_audio_understanding: false,
+      model_type: 'llama',
+      architectures: ['LlamaForCausalLM'],
+    }),
+  );
+}
+
+/** `{**server_args, **scheduler_info, internal_states, version}`: the arguments a client may look at. */
+function serverInfo(ctx: RouteContext): void {
+  const { server, model } = ctx;
+  const args: Body = {
+    model_path: model.id,
+    tokenizer_path: model.id,
+    host: server.host,
+    port: server.port,
+    context_length: ctx.maxContext,
+    tp_size: 1,
+    dp_size: 1,
+    pp_size: 1,
+    page_size: 1,
+    disable_radix_cache: !server.prefixCache,
+    enable_deterministic_inference: false,
+    max_running_requests: 1,
+    random_seed: 0,
+    served_model_name: model.id,
+  };
+  sendJson(ctx.res, 200, JSON.stringify({ ...args, max_total_num_tokens: ctx.maxContext, internal_states: [{ last_gen_throughput: 0 }], version: SGLANG_VERSION }));
+}
+
+/** `/flush_cache`: refused (400) while requests run or wait, as SGLang's scheduler does. */
+async function flushCache(ctx: RouteContext): Promise<void> {
+  const busy = ctx.server.queue.busy;
+  if (!busy) await ctx.model.flushCache?.();
+  const res = ctx.res;
+  const status = busy ? 400 : 200;
+  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(FLUSH_TEXT) });
+  res.end(FLUSH_TEXT);
+}
+
+const generateRoute: Route = { methods: ['POST', 'PUT'], generation: true, idPrefix: '', serve: serveGenerate };
+const tokenizeRoute: Route = { methods: ['POST'], serve: tokenize };
+const detokenizeRoute: Route = { methods: ['POST'], serve: detokenize };
+const modelInfoRoute: Route = { methods: ['GET'], serve: modelInfo };
+const serverInfoRoute: Route = { methods: ['GET'], serve: serverInfo };
+
+/** SGLang's routes (added to the OpenAI ones). */
+export const SGLANG_ROUTES: Readonly<Record<string, Route>> = {
+  '/generate': generateRoute,
+  '/tokenize': tokenizeRoute,
+  '/v1/tokenize': tokenizeRoute,
+  '/detokenize': detokenizeRoute,
+  '/v1/detokenize': detokenizeRoute,
+  // Newer SGLang renamed them and keeps the old paths (the notes: probe both).
+  '/get_model_info': modelInfoRoute,
+  '/model_info': modelInfoRoute,
+  '/get_server_info': serverInfoRoute,
+  '/server_info': serverInfoRoute,
+  '/flush_cache': { methods: ['GET', 'POST'], serve: flushCache },
+};
+

@@ -1,0 +1,184 @@
+/**
+ * vLLM's `/v1/completions` (`completion/protocol.py` `CompletionRequest`, `completion/serving.py`),
+ * the scoring path of the vLLM profile: token-id prompts used verbatim, `prompt_logprobs: K`
+ * (the actual prompt token plus the top K per position, keyed by token id), `echo` with
+ * `max_tokens: 0` (the prompt only), `return_tokens_as_token_ids`, `return_token_ids`, and the
+ * `--max-logprobs` 20 cap in vLLM's words (/tmp/notes/engines.md §1.2, §1.3).
+ */
+import { badRequest, EngineHttpError } from '../errors.js';
+import { TOKEN_ID_RENDER, type TokenRender } from '../format.js';
+import { generate, topEntries, type TokenStep } from '../generate.js';
+import type { NextTokenDistribution } from '../model.js';
+import { bool, parseCompletionRequest, type Body, type CompletionRequest } from '../request.js';
+import { samplingRng, sendJson, sleep, startSequence, type RouteContext } from '../route.js';
+import { SseWriter } from '../sse.js';
+import { textCells } from './profile.js';
+import {
+  cachedTokens,
+  stopReason,
+  vllmCompletionBody,
+  vllmCompletionChunk,
+  vllmCompletionLogprobs,
+  vllmPromptLogprobs,
+  vllmUsage,
+  vllmUsageChunk,
+  type VllmRow,
+} from './vllm-format.js';
+
+/** vLLM's `--max-logprobs` default (`ModelConfig.max_logprobs = 20`); fixed here. */
+export const VLLM_MAX_LOGPROBS = 20;
+/** vLLM's KV block size: the prefix cache serves whole blocks only. */
+export const VLLM_BLOCK_SIZE = 16;
+
+/** A `VLLMValidationError`, rendered as vLLM does: `message (parameter=…, value=…)`. */
+export function vllmValidation(message: string, param: string, value?: unknown): EngineHttpError {
+  return badRequest(value === undefined ? message : `${message} (parameter=${param}, value=${String(value)})`, param);
+}
+
+/** `logprobs` / `prompt_logprobs` / chat `top_logprobs`: an integer ≥ 0 or -1 (the vocabulary), at most 20. */
+export function vllmLogprobCount(body: Body, field: string, kind: 'sample' | 'prompt', vocabSize: number): number | null {
+  const v = body[field];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw vllmValidation(`\`${field}\` must be an integer.`, field);
+  if (v < 0 && v !== -1) throw vllmValidation(`\`${field}\` must be a positive value or -1.`, field);
+  const n = v === -1 ? vocabSize : v;
+  if (n > VLLM_MAX_LOGPROBS) throw vllmValidation(`Requested ${kind} logprobs of ${n}, which is greater than max allowed: ${VLLM_MAX_LOGPROBS}`, field, n);
+  return n;
+}
+
+/** A validated vLLM completions request. */
+export interface VllmCompletionRequest extends CompletionRequest {
+  readonly promptLogprobs: number | null;
+  readonly tokenIds: boolean;
+  readonly returnTokenIds: boolean;
+  readonly addSpecialTokens: boolean;
+}
+
+/** Validates a vLLM `/v1/completions` body, with vLLM's rules and messages first. */
+export function parseVllmCompletion(body: Body, vocabSize: number): VllmCompletionRequest {
+  const logprobs = vllmLogprobCount(body, 'logprobs', 'sample', vocabSize);
+  const promptLogprobs = vllmLogprobCount(body, 'prompt_logprobs', 'prompt', vocabSize);
+  const echo = bool(body, 'echo') ?? false;
+  if (promptLogprobs !== null && body.stream === true) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
+  const maxTokens = body.max_tokens;
+  // SamplingParams._verify_args; only echo may ask for 0 (the prompt alone, one token generated inside).
+  if (typeof maxTokens === 'number' && Number.isInteger(maxTokens) && (maxTokens < 0 || (maxTokens === 0 && !echo))) {
+    throw vllmValidation(`max_tokens must be at least 1, got ${maxTokens}.`, 'max_tokens', maxTokens);
+  }
+  const base = parseCompletionRequest({ ...body, logprobs }, vocabSize);
+  return {
+    ...base,
+    promptLogprobs,
+    tokenIds: bool(body, 'return_tokens_as_token_ids') ?? false,
+    returnTokenIds: bool(body, 'return_token_ids') ?? false,
+    addSpecialTokens: bool(body, 'add_special_tokens') ?? true,
+  };
+}
+
+function promptRows(cells: readonly number[], dists: readonly NextTokenDistribution[], k: number): VllmRow[] {
+  return cells.map((id, i) => {
+    const d = i === 0 ? undefined : dists[i - 1];
+    return d ? { id, logprob: d.logprobOf(id), top: topEntries(d, k) } : { id, logprob: null, top: null };
+  });
+}
+
+const stepRows = (steps: readonly TokenStep[]): VllmRow[] => steps.map((s) => ({ id: s.id, logprob: s.logprob, top: s.top ?? [] }));
+
+/** Serves one validated vLLM completions request. */
+export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletionRequest): Promise<void> {
+  const { model } = ctx;
+  const cells = 'text' in req.prompt ? textCells(model, req.prompt.text, req.addSpecialTokens) : [...req.prompt.ids];
+  if (cells.length === 0) throw badRequest('The decoder prompt cannot be empty', 'prompt');
+  const n = ctx.faults.nologprobs ? null : req.logprobs;
+  // to_sampling_params: echo with logprobs asks for prompt logprobs of the same size.
+  const promptK = ctx.faults.nologprobs ? null : (req.promptLogprobs ?? (req.echo && req.logprobs !== null ? req.logprobs : null));
+  const echoOnly = req.echo && req.maxTokens === 0;
+  const render: TokenRender = req.tokenIds ? TOKEN_ID_RENDER : ctx.tokens;
+  const { seq, maxTokens } = await startSequence(ctx, cells, echoOnly ? 1 : req.maxTokens, {
+    addBos: false,
+    // vLLM: prompt_logprobs skip reading the prefix cache (SamplingParams.skip_reading_prefix_cache), but their blocks are still cached.
+    cache: ctx.server.prefixCache ? { read: promptK === null, write: true, block: VLLM_BLOCK_SIZE } : undefined,
+    ...(promptK !== null ? { promptLogprobsFrom: 1 } : {}),
+  });
+  try {
+    const dists = promptK !== null ? await seq.promptDistributions?.() : null;
+    if (promptK !== null && !dists) throw badRequest('this engine cannot return prompt logprobs', 'prompt_logprobs');
+    const promptText = req.returnTokenIds ? '' : 'text' in req.prompt ? req.prompt.text : model.detokenize(cells);
+    const params = { ...req, maxTokens };
+    const rng = samplingRng(req, ctx.requestSeed);
+    const echoRows = req.echo && dists ? promptRows(cells, dists, promptK ?? 0) : [];
+
+    if (!req.stream) {
+      const steps: TokenStep[] = [];
+      const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
+      const generated = steps.map((s) => s.text).join('');
+      const rows = echoOnly ? echoRows : [...echoRows, ...stepRows(steps)];
+      const text = echoOnly ? promptText : (req.echo ? promptText : '') + generated;
+      sendJson(
+        ctx.res,
+        200,
+        vllmCompletionBody(
+          ctx,
+          {
+            text,
+            logprobs: n === null ? null : vllmCompletionLogprobs(render, rows, n),
+            finish: result.finishReason,
+            stopReason: stopReason(result),
+            tokenIds: req.returnTokenIds ? steps.map((s) => s.id) : null,
+            promptLogprobs: dists && promptK !== null ? vllmPromptLogprobs(ctx, cells, dists, promptK) : null,
+            promptTokenIds: req.returnTokenIds ? cells : null,
+          },
+          vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq)),
+        ),
+      );
+      return;
+    }
+
+    const sse = new SseWriter(ctx.res, ctx.signal);
+    sse.open();
+    let offset = 0;
+    let first = true;
+    const ids = (tokens: readonly number[]): { prompt?: readonly number[]; tokens?: readonly number[] } => {
+      if (!req.returnTokenIds) return {};
+      const out = first ? { prompt: cells, tokens } : { tokens };
+      first = false;
+      return out;
+    };
+    const lpOf = (rows: VllmRow[]): string | null => {
+      if (n === null) return null;
+      const json = vllmCompletionLogprobs(render, rows, n, offset);
+      for (const r of rows) offset += [...(JSON.parse(render.text(r.id)) as string)].length;
+      return json;
+    };
+    if (req.echo) {
+      const lp = lpOf(echoRows);
+      if (!echoOnly) await sse.send(vllmCompletionChunk(ctx, promptText, lp, null, 'null', ids([])));
+      else {
+        const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, emit: () => undefined });
+        await sse.send(vllmCompletionChunk(ctx, promptText, lp, result.finishReason, stopReason(result), ids([])));
+        if (req.includeUsage) await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
+        sse.done();
+        return;
+      }
+    }
+    // One token of lookahead: the last token's chunk carries finish_reason and stop_reason, as vLLM's does.
+    let pending: TokenStep | null = null;
+    let sent = 0;
+    const emit = async (steps: TokenStep[]): Promise<void> => {
+      for (const s of steps) {
+        if (pending) {
+          await sse.send(vllmCompletionChunk(ctx, pending.text, lpOf(stepRows([pending])), null, 'null', ids([pending.id])));
+          if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
+        }
+        pending = s;
+      }
+    };
+    const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit });
+    const last = pending as TokenStep | null;
+    await sse.send(vllmCompletionChunk(ctx, last?.text ?? '', last ? lpOf(stepRows([last])) : null, result.finishReason, stopReason(result), ids(last ? [last.id] : [])));
+    if (req.includeUsage) await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
+    sse.done();
+  } finally {
+    await seq.dispose();
+  }
+}

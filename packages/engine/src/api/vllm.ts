@@ -1,0 +1,93 @@
+/**
+ * The vLLM profile's routes (/tmp/notes/engines.md §1): `/v1/completions` and
+ * `/v1/chat/completions` with vLLM's extensions, `POST /tokenize` (a prompt, or messages through
+ * the engine's own chat template), `POST /detokenize`, `GET /version`, and
+ * `POST /reset_prefix_cache`, which exists only in dev mode (`VLLM_SERVER_DEV_MODE=1`).
+ */
+import { applyChatTemplate } from '../chat-template.js';
+import { serveChat } from '../chat.js';
+import { badRequest } from '../errors.js';
+import { TOKEN_ID_RENDER } from '../format.js';
+import { bool, parseChatRequest, parseJsonBody, parseMessages, type Body } from '../request.js';
+import { sendJson, type Route, type RouteContext } from '../route.js';
+import { decodeWithSpecials, textCells, tokenIdList } from './profile.js';
+import { parseVllmCompletion, serveVllmCompletion, vllmLogprobCount, vllmValidation } from './vllm-completions.js';
+
+/** The vLLM release whose API this reproduces (V1 engine; `GET /version`). */
+export const VLLM_VERSION = '0.11.0';
+
+/** `POST /tokenize`: `{prompt, add_special_tokens=true}` or `{messages, add_generation_prompt=true, add_special_tokens=false}`. */
+function tokenize(ctx: RouteContext): void {
+  const body = parseJsonBody(ctx.raw);
+  const { model } = ctx;
+  let tokens: number[];
+  if (body.messages !== undefined) {
+    const addGenerationPrompt = bool(body, 'add_generation_prompt') ?? true;
+    const continueFinal = bool(body, 'continue_final_message') ?? false;
+    if (addGenerationPrompt && continueFinal) throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
+    // The same rendering /v1/chat/completions feeds the model: the template opens with the BOS
+    // token, as a model's own template (`{{ bos_token }}…`) does, and adds no other special token.
+    const rendered = textCells(model, applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage: continueFinal }));
+    const bos = model.bosToken ?? null;
+    tokens = (bool(body, 'add_special_tokens') ?? false) && bos !== null ? [bos, ...rendered] : rendered;
+  } else {
+    // TokenizeCompletionRequest.prompt is a str: a token-id list is not accepted.
+    if (typeof body.prompt !== 'string') throw badRequest("'prompt' must be a string", 'prompt');
+    tokens = textCells(model, body.prompt, bool(body, 'add_special_tokens') ?? true);
+  }
+  const strs = (bool(body, 'return_token_strs') ?? false) ? tokens.map((id) => model.vocabPiece?.(id) ?? model.tokenText(id)) : null;
+  sendJson(ctx.res, 200, JSON.stringify({ count: tokens.length, max_model_len: ctx.maxContext, tokens, token_strs: strs }));
+}
+
+/** `POST /detokenize` `{tokens}` → `{prompt}` (the field is `prompt`; special tokens kept, as `tokenizer.decode`). */
+function detokenize(ctx: RouteContext): void {
+  const body = parseJsonBody(ctx.raw);
+  sendJson(ctx.res, 200, JSON.stringify({ prompt: decodeWithSpecials(ctx.model, tokenIdList(body, 'tokens', ctx.model.vocabSize)) }));
+}
+
+/**
+ * `POST /reset_prefix_cache`: only with `VLLM_SERVER_DEV_MODE=1` (else 404). Always 200 with an
+ * empty body — vLLM answers 200 even when the engine refused because blocks are in use, so a 200
+ * does not prove the cache was cleared; here a request still running keeps the cache.
+ */
+async function resetPrefixCache(ctx: RouteContext): Promise<void> {
+  if (!ctx.server.devMode) throw ctx.api.notFound(ctx.method, ctx.path);
+  if (ctx.method !== 'POST') throw ctx.api.wrongMethod(ctx.method, ctx.path);
+  if (!ctx.server.queue.busy) await ctx.model.flushCache?.();
+  ctx.res.writeHead(200, { 'content-length': 0 });
+  ctx.res.end();
+}
+
+function parseVllmChat(body: Body, vocabSize: number): ReturnType<typeof parseChatRequest> {
+  const top = body.top_logprobs;
+  if (typeof top === 'number' && top < 0 && top !== -1) throw vllmValidation('`top_logprobs` must be a positive value or -1.', 'top_logprobs');
+  if (top !== undefined && top !== null && top !== 0 && body.logprobs !== true) throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
+  // The chat request's top_logprobs become the sampling params' logprobs, capped as such.
+  const n = body.logprobs === true ? (vllmLogprobCount({ logprobs: top ?? 0 }, 'logprobs', 'sample', vocabSize) ?? 0) : 0;
+  return parseChatRequest({ ...body, top_logprobs: n });
+}
+
+/** vLLM's routes (added to the OpenAI ones). */
+export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
+  '/v1/completions': {
+    methods: ['POST'],
+    generation: true,
+    idPrefix: 'cmpl',
+    serve: (ctx) => serveVllmCompletion(ctx, parseVllmCompletion(parseJsonBody(ctx.raw), ctx.model.vocabSize)),
+  },
+  '/v1/chat/completions': {
+    methods: ['POST'],
+    generation: true,
+    idPrefix: 'chatcmpl',
+    serve: (ctx) => {
+      const body = parseJsonBody(ctx.raw);
+      const asIds = bool(body, 'return_tokens_as_token_ids') ?? false;
+      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize), { vllm: true, ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}) });
+    },
+  },
+  '/tokenize': { methods: ['POST'], serve: tokenize },
+  '/detokenize': { methods: ['POST'], serve: detokenize },
+  '/version': { methods: ['GET'], serve: (ctx) => sendJson(ctx.res, 200, JSON.stringify({ version: VLLM_VERSION })) },
+  // Every method reaches it, so that without dev mode the path is a 404 whatever the method.
+  '/reset_prefix_cache': { methods: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD'], serve: resetPrefixCache },
+};
