@@ -1,6 +1,7 @@
 import { Command, CommanderError } from 'commander';
 import type { EngineModel } from './model.js';
 import { isServerFault, parseServerFaults, SERVER_FAULT_FORMS, type ServerFaults } from './faults.js';
+import { ENGINE_APIS, type EngineApi } from './api/profile.js';
 import { startEngineServer, type EngineLog, type EngineServerHandle } from './openai-server.js';
 import { createSimModel } from './sim/model.js';
 
@@ -30,7 +31,14 @@ interface EngineOptions {
   stateShift?: string;
   localShift?: string;
   localShiftRate?: string;
+  decodeShift?: string;
+  cacheHitShift?: string;
   tokenizerSplit?: boolean;
+  api: string;
+  prefixCache?: string;
+  devMode?: boolean;
+  slotSavePath?: string;
+  enablePromptTokensDetails?: boolean;
   fault: string[];
   requestLog?: string;
   concurrency?: string;
@@ -54,7 +62,19 @@ Engines:
 
 Faults (--fault, repeatable or comma-separated), on the generation routes:
   ${SERVER_FAULT_FORMS.join(', ')}
-  (with --llama, other values are the llama engine's own faults, e.g. kv:q8_0)
+  (with --llama, other values are the llama engine's own faults, e.g. kv:q8_0, decode-state:3,
+  cache-hit:3)
+
+APIs (--api): what the engine pretends to be — its /v1/models owned_by, server header, native
+endpoints and shapes:
+  logprobe  OpenAI's shapes only (the default)      openai    legacy echo + max_tokens 0, owned_by system
+  vllm      /tokenize, /detokenize, /version, prompt_logprobs, return_tokens_as_token_ids,
+            /reset_prefix_cache with --dev-mode (or VLLM_SERVER_DEV_MODE=1)
+  sglang    /generate, /tokenize, /detokenize, /get_server_info, /get_model_info, /flush_cache
+  llamacpp  /completion, /tokenize, /detokenize, /apply-template, /props, llama-server's /v1 shapes,
+            /slots/0?action=erase with --slot-save-path
+The prefix cache (--prefix-cache on|off) is on by default for vllm, sglang and llamacpp, off for
+logprobe and openai; while it is on, requests are served one at a time.
 
 Prints one line "logprobe engine (sim) listening on http://HOST:PORT" once it listens, and runs
 until SIGINT/SIGTERM.
@@ -107,6 +127,8 @@ function simModel(opts: EngineOptions, modelFaults: string[]): EngineModel {
     stateShift: knob('--state-shift', opts.stateShift),
     localShift: knob('--local-shift', opts.localShift),
     localShiftRate: knob('--local-shift-rate', opts.localShiftRate, { min: 0, max: 1 }),
+    decodeShift: knob('--decode-shift', opts.decodeShift),
+    cacheHitShift: knob('--cache-hit-shift', opts.cacheHitShift),
     tokenizerSplit: opts.tokenizerSplit ?? false,
     ...(opts.modelId ? { id: opts.modelId } : {}),
   });
@@ -149,7 +171,14 @@ function engineProgram(setExit: (code: number) => void): Command {
     .option('--state-shift <nats>', 'sim: persistent per-prompt perturbation at every step (a corrupted prefill state)')
     .option('--local-shift <nats>', 'sim: perturbation at some positions only')
     .option('--local-shift-rate <share>', 'sim: share of positions --local-shift hits (default 0.1)')
+    .option('--decode-shift <nats>', 'sim: perturb every decode step and every reused prefix, not the prompt (stand-in for decode-state:I)')
+    .option('--cache-hit-shift <nats>', 'sim: perturb what a prefix-cache hit restores (stand-in for cache-hit:I)')
     .option('--tokenizer-split', 'sim: same text, other tokens (single bytes)')
+    .option('--api <api>', `the engine to pretend to be: ${ENGINE_APIS.join(', ')}`, 'logprobe')
+    .option('--prefix-cache <on|off>', 'keep the previous request\'s tokens and reuse their state (default: on for vllm, sglang, llamacpp)')
+    .option('--dev-mode', 'vllm: serve POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 does the same)')
+    .option('--slot-save-path <dir>', 'llamacpp: enable the /slots actions (erase drops the prefix cache)')
+    .option('--enable-prompt-tokens-details', 'vllm: report usage.prompt_tokens_details.cached_tokens')
     .option('--fault <fault>', 'inject a fault (repeatable; see below)', collect, [] as string[])
     .option('--request-log <file>', 'append one JSON line per request (method, path, headers, body)')
     .option('--concurrency <n>', 'generations at once, the rest queue (default: sim unlimited, llama 1)')
@@ -164,8 +193,16 @@ function engineProgram(setExit: (code: number) => void): Command {
       const tokenDelayMs = knob('--token-delay', opts.tokenDelay, { min: 0 });
       const faults = serverFaults(opts.fault);
       const kind = opts.sim ? 'sim' : 'llama';
+      if (!(ENGINE_APIS as readonly string[]).includes(opts.api)) throw new UsageError(`--api: expected one of ${ENGINE_APIS.join(', ')}, got '${opts.api}'`);
+      const api = opts.api as EngineApi;
+      if (opts.prefixCache !== undefined && opts.prefixCache !== 'on' && opts.prefixCache !== 'off') {
+        throw new UsageError(`--prefix-cache: expected on or off, got '${opts.prefixCache}'`);
+      }
+      if (opts.devMode && api !== 'vllm') throw new UsageError('--dev-mode applies to --api vllm only');
+      if (opts.slotSavePath !== undefined && api !== 'llamacpp') throw new UsageError('--slot-save-path applies to --api llamacpp only');
+      if (opts.enablePromptTokensDetails && api !== 'vllm') throw new UsageError('--enable-prompt-tokens-details applies to --api vllm only');
       if (!opts.sim) {
-        for (const flag of ['noise', 'stateShift', 'localShift', 'localShiftRate', 'tokenizerSplit'] as const) {
+        for (const flag of ['noise', 'stateShift', 'localShift', 'localShiftRate', 'decodeShift', 'cacheHitShift', 'tokenizerSplit'] as const) {
           if (opts[flag] !== undefined) throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
         }
       }
@@ -181,6 +218,11 @@ function engineProgram(setExit: (code: number) => void): Command {
           port,
           faults: faults.server,
           concurrency: concurrency ?? (opts.sim ? 0 : 1),
+          api,
+          ...(opts.prefixCache !== undefined ? { prefixCache: opts.prefixCache === 'on' } : {}),
+          devMode: (opts.devMode ?? false) || process.env['VLLM_SERVER_DEV_MODE'] === '1',
+          ...(opts.slotSavePath !== undefined ? { slotSavePath: opts.slotSavePath } : {}),
+          promptTokensDetails: opts.enablePromptTokensDetails ?? false,
           ...(tokenDelayMs !== undefined ? { tokenDelayMs } : {}),
           ...(opts.requestLog ? { requestLog: opts.requestLog } : {}),
           ...(maxContext !== undefined ? { maxContext } : {}),

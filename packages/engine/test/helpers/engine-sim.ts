@@ -81,3 +81,26 @@ export function rawTopDicts(raw: string): Array<Array<[string, number]>> {
     [...(m[1] ?? '').matchAll(/("(?:[^"\\]|\\.)*"):(-?[0-9.eE+-]+)/g)].map((e): [string, number] => [JSON.parse(e[1] as string) as string, Number(e[2])]),
   );
 }
+
+/**
+ * Like `shape`, but primitives become their JSON type ('number', 'string', 'boolean', 'null'):
+ * "the same fields with the same types", for comparing with a recorded body.
+ */
+export function typedShape(v: unknown): unknown {
+  if (Array.isArray(v)) return v.length === 0 ? '[]' : [typedShape(v[0])];
+  if (v !== null && typeof v === 'object') return Object.entries(v).map(([k, x]) => [k, typedShape(x)]);
+  return v === null ? 'null' : typeof v;
+}
+
+/** GETs a path; the response as text and JSON, with its headers. */
+export async function get(base: string, path: string, method = 'GET'): Promise<RawResponse & { headers: Headers }> {
+  const res = await fetch(base + path, { method });
+  const text = await res.text();
+  let json: unknown = undefined;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    // not JSON
+  }
+  return { status: res.status, contentType: res.headers.get('content-type'), text, json, headers: res.headers };
+}

@@ -1,0 +1,120 @@
+/**
+ * `api: 'sglang'` on the simulated engine: native /generate with the newest input-logprob
+ * alignment (entries for tokens s..n-1, entry 0 null), output logprobs with the EOS token,
+ * max_new_tokens 0, /tokenize and /detokenize, the info endpoints, and /flush_cache (400 while a
+ * request runs) — the scoring recipe of /tmp/notes/engines.md §2.1 cross-checked against vLLM's.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createSimModel } from '../src/sim/model.js';
+import { get, post, startSim } from './helpers/engine-sim.js';
+
+const sim = createSimModel({ seed: 6 });
+const P = sim.tokenize('The model of the cache and the state');
+
+type Entry = [number | null, number, string | null];
+
+test('/generate: input entries for tokens s..n-1 with entry 0 null; top-K lists; text only when asked', async (t) => {
+  const engine = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  for (const s of [0, 3, P.length - 1]) {
+    const res = await post(engine.url, '/generate', { input_ids: P, sampling_params: { max_new_tokens: 2, temperature: 0 }, return_logprob: true, logprob_start_len: s, top_logprobs_num: 3 });
+    assert.equal(res.status, 200);
+    const m = res.json.meta_info;
+    assert.deepEqual(Object.keys(res.json), ['text', 'output_ids', 'meta_info']);
+    const input = m.input_token_logprobs as Entry[];
+    assert.equal(input.length, P.length - s, `s=${s}`);
+    assert.deepEqual(input[0], [null, P[s], null]);
+    input.forEach((e, k) => assert.equal(e[1], P[s + k], 'entry k is token s+k'));
+    assert.equal(m.input_top_logprobs[0], null);
+    for (const top of m.input_top_logprobs.slice(1)) assert.equal(top.length, 3, 'exactly K, the actual token not added');
+    assert.equal(m.output_token_logprobs.length, 2);
+    assert.equal(m.output_top_logprobs.length, 2);
+    assert.equal(m.prompt_tokens, P.length);
+    assert.equal(m.completion_tokens, 2);
+    assert.deepEqual(m.finish_reason, { type: 'length', length: 2 });
+  }
+  const text = await post(engine.url, '/generate', { text: 'The model', sampling_params: { max_new_tokens: 1, temperature: 0 }, return_logprob: true, return_text_in_logprobs: true });
+  const out = text.json.meta_info.output_token_logprobs[0] as Entry;
+  assert.equal(out[2], sim.tokenText(out[1]));
+  assert.equal(text.json.meta_info.input_token_logprobs.length, 1, 'default logprob_start_len -1: output only');
+});
+
+test('/generate scores a fixed sequence like vLLM prompt_logprobs does, bit for bit (same engine, two APIs)', async (t) => {
+  const sg = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  const vl = await startSim(t, { seed: 6 }, { api: 'vllm' });
+  const gen = await post(vl.url, '/v1/completions', { prompt: P, max_tokens: 6, temperature: 0, return_token_ids: true });
+  const C = gen.json.choices[0].token_ids as number[];
+  const full = [...P, ...C];
+  const v = await post(vl.url, '/v1/completions', { prompt: full, max_tokens: 1, temperature: 0, prompt_logprobs: 2 });
+  const g = await post(sg.url, '/generate', { input_ids: full, sampling_params: { max_new_tokens: 1, temperature: 0 }, return_logprob: true, logprob_start_len: P.length - 1, top_logprobs_num: 2 });
+  const input = g.json.meta_info.input_token_logprobs as Entry[];
+  const scored = input.slice(-C.length);
+  C.forEach((id, j) => {
+    assert.equal(scored[j]![1], id);
+    assert.equal(scored[j]![0], v.json.choices[0].prompt_logprobs[P.length + j][String(id)].logprob);
+  });
+});
+
+test('max_new_tokens 0 is a prefill-only request; negative is refused in SGLang words; the EOS token is an output', async (t) => {
+  const engine = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  const zero = await post(engine.url, '/generate', { input_ids: P, sampling_params: { max_new_tokens: 0 }, return_logprob: true, logprob_start_len: 0 });
+  assert.equal(zero.json.text, '');
+  assert.deepEqual(zero.json.output_ids, []);
+  assert.deepEqual(zero.json.meta_info.finish_reason, { type: 'length', length: 0 });
+  assert.equal(zero.json.meta_info.input_token_logprobs.length, P.length);
+  const neg = await post(engine.url, '/generate', { text: 'x', sampling_params: { max_new_tokens: -1 } });
+  assert.equal(neg.status, 400);
+  assert.deepEqual(neg.json, { error: { message: 'max_new_tokens must be at least 0, got -1.' } });
+  const far = await post(engine.url, '/generate', { input_ids: P, return_logprob: true, logprob_start_len: P.length });
+  assert.equal(far.status, 400);
+  assert.match(far.json.error.message, /is higher than the number of input tokens/);
+  // Prompts that end: find one whose greedy continuation stops on EOS within 80 tokens.
+  for (let i = 0; i < 40; i++) {
+    const res = await post(engine.url, '/generate', { text: `Prompt ${i}: the end`, sampling_params: { max_new_tokens: 80, temperature: 0 }, return_logprob: true });
+    const m = res.json.meta_info;
+    if (m.finish_reason.type !== 'stop') continue;
+    assert.equal(m.finish_reason.matched, sim.eosToken);
+    assert.equal(res.json.output_ids.at(-1), sim.eosToken, 'output_ids end with the EOS token');
+    assert.equal(m.completion_tokens, res.json.output_ids.length);
+    assert.equal(m.output_token_logprobs.length, res.json.output_ids.length);
+    return;
+  }
+  assert.fail('no prompt ended with EOS');
+});
+
+test('/tokenize, /v1/tokenize, /detokenize; /get_model_info, /model_info, /get_server_info, /server_info', async (t) => {
+  const engine = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  for (const path of ['/tokenize', '/v1/tokenize']) {
+    const res = await post(engine.url, path, { prompt: 'The model' });
+    assert.deepEqual(Object.keys(res.json), ['tokens', 'count', 'max_model_len']);
+    assert.deepEqual(res.json.tokens, sim.tokenize('The model'));
+  }
+  assert.deepEqual((await post(engine.url, '/v1/tokenize', { prompt: ['a', 'bc'] })).json.count, [1, 2]);
+  assert.deepEqual((await post(engine.url, '/detokenize', { tokens: sim.tokenize('The model') })).json, { text: 'The model' });
+  for (const path of ['/get_model_info', '/model_info']) assert.equal((await get(engine.url, path)).json.is_generation, true);
+  for (const path of ['/get_server_info', '/server_info']) {
+    const info = (await get(engine.url, path)).json;
+    assert.equal(typeof info.version, 'string');
+    assert.equal(info.tp_size, 1);
+    assert.equal(info.disable_radix_cache, false);
+  }
+});
+
+test('the radix cache: meta_info.cached_tokens, never beyond logprob_start_len; /flush_cache 200, and 400 while a request runs', async (t) => {
+  const engine = await startSim(t, { seed: 6 }, { api: 'sglang', tokenDelayMs: 20 });
+  const body = { input_ids: P, sampling_params: { max_new_tokens: 2, temperature: 0 } };
+  assert.equal((await post(engine.url, '/generate', body)).json.meta_info.cached_tokens, 0);
+  assert.equal((await post(engine.url, '/generate', body)).json.meta_info.cached_tokens, P.length - 1);
+  const limited = await post(engine.url, '/generate', { ...body, return_logprob: true, logprob_start_len: 2 });
+  assert.equal(limited.json.meta_info.cached_tokens, 2);
+  const flushed = await get(engine.url, '/flush_cache', 'POST');
+  assert.equal(flushed.status, 200);
+  assert.match(flushed.text, /^Cache flushed\.\n/);
+  assert.equal((await post(engine.url, '/generate', body)).json.meta_info.cached_tokens, 0);
+  const running = post(engine.url, '/generate', { ...body, sampling_params: { max_new_tokens: 20, temperature: 0 } });
+  await new Promise((r) => setTimeout(r, 100));
+  const busy = await get(engine.url, '/flush_cache');
+  assert.equal(busy.status, 400);
+  assert.match(busy.text, /When there are running or waiting requests, the operation will not be performed/);
+  await running;
+});

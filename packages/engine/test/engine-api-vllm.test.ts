@@ -1,0 +1,152 @@
+/**
+ * `api: 'vllm'` on the simulated engine: the scoring path of the vLLM profile in vLLM's shapes
+ * and words (/tmp/notes/engines.md §1) — /tokenize (prompt or messages through the engine's
+ * template), token-id prompts, prompt_logprobs, echo with max_tokens 0, token_id:N rendering,
+ * return_token_ids, the 20 cap, dev-mode /reset_prefix_cache, and prompt logprobs skipping the
+ * prefix cache.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createSimModel } from '../src/sim/model.js';
+import { get, post, postStream, startSim } from './helpers/engine-sim.js';
+
+const sim = createSimModel({ seed: 5 });
+const P = sim.tokenize('The model of the cache and the state');
+
+test('/tokenize: a prompt, or messages through the chat template (the ids chat feeds the model); /detokenize; /version', async (t) => {
+  const engine = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const tok = await post(engine.url, '/tokenize', { prompt: 'The model of the cache' });
+  assert.deepEqual(Object.keys(tok.json), ['count', 'max_model_len', 'tokens', 'token_strs']);
+  assert.deepEqual(tok.json.tokens, sim.tokenize('The model of the cache'));
+  assert.equal(tok.json.count, tok.json.tokens.length);
+  assert.equal(tok.json.token_strs, null);
+  assert.equal((await post(engine.url, '/tokenize', { prompt: [1, 2] })).status, 400, 'a token-id list is not accepted');
+  const messages = [{ role: 'user', content: 'What is in the cache?' }];
+  const chatIds = (await post(engine.url, '/tokenize', { messages })).json.tokens as number[];
+  const chat = await post(engine.url, '/v1/chat/completions', { messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3 });
+  assert.equal(chat.json.usage.prompt_tokens, chatIds.length);
+  const scored = await post(engine.url, '/v1/completions', { prompt: chatIds, max_tokens: 4, temperature: 0, logprobs: 3 });
+  assert.deepEqual(scored.json.choices[0].logprobs.token_logprobs, chat.json.choices[0].logprobs.content.map((c: { logprob: number }) => c.logprob));
+  const both = await post(engine.url, '/tokenize', { messages, continue_final_message: true });
+  assert.equal(both.status, 400);
+  assert.match(both.json.error.message, /Cannot set both `continue_final_message` and `add_generation_prompt` to True/);
+  const strs = await post(engine.url, '/tokenize', { prompt: 'The cache', return_token_strs: true });
+  assert.deepEqual(strs.json.token_strs, ['The', ' cache']);
+  assert.deepEqual((await post(engine.url, '/detokenize', { tokens: tok.json.tokens })).json, { prompt: 'The model of the cache' });
+  const version = await get(engine.url, '/version');
+  assert.match(version.json.version, /^\d+\.\d+\.\d+/);
+});
+
+test('prompt_logprobs: null first, then token-id keys — the actual token plus the top K — with logprob, rank, decoded_token', async (t) => {
+  const engine = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const res = await post(engine.url, '/v1/completions', { prompt: P, max_tokens: 1, temperature: 0, prompt_logprobs: 3 });
+  assert.equal(res.status, 200);
+  assert.deepEqual(Object.keys(res.json), ['id', 'object', 'created', 'model', 'choices', 'service_tier', 'system_fingerprint', 'usage', 'kv_transfer_params']);
+  assert.deepEqual(Object.keys(res.json.choices[0]), ['index', 'text', 'logprobs', 'finish_reason', 'stop_reason', 'prompt_logprobs']);
+  assert.deepEqual(Object.keys(res.json.usage), ['prompt_tokens', 'total_tokens', 'completion_tokens', 'prompt_tokens_details']);
+  const pl = res.json.choices[0].prompt_logprobs as Array<Record<string, { logprob: number; rank: number; decoded_token: string }> | null>;
+  assert.equal(pl.length, P.length);
+  assert.equal(pl[0], null);
+  // JSON.parse reorders integer-like keys: read the raw key order for "actual token first".
+  const raw = res.text.slice(res.text.indexOf('"prompt_logprobs":'));
+  const firstKeys = [...raw.matchAll(/\{"(\d+)":\{"logprob"/g)].map((m) => Number(m[1]));
+  for (let i = 1; i < P.length; i++) {
+    const entry = pl[i]!;
+    const keys = Object.keys(entry);
+    assert.ok(keys.length === 3 || keys.length === 4, `position ${i}: ${keys.length} keys`);
+    assert.ok(String(P[i]) in entry, 'the actual prompt token is always present');
+    assert.equal(firstKeys[i - 1], P[i], 'and first');
+    const ranks = Object.entries(entry).filter(([k]) => k !== String(P[i]) || entry[k]!.rank <= 3).map(([, v]) => v.rank);
+    for (const r of [1, 2, 3]) assert.ok(ranks.includes(r), `rank ${r} at ${i}`);
+    assert.equal(entry[String(P[i])]!.decoded_token, sim.tokenText(P[i]!));
+  }
+  // Teacher forcing: the prompt logprobs of a continuation are what generating it gave.
+  const gen = await post(engine.url, '/v1/completions', { prompt: P, max_tokens: 5, temperature: 0, logprobs: 0, return_token_ids: true });
+  const C = gen.json.choices[0].token_ids as number[];
+  const forced = await post(engine.url, '/v1/completions', { prompt: [...P, ...C], max_tokens: 1, temperature: 0, prompt_logprobs: 0 });
+  const fpl = forced.json.choices[0].prompt_logprobs;
+  C.forEach((id, j) => assert.equal(fpl[P.length + j][String(id)].logprob, gen.json.choices[0].logprobs.token_logprobs[j]));
+});
+
+test('the errors in vLLM words: max_tokens 0 without echo, the 20 cap on both kinds, prompt_logprobs with stream', async (t) => {
+  const engine = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const zero = await post(engine.url, '/v1/completions', { prompt: P, max_tokens: 0 });
+  assert.equal(zero.status, 400);
+  assert.deepEqual(zero.json, { error: { message: 'max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)', type: 'BadRequestError', param: 'max_tokens', code: 400 } });
+  const cases: Array<[Record<string, unknown>, string]> = [
+    [{ logprobs: 21 }, 'Requested sample logprobs of 21, which is greater than max allowed: 20 (parameter=logprobs, value=21)'],
+    [{ prompt_logprobs: 21 }, 'Requested prompt logprobs of 21, which is greater than max allowed: 20 (parameter=prompt_logprobs, value=21)'],
+    [{ prompt_logprobs: -1 }, `Requested prompt logprobs of ${sim.vocabSize}, which is greater than max allowed: 20 (parameter=prompt_logprobs, value=${sim.vocabSize})`],
+    [{ prompt_logprobs: 2, stream: true }, '`prompt_logprobs` are not available when `stream=True`.'],
+  ];
+  for (const [extra, message] of cases) {
+    const res = await post(engine.url, '/v1/completions', { prompt: P, max_tokens: 1, ...extra });
+    assert.equal(res.status, 400, JSON.stringify(extra));
+    assert.equal(res.json.error.message, message);
+  }
+  const chat = await post(engine.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 21 });
+  assert.match(chat.json.error.message, /^Requested sample logprobs of 21, which is greater than max allowed: 20/);
+});
+
+test('echo + logprobs + max_tokens 0: the prompt alone, first entry null, prompt_logprobs beside it; token_id:N and return_token_ids', async (t) => {
+  const engine = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const res = await post(engine.url, '/v1/completions', { prompt: 'The model of the cache', echo: true, max_tokens: 0, logprobs: 2, return_tokens_as_token_ids: true, return_token_ids: true });
+  assert.equal(res.status, 200);
+  const c = res.json.choices[0];
+  const ids = sim.tokenize('The model of the cache');
+  assert.equal(c.text, '', 'with return_token_ids the echoed text is empty');
+  assert.deepEqual(c.logprobs.tokens, ids.map((id) => `token_id:${id}`));
+  assert.equal(c.logprobs.token_logprobs[0], null);
+  assert.equal(c.logprobs.top_logprobs[0], null);
+  assert.equal(c.logprobs.text_offset[0], 0);
+  for (const d of c.logprobs.top_logprobs.slice(1)) assert.ok(Object.keys(d).every((k) => /^token_id:\d+$/.test(k)) && Object.keys(d).length <= 3);
+  assert.deepEqual(c.prompt_token_ids, ids);
+  assert.equal(c.token_ids.length, 1, 'one token generated inside');
+  assert.equal(res.json.usage.completion_tokens, 1);
+  assert.equal(c.prompt_logprobs.length, ids.length);
+  const chat = await post(engine.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 2, logprobs: true, top_logprobs: 2, return_tokens_as_token_ids: true });
+  const item = chat.json.choices[0].logprobs.content[0];
+  assert.match(item.token, /^token_id:\d+$/);
+  assert.deepEqual(item.bytes, [...Buffer.from(item.token)]);
+  assert.ok(item.top_logprobs.every((e: { token: string }) => /^token_id:\d+$/.test(e.token)));
+  assert.deepEqual(Object.keys(chat.json.choices[0].logprobs), ['content'], 'no refusal on vLLM');
+  assert.equal(chat.json.choices[0].stop_reason, null);
+});
+
+test('the prefix cache: whole 16-token blocks, reported with --enable-prompt-tokens-details; prompt_logprobs never read it', async (t) => {
+  const prompt = sim.tokenize('The cache holds the key and the value of the model, and the state of the model is the cache');
+  assert.ok(prompt.length > 17);
+  const clean = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const bad = await startSim(t, { seed: 5, cacheHitShift: 0.6 }, { api: 'vllm', promptTokensDetails: true, devMode: true });
+  const body = { prompt, max_tokens: 3, temperature: 0, logprobs: 2 };
+  const ref = await post(clean.url, '/v1/completions', body);
+  const cold = await post(bad.url, '/v1/completions', body);
+  assert.equal(cold.json.usage.prompt_tokens_details, null);
+  assert.deepEqual(cold.json.choices[0].logprobs, ref.json.choices[0].logprobs);
+  const warm = await post(bad.url, '/v1/completions', body);
+  const cached = warm.json.usage.prompt_tokens_details.cached_tokens;
+  assert.equal(cached, Math.floor((prompt.length - 1) / 16) * 16);
+  assert.notDeepEqual(warm.json.choices[0].logprobs.token_logprobs, ref.json.choices[0].logprobs.token_logprobs, 'the cache-hit stand-in moved the warm request');
+  const scoring = { prompt, max_tokens: 1, temperature: 0, prompt_logprobs: 2 };
+  const a = await post(bad.url, '/v1/completions', scoring);
+  assert.deepEqual(a.json.choices[0].prompt_logprobs, (await post(clean.url, '/v1/completions', scoring)).json.choices[0].prompt_logprobs);
+  assert.equal(a.json.usage.prompt_tokens_details, null, 'prompt_logprobs skip reading the prefix cache');
+  // dev mode: /reset_prefix_cache empties it (200, empty body); without dev mode it is a 404.
+  const reset = await post(bad.url, '/reset_prefix_cache', '');
+  assert.equal(reset.status, 200);
+  assert.equal(reset.text, '');
+  assert.equal((await post(bad.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'cold after the reset');
+  assert.deepEqual(await post(clean.url, '/reset_prefix_cache', ''), { status: 404, contentType: 'application/json', text: '{"detail":"Not Found"}', json: { detail: 'Not Found' } });
+});
+
+test('a vLLM completions stream: one token per chunk, finish_reason and stop_reason on the last, usage chunk, [DONE]', async (t) => {
+  const engine = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const s = await postStream(engine.url, '/v1/completions', { prompt: P, max_tokens: 4, temperature: 0, logprobs: 1, stream_options: { include_usage: true } });
+  assert.equal(s.chunks.length, 5);
+  for (const c of s.chunks.slice(0, 4)) assert.deepEqual(Object.keys(c.choices[0]), ['index', 'text', 'logprobs', 'finish_reason', 'stop_reason']);
+  assert.equal(s.chunks[3].choices[0].finish_reason, 'length');
+  assert.deepEqual(s.chunks[4].choices, []);
+  assert.equal(s.chunks[4].usage.completion_tokens, 4);
+  const full = await post(engine.url, '/v1/completions', { prompt: P, max_tokens: 4, temperature: 0, logprobs: 1 });
+  assert.equal(s.chunks.slice(0, 4).map((c) => c.choices[0].text).join(''), full.json.choices[0].text);
+});
