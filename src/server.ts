@@ -69,12 +69,7 @@ export function createRuntime(
   // The proxy's thread's metrics; the worker has its own (src/metrics/catalog.ts says which).
   // Custom parts run on this thread: they get every metric.
   const metrics = new Metrics({ thread: options.makeParts ? undefined : 'main', mirrorRoutes: config.mirror.routes });
-  const candidatePool = createUpstreamPool(config.candidate, {
-    tlsInsecure: config.tlsInsecure,
-    connections: config.candidate.maxConnections,
-    maxHeaderSize: config.limits.maxHeaderKB * 1024,
-    onConnections: (delta) => metrics.connections('candidate', delta),
-  });
+  const candidatePool = createCandidatePool(config, metrics);
   const mirror = options.makeParts ? undefined : new MirrorThread({ config, logger, logDestination, metrics, listeners: options.listeners, workerUrl: options.mirrorWorkerUrl });
   const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? { mirror };
   let accepting = true;
@@ -108,17 +103,7 @@ export function createRuntime(
     close(closeOptions = {}) {
       closing ??= (async () => {
         accepting = false;
-        const drainMs = config.shutdown.drainSeconds * 1000;
-        const timer = setTimeout(() => {
-          logger.warn({ drainSeconds: config.shutdown.drainSeconds }, 'drain time over: closing the remaining connections');
-          proxy.server.closeAllConnections();
-        }, drainMs);
-        timer.unref();
-        try {
-          await proxy.close();
-        } finally {
-          clearTimeout(timer);
-        }
+        await drainProxy(proxy, config, logger);
         // The mirror's worker finishes its queue within drainSeconds, then flushes the capture.
         await parts.mirror?.close();
         await candidatePool.close();
@@ -130,8 +115,35 @@ export function createRuntime(
   };
 }
 
+/** The client path's pool to the candidate (candidate.maxConnections applies to it), counted in `logprobe_upstream_connections`. */
+export function createCandidatePool(config: Config, metrics: Metrics, connections: number | null = config.candidate.maxConnections): Pool {
+  return createUpstreamPool(config.candidate, {
+    tlsInsecure: config.tlsInsecure,
+    connections,
+    maxHeaderSize: config.limits.maxHeaderKB * 1024,
+    onConnections: (delta) => metrics.connections('candidate', delta),
+  });
+}
+
+/**
+ * Stops the proxy gracefully: no new connections, requests in flight finish; after
+ * `shutdown.drainSeconds` the connections still open are closed.
+ */
+export async function drainProxy(proxy: FastifyInstance, config: Config, logger: Logger): Promise<void> {
+  const timer = setTimeout(() => {
+    logger.warn({ drainSeconds: config.shutdown.drainSeconds }, 'drain time over: closing the remaining connections');
+    proxy.server.closeAllConnections();
+  }, config.shutdown.drainSeconds * 1000);
+  timer.unref();
+  try {
+    await proxy.close();
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** True when the upstream answers HTTP at all; a 404 on /health still proves it is reachable. */
-async function probe(pool: Pool, url: string): Promise<boolean> {
+export async function probe(pool: Pool, url: string): Promise<boolean> {
   try {
     const base = new URL(url);
     const path = `${base.pathname.replace(/\/$/, '')}/health`;

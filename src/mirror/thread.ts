@@ -37,6 +37,15 @@ export const WORKER_METRICS_TIMEOUT_MS = 500;
  */
 export const WORKER_START_TIMEOUT_MS = 10_000;
 
+/**
+ * What becomes of a finished exchange whose body the sampler kept: not mirrored (`no`: a hash
+ * outside the sample), `skipped` (not a kind the mirror compares: counted), or `mirror`.
+ */
+export function mirrorChoice(sampler: Sampler, ex: Exchange): 'no' | 'skipped' | 'mirror' {
+  if (!sampler.decide(ex.body, ex.forced)) return 'no';
+  return mirrorKind(ex) === null ? 'skipped' : 'mirror';
+}
+
 /** The worker's entry: the compiled worker.js next to this file. */
 export const DEFAULT_WORKER_URL = new URL('./worker.js', import.meta.url);
 
@@ -142,14 +151,18 @@ export class MirrorThread implements MirrorTap {
   }
 
   onExchange(ex: Exchange): void {
-    if (!this.sampler.decide(ex.body, ex.forced)) return;
-    const count = (outcome: 'skipped' | 'dropped') => this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
-    if (mirrorKind(ex) === null) {
-      count('skipped');
-      return;
-    }
+    const choice = mirrorChoice(this.sampler, ex);
+    if (choice === 'skipped') this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome: 'skipped' });
+    if (choice === 'mirror') this.handOver(ex);
+  }
+
+  /**
+   * Hands an exchange the sampler chose (here, or in a proxy worker process: src/cluster) to the
+   * worker thread; when the mirror is full, gone or closing, it is dropped and counted instead.
+   */
+  handOver(ex: Exchange): void {
     if (!this.alive || this.closing !== null || this.outstanding >= this.cap) {
-      count('dropped');
+      this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome: 'dropped' });
       return;
     }
     // A copy of exactly the body's bytes (the Buffer may be a view on a larger pooled one),
@@ -243,11 +256,20 @@ export class MirrorThread implements MirrorTap {
    * for cluster workers, would omit or average some process metrics).
    */
   async metricsText(main: Registry): Promise<string> {
+    const [a, w] = await this.metricsParts(main);
+    const summed = (list: MetricsJSON) => list.map((m) => ({ ...m, aggregator: 'sum' as const }));
+    return AggregatorRegistry.aggregate([summed(a), summed(w)]).metrics();
+  }
+
+  /**
+   * The two registries {@link metricsText} merges, unmerged: `main`'s (with
+   * `logprobe_mirror_worker_up` set by this scrape) and the worker's, fresh or its last known
+   * values. A cluster's primary merges them with its proxy workers' (src/cluster/primary.ts).
+   */
+  async metricsParts(main: Registry): Promise<[MetricsJSON, MetricsJSON]> {
     const fresh = await this.workerMetrics();
     this.deps.metrics.gauge('logprobe_mirror_worker_up').set(fresh === null ? 0 : 1);
-    const a = await main.getMetricsAsJSON();
-    const summed = (list: MetricsJSON) => list.map((m) => ({ ...m, aggregator: 'sum' as const }));
-    return AggregatorRegistry.aggregate([summed(a), summed(this.workerSnapshot)]).metrics();
+    return [await main.getMetricsAsJSON(), this.workerSnapshot];
   }
 
   /**
