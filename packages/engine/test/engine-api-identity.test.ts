@@ -84,3 +84,16 @@ test('vLLM and SGLang answer /health with an empty 200; a wrong method is FastAP
     assert.deepEqual(wrong.json, { detail: 'Method Not Allowed' });
   }
 });
+
+test("openai: the legacy echo + logprobs + max_tokens 0 — the prompt's tokens, token_logprobs[0] null", async (t) => {
+  const engine = await startSim(t, { seed: 1 }, { api: 'openai' });
+  const res = await post(engine.url, '/v1/completions', { prompt: 'The cache holds the key', echo: true, logprobs: 3, max_tokens: 0, temperature: 0 });
+  assert.equal(res.status, 200);
+  const c = res.json.choices[0];
+  assert.equal(c.text, 'The cache holds the key');
+  assert.equal(c.logprobs.tokens.join(''), 'The cache holds the key');
+  assert.equal(c.logprobs.token_logprobs[0], null);
+  assert.equal(c.logprobs.top_logprobs[0], null);
+  assert.ok(c.logprobs.token_logprobs.slice(1).every((x: number) => x < 0));
+  assert.equal(res.json.usage.completion_tokens, 0);
+});

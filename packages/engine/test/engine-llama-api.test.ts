@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { after, before, test, type TestContext } from 'node:test';
 import { createLlamaModel, type LlamaEngineModel } from '../src/llama/model.js';
 import { startEngineServer, type EngineServerOptions } from '../src/openai-server.js';
-import { post } from './helpers/engine-sim.js';
+import { readFileSync } from 'node:fs';
+import { get, post, typedShape } from './helpers/engine-sim.js';
 
 interface Probs {
   id: number;
@@ -129,4 +130,23 @@ test('the clean engine: warm repeats move logprobs by kernel noise only; prompt_
   t.diagnostic(`clean llama: warm vs cold max ${warmMax.toExponential(2)}; one-prefill scoring vs decode max ${prefillMax.toExponential(2)}`);
   assert.ok(warmMax < 5e-3, `warm vs cold ${warmMax}`);
   assert.ok(prefillMax < 5e-3, `prefill vs decode ${prefillMax}`);
+});
+
+test('llama.cpp behind --api llamacpp: the recorded b4748 shapes with real tokens (BOS, merges, bytes)', async (t) => {
+  const fixture = (name: string): unknown => JSON.parse(readFileSync(new URL(`./fixtures/llama-server-b4748/${name}`, import.meta.url), 'utf8'));
+  const url = await serve(t, clean, { api: 'llamacpp' });
+  const text = 'The cache holds key 3 and value';
+  const tok = await post(url, '/tokenize', { content: text, add_special: true, with_pieces: true });
+  assert.deepEqual(typedShape(tok.json), typedShape(fixture('tokenize_with_pieces.json')));
+  assert.deepEqual(tok.json.tokens[0], { id: clean.bosToken, piece: '<|startoftext|>' });
+  const body = await post(url, '/completion', { prompt: text, n_predict: 8, n_probs: 5, temperature: 0 });
+  assert.deepEqual(typedShape(body.json), typedShape(fixture('completion_n_probs5.json')));
+  assert.equal(body.json.prompt, `<|startoftext|>${text}`);
+  assert.equal(body.json.tokens_evaluated, tok.json.tokens.length);
+  const models = await get(url, '/v1/models');
+  assert.deepEqual(typedShape(models.json), typedShape(fixture('v1_models.json')));
+  assert.equal(models.json.data[0].meta.n_vocab, clean.vocabSize);
+  assert.ok(models.json.data[0].meta.size > 100_000);
+  const chat = await post(url, '/v1/chat/completions', { messages: [{ role: 'user', content: text }], max_tokens: 4, logprobs: true, top_logprobs: 5, temperature: 0 });
+  assert.deepEqual(typedShape(chat.json), typedShape(fixture('v1_chat_top_logprobs5.json')));
 });

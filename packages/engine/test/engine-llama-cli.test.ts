@@ -84,6 +84,42 @@ test('two clean engine processes agree bit for bit; a zeroed layer moves logprob
   assert.deepEqual(codes, [0, 0, 0]);
 });
 
+async function completion(url: string, prompt: string): Promise<{ probs: Array<{ id: number; logprob: number }>; promptN: number }> {
+  const res = await fetch(`${url}/completion`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, n_predict: 4, n_probs: 3, temperature: 0 }),
+  });
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('server'), 'llama.cpp');
+  const body = (await res.json()) as { completion_probabilities: Array<{ id: number; logprob: number }>; timings: { prompt_n: number } };
+  return { probs: body.completion_probabilities.map((p) => ({ id: p.id, logprob: p.logprob })), promptN: body.timings.prompt_n };
+}
+
+test('--api llamacpp --fault cache-hit:3: a cold request agrees with a clean engine, its warm repeat does not; --prefix-cache off keeps it clean', async (t) => {
+  const engines = await Promise.all([
+    startEngine(['--seed', '1', '--api', 'llamacpp']),
+    startEngine(['--seed', '1', '--api', 'llamacpp', '--fault', 'cache-hit:3']),
+    startEngine(['--seed', '1', '--api', 'llamacpp', '--fault', 'cache-hit:3', '--prefix-cache', 'off']),
+  ]);
+  t.after(async () => {
+    for (const e of engines) await e.stop();
+  });
+  const [clean, faulty, off] = engines.map((e) => e.url) as [string, string, string];
+  const prompt = 'Once upon a time, in a small village by the sea,';
+  const ref = await completion(clean, prompt);
+  const cold = await completion(faulty, prompt);
+  const warm = await completion(faulty, prompt);
+  assert.deepEqual(cold.probs, ref.probs);
+  assert.equal(warm.promptN, 1, 'the repeat reused all but the last prompt token');
+  assert.notDeepEqual(warm.probs, ref.probs);
+  for (let r = 0; r < 2; r++) {
+    const got = await completion(off, prompt);
+    assert.deepEqual(got.probs, ref.probs);
+    assert.ok(got.promptN > 1, 'no reuse with --prefix-cache off');
+  }
+});
+
 test('the binary check forked by node-llama-cpp gets execArgv without eval flags (engines started with node -e)', () => {
   assert.deepEqual(withoutEval(['--import', 'tsx', '--input-type=module', '-e', 'code']), ['--import', 'tsx']);
   assert.deepEqual(withoutEval(['--print', 'x', '--eval=y', '--input-type', 'module', '--enable-source-maps']), ['--enable-source-maps']);

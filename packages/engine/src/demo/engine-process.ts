@@ -6,6 +6,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import type { EngineApi } from '../api/profile.js';
 
 /** This package's executable (`bin/logprobe-engine.js` runs the built CLI in `dist/`). */
 export const ENGINE_BIN = fileURLToPath(new URL('../../bin/logprobe-engine.js', import.meta.url));
@@ -25,6 +26,10 @@ export interface LlamaEngineProcessOptions {
   readonly timeoutMs?: number;
   /** Extra environment (e.g. `LOGPROBE_CACHE_DIR`). */
   readonly env?: Readonly<Record<string, string>>;
+  /** `--api`: the engine it pretends to be (default `logprobe`). */
+  readonly api?: EngineApi;
+  /** `--prefix-cache on|off` (default: the API's). */
+  readonly prefixCache?: boolean;
 }
 
 /** A running engine process. */
@@ -79,6 +84,8 @@ export function spawnLlamaEngine(options: LlamaEngineProcessOptions): Promise<Ll
   const fault = options.fault ?? null;
   const args = [ENGINE_BIN, '--llama', '--host', '127.0.0.1', '--port', '0', '--seed', String(options.seed), '--threads', String(options.threads ?? 1)];
   if (fault !== null) args.push('--fault', fault);
+  if (options.api !== undefined) args.push('--api', options.api);
+  if (options.prefixCache !== undefined) args.push('--prefix-cache', options.prefixCache ? 'on' : 'off');
   installExitHook();
   const child = spawn(process.execPath, args, { env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);

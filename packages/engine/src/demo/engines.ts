@@ -2,10 +2,11 @@
  * The demo's two engines: llama.cpp in two separate processes when it can run here, the
  * simulated engines in this process otherwise (or when asked), with one line saying which.
  */
+import type { EngineApi } from '../api/profile.js';
 import { startEngineServer, type EngineServerHandle } from '../openai-server.js';
 import { createSimModel, type SimOptions } from '../sim/model.js';
 import { EngineStartError, spawnLlamaEngine, type LlamaEngineProcess } from './engine-process.js';
-import { faultLabel, type DemoEngineChoice, type DemoFaultPlan, type SimDemoFault } from './faults.js';
+import { faultLabel, needsPrefixCache, type DemoEngineChoice, type DemoFaultPlan, type SimDemoFault } from './faults.js';
 
 /** Two running engines and how the demo should drive them. */
 export interface DemoEngines {
@@ -40,15 +41,31 @@ export function simFaultOptions(fault: SimDemoFault): SimOptions {
       return { localShift: 1.5, localShiftRate: 0.1 };
     case 'tokenizer':
       return { tokenizerSplit: true };
+    case 'decode-shift':
+      // The state carried into decode: prompt and first step clean, every later step ~0.2–0.5 nats.
+      return { decodeShift: 0.6 };
+    case 'cache-hit':
+      // A wrong restore: a cold request is clean, a warm one (a prefix-cache hit) moves.
+      return { cacheHitShift: 0.6 };
     case 'none':
       return {};
   }
 }
 
+/** What the demo's engines pretend to be, beyond the fault (both engines alike). */
+export interface DemoEngineApi {
+  /** The API (default `logprobe`). */
+  readonly api?: EngineApi;
+  /** The prefix cache (default: the API's; on when the fault shows only on cache hits). */
+  readonly prefixCache?: boolean;
+}
+
 /** Starts two simulated engines in this process: a clean baseline and a candidate with the fault. */
-export async function startSimEngines(fault: SimDemoFault, seed = 7, label?: string): Promise<DemoEngines> {
-  const baseline: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-baseline' }), concurrency: 0 });
-  const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault) }), concurrency: 0 });
+export async function startSimEngines(fault: SimDemoFault, seed = 7, label?: string, engine: DemoEngineApi = {}): Promise<DemoEngines> {
+  const prefixCache = engine.prefixCache ?? (fault === 'cache-hit' ? true : undefined);
+  const common = { concurrency: 0, ...(engine.api ? { api: engine.api } : {}), ...(prefixCache !== undefined ? { prefixCache } : {}) };
+  const baseline: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-baseline' }), ...common });
+  const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault) }), ...common });
   return {
     engine: 'sim',
     kind: 'simulated engines (seeded toy language model, in this process)',
@@ -72,6 +89,8 @@ export interface LlamaEnginesOptions {
   /** Per engine: model generation on first use and the library load included. */
   timeoutMs?: number;
   env?: Readonly<Record<string, string>>;
+  /** The API and prefix cache of both engines. */
+  engine?: DemoEngineApi;
 }
 
 /**
@@ -80,7 +99,15 @@ export interface LlamaEnginesOptions {
  */
 export async function startLlamaEngines(options: LlamaEnginesOptions): Promise<DemoEngines & { processes: LlamaEngineProcess[] }> {
   const seed = options.seed ?? 1;
-  const common = { seed, threads: options.threads ?? 1, timeoutMs: options.timeoutMs ?? 60_000, ...(options.env ? { env: options.env } : {}) };
+  const e = options.engine ?? {};
+  const common = {
+    seed,
+    threads: options.threads ?? 1,
+    timeoutMs: options.timeoutMs ?? 60_000,
+    ...(options.env ? { env: options.env } : {}),
+    ...(e.api ? { api: e.api } : {}),
+    ...(e.prefixCache !== undefined ? { prefixCache: e.prefixCache } : {}),
+  };
   const started = await Promise.allSettled([
     spawnLlamaEngine({ ...common, fault: null }),
     spawnLlamaEngine({ ...common, fault: options.fault === 'none' ? null : options.fault }),
@@ -121,6 +148,8 @@ export interface ChooseEnginesOptions {
   threads?: number;
   timeoutMs?: number;
   env?: Readonly<Record<string, string>>;
+  /** What both engines pretend to be (default: the old engines; the prefix cache on for a cache-hit fault). */
+  engine?: DemoEngineApi;
 }
 
 /**
@@ -131,11 +160,14 @@ export interface ChooseEnginesOptions {
 export async function chooseEngines(options: ChooseEnginesOptions): Promise<DemoEngines> {
   const { plan, choice } = options;
   const simLabel = faultLabel(plan.sim, plan.requested);
-  if (choice === 'sim') return startSimEngines(plan.sim, undefined, simLabel);
+  // A fault that shows only on cache hits needs both engines to keep the previous request's prefix.
+  const prefixCache = options.engine?.prefixCache ?? (needsPrefixCache(plan) ? true : undefined);
+  const api: DemoEngineApi = { ...(options.engine?.api ? { api: options.engine.api } : {}), ...(prefixCache !== undefined ? { prefixCache } : {}) };
+  if (choice === 'sim') return startSimEngines(plan.sim, undefined, simLabel, api);
   if (plan.llama === null) {
     if (choice === 'llama') throw new EngineStartError(`fault '${plan.requested}' exists only on the simulated engines`, '');
     options.notice(`fault '${plan.requested}' exists only on the simulated engines: using them`);
-    return startSimEngines(plan.sim, undefined, simLabel);
+    return startSimEngines(plan.sim, undefined, simLabel, api);
   }
   try {
     const engines = await startLlamaEngines({
@@ -144,11 +176,12 @@ export async function chooseEngines(options: ChooseEnginesOptions): Promise<Demo
       ...(options.threads !== undefined ? { threads: options.threads } : {}),
       ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
       ...(options.env ? { env: options.env } : {}),
+      engine: api,
     });
     return { ...engines, candidateLabel: faultLabel(plan.llama, plan.requested) };
   } catch (err) {
     if (choice === 'llama' || !(err instanceof EngineStartError)) throw err;
     options.notice(`llama.cpp engines unavailable (${err.reason}): falling back to simulated engines`);
-    return startSimEngines(plan.sim, undefined, simLabel);
+    return startSimEngines(plan.sim, undefined, simLabel, api);
   }
 }

@@ -6,7 +6,7 @@
 import { FAULT_FORMS, InvalidFaultError, parseFault } from '../llama/faults.js';
 
 /** The candidate faults the simulated engines offer. */
-export const SIM_DEMO_FAULTS = ['state-shift', 'subtle', 'none', 'noise', 'local', 'tokenizer'] as const;
+export const SIM_DEMO_FAULTS = ['state-shift', 'subtle', 'none', 'noise', 'local', 'tokenizer', 'decode-shift', 'cache-hit'] as const;
 /** A simulated candidate fault. */
 export type SimDemoFault = (typeof SIM_DEMO_FAULTS)[number];
 
@@ -34,16 +34,22 @@ const SIM_TO_LLAMA: Partial<Record<SimDemoFault, string>> = {
   subtle: 'weight-noise:0.01',
   noise: 'flash-attention',
   none: 'none',
+  'decode-shift': 'decode-state:3',
+  'cache-hit': 'cache-hit:3',
 };
 
 /**
  * The simulated stand-in for a llama fault: implementation noise (flash attention, f16 weights,
  * batch size) ↔ `noise`; gross state bugs (a zeroed layer, a lost KV cell, a q4_0 cache) ↔
- * `state-shift`; the small persistent shifts (1% weight noise, a q8_0 K cache) ↔ `subtle`.
+ * `state-shift`; the small persistent shifts (1% weight noise, a q8_0 K cache) ↔ `subtle`; a
+ * cell lost after the prompt (`decode-state:I`) ↔ `decode-shift`; a wrong cache restore
+ * (`cache-hit:I`) ↔ `cache-hit`.
  */
 export function simStandIn(llamaFault: string): SimDemoFault {
   const setup = parseFault(llamaFault);
   if (setup.variant.zeroAttentionOutputLayer !== undefined || setup.dropPromptToken !== null || setup.kvKeyType === 'Q4_0' || setup.kvValueType === 'Q4_0') return 'state-shift';
+  if (setup.cacheHitToken !== null) return 'cache-hit';
+  if (setup.decodeStateToken !== null) return 'decode-shift';
   if (setup.variant.ffnDownNoise !== undefined || setup.kvKeyType === 'Q8_0') return 'subtle';
   if (setup.flashAttention || setup.variant.weights === 'f16' || setup.batchSize !== null) return 'noise';
   return 'none';
@@ -74,6 +80,16 @@ export function planFault(requested: string): DemoFaultPlan {
     }
     throw err;
   }
+}
+
+/**
+ * Whether a plan's fault shows only on prefix-cache hits (`cache-hit:I` and its stand-in): the
+ * demo's engines then keep the previous request's prefix, both of them, so the baseline meets
+ * the same cold and warm requests.
+ */
+export function needsPrefixCache(plan: DemoFaultPlan): boolean {
+  if (plan.sim === 'cache-hit') return true;
+  return plan.llama !== null && plan.llama !== 'none' && parseFault(plan.llama).cacheHitToken !== null;
 }
 
 /** A short label for the banner: the fault and, when it differs, what the user asked for. */
