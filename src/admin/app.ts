@@ -11,6 +11,8 @@ export interface AdminDeps {
   candidateReachable(): Promise<boolean>;
   /** False once shutdown started: load balancers stop sending traffic. */
   accepting(): boolean;
+  /** With proxy worker processes (listen.workers > 1): false while none of them is listening. */
+  proxyListening?(): boolean;
 }
 
 /**
@@ -31,6 +33,7 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
 
   app.get('/readyz', async (_request, reply) => {
     if (!deps.accepting()) return reply.code(503).send({ status: 'shutting down' });
+    if (deps.proxyListening && !deps.proxyListening()) return reply.code(503).send({ status: 'no proxy worker listening' });
     const ok = await deps.candidateReachable();
     return reply.code(ok ? 200 : 503).send({ status: ok ? 'ready' : 'candidate unreachable' });
   });

@@ -3,6 +3,7 @@ import type { CommandFactory } from './commands.js';
 import { loadConfig } from '../config/load.js';
 import { LogprobeError } from '../errors.js';
 import { createRuntime } from '../server.js';
+import { createClusterRuntime, workerCount } from '../cluster/primary.js';
 import { aborted, stopOnSignal } from './signals.js';
 
 export const serveCommand: CommandFactory = (setExit) =>
@@ -17,7 +18,9 @@ export const serveCommand: CommandFactory = (setExit) =>
         setExit(0);
         return;
       }
-      const runtime = createRuntime(config);
+      // listen.workers > 1: a primary (the mirror, the admin port) and N proxy worker processes.
+      const workers = workerCount(config);
+      const runtime = workers > 1 ? createClusterRuntime(config, workers) : createRuntime(config);
       try {
         await runtime.listen();
       } catch (err) {

@@ -60,7 +60,17 @@ const headerName = z
   .transform((s) => s.toLowerCase());
 
 export const configSchema = z.strictObject({
-  listen: z.strictObject({ host: host.default('0.0.0.0'), port: port.default(8080) }).prefault({}),
+  listen: z
+    .strictObject({
+      host: host.default('0.0.0.0'),
+      port: port.default(8080),
+      /**
+       * Proxy processes (node:cluster) serving the port; `auto`: os.availableParallelism(). Absent
+       * means 1, today's single process (the key stays out of the defaults so that they read as before).
+       */
+      workers: z.union([positiveInt, z.literal('auto')], { error: 'expected a positive whole number or auto' }).optional(),
+    })
+    .prefault({}),
   admin: z.strictObject({ host: host.default('127.0.0.1'), port: port.default(9464) }).prefault({}),
   candidate: upstream('http://127.0.0.1:30000')
     .extend({

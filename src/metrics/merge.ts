@@ -1,0 +1,57 @@
+import { AggregatorRegistry, type Aggregator, type Registry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
+
+/** A registry's metrics as `getMetricsAsJSON()` gives them (what crosses threads and processes). */
+export type MetricsJSON = Array<MetricObjectWithValues<MetricValue<string>>>;
+
+/**
+ * How a family is merged over the processes of a cluster (src/cluster/primary.ts): the aggregator
+ * prom-client declares for it — `sum` unless said otherwise, which is every logprobe_* family
+ * (each process counts its own part: requests, durations, overflow, upstream connections, its
+ * mirror outcomes) and the process metrics that add up (CPU, memory, handles); the event-loop lag
+ * is averaged and `nodejs_version_info` taken once, as prom-client's cluster aggregation does —
+ * except the start time, which prom-client omits: the oldest process's (the primary's), so that
+ * the exposition has the series a single process has.
+ */
+function aggregatorOf(m: MetricObjectWithValues<MetricValue<string>>): Aggregator {
+  if (m.name === 'process_start_time_seconds') return 'min';
+  return m.aggregator ?? 'sum';
+}
+
+/** The registries of several processes as one (see {@link aggregatorOf}). */
+export function mergeProcesses(parts: readonly MetricsJSON[]): Registry {
+  return AggregatorRegistry.aggregate(parts.map((list) => list.map((m) => ({ ...m, aggregator: aggregatorOf(m) }))));
+}
+
+/**
+ * What a process that has exited leaves in the cluster's figures: its counters and histograms
+ * (they only grow, so the sum over processes never goes back, which Prometheus would read as a
+ * reset), not its gauges (its connections are closed, its heap is gone).
+ */
+export function retiredPart(last: MetricsJSON): MetricsJSON {
+  // prom-client's types say an enum; the values are its names.
+  return last.filter((m) => String(m.type) === 'counter' || String(m.type) === 'histogram');
+}
+
+/**
+ * The sum of retired parts, series by series (a family's metadata from its first part): what
+ * every exited process left, kept in one list however many have exited.
+ */
+export function sumParts(parts: readonly MetricsJSON[]): MetricsJSON {
+  const families = new Map<string, { metric: MetricObjectWithValues<MetricValue<string>>; values: Map<string, MetricValue<string>> }>();
+  for (const part of parts) {
+    for (const m of part) {
+      let f = families.get(m.name);
+      if (f === undefined) {
+        f = { metric: m, values: new Map() };
+        families.set(m.name, f);
+      }
+      for (const v of m.values) {
+        const labels = Object.entries(v.labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+        const key = `${(v as { metricName?: string }).metricName ?? ''}\u0000${JSON.stringify(labels)}`;
+        const old = f.values.get(key);
+        f.values.set(key, old === undefined ? { ...v } : { ...old, value: old.value + v.value });
+      }
+    }
+  }
+  return [...families.values()].map(({ metric, values }) => ({ ...metric, values: [...values.values()] }));
+}
