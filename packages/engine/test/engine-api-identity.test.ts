@@ -1,6 +1,6 @@
 /**
  * What each `api` pretends to be, as a client probing an unknown backend sees it (the
- * detection order of /tmp/notes/engines.md §5): `/v1/models` `owned_by`, the `server` header,
+ * order an `engine: auto` detection reads them): `/v1/models` `owned_by`, the `server` header,
  * the 404 of a path the engine lacks, `/health` — and the default, `logprobe`, unchanged.
  */
 import assert from 'node:assert/strict';

@@ -2,7 +2,7 @@
  * `api: 'sglang'` on the simulated engine: native /generate with the newest input-logprob
  * alignment (entries for tokens s..n-1, entry 0 null), output logprobs with the EOS token,
  * max_new_tokens 0, /tokenize and /detokenize, the info endpoints, and /flush_cache (400 while a
- * request runs) — the scoring recipe of /tmp/notes/engines.md §2.1 cross-checked against vLLM's.
+ * request runs) — the teacher-forcing recipe (logprob_start_len = len(P) - 1) cross-checked against vLLM's.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

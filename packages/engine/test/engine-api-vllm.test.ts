@@ -1,6 +1,6 @@
 /**
  * `api: 'vllm'` on the simulated engine: the scoring path of the vLLM profile in vLLM's shapes
- * and words (/tmp/notes/engines.md §1) — /tokenize (prompt or messages through the engine's
+ * and words — /tokenize (prompt or messages through the engine's
  * template), token-id prompts, prompt_logprobs, echo with max_tokens 0, token_id:N rendering,
  * return_token_ids, the 20 cap, dev-mode /reset_prefix_cache, and prompt logprobs skipping the
  * prefix cache.

@@ -1,7 +1,7 @@
 /**
  * llama-server's native `POST /completion` at b4748 (fixtures completion_*.json/.sse), the
  * scoring path of the llama.cpp profile: one call per position with the token ids so far,
- * `n_predict: 1`, `n_probs: K`, `cache_prompt: true` (/tmp/notes/engines.md §3.2). Token-id
+ * `n_predict: 1`, `n_probs: K`, `cache_prompt: true`. Token-id
  * prompts are used verbatim (no BOS added); text gets BOS. The slot's reuse shows in
  * `tokens_cached` and `timings.prompt_n`.
  */

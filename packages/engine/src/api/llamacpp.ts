@@ -1,5 +1,5 @@
 /**
- * The llama.cpp profile's routes (/tmp/notes/engines.md §3, b4748 fixtures): native
+ * The llama.cpp profile's routes (llama-server's server.cpp, and its b4748 recording in test/fixtures/llama-server-b4748/): native
  * `/completion`, its OpenAI routes, `/tokenize`, `/detokenize`, `/apply-template`, `/props`,
  * and the slot actions, which need `--slot-save-path` (else 501, as llama-server).
  */

@@ -1,7 +1,8 @@
 /**
  * What the engine pretends to be (`api`): the identity a client probes (`/v1/models` `owned_by`,
  * the `server` header, `/health`), how token-id prompts are read, and the error bodies — each as
- * the real engine sends it (/tmp/notes/engines.md §1.6, §2.4, §3.1, §5).
+ * the real engine sends it, as read in their source (vLLM, SGLang) and in llama-server b4748's
+ * recorded responses.
  */
 import { badRequest, EngineHttpError } from '../errors.js';
 import type { EngineModel } from '../model.js';

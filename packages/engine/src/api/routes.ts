@@ -13,7 +13,7 @@ import { VLLM_ROUTES } from './vllm.js';
 
 const created = Math.floor(Date.now() / 1000);
 
-/** `GET /v1/models` in the pretended engine's shape (/tmp/notes/engines.md §1.6, §2.4, §3.1). */
+/** `GET /v1/models` in the pretended engine's shape (vLLM's and SGLang's `ModelCard`, llama-server's `meta`). */
 function modelsBody(ctx: RouteContext): string {
   const { model, api, maxContext } = ctx;
   const base = { id: model.id, object: 'model', created, owned_by: api.ownedBy };

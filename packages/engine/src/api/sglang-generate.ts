@@ -1,6 +1,6 @@
 /**
  * SGLang's native `POST /generate` (`GenerateReqInput`, io_struct.py; the scheduler's logprob
- * processing), the scoring path of the SGLang profile (/tmp/notes/engines.md §2.1): `text` or
+ * processing), the scoring path of the SGLang profile: `text` or
  * `input_ids`, `sampling_params`, `return_logprob`, `logprob_start_len` (default -1: output
  * only), `top_logprobs_num`, `token_ids_logprob`, `return_text_in_logprobs`. Logprob entries
  * are `[logprob, token_id, text|null]`; input entries cover tokens s..n-1 with the newest

@@ -1,5 +1,5 @@
 /**
- * The SGLang profile's routes (/tmp/notes/engines.md §2): native `/generate`, `/tokenize` and
+ * The SGLang profile's routes (python/sglang/srt/entrypoints/http_server.py): native `/generate`, `/tokenize` and
  * `/v1/tokenize`, `/detokenize` and `/v1/detokenize`, the info endpoints under their old and new
  * names, and `/flush_cache` (GET or POST; plain text; 400 while a request runs or waits).
  */
@@ -9,7 +9,7 @@ import { sendJson, type Route, type RouteContext } from '../route.js';
 import { decodeWithSpecials, textCells } from './profile.js';
 import { serveGenerate } from './sglang-generate.js';
 
-/** The SGLang release this reports in `/get_server_info` (nominal: the shapes are the newest the notes describe). */
+/** The SGLang release this reports in `/get_server_info` (nominal: the shapes are the newest SGLang's). */
 export const SGLANG_VERSION = '0.5.0';
 
 /** http_server.py `flush_cache`'s text, for success (200) and refusal (400) alike. */
@@ -23,7 +23,7 @@ function tokenize(ctx: RouteContext): void {
     if (typeof p !== 'string') throw badRequest("'prompt' must be a string or a list of strings", 'prompt');
     return textCells(ctx.model, p, add);
   };
-  // max_model_len is the tokenizer's model_max_length here, not the served context (the notes).
+  // max_model_len is the tokenizer's model_max_length here, not the served context (serving_tokenize.py); here the two are the same.
   if (Array.isArray(body.prompt)) {
     const all = body.prompt.map(one);
     sendJson(ctx.res, 200, JSON.stringify({ tokens: all, count: all.map((t) => t.length), max_model_len: ctx.maxContext }));
@@ -117,7 +117,7 @@ export const SGLANG_ROUTES: Readonly<Record<string, Route>> = {
   '/v1/tokenize': tokenizeRoute,
   '/detokenize': detokenizeRoute,
   '/v1/detokenize': detokenizeRoute,
-  // Newer SGLang renamed them and keeps the old paths (the notes: probe both).
+  // Newer SGLang renamed them and keeps the old paths (clients should probe both).
   '/get_model_info': modelInfoRoute,
   '/model_info': modelInfoRoute,
   '/get_server_info': serverInfoRoute,

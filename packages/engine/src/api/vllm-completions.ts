@@ -3,7 +3,7 @@
  * the scoring path of the vLLM profile: token-id prompts used verbatim, `prompt_logprobs: K`
  * (the actual prompt token plus the top K per position, keyed by token id), `echo` with
  * `max_tokens: 0` (the prompt only), `return_tokens_as_token_ids`, `return_token_ids`, and the
- * `--max-logprobs` 20 cap in vLLM's words (/tmp/notes/engines.md §1.2, §1.3).
+ * `--max-logprobs` 20 cap in vLLM's words.
  */
 import { badRequest, EngineHttpError } from '../errors.js';
 import { TOKEN_ID_RENDER, type TokenRender } from '../format.js';

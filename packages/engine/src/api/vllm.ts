@@ -1,5 +1,5 @@
 /**
- * The vLLM profile's routes (/tmp/notes/engines.md §1): `/v1/completions` and
+ * The vLLM profile's routes (vllm/entrypoints/serve/tokenize, completion/, cache/): `/v1/completions` and
  * `/v1/chat/completions` with vLLM's extensions, `POST /tokenize` (a prompt, or messages through
  * the engine's own chat template), `POST /detokenize`, `GET /version`, and
  * `POST /reset_prefix_cache`, which exists only in dev mode (`VLLM_SERVER_DEV_MODE=1`).
