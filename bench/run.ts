@@ -14,7 +14,8 @@
  * lane" section of bench/RESULTS.md), `--lane all` (both). Streaming-lane options:
  *   --n 100,1000        the Ns (default 100,1000,5000; quick 100,1000)
  *   --rounds R          rounds per N (default 3; quick 1)
- *   --targets a,b       of direct,nginx,logprobe-off,logprobe-0.1 (default all)
+ *   --targets a,b       of direct,nginx,logprobe-off,logprobe-0.1,nginx-w2,logprobe-off-w2,logprobe-0.1-w2
+ *                       (default all but logprobe-0.1-w2; -w2: nginx with 2 workers, logprobe with listen.workers 2)
  *   --logprobe-root DIR run (and build, unless --no-build) the logprobe of another checkout
  *   --mirror-delay-ms MS  the upstream's delay for the mirror's non-streaming copies (default 64 × 20)
  *   --harness-nice K    nice value of the upstream and the load generator (default -5; 0: none)
@@ -38,7 +39,7 @@ import { coreBench } from './core.js';
 import { summarize, verdicts, type Summary } from './figures.js';
 import { quickLines, writeResults } from './report.js';
 import { profileTop } from './lib/profile.js';
-import { FULL_NS, QUICK_NS, runStreams, TARGET_KEYS } from './streams.js';
+import { DEFAULT_TARGETS, FULL_NS, QUICK_NS, runStreams, TARGET_KEYS } from './streams.js';
 import { streamsChecks, streamsMarkdown, streamsText, writeStreamsSection } from './streams-report.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -171,7 +172,7 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
   rmSync(join(OUT, 'streams'), { recursive: true, force: true });
   const list = (v: string | undefined) => v?.split(',').map((x) => x.trim()).filter(Boolean);
   const ns = list(flag('--n'))?.map(Number) ?? (quick ? QUICK_NS : FULL_NS);
-  const targets = list(flag('--targets')) ?? [...TARGET_KEYS];
+  const targets = list(flag('--targets')) ?? [...DEFAULT_TARGETS];
   const bad = [...ns.filter((n) => !Number.isInteger(n) || n < 1 || n > 5000).map(String), ...targets.filter((t) => !(TARGET_KEYS as readonly string[]).includes(t))];
   if (bad.length > 0) throw new Error(`streams lane: bad --n or --targets value(s): ${bad.join(', ')} (N from 1 to 5000; targets ${TARGET_KEYS.join(', ')})`);
   const rounds = Number(flag('--rounds') ?? (quick ? 1 : 3));
@@ -185,7 +186,7 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
   log(streamsText(r, checks));
   writeFileSync(join(OUT, 'streams.json'), JSON.stringify({ info, commit, ...r, checks }, null, 2));
   log('\nwrote bench/out/streams.json');
-  const complete = !quick && ns.join() === FULL_NS.join() && targets.length === TARGET_KEYS.length && r.unavailable.length === 0 && rounds >= 3;
+  const complete = !quick && ns.join() === FULL_NS.join() && DEFAULT_TARGETS.every((k) => targets.includes(k)) && r.unavailable.length === 0 && rounds >= 3;
   if (complete) {
     writeStreamsSection(join(ROOT, 'bench', 'RESULTS.md'), streamsMarkdown(r, checks, info, commit));
     log('wrote the "Streaming lane" section of bench/RESULTS.md');

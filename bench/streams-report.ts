@@ -21,8 +21,10 @@ export interface StreamsCheck {
   detail: string;
 }
 
-const LOGPROBE = ['logprobe-off', 'logprobe-0.1'];
-const ORDER = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1'];
+const LOGPROBE = ['logprobe-off', 'logprobe-0.1', 'logprobe-off-w2', 'logprobe-0.1-w2'];
+const ORDER = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2'];
+/** The nginx a target is compared with: the one with as many worker processes (`-w2`: nginx-w2). */
+export const nginxFor = (key: string): string => (key.endsWith('-w2') ? 'nginx-w2' : 'nginx');
 const f = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '–');
 const sign = (x: number, d = 1) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${x.toFixed(d)}` : '–');
 const int = (x: number) => (Number.isFinite(x) ? Math.round(x).toLocaleString('en-US') : '–');
@@ -48,7 +50,7 @@ export function streamsChecks(r: StreamsResult): StreamsCheck[] {
       key,
       target: `0 streams cut at N = ${int(CUT_AT_N)}`,
       pass: at5k ? at5k.cut === 0 : null,
-      detail: at5k ? `${at5k.cut} cut of ${at5k.completed + at5k.cut}${at5k.cut > 0 ? ` (${Object.entries(at5k.cutReasons).map(([k, v]) => `${k} ${v}`).join(', ')})` : ''}; nginx ${ns.get(CUT_AT_N)?.get('nginx')?.cut ?? '–'}` : `N = ${int(CUT_AT_N)} not run`,
+      detail: at5k ? `${at5k.cut} cut of ${at5k.completed + at5k.cut}${at5k.cut > 0 ? ` (${Object.entries(at5k.cutReasons).map(([k, v]) => `${k} ${v}`).join(', ')})` : ''}; ${nginxFor(key)} ${ns.get(CUT_AT_N)?.get(nginxFor(key))?.cut ?? '–'}` : `N = ${int(CUT_AT_N)} not run`,
     });
     const ttfb: string[] = [];
     const gap: string[] = [];
@@ -56,7 +58,7 @@ export function streamsChecks(r: StreamsResult): StreamsCheck[] {
     let gapOk: boolean | null = null;
     for (const n of nsSorted) {
       const lp = ns.get(n)?.get(key);
-      const ng = ns.get(n)?.get('nginx');
+      const ng = ns.get(n)?.get(nginxFor(key));
       if (!lp || !ng) continue;
       const ratio = lp.ttfbP99 / ng.ttfbP99;
       const diff = lp.addedP99 - ng.addedP99;
@@ -67,15 +69,15 @@ export function streamsChecks(r: StreamsResult): StreamsCheck[] {
       ttfb.push(`N=${int(n)} ${f(ratio, 2)}× (${f(lp.ttfbP99)} vs ${f(ng.ttfbP99)} ms)`);
       gap.push(`N=${int(n)} ${sign(diff)} ms (${f(lp.addedP99)} vs ${f(ng.addedP99)} ms)`);
     }
-    out.push({ key, target: `TTFB p99 ≤ ${TTFB_RATIO_MAX}× nginx's at every N`, pass: ttfbOk, detail: ttfb.join('; ') || 'nginx not measured' });
-    out.push({ key, target: `added inter-chunk delay p99 ≤ nginx's + ${ADDED_P99_SLACK_MS} ms at every N`, pass: gapOk, detail: gap.join('; ') || 'nginx not measured' });
+    out.push({ key, target: `TTFB p99 ≤ ${TTFB_RATIO_MAX}× ${nginxFor(key)}'s at every N`, pass: ttfbOk, detail: ttfb.join('; ') || `${nginxFor(key)} not measured` });
+    out.push({ key, target: `added inter-chunk delay p99 ≤ ${nginxFor(key)}'s + ${ADDED_P99_SLACK_MS} ms at every N`, pass: gapOk, detail: gap.join('; ') || `${nginxFor(key)} not measured` });
     // Per concurrent stream: judged at the largest N (at N = 100 the fixed cost of a warmed-up
     // process holding any streams at all dominates the quotient), the other Ns shown.
     const maxN = nsSorted[nsSorted.length - 1];
     const big = maxN !== undefined ? ns.get(maxN)?.get(key) : undefined;
     const per = nsSorted.map((n) => {
       const s = ns.get(n)?.get(key);
-      const ng = ns.get(n)?.get('nginx');
+      const ng = ns.get(n)?.get(nginxFor(key));
       return s ? `N=${int(n)} ${f(s.kbPerStream)} KB${ng ? ` (nginx ${f(ng.kbPerStream)})` : ''}` : '';
     });
     out.push({
@@ -91,8 +93,11 @@ export function streamsChecks(r: StreamsResult): StreamsCheck[] {
 const ordered = (m: Map<string, TargetSummary>) => ORDER.map((k) => m.get(k)).filter((x): x is TargetSummary => x !== undefined);
 
 function rows(m: Map<string, TargetSummary>): string[][] {
-  const ng = m.get('nginx');
-  return ordered(m).map((s) => [
+  return ordered(m).map((s) => rowOf(s, m.get(nginxFor(s.key))));
+}
+
+function rowOf(s: TargetSummary, ng: TargetSummary | undefined): string[] {
+  return [
     s.key,
     int(s.completed),
     int(s.cut),
@@ -111,7 +116,7 @@ function rows(m: Map<string, TargetSummary>): string[][] {
     int(s.upstreamConns),
     int(s.upstreamPeakStreams),
     f(s.wallS),
-  ]);
+  ];
 }
 
 const HEAD = ['target', 'done', 'cut', 'TTFB p50', 'TTFB p99', '÷ nginx', 'TTFB p99 1st', 'added p50', 'added p99', '− nginx', 'added max', 'idle MB', 'peak MB', 'KB/stream', 'CPU ms/stream', 'up conns', 'up streams peak', 'wall s'];
@@ -146,8 +151,10 @@ export function streamsText(r: StreamsResult, checks: StreamsCheck[]): string {
     out.push(`streams, N = ${int(n)} concurrent clients × ${r.options.streamsPerClient} streams (${r.options.rounds} round${r.options.rounds === 1 ? '' : 's'}, medians; ms unless said; added = inter-chunk gap − ${r.options.gapMs} ms)`);
     out.push(textTable(HEAD, rows(m)));
     out.push(harnessLine(m));
-    const lp = m.get('logprobe-0.1');
-    if (lp?.mirror) out.push(`mirror at sampleRate 0.1: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes; ${int(lp.mirrorConns)} mirror connections to the candidate (median per run)`);
+    for (const key of ['logprobe-0.1', 'logprobe-0.1-w2']) {
+      const lp = m.get(key);
+      if (lp?.mirror) out.push(`mirror of ${key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes; ${int(lp.mirrorConns)} mirror connections to the candidate (median per run)`);
+    }
   }
   out.push('');
   for (const c of caveats(r)) out.push(c.replace(/\*\*/g, ''));
@@ -175,14 +182,14 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
   out.push(
     `Workload: N concurrent clients, each doing ${o.streamsPerClient} SSE chat completions one after the other on its own keep-alive connection (an undici Client each, connections opened before the first stream, first streams started over N/5 ms); ` +
       `the upstream (\`bench/streams-upstream.ts\`, its own process) answers each with ${o.chunks} OpenAI chat-completion chunks (~270 bytes, chunked transfer encoding) ${o.gapMs} ms apart, the first at once, then \`data: [DONE]\`. ` +
-      `Targets: the upstream directly; nginx ${v.nginx} (1 worker, \`proxy_buffering off\`, \`proxy_request_buffering off\`, HTTP/1.1 keep-alive upstream with 256 idle connections kept, \`worker_connections 12000\`, \`worker_rlimit_nofile 20000\`); ` +
-      `logprobe with mirroring off and at sampleRate 0.1 (the mirror's \`stream: false\` copies answered after ${o.jsonDelayMs} ms, the time the same tokens take to stream, by the candidate and by a second upstream process as baseline). ` +
+      `Targets: the upstream directly; nginx ${v.nginx} (1 worker${o.targets.includes('nginx-w2') ? ', and 2 for nginx-w2' : ''}, \`proxy_buffering off\`, \`proxy_request_buffering off\`, HTTP/1.1 keep-alive upstream with 256 idle connections kept, \`worker_connections 12000\`, \`worker_rlimit_nofile 20000\`); ` +
+      `logprobe with mirroring off and at sampleRate 0.1${o.targets.some((k) => k.startsWith('logprobe') && k.endsWith('-w2')) ? ', as one process and (the -w2 rows) with `listen.workers: 2` — a primary with the mirror and two proxy worker processes' : ''} (the mirror's \`stream: false\` copies answered after ${o.jsonDelayMs} ms, the time the same tokens take to stream, by the candidate and by a second upstream process as baseline). ` +
       `Every process with \`ulimit -n 20000\`${o.harnessNice !== null ? `; the upstream and the load generator at nice ${o.harnessNice} (the harness gets its CPU first; the targets, at 0, bear any shortage)` : ''}. For each N the targets are started afresh and warmed up (min(N, 100) streams); ${o.rounds} round${o.rounds === 1 ? '' : 's'} per N, the order of the targets rotating between rounds; figures are medians over rounds (done/cut: sums).`,
   );
   out.push('');
   out.push(
     'Columns: TTFB = request sent → first body byte (on an open connection), ms; added = gap between consecutive chunks as the client sees them minus ' +
-      `${o.gapMs} ms, over chunks 2…${o.chunks} of every stream (the direct row is the harness's own figure); idle MB = VmRSS of the target's processes after the warm-up, before the first round; peak MB = highest VmRSS sampled every 100 ms during a run (nginx: master + worker); ` +
+      `${o.gapMs} ms, over chunks 2…${o.chunks} of every stream (the direct row is the harness's own figure); ÷ nginx and − nginx: against the nginx with as many worker processes (nginx for the 1-process rows, nginx-w2 for the -w2 rows); idle MB = VmRSS of the target's processes after the warm-up, before the first round; peak MB = highest VmRSS sampled every 100 ms during a run (summed over the processes: nginx master + workers, logprobe primary + proxy workers); ` +
       'KB/stream = (peak − idle) ÷ N; CPU = utime + stime of the target\'s processes over the run ÷ streams completed; up conns = connections the upstream accepted during the run whose first request was a stream (the target\'s upstream connections; mirror connections not counted); up streams peak = streams live at the upstream at once. ' +
       'For "upstream directly", RSS and CPU are the upstream\'s own.',
   );
@@ -195,8 +202,10 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
     out.push(mdTable(HEAD.map((h) => (h.startsWith('TTFB') || h.startsWith('added') ? `${h} ms` : h)), rows(m).map((x) => [r.labels[x[0] as string] ?? (x[0] as string), ...x.slice(1)])));
     out.push('');
     out.push(harnessLine(m).replace(/^harness:/, 'Harness:') + '.');
-    const lp = m.get('logprobe-0.1');
-    if (lp?.mirror) out.push(`Mirror at sampleRate 0.1: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes over the rounds.`);
+    for (const key of ['logprobe-0.1', 'logprobe-0.1-w2']) {
+      const lp = m.get(key);
+      if (lp?.mirror) out.push(`Mirror of ${r.labels[key] ?? key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes over the rounds.`);
+    }
     out.push('');
   }
   if (r.unavailable.length > 0) out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);

@@ -26,7 +26,16 @@ export const GAP_MS = 20;
 export const STREAMS_PER_CLIENT = 3;
 export const FULL_NS = [100, 1000, 5000];
 export const QUICK_NS = [100, 1000];
-export const TARGET_KEYS = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1'] as const;
+/**
+ * Every target: the upstream directly, nginx with 1 and 2 worker processes, logprobe with
+ * mirroring off and at sampleRate 0.1, each as one process and with `listen.workers: 2` (the
+ * `-w2` ones, compared with nginx-w2: equal worker counts).
+ */
+export const TARGET_KEYS = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2'] as const;
+/** What a run without --targets measures (logprobe-0.1-w2 on request: it adds a fifth of the run's time). */
+export const DEFAULT_TARGETS: readonly string[] = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2'];
+/** The worker count a target key names (`-w2`: 2), 1 otherwise. */
+export const workersOf = (key: string): number => Number(/-w(\d+)$/.exec(key)?.[1] ?? 1);
 /**
  * The candidate upstream and the load generator run at this nice value by default (root only;
  * ignored otherwise; `--harness-nice 0` turns it off): on a shared 2-core machine the harness then gets its CPU first and the target under
@@ -210,14 +219,16 @@ async function startTargets(o: StreamsOptions, up: Upstream, base: Upstream, n: 
   mkdirSync(dir, { recursive: true });
   for (const key of o.targets) {
     if (key === 'direct') out.push({ key, label: 'upstream directly', url: up.url, headers: {}, pids: async () => [up.pid], stop: async () => undefined });
-    else if (key === 'nginx') out.push(await startNginx({ upstream: up.url, outDir: dir, workers: 1, workerConnections: 12_000, nofile: NOFILE }));
-    else if (key === 'logprobe-off' || key === 'logprobe-0.1') {
-      const rate = key === 'logprobe-off' ? 0 : 0.1;
+    else if (key === 'nginx' || key === 'nginx-w2') out.push(await startNginx({ upstream: up.url, outDir: dir, key, workers: workersOf(key), workerConnections: 12_000, nofile: NOFILE }));
+    else if (/^logprobe-(off|0\.1)(-w2)?$/.test(key)) {
+      const rate = key.startsWith('logprobe-off') ? 0 : 0.1;
+      const workers = workersOf(key);
       try {
         out.push(
           await startLogprobe({
             key,
-            label: rate === 0 ? 'logprobe, mirroring off' : 'logprobe, sampleRate 0.1',
+            label: `logprobe, ${rate === 0 ? 'mirroring off' : 'sampleRate 0.1'}${workers > 1 ? `, ${workers} workers` : ''}`,
+            ...(workers > 1 ? { workers } : {}),
             candidate: up.url,
             baseline: base.url,
             sampleRate: rate,
@@ -279,7 +290,7 @@ async function quiesce(up: Upstream): Promise<void> {
 async function oneRun(o: StreamsOptions, t: Running, up: Upstream, base: Upstream, n: number, round: number, order: number): Promise<RunResult> {
   await quiesce(up);
   const pids = await t.pids();
-  const mirrorBefore: MirrorCounters | null = t.adminUrl && t.key !== 'logprobe-off' ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
+  const mirrorBefore: MirrorCounters | null = t.adminUrl && !t.key.startsWith('logprobe-off') ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
   await upstreamCall(up, 'reset');
   const idleKB = rssKBOf(pids);
   const lo0 = listenOverflows();
@@ -434,7 +445,7 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
             mine.get(t.key)!.push(res);
             const l = res.load;
             o.log(
-              `  round ${r + 1} ${t.key.padEnd(13)} ${String(l.completed).padStart(5)} done ${String(l.cut).padStart(4)} cut` +
+              `  round ${r + 1} ${t.key.padEnd(15)} ${String(l.completed).padStart(5)} done ${String(l.cut).padStart(4)} cut` +
                 `  ttfb p50/p99 ${f1(l.ttfb.p50)}/${f1(l.ttfb.p99)} ms  added p50/p99/max ${f1(l.added.p50)}/${f1(l.added.p99)}/${f1(l.added.max)} ms` +
                 `  rss ${f1(res.idleKB / 1024)}→${f1(res.peakKB / 1024)} MB  cpu ${f1(res.cpuMs / Math.max(1, l.completed))} ms/stream` +
                 `  up conns ${res.upstream.acceptedStream} (peak streams ${res.upstream.peakLive})` +

@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { start } from '../lib/proc.js';
+import { childPids, start } from '../lib/proc.js';
 import { freePort } from '../lib/net.js';
 import { withNofile } from '../lib/procstat.js';
 import type { Running } from './types.js';
@@ -22,9 +22,11 @@ export interface LogprobeTarget {
   root?: string;
   /** Start it with this file-descriptor limit (`ulimit -n`). */
   nofile?: number;
+  /** `listen.workers` (default: the key absent, one process). */
+  workers?: number;
 }
 
-/** `logprobe serve` in its own process with a generated config (capture off). */
+/** `logprobe serve` in its own process (and its proxy workers, with `workers`) with a generated config (capture off). */
 export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
   const port = await freePort();
   const adminPort = await freePort();
@@ -32,7 +34,7 @@ export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
   writeFileSync(
     file,
     [
-      `listen: { host: 127.0.0.1, port: ${port} }`,
+      `listen: { host: 127.0.0.1, port: ${port}${t.workers !== undefined ? `, workers: ${t.workers}` : ''} }`,
       `admin: { host: 127.0.0.1, port: ${adminPort} }`,
       `candidate: { url: "${t.candidate}" }`,
       `baseline: { url: "${t.baseline}" }`,
@@ -58,7 +60,8 @@ export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
     url: `http://127.0.0.1:${port}`,
     headers: {},
     adminUrl: `http://127.0.0.1:${adminPort}`,
-    pids: async () => [proc.pid],
+    // With listen.workers > 1: the primary and its proxy worker processes.
+    pids: async () => [proc.pid, ...(await childPids(proc.pid))],
     stop: () => proc.stop(),
   };
 }
