@@ -92,7 +92,8 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   let closePromise: Promise<void> | undefined;
 
   function context(req: IncomingMessage, res: ServerResponse, route: Route, path: string, query: URLSearchParams, raw: string, signal: AbortSignal): RouteContext {
-    const n = counter++;
+    // Only generations count: request seeds and ids run as they always did, whatever side requests come between.
+    const n = route.generation ? counter++ : counter;
     const prefix = route.idPrefix ?? 'cmpl';
     return {
       model,

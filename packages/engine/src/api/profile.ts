@@ -75,6 +75,13 @@ const LLAMA_TYPES: Record<number, string> = {
   503: 'unavailable_error',
 };
 
+/** A generation route with the wrong method is a 405; any other path a 404, as this engine always answered. */
+function openaiWrongMethod(method: string, path: string): EngineHttpError {
+  return path === '/v1/completions' || path === '/v1/chat/completions'
+    ? new EngineHttpError(405, `Method ${method} is not allowed on ${path}; use POST`)
+    : new EngineHttpError(404, `Invalid URL (${method} ${path})`);
+}
+
 const fastApi404 = (): EngineHttpError => new RawHttpError(404, '{"detail":"Not Found"}');
 const fastApi405 = (): EngineHttpError => new RawHttpError(405, '{"detail":"Method Not Allowed"}');
 
@@ -93,7 +100,7 @@ const PROFILES: Record<EngineApi, ApiProfile> = {
     prefixCacheDefault: false,
     verbatimIds: false,
     notFound: (method, path) => new EngineHttpError(404, `Invalid URL (${method} ${path})`),
-    wrongMethod: (method, path) => new EngineHttpError(405, `Method ${method} is not allowed on ${path}; use POST`),
+    wrongMethod: openaiWrongMethod,
     errorBody: (err) => raw(err) ?? openaiEnvelope(err),
     health: { body: '{"status":"ok"}', contentType: 'application/json' },
   },
@@ -105,7 +112,7 @@ const PROFILES: Record<EngineApi, ApiProfile> = {
     prefixCacheDefault: false,
     verbatimIds: false,
     notFound: (method, path) => new EngineHttpError(404, `Invalid URL (${method} ${path})`),
-    wrongMethod: (method, path) => new EngineHttpError(405, `Method ${method} is not allowed on ${path}; use POST`),
+    wrongMethod: openaiWrongMethod,
     errorBody: (err) => raw(err) ?? openaiEnvelope(err),
     health: { body: '{"status":"ok"}', contentType: 'application/json' },
   },
