@@ -44,7 +44,6 @@ interface Slot {
   /** The worker's registry as last received: what /metrics shows of it when it does not answer. */
   snapshot: MetricsJSON;
   waiters: Map<number, (m: MetricsJSON | null) => void>;
-  pendingAcks: number;
   /** Why listening failed (the worker's message), if it did. */
   failed: { code: string | null; message: string } | null;
 }
@@ -93,7 +92,6 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     restart: null,
     snapshot: [],
     waiters: new Map(),
-    pendingAcks: 0,
     failed: null,
   }));
   /** What exited workers left: their counters and histograms, summed. */
@@ -130,12 +128,14 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     const w = cluster.fork();
     slot.worker = w;
     slot.pid = w.process.pid ?? null;
-    w.on('message', (m: FromProxyWorker) => onMessage(slot, w, m));
+    // Jobs of this worker that arrived since its last ack.
+    const acks = { pending: 0 };
+    w.on('message', (m: FromProxyWorker) => onMessage(slot, w, acks, m));
     w.on('error', (err) => log.error({ err, worker: slot.index }, 'proxy worker: IPC error'));
     w.once('exit', (code, signal) => onExit(slot, w, code, signal));
   }
 
-  function onMessage(slot: Slot, w: Worker, m: FromProxyWorker): void {
+  function onMessage(slot: Slot, w: Worker, acks: { pending: number }, m: FromProxyWorker): void {
     switch (m.t) {
       case 'hello':
         send(w, { t: 'init', config, index: slot.index });
@@ -153,10 +153,10 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
         const b = m.exchange.body;
         mirror.handOver({ ...m.exchange, body: Buffer.from(b.buffer, b.byteOffset, b.byteLength) });
         // One ack per batch of jobs that came in together.
-        if (slot.pendingAcks++ === 0) {
+        if (acks.pending++ === 0) {
           setImmediate(() => {
-            const n = slot.pendingAcks;
-            slot.pendingAcks = 0;
+            const n = acks.pending;
+            acks.pending = 0;
             send(w, { t: 'ack', n });
           });
         }
