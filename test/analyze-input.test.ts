@@ -15,7 +15,7 @@ const line = (i: number, shift = 0) => JSON.stringify(buildRecord(makePair(i, { 
 /** Good records, a broken line, blank lines, a non-record, a future version, and a last line cut mid-write. */
 function messyCapture(): string {
   const cut = line(3);
-  return [line(1, 0.5), '{"v":1,"id":', '', '[1,2]', JSON.stringify({ v: 2, route: '/v1/completions' }), line(2), `\r`, cut.slice(0, Math.floor(cut.length / 2))].join('\n');
+  return [line(1, 0.5), '{"v":1,"id":', '', '[1,2]', JSON.stringify({ v: 3, route: '/v1/completions' }), line(2), `\r`, cut.slice(0, Math.floor(cut.length / 2))].join('\n');
 }
 
 test('malformed lines and a truncated last line are reported as file:line: reason and skipped; the rest is analysed (plain and gzip)', async (t) => {
@@ -34,7 +34,7 @@ test('malformed lines and a truncated last line are reported as file:line: reaso
     assert.equal(errors.length, 4, res.stderr);
     assert.match(errors[0]!, new RegExp(`^${file.replace(/\./g, '\\.')}:2: invalid JSON \\(`));
     assert.equal(errors[1], `${file}:4: not a capture record (not an object)`);
-    assert.equal(errors[2], `${file}:5: unsupported capture version 2 (this logprobe reads 1)`);
+    assert.equal(errors[2], `${file}:5: unsupported capture version 3 (this logprobe reads 1 and 2)`);
     assert.equal(errors[3], `${file}:8: truncated record (incomplete JSON)`);
   }
 });

@@ -57,7 +57,7 @@ test('every mirrored pair lands in the capture on close, complete, 0600, with th
   const lines = captureLines(dir);
   assert.equal(lines.length, 40, 'one record per mirrored pair');
   const records = lines.map((l) => JSON.parse(l) as { v: number; analysis: { verdict: string } | null; candidate: { serverHeaders?: unknown; model?: string } });
-  assert.ok(records.every((r) => r.v === 1 && r.analysis !== null));
+  assert.ok(records.every((r) => r.v === 2 && r.analysis !== null));
   assert.ok(readdirSync(dir).length > 1, 'maxFileMB rotated the files');
   for (const f of readdirSync(dir)) assert.equal(statSync(join(dir, f)).mode & 0o777, 0o600, f);
   const mix: Record<string, number> = {};

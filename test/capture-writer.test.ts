@@ -34,7 +34,7 @@ function errno(code: string): NodeJS.ErrnoException {
   return Object.assign(new Error(`${code}: simulated`), { code });
 }
 
-test('records are v1 JSONL lines with the raw bodies, engine metadata and the analysis without positions; files 0600, dir 0700', async (t) => {
+test('records are v2 JSONL lines with the raw bodies, engine metadata and the analysis without positions; files 0600, dir 0700', async (t) => {
   const dir = join(tempDir(t), 'nested', 'captures');
   const { w, errors } = writer(dir);
   for (let i = 0; i < 5; i++) w.write(makePair(i, { shift: i === 4 ? 0.5 : 0 }));
@@ -48,7 +48,7 @@ test('records are v1 JSONL lines with the raw bodies, engine metadata and the an
   const records = captureLines(dir).map((l) => JSON.parse(l) as Record<string, any>);
   assert.equal(records.length, 5);
   const r = records[4]!;
-  assert.equal(r.v, 1);
+  assert.equal(r.v, 2);
   assert.equal(r.id, 'req-4');
   assert.equal(r.route, '/v1/chat/completions');
   assert.equal(r.outcome, 'ok');

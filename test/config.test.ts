@@ -23,7 +23,7 @@ function issuesOf(fn: () => unknown): string[] {
   assert.fail('expected the config to be rejected');
 }
 
-test('defaults are design.md\'s', () => {
+test('the defaults are the documented ones (config/logprobe.example.yaml)', () => {
   const c = buildConfig({});
   assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
   assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9464 });
@@ -39,7 +39,9 @@ test('defaults are design.md\'s', () => {
     { ...c.mirror, extraParams: { ...c.mirror.extraParams }, routes: [...c.mirror.routes] },
     { sampleRate: 0.05, sampleBy: 'random', routes: ['/v1/completions', '/v1/chat/completions'], topLogprobs: 5, maxTokens: 64, concurrency: 4, queueSize: 128, seed: 1234, extraParams: {} },
   );
-  assert.deepEqual({ ...c.analysis }, { noiseFloor: 0.1, gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3 });
+  assert.deepEqual({ ...c.analysis, scoring: { ...c.analysis.scoring } }, { noiseFloor: 0.1, gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3, scoring: { when: 'diverged', maxPositions: 64 } });
+  assert.equal(c.candidate.engine, 'auto');
+  assert.equal(c.baseline.engine, 'auto');
   assert.deepEqual({ ...c.calibration }, { rate: 0, margin: 3, minSamples: 20, minFloor: 0.1 });
   assert.equal(c.alert.window, 50);
   assert.equal(c.alert.minRequests, 20);

@@ -1,5 +1,5 @@
 // Every series that the fleet rules (config/prometheus/alerts.yml) and the Grafana dashboard
-// (config/grafana/logprobe.json) query is one logprobe exports (src/metrics/catalog.ts, design.md's
+// (config/grafana/logprobe.json) query is one logprobe exports (src/metrics/catalog.ts, the documented
 // metrics table) or one a recording rule defines; every label they match on exists on that
 // metric, and every enumerated label value (verdict, outcome, …) is one logprobe emits. A typo
 // in a query otherwise shows as an empty panel or an alert that can never fire.
@@ -89,4 +89,15 @@ test('every dashboard expression is valid PromQL (promtool)', (t) => {
   const r = spawnSync('promtool', ['check', 'rules', file], { encoding: 'utf8' });
   const where = dashboard.map((q, i) => `expr_${i}: ${q.where}`).join('\n');
   assert.equal(r.status, 0, `${r.stdout}${r.stderr}\n${where}`);
+});
+
+test('docs/format.md lists every metric of the catalogue, with its type and labels', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { METRIC_CATALOG } = await import('../src/metrics/catalog.js');
+  const doc = readFileSync(new URL('../docs/format.md', import.meta.url), 'utf8');
+  for (const m of METRIC_CATALOG) {
+    const row = doc.split('\n').find((l) => l.startsWith(`| \`${m.name}\` |`));
+    assert.ok(row, `${m.name} is in docs/format.md`);
+    assert.ok(row.includes(`| ${m.type} |`) && row.includes(`| ${m.labelNames.join(', ') || '—'} |`), `${m.name}: type and labels as in the catalogue`);
+  }
 });

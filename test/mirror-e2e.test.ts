@@ -190,7 +190,9 @@ for (const [fault, outcome] of [
 test('a request the candidate refused is skipped; a mirrored copy the candidate fails lands in candidate_error', async (t) => {
   const baseline = await startSim();
   // Answers client requests, fails mirrored copies (they carry logprobs): the mirror's own failure.
-  const candidate = await startUpstream((_req, res, body) => {
+  const candidate = await startUpstream((req, res, body) => {
+    // Only generations: the scoring's probes of a diverged pair (GET /v1/models, …) get a 404.
+    if (req.method !== 'POST' || !req.url!.endsWith('completions')) return res.writeHead(404).end();
     const b = JSON.parse(body.toString()) as Record<string, unknown>;
     if (b.refuse) {
       res.writeHead(400, { 'content-type': 'application/json' });

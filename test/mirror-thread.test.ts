@@ -19,7 +19,8 @@ async function scrape(adminUrl: string): Promise<string> {
 
 test('a body that arrives in many TCP writes reaches the mirror byte for byte, with the client headers the mirror needs', async (t) => {
   const baseline = await startSim();
-  const candidate = await startUpstream((_req, res, body) => {
+  const candidate = await startUpstream((req, res, body) => {
+    if (req.method !== 'POST' || !req.url!.endsWith('completions')) return res.writeHead(404).end();
     const b = JSON.parse(body.toString()) as Record<string, unknown>;
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ choices: [{ index: 0, text: 'x', finish_reason: 'length', logprobs: b.logprobs ? { tokens: ['x'], token_logprobs: [-0.5], top_logprobs: [{ x: -0.5, y: -1.5 }] } : null }] }));
@@ -45,7 +46,7 @@ test('a body that arrives in many TCP writes reaches the mirror byte for byte, w
   assert.equal(res.statusCode, 200);
   await res.body.text();
   await lp.runtime.mirror!.idle();
-  const mirrored = candidate.seen.filter((r) => JSON.parse(r.body.toString()).logprobs);
+  const mirrored = candidate.seen.filter((r) => r.url.endsWith('completions') && JSON.parse(r.body.toString()).logprobs);
   assert.equal(mirrored.length, 1, 'one mirrored copy at the candidate');
   const copy = JSON.parse(mirrored[0]!.body.toString()) as Record<string, unknown>;
   assert.equal(copy.prompt, prompt, 'the copy carries the exact prompt');

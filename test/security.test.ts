@@ -14,7 +14,8 @@ import { startUpstream, type TestUpstream } from './helpers/upstream.js';
 import { allText, chatBody, tempDir } from './helpers/capture.js';
 import { buildConfig } from '../src/config/load.js';
 import { KNOWN_ROUTES } from '../src/proxy/routes.js';
-import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS } from '../src/metrics/catalog.js';
+import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS, SCORING_OUTCOMES } from '../src/metrics/catalog.js';
+import { ENGINE_NAMES } from '../src/scoring/profile.js';
 import { CAPTURE_ERROR_REASONS } from '../src/capture/writer.js';
 import { OVERFLOW_REASONS } from '../src/proxy/budget.js';
 
@@ -427,7 +428,8 @@ function series(text: string): Map<string, Record<string, string>> {
 const ALLOWED: Record<string, ReadonlySet<string>> = {
   route: new Set([...KNOWN_ROUTES, 'other']),
   status_class: new Set(['1xx', '2xx', '3xx', '4xx', '5xx', 'aborted']),
-  outcome: new Set(MIRROR_OUTCOMES),
+  outcome: new Set<string>([...MIRROR_OUTCOMES, ...SCORING_OUTCOMES]),
+  profile: new Set<string>(ENGINE_NAMES),
   verdict: new Set(['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift']),
   backend: new Set(['candidate', 'baseline']),
   class: new Set(['ambiguous', 'gray', 'systematic']),

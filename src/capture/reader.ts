@@ -3,7 +3,7 @@ import { open, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
-import { CAPTURE_VERSION, type CaptureRecord } from './record.js';
+import { READABLE_CAPTURE_VERSIONS, type CaptureRecord } from './record.js';
 import { errnoReason, LogprobeError, unreadableFile } from '../errors.js';
 
 /** One line of a JSONL file: its parsed value, or why it could not be used (`file:line: error`). */
@@ -147,12 +147,12 @@ export async function* readJsonLines(file: string, options: { onBytes?: (n: numb
   }
 }
 
-/** Why a parsed line is not a version-1 capture record, or null when it is one. */
+/** Why a parsed line is not a capture record of a version this logprobe reads, or null when it is one. */
 export function captureRecordError(value: unknown): string | null {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return 'not a capture record (not an object)';
   const r = value as Record<string, unknown>;
   if (r.v === undefined) return 'not a capture record (no "v" field)';
-  if (r.v !== CAPTURE_VERSION) return `unsupported capture version ${JSON.stringify(r.v)} (this logprobe reads ${CAPTURE_VERSION})`;
+  if (typeof r.v !== 'number' || !READABLE_CAPTURE_VERSIONS.includes(r.v)) return `unsupported capture version ${JSON.stringify(r.v)} (this logprobe reads ${READABLE_CAPTURE_VERSIONS.join(' and ')})`;
   if (typeof r.route !== 'string') return 'not a capture record (no "route")';
   for (const side of ['candidate', 'baseline'] as const) {
     const s = r[side] as Record<string, unknown> | null | undefined;

@@ -3,8 +3,13 @@ import type { BackendResult } from '../mirror/dispatch.js';
 import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
 import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, scrub, secretValues } from './redact.js';
 
-/** The capture format's version; `analyze` and `replay` refuse any other. */
-export const CAPTURE_VERSION = 1;
+/**
+ * The capture format's version. 2 added the teacher-forced `scored` and `prompt` blocks and the
+ * `locus` to `analysis` (docs/format.md); `analyze` and `replay` read 1 and 2 and refuse others.
+ */
+export const CAPTURE_VERSION = 2;
+/** The versions `analyze` and `replay` read. */
+export const READABLE_CAPTURE_VERSIONS: readonly number[] = [1, 2];
 
 /** What one backend answered, as captured: the raw body (so `analyze` can re-run the comparison) and engine metadata. */
 export interface CaptureSide {
@@ -30,9 +35,9 @@ export type CapturedAnalysis = Omit<Comparison, 'positions'> & {
   thresholds: Thresholds;
 };
 
-/** One mirrored pair, one JSONL line (design.md, "Capture record"). */
+/** One mirrored pair, one JSONL line (docs/format.md, "The capture record"). */
 export interface CaptureRecord {
-  v: typeof CAPTURE_VERSION;
+  v: 1 | 2;
   id: string;
   ts: string;
   route: string;

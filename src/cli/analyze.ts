@@ -28,7 +28,7 @@ for every record.
 
 Output: the verdict mix, the position-shift distribution, flips by class, what the in-process
 detectors would have raised, and the worst pairs with their explanation. --json prints one
-object per pair (design.md's fields plus file, line, id, route, ts, outcome, noiseFloor,
+object per pair (docs/format.md's fields plus file, line, id, route, ts, outcome, noiseFloor,
 onlineVerdict) and nothing else on stdout. A malformed or truncated line is reported on stderr
 as FILE:LINE: reason and skipped.
 
@@ -42,7 +42,7 @@ export const analyzeCommand: CommandFactory = (setExit) =>
     new Command('analyze')
       .description('re-analyse captured pairs offline: verdict mix, shift distribution, flips, worst pairs; --html report')
       .argument('<files...>', 'capture files (.jsonl or .jsonl.gz), or directories of them')
-      .option('--json', 'one JSON object per pair on stdout (design.md fields)')
+      .option('--json', 'one JSON object per pair on stdout (docs/format.md fields)')
       .option('--html <file>', 'write a self-contained HTML report')
       .option('--fail-on <list>', 'exit 1 when any of these verdicts/outcomes occurs (comma-separated; also error, alert)')
       .option('--top <n>', 'worst pairs listed', '10'),
@@ -99,7 +99,7 @@ function sameThresholds(a: Thresholds, b: Thresholds): boolean {
   return a.noiseFloor === b.noiseFloor && a.gapAmbiguous === b.gapAmbiguous && a.gapSystematic === b.gapSystematic && a.globalFraction === b.globalFraction && a.minAligned === b.minAligned;
 }
 
-/** A pair as `--json` prints it: the comparison's fields (design.md) and where it came from. */
+/** A pair as `--json` prints it: the comparison's fields (docs/format.md) and where it came from. */
 function pairJson(r: AnalysedRecord): Record<string, unknown> {
   const { record, result } = r;
   const where = { file: r.file, line: r.line, id: record.id, route: record.route, ts: record.ts, outcome: result.outcome, noiseFloor: r.thresholds.noiseFloor, onlineVerdict: record.analysis?.verdict ?? null };

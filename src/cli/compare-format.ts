@@ -51,6 +51,15 @@ export function renderComparison(r: Comparison, t: Thresholds, color: boolean): 
   } else {
     lines.push('flip: none');
   }
+  const s = r.scored;
+  if (s?.outcome === 'ok') {
+    const sshare = s.shiftedFraction === null || s.shiftedFraction === undefined ? 'n/a' : `${(s.shiftedFraction * 100).toFixed(0)}%`;
+    lines.push(`scored ${s.comparable} teacher-forced positions (${s.method}, ${s.mode}): shifted ${s.shifted} (${sshare}), max shift ${formatNats(s.maxShift ?? null)}`);
+  } else if (s) {
+    lines.push(`scored: ${s.outcome} (${s.reason ?? 'no reason given'})`);
+  }
+  if (r.prompt) lines.push(`prompt: ${r.prompt.comparable} positions from ${r.prompt.start}, shifted ${r.prompt.shifted}, max shift ${formatNats(r.prompt.maxShift)}`);
+  if (r.locus) lines.push(`locus: ${r.locus}`);
   for (const note of r.notes) lines.push(`note: ${note}`);
   lines.push(`verdict: ${paint(r.verdict, BOLD)}`);
   lines.push(r.explanation);

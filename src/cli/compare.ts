@@ -5,7 +5,7 @@ import { errnoReason, noInput, unreadableFile } from '../errors.js';
 import { thresholdOverrides, type ThresholdFlags } from './thresholds.js';
 import { renderComparison } from './compare-format.js';
 import { loadConfig } from '../config/load.js';
-import { compare, DEFAULT_THRESHOLDS, parseResponse, type ParsedResponse, type Thresholds, type Verdict } from '../core/index.js';
+import { compare, DEFAULT_THRESHOLDS, notScored, parseResponse, withScoring, type ParsedResponse, type Thresholds, type Verdict } from '../core/index.js';
 
 type CompareOptions = ThresholdFlags & { json?: boolean };
 
@@ -34,7 +34,7 @@ export const compareCommand: CommandFactory = (setExit) =>
     .description('compare two saved response bodies of the same greedy request (candidate first)')
     .argument('<candidate>', "the candidate's response body (JSON or SSE)")
     .argument('<baseline>', "the baseline's response body (JSON or SSE)")
-    .option('--json', 'print the comparison object (design.md field list) instead of the table')
+    .option('--json', 'print the comparison object (docs/format.md field list) instead of the table')
     .option('-c, --config <file>', 'take analysis.* thresholds from a YAML config')
     .option('--noise-floor <nats>', `a position shift above this is not float noise (default ${DEFAULT_THRESHOLDS.noiseFloor})`)
     .option('--gap-ambiguous <nats>', `flips below this gap are near-ties (default ${DEFAULT_THRESHOLDS.gapAmbiguous})`)
@@ -46,7 +46,8 @@ export const compareCommand: CommandFactory = (setExit) =>
       const thresholds = resolveThresholds(opts);
       const candidate = readResponse(candidateFile);
       const baseline = readResponse(baselineFile);
-      const result = compare(candidate, baseline, thresholds);
+      // Two saved bodies and no engine: past a divergence nothing can be scored here (the proxy, replay and record score live).
+      const result = withScoring(compare(candidate, baseline, thresholds), notScored('skipped', 'two saved responses, no engine to score them on (the proxy, replay and record score past the divergence)'), null, thresholds);
       if (opts.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
       else if (result.verdict !== 'incomparable') {
         const color = process.stdout.isTTY === true && !process.env.NO_COLOR;

@@ -11,6 +11,7 @@ import { readJsonLines, resolveInputs } from '../capture/reader.js';
 import { decideGate } from '../replay/gate.js';
 import { openReplayCapture } from '../replay/output.js';
 import { runReplay } from '../replay/run.js';
+import { scoringOptions } from '../scoring/score.js';
 import type { UpstreamOptions } from '../upstream/pool.js';
 import { Summary } from '../report/summary.js';
 import { renderSummaryText } from '../report/text.js';
@@ -100,6 +101,7 @@ export const replayCommand: CommandFactory = (setExit) =>
           concurrency,
           rps,
           thresholds,
+          scoring: scoringOptions(config),
           writer,
           summary,
           onSkip: (m) => process.stderr.write(`${m}\n`),

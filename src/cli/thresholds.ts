@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/schema.js';
-import { DEFAULT_THRESHOLDS, formatNats, VERDICTS, type Thresholds } from '../core/index.js';
+import { DEFAULT_THRESHOLDS, formatNats, pickThresholds, VERDICTS, type Thresholds } from '../core/index.js';
 import { UNCOMPARED } from '../report/summary.js';
 import { usageError } from '../errors.js';
 import { parseNumberOption } from './options.js';
@@ -55,7 +55,7 @@ export function thresholdOverrides(flags: ThresholdFlags, config: Config | null)
 /** Thresholds from defaults ← config ← flags (replay: the pairs are new, nothing recorded to reuse). */
 export function resolveThresholds(flags: ThresholdFlags, config: Config): Thresholds {
   const a = config.analysis;
-  const fromConfig: Thresholds = { ...a, noiseFloor: a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor };
+  const fromConfig = pickThresholds({ ...a, noiseFloor: a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor });
   return { ...fromConfig, ...thresholdOverrides({ ...flags, config: undefined }, null) };
 }
 

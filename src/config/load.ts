@@ -54,7 +54,7 @@ function coerceEnv(raw: string, kind: 'string' | 'number' | 'boolean'): unknown 
 
 /**
  * `${VAR}` references are swapped for plain placeholder tokens before YAML parsing, because `{`
- * inside a flow mapping (`baseline: { apiKey: ${KEY} }`, as design.md writes it) is YAML syntax;
+ * inside a flow mapping (`baseline: { apiKey: ${KEY} }`, as the docs write it) is YAML syntax;
  * after parsing each placeholder takes its variable's value. A value that is only a reference to
  * an unset or empty variable becomes null.
  */

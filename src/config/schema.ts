@@ -1,7 +1,8 @@
 import { z } from 'zod';
+import { ENGINE_SETTINGS } from '../scoring/detect.js';
 
 /**
- * The configuration schema: design.md's keys and defaults. Every object is strict, so an unknown
+ * The configuration schema: every key and its default (config/logprobe.example.yaml). Every object is strict, so an unknown
  * key is an error that names its path (a typo must not silently fall back to a default).
  */
 
@@ -48,6 +49,8 @@ const upstream = (defaultUrl: string) =>
     connectTimeoutMs: positiveMs.default(10_000),
     /** Longest silence between two body chunks of a streamed response. */
     idleTimeoutMs: positiveMs.default(120_000),
+    /** How to get token ids and score a fixed sequence on this backend (src/scoring); `auto` detects it once. */
+    engine: z.enum(ENGINE_SETTINGS, { error: `expected one of ${ENGINE_SETTINGS.join(', ')}` }).default('auto'),
   });
 
 /** A limit that is off unless set: `null` means no limit (as nginx), a number is a hard cap. */
@@ -129,6 +132,13 @@ export const configSchema = z.strictObject({
       gapSystematic: nonNegative.default(0.4),
       globalFraction: share.default(0.8),
       minAligned: positiveInt.default(3),
+      /** Teacher-forced scoring past the first divergence (docs/engines.md). */
+      scoring: z
+        .strictObject({
+          when: z.enum(['diverged', 'always', 'never'], { error: 'expected diverged, always or never' }).default('diverged'),
+          maxPositions: positiveInt.default(64),
+        })
+        .prefault({}),
     })
     .refine((a) => a.gapSystematic >= a.gapAmbiguous, {
       error: 'gapSystematic must be ≥ gapAmbiguous',

@@ -14,7 +14,7 @@ import {
 } from './types.js';
 
 /**
- * Compares a candidate's response with a baseline's for the same greedy request (design.md, "The
+ * Compares a candidate's response with a baseline's for the same greedy request (docs/format.md, "The
  * comparison"). Pure and total: any input gives a {@link Comparison}, never an exception.
  *
  * Each side is a {@link ParsedResponse} or anything {@link parseResponse} accepts. Tokens are

@@ -1,5 +1,5 @@
 /**
- * The sustained-shift detectors of design.md ("Detectors"): pure functions, state in, state out,
+ * The sustained-shift detectors of the README's "Alerts": pure functions, state in, state out,
  * so the proxy, `replay` and the tests share them. Time is passed in (seconds), never read.
  */
 
@@ -44,7 +44,7 @@ export interface AlertTransition {
   };
 }
 
-/** The thresholds of design.md's `alert` section. */
+/** The thresholds of the documented `alert` section. */
 export interface AlertConfig {
   window: number;
   minRequests: number;

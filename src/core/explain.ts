@@ -24,7 +24,7 @@ const NOISE_CAVEAT =
   'A noise verdict does not prove there is no bug: a large-gap flip proves presence; small diffs do not prove absence.';
 
 /**
- * The verdict in the seed's terms (design.md §6): global → suspect the shared prefill input
+ * The verdict in the seed's terms (docs/format.md): global → suspect the shared prefill input
  * (KV cache / state); local → a token-specific path; early → see the window's pooled share;
  * ambiguous flip → near-tie, cannot be attributed; noise carries the caveat that it proves no
  * absence of a bug.

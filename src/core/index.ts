@@ -10,6 +10,7 @@ export { formatNats } from './explain.js';
 export {
   DEFAULT_THRESHOLDS,
   VERDICTS,
+  pickThresholds,
   type Comparison,
   type Flip,
   type FlipClass,
@@ -22,3 +23,20 @@ export {
   type TopEntry,
   type Verdict,
 } from './types.js';
+export {
+  withScoring,
+  detectorEvidence,
+  scoredBlocks,
+  notScored,
+  forcedStats,
+  recount,
+  type ForcedStats,
+  type Locus,
+  type PromptBlock,
+  type ScoredBlock,
+  type ScoredComparison,
+  type ScoredPair,
+  type ScoredSide,
+  type ScoringMode,
+  type ScoringOutcome,
+} from './scored.js';

@@ -1,10 +1,12 @@
+import type { Locus, PromptBlock, ScoredBlock } from './scored.js';
+
 /**
  * Shared types of the analysis core: what a parsed response looks like, the thresholds that turn
  * numbers into a verdict, and the comparison object whose field names are a contract
- * (design.md, "The comparison" and the `--json` field list).
+ * (docs/format.md, "The comparison" and the `--json` field list).
  */
 
-/** The thresholds of design.md's `analysis` section, all in nats except the fraction and count. */
+/** The thresholds of the documented `analysis` section, all in nats except the fraction and count. */
 export interface Thresholds {
   /** A position whose shift is strictly above this is *shifted* (not float noise). */
   noiseFloor: number;
@@ -18,7 +20,7 @@ export interface Thresholds {
   minAligned: number;
 }
 
-/** design.md's defaults: floor 0.1, gaps 0.3 / 0.4, global share 0.8, at least 3 positions. */
+/** the documented defaults: floor 0.1, gaps 0.3 / 0.4, global share 0.8, at least 3 positions. */
 export const DEFAULT_THRESHOLDS: Readonly<Thresholds> = Object.freeze({
   noiseFloor: 0.1,
   gapAmbiguous: 0.3,
@@ -26,6 +28,13 @@ export const DEFAULT_THRESHOLDS: Readonly<Thresholds> = Object.freeze({
   globalFraction: 0.8,
   minAligned: 3,
 });
+
+/** The five thresholds out of a wider object (a config's `analysis`, which also holds `scoring`). */
+export function pickThresholds(a: Readonly<Omit<Thresholds, 'noiseFloor'> & { noiseFloor: unknown }>, noiseFloor?: number): Thresholds {
+  const floor = noiseFloor ?? a.noiseFloor;
+  if (typeof floor !== 'number') throw new TypeError('pickThresholds: a numeric noise floor is needed');
+  return { noiseFloor: floor, gapAmbiguous: a.gapAmbiguous, gapSystematic: a.gapSystematic, globalFraction: a.globalFraction, minAligned: a.minAligned };
+}
 
 /**
  * Why a value of a step could not be taken at face value. The numbers concerned are kept out of
@@ -108,7 +117,7 @@ export interface ParsedResponse {
 }
 
 /**
- * The seven verdicts, in design.md's order of precedence (the first that matches wins): the one
+ * The seven verdicts, in the documented order of precedence (the first that matches wins): the one
  * list every other place (metrics' zero-initialised series, reports, `--fail-on`) uses.
  */
 export const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'] as const;
@@ -164,7 +173,7 @@ export interface PositionRow {
  * `compare --json` contract; every number is finite or `null`.
  */
 export interface Comparison {
-  /** The verdict (first match in design.md's order). */
+  /** The verdict (first match in the documented order). */
   verdict: Verdict;
   /** Positions where both sides chose the same token (before the first divergence). */
   aligned: number;
@@ -192,4 +201,13 @@ export interface Comparison {
   notes: string[];
   /** One row per comparable position. */
   positions: PositionRow[];
+  /**
+   * Teacher-forced scoring of the baseline's tokens on both backends (docs/engines.md), when the
+   * comparison was made live; absent for a pair compared from two saved bodies alone.
+   */
+  scored?: ScoredBlock;
+  /** The prompt's own positions compared, where the engines return prompt-token logprobs. */
+  prompt?: PromptBlock | null;
+  /** Where the difference lives (`compute`, `decode_state`, `unknown`), or null when nothing moved. */
+  locus?: Locus | null;
 }

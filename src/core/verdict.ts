@@ -28,7 +28,7 @@ export interface VerdictInput {
 }
 
 /**
- * design.md's verdict, first match: incomparable · tokenizer_mismatch · identical · noise (no
+ * the documented verdict, first match: incomparable · tokenizer_mismatch · identical · noise (no
  * position shifted and no systematic flip) · early_shift (fewer than `minAligned` comparable
  * positions) · global_shift (shifted share ≥ `globalFraction`) · local_shift.
  */
@@ -46,7 +46,7 @@ export function chooseVerdict(v: VerdictInput, t: Thresholds): Verdict {
  * True when two token sequences that diverge spell the same text with different token boundaries.
  *
  * Rule: there is a divergence `d` within the common length, the concatenated texts are non-empty,
- * and either they are equal (design.md's definition), or the shorter text is a prefix of the
+ * and either they are equal (the documented definition), or the shorter text is a prefix of the
  * longer one and came from at least as many tokens — the `max_tokens` cap cut the side with more,
  * smaller tokens before it finished the text — with non-empty tokens at `d` (so an empty special
  * token is not taken for a boundary). Texts are compared as strings and, when every step on both

@@ -67,7 +67,11 @@ export function pairLine(n: number, pair: MirroredPair): string {
   const a = pair.analysis;
   if (!a) return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${pair.outcome}`;
   const flip = a.flip ? `flip@${a.flip.index} gap ${fmt(a.flip.gap)}${a.flip.lowerBound ? '+' : ''} ${a.flip.class}` : 'no flip';
-  return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${a.verdict.padEnd(18)} aligned ${String(a.aligned).padStart(3)}  comparable ${String(a.comparable).padStart(3)}  maxShift ${fmt(a.maxShift)}  ${flip}`;
+  // The verdict is over every position when scoring ran past the divergence: say over how many.
+  const s = a.scored;
+  const over = s?.outcome === 'ok' ? `scored ${String(s.shifted).padStart(3)}/${String(s.comparable).padEnd(3)}` : `comparable ${String(a.comparable).padStart(3)}`;
+  const where = a.locus ? `  locus ${a.locus}` : '';
+  return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${a.verdict.padEnd(18)} aligned ${String(a.aligned).padStart(3)}  ${over}  maxShift ${fmt(a.maxShift)}  ${flip}${where}`;
 }
 
 function alertLine(t: AlertTransition, mirrored: number, secs: number): string {

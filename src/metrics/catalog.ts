@@ -2,7 +2,7 @@ import type { FlipClass } from '../core/index.js';
 import { KNOWN_ROUTES } from '../proxy/routes.js';
 
 /**
- * Every metric logprobe exports: design.md's "Metrics" table, a contract that dashboards and
+ * Every metric logprobe exports: docs/format.md's metrics table, a contract that dashboards and
  * alert rules rely on. The registry creates its metrics from this list, and the fleet tests check
  * every series that the rules and the dashboard query against it.
  */
@@ -60,6 +60,9 @@ export const METRIC_CATALOG = [
   // candidate and baseline pools; a backend's figure is the sum.
   { name: 'logprobe_upstream_connections', type: 'gauge', help: 'Open connections to each upstream (the client path and the mirror together).', labelNames: ['backend'], owner: 'both' },
   { name: 'logprobe_capture_errors_total', type: 'counter', help: 'Capture write failures, by reason.', labelNames: ['reason'], owner: 'worker' },
+  { name: 'logprobe_scoring_total', type: 'counter', help: 'Teacher-forced scoring of mirrored pairs by outcome (ok, unsupported, skipped, failed); pairs that needed none are not counted.', labelNames: ['route', 'outcome'], owner: 'worker' },
+  { name: 'logprobe_prompt_shift_nats', type: 'histogram', help: "Shift of the prompt's own positions (prompt-token logprobs on both backends), per position, nats.", labelNames: ['route'], owner: 'worker', buckets: NATS_BUCKETS },
+  { name: 'logprobe_engine_profile', type: 'gauge', help: 'The engine profile in force for each backend (1 for the profile, 0 for the others): configured, or detected once under engine: auto.', labelNames: ['backend', 'profile'], owner: 'worker' },
   { name: 'logprobe_mirror_worker_up', type: 'gauge', help: "1 when the mirror's worker thread answered the last scrape in time; 0 when it is gone or did not answer, and its series show their last known values.", labelNames: [], owner: 'main' },
 ] as const satisfies readonly MetricSpec[];
 
@@ -80,6 +83,8 @@ export const MIRROR_OUTCOMES = ['ok', 'dropped', 'skipped', 'candidate_error', '
 export const MAIN_MIRROR_OUTCOMES = ['skipped', 'dropped'] as const satisfies ReadonlyArray<(typeof MIRROR_OUTCOMES)[number]>;
 export const ALERT_NAMES = ['LogprobGlobalShift', 'LogprobSustainedShift'] as const;
 export const BACKENDS = ['candidate', 'baseline'] as const;
+/** Outcomes of `logprobe_scoring_total`. */
+export const SCORING_OUTCOMES = ['ok', 'unsupported', 'skipped', 'failed'] as const;
 /** `logprobe_flip_gap_nats{class}`: core's FlipClass (the report's FLIP_CLASSES has the same list). */
 export const FLIP_CLASSES = ['ambiguous', 'gray', 'systematic'] as const satisfies readonly FlipClass[];
 /** `logprobe_proxy_requests_total{status_class}`: the status' hundreds, `aborted` for a client gone (499). */

@@ -16,7 +16,9 @@ import {
   type MetricName,
   type MetricSpec,
   type MetricThread,
+  SCORING_OUTCOMES,
 } from './catalog.js';
+import { ENGINE_NAMES } from '../scoring/profile.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
@@ -88,7 +90,10 @@ export class Metrics {
       }
       for (const flipClass of FLIP_CLASSES) this.histogram('logprobe_flip_gap_nats').zero({ route, class: flipClass });
       for (const backend of BACKENDS) this.histogram('logprobe_upstream_duration_seconds').zero({ backend, route });
+      for (const outcome of SCORING_OUTCOMES) this.counter('logprobe_scoring_total').inc({ route, outcome }, 0);
+      this.histogram('logprobe_prompt_shift_nats').zero({ route });
     }
+    for (const backend of BACKENDS) for (const profile of ENGINE_NAMES) this.gauge('logprobe_engine_profile').set({ backend, profile }, 0);
     for (const backend of BACKENDS) {
       this.gauge('logprobe_upstream_connections').set({ backend }, 0);
       // Not measured yet: NaN, not 0 (a measured floor of 0 would be a claim).

@@ -1,7 +1,7 @@
 import type { Dispatcher, Pool } from 'undici';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
-import { compare, parseResponse, type Comparison, type Thresholds } from '../core/index.js';
+import { compare, detectorEvidence, parseResponse, pickThresholds, type Comparison, type Thresholds } from '../core/index.js';
 import { initialDetectorState, observe, pooledShare, tick, type AlertTransition, type DetectorState } from '../core/detector.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange } from '../proxy/tap.js';
@@ -12,7 +12,10 @@ import { LogprobLimits, sendWithinLimits } from './limits.js';
 import { AlertNotifier } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
-import { mirrorKind, rewriteForMirror } from './rewrite.js';
+import { mirrorKind, requestKind, rewriteForMirror } from './rewrite.js';
+import { Scorer, scoreComparison, scoringOptions, withCopyParams, type Backend } from '../scoring/score.js';
+import type { ScoringTarget } from '../scoring/http.js';
+import { ENGINE_NAMES } from '../scoring/profile.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
 
 interface Job {
@@ -63,6 +66,8 @@ export class Mirror {
   private detector: DetectorState = initialDetectorState();
   /** The logprobs caps the backends told us about (limits.ts). */
   private readonly limits = new LogprobLimits();
+  /** Teacher-forced scoring through each backend's engine profile (src/scoring). */
+  private readonly scorer: Scorer;
 
   constructor(private readonly deps: MirrorDeps) {
     const { config } = deps;
@@ -79,6 +84,13 @@ export class Mirror {
         onConnections: (delta) => deps.metrics.connections('baseline', delta),
       });
     this.calibration = new Calibration(config.calibration);
+    this.scorer = new Scorer(scoringOptions(config), {
+        onProfile: (backend, profile, evidence) => {
+          const g = deps.metrics.gauge('logprobe_engine_profile');
+          for (const p of ENGINE_NAMES) g.set({ backend, profile: p }, p === profile ? 1 : 0);
+          this.log.info({ backend, profile, evidence }, `${backend} engine profile: ${profile} (${evidence})`);
+        },
+    });
     this.notifier = new AlertNotifier({ logger: this.log, webhookUrl: config.alert.webhookUrl, instance: `${config.listen.host}:${config.listen.port}` });
     const depth = deps.metrics.gauge('logprobe_mirror_queue_depth');
     this.queue = new WorkQueue<Job>({
@@ -105,7 +117,7 @@ export class Mirror {
 
   /** The thresholds in force for the next comparison. */
   thresholds(): Thresholds {
-    return { ...this.deps.config.analysis, noiseFloor: this.noiseFloor() };
+    return pickThresholds(this.deps.config.analysis, this.noiseFloor());
   }
 
   /** The detectors' current state (read-only view for the demo and tests). */
@@ -162,18 +174,32 @@ export class Mirror {
    * backend refusing the copy for asking too many is retried once within its cap: limits.ts).
    * `job.body` becomes what both backends finally got, so the pair records what was sent.
    */
-  private async sendPair(job: Job, payload: string): Promise<[BackendResult, BackendResult]> {
+  /** Where a job's copies and scoring calls go: each backend's pool, URL, headers and timeout. */
+  private targets(job: Job): Record<Backend, ScoringTarget> {
     const { config } = this.deps;
-    const cHeaders = mirrorHeaders(job.headers, { role: 'candidate' });
-    const bHeaders = mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth, forwardHeaders: config.baseline.forwardHeaders });
+    return {
+      candidate: { pool: this.deps.candidatePool, url: config.candidate.url, headers: mirrorHeaders(job.headers, { role: 'candidate' }), timeoutMs: config.candidate.timeoutMs },
+      baseline: {
+        pool: this.baselinePool,
+        url: config.baseline.url,
+        headers: mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth, forwardHeaders: config.baseline.forwardHeaders }),
+        timeoutMs: config.baseline.timeoutMs,
+      },
+    };
+  }
+
+  private async sendPair(job: Job, payload: string, targets: Record<Backend, ScoringTarget>): Promise<[BackendResult, BackendResult]> {
+    const { config } = this.deps;
+    // Fields an engine profile adds so its answer names the generated token ids (vLLM, SGLang).
+    const [cExtra, bExtra] = await Promise.all([this.scorer.copyParams('candidate', targets.candidate), this.scorer.copyParams('baseline', targets.baseline)]);
     const sent = await sendWithinLimits({
       body: job.body,
       payload,
       limits: this.limits,
       send: (backend, p) =>
         backend === 'candidate'
-          ? callBackend(this.deps.candidatePool, config.candidate, job.path, cHeaders, p)
-          : callBackend(this.baselinePool, config.baseline, job.path, bHeaders, p),
+          ? callBackend(this.deps.candidatePool, config.candidate, job.path, targets.candidate.headers as Record<string, string>, withCopyParams(p, cExtra))
+          : callBackend(this.baselinePool, config.baseline, job.path, targets.baseline.headers as Record<string, string>, withCopyParams(p, bExtra)),
       onLearned: (backend, field, cap, requested) =>
         this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
     });
@@ -184,7 +210,8 @@ export class Mirror {
   private async process(job: Job): Promise<void> {
     const { metrics } = this.deps;
     const payload = job.payload;
-    const [cand, base] = await this.sendPair(job, payload);
+    const targets = this.targets(job);
+    const [cand, base] = await this.sendPair(job, payload, targets);
     const dur = metrics.histogram('logprobe_upstream_duration_seconds');
     dur.observe({ backend: 'candidate', route: job.route }, cand.latencyMs / 1000);
     dur.observe({ backend: 'baseline', route: job.route }, base.latencyMs / 1000);
@@ -199,18 +226,19 @@ export class Mirror {
       const pb = parseResponse(base.body);
       if (pc.format === 'unknown' || pb.format === 'unknown' || pc.format === 'error' || pb.format === 'error') outcome = 'unparseable';
       else {
-        analysis = compare(pc, pb, { ...this.deps.config.analysis, noiseFloor: floor });
+        const t = pickThresholds(this.deps.config.analysis, floor);
+        analysis = compare(pc, pb, t);
         outcome = analysis.verdict === 'incomparable' ? 'incomparable' : 'ok';
+        if (outcome === 'ok') {
+          const kind = requestKind(job.path) ?? 'completions';
+          const scoring = await scoreComparison(this.scorer, { source: { kind, body: job.body }, free: analysis, baseline: { parsed: pb, body: base.body }, targets, thresholds: t, busy: this.queue.depth >= Math.max(1, this.deps.config.mirror.queueSize / 2) });
+          if (scoring.counted) metrics.counter('logprobe_scoring_total').inc({ route: job.route, outcome: scoring.outcome });
+          if (scoring.outcome === 'failed') this.log.warn({ reqId: job.id, reason: scoring.reason }, 'scoring failed');
+          analysis = scoring.comparison;
+        }
         recordComparison(metrics, job.route, analysis);
         if (analysis.verdict !== 'incomparable' && analysis.comparable > 0) {
-          this.advance(
-            observe(
-              this.detector,
-              { shifted: analysis.shifted, comparable: analysis.comparable, maxShift: analysis.maxShift, noiseFloor: floor, requestId: job.id },
-              this.deps.config.alert,
-              this.now(),
-            ),
-          );
+          this.advance(observe(this.detector, { ...detectorEvidence(analysis), noiseFloor: floor, requestId: job.id }, this.deps.config.alert, this.now()));
         }
       }
     }
@@ -245,7 +273,7 @@ export class Mirror {
   private async calibrate(job: Job, cand1: BackendResult, base1: BackendResult): Promise<void> {
     // From job.body, not job.payload: the first send may have lowered it to a learned logprobs
     // cap, and the second run must ask for what the first one got.
-    const [cand2, base2] = await this.sendPair(job, JSON.stringify(job.body));
+    const [cand2, base2] = await this.sendPair(job, JSON.stringify(job.body), this.targets(job));
     const t = this.thresholds();
     for (const [backend, first, second] of [
       ['candidate', cand1, cand2],
@@ -305,3 +333,4 @@ export class Mirror {
     if (this.ownsBaselinePool) await this.baselinePool.close();
   }
 }
+

@@ -16,6 +16,18 @@ export function recordComparison(metrics: Metrics, route: string, c: Comparison)
     if (p.gap !== null) gapH.observe(labels, p.gap);
     if (p.kl !== null) klH.observe(labels, Math.max(0, p.kl));
   }
+  // Teacher-forced positions past the divergence (those before it are counted above already).
+  if (c.scored?.outcome === 'ok' && c.firstDivergence !== null) {
+    const shifts = c.scored.shifts ?? [];
+    for (let i = c.firstDivergence + 1; i < shifts.length; i++) {
+      const s = shifts[i];
+      if (s !== null && s !== undefined) shiftH.observe(labels, s);
+    }
+  }
+  if (c.prompt) {
+    const promptH = metrics.histogram('logprobe_prompt_shift_nats');
+    for (const s of c.prompt.shifts) if (s !== null) promptH.observe(labels, s);
+  }
   if (c.firstDivergence !== null) metrics.histogram('logprobe_first_divergence_tokens').observe(labels, c.firstDivergence);
   if (c.flip && c.flip.gap !== null) metrics.histogram('logprobe_flip_gap_nats').observe({ route, class: c.flip.class }, c.flip.gap);
 }

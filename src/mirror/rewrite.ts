@@ -4,7 +4,7 @@
  * a parsed copy).
  */
 
-/** What the rewrite needs from design.md's `mirror` section. */
+/** What the rewrite needs from the documented `mirror` section. */
 export interface RewriteOptions {
   topLogprobs: number;
   maxTokens: number;

@@ -2,7 +2,7 @@ import type { Comparison } from '../core/index.js';
 import type { AlertTransition } from '../core/detector.js';
 import type { BackendResult } from './dispatch.js';
 
-/** Outcomes of `logprobe_mirror_total` (design.md). */
+/** Outcomes of `logprobe_mirror_total` (docs/format.md). */
 export type MirrorOutcome = 'ok' | 'dropped' | 'skipped' | 'candidate_error' | 'baseline_error' | 'unparseable' | 'incomparable';
 
 /** One mirrored pair, complete: what was sent, what each side answered, what the comparison found. */

@@ -8,6 +8,8 @@ import { LogprobLimits, sendWithinLimits } from '../mirror/limits.js';
 import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { routeLabel } from '../proxy/routes.js';
+import { Scorer, scoreComparison, withCopyParams, type ScoringOptions } from '../scoring/score.js';
+import type { ScoringTarget } from '../scoring/http.js';
 import { analyzePair } from '../report/pair.js';
 import type { Summary } from '../report/summary.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
@@ -29,6 +31,8 @@ export interface ReplayOptions {
   /** Pairs started per second at most; null: as fast as `concurrency` allows. */
   rps: number | null;
   thresholds: Thresholds;
+  /** Teacher-forced scoring of diverged pairs, as the live mirror does (`analysis.scoring`, the engine profiles). */
+  scoring: ScoringOptions;
   writer: CaptureWriter;
   summary: Summary;
   /** Each input line that cannot be replayed, as `file:line: reason`. */
@@ -72,18 +76,30 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   const bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: o.baseline.apiKey, forwardAuth: false });
   let started = 0;
   let done = 0;
+  const scorer = new Scorer(o.scoring);
+  const targets: Record<'candidate' | 'baseline', ScoringTarget> = {
+    candidate: { pool: candidatePool, url: o.candidate.url, headers: cHeaders, timeoutMs: o.candidate.timeoutMs },
+    baseline: { pool: baselinePool, url: o.baseline.url, headers: bHeaders, timeoutMs: o.baseline.timeoutMs },
+  };
 
   const one = async (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => {
     // Within the logprobs caps the backends told us about, like the live mirror (limits.ts).
+    const [cExtra, bExtra] = await Promise.all([scorer.copyParams('candidate', targets.candidate), scorer.copyParams('baseline', targets.baseline)]);
     const sent = await sendWithinLimits({
       body: mirroredBody(item, o),
       limits,
       send: (backend, p) =>
-        backend === 'candidate' ? callBackend(candidatePool, o.candidate, item.route, cHeaders, p) : callBackend(baselinePool, o.baseline, item.route, bHeaders, p),
+        backend === 'candidate'
+          ? callBackend(candidatePool, o.candidate, item.route, cHeaders, withCopyParams(p, cExtra))
+          : callBackend(baselinePool, o.baseline, item.route, bHeaders, withCopyParams(p, bExtra)),
     });
     const request = sent.body;
     const [cand, base] = [sent.candidate, sent.baseline];
     const result = analyzePair(cand, base, o.thresholds);
+    if (result.outcome === 'ok' && result.comparison && result.baseline) {
+      const scoring = await scoreComparison(scorer, { source: { kind: item.kind, body: request }, free: result.comparison, baseline: { parsed: result.baseline, body: base.body }, targets, thresholds: o.thresholds, busy: false });
+      result.comparison = scoring.comparison;
+    }
     const pair: MirroredPair = {
       id,
       ts: new Date().toISOString(),

@@ -60,7 +60,7 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
       }
       const record = asCaptureRecord(item.value);
       const thresholds = recordThresholds(record, o.overrides);
-      const result = analyzePair(record.candidate, record.baseline, thresholds);
+      const result = analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
       records++;
       o.summary.add({
         file,

@@ -80,7 +80,20 @@ export const CLIENT_SCRIPT = String.raw`
       toks.appendChild(span);
     });
     if (s.cut > 0) toks.appendChild(el('span', 'muted', ' \u2026 ' + s.cut + ' more compared positions not shown'));
-    if (s.after > 0) toks.appendChild(el('span', 'muted', ' +' + s.after + ' tokens after the divergence (not compared)'));
+    (s.scored || []).forEach(function (t) {
+      var span = el('span', 'tok scored', show(t.t));
+      span.style.background = colour(t.s, s.noiseFloor);
+      span.title = 'teacher-forced: the baseline\u2019s token scored on both backends; shift ' + nats(t.s);
+      toks.appendChild(span);
+    });
+    var rest = s.after - (s.scored ? s.scored.length : 0);
+    if (rest > 0) toks.appendChild(el('span', 'muted', ' +' + rest + ' tokens after the divergence (not compared)'));
+    if (s.locus || s.prompt) {
+      var where = [];
+      if (s.prompt) where.push('prompt: ' + s.prompt.shifted + ' of ' + s.prompt.comparable + ' positions shifted (max ' + nats(s.prompt.maxShift) + ')');
+      if (s.locus) where.push('locus: ' + s.locus.replace('_', ' '));
+      box.appendChild(el('p', 'muted', where.join(' \u00b7 ')));
+    }
     box.appendChild(toks);
     return box;
   }

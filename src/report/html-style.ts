@@ -28,6 +28,7 @@ table.worst td { font-size: 13px; }
 .pair-id { font-weight: 600; } .explanation { margin: 4px 0; font-size: 13px; color: var(--muted); }
 .tokens { font: 13px/1.9 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space: pre-wrap; word-break: break-all; color: #111; }
 .tok { padding: 1px 0; border-right: 1px solid rgba(0,0,0,0.08); cursor: default; }
+.tok.scored { border-bottom: 2px dashed rgba(0,0,0,0.35); }
 .tok.flip { outline: 2px solid #c0392b; outline-offset: 1px; padding: 1px 2px; }
 .flip-arrow { color: #c0392b; padding: 0 2px; } .flip-c { text-decoration: underline wavy #c0392b; }
 .gap { color: #c0392b; font-size: 10px; padding-left: 2px; }

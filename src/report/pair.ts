@@ -1,4 +1,4 @@
-import { compare, parseResponse, type Comparison, type ParsedResponse, type Thresholds } from '../core/index.js';
+import { compare, parseResponse, recount, withScoring, type Comparison, type ParsedResponse, type PromptBlock, type ScoredBlock, type Thresholds } from '../core/index.js';
 import type { MirrorOutcome } from '../mirror/types.js';
 
 /** What a backend answered, as far as the comparison is concerned (a capture side or a live result). */
@@ -26,7 +26,7 @@ function failed(s: SideAnswer): boolean {
  * `incomparable` verdict is an outcome of its own. Pure; the same inputs and thresholds give the
  * online result exactly.
  */
-export function analyzePair(candidate: SideAnswer, baseline: SideAnswer, thresholds: Thresholds): PairResult {
+export function analyzePair(candidate: SideAnswer, baseline: SideAnswer, thresholds: Thresholds, scoring?: CapturedScoring): PairResult {
   if (failed(candidate)) return { outcome: 'candidate_error', comparison: null, candidate: null, baseline: null };
   if (failed(baseline)) return { outcome: 'baseline_error', comparison: null, candidate: null, baseline: null };
   const pc = parseResponse(candidate.body);
@@ -34,6 +34,25 @@ export function analyzePair(candidate: SideAnswer, baseline: SideAnswer, thresho
   if (pc.format === 'unknown' || pb.format === 'unknown' || pc.format === 'error' || pb.format === 'error') {
     return { outcome: 'unparseable', comparison: null, candidate: pc, baseline: pb };
   }
-  const comparison = compare(pc, pb, thresholds);
+  const free = compare(pc, pb, thresholds);
+  const comparison = scoring?.scored ? rescored(free, scoring, thresholds) : free;
   return { outcome: comparison.verdict === 'incomparable' ? 'incomparable' : 'ok', comparison, candidate: pc, baseline: pb };
+}
+
+/** The scoring a pair carried when it was compared live (a capture's `analysis.scored`/`prompt`). */
+export interface CapturedScoring {
+  scored?: ScoredBlock | undefined;
+  prompt?: PromptBlock | null | undefined;
+}
+
+/**
+ * Folds captured scoring into a comparison re-run offline: nothing is scored again (there is no
+ * engine), but the captured per-position shifts are counted against the thresholds in force, so a
+ * new floor re-judges the scored positions too.
+ */
+function rescored(free: Comparison, s: CapturedScoring, t: Thresholds): Comparison {
+  const scored = s.scored!;
+  const block: ScoredBlock = scored.outcome === 'ok' && Array.isArray(scored.shifts) ? { ...scored, ...recount(scored.shifts, t) } : scored;
+  const prompt: PromptBlock | null = s.prompt && Array.isArray(s.prompt.shifts) ? { ...recount(s.prompt.shifts, t), start: s.prompt.start } : null;
+  return withScoring(free, block, prompt, t);
 }

@@ -36,6 +36,12 @@ export interface Strip {
   /** Positions beyond {@link MAX_STRIP_TOKENS} are left out; how many. */
   cut: number;
   tokens: StripToken[];
+  /** The baseline's tokens past the divergence, teacher-forced on both backends: each with its scored shift. */
+  scored?: Array<{ t: string; s: number | null }>;
+  /** Where the difference lives, when scoring or the prompt said. */
+  locus?: string;
+  /** The prompt's own positions: compared, shifted, largest shift. */
+  prompt?: { comparable: number; shifted: number; maxShift: number | null };
 }
 
 /** Positions per strip; mirrored copies are capped at `mirror.maxTokens` (64 by default) anyway. */
@@ -68,7 +74,20 @@ export function buildStrip(meta: { n: number; id: string; at: string; route: str
       tc: top(cand.steps[p.i]?.top),
       tb: top(base.steps[p.i]?.top),
     })),
+    ...scoredTail(c, base, shown.length),
   };
+}
+
+/** The teacher-forced positions past the compared ones, the locus and the prompt block, for the strip. */
+function scoredTail(c: Comparison, base: ParsedResponse, from: number): Pick<Strip, 'scored' | 'locus' | 'prompt'> {
+  const out: Pick<Strip, 'scored' | 'locus' | 'prompt'> = {};
+  const shifts = c.scored?.outcome === 'ok' ? (c.scored.shifts ?? []) : [];
+  if (shifts.length > from) {
+    out.scored = shifts.slice(from, MAX_STRIP_TOKENS).map((s, k) => ({ t: base.steps[from + k]?.token ?? '', s: round(s) }));
+  }
+  if (c.locus) out.locus = c.locus;
+  if (c.prompt) out.prompt = { comparable: c.prompt.comparable, shifted: c.prompt.shifted, maxShift: round(c.prompt.maxShift) };
+  return out;
 }
 
 /** How bad a verdict is, for ordering the worst pairs: shifts first, then mismatches, then noise. */

@@ -1,5 +1,5 @@
 import { initialDetectorState, observe, pooledShare, type AlertConfig, type DetectorState } from '../core/detector.js';
-import { VERDICTS, type FlipClass, type Verdict } from '../core/index.js';
+import { detectorEvidence, VERDICTS, type FlipClass, type Locus, type ScoringOutcome, type Verdict } from '../core/index.js';
 import type { MirrorOutcome } from '../mirror/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
 import type { PairResult } from './pair.js';
@@ -50,6 +50,18 @@ export interface SummaryData {
   /** Flip gaps by class, and how many were lower bounds. */
   flips: Record<FlipClass, HistogramData> & { lowerBound: number };
   alerts: OfflineAlert[];
+  /** Teacher-forced scoring: pairs by outcome (pairs that needed none are not counted), the most frequent reasons, and the loci found. */
+  scoring: {
+    outcomes: Record<ScoringOutcome, number>;
+    /** Up to five reasons with their counts, most frequent first (unsupported, skipped, failed). */
+    reasons: Array<{ reason: string; count: number }>;
+    methods: string[];
+    /** shift_i over every scored position of every scored pair. */
+    positionShift: HistogramData;
+    loci: Record<Locus, number>;
+    /** The prompt's own positions: pairs compared, pairs with a shifted prompt position, and the shifts. */
+    prompt: { pairs: number; shifted: number; positionShift: HistogramData };
+  };
   /** Worst pairs first, then the sample, each with its strip. */
   worst: Strip[];
   sampled: Strip[];
@@ -92,6 +104,14 @@ export class Summary {
   private readonly alerts: OfflineAlert[] = [];
   private skipped = 0;
   private readonly skippedExamples: string[] = [];
+  private readonly scoringOutcomes: Record<ScoringOutcome, number> = { ok: 0, unsupported: 0, skipped: 0, failed: 0 };
+  private readonly reasons = new Map<string, number>();
+  private readonly methods = new Set<string>();
+  private readonly scoredShift = new Histogram(logEdges(-6, 2, 10));
+  private readonly loci: Record<Locus, number> = { compute: 0, decode_state: 0, unknown: 0 };
+  private readonly promptShift = new Histogram(logEdges(-6, 2, 10));
+  private promptPairs = 0;
+  private promptShifted = 0;
 
   constructor(private readonly options: SummaryOptions = {}) {
     this.strips = new StripSelector(options.worst ?? 100, options.sample ?? 400);
@@ -116,12 +136,30 @@ export class Summary {
       this.flipGap[c.flip.class].add(c.flip.gap);
       if (c.flip.lowerBound) this.lowerBound++;
     }
+    this.addScoring(c);
     const { candidate, baseline } = e.result;
     if (candidate && baseline) {
       this.strips.consider(badness(c), () => buildStrip({ n, id: e.id, at: `${e.file}:${e.line}`, route: e.route, noiseFloor: e.noiseFloor }, c, candidate, baseline));
     }
     // Each alert is reported once, when it first fires: after both have, the detectors can rest.
     if (this.options.alert && c.comparable > 0 && this.alerts.length < 2) this.detect(n, e, this.options.alert);
+  }
+
+  private addScoring(c: NonNullable<PairResult['comparison']>): void {
+    const s = c.scored;
+    // Pairs that needed no scoring (no divergence, a settled verdict) are not counted, as online.
+    if (s && !(s.outcome === 'skipped' && s.reason?.startsWith('not needed'))) {
+      this.scoringOutcomes[s.outcome]++;
+      if (s.outcome === 'ok' && s.method) this.methods.add(s.method);
+      if (s.outcome !== 'ok' && s.reason && (this.reasons.has(s.reason) || this.reasons.size < 50)) this.reasons.set(s.reason, (this.reasons.get(s.reason) ?? 0) + 1);
+      if (s.outcome === 'ok') for (const x of s.shifts ?? []) if (x !== null) this.scoredShift.add(x);
+    }
+    if (c.locus) this.loci[c.locus]++;
+    if (c.prompt) {
+      this.promptPairs++;
+      if (c.prompt.shifted > 0) this.promptShifted++;
+      for (const x of c.prompt.shifts) if (x !== null) this.promptShift.add(x);
+    }
   }
 
   /** Counts a skipped line (malformed, truncated, not replayable); keeps the first messages. */
@@ -148,7 +186,7 @@ export class Summary {
   private detect(n: number, e: SummaryEntry, cfg: AlertConfig): void {
     const c = e.result.comparison!;
     // Pairs carry no usable time offline: each is one second, and alerts fire without waiting.
-    const r = observe(this.detector, { shifted: c.shifted, comparable: c.comparable, maxShift: c.maxShift, noiseFloor: e.noiseFloor, requestId: e.id }, { ...cfg, forSeconds: 0 }, n);
+    const r = observe(this.detector, { ...detectorEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id }, { ...cfg, forSeconds: 0 }, n);
     this.detector = r.state;
     for (const t of r.transitions) {
       if (t.to === 'firing' && !this.alerts.some((a) => a.alert === t.alert)) this.alerts.push({ alert: t.alert, atPair: n, pooledShare: pooledShare(r.state), cusum: r.state.cusum });
@@ -170,6 +208,14 @@ export class Summary {
       pairMaxShift: this.pairMaxShift.toJSON(),
       flips: { ambiguous: this.flipGap.ambiguous.toJSON(), gray: this.flipGap.gray.toJSON(), systematic: this.flipGap.systematic.toJSON(), lowerBound: this.lowerBound },
       alerts: [...this.alerts],
+      scoring: {
+        outcomes: { ...this.scoringOutcomes },
+        reasons: [...this.reasons].sort((a, b) => b[1] - a[1]).slice(0, 5).map(([reason, count]) => ({ reason, count })),
+        methods: [...this.methods],
+        positionShift: this.scoredShift.toJSON(),
+        loci: { ...this.loci },
+        prompt: { pairs: this.promptPairs, shifted: this.promptShifted, positionShift: this.promptShift.toJSON() },
+      },
       worst: this.strips.worst(),
       sampled: this.strips.sampled(),
       sampleDrawn: this.strips.drawn,

@@ -19,7 +19,7 @@ const ALARM_RANK: Readonly<Record<Verdict, number>> = { global_shift: 0, early_s
 /** Every verdict ({@link VERDICTS}) from the most to the least alarming: the order reports list them in. */
 export const VERDICT_ORDER: readonly Verdict[] = [...VERDICTS].sort((a, b) => ALARM_RANK[a] - ALARM_RANK[b]);
 
-/** The design.md caveat every report carries. */
+/** The caveat every report carries. */
 export const ABSENCE_NOTE = 'a noise verdict does not prove there is no bug: small differences do not prove absence; a large-gap flip proves presence.';
 
 const int = (n: number): string => n.toLocaleString('en-US');
@@ -91,6 +91,19 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     out.push(`  ${c.padEnd(11)} ${`(${bounds[c]})`.padEnd(14)}${int(h.n).padStart(8)}  ${h.n > 0 ? `median ${quantiles(h, [['', 0.5]]).replace(/^ /, '')}` : ''}`.trimEnd());
   }
   if (d.flips.lowerBound > 0) out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
+
+  const sc = d.scoring;
+  const scoredPairs = sc.outcomes.ok + sc.outcomes.unsupported + sc.outcomes.skipped + sc.outcomes.failed;
+  if (scoredPairs > 0) {
+    out.push('', `scoring past the divergence: ${int(sc.outcomes.ok)} of ${int(scoredPairs)} pairs scored${sc.methods.length ? ` (${sc.methods.join('; ')})` : ''}; unsupported ${int(sc.outcomes.unsupported)}, skipped ${int(sc.outcomes.skipped)}, failed ${int(sc.outcomes.failed)}`);
+    for (const r of sc.reasons) out.push(`  ${int(r.count)}× ${r.reason}`);
+    if (sc.positionShift.n > 0) out.push(`  scored position shift (${int(sc.positionShift.n)} positions): ${quantiles(sc.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
+  }
+  if (sc.prompt.pairs > 0) {
+    out.push(`prompt positions: ${int(sc.prompt.pairs)} pairs compared, ${int(sc.prompt.shifted)} with a shifted prompt position; ${quantiles(sc.prompt.positionShift, [['p50', 0.5], ['p99', 0.99]])}`);
+  }
+  const loci = (['compute', 'decode_state', 'unknown'] as const).filter((l) => sc.loci[l] > 0);
+  if (loci.length > 0) out.push(`locus: ${loci.map((l) => `${l} ${int(sc.loci[l])}`).join(', ')} (compute: the prompt already moved; decode_state: the prompt agrees, the continuation moved)`);
 
   if (d.alerts.length > 0) {
     out.push('', 'offline detectors (pairs in input order, forSeconds not applied):');

@@ -1,6 +1,6 @@
 import { Pool } from 'undici';
 
-/** What an upstream needs to be reached: design.md's `candidate` / `baseline` blocks. */
+/** What an upstream needs to be reached: the config's `candidate` / `baseline` blocks. */
 export interface UpstreamOptions {
   url: string;
   timeoutMs: number;

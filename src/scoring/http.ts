@@ -1,0 +1,86 @@
+import type { Dispatcher } from 'undici';
+
+/** A backend as the scoring calls reach it: its pool, base URL, headers (credentials) and timeouts. */
+export interface ScoringTarget {
+  pool: Dispatcher;
+  url: string;
+  headers: Readonly<Record<string, string>>;
+  timeoutMs: number;
+}
+
+/** An engine answered something the profile cannot use: the pair is `failed`, with this message. */
+export class ScoringError extends Error {
+  override readonly name = 'ScoringError';
+}
+
+/** An engine does not offer what the profile needs: the pair is `unsupported`, with this message. */
+export class UnsupportedError extends Error {
+  override readonly name = 'UnsupportedError';
+}
+
+/** The JSON a GET or POST answered, with its status and the headers that identify the server. */
+export interface JsonAnswer {
+  status: number;
+  body: unknown;
+  server: string | null;
+}
+
+const LIMIT = 64 * 1024 * 1024;
+
+/** Sends one request to a backend's path (under the URL's own path prefix) and reads a JSON answer. */
+export async function requestJson(target: ScoringTarget, method: 'GET' | 'POST', path: string, body?: unknown, timeoutMs = target.timeoutMs): Promise<JsonAnswer> {
+  const base = new URL(target.url);
+  const payload = body === undefined ? undefined : JSON.stringify(body);
+  const res = await target.pool.request({
+    origin: base.origin,
+    path: base.pathname.replace(/\/$/, '') + path,
+    method,
+    headers: {
+      ...target.headers,
+      host: base.host,
+      accept: 'application/json',
+      ...(payload !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(payload)) } : {}),
+    },
+    body: payload,
+    headersTimeout: timeoutMs,
+    bodyTimeout: timeoutMs,
+  });
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res.body) {
+    size += (chunk as Buffer).length;
+    if (size > LIMIT) {
+      res.body.destroy();
+      throw new ScoringError(`${method} ${path}: answer over ${LIMIT} bytes`);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  const text = Buffer.concat(chunks).toString('utf8');
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // Not JSON (a plain-text answer such as SGLang's /flush_cache): kept as text.
+  }
+  const server = res.headers.server;
+  return { status: res.statusCode, body: parsed, server: typeof server === 'string' ? server : null };
+}
+
+/** POSTs and insists on a 2xx JSON object; anything else is a {@link ScoringError} naming the path and the engine's message. */
+export async function postOk(target: ScoringTarget, path: string, body: unknown): Promise<Record<string, unknown>> {
+  const a = await requestJson(target, 'POST', path, body);
+  if (a.status === 404 || a.status === 405 || a.status === 501) throw new UnsupportedError(`${path} answered ${a.status}${errorText(a.body)}`);
+  if (a.status < 200 || a.status >= 300) throw new ScoringError(`${path} answered ${a.status}${errorText(a.body)}`);
+  if (typeof a.body !== 'object' || a.body === null || Array.isArray(a.body)) throw new ScoringError(`${path} answered a body that is not a JSON object`);
+  return a.body as Record<string, unknown>;
+}
+
+/** `: message` of an OpenAI/vLLM/SGLang/llama.cpp error body, for one-line reasons. */
+function errorText(body: unknown): string {
+  if (typeof body === 'string') return body.trim() === '' ? '' : `: ${body.trim().slice(0, 200)}`;
+  if (typeof body !== 'object' || body === null) return '';
+  const b = body as { error?: unknown; message?: unknown; detail?: unknown };
+  const e = b.error;
+  const msg = typeof e === 'object' && e !== null ? (e as { message?: unknown }).message : typeof e === 'string' ? e : (b.message ?? b.detail);
+  return typeof msg === 'string' ? `: ${msg.slice(0, 200)}` : '';
+}

@@ -1,0 +1,73 @@
+import type { ScoredSide, ScoringMode } from '../core/scored.js';
+import { readId } from '../core/parse/values.js';
+import { ScoringError, type ScoringTarget } from './http.js';
+
+/** The engines logprobe knows how to score on (`candidate.engine` / `baseline.engine`, besides `auto`). */
+export const ENGINE_NAMES = ['vllm', 'sglang', 'llamacpp', 'openai'] as const;
+export type EngineName = (typeof ENGINE_NAMES)[number];
+
+/** The mirrored request a prompt comes from. */
+export interface PromptSource {
+  kind: 'chat' | 'completions';
+  /** The mirrored body as sent (`prompt` or `messages`, `model`, …). */
+  body: Readonly<Record<string, unknown>>;
+}
+
+/** What to score: the prompt's ids, the forced continuation's ids, how many alternatives per position. */
+export interface ScoreSpec {
+  model: string | undefined;
+  prompt: readonly number[];
+  continuation: readonly number[];
+  topK: number;
+  /** Prompt positions to compare, where they cost a call each (llama.cpp); engines that return them all at once return them all. */
+  promptPositions: number;
+}
+
+/** One side's scoring and where its prompt block starts. */
+export type ProfileScore = ScoredSide & { promptStart: number };
+
+/**
+ * How to get token ids from an engine and score a fixed sequence on it (docs/engines.md). Each
+ * profile follows its engine's own API, as read in the engines' source (docs/engines.md says
+ * which versions and where).
+ */
+export interface EngineProfile {
+  readonly name: EngineName;
+  /** The engine API the scoring uses, for the `scored` block. */
+  readonly method: string;
+  /** One prefill pass over the whole sequence, or one position at a time over the engine's cache. */
+  readonly mode: ScoringMode;
+  /**
+   * Fields added to the mirrored copies this engine gets, so its answer carries the generated
+   * token ids (they change no token and no logprob).
+   */
+  readonly copyParams: Readonly<Record<string, unknown>>;
+  /** The request's prompt as the engine tokenizes it (chat through its own template). */
+  promptIds(target: ScoringTarget, source: PromptSource): Promise<number[]>;
+  /** Token ids of a piece of generated text, no special tokens (when the answer carried no ids). */
+  tokenize(target: ScoringTarget, text: string, model: string | undefined): Promise<number[]>;
+  /** Scores prompt + continuation. */
+  score(target: ScoringTarget, spec: ScoreSpec): Promise<ProfileScore>;
+}
+
+/** `model` of a mirrored body, when it is a string. */
+export function modelOf(body: Readonly<Record<string, unknown>>): string | undefined {
+  return typeof body.model === 'string' ? body.model : undefined;
+}
+
+/** A completions prompt given as token ids (`prompt: [1, 2, 3]`), or null. */
+export function idPrompt(body: Readonly<Record<string, unknown>>): number[] | null {
+  const p = body.prompt;
+  if (!Array.isArray(p) || p.length === 0 || !p.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)) return null;
+  return p as number[];
+}
+
+/** The `tokens` of a tokenize answer (vLLM, SGLang, llama.cpp all name it so), as ids. */
+export function tokenIds(body: Readonly<Record<string, unknown>>): number[] {
+  const t = body.tokens;
+  if (!Array.isArray(t)) throw new ScoringError('/tokenize answered no token ids');
+  // llama.cpp's with_pieces form is [{id, piece}].
+  const ids = t.map((x) => readId(typeof x === 'object' && x !== null ? (x as { id?: unknown }).id : x));
+  if (!ids.every((x) => x !== undefined)) throw new ScoringError('/tokenize answered something that is not a list of token ids');
+  return ids as number[];
+}

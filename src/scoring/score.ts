@@ -1,0 +1,205 @@
+import type { Comparison, ParsedResponse, Thresholds } from '../core/types.js';
+import { notScored, scoredBlocks, withScoring, type PromptBlock, type ScoredBlock, type ScoredPair } from '../core/scored.js';
+import { detectEngine, type EngineSetting } from './detect.js';
+import { ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
+import { modelOf, type EngineName, type EngineProfile, type PromptSource } from './profile.js';
+import { vllmProfile } from './vllm.js';
+import { sglangProfile } from './sglang.js';
+import { llamacppProfile } from './llamacpp.js';
+import { openaiProfile } from './openai.js';
+
+export const PROFILES: Readonly<Record<EngineName, EngineProfile>> = { vllm: vllmProfile, sglang: sglangProfile, llamacpp: llamacppProfile, openai: openaiProfile };
+
+/** Which backend a scoring call is for. */
+export type Backend = 'candidate' | 'baseline';
+
+/** `analysis.scoring`: when to score and how many positions at most. */
+export interface ScoringOptions {
+  when: 'diverged' | 'always' | 'never';
+  maxPositions: number;
+  /** Alternatives per position (the mirror's `topLogprobs`). */
+  topK: number;
+  engines: Readonly<Record<Backend, EngineSetting>>;
+}
+
+/** The scoring options of a config: `analysis.scoring`, the mirror's top-k, each backend's `engine`. */
+export function scoringOptions(config: { analysis: { scoring: { when: ScoringOptions['when']; maxPositions: number } }; mirror: { topLogprobs: number }; candidate: { engine: EngineSetting }; baseline: { engine: EngineSetting } }): ScoringOptions {
+  return { ...config.analysis.scoring, topK: config.mirror.topLogprobs, engines: { candidate: config.candidate.engine, baseline: config.baseline.engine } };
+}
+
+/**
+ * Prompt positions compared where each costs a call (llama.cpp): the last ones, nearest the
+ * continuation. Engines that return prompt logprobs in one pass return all of them.
+ */
+export const PROMPT_POSITIONS = 16;
+
+/** What scoring needs to know of one mirrored pair. */
+export interface PairToScore {
+  source: PromptSource;
+  free: Comparison;
+  baseline: { parsed: ParsedResponse; body: unknown };
+  targets: Readonly<Record<Backend, ScoringTarget>>;
+  thresholds: Thresholds;
+  /** The mirror is behind: expensive work is skipped to keep up. */
+  busy: boolean;
+}
+
+/** The outcome of scoring a pair: the blocks, the raw scored steps (for the capture), and whether it counts. */
+export interface ScoringResult {
+  scored: ScoredBlock;
+  prompt: PromptBlock | null;
+  pair: ScoredPair | null;
+  /** False when nothing was attempted because nothing was needed (no divergence under `when: diverged`). */
+  counted: boolean;
+}
+
+/**
+ * Scores mirrored pairs through each backend's engine profile (docs/engines.md), detecting the
+ * engine once per backend when the setting is `auto`. Never throws: an engine that cannot score
+ * gives an `unsupported` block, an engine that fails a `failed` one, both with the reason.
+ */
+export class Scorer {
+  private readonly detected = new Map<Backend, Promise<EngineProfile>>();
+  /**
+   * One incremental scoring at a time per backend: each of its calls extends the previous one's
+   * cached prefix, and another pair's calls in between would take the engine's slot (llama-server
+   * `-np 1`) and turn them into cold prefills.
+   */
+  private readonly turns = new Map<Backend, Promise<unknown>>();
+
+  constructor(
+    private readonly options: ScoringOptions,
+    private readonly hooks: { onProfile?: (backend: Backend, profile: EngineName, evidence: string) => void } = {},
+  ) {}
+
+  /** The profile of a backend: configured, or detected once (a failed detection is retried on the next pair). */
+  profile(backend: Backend, target: ScoringTarget): Promise<EngineProfile> {
+    let p = this.detected.get(backend);
+    if (!p) {
+      const setting = this.options.engines[backend];
+      p =
+        setting === 'auto'
+          ? detectEngine(target).then(({ engine, evidence }) => {
+              this.hooks.onProfile?.(backend, engine, evidence);
+              return PROFILES[engine];
+            })
+          : Promise.resolve(PROFILES[setting]).then((profile) => {
+              this.hooks.onProfile?.(backend, setting, 'configured');
+              return profile;
+            });
+      p.catch(() => this.detected.delete(backend));
+      this.detected.set(backend, p);
+    }
+    return p;
+  }
+
+  /**
+   * Fields to add to a mirrored copy for this backend's engine. Only once the profile is known:
+   * an `auto` backend is detected when a pair first needs scoring, not before (a backend that is
+   * never scored is never probed); until then copies go as they are and the continuation's ids
+   * come from the answer's own ids or its re-tokenised text.
+   */
+  async copyParams(backend: Backend, target: ScoringTarget): Promise<Readonly<Record<string, unknown>>> {
+    if (this.options.when === 'never') return {};
+    const setting = this.options.engines[backend];
+    if (setting === 'auto' && !this.detected.has(backend)) return {};
+    try {
+      return (await this.profile(backend, target)).copyParams;
+    } catch {
+      return {};
+    }
+  }
+
+  async score(p: PairToScore): Promise<ScoringResult> {
+    const o = this.options;
+    const free = p.free;
+    const settled = free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
+    if (o.when === 'never') return { scored: notScored('skipped', 'scoring is off (analysis.scoring.when: never)'), prompt: null, pair: null, counted: false };
+    if (settled || (o.when === 'diverged' && free.firstDivergence === null)) {
+      const why = settled ? `not needed: the pair is ${free.verdict}` : 'not needed: no divergence, every position is comparable (analysis.scoring.when: diverged)';
+      return { scored: notScored('skipped', why), prompt: null, pair: null, counted: false };
+    }
+    if (p.busy) return { scored: notScored('skipped', 'the mirror is behind (its queue is half full): scoring skipped to keep up'), prompt: null, pair: null, counted: true };
+    try {
+      const pair = await this.scorePair(p);
+      return { ...scoredBlocks(pair, p.thresholds), pair, counted: true };
+    } catch (err) {
+      const outcome = err instanceof UnsupportedError ? 'unsupported' : 'failed';
+      return { scored: notScored(outcome, reason(err)), prompt: null, pair: null, counted: true };
+    }
+  }
+
+  /** Runs `work` after the backend's previous incremental scoring (prefill profiles run at once). */
+  private inTurn<T>(backend: Backend, profile: EngineProfile, work: () => Promise<T>): Promise<T> {
+    if (profile.mode !== 'incremental') return work();
+    const before = this.turns.get(backend) ?? Promise.resolve();
+    const run = before.then(work, work);
+    const settled = run.catch(() => undefined);
+    this.turns.set(backend, settled);
+    void settled.then(() => {
+      if (this.turns.get(backend) === settled) this.turns.delete(backend);
+    });
+    return run;
+  }
+
+  private async scorePair(p: PairToScore): Promise<ScoredPair> {
+    const [cp, bp] = await Promise.all([this.profile('candidate', p.targets.candidate), this.profile('baseline', p.targets.baseline)]);
+    const [cPrompt, bPrompt] = await Promise.all([cp.promptIds(p.targets.candidate, p.source), bp.promptIds(p.targets.baseline, p.source)]);
+    if (!sameIds(cPrompt, bPrompt)) {
+      throw new ScoringError(`the backends tokenize the prompt differently (${cPrompt.length} and ${bPrompt.length} tokens): tokenizers or chat templates differ`);
+    }
+    const continuation = (await continuationIds(bp, p)).slice(0, this.options.maxPositions);
+    if (continuation.length === 0) throw new ScoringError('the baseline generated no tokens');
+    const model = modelOf(p.source.body);
+    const spec = { model, prompt: bPrompt, continuation, topK: this.options.topK, promptPositions: PROMPT_POSITIONS };
+    const [c, b] = await Promise.all([this.inTurn('candidate', cp, () => cp.score(p.targets.candidate, spec)), this.inTurn('baseline', bp, () => bp.score(p.targets.baseline, spec))]);
+    const method = cp.name === bp.name ? bp.method : `${cp.method} vs ${bp.method}`;
+    const mode = cp.mode === 'incremental' && bp.mode === 'incremental' ? 'incremental' : 'prefill';
+    // Prompt blocks line up only from the later of the two starts.
+    const start = Math.max(c.promptStart, b.promptStart);
+    const trim = (side: typeof c) => side.prompt.slice(start - side.promptStart);
+    return { candidate: { prompt: trim(c), continuation: c.continuation }, baseline: { prompt: trim(b), continuation: b.continuation }, method, mode, promptStart: start };
+  }
+}
+
+/** A mirrored payload with an engine profile's extra fields merged in (none: the payload as it is). */
+export function withCopyParams(payload: string, extra: Readonly<Record<string, unknown>>): string {
+  return Object.keys(extra).length === 0 ? payload : JSON.stringify({ ...(JSON.parse(payload) as object), ...extra });
+}
+
+/**
+ * Scores a compared pair and folds the result into its comparison (the live mirror's and
+ * replay's one path): `counted` says whether `logprobe_scoring_total` should count it.
+ */
+export async function scoreComparison(scorer: Scorer, p: PairToScore): Promise<{ comparison: Comparison; outcome: ScoringResult['scored']['outcome']; counted: boolean; reason: string | undefined }> {
+  const r = await scorer.score(p);
+  return { comparison: withScoring(p.free, r.scored, r.prompt, p.thresholds), outcome: r.scored.outcome, counted: r.counted, reason: r.scored.reason };
+}
+
+/**
+ * The baseline's generated token ids: from its steps (llama.cpp and SGLang name them, vLLM's
+ * `token_id:N`), from `choices[0].token_ids` (vLLM/SGLang `return_token_ids`), else by
+ * tokenizing its text, accepted only when that gives one id per generated token.
+ */
+async function continuationIds(profile: EngineProfile, p: PairToScore): Promise<number[]> {
+  const steps = p.baseline.parsed.steps;
+  if (steps.length > 0 && steps.every((s) => s.id !== undefined)) return steps.map((s) => s.id!);
+  const listed = ((p.baseline.body as { choices?: Array<{ token_ids?: unknown }> } | null)?.choices?.[0])?.token_ids;
+  if (Array.isArray(listed) && listed.length === steps.length && listed.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)) return listed as number[];
+  const text = steps.map((s) => s.token).join('');
+  const ids = await profile.tokenize(p.targets.baseline, text, modelOf(p.source.body));
+  if (ids.length !== steps.length) {
+    throw new UnsupportedError(`the baseline's answer names no token ids, and its text re-tokenises to ${ids.length} ids for ${steps.length} generated tokens`);
+  }
+  return ids;
+}
+
+function sameIds(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+function reason(err: unknown): string {
+  const e = err as { code?: string; message?: string };
+  const msg = e?.message ?? String(err);
+  return e?.code && !msg.includes(e.code) ? `${e.code}: ${msg}` : msg;
+}

@@ -1,0 +1,103 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { compare, DEFAULT_THRESHOLDS, detectorEvidence, forcedStats, notScored, recount, scoredBlocks, withScoring, type ScoredPair, type TokenStep } from '../src/core/index.js';
+import { chatBody, step, type Spec } from './core-bodies.js';
+
+// Past the first divergence (docs/format.md §7): the verdict over teacher-forced positions, the prompt
+// block, and the locus — table-driven over hand-made pairs.
+
+const T = DEFAULT_THRESHOLDS;
+
+/** A forced step: token id `i`, its logprob `lp`, two alternatives (moved by `alt`). */
+function forced(i: number, lp: number, alt = 0): TokenStep {
+  return { token: ` t${i}`, id: i, logprob: lp, top: [[` t${i}`, lp], [' x', -2 + alt], [' y', -3]], topIds: [i, 1000, 1001] };
+}
+/** n forced steps, each moved by `move(i)` on this side. */
+const side = (n: number, move: (i: number) => number, base = 0): TokenStep[] => Array.from({ length: n }, (_, i) => forced(base + i, -0.3 + move(i), move(i)));
+
+/** A free-running pair that diverges at `d` after shifts `moves` (the candidate flips at d). */
+function freeRun(moves: number[], d: number | null) {
+  const b: Spec[] = moves.map((_, i) => step(` t${i}`, -0.3, [[' x', -2], [' y', -3]]));
+  const c: Spec[] = moves.map((m, i) => step(i === d ? ' x' : ` t${i}`, -0.3 + m, [[' x', -2 + m], [' y', -3]]));
+  if (d !== null) c[d] = step(' x', -0.2, [[` t${d}`, -0.3 + moves[d]!], [' y', -3]]);
+  return compare(chatBody(c), chatBody(b), T);
+}
+
+function pair(o: { prompt: [TokenStep[], TokenStep[]]; cont: [TokenStep[], TokenStep[]]; mode?: 'prefill' | 'incremental' }): ScoredPair {
+  return { candidate: { prompt: o.prompt[0], continuation: o.cont[0] }, baseline: { prompt: o.prompt[1], continuation: o.cont[1] }, method: 'test scoring', mode: o.mode ?? 'prefill', promptStart: 1 };
+}
+
+test('forcedStats: shifts over the forced tokens and their alternatives, shifted above the floor', () => {
+  const s = forcedStats(side(10, (i) => (i % 2 === 0 ? 0.5 : 0)), side(10, () => 0), T);
+  assert.equal(s.positions, 10);
+  assert.equal(s.comparable, 10);
+  assert.equal(s.shifted, 5);
+  assert.equal(s.shiftedFraction, 0.5);
+  assert.ok(Math.abs(s.maxShift! - 0.5) < 1e-12);
+  assert.deepEqual(recount(s.shifts, { ...T, noiseFloor: 0.6 }).shifted, 0, 'recount against another floor');
+});
+
+test('a compute fault (zeroed layer): an early shift free-running becomes global over the scored positions, prompt shifted → compute', () => {
+  const free = freeRun([0.9, 0.9], 1);
+  assert.equal(free.verdict, 'early_shift');
+  const p = pair({ prompt: [side(8, () => 0.7), side(8, () => 0)], cont: [side(40, () => 0.8, 100), side(40, () => 0, 100)] });
+  const { scored, prompt } = scoredBlocks(p, T);
+  const r = withScoring(free, scored, prompt, T);
+  assert.equal(r.verdict, 'global_shift');
+  assert.equal(r.locus, 'compute');
+  assert.equal(r.scored.shifted, 40);
+  assert.equal(r.prompt?.shifted, 8);
+  assert.match(r.explanation, /Global shift: 40 of 40 comparable positions/);
+  assert.match(r.explanation, /teacher-forced positions/);
+  assert.match(r.explanation, /Locus: compute — 8 of 8 prompt positions shifted/);
+  // The free-running fields stay as they were.
+  assert.equal(r.firstDivergence, 1);
+  assert.equal(r.comparable, free.comparable);
+  assert.equal(r.shifted, free.shifted);
+});
+
+test('a decode-state fault scored incrementally: prompt agrees, the continuation moves → global_shift, decode_state', () => {
+  const free = freeRun([0.05, 0.9], 1);
+  const p = pair({ prompt: [side(8, () => 0), side(8, () => 0)], cont: [side(30, () => 0.6, 100), side(30, () => 0, 100)], mode: 'incremental' });
+  const { scored, prompt } = scoredBlocks(p, T);
+  const r = withScoring(free, scored, prompt, T);
+  assert.equal(r.verdict, 'global_shift');
+  assert.equal(r.locus, 'decode_state');
+  assert.match(r.explanation, /Locus: decode state — 0 of 8 prompt positions shifted/);
+  assert.deepEqual(detectorEvidence(r), { shifted: 30, comparable: 30, maxShift: Math.max(free.maxShift!, r.scored.maxShift!) }, 'the scored positions, and the largest shift of either');
+});
+
+test('a decode-state fault scored in one prefill pass: everything scored agrees, the generated tokens moved → the free verdict stands, decode_state', () => {
+  const free = freeRun([0.05, 0.7, 0.9], 2);
+  const p = pair({ prompt: [side(8, () => 0), side(8, () => 0)], cont: [side(30, () => 0, 100), side(30, () => 0, 100)], mode: 'prefill' });
+  const { scored, prompt } = scoredBlocks(p, T);
+  const r = withScoring(free, scored, prompt, T);
+  assert.equal(r.verdict, free.verdict, 'not turned into noise');
+  assert.equal(r.locus, 'decode_state');
+  assert.match(r.explanation, /scored in one prefill pass \(test scoring\) agree while generating them step by step moved/);
+  assert.deepEqual(detectorEvidence(r), { shifted: free.shifted, comparable: free.comparable, maxShift: free.maxShift }, 'the detectors count the positions that moved');
+});
+
+test('noise everywhere: scoring keeps it noise, no locus; a local fault stays local', () => {
+  const free = freeRun([0.001, 0.002, 0.001, 0.05], null);
+  const p = pair({ prompt: [side(4, () => 0.001), side(4, () => 0)], cont: [side(20, () => 0.002, 50), side(20, () => 0, 50)] });
+  const { scored, prompt } = scoredBlocks(p, T);
+  const r = withScoring(free, scored, prompt, T);
+  assert.equal(r.verdict, 'noise');
+  assert.equal(r.locus, null);
+  const local = withScoring(free, ...Object.values(scoredBlocks(pair({ prompt: [[], []], cont: [side(20, (i) => (i === 7 ? 0.9 : 0), 50), side(20, () => 0, 50)] }), T)) as [never, never], T);
+  assert.equal(local.verdict, 'local_shift');
+  assert.equal(local.locus, 'unknown', 'no prompt block: where cannot be said');
+});
+
+test('not scored: the free-running verdict stays, with the reason; settled verdicts are never changed', () => {
+  const free = freeRun([0.9, 0.9], 1);
+  const r = withScoring(free, notScored('unsupported', 'SGLang has no chat-template endpoint'), null, T);
+  assert.equal(r.verdict, 'early_shift');
+  assert.match(r.explanation, /Not scored past the divergence: SGLang has no chat-template endpoint\./);
+  const same = compare(chatBody([step(' a', -0.1, [])]), chatBody([step(' a', -0.1, [])]), T);
+  assert.equal(same.verdict, 'identical');
+  const kept = withScoring(same, scoredBlocks(pair({ prompt: [[], []], cont: [side(5, () => 0.9), side(5, () => 0)] }), T).scored, null, T);
+  assert.equal(kept.verdict, 'identical');
+  assert.equal(kept.locus, null);
+});
