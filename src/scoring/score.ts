@@ -2,7 +2,7 @@ import type { Comparison, ParsedResponse, Thresholds } from '../core/types.js';
 import { notScored, scoredBlocks, withScoring, type PromptBlock, type ScoredBlock, type ScoredPair } from '../core/scored.js';
 import { detectEngine, type EngineSetting } from './detect.js';
 import { ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import { modelOf, type EngineName, type EngineProfile, type PromptSource } from './profile.js';
+import { modelOf, type EngineName, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
 import { vllmProfile } from './vllm.js';
 import { sglangProfile } from './sglang.js';
 import { llamacppProfile } from './llamacpp.js';
@@ -142,24 +142,41 @@ export class Scorer {
     return run;
   }
 
-  private async scorePair(p: PairToScore): Promise<ScoredPair> {
-    const [cp, bp] = await Promise.all([this.profile('candidate', p.targets.candidate), this.profile('baseline', p.targets.baseline)]);
-    const [cPrompt, bPrompt] = await Promise.all([cp.promptIds(p.targets.candidate, p.source), bp.promptIds(p.targets.baseline, p.source)]);
-    if (!sameIds(cPrompt, bPrompt)) {
-      throw new ScoringError(`the backends tokenize the prompt differently (${cPrompt.length} and ${bPrompt.length} tokens): tokenizers or chat templates differ`);
-    }
-    const continuation = (await continuationIds(bp, p)).slice(0, this.options.maxPositions);
-    if (continuation.length === 0) throw new ScoringError('the baseline generated no tokens');
-    const model = modelOf(p.source.body);
-    const spec = { model, prompt: bPrompt, continuation, topK: this.options.topK, promptPositions: PROMPT_POSITIONS };
-    const [c, b] = await Promise.all([this.inTurn('candidate', cp, () => cp.score(p.targets.candidate, spec)), this.inTurn('baseline', bp, () => bp.score(p.targets.baseline, spec))]);
-    const method = cp.name === bp.name ? bp.method : `${cp.method} vs ${bp.method}`;
-    const mode = cp.mode === 'incremental' && bp.mode === 'incremental' ? 'incremental' : 'prefill';
-    // Prompt blocks line up only from the later of the two starts.
-    const start = Math.max(c.promptStart, b.promptStart);
-    const trim = (side: typeof c) => side.prompt.slice(start - side.promptStart);
-    return { candidate: { prompt: trim(c), continuation: c.continuation }, baseline: { prompt: trim(b), continuation: b.continuation }, method, mode, promptStart: start };
+  /**
+   * What to force on a backend: the request's prompt as its engine tokenizes it and the given
+   * generation's token ids (at most `maxPositions`). Throws Unsupported/ScoringError.
+   */
+  async prepare(backend: Backend, target: ScoringTarget, source: PromptSource, generation: { parsed: ParsedResponse; body: unknown }): Promise<{ profile: EngineProfile; spec: ScoreSpec }> {
+    const profile = await this.profile(backend, target);
+    const prompt = await profile.promptIds(target, source);
+    const continuation = (await continuationIds(profile, target, source, generation)).slice(0, this.options.maxPositions);
+    if (continuation.length === 0) throw new ScoringError('the answer to force has no generated tokens');
+    return { profile, spec: { model: modelOf(source.body), prompt, continuation, topK: this.options.topK, promptPositions: PROMPT_POSITIONS } };
   }
+
+  /** Scores a prepared sequence on one backend (in its turn, for incremental profiles). */
+  scoreSide(backend: Backend, target: ScoringTarget, profile: EngineProfile, spec: ScoreSpec): Promise<ProfileScore> {
+    return this.inTurn(backend, profile, () => profile.score(target, spec));
+  }
+
+  private async scorePair(p: PairToScore): Promise<ScoredPair> {
+    const [cp, { profile: bp, spec }] = await Promise.all([this.profile('candidate', p.targets.candidate), this.prepare('baseline', p.targets.baseline, p.source, p.baseline)]);
+    const cPrompt = await cp.promptIds(p.targets.candidate, p.source);
+    if (!sameIds(cPrompt, spec.prompt)) {
+      throw new ScoringError(`the backends tokenize the prompt differently (${cPrompt.length} and ${spec.prompt.length} tokens): tokenizers or chat templates differ`);
+    }
+    const [c, b] = await Promise.all([this.scoreSide('candidate', p.targets.candidate, cp, spec), this.scoreSide('baseline', p.targets.baseline, bp, spec)]);
+    return pairOf(c, b, cp, bp);
+  }
+}
+
+/** Two sides' scorings as a pair: the prompt blocks line up only from the later of the two starts. */
+export function pairOf(c: ProfileScore, b: ProfileScore, cp: Pick<EngineProfile, 'name' | 'method' | 'mode'>, bp: Pick<EngineProfile, 'name' | 'method' | 'mode'>): ScoredPair {
+  const method = cp.name === bp.name ? bp.method : `${cp.method} vs ${bp.method}`;
+  const mode = cp.mode === 'incremental' && bp.mode === 'incremental' ? 'incremental' : 'prefill';
+  const start = Math.max(c.promptStart, b.promptStart);
+  const trim = (side: ProfileScore) => side.prompt.slice(start - side.promptStart);
+  return { candidate: { prompt: trim(c), continuation: c.continuation }, baseline: { prompt: trim(b), continuation: b.continuation }, method, mode, promptStart: start };
 }
 
 /** A mirrored payload with an engine profile's extra fields merged in (none: the payload as it is). */
@@ -181,15 +198,15 @@ export async function scoreComparison(scorer: Scorer, p: PairToScore): Promise<{
  * `token_id:N`), from `choices[0].token_ids` (vLLM/SGLang `return_token_ids`), else by
  * tokenizing its text, accepted only when that gives one id per generated token.
  */
-async function continuationIds(profile: EngineProfile, p: PairToScore): Promise<number[]> {
-  const steps = p.baseline.parsed.steps;
+async function continuationIds(profile: EngineProfile, target: ScoringTarget, source: PromptSource, generation: { parsed: ParsedResponse; body: unknown }): Promise<number[]> {
+  const steps = generation.parsed.steps;
   if (steps.length > 0 && steps.every((s) => s.id !== undefined)) return steps.map((s) => s.id!);
-  const listed = ((p.baseline.body as { choices?: Array<{ token_ids?: unknown }> } | null)?.choices?.[0])?.token_ids;
+  const listed = ((generation.body as { choices?: Array<{ token_ids?: unknown }> } | null)?.choices?.[0])?.token_ids;
   if (Array.isArray(listed) && listed.length === steps.length && listed.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)) return listed as number[];
   const text = steps.map((s) => s.token).join('');
-  const ids = await profile.tokenize(p.targets.baseline, text, modelOf(p.source.body));
+  const ids = await profile.tokenize(target, text, modelOf(source.body));
   if (ids.length !== steps.length) {
-    throw new UnsupportedError(`the baseline's answer names no token ids, and its text re-tokenises to ${ids.length} ids for ${steps.length} generated tokens`);
+    throw new UnsupportedError(`the answer names no token ids, and its text re-tokenises to ${ids.length} ids for ${steps.length} generated tokens`);
   }
   return ids;
 }
