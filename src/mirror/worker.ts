@@ -1,5 +1,5 @@
 import { readlinkSync } from 'node:fs';
-import { setPriority } from 'node:os';
+import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { createLogger } from '../log/logger.js';
 import { Metrics } from '../metrics/registry.js';
@@ -24,15 +24,23 @@ const { config } = init;
 const post = (m: FromWorker) => port.postMessage(m);
 
 /**
- * Linux: this thread runs at nice 10, so that when the CPU is short the kernel gives it to the
- * proxy's thread first (the mirror then falls behind and drops copies, counted, instead of
- * slowing clients). setpriority() on a thread id affects that thread only.
+ * Linux: this thread runs 10 nice levels below the process (capped at 19, the lowest priority),
+ * so that when the CPU is short the kernel gives it to the proxy's thread first (the mirror then
+ * falls behind and drops copies, counted, instead of slowing clients). Relative, not absolute: a
+ * proxy started at nice 10 still gets the gap (nice 10 vs 19), and one at nice 19 shares its
+ * level, which no unprivileged process can lower. setpriority() on a thread id affects that
+ * thread only.
  */
-export const MIRROR_NICE = 10;
+export const MIRROR_NICE_OFFSET = 10;
+/** The nice level of the mirror's thread for a process at `processNice`. */
+export function mirrorNice(processNice: number): number {
+  return Math.min(19, processNice + MIRROR_NICE_OFFSET);
+}
 if (process.platform === 'linux') {
   try {
     const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
-    if (Number.isInteger(tid) && tid > 0) setPriority(tid, MIRROR_NICE);
+    // getPriority(0) is this thread's level, inherited from the thread that started it.
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, mirrorNice(getPriority(0)));
   } catch {
     // Not allowed or not supported: the mirror runs at the process's priority.
   }
