@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildConfig, loadConfig, readConfigFile } from '../src/config/load.js';
+import { buildConfig, envOrigins, loadConfig, readConfigFile } from '../src/config/load.js';
 import { ConfigError } from '../src/errors.js';
 
 function yamlFile(text: string): string {
@@ -102,7 +102,11 @@ test('YAML file, then LOGPROBE_* environment; empty variables count as unset', (
   assert.equal(c.baseline.url, 'http://base:2');
   assert.equal(c.log.level, 'debug');
   assert.equal(c.mirror.sampleRate, 0.5, 'an empty variable does not override');
-  assert.deepEqual(issuesOf(() => loadConfig({ env: { LOGPROBE_PORT: 'eighty' } })), ['listen.port: expected a port number']);
+  assert.deepEqual(issuesOf(() => loadConfig({ env: { LOGPROBE_PORT: 'eighty' } })), ['listen.port (from LOGPROBE_PORT=eighty): expected a port number']);
+  // The variable is named: the user set it, not mirror.sampleRate in a file.
+  assert.deepEqual(issuesOf(() => loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '5%' } })), ['mirror.sampleRate (from LOGPROBE_SAMPLE_RATE=5%): expected a number from 0 to 1']);
+  // A key's value is never quoted back.
+  assert.deepEqual(envOrigins({ LOGPROBE_BASELINE_API_KEY: 'sk-secret', LOGPROBE_PORT: '' }), new Map([['baseline.apiKey', 'LOGPROBE_BASELINE_API_KEY']]));
 });
 
 test('${VAR} in the YAML is taken from the environment; unset means null', () => {

@@ -91,8 +91,12 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
-/** Validates a config object (defaults filled in) and freezes it; throws {@link ConfigError}. */
-export function buildConfig(input: unknown = {}, source?: string): Config {
+/**
+ * Validates a config object (defaults filled in) and freezes it; throws {@link ConfigError}.
+ * `origins` names where a key's value came from when it was not the file (`mirror.sampleRate` →
+ * `LOGPROBE_SAMPLE_RATE=5%`), so that the error points at the variable to fix.
+ */
+export function buildConfig(input: unknown = {}, source?: string, origins?: ReadonlyMap<string, string>): Config {
   const result = configSchema.safeParse(input ?? {});
   if (!result.success) {
     const issues = result.error.issues.map((issue) => {
@@ -100,7 +104,8 @@ export function buildConfig(input: unknown = {}, source?: string): Config {
       if (issue.code === 'unrecognized_keys') {
         return issue.keys.map((k) => `${path === '(root)' ? '' : `${path}.`}${k}: unknown key`).join('; ');
       }
-      return `${path}: ${issue.message}`;
+      const from = origins && [...origins].find(([key]) => path === key || path.startsWith(`${key}.`))?.[1];
+      return `${path}${from ? ` (from ${from})` : ''}: ${issue.message}`;
     });
     throw new ConfigError(issues, source);
   }
@@ -130,6 +135,20 @@ export function readConfigFile(file: string, env: Env = process.env): Record<str
   return interpolate(parsed, protectedText.names, env) as Record<string, unknown>;
 }
 
+/**
+ * The keys the `LOGPROBE_*` environment sets, each with its variable as an error should cite it
+ * (`LOGPROBE_SAMPLE_RATE=5%`; a key's value is never shown).
+ */
+export function envOrigins(env: Env = process.env): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const o of ENV_OVERRIDES) {
+    const v = env[o.name];
+    if (v === undefined || v === '') continue;
+    out.set(o.path.join('.'), /KEY/.test(o.name) ? o.name : `${o.name}=${JSON.stringify(v).slice(1, -1)}`);
+  }
+  return out;
+}
+
 /** Applies the `LOGPROBE_*` environment overrides to a raw config object (mutates a copy). */
 export function applyEnv(raw: Record<string, unknown>, env: Env = process.env): Record<string, unknown> {
   const out = structuredClone(raw);
@@ -147,7 +166,7 @@ export function loadConfig(options: { file?: string | undefined; env?: Env; over
   const fromFile = options.file ? readConfigFile(options.file, env) : {};
   const merged = applyEnv(fromFile, env);
   if (options.overrides) mergeInto(merged, options.overrides as Record<string, unknown>);
-  return buildConfig(merged, options.file);
+  return buildConfig(merged, options.file, envOrigins(env));
 }
 
 function mergeInto(target: Record<string, unknown>, src: Record<string, unknown>): void {
