@@ -25,9 +25,9 @@ const NOISE_CAVEAT =
 
 /**
  * The verdict in the seed's terms (docs/format.md): global → suspect the shared prefill input
- * (KV cache / state); local → a token-specific path; early → see the window's pooled share;
- * ambiguous flip → near-tie, cannot be attributed; noise carries the caveat that it proves no
- * absence of a bug.
+ * (KV cache / state); local → a token-specific path; early → too few positions for one pair,
+ * pool them over many (worded for online and offline alike); ambiguous flip → near-tie, cannot be
+ * attributed; noise carries the caveat that it proves no absence of a bug.
  */
 export function explain(e: ExplainInput, t: Thresholds): string {
   const floor = `the ${formatNats(t.noiseFloor)}-nat noise floor`;
@@ -51,7 +51,7 @@ export function explain(e: ExplainInput, t: Thresholds): string {
       break;
     case 'early_shift':
       parts.push(
-        `Early shift: diverged at once with a large shift: see the window's pooled share (${moved}; fewer than ${t.minAligned} comparable positions, too few to localise from this request alone).`,
+        `Early shift: diverged at once with a large shift (${moved}; fewer than ${t.minAligned} comparable positions): too few positions to localise from this pair alone — pool them over many pairs (the alert window does so over requests, analyze over a capture).`,
       );
       break;
     case 'global_shift':
