@@ -203,7 +203,7 @@ test('a request the candidate refused is skipped; a mirrored copy the candidate 
     res.end(b.logprobs ? '{"error":{"message":"boom","type":"server_error","param":null,"code":null}}' : '{"choices":[{"index":0,"text":"x","finish_reason":"stop","logprobs":null}]}');
   });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } });
+  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } }, { level: 'debug' });
   t.after(() => lp.close());
   assert.equal((await send(lp.proxyUrl, 1)).status, 200);
   assert.equal((await send(lp.proxyUrl, 3, { refuse: true })).status, 400);
@@ -211,6 +211,10 @@ test('a request the candidate refused is skipped; a mirrored copy the candidate 
   const m = await metrics(lp.adminUrl);
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'candidate_error' }), 1);
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'skipped' }), 1);
+  // The skipped copy says why, at debug.
+  const skipped = lp.logs.lines.filter((l) => l.msg === 'mirror skipped');
+  assert.equal(skipped.length, 1, JSON.stringify(skipped));
+  assert.match(String(skipped[0]!.reason), /the candidate answered 400/);
 });
 
 test('a graceful stop finishes the mirrored pairs still queued instead of dropping them', async (t) => {

@@ -12,7 +12,7 @@ import { LogprobLimits, sendWithinLimits } from './limits.js';
 import { AlertNotifier } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
-import { mirrorKind, requestKind, rewriteForMirror } from './rewrite.js';
+import { mirrorKind, requestKind, rewriteForMirror, skipReason } from './rewrite.js';
 import { Scorer, scoreComparison, scoringOptions, withCopyParams, type Backend } from '../scoring/score.js';
 import type { ScoringTarget } from '../scoring/http.js';
 import { ENGINE_NAMES } from '../scoring/profile.js';
@@ -131,13 +131,14 @@ export class Mirror {
    */
   accept(ex: Exchange): void {
     const settle = this.deps.onSettled;
-    const count = (outcome: MirrorOutcome) => {
+    const count = (outcome: MirrorOutcome, reason?: string | null) => {
       this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
+      if (reason) this.log.debug({ reqId: ex.requestId, route: ex.route, reason }, 'mirror skipped');
       settle?.();
     };
     const kind = mirrorKind(ex);
     if (kind === null) {
-      count('skipped');
+      count('skipped', skipReason(ex));
       return;
     }
     // A full queue would refuse the copy anyway: drop it before parsing and rewriting the body.
@@ -149,11 +150,11 @@ export class Mirror {
     try {
       parsed = JSON.parse(ex.body.toString('utf8'));
     } catch {
-      count('skipped');
+      count('skipped', 'the request body is not JSON');
       return;
     }
     if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-      count('skipped');
+      count('skipped', 'the request body is not a JSON object');
       return;
     }
     const body = rewriteForMirror(kind, parsed as Record<string, unknown>, this.deps.config.mirror);
@@ -162,7 +163,7 @@ export class Mirror {
       // Throws on a body nested deeper than the stack allows (JSON.parse does not).
       payload = JSON.stringify(body);
     } catch {
-      count('skipped');
+      count('skipped', 'the rewritten body cannot be serialised (nested too deep)');
       return;
     }
     const accepted = this.queue.push({ id: ex.requestId, route: ex.route, path: ex.path, headers: ex.headers, body, payload, settle });

@@ -31,6 +31,12 @@ export function mirrorKind(ex: { path: string; status: number; aborted: boolean 
   return requestKind(ex.path);
 }
 
+/** Why {@link mirrorKind} skips an exchange (for the debug log), or null when it does not. */
+export function skipReason(ex: { path: string; status: number; aborted: boolean }): string | null {
+  if (ex.status >= 400 && !ex.aborted) return `the candidate answered ${ex.status}: not a valid request to mirror`;
+  return requestKind(ex.path) === null ? 'not a completions or chat completions route' : null;
+}
+
 /** The client's length limit, whole and at most `max`; `max` when it is absent or not a count ≥ 1 (0.5 would floor to 0). */
 function cap(value: unknown, max: number): number {
   return typeof value === 'number' && Number.isFinite(value) && value >= 1 ? Math.min(Math.floor(value), max) : max;

@@ -6,7 +6,7 @@ import { initialDetectorState } from '../core/detector.js';
 import type { LogDestination } from '../log/logger.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
-import { mirrorKind } from './rewrite.js';
+import { mirrorKind, skipReason } from './rewrite.js';
 import { Sampler } from './sampler.js';
 import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
 import type { MirrorListeners } from './types.js';
@@ -152,7 +152,10 @@ export class MirrorThread implements MirrorTap {
 
   onExchange(ex: Exchange): void {
     const choice = mirrorChoice(this.sampler, ex);
-    if (choice === 'skipped') this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome: 'skipped' });
+    if (choice === 'skipped') {
+      this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome: 'skipped' });
+      this.deps.logger.debug({ reqId: ex.requestId, route: ex.route, reason: skipReason(ex) }, 'mirror skipped');
+    }
     if (choice === 'mirror') this.handOver(ex);
   }
 
