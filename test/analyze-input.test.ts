@@ -39,6 +39,30 @@ test('malformed lines and a truncated last line are reported as file:line: reaso
   }
 });
 
+test('a file that is not a capture is said once; a capture with many bad lines lists ten and counts the rest', async (t) => {
+  const dir = tempDir(t);
+  const readme = join(dir, 'README.md');
+  writeFileSync(readme, Array.from({ length: 300 }, (_, i) => `line ${i} of prose`).join('\n'));
+  const res = await runCli(['analyze', readme]);
+  assert.equal(res.code, 2, res.stderr);
+  const said = res.stderr.trim().split('\n');
+  assert.equal(said.length, 2, res.stderr);
+  assert.ok(said[0]!.startsWith(`${readme}: not a capture file: none of its first 5 lines is a capture record (line 1: invalid JSON (`), said[0]);
+  assert.ok(said[0]!.endsWith('); skipped'), said[0]);
+  assert.equal(said[1], `logprobe: no capture records in ${readme}`);
+
+  const noisy = join(dir, 'noisy.jsonl');
+  writeFileSync(noisy, [line(1), ...Array.from({ length: 30 }, () => '{"broken":'), line(2)].join('\n'));
+  const r2 = await runCli(['analyze', noisy]);
+  assert.equal(r2.code, 0, r2.stderr);
+  assert.match(r2.stdout, /^pairs 2, compared 2/m);
+  assert.match(r2.stdout, /skipped lines: 30/);
+  const errors = r2.stderr.trim().split('\n');
+  assert.equal(errors.length, 11, r2.stderr);
+  assert.ok(errors.slice(0, 10).every((e, i) => e.startsWith(`${noisy}:${i + 2}: `)), r2.stderr);
+  assert.equal(errors[10], `${noisy}: 20 more bad lines skipped, not listed`);
+});
+
 test('a gzip file cut short (a copy interrupted) yields its complete records and one error, never a crash', async (t) => {
   const dir = tempDir(t);
   const file = join(dir, 'cut.jsonl.gz');

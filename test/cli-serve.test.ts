@@ -41,7 +41,19 @@ test('a missing config file and unknown options exit 2', async () => {
   assert.equal(unknown.code, 2);
   const badEnv = await runCli(['serve', '--check-config'], { env: { LOGPROBE_ADMIN_PORT: 'x' } });
   assert.equal(badEnv.code, 2);
-  assert.match(badEnv.stderr, /admin\.port: expected a port number/);
+  assert.match(badEnv.stderr, /admin\.port \(from LOGPROBE_ADMIN_PORT=x\): expected a port number/, 'the variable it came from is named');
+});
+
+test('a port in use: one line, exit 2, and no "logprobe stopped" after the error', async (t) => {
+  const taken = await startUpstream((_req, res) => res.end());
+  t.after(() => taken.close());
+  const port = new URL(taken.url).port;
+  const file = configFile(`listen: { host: 127.0.0.1, port: ${port} }\nadmin: { host: 127.0.0.1, port: 0 }\ncapture: { enabled: false }\n`);
+  const r = await runCli(['serve', '--config', file]);
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, new RegExp(`^logprobe: cannot listen: .*EADDRINUSE.*${port}`, 'm'));
+  assert.doesNotMatch(r.stdout + r.stderr, /logprobe stopped/, 'a start that failed reports no stop');
+  assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
 });
 
 test('--check-config validates and exits 0', async () => {

@@ -40,24 +40,49 @@ export function recordThresholds(record: CaptureRecord, overrides: Partial<Thres
   return { ...DEFAULT_THRESHOLDS, ...own, ...overrides };
 }
 
+/** Bad lines listed one by one per file; the others are counted and said in one line. */
+export const LISTED_PER_FILE = 10;
+/** A file whose first this many lines hold no capture record is not a capture file: said once, not read further. */
+export const PROBE_LINES = 5;
+
 /**
  * Streams capture files record by record (constant memory), re-runs the comparison on the
- * captured bodies, and feeds the summary. Bad lines are reported and skipped, never fatal.
+ * captured bodies, and feeds the summary. Bad lines are reported and skipped, never fatal: up to
+ * {@link LISTED_PER_FILE} per file, then how many more; a file that starts with
+ * {@link PROBE_LINES} bad lines (a README, a log) is said once not to be a capture file.
  */
-export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: number }> {
+export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: number; golden: number }> {
   let records = 0;
+  let goldenTotal = 0;
   for (const file of o.files) {
     if (o.signal?.aborted) break;
+    let good = 0;
+    let bad = 0;
+    let unlisted = 0;
+    let golden = 0;
+    // The first bad lines wait until the file shows a record: then they are listed, else it is no capture.
+    const held: string[] = [];
+    const report = (message: string) => {
+      o.summary.skip(message);
+      if (++bad <= LISTED_PER_FILE) o.onSkip?.(message);
+      else unlisted++;
+    };
     for await (const item of readJsonLines(file, { onBytes: o.onBytes })) {
       if (o.signal?.aborted) break;
       let problem = item.error;
       if (problem === undefined) problem = captureRecordError(item.value) ?? undefined;
       if (problem !== undefined) {
         const message = `${item.file}:${item.line}: ${problem}`;
-        o.summary.skip(message);
-        o.onSkip?.(message);
+        if (good > 0) report(message);
+        else if (held.push(message) === PROBE_LINES) break;
         continue;
       }
+      // A golden record (logprobe record) has one side: nothing to compare offline; said once per file.
+      if ((item.value as { golden?: unknown }).golden === true) {
+        golden++;
+        continue;
+      }
+      if (good++ === 0) held.splice(0).forEach(report);
       const record = asCaptureRecord(item.value);
       const thresholds = recordThresholds(record, o.overrides);
       const result = analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
@@ -74,6 +99,14 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
       const wait = o.onPair?.({ file, line: item.line, record, result, thresholds });
       if (wait) await wait;
     }
+    if (held.length === PROBE_LINES) {
+      const message = `${file}: not a capture file: none of its first ${PROBE_LINES} lines is a capture record (line ${held[0]!.slice(file.length + 1)}); skipped`;
+      o.summary.skip(message);
+      o.onSkip?.(message);
+    } else held.splice(0).forEach(report);
+    if (unlisted > 0) o.onSkip?.(`${file}: ${unlisted} more bad line${unlisted === 1 ? '' : 's'} skipped, not listed`);
+    if (golden > 0) o.onSkip?.(`${file}: ${golden} golden record${golden === 1 ? '' : 's'} (logprobe record: the baseline side only) not analysed — nothing to compare; replay INPUT --candidate URL --baseline-from ${file} compares a build with them`);
+    goldenTotal += golden;
   }
-  return { records };
+  return { records, golden: goldenTotal };
 }

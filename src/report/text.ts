@@ -121,7 +121,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     const s = d.worst[0];
     out.push('', `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, ${s.at})`);
   }
-  if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (each reported on stderr)`);
+  if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (reported on stderr)`);
   out.push('', `note: ${ABSENCE_NOTE}`);
   return `${out.join('\n')}\n`;
 }
