@@ -1,3 +1,4 @@
+import type { MirrorOutcome } from '../mirror/types.js';
 import type { Summary, SummaryData } from '../report/summary.js';
 
 /** The CI gate's decision over a replay, and the one line that says it. */
@@ -13,9 +14,28 @@ export interface GateDecision {
  * candidate that is down must not pass on no evidence.
  */
 export function decideGate(summary: Summary, data: SummaryData, failOn: ReadonlySet<string>): GateDecision {
-  const hits = [...failOn].filter((v) => v !== 'alert' && summary.count([v]) > 0).map((v) => `${v} ${summary.count([v])}`);
+  const hits = [...failOn].filter((v) => v !== 'alert' && summary.count([v]) > 0).map((v) => withReasons(data, v, summary.count([v])));
   if (failOn.has('alert') && summary.alertsFired > 0) hits.push(`alert ${data.alerts.map((a) => a.alert).join(', ')}`);
   if (hits.length > 0) return { passed: false, line: `gate: FAIL (${hits.join(', ')})` };
-  if (data.compared === 0) return { passed: false, line: 'gate: FAIL (no pair could be compared: a gate does not pass on no evidence)' };
+  if (data.compared === 0) return { passed: false, line: `gate: FAIL (no pair could be compared: ${noEvidence(data)})` };
   return { passed: true, line: `gate: PASS (${failOn.size ? `no ${[...failOn].join(', no ')}` : '--fail-on none'})` };
+}
+
+/**
+ * An outcome and its count, with its most frequent reasons when it is an uncompared one:
+ * `candidate_error 24: ECONNREFUSED 127.0.0.1:39999`, or `… 24: ECONNREFUSED … ×20, HTTP 503 ×4`.
+ */
+export function withReasons(data: SummaryData, name: string, count: number): string {
+  const reasons = data.uncomparedReasons[name as MirrorOutcome] ?? [];
+  if (reasons.length === 0) return `${name} ${count}`;
+  const one = reasons.length === 1 && reasons[0]!.count === count;
+  return `${name} ${count}: ${reasons.map((r) => (one ? r.reason : `${r.reason} ×${r.count}`)).join(', ')}`;
+}
+
+/** Why a run compared nothing: its uncompared outcomes with their reasons, most frequent first. */
+function noEvidence(data: SummaryData): string {
+  const outcomes = Object.entries(data.uncompared)
+    .filter(([, n]) => (n ?? 0) > 0)
+    .sort((a, b) => (b[1] ?? 0) - (a[1] ?? 0));
+  return outcomes.length > 0 ? outcomes.map(([o, n]) => withReasons(data, o, n ?? 0)).join('; ') : 'a gate does not pass on no evidence';
 }

@@ -11,6 +11,8 @@ export interface SideAnswer {
 /** One pair analysed: the mirror's outcome and, when both sides were usable, the comparison and the parsed bodies. */
 export interface PairResult {
   outcome: MirrorOutcome;
+  /** Why a pair was not compared (a transport error, an HTTP status, an unusable body), in a few words. */
+  reason?: string;
   comparison: Comparison | null;
   candidate: ParsedResponse | null;
   baseline: ParsedResponse | null;
@@ -27,12 +29,13 @@ function failed(s: SideAnswer): boolean {
  * online result exactly.
  */
 export function analyzePair(candidate: SideAnswer, baseline: SideAnswer, thresholds: Thresholds, scoring?: CapturedScoring): PairResult {
-  if (failed(candidate)) return { outcome: 'candidate_error', comparison: null, candidate: null, baseline: null };
-  if (failed(baseline)) return { outcome: 'baseline_error', comparison: null, candidate: null, baseline: null };
+  if (failed(candidate)) return { outcome: 'candidate_error', reason: failureReason(candidate), comparison: null, candidate: null, baseline: null };
+  if (failed(baseline)) return { outcome: 'baseline_error', reason: failureReason(baseline), comparison: null, candidate: null, baseline: null };
   const pc = parseResponse(candidate.body);
   const pb = parseResponse(baseline.body);
   if (pc.format === 'unknown' || pb.format === 'unknown' || pc.format === 'error' || pb.format === 'error') {
-    return { outcome: 'unparseable', comparison: null, candidate: pc, baseline: pb };
+    const side = pc.format === 'unknown' || pc.format === 'error' ? (['candidate', pc] as const) : (['baseline', pb] as const);
+    return { outcome: 'unparseable', reason: clip(`${side[0]}: ${side[1].error ?? `a ${side[1].format} body`}`), comparison: null, candidate: pc, baseline: pb };
   }
   const free = compare(pc, pb, thresholds);
   const comparison = scoring?.scored ? rescored(free, scoring, thresholds) : free;
@@ -55,4 +58,22 @@ function rescored(free: Comparison, s: CapturedScoring, t: Thresholds): Comparis
   const block: ScoredBlock = scored.outcome === 'ok' && Array.isArray(scored.shifts) ? { ...scored, ...recount(scored.shifts, t) } : scored;
   const prompt: PromptBlock | null = s.prompt && Array.isArray(s.prompt.shifts) ? { ...recount(s.prompt.shifts, t), start: s.prompt.start } : null;
   return withScoring(free, block, prompt, t);
+}
+
+const REASON_CHARS = 160;
+const clip = (s: string): string => (s.length > REASON_CHARS ? `${s.slice(0, REASON_CHARS - 1)}…` : s);
+
+/**
+ * Why a backend's answer failed, as a gate or a report says it: the transport error without
+ * undici's repetition (`ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:39999` → `ECONNREFUSED
+ * 127.0.0.1:39999`), or the HTTP status with the error envelope's message.
+ */
+export function failureReason(s: SideAnswer): string {
+  if (s.error !== undefined && s.error !== null) {
+    const m = /^([A-Z][A-Z0-9_]+): (?:connect |getaddrinfo |read |write )?\1 ?(.*)$/.exec(s.error);
+    return clip(m ? `${m[1]}${m[2] ? ` ${m[2]}` : ''}` : s.error);
+  }
+  const body = s.body as { error?: { message?: unknown } | string; message?: unknown } | null;
+  const message = typeof body === 'string' ? body : typeof body?.error === 'string' ? body.error : (body?.error?.message ?? body?.message);
+  return clip(`HTTP ${s.status}${typeof message === 'string' && message.trim() ? `: ${message.trim().split('\n')[0]}` : ''}`);
 }

@@ -38,6 +38,8 @@ export interface SummaryData {
   compared: number;
   verdicts: Record<Verdict, number>;
   uncompared: Partial<Record<MirrorOutcome, number>>;
+  /** For each uncompared outcome, its most frequent reasons (up to three, most frequent first). */
+  uncomparedReasons: Partial<Record<MirrorOutcome, Array<{ reason: string; count: number }>>>;
   /** Pairs whose verdict differs from the one captured online (null: no input carried one). */
   changed: number | null;
   /** Distinct noise floors used (at most 5 listed; `moreFloors` when there were more). */
@@ -83,6 +85,8 @@ export interface SummaryOptions {
 }
 
 const EXAMPLES = 20;
+/** Distinct reasons counted per uncompared outcome. */
+const MAX_CAUSES = 50;
 
 /**
  * Accumulates analysed pairs into a report in constant memory: counts, histograms, the flips,
@@ -92,6 +96,7 @@ export class Summary {
   private pairs = 0;
   private readonly verdicts = Object.fromEntries(VERDICTS.map((v) => [v, 0])) as Record<Verdict, number>;
   private readonly uncompared: Partial<Record<MirrorOutcome, number>> = {};
+  private readonly causes = new Map<MirrorOutcome, Map<string, number>>();
   private changed: number | null = null;
   private readonly floors = new Set<number>();
   private moreFloors = false;
@@ -124,6 +129,7 @@ export class Summary {
     if (e.online !== undefined) this.changed = (this.changed ?? 0) + ((c?.verdict ?? null) === e.online ? 0 : 1);
     if (c === null) {
       this.uncompared[e.result.outcome] = (this.uncompared[e.result.outcome] ?? 0) + 1;
+      this.addCause(e.result.outcome, e.result.reason);
       return;
     }
     this.verdicts[c.verdict]++;
@@ -160,6 +166,14 @@ export class Summary {
       if (c.prompt.shifted > 0) this.promptShifted++;
       for (const x of c.prompt.shifts) if (x !== null) this.promptShift.add(x);
     }
+  }
+
+  /** Counts an uncompared pair's reason: at most {@link MAX_CAUSES} distinct ones per outcome (the rest are not named). */
+  private addCause(outcome: MirrorOutcome, reason: string | undefined): void {
+    if (!reason) return;
+    let m = this.causes.get(outcome);
+    if (!m) this.causes.set(outcome, (m = new Map()));
+    if (m.has(reason) || m.size < MAX_CAUSES) m.set(reason, (m.get(reason) ?? 0) + 1);
   }
 
   /** Counts a skipped line (malformed, truncated, not replayable); keeps the first messages. */
@@ -201,6 +215,7 @@ export class Summary {
       compared,
       verdicts: { ...this.verdicts },
       uncompared: { ...this.uncompared },
+      uncomparedReasons: Object.fromEntries([...this.causes].map(([o, m]) => [o, [...m].sort((a, b) => b[1] - a[1]).slice(0, 3).map(([reason, count]) => ({ reason, count }))])),
       changed: this.changed,
       noiseFloors: [...this.floors].sort((a, b) => a - b),
       moreFloors: this.moreFloors,

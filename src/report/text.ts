@@ -67,6 +67,8 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   const out: string[] = [];
   const unc = Object.entries(d.uncompared).filter(([, n]) => (n ?? 0) > 0);
   out.push(`pairs ${int(d.pairs)}, compared ${int(d.compared)}${unc.length ? `; not compared: ${unc.map(([k, n]) => `${k} ${int(n ?? 0)}`).join(', ')}` : ''}`);
+  // Why they were not compared: the causes are in the capture's records, and said here.
+  for (const [k] of unc) for (const r of d.uncomparedReasons[k as keyof SummaryData['uncomparedReasons']] ?? []) out.push(`  ${k}: ${r.reason} (${int(r.count)})`);
   out.push(`thresholds: ${ctx.thresholds}`);
   out.push('', 'verdicts');
   const vmax = Math.max(0, ...Object.values(d.verdicts));
