@@ -83,6 +83,9 @@ export function errnoReason(err: unknown, mode: 'read' | 'write'): string {
       return 'read-only file system';
     case 'ENOSPC':
       return 'no space left on device';
+    // What a file that opens for writing but takes no bytes answers (/proc/version).
+    case 'EIO':
+      return 'input/output error';
     default:
       return (err as Error | null)?.message ?? String(err);
   }

@@ -7,7 +7,7 @@ import { createLogger } from '../src/log/logger.js';
 import { Metrics } from '../src/metrics/registry.js';
 import { buildConfig } from '../src/config/load.js';
 import { CaptureWriter, type CaptureWriterOptions } from '../src/capture/writer.js';
-import { createCaptureWriter } from '../src/capture/sink.js';
+import { checkCaptureDir, createCaptureWriter } from '../src/capture/sink.js';
 import { nodeCaptureFs, type CaptureFs } from '../src/capture/files.js';
 import { LogSink } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
@@ -185,4 +185,33 @@ test('a disk slower than the mirror: past maxPendingBytes records are dropped as
   assert.ok(errors.length > 0 && errors.every((e) => e === 'overflow'), `${errors.length} overflow`);
   assert.equal(w.stats.written + w.stats.dropped, 50);
   assert.equal(captureLines(dir).length, w.stats.written);
+});
+
+test('a directory that cannot be created (procfs answers ENOENT) fails at once, counted, instead of node\'s mkdir -p looping at full CPU', async () => {
+  const started = performance.now();
+  await assert.rejects(nodeCaptureFs.mkdir('/proc/logprobe-nope/deeper'), (err: NodeJS.ErrnoException) => err.code === 'ENOENT');
+  const { w, errors } = writer('/proc/logprobe-nope');
+  for (let i = 0; i < 3; i++) w.write(makePair(i));
+  await w.flush();
+  for (let i = 3; i < 5; i++) w.write(makePair(i));
+  await w.close();
+  assert.deepEqual(errors, ['write', 'write'], 'each flush counts its loss');
+  assert.equal(w.stats.dropped, 5);
+  assert.ok(performance.now() - started < 2000, `settled in ${(performance.now() - started).toFixed(0)} ms`);
+});
+
+test('checkCaptureDir: creates the directory (0700), leaves no probe behind, and refuses one it cannot write with one line', async (t) => {
+  const dir = join(tempDir(t), 'a', 'b');
+  await checkCaptureDir(dir);
+  assert.equal(statSync(dir).mode & 0o777, 0o700);
+  assert.deepEqual(readdirSync(dir), [], 'the probe file is removed');
+  const file = join(tempDir(t), 'plain');
+  writeFileSync(file, 'x');
+  for (const [bad, why] of [
+    ['/proc/logprobe-nope', /^capture\.dir \/proc\/logprobe-nope: cannot create the directory: no such directory \(set capture\.dir/],
+    [join(file, 'sub'), /: cannot create the directory: a part of the path is not a directory/],
+    ['/proc', /^capture\.dir \/proc: cannot write a file in it: /],
+  ] as const) {
+    await assert.rejects(checkCaptureDir(bad), (err: Error & { code?: string; exitCode?: number }) => err.code === 'LOGPROBE_UNWRITABLE_FILE' && err.exitCode === 2 && why.test(err.message) && !err.message.includes('\n'));
+  }
 });

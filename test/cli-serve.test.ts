@@ -1,10 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { runCli, startCli } from './helpers/cli.js';
+import { metricValue, startSim } from './helpers/sim.js';
 import { startUpstream } from './helpers/upstream.js';
 
 // The CLI runs the compiled sources (dist/), as after `npm ci`; `npm test` builds them first.
@@ -80,4 +81,55 @@ test('SIGTERM lets an in-flight request finish, then exits 0', async (t) => {
   assert.equal(await res.body.text(), '{"done":true}');
   assert.equal(await proc.exited, 0, proc.output());
   assert.match(proc.output(), /logprobe stopped/);
+});
+
+test('a capture directory that cannot be created refuses the start: one line, exit 2, at once', async () => {
+  const file = configFile('listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncapture: { dir: /proc/logprobe-nope }\n');
+  const started = Date.now();
+  const r = await runCli(['serve', '--config', file], { timeoutMs: 15_000 });
+  assert.equal(r.code, 2, r.stdout + r.stderr);
+  assert.equal(r.stderr, 'logprobe: capture.dir /proc/logprobe-nope: cannot create the directory: no such directory (set capture.dir to a writable directory, or capture.enabled: false)\n');
+  assert.doesNotMatch(r.stdout, /listening/, 'nothing listened');
+  assert.ok(Date.now() - started < 10_000);
+});
+
+/** CPU seconds a process has used (user + system), from /proc. */
+function cpuSeconds(pid: number): number {
+  const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+test('capture writes that fail after the start are counted in logprobe_capture_errors_total, without spinning, and SIGTERM stops serve', { skip: process.platform !== 'linux' }, async (t) => {
+  const baseline = await startSim();
+  const candidate = await startSim();
+  t.after(() => Promise.all([baseline.close(), candidate.close()]));
+  const dir = join(mkdtempSync(join(tmpdir(), 'logprobe-cli-')), 'captures');
+  const file = configFile(`listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url} }\nmirror: { sampleRate: 1 }\ncapture: { dir: ${dir} }\n`);
+  const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)","adminUrl":"(http:\/\/[^"]+)"/);
+  t.after(() => proc.child.kill('SIGKILL'));
+  const [proxyUrl, adminUrl] = [proc.match[1]!, proc.match[2]!];
+  assert.deepEqual(readdirSync(dir), [], 'the start checked the directory and left nothing in it');
+  // The directory becomes a plain file: every open of a capture file now fails (ENOTDIR).
+  rmSync(dir, { recursive: true });
+  writeFileSync(dir, 'not a directory');
+  for (let i = 0; i < 3; i++) {
+    const res = await request(`${proxyUrl}/v1/completions`, { method: 'POST', body: JSON.stringify({ model: 'sim', prompt: `p ${i}`, max_tokens: 8 }), headers: { 'content-type': 'application/json' } });
+    assert.equal(res.statusCode, 200, 'clients never notice');
+    await res.body.dump();
+  }
+  let errors = 0;
+  for (let i = 0; i < 50 && errors === 0; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    errors = metricValue(await (await request(`${adminUrl}/metrics`)).body.text(), 'logprobe_capture_errors_total') ?? 0;
+  }
+  assert.ok(errors >= 1, 'the lost records are counted');
+  const before = cpuSeconds(proc.child.pid!);
+  await new Promise((r) => setTimeout(r, 2000));
+  const used = cpuSeconds(proc.child.pid!) - before;
+  assert.ok(used < 0.5, `${used.toFixed(2)} CPU seconds in 2 s: no retry loop`);
+  const stopped = Date.now();
+  proc.child.kill('SIGTERM');
+  assert.equal(await proc.exited, 0, proc.output());
+  assert.ok(Date.now() - stopped < 10_000, 'SIGTERM stops it');
 });

@@ -124,7 +124,45 @@ test('usage errors exit 2; a replay where nothing could be compared exits 1', as
   const down = await runCli(['replay', GOLDEN, '--candidate', 'http://127.0.0.1:9', '--baseline', sim.url, '--out', join(dir, 'down.jsonl')]);
   assert.equal(down.code, 1, 'a gate does not pass on no evidence');
   assert.match(down.stdout, /not compared: candidate_error 24/);
-  assert.match(down.stdout, /^gate: FAIL \(no pair could be compared/m);
+  // The gate names the cause with its count: it is in the records, and now on the FAIL line too.
+  assert.match(down.stdout, /^gate: FAIL \(no pair could be compared: candidate_error 24: ECONNREFUSED 127\.0\.0\.1:9\)$/m);
+  assert.match(down.stdout, /^ {2}candidate_error: ECONNREFUSED 127\.0\.0\.1:9 \(24\)$/m, 'and the report lists it');
+  // A baseline that refuses: the status and the error envelope's message.
+  const refusing = await startUpstream((_req, res) => {
+    res.writeHead(401, { 'content-type': 'application/json' });
+    res.end('{"error":{"message":"invalid api key","type":"auth_error","param":null,"code":null}}');
+  });
+  t.after(() => refusing.close());
+  const denied = await runCli(['replay', GOLDEN, '--candidate', sim.url, '--baseline', refusing.url, '--out', join(dir, 'denied.jsonl')]);
+  assert.equal(denied.code, 1, denied.stderr);
+  assert.match(denied.stdout, /^gate: FAIL \(no pair could be compared: baseline_error 24: HTTP 401: invalid api key\)$/m);
+});
+
+test('an --out that opens but takes no bytes is exit 2 before any request is sent; /dev/null still works', async (t) => {
+  const dir = tempDir(t);
+  const baseline = await startSim();
+  let requests = 0;
+  const candidate = await startUpstream((_req, res) => {
+    requests++;
+    res.writeHead(500).end();
+  });
+  t.after(() => Promise.all([baseline.close(), candidate.close()]));
+  const base = ['--candidate', candidate.url, '--baseline', baseline.url];
+  for (const [out, reason] of [
+    ['/proc/version', 'input/output error'],
+    ['/dev/full', 'no space left on device'],
+  ] as const) {
+    const res = await runCli(['replay', GOLDEN, ...base, '--out', out]);
+    assert.equal(res.code, 2, `${out}: ${res.stdout}${res.stderr}`);
+    assert.equal(res.stderr, `logprobe: ${out}: ${reason}\n`);
+    assert.doesNotMatch(res.stdout, /gate:/, 'no gate decided');
+  }
+  assert.equal(requests, 0, 'nothing was sent');
+  const mode = statSync('/dev/null').mode;
+  const discard = await runCli(['replay', GOLDEN, '--candidate', baseline.url, '--baseline', baseline.url, '--out', '/dev/null']);
+  assert.equal(discard.code, 0, discard.stderr);
+  assert.match(discard.stdout, /^gate: PASS/m);
+  assert.equal(statSync('/dev/null').mode, mode, '/dev/null keeps its mode');
 });
 
 test('replay learns a backend\'s logprobs cap from its 400 like the live mirror: one refusal per field, then every copy within it', async (t) => {

@@ -1,5 +1,6 @@
 import { createReadStream, createWriteStream } from 'node:fs';
 import { mkdir, open, stat, unlink, utimes } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
 
@@ -21,16 +22,42 @@ export interface CaptureFs {
   open(path: string, options: { truncate: boolean }): Promise<CaptureFile>;
 }
 
+/**
+ * `mkdir -p` with mode 0700 that fails instead of looping: node's own recursive mkdir retries a
+ * directory whose creation answers ENOENT after its parent exists — what procfs and sysfs answer
+ * (`/proc/nope`) — forever, in a libuv thread at full CPU, and its promise never settles. Here
+ * each level is tried once more after its parent was made, and a second ENOENT is thrown.
+ */
+export async function makeDir(dir: string): Promise<void> {
+  const once = async (): Promise<boolean> => {
+    try {
+      await mkdir(dir, { mode: 0o700 });
+      return true;
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      // An existing directory is what we want; an existing file is an error (EEXIST says so).
+      if (code === 'EEXIST' && (await stat(dir).catch(() => null))?.isDirectory()) return true;
+      if (code === 'ENOENT') return false;
+      throw err;
+    }
+  };
+  if (await once()) return;
+  const parent = dirname(dir);
+  if (parent !== dir) await makeDir(parent);
+  if (!(await once())) throw Object.assign(new Error(`ENOENT: cannot create directory '${dir}'`), { code: 'ENOENT', path: dir });
+}
+
 /** The real file system. */
 export const nodeCaptureFs: CaptureFs = {
   async mkdir(dir) {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await makeDir(dir);
   },
   async open(path, options) {
     const handle = await open(path, options.truncate ? 'w' : 'a', 0o600);
     try {
       // The mode given to open() only applies to a new file; a file replay truncates may exist.
-      await handle.chmod(0o600);
+      // Regular files only: `--out /dev/null` must not chmod the device.
+      if ((await handle.stat()).isFile()) await handle.chmod(0o600);
     } catch (err) {
       await handle.close();
       throw err;

@@ -1,9 +1,38 @@
+import { open, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
+import { errnoReason, LogprobeError } from '../errors.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { MirrorListeners } from '../mirror/types.js';
 import { CAPTURE_ERROR_REASONS, CaptureWriter } from './writer.js';
-import type { CaptureFs } from './files.js';
+import { makeDir, type CaptureFs } from './files.js';
+
+/**
+ * What `serve` checks before it listens, when captures are on: the directory can be created
+ * (0700), and a file in it written, fsynced and removed — what the writer will do with every
+ * record. Throws a one-line LOGPROBE_UNWRITABLE_FILE error (exit 2) naming the directory, the step
+ * and the reason; a proxy that would drop every record must not start as if it captured.
+ */
+export async function checkCaptureDir(dir: string): Promise<void> {
+  let step = 'create the directory';
+  try {
+    await makeDir(dir);
+    step = 'write a file in it';
+    const probe = join(dir, `.logprobe-probe-${process.pid}`);
+    const handle = await open(probe, 'w', 0o600);
+    try {
+      await handle.write('logprobe: capture directory probe\n');
+      step = 'sync a file in it';
+      await handle.sync();
+    } finally {
+      await handle.close();
+      await unlink(probe).catch(() => undefined);
+    }
+  } catch (err) {
+    throw new LogprobeError('LOGPROBE_UNWRITABLE_FILE', `capture.dir ${dir}: cannot ${step}: ${errnoReason(err, 'write')} (set capture.dir to a writable directory, or capture.enabled: false)`, { cause: err });
+  }
+}
 
 /**
  * The capture writer of a `serve` process, from `capture.*`: every failure counted in

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { noInput, usageError } from '../errors.js';
+import { LogprobeError, noInput, usageError } from '../errors.js';
 import { parseNumberOption } from './options.js';
 import { startProgress } from './progress.js';
 import { checkWritable, writeHtmlReport } from './report-file.js';
@@ -79,11 +79,16 @@ export const replayCommand: CommandFactory = (setExit) =>
       const { files: inputs } = await resolveInputs(args);
       if (flags.html) await checkWritable(flags.html);
       const out = resolve(flags.out ?? `replay-${new Date().toISOString().replace(/:/g, '')}.jsonl`);
+      // Said once per reason (a failed write and the close after it are one failure to the user).
+      const lost = new Set<string>();
       const writer = await openReplayCapture({
         file: out,
         thresholds,
         secrets: [config.baseline.apiKey],
-        onError: (reason) => process.stderr.write(`logprobe: writing ${out} failed (${reason}); pairs are missing from it\n`),
+        onError: (reason) => {
+          if (!lost.has(reason)) process.stderr.write(`logprobe: writing ${out} failed (${reason}); pairs are missing from it\n`);
+          lost.add(reason);
+        },
       });
 
       const total = process.stderr.isTTY ? await countLines(inputs) : 0;
@@ -112,6 +117,8 @@ export const replayCommand: CommandFactory = (setExit) =>
         await writer.close();
       }
       if (summary.total === 0) throw noInput(`nothing to replay in ${inputs.join(', ')}`);
+      // The capture is the gate's record: one that lost pairs does not let a gate pass or fail on what is missing.
+      if (writer.stats.dropped > 0) throw new LogprobeError('LOGPROBE_UNWRITABLE_FILE', `${out}: ${writer.stats.dropped} of ${summary.total} pairs could not be written (${[...lost].join(', ')}): the capture is incomplete, no gate decided`);
 
       const data = summary.data();
       const ctx = { thresholds: describeThresholds(thresholds), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic };

@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
+import { checkCaptureDir } from '../capture/sink.js';
 import { loadConfig } from '../config/load.js';
 import { LogprobeError } from '../errors.js';
 import { createRuntime } from '../server.js';
@@ -18,6 +19,8 @@ export const serveCommand: CommandFactory = (setExit) =>
         setExit(0);
         return;
       }
+      // Before anything listens: a capture directory that cannot be written refuses the start (exit 2).
+      if (config.capture.enabled) await checkCaptureDir(config.capture.dir);
       // listen.workers > 1: a primary (the mirror, the admin port) and N proxy worker processes.
       const workers = workerCount(config);
       const runtime = workers > 1 ? createClusterRuntime(config, workers) : createRuntime(config);

@@ -1,3 +1,4 @@
+import { open } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import { pino } from 'pino';
 import { CaptureWriter, type CaptureErrorReason } from '../capture/writer.js';
@@ -5,9 +6,30 @@ import type { Thresholds } from '../core/index.js';
 import { unwritableFile } from '../errors.js';
 
 /**
+ * Writes and syncs a byte to `file` and empties it again: a file can open for writing and refuse
+ * every byte (`/proc/version`: EIO; `/dev/full`: ENOSPC), and only a write says so. A device that
+ * cannot be synced or truncated (`/dev/null`: EINVAL) takes writes: that is fine.
+ */
+export async function probeWrite(file: string): Promise<void> {
+  const handle = await open(file, 'w', 0o600);
+  try {
+    await handle.write('\n');
+    await handle.sync().catch(unlessInvalid);
+    await handle.truncate(0).catch(unlessInvalid);
+  } finally {
+    await handle.close();
+  }
+}
+
+function unlessInvalid(err: unknown): void {
+  if ((err as { code?: string }).code !== 'EINVAL') throw err;
+}
+
+/**
  * The capture `replay` writes (`--out`): one file, emptied if it exists, never rotated, prompts
- * kept (a replay's output is a valid replay input). Opened before any request is sent, so an
- * unwritable path is a usage error, not a gate that passed on nothing.
+ * kept (a replay's output is a valid replay input). Opened and written to before any request is
+ * sent ({@link probeWrite}), so an unwritable path is a usage error (exit 2), not a gate that
+ * passed on nothing.
  */
 export async function openReplayCapture(o: { file: string; thresholds: Thresholds; secrets: Array<string | null>; onError: (reason: CaptureErrorReason) => void }): Promise<CaptureWriter> {
   const writer = new CaptureWriter({
@@ -21,6 +43,7 @@ export async function openReplayCapture(o: { file: string; thresholds: Threshold
     onError: o.onError,
   });
   try {
+    await probeWrite(o.file);
     await writer.open();
   } catch (err) {
     throw unwritableFile(o.file, err);
