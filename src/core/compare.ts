@@ -1,4 +1,6 @@
+import { definitionChecks } from './definition.js';
 import { explain } from './explain.js';
+import { healthOf } from './health.js';
 import { klAtMatchedPosition } from './kl.js';
 import { matchPosition, scratch } from './match.js';
 import { parseResponse } from './parse/index.js';
@@ -138,6 +140,8 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
     explanation: explain({ verdict, comparable, shifted, maxShift: maxShiftOut, flip, shiftedAt }, t),
     notes: notesFor(c, b, d, topById),
     positions,
+    health: healthOf(positions, cs, bs, topById),
+    definition: definitionChecks(cs, bs, comparable, topById),
   };
 }
 

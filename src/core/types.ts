@@ -1,3 +1,5 @@
+import type { DefinitionWarning } from './definition.js';
+import type { Health } from './health.js';
 import type { Locus, PromptBlock, ScoredBlock } from './scored.js';
 
 /**
@@ -210,4 +212,8 @@ export interface Comparison {
   prompt?: PromptBlock | null;
   /** Where the difference lives (`compute`, `decode_state`, `unknown`), or null when nothing moved. */
   locus?: Locus | null;
+  /** The seeds' health figures (KL, relative error of the chosen token, top-10 logits difference): docs/format.md. */
+  health?: Health;
+  /** Why a side's numbers cannot be raw full-vocabulary logprobs (empty when nothing says so): docs/format.md. */
+  definition?: DefinitionWarning[];
 }
