@@ -18,7 +18,7 @@ test('no credential survives: headers dropped, credential fields redacted anywhe
   });
   // A backend that echoes secrets back must not leak them into the capture either.
   pair.candidate.error = `ECONNRESET: reset while sending Bearer ${API_KEY}`;
-  pair.baseline.serverHeaders = { server: 'x', 'x-engine-version': `1 ${API_KEY}` };
+  pair.baseline!.serverHeaders = { server: 'x', 'x-engine-version': `1 ${API_KEY}` };
   const record = buildRecord(pair, { includePrompts: true, thresholds: THRESHOLDS, secrets: [API_KEY] });
   const text = JSON.stringify(record);
   for (const s of [SECRET, COOKIE, API_KEY, 'in-body-key-123456']) assert.ok(!text.includes(s), `${s} is not in the record`);
@@ -27,7 +27,7 @@ test('no credential survives: headers dropped, credential fields redacted anywhe
   assert.deepEqual(record.request.metadata, { Authorization: '[redacted]' });
   assert.equal((record.request.messages as Array<{ content: string }>)[0]!.content, 'my key is [redacted], my session [redacted]');
   assert.equal(record.candidate.error, 'ECONNRESET: reset while sending Bearer [redacted]');
-  assert.equal(record.baseline.serverHeaders?.['x-engine-version'], '1 [redacted]');
+  assert.equal(record.baseline!.serverHeaders?.['x-engine-version'], '1 [redacted]');
   // The writer's fast path (search the serialised line, scrub only on a hit) gives the same line.
   const options = { includePrompts: true, thresholds: THRESHOLDS, secrets: [API_KEY] };
   assert.equal(recordLine(pair, options), text);
@@ -46,11 +46,11 @@ test('redaction never changes what analyze re-runs: a token spelled like a crede
   const pair = makePair(2, { headers: { cookie: 'theme=dark' } });
   pair.route = '/v1/completions';
   pair.candidate.body = body(-0.5);
-  pair.baseline.body = body(-0.1);
-  pair.analysis = compare(pair.candidate.body, pair.baseline.body, DEFAULT_THRESHOLDS);
+  pair.baseline!.body = body(-0.1);
+  pair.analysis = compare(pair.candidate.body, pair.baseline!.body, DEFAULT_THRESHOLDS);
   const record = buildRecord(pair, { includePrompts: true, thresholds: THRESHOLDS });
   assert.deepEqual(record.candidate.body, pair.candidate.body, 'the response body is unchanged');
-  assert.equal(compare(record.candidate.body, record.baseline.body, DEFAULT_THRESHOLDS).verdict, pair.analysis.verdict);
+  assert.equal(compare(record.candidate.body, record.baseline!.body, DEFAULT_THRESHOLDS).verdict, pair.analysis.verdict);
 });
 
 test('includePrompts: false replaces prompts and messages by their SHA-256 and marks the record; the completion stays', () => {

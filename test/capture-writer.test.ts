@@ -58,7 +58,7 @@ test('records are v2 JSONL lines with the raw bodies, engine metadata and the an
   assert.equal(r.candidate.model, 'sim-model');
   assert.equal(r.candidate.system_fingerprint, 'fp_test');
   assert.deepEqual(r.candidate.serverHeaders, { server: 'sim/1.0' });
-  assert.deepEqual(r.baseline.body, makePair(4).baseline.body, 'the raw body, for analyze to re-run compare');
+  assert.deepEqual(r.baseline!.body, makePair(4).baseline!.body, 'the raw body, for analyze to re-run compare');
   assert.equal(r.analysis.verdict, 'global_shift');
   assert.equal(r.analysis.positions, undefined);
   assert.equal(r.analysis.noiseFloor, 0.1);

@@ -36,8 +36,8 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
   assert.equal(c.limits.bodyMB, 32);
   assert.equal(c.shutdown.drainSeconds, 30);
   assert.deepEqual(
-    { ...c.mirror, extraParams: { ...c.mirror.extraParams }, routes: [...c.mirror.routes] },
-    { sampleRate: 0.05, sampleBy: 'random', routes: ['/v1/completions', '/v1/chat/completions'], topLogprobs: 5, maxTokens: 64, concurrency: 4, queueSize: 128, seed: 1234, extraParams: {} },
+    { ...c.mirror, extraParams: { ...c.mirror.extraParams }, routes: [...c.mirror.routes], repeat: { ...c.mirror.repeat, backends: [...c.mirror.repeat.backends] } },
+    { sampleRate: 0.05, sampleBy: 'random', routes: ['/v1/completions', '/v1/chat/completions'], topLogprobs: 5, maxTokens: 64, concurrency: 4, queueSize: 128, seed: 1234, extraParams: {}, repeat: { rate: 0, backends: ['candidate'], flush: false } },
   );
   assert.deepEqual({ ...c.analysis, scoring: { ...c.analysis.scoring } }, { noiseFloor: 0.1, gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3, scoring: { when: 'diverged', maxPositions: 64 } });
   assert.equal(c.candidate.engine, 'auto');

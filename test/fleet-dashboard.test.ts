@@ -150,7 +150,7 @@ test('every alert has a severity, a for: duration, an explanation and a runbook 
   const alerts = rules.groups.flatMap((g) => g.rules).filter((r) => r.alert);
   assert.deepEqual(
     alerts.map((r) => r.alert).sort(),
-    ['LogprobGlobalShift', 'LogprobMirrorStalled', 'LogprobMirrorWorkerDown', 'LogprobProxyErrors', 'LogprobSustainedShift'],
+    ['LogprobGlobalShift', 'LogprobMirrorStalled', 'LogprobMirrorWorkerDown', 'LogprobProxyErrors', 'LogprobSelfInconsistency', 'LogprobSustainedShift'],
   );
   for (const r of alerts) {
     assert.match(r.labels?.severity ?? '', /^(critical|warning)$/, `${r.alert} severity`);

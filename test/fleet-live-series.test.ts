@@ -45,7 +45,7 @@ test('the live checker reports missing series, labels and values', () => {
     ['logprobe:verdicts:rate5m{verdict=~"noise|early_shift"}', /verdict="early_shift"\} has no live sample/],
     ['rate(logprobe_token_shift_nats_bucket{le="0.1"}[5m])', /le="0.1"\} has no live sample/],
     ['logprobe_verdicts_total{outcome!="ok"}', /carries the label outcome/],
-    ['sum by (backend) (rate(logprobe_verdicts_total[5m]))', /by \(backend\)/],
+    ['sum by (backend) (rate(logprobe_proxy_requests_total[5m]))', /by \(backend\)/],
     ['rate(logprobe_token_shift_nats_sum[5m])', /logprobe_token_shift_nats_sum is declared but has no sample/],
   ];
   for (const [expr, expected] of bad) {

@@ -147,7 +147,7 @@ test('LogprobGlobalShift fires on a real Prometheus for the faulty replica\'s fl
   const alerting = groups.flatMap((g) => g.rules).filter((r) => r.type === 'alerting');
   assert.deepEqual(
     alerting.map((r) => `${r.name} for ${r.duration}s`).sort(),
-    ['LogprobGlobalShift', 'LogprobMirrorStalled', 'LogprobMirrorWorkerDown', 'LogprobProxyErrors', 'LogprobSustainedShift'].map((n) => `${n} for ${FOR_MS / 1000}s`),
+    ['LogprobGlobalShift', 'LogprobMirrorStalled', 'LogprobMirrorWorkerDown', 'LogprobProxyErrors', 'LogprobSelfInconsistency', 'LogprobSustainedShift'].map((n) => `${n} for ${FOR_MS / 1000}s`),
   );
   assert.deepEqual(await promRuleErrors(prom.url), []);
 

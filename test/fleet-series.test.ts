@@ -29,7 +29,7 @@ test('the checker catches unknown series, labels and label values', () => {
     ['rate(logprobe_verdicts_total{verdict="global-shift"}[5m])', /verdict="global-shift" is never emitted/],
     ['rate(logprobe_mirror_total{outcome=~"ok|timeout"}[5m])', /outcome="timeout" is never emitted/],
     ['logprobe_cusum_statistic{route="/v1/completions"}', /has no label route/],
-    ['sum by (backend) (rate(logprobe_verdicts_total[5m]))', /by \(backend\)/],
+    ['sum by (backend) (rate(logprobe_proxy_requests_total[5m]))', /by \(backend\)/],
     ['logprobe:verdicts:rate5m{outcome="ok"}', /has no label outcome/],
     ['rate(logprobe_token_shift_nats_count{le="0.1"}[5m])', /has no label le/],
     ['up', /queries no logprobe series/],

@@ -276,7 +276,7 @@ async function runCase(c: FaultCase): Promise<void> {
   const lp = await startLogprobe({
     ...c.config,
     candidate: { url: candidate.url, ...c.config?.candidate },
-    baseline: { url: baselineUrl, ...c.config?.baseline },
+    baseline: { url: baselineUrl, ...(c.config?.baseline ?? {}) },
     mirror: { sampleRate: 1, ...c.config?.mirror },
   });
   try {

@@ -124,8 +124,8 @@ test('10,000 pairs: the report stays small and fast, paginates a stated selectio
   const ws = createWriteStream(file);
   const hostile = makePair(0);
   hostile.candidate.body = chatBody([['</script><img src=x onerror="window.pwned=1">', -0.1], [' b', -0.9]]);
-  hostile.baseline.body = chatBody([['</script><img src=x onerror="window.pwned=1">', -0.1], [' c', -0.3]]);
-  hostile.analysis = compare(hostile.candidate.body, hostile.baseline.body, DEFAULT_THRESHOLDS);
+  hostile.baseline!.body = chatBody([['</script><img src=x onerror="window.pwned=1">', -0.1], [' c', -0.3]]);
+  hostile.analysis = compare(hostile.candidate.body, hostile.baseline!.body, DEFAULT_THRESHOLDS);
   const kinds = [0, 0.001, 0.001, 0.001, 0.5].map((shift, i) => JSON.stringify(buildRecord(makePair(i, { shift }), { includePrompts: true, thresholds: THRESHOLDS })));
   ws.write(`${JSON.stringify(buildRecord(hostile, { includePrompts: true, thresholds: THRESHOLDS }))}\n`);
   for (let i = 1; i < 10_000; i++) if (!ws.write(`${kinds[i % kinds.length]!}\n`)) await new Promise<void>((r) => ws.once('drain', () => r()));

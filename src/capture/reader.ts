@@ -156,6 +156,10 @@ export function captureRecordError(value: unknown): string | null {
   if (typeof r.route !== 'string') return 'not a capture record (no "route")';
   for (const side of ['candidate', 'baseline'] as const) {
     const s = r[side] as Record<string, unknown> | null | undefined;
+    // Baseline-free records have no baseline side.
+    if (side === 'baseline' && s === null) continue;
+    // Golden records (logprobe record) have no candidate side.
+    if (side === 'candidate' && s === null && r.golden === true) continue;
     if (s === null || typeof s !== 'object' || Array.isArray(s)) return `not a capture record (no "${side}")`;
     if (typeof s.status !== 'number') return `not a capture record (no "${side}.status")`;
     if (!('body' in s)) return `not a capture record (no "${side}.body")`;

@@ -1,6 +1,7 @@
 import type { Comparison, Thresholds } from '../core/index.js';
 import type { BackendResult } from '../mirror/dispatch.js';
 import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
+import type { SelfVerdict } from '../core/self.js';
 import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, scrub, secretValues } from './redact.js';
 
 /**
@@ -52,9 +53,24 @@ export interface CaptureRecord {
   /** The client's harmless headers ({@link HARMLESS_HEADERS}); never credentials. */
   clientHeaders?: Record<string, string>;
   candidate: CaptureSide;
-  baseline: CaptureSide;
-  /** The online comparison, or null when the pair was not compared (an error or an unparseable body). */
+  /** The baseline's answer; null in baseline-free mode. */
+  baseline: CaptureSide | null;
+  /** The online comparison, or null when the pair was not compared (an error or an unparseable body, or no baseline). */
   analysis: CapturedAnalysis | null;
+  /** Repeat probes of the cache path: the same copy again to a backend, its second run and how it compared with the first. */
+  repeats?: CapturedRepeat[];
+}
+
+/** One repeat probe as captured: the first run is the record's own side of that backend. */
+export interface CapturedRepeat {
+  backend: 'candidate' | 'baseline';
+  /** The engine's cache was emptied before the first run. */
+  flushed: boolean;
+  flushError?: string;
+  second: CaptureSide;
+  /** The two runs compared (second vs first), without positions; null when a run failed. */
+  analysis: Omit<Comparison, 'positions'> | null;
+  verdict: SelfVerdict | null;
 }
 
 /** How records are built: what to hash, what to scrub, which thresholds were in force. */
@@ -129,8 +145,20 @@ function assemble(pair: MirroredPair, options: RecordOptions, secrets: readonly 
     ...(options.includePrompts ? {} : { promptsHashed: true as const }),
     ...(Object.keys(clientHeaders).length > 0 ? { clientHeaders: scrub(clientHeaders, secrets, byName) as Record<string, string> } : {}),
     candidate: scrubSide(side(pair.candidate, options.includePrompts), secrets, byName),
-    baseline: scrubSide(side(pair.baseline, options.includePrompts), secrets, byName),
+    baseline: pair.baseline === null ? null : scrubSide(side(pair.baseline, options.includePrompts), secrets, byName),
     analysis: scrub(analysis, secrets, { byName: false }) as CapturedAnalysis | null,
+    ...(pair.repeats && pair.repeats.length > 0
+      ? {
+          repeats: pair.repeats.map((r) => ({
+            backend: r.backend,
+            flushed: r.flushed,
+            ...(r.flushError ? { flushError: scrub(r.flushError, secrets) as string } : {}),
+            second: scrubSide(side(r.second, options.includePrompts), secrets, byName),
+            analysis: r.analysis === null ? null : (scrub(withoutPositions(r.analysis), secrets, { byName: false }) as Omit<Comparison, 'positions'>),
+            verdict: r.verdict,
+          })),
+        }
+      : {}),
   };
 }
 

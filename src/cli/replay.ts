@@ -58,7 +58,7 @@ export const replayCommand: CommandFactory = (setExit) =>
       .description('re-send captured requests or a prompt set to two backends, compare, report; exit 1 on a shift (the CI gate)')
       .argument('<inputs...>', 'captures or prompt sets (.jsonl or .jsonl.gz), or directories of captures')
       .option('--candidate <url>', 'the build under test')
-      .option('--baseline <url>', 'the trusted build')
+      .option('--baseline <url>', 'the trusted build, or none: repeat each request on the candidate (cold, then warm) and compare it with itself')
       .option('--concurrency <n>', 'pairs in flight at once', '4')
       .option('--rps <r>', 'pairs started per second at most (default: no limit)')
       .option('--out <file>', 'the new capture (default replay-<time>.jsonl in the current directory)')
@@ -69,7 +69,8 @@ export const replayCommand: CommandFactory = (setExit) =>
     .addHelpText('after', HELP)
     .action(async (args: string[], flags: ReplayFlags) => {
       const candidateUrl = url('--candidate', flags.candidate);
-      const baselineUrl = url('--baseline', flags.baseline);
+      // `--baseline none`: baseline-free, each input probes the candidate against itself (cold → warm).
+      const baselineUrl = flags.baseline !== undefined && /^(none|null)$/i.test(flags.baseline) ? null : url('--baseline', flags.baseline);
       const concurrency = parseNumberOption('--concurrency', flags.concurrency, { min: 1, max: 1024, integer: true });
       const rps = flags.rps === undefined ? null : parseNumberOption('--rps', flags.rps, { min: 0.001 });
       const maxTokens = flags.maxTokens === undefined ? undefined : parseNumberOption('--max-tokens', flags.maxTokens, { min: 1, integer: true });
@@ -94,12 +95,12 @@ export const replayCommand: CommandFactory = (setExit) =>
       const total = process.stderr.isTTY ? await countLines(inputs) : 0;
       const progress = startProgress({ label: 'replay', total, unit: 'items', lines: false });
       const summary = new Summary({ alert: config.alert });
-      const upstream = (u: string, base: UpstreamOptions) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
+      const upstream = (u: string, base: Omit<UpstreamOptions, 'url'>) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
       try {
         await runReplay({
           inputs,
           candidate: upstream(candidateUrl, config.candidate),
-          baseline: { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey },
+          baseline: baselineUrl === null ? null : { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey },
           tlsInsecure: config.tlsInsecure,
           rewrite: config.mirror,
           maxTokens,

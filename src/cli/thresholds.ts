@@ -74,7 +74,7 @@ export function thresholdsNote(overrides: Partial<Thresholds>, varied: boolean):
 }
 
 /** What `--fail-on` may name: any verdict, an uncompared outcome, `error` (all three), `alert` (the offline detectors). */
-export const FAIL_ON_ITEMS: readonly string[] = [...VERDICTS, ...UNCOMPARED, 'error', 'alert'];
+export const FAIL_ON_ITEMS: readonly string[] = [...VERDICTS, 'self_inconsistent', ...UNCOMPARED, 'error', 'alert'];
 /** replay's default gate: a data-level shift or a tokenizer change. */
 export const DEFAULT_FAIL_ON = 'global_shift,local_shift,tokenizer_mismatch';
 

@@ -37,7 +37,9 @@ function setPath(target: Record<string, unknown>, path: string[], value: unknown
   node[path[path.length - 1] as string] = value;
 }
 
-function coerceEnv(raw: string, kind: 'string' | 'number' | 'boolean'): unknown {
+function coerceEnv(raw: string, kind: 'string' | 'number' | 'boolean', name?: string): unknown {
+  // No baseline: the candidate's repeat probes alone (baseline-free mode).
+  if (name === 'LOGPROBE_BASELINE_URL' && /^(none|null)$/i.test(raw.trim())) return null;
   if (kind === 'number') {
     const n = Number(raw);
     return raw.trim() !== '' && Number.isFinite(n) ? n : raw;
@@ -155,7 +157,7 @@ export function applyEnv(raw: Record<string, unknown>, env: Env = process.env): 
   for (const o of ENV_OVERRIDES) {
     const v = env[o.name];
     if (v === undefined || v === '') continue;
-    setPath(out, o.path, coerceEnv(v, o.kind));
+    setPath(out, o.path, coerceEnv(v, o.kind, o.name));
   }
   return out;
 }

@@ -36,14 +36,14 @@ const positiveInt = z.number({ error: 'expected a positive whole number' }).int(
 const nonNegativeInt = z.number({ error: 'expected a whole number ≥ 0' }).int({ error: 'expected a whole number ≥ 0' }).min(0, { error: 'expected a whole number ≥ 0' });
 const optionalSecret = z.string({ error: 'expected a string' }).nullable().default(null);
 
+// Credentials in the URL would be logged and are not sent (the pools use the origin only).
+const upstreamUrl = httpUrl.refine((s) => !URL.canParse(s) || (new URL(s).username === '' && new URL(s).password === ''), {
+  error: 'credentials in the URL are not sent: remove user:password@ (the baseline takes baseline.apiKey)',
+});
+
 const upstream = (defaultUrl: string) =>
   z.strictObject({
-    // Credentials in the URL would be logged and are not sent (the pools use the origin only).
-    url: httpUrl
-      .refine((s) => !URL.canParse(s) || (new URL(s).username === '' && new URL(s).password === ''), {
-        error: 'credentials in the URL are not sent: remove user:password@ (the baseline takes baseline.apiKey)',
-      })
-      .default(defaultUrl),
+    url: upstreamUrl.default(defaultUrl),
     timeoutMs: positiveMs.default(120_000),
     /** TCP/TLS connect timeout; separate from the generation timeout. */
     connectTimeoutMs: positiveMs.default(10_000),
@@ -87,14 +87,20 @@ export const configSchema = z.strictObject({
       path: ['maxPending'],
     })
     .prefault({}),
-  baseline: upstream('http://127.0.0.1:30001')
-    .extend({
-      apiKey: optionalSecret,
-      forwardAuth: z.boolean({ error: 'expected true or false' }).default(false),
-      /** Client request headers the baseline's copy may carry besides content-type, accept and apiKey. */
-      forwardHeaders: z.array(headerName, { error: 'expected a list of header names' }).default([]),
-    })
-    .prefault({}),
+  // `baseline: null` (or `url: null`, `LOGPROBE_BASELINE_URL=none`): baseline-free, the candidate's
+  // repeat probes alone.
+  baseline: z.preprocess(
+    (v) => (v === null ? { url: null } : v),
+    upstream('http://127.0.0.1:30001')
+      .extend({
+        url: upstreamUrl.nullable().default('http://127.0.0.1:30001'),
+        apiKey: optionalSecret,
+        forwardAuth: z.boolean({ error: 'expected true or false' }).default(false),
+        /** Client request headers the baseline's copy may carry besides content-type, accept and apiKey. */
+        forwardHeaders: z.array(headerName, { error: 'expected a list of header names' }).default([]),
+      })
+      .prefault({}),
+  ),
   tlsInsecure: z.boolean({ error: 'expected true or false' }).default(false),
   limits: z
     .strictObject({
@@ -123,6 +129,21 @@ export const configSchema = z.strictObject({
       queueSize: nonNegativeInt.default(128),
       seed: z.number({ error: 'expected a whole number' }).int({ error: 'expected a whole number' }).default(1234),
       extraParams: z.record(z.string(), z.unknown(), { error: 'expected a mapping' }).default({}),
+      /**
+       * Repeat probes of the cache path (cold → warm): a share of mirrored requests is sent once more
+       * to each of `backends` right after the first run, which then is normally a prefix-cache hit;
+       * `flush` resets the engine's cache first so that the first run is cold (staging only).
+       */
+      repeat: z
+        .strictObject({
+          rate: share.default(0),
+          backends: z
+            .array(z.enum(['candidate', 'baseline'], { error: 'expected candidate or baseline' }), { error: 'expected a list of backends' })
+            .min(1, { error: 'expected at least one backend' })
+            .default(['candidate']),
+          flush: z.boolean({ error: 'expected true or false' }).default(false),
+        })
+        .prefault({}),
     })
     .prefault({}),
   analysis: z

@@ -29,9 +29,14 @@ export interface AlertState {
   firedAt: number | null;
 }
 
+/** The in-process alerts. */
+export type AlertName = 'LogprobGlobalShift' | 'LogprobSustainedShift' | 'LogprobSelfInconsistency';
+
 /** A change of an alert's firing state, with the evidence at that moment. */
 export interface AlertTransition {
-  alert: 'LogprobGlobalShift' | 'LogprobSustainedShift';
+  alert: AlertName;
+  /** The backend whose repeats disagree (LogprobSelfInconsistency only). */
+  backend?: 'candidate' | 'baseline';
   to: 'firing' | 'resolved';
   at: number;
   startsAt: number;

@@ -48,10 +48,10 @@ export const METRIC_CATALOG = [
   { name: 'logprobe_flip_gap_nats', type: 'histogram', help: 'Force needed to flip the baseline token at the first divergence, nats.', labelNames: ['route', 'class'], owner: 'worker', buckets: NATS_BUCKETS },
   { name: 'logprobe_token_kl_nats', type: 'histogram', help: 'Per-position KL(baseline || candidate) estimate over the union of both top-k lists plus a tail bucket, nats.', labelNames: ['route'], owner: 'worker', buckets: NATS_BUCKETS },
   { name: 'logprobe_first_divergence_tokens', type: 'histogram', help: 'Position of the first divergence, for pairs that diverge.', labelNames: ['route'], owner: 'worker', buckets: POSITION_BUCKETS },
-  { name: 'logprobe_verdicts_total', type: 'counter', help: 'Comparison verdicts of mirrored pairs.', labelNames: ['route', 'verdict'], owner: 'worker' },
+  { name: 'logprobe_verdicts_total', type: 'counter', help: 'Comparison verdicts: of mirrored pairs (kind="pair"), and of repeat pairs of one backend, cold then warm (kind="self", with backend).', labelNames: ['route', 'verdict', 'kind', 'backend'], owner: 'worker' },
   { name: 'logprobe_window_global_shift_ratio', type: 'gauge', help: 'Pooled share of shifted comparable positions over the last alert.window comparable mirrored requests.', labelNames: [], owner: 'worker' },
   { name: 'logprobe_cusum_statistic', type: 'gauge', help: 'One-sided CUSUM of per-request maxShift / noiseFloor.', labelNames: [], owner: 'worker' },
-  { name: 'logprobe_alert_firing', type: 'gauge', help: 'In-process alert state: 1 firing, 0 not.', labelNames: ['alert'], owner: 'worker' },
+  { name: 'logprobe_alert_firing', type: 'gauge', help: 'In-process alert state: 1 firing, 0 not (LogprobSelfInconsistency per backend).', labelNames: ['alert', 'backend'], owner: 'worker' },
   { name: 'logprobe_noise_floor_nats', type: 'gauge', help: 'Noise floor in force, nats.', labelNames: [], owner: 'worker' },
   { name: 'logprobe_noise_floor_observed_nats', type: 'gauge', help: 'Calibration: p99 of per-position shift between repeats of the same request, nats (NaN until calibration has measured it).', labelNames: ['backend'], owner: 'worker' },
   { name: 'logprobe_mirror_queue_depth', type: 'gauge', help: 'Mirrored requests waiting to be dispatched.', labelNames: [], owner: 'worker' },
@@ -62,6 +62,7 @@ export const METRIC_CATALOG = [
   { name: 'logprobe_capture_errors_total', type: 'counter', help: 'Capture write failures, by reason.', labelNames: ['reason'], owner: 'worker' },
   { name: 'logprobe_scoring_total', type: 'counter', help: 'Teacher-forced scoring of mirrored pairs by outcome (ok, unsupported, skipped, failed); pairs that needed none are not counted.', labelNames: ['route', 'outcome'], owner: 'worker' },
   { name: 'logprobe_prompt_shift_nats', type: 'histogram', help: "Shift of the prompt's own positions (prompt-token logprobs on both backends), per position, nats.", labelNames: ['route'], owner: 'worker', buckets: NATS_BUCKETS },
+  { name: 'logprobe_self_shift_nats', type: 'histogram', help: "Shift between a backend's repeat runs of the same request (cold then warm), per comparable position, nats.", labelNames: ['backend'], owner: 'worker', buckets: NATS_BUCKETS },
   { name: 'logprobe_engine_profile', type: 'gauge', help: 'The engine profile in force for each backend (1 for the profile, 0 for the others): configured, or detected once under engine: auto.', labelNames: ['backend', 'profile'], owner: 'worker' },
   { name: 'logprobe_mirror_worker_up', type: 'gauge', help: "1 when the mirror's worker thread answered the last scrape in time; 0 when it is gone or did not answer, and its series show their last known values.", labelNames: [], owner: 'main' },
 ] as const satisfies readonly MetricSpec[];
@@ -81,7 +82,7 @@ export function metricsOf(thread: MetricThread): MetricSpec[] {
 export const MIRROR_OUTCOMES = ['ok', 'dropped', 'skipped', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'] as const;
 /** The outcomes the proxy's thread counts itself (src/mirror/thread.ts): what it never hands over. */
 export const MAIN_MIRROR_OUTCOMES = ['skipped', 'dropped'] as const satisfies ReadonlyArray<(typeof MIRROR_OUTCOMES)[number]>;
-export const ALERT_NAMES = ['LogprobGlobalShift', 'LogprobSustainedShift'] as const;
+export const ALERT_NAMES = ['LogprobGlobalShift', 'LogprobSustainedShift', 'LogprobSelfInconsistency'] as const;
 export const BACKENDS = ['candidate', 'baseline'] as const;
 /** Outcomes of `logprobe_scoring_total`. */
 export const SCORING_OUTCOMES = ['ok', 'unsupported', 'skipped', 'failed'] as const;

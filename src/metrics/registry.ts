@@ -19,6 +19,7 @@ import {
   SCORING_OUTCOMES,
 } from './catalog.js';
 import { ENGINE_NAMES } from '../scoring/profile.js';
+import { SELF_VERDICTS } from '../core/self.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
@@ -84,7 +85,8 @@ export class Metrics {
   private initWorker(mirrorRoutes: readonly string[]): void {
     for (const route of mirrorRoutes) {
       for (const outcome of MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
-      for (const verdict of VERDICTS) this.counter('logprobe_verdicts_total').inc({ route, verdict }, 0);
+      for (const verdict of VERDICTS) this.counter('logprobe_verdicts_total').inc({ route, verdict, kind: 'pair' }, 0);
+      for (const backend of BACKENDS) for (const verdict of SELF_VERDICTS) this.counter('logprobe_verdicts_total').inc({ route, verdict, kind: 'self', backend }, 0);
       for (const name of ['logprobe_token_crosspath_diff_nats', 'logprobe_token_shift_nats', 'logprobe_token_gap_nats', 'logprobe_token_kl_nats', 'logprobe_first_divergence_tokens'] as const) {
         this.histogram(name).zero({ route });
       }
@@ -99,7 +101,11 @@ export class Metrics {
       // Not measured yet: NaN, not 0 (a measured floor of 0 would be a claim).
       this.gauge('logprobe_noise_floor_observed_nats').set({ backend }, Number.NaN);
     }
-    for (const alert of ALERT_NAMES) this.gauge('logprobe_alert_firing').set({ alert }, 0);
+    for (const alert of ALERT_NAMES) {
+      if (alert === 'LogprobSelfInconsistency') for (const backend of BACKENDS) this.gauge('logprobe_alert_firing').set({ alert, backend }, 0);
+      else this.gauge('logprobe_alert_firing').set({ alert }, 0);
+    }
+    for (const backend of BACKENDS) this.histogram('logprobe_self_shift_nats').zero({ backend });
     this.gauge('logprobe_window_global_shift_ratio').set(0);
     this.gauge('logprobe_cusum_statistic').set(0);
     this.gauge('logprobe_mirror_queue_depth').set(0);

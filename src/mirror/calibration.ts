@@ -1,28 +1,33 @@
 /**
- * Noise-floor calibration: some mirrored requests are sent twice to each backend; the per-position
- * shift between the two runs of one backend is pure run-to-run noise. Keeps a bounded window of
- * those shifts per backend and reports their p99.
+ * Noise-floor calibration: some mirrored requests are sent twice to a backend; the per-position
+ * shift between the two runs is run-to-run noise — on the trusted side. Keeps a bounded window of
+ * those shifts per backend (their p99 is `logprobe_noise_floor_observed_nats{backend}`) and, apart,
+ * the trusted ones the floor is learned from: the baseline's repeats, or in baseline-free mode the
+ * candidate's cold↔cold repeats (its cache emptied before each run). A candidate whose warm run
+ * disagrees with its cold one shows a finding, not noise, and never raises the floor.
  */
 export class Calibration {
-  private readonly shifts: Record<'candidate' | 'baseline', number[]> = { candidate: [], baseline: [] };
-  private readonly p99Cache: Record<'candidate' | 'baseline', number | null> = { candidate: null, baseline: null };
-  /** Repeat pairs measured so far, per backend. */
-  readonly samples: Record<'candidate' | 'baseline', number> = { candidate: 0, baseline: 0 };
+  private readonly shifts: Record<'candidate' | 'baseline' | 'trusted', number[]> = { candidate: [], baseline: [], trusted: [] };
+  private readonly p99Cache: Record<'candidate' | 'baseline' | 'trusted', number | null> = { candidate: null, baseline: null, trusted: null };
+  /** Repeat pairs measured so far, per backend, and the trusted ones among them. */
+  readonly samples: Record<'candidate' | 'baseline' | 'trusted', number> = { candidate: 0, baseline: 0, trusted: 0 };
 
   constructor(private readonly options: { margin: number; minSamples: number; minFloor: number; maxValues?: number }) {}
 
-  /** Adds the per-position shifts of one repeat pair of a backend. */
-  add(backend: 'candidate' | 'baseline', positionShifts: readonly number[]): void {
-    const list = this.shifts[backend];
-    for (const s of positionShifts) if (Number.isFinite(s)) list.push(s);
-    const max = this.options.maxValues ?? 10_000;
-    if (list.length > max) list.splice(0, list.length - max);
-    this.samples[backend]++;
-    this.p99Cache[backend] = null;
+  /** Adds the per-position shifts of one repeat pair of a backend; `trusted`: the floor may learn from it. */
+  add(backend: 'candidate' | 'baseline', positionShifts: readonly number[], o: { trusted: boolean }): void {
+    for (const key of o.trusted ? [backend, 'trusted' as const] : [backend]) {
+      const list = this.shifts[key];
+      for (const s of positionShifts) if (Number.isFinite(s)) list.push(s);
+      const max = this.options.maxValues ?? 10_000;
+      if (list.length > max) list.splice(0, list.length - max);
+      this.samples[key]++;
+      this.p99Cache[key] = null;
+    }
   }
 
-  /** p99 of the recorded shifts of a backend, or null before any. */
-  p99(backend: 'candidate' | 'baseline'): number | null {
+  /** p99 of the recorded shifts of a backend (or of the trusted ones), or null before any. */
+  p99(backend: 'candidate' | 'baseline' | 'trusted'): number | null {
     const cached = this.p99Cache[backend];
     if (cached !== null) return cached;
     const list = this.shifts[backend];
@@ -34,14 +39,12 @@ export class Calibration {
   }
 
   /**
-   * The floor `noiseFloor: auto` uses: max(minFloor, max(observed p99) × margin) once both
-   * backends have minSamples repeats, minFloor until then. It can raise the floor on noisy
-   * hardware, never lower it below what two implementations differ by.
+   * The floor `noiseFloor: auto` uses: max(minFloor, trusted p99 × margin) once minSamples trusted
+   * repeats exist, minFloor until then. It can raise the floor on noisy hardware, never lower it
+   * below what two implementations differ by, and never learn from the candidate's cache path.
    */
   autoFloor(): number {
-    const ready = this.samples.candidate >= this.options.minSamples && this.samples.baseline >= this.options.minSamples;
-    if (!ready) return this.options.minFloor;
-    const observed = Math.max(this.p99('candidate') ?? 0, this.p99('baseline') ?? 0);
-    return Math.max(this.options.minFloor, observed * this.options.margin);
+    if (this.samples.trusted < this.options.minSamples) return this.options.minFloor;
+    return Math.max(this.options.minFloor, (this.p99('trusted') ?? 0) * this.options.margin);
   }
 }

@@ -142,6 +142,24 @@ function succeeded(r: BackendResult): boolean {
 }
 
 /**
+ * Sends a mirrored copy to one backend within its cap (baseline-free mode, repeat probes): a
+ * refusal for asking too many logprobs is learned and retried once within the cap.
+ */
+export async function sendOneWithinLimits(opts: LimitedSend, backend: Backend): Promise<{ result: BackendResult; body: Record<string, unknown> }> {
+  const asked = requestedLogprobs(opts.body);
+  if (asked === null) return { result: await opts.send(backend, opts.payload ?? JSON.stringify(opts.body)), body: opts.body };
+  const known = opts.limits.get(backend, asked.field) ?? Infinity;
+  const k = Math.min(asked.k, known);
+  const body = k < asked.k ? withinLogprobs(opts.body, k) : opts.body;
+  const result = await opts.send(backend, k < asked.k || opts.payload === undefined ? JSON.stringify(body) : opts.payload);
+  const cap = parseLogprobLimit(result.status, result.body);
+  if (cap === null || cap >= k) return { result, body };
+  if (opts.limits.learn(backend, asked.field, cap)) opts.onLearned?.(backend, asked.field, cap, k);
+  const lowered = withinLogprobs(body, cap);
+  return { result: await opts.send(backend, JSON.stringify(lowered)), body: lowered };
+}
+
+/**
  * Sends a mirrored copy to both backends within the caps learned so far. A backend that refuses
  * it for asking too many logprobs has its cap learned and gets the copy once more, lowered to the
  * cap. Both sides are compared over the same top-k: when one side was lowered during this call,

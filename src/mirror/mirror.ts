@@ -8,7 +8,9 @@ import type { Exchange } from '../proxy/tap.js';
 import { createUpstreamPool } from '../upstream/pool.js';
 import { Calibration } from './calibration.js';
 import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
-import { LogprobLimits, sendWithinLimits } from './limits.js';
+import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from './limits.js';
+import { repeatOnce, type RepeatPair } from './repeat.js';
+import { observeSelf, selfEvidence, tickSelf } from '../core/self.js';
 import { AlertNotifier } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
@@ -55,7 +57,8 @@ export interface MirrorDeps {
  */
 export class Mirror {
   private readonly queue: WorkQueue<Job>;
-  private readonly baselinePool: Pool;
+  /** The baseline's pool; null in baseline-free mode (`baseline: null`). */
+  private readonly baselinePool: Pool | null;
   private readonly ownsBaselinePool: boolean;
   private readonly calibration: Calibration;
   private readonly notifier: AlertNotifier;
@@ -64,6 +67,8 @@ export class Mirror {
   private readonly random: () => number;
   private readonly ticker: NodeJS.Timeout;
   private detector: DetectorState = initialDetectorState();
+  /** The self-consistency detectors, one per backend probed with repeats. */
+  private readonly selfDetectors: Record<Backend, DetectorState> = { candidate: initialDetectorState(), baseline: initialDetectorState() };
   /** The logprobs caps the backends told us about (limits.ts). */
   private readonly limits = new LogprobLimits();
   /** Teacher-forced scoring through each backend's engine profile (src/scoring). */
@@ -75,14 +80,20 @@ export class Mirror {
     this.now = deps.now ?? (() => Date.now() / 1000);
     this.random = deps.random ?? Math.random;
     this.ownsBaselinePool = !deps.baselinePool;
+    const baselineUrl = config.baseline.url;
     this.baselinePool =
       deps.baselinePool ??
-      createUpstreamPool(config.baseline, {
-        tlsInsecure: config.tlsInsecure,
-        connections: config.mirror.concurrency * 2,
-        maxHeaderSize: config.limits.maxHeaderKB * 1024,
-        onConnections: (delta) => deps.metrics.connections('baseline', delta),
-      });
+      (baselineUrl === null
+        ? null
+        : createUpstreamPool(
+            { ...config.baseline, url: baselineUrl },
+            {
+              tlsInsecure: config.tlsInsecure,
+              connections: config.mirror.concurrency * 2,
+              maxHeaderSize: config.limits.maxHeaderKB * 1024,
+              onConnections: (delta) => deps.metrics.connections('baseline', delta),
+            },
+          ));
     this.calibration = new Calibration(config.calibration);
     this.scorer = new Scorer(scoringOptions(config), {
         onProfile: (backend, profile, evidence) => {
@@ -105,7 +116,10 @@ export class Mirror {
     // The series of every known label value exist at 0 from the start (src/metrics/registry.ts).
     deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
     // Time alone can fire or resolve an alert (forSeconds), with or without traffic.
-    this.ticker = setInterval(() => this.advance(tick(this.detector, config.alert, this.now())), 1000);
+    this.ticker = setInterval(() => {
+      this.advance(tick(this.detector, config.alert, this.now()));
+      for (const b of ['candidate', 'baseline'] as const) this.advanceSelf(b, tickSelf(this.selfDetectors[b], config.alert, this.now(), b));
+    }, 1000);
     this.ticker.unref();
   }
 
@@ -181,8 +195,9 @@ export class Mirror {
     return {
       candidate: { pool: this.deps.candidatePool, url: config.candidate.url, headers: mirrorHeaders(job.headers, { role: 'candidate' }), timeoutMs: config.candidate.timeoutMs },
       baseline: {
-        pool: this.baselinePool,
-        url: config.baseline.url,
+        // Baseline-free: never called (no copy, no scoring goes to a baseline that is not there).
+        pool: this.baselinePool ?? this.deps.candidatePool,
+        url: config.baseline.url ?? config.candidate.url,
         headers: mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth, forwardHeaders: config.baseline.forwardHeaders }),
         timeoutMs: config.baseline.timeoutMs,
       },
@@ -200,7 +215,7 @@ export class Mirror {
       send: (backend, p) =>
         backend === 'candidate'
           ? callBackend(this.deps.candidatePool, config.candidate, job.path, targets.candidate.headers as Record<string, string>, withCopyParams(p, cExtra))
-          : callBackend(this.baselinePool, config.baseline, job.path, targets.baseline.headers as Record<string, string>, withCopyParams(p, bExtra)),
+          : callBackend(targets.baseline.pool, { ...config.baseline, url: targets.baseline.url }, job.path, targets.baseline.headers as Record<string, string>, withCopyParams(p, bExtra)),
       onLearned: (backend, field, cap, requested) =>
         this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
     });
@@ -208,43 +223,114 @@ export class Mirror {
     return [sent.candidate, sent.baseline];
   }
 
+  /** Sends the copy to one backend alone, within its logprobs cap (baseline-free mode, repeats). */
+  private async sendOne(job: Job, backend: Backend, targets: Record<Backend, ScoringTarget>): Promise<BackendResult> {
+    const { config } = this.deps;
+    const extra = await this.scorer.copyParams(backend, targets[backend]);
+    const t = targets[backend];
+    const upstream = backend === 'candidate' ? config.candidate : { ...config.baseline, url: t.url };
+    const sent = await sendOneWithinLimits(
+      {
+        body: job.body,
+        limits: this.limits,
+        send: (_b, p) => callBackend(t.pool, upstream, job.path, t.headers as Record<string, string>, withCopyParams(p, extra)),
+        onLearned: (b, field, cap, requested) => this.log.info({ backend: b, field, limit: cap, requested }, `${b} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
+      },
+      backend,
+    );
+    job.body = sent.body;
+    return sent.result;
+  }
+
+  /**
+   * Which backends this job probes with a repeat (cold → warm), and whether their caches are
+   * emptied first; none for most jobs. Baseline-free, every mirrored request is a probe of the
+   * candidate (there is nothing else to compare).
+   */
+  private repeatPlan(): { backends: Backend[]; flush: boolean } | null {
+    const r = this.deps.config.mirror.repeat;
+    if (this.baselinePool === null) return { backends: ['candidate'], flush: r.flush };
+    if (r.rate <= 0 || this.random() >= r.rate) return null;
+    return { backends: [...new Set(r.backends)], flush: r.flush };
+  }
+
+  private get busy(): boolean {
+    return this.queue.depth >= Math.max(1, this.deps.config.mirror.queueSize / 2);
+  }
+
   private async process(job: Job): Promise<void> {
-    const { metrics } = this.deps;
-    const payload = job.payload;
+    const { metrics, config } = this.deps;
     const targets = this.targets(job);
-    const [cand, base] = await this.sendPair(job, payload, targets);
+    const plan = this.repeatPlan();
+    const flushErrors = new Map<Backend, string>();
+    if (plan?.flush) {
+      for (const b of plan.backends) {
+        try {
+          await this.scorer.flush(b, targets[b]);
+        } catch (err) {
+          flushErrors.set(b, (err as Error).message);
+          this.log.debug({ reqId: job.id, backend: b, err }, 'cache flush before a repeat failed: the first run may be warm');
+        }
+      }
+    }
+    const hasBaseline = this.baselinePool !== null;
+    const [cand, base] = hasBaseline ? await this.sendPair(job, job.payload, targets) : [await this.sendOne(job, 'candidate', targets), null];
     const dur = metrics.histogram('logprobe_upstream_duration_seconds');
     dur.observe({ backend: 'candidate', route: job.route }, cand.latencyMs / 1000);
-    dur.observe({ backend: 'baseline', route: job.route }, base.latencyMs / 1000);
+    if (base) dur.observe({ backend: 'baseline', route: job.route }, base.latencyMs / 1000);
 
     const floor = this.noiseFloor();
+    const t = pickThresholds(config.analysis, floor);
+    const kind = requestKind(job.path) ?? 'completions';
     let outcome: MirrorOutcome;
     let analysis: Comparison | null = null;
     if (cand.error !== null || cand.status >= 400) outcome = 'candidate_error';
+    else if (base === null) outcome = 'ok';
     else if (base.error !== null || base.status >= 400) outcome = 'baseline_error';
     else {
       const pc = parseResponse(cand.body);
       const pb = parseResponse(base.body);
       if (pc.format === 'unknown' || pb.format === 'unknown' || pc.format === 'error' || pb.format === 'error') outcome = 'unparseable';
       else {
-        const t = pickThresholds(this.deps.config.analysis, floor);
         analysis = compare(pc, pb, t);
         outcome = analysis.verdict === 'incomparable' ? 'incomparable' : 'ok';
         if (outcome === 'ok') {
-          const kind = requestKind(job.path) ?? 'completions';
-          const scoring = await scoreComparison(this.scorer, { source: { kind, body: job.body }, free: analysis, baseline: { parsed: pb, body: base.body }, targets, thresholds: t, busy: this.queue.depth >= Math.max(1, this.deps.config.mirror.queueSize / 2) });
+          const scoring = await scoreComparison(this.scorer, { source: { kind, body: job.body }, free: analysis, baseline: { parsed: pb, body: base.body }, targets, thresholds: t, busy: this.busy });
           if (scoring.counted) metrics.counter('logprobe_scoring_total').inc({ route: job.route, outcome: scoring.outcome });
           if (scoring.outcome === 'failed') this.log.warn({ reqId: job.id, reason: scoring.reason }, 'scoring failed');
           analysis = scoring.comparison;
         }
         recordComparison(metrics, job.route, analysis);
         if (analysis.verdict !== 'incomparable' && analysis.comparable > 0) {
-          this.advance(observe(this.detector, { ...detectorEvidence(analysis), noiseFloor: floor, requestId: job.id }, this.deps.config.alert, this.now()));
+          this.advance(observe(this.detector, { ...detectorEvidence(analysis), noiseFloor: floor, requestId: job.id }, config.alert, this.now()));
         }
       }
     }
+
+    const repeats: RepeatPair[] = [];
+    for (const b of plan?.backends ?? []) {
+      const first = b === 'candidate' ? cand : base;
+      if (first === null) continue;
+      const flushError = flushErrors.get(b);
+      const rp = await repeatOnce({
+        backend: b,
+        first,
+        send: () => this.sendOne(job, b, targets),
+        flushed: plan!.flush && flushError === undefined,
+        ...(flushError !== undefined ? { flushError } : {}),
+        thresholds: t,
+        scorer: this.scorer,
+        target: targets[b],
+        source: { kind, body: job.body },
+        busy: this.busy,
+        when: config.analysis.scoring.when,
+      });
+      repeats.push(rp);
+      this.recordRepeat(job, rp, floor);
+    }
+    if (base === null && repeats[0]?.verdict === null && outcome === 'ok') outcome = 'candidate_error';
     metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
-    if (outcome !== 'ok') this.log.debug({ reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base.status, candidateError: cand.error, baselineError: base.error }, 'mirror pair not compared');
+    if (outcome !== 'ok') this.log.debug({ reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error }, 'mirror pair not compared');
 
     const pair: MirroredPair = {
       id: job.id,
@@ -258,6 +344,7 @@ export class Mirror {
       outcome,
       analysis,
       noiseFloor: floor,
+      ...(repeats.length > 0 ? { repeats } : {}),
     };
     try {
       this.deps.listeners?.onPair?.(pair);
@@ -265,31 +352,71 @@ export class Mirror {
       this.log.error({ err }, 'mirror listener failed');
     }
 
-    if (outcome === 'ok' && this.deps.config.calibration.rate > 0 && this.random() < this.deps.config.calibration.rate) {
-      await this.calibrate(job, cand, base);
+    if (outcome === 'ok' && config.calibration.rate > 0 && this.random() < config.calibration.rate) {
+      await this.calibrate(job, cand, base, targets);
     }
   }
 
-  /** Sends the same copy again to each backend; the shift between the two runs is noise. */
-  private async calibrate(job: Job, cand1: BackendResult, base1: BackendResult): Promise<void> {
+  /** A repeat pair's metrics, detector and (for the trusted side) calibration. */
+  private recordRepeat(job: Job, rp: RepeatPair, floor: number): void {
+    const { metrics, config } = this.deps;
+    const c = rp.analysis;
+    if (c === null || rp.verdict === null) return;
+    metrics.counter('logprobe_verdicts_total').inc({ route: job.route, verdict: rp.verdict, kind: 'self', backend: rp.backend });
+    const h = metrics.histogram('logprobe_self_shift_nats');
+    // The runs' own positions (cold vs warm): what the probe measures, and what the floor may learn.
+    const shifts = c.positions.map((p) => p.shift);
+    for (const s of shifts) if (s !== null && s !== undefined) h.observe({ backend: rp.backend }, s);
+    if (c.verdict !== 'incomparable' && c.comparable > 0) {
+      this.advanceSelf(rp.backend, observeSelf(this.selfDetectors[rp.backend], { ...selfEvidence(c), noiseFloor: floor, requestId: job.id }, config.alert, this.now(), rp.backend));
+    }
+    // The floor learns from the trusted side only: the baseline's repeats, or (baseline-free) the
+    // candidate's when both runs were cold — never the candidate's warm-vs-cold disagreement,
+    // which is what a cache bug looks like.
+    const trusted = rp.backend === 'baseline';
+    this.calibration.add(rp.backend, shifts.filter((s): s is number => typeof s === 'number'), { trusted });
+    this.publishCalibration(rp.backend);
+  }
+
+  /**
+   * Calibration (`calibration.rate`): the same copy again to each backend; the shift between the
+   * two runs is run-to-run noise on the trusted side. With a baseline, the baseline's repeat
+   * teaches the floor and the candidate's is only observed; baseline-free, the candidate's counts
+   * only when both its runs were cold (`mirror.repeat.flush`: its cache emptied before each).
+   */
+  private async calibrate(job: Job, cand1: BackendResult, base1: BackendResult | null, targets: Record<Backend, ScoringTarget>): Promise<void> {
+    const t = this.thresholds();
+    let cold = false;
+    if (base1 === null && this.deps.config.mirror.repeat.flush) {
+      try {
+        await this.scorer.flush('candidate', targets.candidate);
+        cold = true;
+      } catch {
+        // Not cold for sure: the candidate's repeat is observed, never trusted.
+      }
+    }
     // From job.body, not job.payload: the first send may have lowered it to a learned logprobs
     // cap, and the second run must ask for what the first one got.
-    const [cand2, base2] = await this.sendPair(job, JSON.stringify(job.body), this.targets(job));
-    const t = this.thresholds();
-    for (const [backend, first, second] of [
-      ['candidate', cand1, cand2],
-      ['baseline', base1, base2],
-    ] as const) {
+    const [cand2, base2] = base1 === null ? [await this.sendOne(job, 'candidate', targets), null] : await this.sendPair(job, JSON.stringify(job.body), targets);
+    const runs = [['candidate', cand1, cand2, base1 === null && cold]] as Array<[Backend, BackendResult, BackendResult, boolean]>;
+    if (base1 !== null && base2 !== null) runs.push(['baseline', base1, base2, true]);
+    for (const [backend, first, second, trusted] of runs) {
       if (second.error !== null || second.status >= 400) continue;
       const c = compare(second.body, first.body, t);
       if (c.verdict === 'incomparable') continue;
       this.calibration.add(
         backend,
         c.positions.map((p) => p.shift).filter((s): s is number => s !== null),
+        { trusted },
       );
-      const p99 = this.calibration.p99(backend);
-      if (p99 !== null) this.deps.metrics.gauge('logprobe_noise_floor_observed_nats').set({ backend }, p99);
+      this.publishCalibration(backend);
     }
+  }
+
+  /** The observed p99 of a backend's repeats and the floor in force, as gauges. */
+  private publishCalibration(backend: Backend): void {
+    const p99 = this.calibration.p99(backend);
+    if (p99 !== null) this.deps.metrics.gauge('logprobe_noise_floor_observed_nats').set({ backend }, p99);
     this.deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
   }
 
@@ -301,7 +428,19 @@ export class Mirror {
     const firing = metrics.gauge('logprobe_alert_firing');
     firing.set({ alert: 'LogprobGlobalShift' }, this.detector.global.phase === 'firing' || this.detector.global.phase === 'resolving' ? 1 : 0);
     firing.set({ alert: 'LogprobSustainedShift' }, this.detector.sustained.phase === 'firing' || this.detector.sustained.phase === 'resolving' ? 1 : 0);
-    for (const t of result.transitions) {
+    this.announce(result.transitions);
+  }
+
+  /** A backend's self-consistency detector moved: its alert gauge and transitions. */
+  private advanceSelf(backend: Backend, result: { state: DetectorState; transitions: AlertTransition[] }): void {
+    this.selfDetectors[backend] = result.state;
+    const g = this.selfDetectors[backend].global.phase;
+    this.deps.metrics.gauge('logprobe_alert_firing').set({ alert: 'LogprobSelfInconsistency', backend }, g === 'firing' || g === 'resolving' ? 1 : 0);
+    this.announce(result.transitions);
+  }
+
+  private announce(transitions: readonly AlertTransition[]): void {
+    for (const t of transitions) {
       this.notifier.notify(t);
       try {
         this.deps.listeners?.onAlert?.(t);
@@ -331,7 +470,7 @@ export class Mirror {
     if (dropped.length > 0) this.log.warn({ dropped: dropped.length }, 'drain time over: queued mirror pairs dropped');
     await this.queue.idle();
     await this.notifier.flush();
-    if (this.ownsBaselinePool) await this.baselinePool.close();
+    if (this.ownsBaselinePool) await this.baselinePool?.close();
   }
 }
 

@@ -5,6 +5,7 @@ import type { AlertTransition } from '../core/detector.js';
 const SUMMARY: Record<AlertTransition['alert'], string> = {
   LogprobGlobalShift: 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise',
   LogprobSustainedShift: 'a small shift above the noise floor persists across requests',
+  LogprobSelfInconsistency: 'the backend disagrees with itself between a cold and a warm run: suspect the cache path',
 };
 
 const DESCRIPTION: Record<AlertTransition['alert'], string> = {
@@ -14,13 +15,16 @@ const DESCRIPTION: Record<AlertTransition['alert'], string> = {
   LogprobSustainedShift:
     'The CUSUM of per-request maxShift / noiseFloor exceeded alert.cusum.h: a sustained shift too small to move the pooled share. ' +
     'Check subtle corruptions (weights, quantisation) against a calibrated noise floor.',
+  LogprobSelfInconsistency:
+    'Repeats of the same request on one backend (the second normally a prefix-cache hit) disagree above the noise floor over the window of repeat pairs. ' +
+    'Suspect the cache path: compare the state where it is written, in the medium and where it is read back.',
 };
 
 /** One Alertmanager v2 alert (POST /api/v2/alerts takes an array of these). */
 export function toAlertmanager(t: AlertTransition, instance: string): Record<string, unknown> {
   const startsAt = new Date(t.startsAt * 1000).toISOString();
   return {
-    labels: { alertname: t.alert, severity: t.alert === 'LogprobGlobalShift' ? 'critical' : 'warning', service: 'logprobe', instance },
+    labels: { alertname: t.alert, severity: t.alert === 'LogprobSustainedShift' ? 'warning' : 'critical', service: 'logprobe', instance, ...(t.backend ? { backend: t.backend } : {}) },
     annotations: {
       summary: SUMMARY[t.alert],
       description: DESCRIPTION[t.alert],
@@ -41,7 +45,7 @@ export class AlertNotifier {
   constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string }) {}
 
   notify(t: AlertTransition): void {
-    this.options.logger.warn({ alert: t.alert, state: t.to, evidence: t.evidence }, `${t.alert} ${t.to}: ${SUMMARY[t.alert]}`);
+    this.options.logger.warn({ alert: t.alert, ...(t.backend ? { backend: t.backend } : {}), state: t.to, evidence: t.evidence }, `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${SUMMARY[t.alert]}`);
     const url = this.options.webhookUrl;
     if (!url) return;
     const payload = JSON.stringify([toAlertmanager(t, this.options.instance)]);

@@ -3,7 +3,7 @@ import type { Metrics } from '../metrics/registry.js';
 
 /** Exports one comparison: per-token histograms, the flip, the divergence and the verdict. */
 export function recordComparison(metrics: Metrics, route: string, c: Comparison): void {
-  metrics.counter('logprobe_verdicts_total').inc({ route, verdict: c.verdict });
+  metrics.counter('logprobe_verdicts_total').inc({ route, verdict: c.verdict, kind: 'pair' });
   if (c.verdict === 'incomparable') return;
   const diffH = metrics.histogram('logprobe_token_crosspath_diff_nats');
   const shiftH = metrics.histogram('logprobe_token_shift_nats');

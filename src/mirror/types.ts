@@ -1,6 +1,7 @@
 import type { Comparison } from '../core/index.js';
 import type { AlertTransition } from '../core/detector.js';
 import type { BackendResult } from './dispatch.js';
+import type { RepeatPair } from './repeat.js';
 
 /** Outcomes of `logprobe_mirror_total` (docs/format.md). */
 export type MirrorOutcome = 'ok' | 'dropped' | 'skipped' | 'candidate_error' | 'baseline_error' | 'unparseable' | 'incomparable';
@@ -17,12 +18,15 @@ export interface MirroredPair {
   /** The client request's headers (for capture: credentials are stripped there). */
   clientHeaders: Record<string, string | string[] | undefined>;
   candidate: BackendResult;
-  baseline: BackendResult;
+  /** The baseline's answer; null in baseline-free mode. */
+  baseline: BackendResult | null;
   outcome: MirrorOutcome;
   /** The comparison, when both sides answered with a body. */
   analysis: Comparison | null;
   /** The noise floor used for this pair, nats. */
   noiseFloor: number;
+  /** Repeat probes of the cache path (the same copy again to a backend, cold then warm). */
+  repeats?: RepeatPair[];
 }
 
 /** Who wants to hear about mirrored pairs and alert transitions (capture, the demo). */

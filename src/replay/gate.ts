@@ -17,7 +17,7 @@ export function decideGate(summary: Summary, data: SummaryData, failOn: Readonly
   const hits = [...failOn].filter((v) => v !== 'alert' && summary.count([v]) > 0).map((v) => withReasons(data, v, summary.count([v])));
   if (failOn.has('alert') && summary.alertsFired > 0) hits.push(`alert ${data.alerts.map((a) => a.alert).join(', ')}`);
   if (hits.length > 0) return { passed: false, line: `gate: FAIL (${hits.join(', ')})` };
-  if (data.compared === 0) return { passed: false, line: `gate: FAIL (no pair could be compared: ${noEvidence(data)})` };
+  if (data.compared === 0 && summary.selfCompared === 0) return { passed: false, line: `gate: FAIL (no pair could be compared: ${noEvidence(data)})` };
   return { passed: true, line: `gate: PASS (${failOn.size ? `no ${[...failOn].join(', no ')}` : '--fail-on none'})` };
 }
 

@@ -4,13 +4,14 @@ import { readJsonLines } from '../capture/reader.js';
 import type { CaptureWriter } from '../capture/writer.js';
 import type { Thresholds } from '../core/index.js';
 import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
-import { LogprobLimits, sendWithinLimits } from '../mirror/limits.js';
+import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from '../mirror/limits.js';
 import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { routeLabel } from '../proxy/routes.js';
 import { Scorer, scoreComparison, withCopyParams, type ScoringOptions } from '../scoring/score.js';
 import type { ScoringTarget } from '../scoring/http.js';
-import { analyzePair } from '../report/pair.js';
+import { analyzePair, type PairResult } from '../report/pair.js';
+import { repeatOnce } from '../mirror/repeat.js';
 import type { Summary } from '../report/summary.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
 import { toReplayItem, type ReplayItem } from './input.js';
@@ -20,7 +21,8 @@ import { RateLimiter } from './limit.js';
 export interface ReplayOptions {
   inputs: readonly string[];
   candidate: UpstreamOptions;
-  baseline: UpstreamOptions & { apiKey: string | null };
+  /** The trusted build; null: baseline-free, each input probes the candidate against itself (cold → warm). */
+  baseline: (UpstreamOptions & { apiKey: string | null }) | null;
   tlsInsecure: boolean;
   /** The mirror's rewrite options (`mirror.*`). */
   rewrite: RewriteOptions;
@@ -64,25 +66,54 @@ const REPLAY_MAX_HEADER = 64 * 1024;
  * at most `concurrency` pairs are in flight.
  */
 export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
-  const pools: Pool[] = [
-    createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER }),
-    createUpstreamPool(o.baseline, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER }),
-  ];
-  const [candidatePool, baselinePool] = pools as [Pool, Pool];
+  const candidatePool = createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER });
+  const baselinePool = o.baseline === null ? null : createUpstreamPool(o.baseline, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER });
+  const pools: Pool[] = baselinePool === null ? [candidatePool] : [candidatePool, baselinePool];
+  const baseline = o.baseline ?? { ...o.candidate, apiKey: null };
   const limiter = new RateLimiter(o.rps);
   const limits = new LogprobLimits();
   const inflight = new Set<Promise<void>>();
   const cHeaders = mirrorHeaders({}, { role: 'candidate' });
-  const bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: o.baseline.apiKey, forwardAuth: false });
+  const bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: baseline.apiKey, forwardAuth: false });
   let started = 0;
   let done = 0;
   const scorer = new Scorer(o.scoring);
   const targets: Record<'candidate' | 'baseline', ScoringTarget> = {
     candidate: { pool: candidatePool, url: o.candidate.url, headers: cHeaders, timeoutMs: o.candidate.timeoutMs },
-    baseline: { pool: baselinePool, url: o.baseline.url, headers: bHeaders, timeoutMs: o.baseline.timeoutMs },
+    baseline: { pool: baselinePool ?? candidatePool, url: baseline.url, headers: bHeaders, timeoutMs: baseline.timeoutMs },
   };
 
-  const one = async (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => {
+  const one = (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => (o.baseline === null ? alone(id, item, at) : paired(id, item, at));
+
+  /** Baseline-free: the candidate twice (cold, then warm from its cache), compared with itself. */
+  const alone = async (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => {
+    const cExtra = await scorer.copyParams('candidate', targets.candidate);
+    const sendIt = async (body: Record<string, unknown>) =>
+      sendOneWithinLimits({ body, limits, send: (_b, p) => callBackend(candidatePool, o.candidate, item.route, cHeaders, withCopyParams(p, cExtra)) }, 'candidate');
+    const first = await sendIt(mirroredBody(item, o));
+    const request = first.body;
+    const rp = await repeatOnce({
+      backend: 'candidate',
+      first: first.result,
+      send: async () => (await sendIt(request)).result,
+      flushed: false,
+      thresholds: o.thresholds,
+      scorer,
+      target: targets.candidate,
+      source: { kind: item.kind, body: request },
+      busy: false,
+      when: o.scoring.when,
+    });
+    const cand = first.result;
+    const outcome = cand.error !== null || cand.status >= 400 ? 'candidate_error' : 'ok';
+    const pair: MirroredPair = { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, request, clientHeaders: {}, candidate: cand, baseline: null, outcome, analysis: null, noiseFloor: o.thresholds.noiseFloor, repeats: [rp] };
+    o.writer.write(pair);
+    const result: PairResult = { outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };
+    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, repeats: [{ backend: 'candidate', flushed: false, comparison: rp.analysis, verdict: rp.verdict }] });
+    o.onPair?.(++done);
+  };
+
+  const paired = async (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => {
     // Within the logprobs caps the backends told us about, like the live mirror (limits.ts).
     const [cExtra, bExtra] = await Promise.all([scorer.copyParams('candidate', targets.candidate), scorer.copyParams('baseline', targets.baseline)]);
     const sent = await sendWithinLimits({
@@ -91,7 +122,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
       send: (backend, p) =>
         backend === 'candidate'
           ? callBackend(candidatePool, o.candidate, item.route, cHeaders, withCopyParams(p, cExtra))
-          : callBackend(baselinePool, o.baseline, item.route, bHeaders, withCopyParams(p, bExtra)),
+          : callBackend(targets.baseline.pool, baseline, item.route, bHeaders, withCopyParams(p, bExtra)),
     });
     const request = sent.body;
     const [cand, base] = [sent.candidate, sent.baseline];

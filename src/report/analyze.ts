@@ -1,7 +1,7 @@
 import { DEFAULT_THRESHOLDS, type Thresholds } from '../core/index.js';
 import { asCaptureRecord, captureRecordError, readJsonLines } from '../capture/reader.js';
 import type { CaptureRecord } from '../capture/record.js';
-import { analyzePair, type PairResult } from './pair.js';
+import { analyzePair, analyzeRepeat, type PairResult } from './pair.js';
 import type { Summary } from './summary.js';
 
 /** One analysed record. */
@@ -85,7 +85,9 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
       if (good++ === 0) held.splice(0).forEach(report);
       const record = asCaptureRecord(item.value);
       const thresholds = recordThresholds(record, o.overrides);
-      const result = analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
+      // Baseline-free records carry only the candidate and its repeat probes.
+      const result: PairResult = record.baseline === null ? { outcome: record.outcome, comparison: null, candidate: null, baseline: null, baselineFree: true } : analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
+      const repeats = (record.repeats ?? []).map((r) => analyzeRepeat(r.backend === 'candidate' ? record.candidate : record.baseline, r, thresholds));
       records++;
       o.summary.add({
         file,
@@ -94,7 +96,8 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
         route: record.route,
         result,
         noiseFloor: thresholds.noiseFloor,
-        online: record.analysis === undefined ? undefined : (record.analysis?.verdict ?? null),
+        online: record.analysis === undefined || record.baseline === null ? undefined : (record.analysis?.verdict ?? null),
+        repeats,
       });
       const wait = o.onPair?.({ file, line: item.line, record, result, thresholds });
       if (wait) await wait;

@@ -1,5 +1,6 @@
-import { compare, parseResponse, recount, withScoring, type Comparison, type ParsedResponse, type PromptBlock, type ScoredBlock, type Thresholds } from '../core/index.js';
+import { compare, parseResponse, recount, withScoring, type Comparison, type Health, type ParsedResponse, type PromptBlock, type ScoredBlock, type Thresholds } from '../core/index.js';
 import type { MirrorOutcome } from '../mirror/types.js';
+import { selfVerdict, type SelfVerdict } from '../core/self.js';
 
 /** What a backend answered, as far as the comparison is concerned (a capture side or a live result). */
 export interface SideAnswer {
@@ -16,6 +17,8 @@ export interface PairResult {
   comparison: Comparison | null;
   candidate: ParsedResponse | null;
   baseline: ParsedResponse | null;
+  /** No baseline (baseline-free mode): nothing to compare but the repeats. */
+  baselineFree?: true;
 }
 
 function failed(s: SideAnswer): boolean {
@@ -42,10 +45,29 @@ export function analyzePair(candidate: SideAnswer, baseline: SideAnswer, thresho
   return { outcome: comparison.verdict === 'incomparable' ? 'incomparable' : 'ok', comparison, candidate: pc, baseline: pb };
 }
 
+/** A repeat probe analysed offline: the two runs of one backend compared again, its captured scoring re-counted. */
+export interface RepeatResult {
+  backend: 'candidate' | 'baseline';
+  flushed: boolean;
+  comparison: Comparison | null;
+  verdict: SelfVerdict | null;
+}
+
+/** Re-analyses a captured repeat probe: second run vs first (the record's side of that backend). */
+export function analyzeRepeat(first: SideAnswer | null, r: { backend: 'candidate' | 'baseline'; flushed: boolean; second: SideAnswer; analysis?: CapturedScoring | null }, t: Thresholds): RepeatResult {
+  const base = { backend: r.backend, flushed: r.flushed };
+  if (first === null || failed(first) || failed(r.second)) return { ...base, comparison: null, verdict: null };
+  const free = compare(parseResponse(r.second.body), parseResponse(first.body), t);
+  const comparison = r.analysis?.scored && free.verdict !== 'incomparable' ? rescored(free, { scored: r.analysis.scored, prompt: null }, t) : free;
+  return { ...base, comparison, verdict: selfVerdict(comparison) };
+}
+
 /** The scoring a pair carried when it was compared live (a capture's `analysis.scored`/`prompt`). */
 export interface CapturedScoring {
   scored?: ScoredBlock | undefined;
   prompt?: PromptBlock | null | undefined;
+  /** The health measured live: over the scored positions it cannot be recomputed offline. */
+  health?: Health | undefined;
 }
 
 /**
@@ -57,7 +79,9 @@ function rescored(free: Comparison, s: CapturedScoring, t: Thresholds): Comparis
   const scored = s.scored!;
   const block: ScoredBlock = scored.outcome === 'ok' && Array.isArray(scored.shifts) ? { ...scored, ...recount(scored.shifts, t) } : scored;
   const prompt: PromptBlock | null = s.prompt && Array.isArray(s.prompt.shifts) ? { ...recount(s.prompt.shifts, t), start: s.prompt.start } : null;
-  return withScoring(free, block, prompt, t);
+  const c = withScoring(free, block, prompt, t);
+  // Health over teacher-forced positions was measured live (nothing is scored again): the captured figures stand.
+  return s.health?.over === 'scored' && block.outcome === 'ok' ? { ...c, health: s.health } : c;
 }
 
 const REASON_CHARS = 160;

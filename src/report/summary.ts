@@ -1,8 +1,9 @@
-import { initialDetectorState, observe, pooledShare, type AlertConfig, type DetectorState } from '../core/detector.js';
+import { initialDetectorState, observe, pooledShare, type AlertConfig, type AlertName, type DetectorState } from '../core/detector.js';
+import { observeSelf, SELF_VERDICTS, selfEvidence, type SelfVerdict } from '../core/self.js';
 import { detectorEvidence, VERDICTS, type FlipClass, type Locus, type ScoringOutcome, type Verdict } from '../core/index.js';
 import type { MirrorOutcome } from '../mirror/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
-import type { PairResult } from './pair.js';
+import type { PairResult, RepeatResult } from './pair.js';
 import { badness, buildStrip, StripSelector, type Strip } from './strips.js';
 
 /** Outcomes of pairs that were not compared. */
@@ -21,11 +22,15 @@ export interface SummaryEntry {
   noiseFloor: number;
   /** The verdict the capture recorded online (null: not compared online); undefined when the input had none. */
   online?: Verdict | null;
+  /** The pair's repeat probes (cold → warm on one backend), analysed. */
+  repeats?: readonly RepeatResult[];
 }
 
 /** An alert the in-process detectors would have raised over the pairs, in input order. */
 export interface OfflineAlert {
-  alert: 'LogprobGlobalShift' | 'LogprobSustainedShift';
+  alert: AlertName;
+  /** LogprobSelfInconsistency: the backend whose repeats disagree. */
+  backend?: 'candidate' | 'baseline';
   /** 1-based pair number at which it fired. */
   atPair: number;
   pooledShare: number;
@@ -52,6 +57,10 @@ export interface SummaryData {
   /** Flip gaps by class, and how many were lower bounds. */
   flips: Record<FlipClass, HistogramData> & { lowerBound: number };
   alerts: OfflineAlert[];
+  /** Pairs without a baseline (baseline-free mode): only their repeats say anything. */
+  baselineFree: number;
+  /** Repeat probes per backend: self verdicts, the shift between the runs, and how many had their first run cold for sure. */
+  repeats: Array<{ backend: 'candidate' | 'baseline'; pairs: number; flushed: number; verdicts: Record<SelfVerdict, number>; positionShift: HistogramData }>;
   /** Teacher-forced scoring: pairs by outcome (pairs that needed none are not counted), the most frequent reasons, and the loci found. */
   scoring: {
     outcomes: Record<ScoringOutcome, number>;
@@ -117,6 +126,8 @@ export class Summary {
   private readonly promptShift = new Histogram(logEdges(-6, 2, 10));
   private promptPairs = 0;
   private promptShifted = 0;
+  private baselineFree = 0;
+  private readonly selfStats = new Map<'candidate' | 'baseline', { pairs: number; flushed: number; verdicts: Record<SelfVerdict, number>; shift: Histogram; detector: DetectorState }>();
 
   constructor(private readonly options: SummaryOptions = {}) {
     this.strips = new StripSelector(options.worst ?? 100, options.sample ?? 400);
@@ -125,6 +136,11 @@ export class Summary {
   /** Adds one pair. */
   add(e: SummaryEntry): void {
     const n = ++this.pairs;
+    for (const r of e.repeats ?? []) this.addRepeat(n, e, r);
+    if (e.result.baselineFree) {
+      this.baselineFree++;
+      return;
+    }
     const c = e.result.comparison;
     if (e.online !== undefined) this.changed = (this.changed ?? 0) + ((c?.verdict ?? null) === e.online ? 0 : 1);
     if (c === null) {
@@ -148,7 +164,7 @@ export class Summary {
       this.strips.consider(badness(c), () => buildStrip({ n, id: e.id, at: `${e.file}:${e.line}`, route: e.route, noiseFloor: e.noiseFloor }, c, candidate, baseline));
     }
     // Each alert is reported once, when it first fires: after both have, the detectors can rest.
-    if (this.options.alert && c.comparable > 0 && this.alerts.length < 2) this.detect(n, e, this.options.alert);
+    if (this.options.alert && c.comparable > 0 && this.alerts.filter((a) => a.alert !== 'LogprobSelfInconsistency').length < 2) this.detect(n, e, this.options.alert);
   }
 
   private addScoring(c: NonNullable<PairResult['comparison']>): void {
@@ -165,6 +181,26 @@ export class Summary {
       this.promptPairs++;
       if (c.prompt.shifted > 0) this.promptShifted++;
       for (const x of c.prompt.shifts) if (x !== null) this.promptShift.add(x);
+    }
+  }
+
+  private addRepeat(n: number, e: SummaryEntry, r: RepeatResult): void {
+    let s = this.selfStats.get(r.backend);
+    if (!s) {
+      s = { pairs: 0, flushed: 0, verdicts: Object.fromEntries(SELF_VERDICTS.map((v) => [v, 0])) as Record<SelfVerdict, number>, shift: new Histogram(logEdges(-6, 2, 10)), detector: initialDetectorState() };
+      this.selfStats.set(r.backend, s);
+    }
+    s.pairs++;
+    if (r.flushed) s.flushed++;
+    const c = r.comparison;
+    if (c === null || r.verdict === null) return;
+    s.verdicts[r.verdict]++;
+    for (const p of c.positions) if (p.shift !== null) s.shift.add(p.shift);
+    const cfg = this.options.alert;
+    if (cfg && c.comparable > 0 && !this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === r.backend)) {
+      const o = observeSelf(s.detector, { ...selfEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id }, { ...cfg, forSeconds: 0 }, n, r.backend);
+      s.detector = o.state;
+      for (const t of o.transitions) if (t.to === 'firing') this.alerts.push({ alert: t.alert, backend: r.backend, atPair: n, pooledShare: pooledShare(o.state), cusum: o.state.cusum });
     }
   }
 
@@ -185,12 +221,22 @@ export class Summary {
   /** Pairs so far with one of `verdicts` (verdict names or uncompared outcomes). */
   count(names: Iterable<string>): number {
     let n = 0;
-    for (const name of names) n += (this.verdicts as Record<string, number>)[name] ?? (this.uncompared as Record<string, number>)[name] ?? 0;
+    for (const name of names) {
+      if (name === 'self_inconsistent') for (const s of this.selfStats.values()) n += s.verdicts.self_inconsistent;
+      else n += (this.verdicts as Record<string, number>)[name] ?? (this.uncompared as Record<string, number>)[name] ?? 0;
+    }
     return n;
   }
 
   get alertsFired(): number {
     return this.alerts.length;
+  }
+
+  /** Repeat pairs compared (their two runs both answered), over every backend: evidence too. */
+  get selfCompared(): number {
+    let n = 0;
+    for (const s of this.selfStats.values()) n += s.verdicts.identical + s.verdicts.noise + s.verdicts.self_inconsistent;
+    return n;
   }
 
   get total(): number {
@@ -223,6 +269,8 @@ export class Summary {
       pairMaxShift: this.pairMaxShift.toJSON(),
       flips: { ambiguous: this.flipGap.ambiguous.toJSON(), gray: this.flipGap.gray.toJSON(), systematic: this.flipGap.systematic.toJSON(), lowerBound: this.lowerBound },
       alerts: [...this.alerts],
+      baselineFree: this.baselineFree,
+      repeats: [...this.selfStats].map(([backend, s]) => ({ backend, pairs: s.pairs, flushed: s.flushed, verdicts: { ...s.verdicts }, positionShift: s.shift.toJSON() })),
       scoring: {
         outcomes: { ...this.scoringOutcomes },
         reasons: [...this.reasons].sort((a, b) => b[1] - a[1]).slice(0, 5).map(([reason, count]) => ({ reason, count })),

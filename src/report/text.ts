@@ -1,7 +1,7 @@
+import { SELF_VERDICTS } from '../core/self.js';
 import { formatNats, VERDICTS, type Verdict } from '../core/index.js';
 import { coarsen, type HistogramData } from './histogram.js';
 import { FLIP_CLASSES, type SummaryData } from './summary.js';
-import { healthLines, type HealthReport } from './health-text.js';
 import type { Strip } from './strips.js';
 
 /** What the text report says about how the pairs were judged. */
@@ -12,8 +12,6 @@ export interface ReportContext {
   gapSystematic: number;
   /** Worst pairs listed (default 10). */
   top?: number;
-  /** The seeds' health figures, definition warnings and gates (src/report/health-text.ts). */
-  health?: HealthReport;
 }
 
 /** How alarming each verdict is, most first (a Record: a new verdict cannot be left out). */
@@ -73,29 +71,32 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   // Why they were not compared: the causes are in the capture's records, and said here.
   for (const [k] of unc) for (const r of d.uncomparedReasons[k as keyof SummaryData['uncomparedReasons']] ?? []) out.push(`  ${k}: ${r.reason} (${int(r.count)})`);
   out.push(`thresholds: ${ctx.thresholds}`);
-  out.push('', 'verdicts');
-  const vmax = Math.max(0, ...Object.values(d.verdicts));
-  for (const v of VERDICT_ORDER) {
-    const n = d.verdicts[v];
-    out.push(`  ${v.padEnd(19)}${int(n).padStart(9)}  ${pct(n, d.compared).padStart(6)}  ${bar(n, vmax)}`);
-  }
-  if (d.changed !== null) out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
+  // Baseline-free: no pair was compared, the repeats below are the report.
+  if (!(d.compared === 0 && d.baselineFree > 0)) {
+    out.push('', 'verdicts');
+    const vmax = Math.max(0, ...Object.values(d.verdicts));
+    for (const v of VERDICT_ORDER) {
+      const n = d.verdicts[v];
+      out.push(`  ${v.padEnd(19)}${int(n).padStart(9)}  ${pct(n, d.compared).padStart(6)}  ${bar(n, vmax)}`);
+    }
+    if (d.changed !== null) out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
 
-  const ps = coarsen(d.positionShift, SHIFT_DECADES);
-  out.push('', `position shift, nats (${int(d.positionShift.n)} comparable positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`);
-  const smax = Math.max(0, ...ps.counts);
-  ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
-  out.push(`  ${quantiles(d.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
-  out.push(`per-pair max shift: ${quantiles(d.pairMaxShift, [['p50', 0.5], ['p90', 0.9]])}`);
+    const ps = coarsen(d.positionShift, SHIFT_DECADES);
+    out.push('', `position shift, nats (${int(d.positionShift.n)} comparable positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`);
+    const smax = Math.max(0, ...ps.counts);
+    ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
+    out.push(`  ${quantiles(d.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
+    out.push(`per-pair max shift: ${quantiles(d.pairMaxShift, [['p50', 0.5], ['p90', 0.9]])}`);
 
-  const flips = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
-  out.push('', `flips: ${int(flips)} pairs diverged (gap = lp_b(A) − lp_b(B), the force a flip needs)`);
-  const bounds: Record<string, string> = { ambiguous: `gap < ${ctx.gapAmbiguous}`, gray: `${ctx.gapAmbiguous}–${ctx.gapSystematic}`, systematic: `gap > ${ctx.gapSystematic}` };
-  for (const c of FLIP_CLASSES) {
-    const h = d.flips[c];
-    out.push(`  ${c.padEnd(11)} ${`(${bounds[c]})`.padEnd(14)}${int(h.n).padStart(8)}  ${h.n > 0 ? `median ${quantiles(h, [['', 0.5]]).replace(/^ /, '')}` : ''}`.trimEnd());
+    const flips = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
+    out.push('', `flips: ${int(flips)} pairs diverged (gap = lp_b(A) − lp_b(B), the force a flip needs)`);
+    const bounds: Record<string, string> = { ambiguous: `gap < ${ctx.gapAmbiguous}`, gray: `${ctx.gapAmbiguous}–${ctx.gapSystematic}`, systematic: `gap > ${ctx.gapSystematic}` };
+    for (const c of FLIP_CLASSES) {
+      const h = d.flips[c];
+      out.push(`  ${c.padEnd(11)} ${`(${bounds[c]})`.padEnd(14)}${int(h.n).padStart(8)}  ${h.n > 0 ? `median ${quantiles(h, [['', 0.5]]).replace(/^ /, '')}` : ''}`.trimEnd());
+    }
+    if (d.flips.lowerBound > 0) out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
   }
-  if (d.flips.lowerBound > 0) out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
 
   const sc = d.scoring;
   const scoredPairs = sc.outcomes.ok + sc.outcomes.unsupported + sc.outcomes.skipped + sc.outcomes.failed;
@@ -110,9 +111,17 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   const loci = (['compute', 'decode_state', 'unknown'] as const).filter((l) => sc.loci[l] > 0);
   if (loci.length > 0) out.push(`locus: ${loci.map((l) => `${l} ${int(sc.loci[l])}`).join(', ')} (compute: the prompt already moved; decode_state: the prompt agrees, the continuation moved)`);
 
+  if (d.baselineFree > 0) out.push('', `baseline-free: ${int(d.baselineFree)} pairs had no baseline; their repeats below are the comparison`);
+  for (const r of d.repeats) {
+    const mix = SELF_VERDICTS.filter((v) => r.verdicts[v] > 0).map((v) => `${v} ${int(r.verdicts[v])}`).join(', ') || 'none compared';
+    out.push('', `repeats on the ${r.backend} (the same request twice: cold, then warm from its cache): ${int(r.pairs)} pairs, ${int(r.flushed)} with the cache emptied first; ${mix}`);
+    if (r.positionShift.n > 0) out.push(`  shift between the runs (${int(r.positionShift.n)} positions): ${quantiles(r.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
+    if (r.verdicts.self_inconsistent > 0) out.push(`  self_inconsistent: the ${r.backend} disagrees with itself between a cold and a warm run: suspect the cache path — compare the state where it is written, in the medium and where it is read back`);
+  }
+
   if (d.alerts.length > 0) {
     out.push('', 'offline detectors (pairs in input order, forSeconds not applied):');
-    for (const a of d.alerts) out.push(`  ${a.alert} would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}, CUSUM ${a.cusum.toFixed(1)})`);
+    for (const a of d.alerts) out.push(`  ${a.alert}${a.backend ? ` (${a.backend})` : ''} would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}${a.alert === 'LogprobSelfInconsistency' ? ' of the repeat pairs' : `, CUSUM ${a.cusum.toFixed(1)}`})`);
   }
 
   const top = notableWorst(d, ctx.top ?? 10);
@@ -126,7 +135,6 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     const s = d.worst[0];
     out.push('', `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, ${s.at})`);
   }
-  if (ctx.health) out.push('', ...healthLines(ctx.health));
   if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (reported on stderr)`);
   out.push('', `note: ${ABSENCE_NOTE}`);
   return `${out.join('\n')}\n`;

@@ -1,6 +1,6 @@
 import type { TokenStep } from '../core/types.js';
 import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import { idPrompt, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
+import { idPrompt, postFlush, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
 import { forcedStep, logprobAmong, objectAlternatives } from './steps.js';
 
 /**
@@ -30,6 +30,9 @@ export const llamacppProfile: EngineProfile = {
     if (typeof templated.prompt !== 'string') throw new ScoringError('/apply-template answered no prompt');
     return tokenIds(await postOk(target, '/tokenize', { content: templated.prompt, add_special: true }));
   },
+
+  // Slot actions need --slot-save-path (501 otherwise); one slot (-np 1) is slot 0.
+  flush: (target) => postFlush(target, '/slots/0?action=erase', { 501: 'llama-server erases a slot only when started with --slot-save-path', 404: 'this llama-server has no /slots endpoint' }),
 
   async tokenize(target, text) {
     return tokenIds(await postOk(target, '/tokenize', { content: text, add_special: false }));

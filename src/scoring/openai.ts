@@ -23,6 +23,10 @@ export const openaiProfile: EngineProfile = {
     return ids;
   },
 
+  async flush() {
+    throw new UnsupportedError('an OpenAI-compatible server has no cache reset');
+  },
+
   async tokenize() {
     throw new UnsupportedError('no tokenize endpoint on an OpenAI-compatible server');
   },

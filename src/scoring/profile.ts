@@ -1,6 +1,6 @@
 import type { ScoredSide, ScoringMode } from '../core/scored.js';
 import { readId } from '../core/parse/values.js';
-import { ScoringError, type ScoringTarget } from './http.js';
+import { requestJson, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
 
 /** The engines logprobe knows how to score on (`candidate.engine` / `baseline.engine`, besides `auto`). */
 export const ENGINE_NAMES = ['vllm', 'sglang', 'llamacpp', 'openai'] as const;
@@ -48,6 +48,17 @@ export interface EngineProfile {
   tokenize(target: ScoringTarget, text: string, model: string | undefined): Promise<number[]>;
   /** Scores prompt + continuation. */
   score(target: ScoringTarget, spec: ScoreSpec): Promise<ProfileScore>;
+  /** Empties the engine's prefix cache (staging only: `mirror.repeat.flush`); Unsupported where it cannot. */
+  flush(target: ScoringTarget): Promise<void>;
+}
+
+/** POSTs a cache-reset endpoint: 2xx is done; `unsupported` (status → why) is an UnsupportedError, anything else a ScoringError. */
+export async function postFlush(target: ScoringTarget, path: string, unsupported: Readonly<Record<number, string>>): Promise<void> {
+  const a = await requestJson(target, 'POST', path, {});
+  if (a.status >= 200 && a.status < 300) return;
+  const why = unsupported[a.status];
+  if (why !== undefined) throw new UnsupportedError(why);
+  throw new ScoringError(`${path} answered ${a.status}`);
 }
 
 /** `model` of a mirrored body, when it is a string. */

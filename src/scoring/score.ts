@@ -154,6 +154,12 @@ export class Scorer {
     return { profile, spec: { model: modelOf(source.body), prompt, continuation, topK: this.options.topK, promptPositions: PROMPT_POSITIONS } };
   }
 
+  /** Empties a backend's prefix cache through its profile (after that backend's scoring in progress). */
+  async flush(backend: Backend, target: ScoringTarget): Promise<void> {
+    const profile = await this.profile(backend, target);
+    await this.inTurn(backend, { ...profile, mode: 'incremental' }, () => profile.flush(target));
+  }
+
   /** Scores a prepared sequence on one backend (in its turn, for incremental profiles). */
   scoreSide(backend: Backend, target: ScoringTarget, profile: EngineProfile, spec: ScoreSpec): Promise<ProfileScore> {
     return this.inTurn(backend, profile, () => profile.score(target, spec));

@@ -1,7 +1,7 @@
 import { readId } from '../core/parse/values.js';
 import type { TokenStep } from '../core/types.js';
 import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import { idPrompt, modelOf, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
+import { idPrompt, modelOf, postFlush, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
 import { forcedStep, tupleAlternatives } from './steps.js';
 
 /**
@@ -35,6 +35,9 @@ export const sglangProfile: EngineProfile = {
     if (!Array.isArray(ids) || !ids.every((x) => readId(x) !== undefined)) throw new UnsupportedError('SGLang has no chat-template endpoint and this one does not return prompt_token_ids: chat requests are not scored');
     return ids as number[];
   },
+
+  // GET or POST; 400 while requests run (http_server.py): the repeat then goes without a flush.
+  flush: (target) => postFlush(target, '/flush_cache', { 404: 'this SGLang has no /flush_cache' }),
 
   async tokenize(target, text, model) {
     return tokenIds(await postOk(target, '/tokenize', { model, prompt: text, add_special_tokens: false }));

@@ -1,7 +1,7 @@
 import { readId } from '../core/parse/values.js';
 import type { TokenStep } from '../core/types.js';
 import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import { idPrompt, modelOf, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
+import { idPrompt, modelOf, postFlush, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
 import { forcedStep, type Alternative } from './steps.js';
 
 /**
@@ -32,6 +32,10 @@ export const vllmProfile: EngineProfile = {
     for (const k of ['chat_template', 'chat_template_kwargs', 'tools']) if (source.body[k] !== undefined) body[k] = source.body[k];
     return tokenIds(await postOk(target, '/tokenize', body));
   },
+
+  // Only with VLLM_SERVER_DEV_MODE=1 (entrypoints/serve/cache/api_router.py); a 200 does not prove
+  // the engine reset (it refuses while blocks are in use), which the repeat's own figures will show.
+  flush: (target) => postFlush(target, '/reset_prefix_cache', { 404: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1', 405: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1' }),
 
   async tokenize(target, text, model) {
     return tokenIds(await postOk(target, '/tokenize', { model, prompt: text, add_special_tokens: false }));

@@ -24,9 +24,10 @@ export const TARGET_LABELS = new Set(['job', 'instance', 'namespace', 'pod']);
 /** Prometheus' own series that the dashboard may use besides logprobe's. */
 export const PROMETHEUS_SERIES = new Map<string, ReadonlySet<string>>([['ALERTS', new Set(['alertname', 'alertstate', 'severity'])]]);
 
-/** design.md: the values each bounded label takes. status_class: `2xx` … `5xx`, `aborted` (499). */
+/** docs/format.md: the values each bounded label takes. status_class: `2xx` … `5xx`, `aborted` (499). */
 export const LABEL_VALUES: Record<string, (v: string) => boolean> = {
-  verdict: (v) => ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'].includes(v),
+  verdict: (v) => ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift', 'self_inconsistent'].includes(v),
+  kind: (v) => v === 'pair' || v === 'self',
   outcome: (v) => (MIRROR_OUTCOMES as readonly string[]).includes(v),
   alert: (v) => (ALERT_NAMES as readonly string[]).includes(v),
   backend: (v) => v === 'candidate' || v === 'baseline',
@@ -62,11 +63,15 @@ export function rulesQueries(text: string): { queries: Query[]; recorded: Map<st
   return { queries, recorded };
 }
 
+/** A value of each of our labels that an alert's `$labels` may carry, for templates' queries. */
+const EXAMPLE_VALUES: Record<string, string> = { backend: 'candidate' };
+
 /** PromQL inside an annotation: `printf "…" … | query` strings and `backquoted` hints. */
 export function templateQueries(text: string): string[] {
   const out: string[] = [];
   for (const m of text.matchAll(/printf\s+"((?:[^"\\]|\\.)*)"[^|}]*\|\s*query\b/g)) {
-    out.push((m[1] as string).replace(/\\"/g, '"').replace(/%q/g, '"x"'));
+    // `$labels.backend` and the like stand for a value the alert carries: a real one of ours.
+    out.push((m[1] as string).replace(/\\"/g, '"').replace(/(\w+)=%q/g, (_, name: string) => `${name}="${EXAMPLE_VALUES[name] ?? 'x'}"`).replace(/%q/g, '"x"'));
   }
   for (const m of text.matchAll(/`([^`]+)`/g)) {
     const q = m[1] as string;

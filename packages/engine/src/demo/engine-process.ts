@@ -30,6 +30,8 @@ export interface LlamaEngineProcessOptions {
   readonly api?: EngineApi;
   /** `--prefix-cache on|off` (default: the API's). */
   readonly prefixCache?: boolean;
+  /** Extra engine flags (`--dev-mode`, `--slot-save-path DIR`, …), as given. */
+  readonly args?: readonly string[];
 }
 
 /** A running engine process. */
@@ -86,6 +88,7 @@ export function spawnLlamaEngine(options: LlamaEngineProcessOptions): Promise<Ll
   if (fault !== null) args.push('--fault', fault);
   if (options.api !== undefined) args.push('--api', options.api);
   if (options.prefixCache !== undefined) args.push('--prefix-cache', options.prefixCache ? 'on' : 'off');
+  if (options.args) args.push(...options.args);
   installExitHook();
   const child = spawn(process.execPath, args, { env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);

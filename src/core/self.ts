@@ -1,0 +1,59 @@
+import { observe, tick, type AlertConfig, type AlertTransition, type DetectorObservation, type DetectorState } from './detector.js';
+import type { Comparison } from './types.js';
+
+/**
+ * Self-consistency (design: "Repeats"): the same request sent twice in succession to one
+ * backend, the second normally served from its prefix cache (cold → warm), compared with the same
+ * core as a candidate/baseline pair. A backend whose repeats disagree above the noise floor is
+ * `self_inconsistent` for that request: its cache path (the state written, evicted, restored)
+ * does not give back what the computation gave.
+ */
+export const SELF_VERDICTS = ['incomparable', 'identical', 'noise', 'self_inconsistent'] as const;
+export type SelfVerdict = (typeof SELF_VERDICTS)[number];
+
+/** The self verdict of a repeat pair's comparison (second run as the candidate, first as the baseline). */
+export function selfVerdict(c: Comparison): SelfVerdict {
+  if (c.verdict === 'incomparable') return 'incomparable';
+  if (c.verdict === 'identical') return 'identical';
+  if (c.verdict === 'noise') return 'noise';
+  // A shift anywhere (free-running or scored), a systematic flip, or a tokenizer change between
+  // two runs of one server: the cache path gave something else.
+  return 'self_inconsistent';
+}
+
+/**
+ * What a backend's self detector counts for a repeat pair: the free-running comparison of its two
+ * runs (cold, then warm: exactly what the probe asks) or, when scored, the teacher-forced one —
+ * whichever moved more. The scoring reads the warm cache a third way (position by position, or one
+ * prefill), so it can miss what the warm run showed, or show what free-running could not reach.
+ */
+export function selfEvidence(c: Comparison): { shifted: number; comparable: number; maxShift: number | null } {
+  const free = { shifted: c.shifted, comparable: c.comparable, maxShift: c.maxShift };
+  const s = c.scored;
+  if (!s || s.outcome !== 'ok' || !s.comparable) return free;
+  const share = (x: { shifted: number; comparable: number }) => (x.comparable > 0 ? x.shifted / x.comparable : 0);
+  const scored = { shifted: s.shifted ?? 0, comparable: s.comparable, maxShift: Math.max(s.maxShift ?? -1, c.maxShift ?? -1) };
+  return share(scored) > share(free) ? scored : free;
+}
+
+/** The self alert: the window detector over a backend's repeat pairs. */
+export type SelfAlertTransition = AlertTransition & { alert: 'LogprobSelfInconsistency'; backend: 'candidate' | 'baseline' };
+
+/**
+ * Observes one repeat pair of `backend` on its own detector state: the window of the global
+ * alert (the pooled share of shifted positions over the last `alert.window` repeat pairs, held for
+ * `forSeconds`), reported as `LogprobSelfInconsistency` for that backend. The CUSUM part of the
+ * state is kept but never reported: a sustained self-shift is the window's.
+ */
+export function observeSelf(state: DetectorState, obs: DetectorObservation, cfg: AlertConfig, now: number, backend: 'candidate' | 'baseline'): { state: DetectorState; transitions: SelfAlertTransition[] } {
+  return relabel(observe(state, obs, cfg, now), backend);
+}
+
+/** Time alone can fire or resolve the self alert, as it does the others. */
+export function tickSelf(state: DetectorState, cfg: AlertConfig, now: number, backend: 'candidate' | 'baseline'): { state: DetectorState; transitions: SelfAlertTransition[] } {
+  return relabel(tick(state, cfg, now), backend);
+}
+
+function relabel(r: { state: DetectorState; transitions: AlertTransition[] }, backend: 'candidate' | 'baseline'): { state: DetectorState; transitions: SelfAlertTransition[] } {
+  return { state: r.state, transitions: r.transitions.filter((t) => t.alert === 'LogprobGlobalShift').map((t) => ({ ...t, alert: 'LogprobSelfInconsistency' as const, backend })) };
+}

@@ -1,0 +1,144 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { request } from 'undici';
+import { createSimModel, startEngineServer, type EngineServerHandle, type SimOptions } from '@logprobe/engine';
+import { startLogprobe } from './helpers/logprobe.js';
+import { metricValue } from './helpers/sim.js';
+import { captureLines, tempDir } from './helpers/capture.js';
+import { runCli } from './helpers/cli.js';
+import type { ConfigInput } from '../src/config/schema.js';
+import type { AlertTransition } from '../src/core/detector.js';
+import type { MirroredPair } from '../src/mirror/types.js';
+
+// The cache path (issue #16): repeat probes (the same copy twice on one backend, cold then warm),
+// the self-consistency verdict and alert, baseline-free mode, and a floor that learns from the
+// trusted side only — on the simulated engines speaking llama-server's API with its one-slot
+// prefix cache (`/slots/0?action=erase` empties it: the first run is cold for sure).
+
+/** A simulated llama-server with its prefix cache and slot actions. */
+function engine(o: SimOptions = {}): Promise<EngineServerHandle> {
+  return startEngineServer({ model: createSimModel({ seed: 7, id: 'm', ...o }), api: 'llamacpp', slotSavePath: '/tmp' });
+}
+
+/** n completions with distinct, long prompts (a cache hit needs a shared prefix to reuse). */
+async function traffic(proxyUrl: string, n: number, from = 0): Promise<void> {
+  for (let i = from; i < from + n; i++) {
+    const body = { model: 'm', prompt: `Request number ${i}: a prompt long enough for the prefix cache to matter`, max_tokens: 16 };
+    const r = await request(`${proxyUrl}/v1/completions`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+    assert.equal(r.statusCode, 200);
+    await r.body.dump();
+  }
+}
+
+const FAST_ALERT = { window: 20, minRequests: 5, fireFraction: 0.5, forSeconds: 0 };
+
+async function run(t: { after(fn: () => unknown): void }, cand: EngineServerHandle, base: EngineServerHandle | null, config: ConfigInput, n: number) {
+  const pairs: MirroredPair[] = [];
+  const alerts: AlertTransition[] = [];
+  const lp = await startLogprobe(
+    { candidate: { url: cand.url }, baseline: base ? { url: base.url } : null, alert: FAST_ALERT, ...config, mirror: { sampleRate: 1, concurrency: 1, ...config.mirror } },
+    { listeners: { onPair: (p) => pairs.push(p), onAlert: (a) => alerts.push(a) } },
+  );
+  t.after(() => lp.close());
+  await traffic(lp.proxyUrl, n);
+  await lp.runtime.mirror!.idle();
+  const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
+  const self = (backend: string) => pairs.flatMap((p) => p.repeats ?? []).filter((r) => r.backend === backend);
+  return { lp, pairs, alerts, metrics, self };
+}
+
+test('a cache-hit fault: the candidate disagrees with itself on its warm repeats, the baseline does not; LogprobSelfInconsistency fires for the candidate within the window minimum', async (t) => {
+  const cand = await engine({ cacheHitShift: 0.6 });
+  const base = await engine();
+  t.after(() => Promise.all([cand.close(), base.close()]));
+  const r = await run(t, cand, base, { mirror: { repeat: { rate: 1, backends: ['candidate', 'baseline'], flush: true } } }, 24);
+  const cs = r.self('candidate');
+  const bs = r.self('baseline');
+  assert.equal(cs.length, 24);
+  assert.ok(cs.every((x) => x.flushed), 'every first run was cold (the slot erased first)');
+  const inconsistent = cs.filter((x) => x.verdict === 'self_inconsistent').length;
+  assert.ok(inconsistent / cs.length >= 0.9, `self_inconsistent on ${inconsistent} of ${cs.length} warm repeat pairs`);
+  assert.equal(bs.filter((x) => x.verdict === 'self_inconsistent').length, 0, 'the clean baseline agrees with itself');
+  const fired = r.alerts.find((a) => a.alert === 'LogprobSelfInconsistency' && a.to === 'firing');
+  assert.ok(fired, 'LogprobSelfInconsistency fired');
+  assert.equal(fired.backend, 'candidate');
+  assert.ok(fired.evidence.requestsInWindow <= 8, `within the window's minimum (${fired.evidence.requestsInWindow} repeat pairs)`);
+  assert.equal(metricValue(r.metrics, 'logprobe_alert_firing', { alert: 'LogprobSelfInconsistency', backend: 'candidate' }), 1);
+  assert.equal(metricValue(r.metrics, 'logprobe_alert_firing', { alert: 'LogprobSelfInconsistency', backend: 'baseline' }), 0);
+  assert.equal(metricValue(r.metrics, 'logprobe_verdicts_total', { kind: 'self', backend: 'candidate', verdict: 'self_inconsistent' }), inconsistent);
+  assert.ok((metricValue(r.metrics, 'logprobe_self_shift_nats_count', { backend: 'candidate' }) ?? 0) > 0);
+  assert.ok(r.lp.logs.lines.some((l) => String(l.msg).startsWith('LogprobSelfInconsistency (candidate) firing: the backend disagrees with itself between a cold and a warm run')), 'the warn line says what it means');
+});
+
+test('clean engines with the prefix cache on: no self_inconsistent verdict over 200 repeat pairs, no alert', async (t) => {
+  const cand = await engine();
+  const base = await engine();
+  t.after(() => Promise.all([cand.close(), base.close()]));
+  const r = await run(t, cand, base, { mirror: { repeat: { rate: 1, backends: ['candidate', 'baseline'], flush: false } } }, 100);
+  const all = [...r.self('candidate'), ...r.self('baseline')];
+  assert.equal(all.length, 200);
+  assert.deepEqual(all.filter((x) => x.verdict === 'self_inconsistent'), []);
+  assert.ok(!r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency'));
+});
+
+test('noiseFloor auto learns from the baseline\'s repeats only: a cache bug on the candidate cannot raise the floor over itself', async (t) => {
+  const cand = await engine({ cacheHitShift: 0.6 });
+  const base = await engine({ noise: 0.002 });
+  t.after(() => Promise.all([cand.close(), base.close()]));
+  const r = await run(
+    t,
+    cand,
+    base,
+    { analysis: { noiseFloor: 'auto' }, calibration: { rate: 1, minSamples: 5, margin: 3, minFloor: 0.05 }, mirror: { repeat: { rate: 1, backends: ['candidate', 'baseline'], flush: true } } },
+    24,
+  );
+  const floor = metricValue(r.metrics, 'logprobe_noise_floor_nats')!;
+  const candObserved = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'candidate' })!;
+  assert.ok(candObserved > 0.3, `the candidate's repeats disagree (observed p99 ${candObserved})`);
+  assert.ok(floor < 0.1, `the floor in force (${floor}) comes from the baseline's noise, not the candidate's ${candObserved}`);
+  const late = r.self('candidate').slice(-10);
+  assert.ok(late.filter((x) => x.verdict === 'self_inconsistent').length >= 9, 'still detected under auto');
+  assert.ok(r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === 'candidate'));
+});
+
+test('baseline-free (baseline: null): the candidate alone, every mirrored request a repeat probe; captured, analysed, and a replay with --baseline none gates on it', async (t) => {
+  const dir = tempDir(t);
+  const cand = await engine({ cacheHitShift: 0.6 });
+  t.after(() => cand.close());
+  const r = await run(t, cand, null, { mirror: { repeat: { flush: true } }, capture: { enabled: true, dir } }, 12);
+  assert.ok(r.pairs.every((p) => p.baseline === null && p.analysis === null && p.outcome === 'ok'));
+  const cs = r.self('candidate');
+  assert.equal(cs.length, 12);
+  assert.ok(cs.filter((x) => x.verdict === 'self_inconsistent').length >= 11);
+  assert.ok(r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === 'candidate' && a.to === 'firing'));
+  assert.equal(metricValue(r.metrics, 'logprobe_mirror_total', { outcome: 'ok' }), 12);
+  await r.lp.close();
+
+  const lines = captureLines(dir);
+  assert.equal(lines.length, 12);
+  const rec = JSON.parse(lines[0]!) as { v: number; baseline: unknown; repeats: Array<{ backend: string; verdict: string; second: { status: number } }> };
+  assert.equal(rec.v, 2);
+  assert.equal(rec.baseline, null);
+  assert.equal(rec.repeats[0]!.backend, 'candidate');
+  assert.equal(rec.repeats[0]!.second.status, 200);
+  const files = readFileSync(`${dir}/${(await import('node:fs')).readdirSync(dir)[0]}`, 'utf8');
+  assert.ok(files.length > 0);
+  const analysed = await runCli(['analyze', dir]);
+  assert.equal(analysed.code, 0, analysed.stderr);
+  assert.match(analysed.stdout, /baseline-free: 12 pairs had no baseline/);
+  assert.match(analysed.stdout, /repeats on the candidate \(the same request twice: cold, then warm from its cache\): 12 pairs, 12 with the cache emptied first; .*self_inconsistent (11|12)/);
+  assert.doesNotMatch(analysed.stdout, /^verdicts$/m, 'no empty pair sections when there is no baseline');
+
+  // The same probe as a CI gate: replay --baseline none on the candidate alone.
+  const prompts = `${dir}/prompts.jsonl`;
+  (await import('node:fs')).writeFileSync(prompts, Array.from({ length: 6 }, (_, i) => JSON.stringify({ route: '/v1/completions', prompt: `Gate prompt ${i}: long enough for a cached prefix to be reused`, max_tokens: 12 })).join('\n'));
+  const gate = await runCli(['replay', prompts, '--candidate', cand.url, '--baseline', 'none', '--out', `${dir}/replay.jsonl`, '--fail-on', 'self_inconsistent']);
+  assert.equal(gate.code, 1, gate.stdout + gate.stderr);
+  assert.match(gate.stdout, /gate: FAIL \(self_inconsistent \d+/);
+  const clean = await engine();
+  t.after(() => clean.close());
+  const pass = await runCli(['replay', prompts, '--candidate', clean.url, '--baseline', 'none', '--out', `${dir}/replay2.jsonl`, '--fail-on', 'self_inconsistent']);
+  assert.equal(pass.code, 0, pass.stdout + pass.stderr);
+  assert.match(pass.stdout, /gate: PASS/);
+});
