@@ -4,7 +4,8 @@ import { noInput } from '../errors.js';
 import { parseNumberOption } from './options.js';
 import { startProgress } from './progress.js';
 import { configFrom, describeThresholds, parseFailOn, thresholdOptions, thresholdOverrides, thresholdsNote, type ThresholdFlags } from './thresholds.js';
-import type { Thresholds } from '../core/index.js';
+import { DEFAULT_THRESHOLDS, HealthAccumulator, type Thresholds } from '../core/index.js';
+import { comparePairs, isTokenFile, readSequenceFile, renderTraining, trainerFirst } from './compare-training.js';
 import { resolveInputs } from '../capture/reader.js';
 import { analyzeFiles, type AnalysedRecord } from '../report/analyze.js';
 import { Summary } from '../report/summary.js';
@@ -21,7 +22,10 @@ interface AnalyzeFlags extends ThresholdFlags {
 
 const HELP = `
 FILES are capture files (JSONL, plain or gzip, as 'serve' writes them or 'replay --out'), or
-directories holding them.
+directories holding them — or two token-logprob files (docs/training.md: a trainer's per-token
+logprobs, one sequence per line) or one against an engine's responses: then the sequences are
+lined up and compared position by position, with the seeds' health figures and the importance
+ratio exp(lp_train − lp_infer), as 'compare' does for one sequence.
 Each record is re-compared from its captured bodies. Thresholds: each record's own (those in
 force online, so that the verdicts are reproduced exactly), unless --config or a flag sets them
 for every record.
@@ -57,13 +61,36 @@ export const analyzeCommand: CommandFactory = (setExit) =>
       if (flags.html) await checkWritable(flags.html);
 
       const summary = new Summary({ alert: config.alert });
+      const json = flags.json === true;
+      // Two token-logprob files, or one against engine responses: the training comparison (docs/training.md).
+      if (files.length === 2 && ((await isTokenFile(files[0]!)) || (await isTokenFile(files[1]!)))) {
+        const t: Thresholds = { ...DEFAULT_THRESHOLDS, ...overrides };
+        const sides = trainerFirst(await readSequenceFile(files[0]!), await readSequenceFile(files[1]!));
+        const pairs = comparePairs(sides.train, sides.infer, t);
+        const where = { train: sides.train.file, infer: sides.infer.file };
+        for (const [k, p] of pairs.entries()) {
+          const id = p.comparison.id ?? String(k + 1);
+          summary.add({ file: sides.train.file, line: k + 1, id, route: 'tokens', result: { outcome: 'ok', comparison: p.comparison, candidate: p.candidate, baseline: p.baseline }, noiseFloor: t.noiseFloor });
+          if (json) await writeOut(`${JSON.stringify({ ...p.comparison, ...where })}\n`);
+        }
+        const results = pairs.map((p) => p.comparison);
+        if (!json) await writeOut(renderTraining(results, { ...where, swapped: sides.swapped }, t));
+        if (flags.html) {
+          const h = new HealthAccumulator();
+          for (const r of results) h.add(r, r.id ?? '', r.id ?? '');
+          await writeHtmlReport(flags.html, summary.data(), { title: `logprobe analyze: ${where.train} (train) vs ${where.infer} (infer)`, inputs: files, thresholds: describeThresholds(t), gapAmbiguous: t.gapAmbiguous, gapSystematic: t.gapSystematic, top, health: { health: h.health(), definition: h.definition() } });
+          process.stderr.write(`report: ${flags.html}\n`);
+        }
+        setExit(summary.count(failOn) > 0 ? 1 : 0);
+        return;
+      }
       // Large inputs only: a few MB finish before a progress line would help.
       const progress = startProgress({ label: 'analyze', total: totalBytes, unit: 'bytes', lines: totalBytes >= 64 * 1024 * 1024 });
       let consumed = 0;
-      const json = flags.json === true;
       let first: Thresholds | null = null;
       let varied = false;
-      const { records } = await analyzeFiles({
+      const health = new HealthAccumulator();
+      const { records, golden } = await analyzeFiles({
         files,
         overrides,
         summary,
@@ -73,6 +100,7 @@ export const analyzeCommand: CommandFactory = (setExit) =>
         },
         onSkip: (m) => process.stderr.write(`${m}\n`),
         onPair: (r) => {
+          if (r.result.comparison) health.add(r.result.comparison, `${r.file}:${r.line}`, String(r.record.id));
           if (first === null) first = r.thresholds;
           else if (!varied && !sameThresholds(first, r.thresholds)) varied = true;
           return json ? writeOut(`${JSON.stringify(pairJson(r))}\n`) : undefined;
@@ -81,11 +109,11 @@ export const analyzeCommand: CommandFactory = (setExit) =>
         signal: json && !flags.html && failOn.size === 0 ? stdoutGone : undefined,
       });
       progress.stop();
-      if (records === 0) throw noInput(`no capture records in ${files.join(', ')}`);
+      if (records === 0) throw noInput(golden > 0 ? `${files.join(', ')}: golden records only (logprobe record: one side, no pair to compare); use them with replay --baseline-from` : `no capture records in ${files.join(', ')}`);
 
       const data = summary.data();
       const t: Thresholds = first!;
-      const ctx = { thresholds: describeThresholds(t, thresholdsNote(overrides, varied)), gapAmbiguous: t.gapAmbiguous, gapSystematic: t.gapSystematic, top };
+      const ctx = { thresholds: describeThresholds(t, thresholdsNote(overrides, varied)), gapAmbiguous: t.gapAmbiguous, gapSystematic: t.gapSystematic, top, health: { health: health.health(), definition: health.definition() } };
       if (!json) await writeOut(renderSummaryText(data, ctx));
       if (flags.html) {
         await writeHtmlReport(flags.html, data, { title: `logprobe analyze: ${files.length === 1 ? files[0] : `${files.length} files`}`, inputs: files, ...ctx });

@@ -4,6 +4,7 @@ import type { CommandFactory } from './commands.js';
 import { errnoReason, noInput, unreadableFile } from '../errors.js';
 import { thresholdOverrides, type ThresholdFlags } from './thresholds.js';
 import { renderComparison } from './compare-format.js';
+import { compareFiles, isTokenFile, readSequenceFile, renderTraining, trainerFirst } from './compare-training.js';
 import { loadConfig } from '../config/load.js';
 import { compare, DEFAULT_THRESHOLDS, notScored, parseResponse, withScoring, type ParsedResponse, type Thresholds, type Verdict } from '../core/index.js';
 
@@ -11,7 +12,16 @@ type CompareOptions = ThresholdFlags & { json?: boolean };
 
 const EXIT_HELP = `
 Each file is a saved response body: JSON (completions, chat, llama.cpp, SGLang native) or a saved
-SSE stream. Thresholds come from the defaults, then --config's analysis.* (noiseFloor: auto uses
+SSE stream — or a token-logprob file (docs/training.md): JSON or JSONL, per sequence
+{id?, token_ids | tokens, logprobs, top_logprobs?}, as a trainer dumps log_softmax(logits)
+gathered at the labels. A token-logprob file is compared with an engine's response (the
+rollout's own logprobs, vLLM prompt_logprobs, SGLang input_token_logprobs) or another such file,
+position by position (sampled sequences are fine: both sides score the same tokens); the file is
+the trainer's side (with two, the first). Reported per token and in summary: KL, relative error
+|p_train − p_infer| / p_infer, the importance ratio exp(lp_train − lp_infer) (mean, max, share
+outside [0.8, 1.25]) and the worst positions; --json prints one object per sequence.
+
+Thresholds come from the defaults, then --config's analysis.* (noiseFloor: auto uses
 calibration.minFloor), then the flags.
 
 Exit codes:
@@ -42,8 +52,17 @@ export const compareCommand: CommandFactory = (setExit) =>
     .option('--global-fraction <share>', `shifted share for a global shift (default ${DEFAULT_THRESHOLDS.globalFraction})`)
     .option('--min-aligned <n>', `fewer comparable positions make an early shift (default ${DEFAULT_THRESHOLDS.minAligned})`)
     .addHelpText('after', EXIT_HELP)
-    .action((candidateFile: string, baselineFile: string, opts: CompareOptions) => {
+    .action(async (candidateFile: string, baselineFile: string, opts: CompareOptions) => {
       const thresholds = resolveThresholds(opts);
+      if ((await isTokenFile(candidateFile)) || (await isTokenFile(baselineFile))) {
+        const sides = trainerFirst(await readSequenceFile(candidateFile), await readSequenceFile(baselineFile));
+        const results = compareFiles(sides.train, sides.infer, thresholds);
+        const where = { train: sides.train.file, infer: sides.infer.file };
+        if (opts.json) process.stdout.write(results.length === 1 ? `${JSON.stringify({ ...results[0], ...where }, null, 2)}\n` : results.map((r) => `${JSON.stringify({ ...r, ...where })}\n`).join(''));
+        else process.stdout.write(renderTraining(results, { ...where, swapped: sides.swapped }, thresholds));
+        setExit(Math.max(...results.map((r) => verdictExitCode(r.verdict))));
+        return;
+      }
       const candidate = readResponse(candidateFile);
       const baseline = readResponse(baselineFile);
       // Two saved bodies and no engine: past a divergence nothing can be scored here (the proxy, replay and record score live).

@@ -45,4 +45,4 @@ export { DEFINITION_CHECKS, definitionChecks, sideChecks, temperatureCheck, type
 export { asForced, withScoredHealth } from './forced.js';
 export { GATE_DEFAULTS, GATE_KINDS, GateAccumulator, HealthAccumulator, judge, parseGates, type GateCase, type GateKind, type GatePair, type GateResult, type GateSpec, type GateWorst, type RunDefinition, type RunHealth } from './gates.js';
 export { engineSequence, isTokenSequence, readSequences, type SequenceFile, type TokenSequence } from './parse/tokenfile.js';
-export { alignSequences, compareTraining, pairSequences, RATIO_BOUNDS, type TrainingBlock, type TrainingComparison } from './training.js';
+export { alignSequences, compareTraining, pairSequences, trainingPair, RATIO_BOUNDS, type TrainingBlock, type TrainingComparison } from './training.js';

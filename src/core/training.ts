@@ -1,7 +1,7 @@
 import { compare } from './compare.js';
 import { asForced } from './forced.js';
 import type { TokenSequence } from './parse/tokenfile.js';
-import type { Comparison, Thresholds, TokenStep } from './types.js';
+import type { Comparison, ParsedResponse, Thresholds, TokenStep } from './types.js';
 
 /**
  * A trainer's token logprobs against an engine's for the same tokens (docs/training.md): the
@@ -225,18 +225,26 @@ function trainingBlock(c: Comparison, alignment: string): TrainingBlock {
  * the training block.
  */
 export function compareTraining(train: TokenSequence, infer: TokenSequence, t: Thresholds): TrainingComparison | { error: string } {
+  const r = trainingPair(train, infer, t);
+  return 'error' in r ? r : r.comparison;
+}
+
+/** {@link compareTraining}, with both sides' lined-up steps as parsed responses (for the report's token strips). */
+export function trainingPair(train: TokenSequence, infer: TokenSequence, t: Thresholds): { comparison: TrainingComparison; candidate: ParsedResponse; baseline: ParsedResponse } | { error: string } {
   const lined = alignSequences(train, infer);
   if ('error' in lined) return lined;
   const [c, b] = sameChosen(lined.train, lined.infer);
   const note = reconcileTops(c, b);
-  const cmp = compare(asForced(c), asForced(b), t);
+  const candidate = asForced(c);
+  const baseline = asForced(b);
+  const cmp = compare(candidate, baseline, t);
   if (note) cmp.notes.push(note);
   if (cmp.verdict === 'incomparable') return { error: cmp.notes[0] ?? 'incomparable' };
   const health = cmp.health ? { ...cmp.health, over: 'scored' as const } : undefined;
   const out: TrainingComparison = { ...cmp, ...(health ? { health } : {}), training: trainingBlock(cmp, lined.alignment) };
   const id = train.id ?? infer.id;
   if (id !== undefined) out.id = id;
-  return out;
+  return { comparison: out, candidate, baseline };
 }
 
 /**

@@ -3,6 +3,7 @@ import { coarsen, type HistogramData } from './histogram.js';
 import { CLIENT_SCRIPT } from './html-client.js';
 import { HTML_STYLE } from './html-style.js';
 import { esc, svgHistogram, svgStackedBar, type Bar } from './html-svg.js';
+import { healthHtml } from './health-text.js';
 import { FLIP_CLASSES, type SummaryData } from './summary.js';
 import { ABSENCE_NOTE, notableWorst, VERDICT_ORDER, type ReportContext } from './text.js';
 
@@ -108,7 +109,7 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
 <title>${esc(ctx.title)}</title><link rel="icon" href="data:,"><style>${HTML_STYLE}</style></head>
 <body><header><h1>${esc(ctx.title)}</h1>
 <p class="muted">Inputs: ${ctx.inputs.map((f) => `<code>${esc(f)}</code>`).join(', ')}. Thresholds: ${esc(ctx.thresholds)}.</p></header>
-<main>${verdictSection(d)}${alerts}
+<main>${verdictSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}
 <section id="shift"><h2>Position shift</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable position (${int(d.positionShift.n)}).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
 <section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>
 ${worstSection(d, ctx.top ?? 10)}

@@ -2,6 +2,7 @@ import { SELF_VERDICTS } from '../core/self.js';
 import { formatNats, VERDICTS, type Verdict } from '../core/index.js';
 import { coarsen, type HistogramData } from './histogram.js';
 import { FLIP_CLASSES, type SummaryData } from './summary.js';
+import { healthLines, type HealthReport } from './health-text.js';
 import type { Strip } from './strips.js';
 
 /** What the text report says about how the pairs were judged. */
@@ -12,6 +13,8 @@ export interface ReportContext {
   gapSystematic: number;
   /** Worst pairs listed (default 10). */
   top?: number;
+  /** The seeds' health figures, definition warnings and gates (src/report/health-text.ts). */
+  health?: HealthReport;
 }
 
 /** How alarming each verdict is, most first (a Record: a new verdict cannot be left out). */
@@ -135,6 +138,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     const s = d.worst[0];
     out.push('', `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, ${s.at})`);
   }
+  if (ctx.health) out.push('', ...healthLines(ctx.health));
   if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (reported on stderr)`);
   out.push('', `note: ${ABSENCE_NOTE}`);
   return `${out.join('\n')}\n`;
