@@ -5,9 +5,10 @@ import { compareCommand } from './compare.js';
 import { demoCommand } from './demo.js';
 import { analyzeCommand } from './analyze.js';
 import { replayCommand } from './replay.js';
+import { recordCommand } from './record.js';
 
 /** A command factory: builds the commander Command; `setExit` records the exit code. */
 export type CommandFactory = (setExit: (code: number) => void) => Command;
 
 /** Every subcommand of `logprobe`, in help order. */
-export const commands: CommandFactory[] = [serveCommand, compareCommand, analyzeCommand, replayCommand, demoCommand, engineCommand];
+export const commands: CommandFactory[] = [serveCommand, compareCommand, analyzeCommand, replayCommand, recordCommand, demoCommand, engineCommand];

@@ -6,17 +6,19 @@ import { parseNumberOption } from './options.js';
 import { startProgress } from './progress.js';
 import { checkWritable, writeHtmlReport } from './report-file.js';
 import { writeOut } from './stdout.js';
+import { gateOptions, ReplayGates, type GateFlags } from './replay-gates.js';
 import { configFrom, DEFAULT_FAIL_ON, describeThresholds, parseFailOn, resolveThresholds, thresholdOptions, type ThresholdFlags } from './thresholds.js';
 import { readJsonLines, resolveInputs } from '../capture/reader.js';
 import { decideGate } from '../replay/gate.js';
 import { openReplayCapture } from '../replay/output.js';
 import { runReplay } from '../replay/run.js';
+import { runGoldenReplay } from '../replay/golden-run.js';
 import { scoringOptions } from '../scoring/score.js';
 import type { UpstreamOptions } from '../upstream/pool.js';
 import { Summary } from '../report/summary.js';
 import { renderSummaryText } from '../report/text.js';
 
-interface ReplayFlags extends ThresholdFlags {
+interface ReplayFlags extends ThresholdFlags, GateFlags {
   candidate?: string;
   baseline?: string;
   concurrency: string;
@@ -34,10 +36,28 @@ prompt set: one JSON object per line, {"route": "/v1/chat/completions", "body": 
 the mirror's rewrite (greedy, logprobs, mirror.* from --config) and is sent to both backends;
 each pair is compared, written to a new capture (--out, default replay-<time>.jsonl) and summed up.
 
+With --baseline-from GOLDEN (a golden file from 'logprobe record') there is no live baseline:
+each input's golden record (found by its prompt) is sent to the candidate as recorded, the
+answers are compared as a live pair, and the candidate scores the golden tokens where the
+golden record carries its backend's scoring. An input missing from GOLDEN is an error (exit 2,
+before anything is sent).
+
+Gates (--gate, repeatable or comma-separated; each decided per prompt, composable with --fail-on):
+  logits[:T]   largest |logprob difference| over each side's top-10 on every scored position
+               <= T nats (default 0.01; needs mirror.topLogprobs >= 10)
+  tokens[:N]   greedy token ids identical for the first N tokens (default 128; implies
+               --max-tokens N on a live replay; said when generations are shorter)
+  kl[:T]       each prompt's mean per-position KL estimate <= T nats (default 0.05)
+  definition   no definition warning (renormalised subset, single survivor, temperature, probabilities)
+Every run reports the seeds' health figures: KL mean (< 0.05), relative error of the chosen
+token |p_c - p_b| / p_b mean (< 0.03) and max (< 0.15). --junit FILE writes one test case per
+prompt and gate; --json prints the summary as one object (docs/format.md).
+
 Exit codes (the CI gate):
-  0  no verdict named by --fail-on occurred
-  1  at least one did (default: ${DEFAULT_FAIL_ON}), or no pair could be compared at all
-  2  usage error: a missing or bad flag, an unreadable INPUT, an unwritable --out, nothing to replay
+  0  no verdict named by --fail-on occurred and every --gate passed
+  1  at least one did (default: ${DEFAULT_FAIL_ON}) or a gate failed, or no pair could be compared at all
+  2  usage error: a missing or bad flag, an unreadable INPUT, an unwritable --out, nothing to replay,
+     a prompt missing from --baseline-from, a gate the run cannot measure (logits with top-k < 10)
 `;
 
 function url(flag: string, raw: string | undefined): string {
@@ -53,7 +73,7 @@ function url(flag: string, raw: string | undefined): string {
 
 /** `logprobe replay INPUT… --candidate URL --baseline URL`: the CI gate. */
 export const replayCommand: CommandFactory = (setExit) =>
-  thresholdOptions(
+  gateOptions(thresholdOptions(
     new Command('replay')
       .description('re-send captured requests or a prompt set to two backends, compare, report; exit 1 on a shift (the CI gate)')
       .argument('<inputs...>', 'captures or prompt sets (.jsonl or .jsonl.gz), or directories of captures')
@@ -65,12 +85,12 @@ export const replayCommand: CommandFactory = (setExit) =>
       .option('--fail-on <list>', 'verdicts (or outcomes, error, alert) that fail the gate; none for never', DEFAULT_FAIL_ON)
       .option('--max-tokens <n>', 'tokens to generate per request (default: the input\'s, capped by mirror.maxTokens)')
       .option('--html <file>', 'also write the HTML report'),
-  )
+  ))
     .addHelpText('after', HELP)
     .action(async (args: string[], flags: ReplayFlags) => {
       const candidateUrl = url('--candidate', flags.candidate);
       // `--baseline none`: baseline-free, each input probes the candidate against itself (cold → warm).
-      const baselineUrl = flags.baseline !== undefined && /^(none|null)$/i.test(flags.baseline) ? null : url('--baseline', flags.baseline);
+      const baselineUrl = flags.baselineFrom !== undefined && flags.baseline === undefined ? null : flags.baseline !== undefined && /^(none|null)$/i.test(flags.baseline) ? null : url('--baseline', flags.baseline);
       const concurrency = parseNumberOption('--concurrency', flags.concurrency, { min: 1, max: 1024, integer: true });
       const rps = flags.rps === undefined ? null : parseNumberOption('--rps', flags.rps, { min: 0.001 });
       const maxTokens = flags.maxTokens === undefined ? undefined : parseNumberOption('--max-tokens', flags.maxTokens, { min: 1, integer: true });
@@ -79,6 +99,8 @@ export const replayCommand: CommandFactory = (setExit) =>
       const thresholds = resolveThresholds(flags, config);
       const { files: inputs } = await resolveInputs(args);
       if (flags.html) await checkWritable(flags.html);
+      const gates = await ReplayGates.setup(flags, { config, inputs, maxTokens, baselineGiven: flags.baseline !== undefined, failOn });
+      for (const n of gates.notes) process.stderr.write(`logprobe: ${n}\n`);
       const out = resolve(flags.out ?? `replay-${new Date().toISOString().replace(/:/g, '')}.jsonl`);
       // Said once per reason (a failed write and the close after it are one failure to the user).
       const lost = new Set<string>();
@@ -94,16 +116,33 @@ export const replayCommand: CommandFactory = (setExit) =>
 
       const total = process.stderr.isTTY ? await countLines(inputs) : 0;
       const progress = startProgress({ label: 'replay', total, unit: 'items', lines: false });
-      const summary = new Summary({ alert: config.alert });
+      const summary = gates.summary({ alert: config.alert });
       const upstream = (u: string, base: Omit<UpstreamOptions, 'url'>) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
       try {
-        await runReplay({
+        if (gates.golden) {
+          await runGoldenReplay({
+            inputs,
+            candidate: upstream(candidateUrl, config.candidate),
+            golden: gates.golden,
+            tlsInsecure: config.tlsInsecure,
+            maxTokens,
+            concurrency,
+            rps,
+            thresholds,
+            scoring: scoringOptions(config),
+            writer,
+            summary,
+            onSkip: (m) => process.stderr.write(`${m}\n`),
+            onPair: (done) => progress.update(done, { detail: `${summary.count(failOn)} failing` }),
+            onAnalysed: gates.onAnalysed,
+          });
+        } else await runReplay({
           inputs,
           candidate: upstream(candidateUrl, config.candidate),
           baseline: baselineUrl === null ? null : { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey },
           tlsInsecure: config.tlsInsecure,
           rewrite: config.mirror,
-          maxTokens,
+          maxTokens: gates.maxTokens,
           concurrency,
           rps,
           thresholds,
@@ -122,15 +161,27 @@ export const replayCommand: CommandFactory = (setExit) =>
       if (writer.stats.dropped > 0) throw new LogprobeError('LOGPROBE_UNWRITABLE_FILE', `${out}: ${writer.stats.dropped} of ${summary.total} pairs could not be written (${[...lost].join(', ')}): the capture is incomplete, no gate decided`);
 
       const data = summary.data();
-      const ctx = { thresholds: describeThresholds(thresholds), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic };
-      void writeOut(renderSummaryText(data, ctx));
-      void writeOut(`capture: ${out}\n`);
+      const { results, report } = gates.outcome();
+      const ctx = { thresholds: describeThresholds(thresholds), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic, health: report };
+      // --json: the summary alone on stdout (docs/format.md, "replay --json"); the lines below go to stderr.
+      const say = (line: string) => (flags.json ? process.stderr.write(line) : writeOut(line));
+      if (!flags.json) void writeOut(renderSummaryText(data, ctx));
+      void say(`capture: ${out}\n`);
+      const against = gates.golden ? `golden ${flags.baselineFrom}` : (baselineUrl ?? 'itself');
       if (flags.html) {
-        await writeHtmlReport(flags.html, data, { title: `logprobe replay: ${candidateUrl} vs ${baselineUrl}`, inputs, ...ctx });
-        void writeOut(`report: ${flags.html}\n`);
+        await writeHtmlReport(flags.html, data, { title: `logprobe replay: ${candidateUrl} vs ${against}`, inputs, ...ctx });
+        void say(`report: ${flags.html}\n`);
       }
-      const gate = decideGate(summary, data, failOn);
-      void writeOut(`${gate.line}\n`);
+      if (flags.junit) {
+        await gates.writeJunit(flags.junit, results, data, { alertsFired: summary.alertsFired });
+        void say(`junit: ${flags.junit}\n`);
+      }
+      const gate = decideGate(summary, data, failOn, results);
+      if (flags.json) {
+        const json = { pairs: data.pairs, compared: data.compared, verdicts: data.verdicts, uncompared: data.uncompared, candidate: candidateUrl, baseline: gates.golden ? null : baselineUrl, baselineFrom: flags.baselineFrom ?? null, health: report.health, definition: report.definition, gates: results, failOn: [...failOn], passed: gate.passed, line: gate.line, capture: out, report: flags.html ?? null, junit: flags.junit ?? null };
+        void writeOut(`${JSON.stringify(json)}\n`);
+      }
+      void say(`${gate.line}\n`);
       setExit(gate.passed ? 0 : 1);
     });
 

@@ -2,13 +2,13 @@ import { basename } from 'node:path';
 import type { Pool } from 'undici';
 import { readJsonLines } from '../capture/reader.js';
 import type { CaptureWriter } from '../capture/writer.js';
-import type { Thresholds } from '../core/index.js';
+import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
 import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
 import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from '../mirror/limits.js';
 import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { routeLabel } from '../proxy/routes.js';
-import { Scorer, scoreComparison, withCopyParams, type ScoringOptions } from '../scoring/score.js';
+import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
 import type { ScoringTarget } from '../scoring/http.js';
 import { analyzePair, type PairResult } from '../report/pair.js';
 import { repeatOnce } from '../mirror/repeat.js';
@@ -128,8 +128,10 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
     const [cand, base] = [sent.candidate, sent.baseline];
     const result = analyzePair(cand, base, o.thresholds);
     if (result.outcome === 'ok' && result.comparison && result.baseline) {
-      const scoring = await scoreComparison(scorer, { source: { kind: item.kind, body: request }, free: result.comparison, baseline: { parsed: result.baseline, body: base.body }, targets, thresholds: o.thresholds, busy: false });
-      result.comparison = scoring.comparison;
+      const free = result.comparison;
+      const r = await scorer.score({ source: { kind: item.kind, body: request }, free, baseline: { parsed: result.baseline, body: base.body }, targets, thresholds: o.thresholds, busy: false });
+      // The health of a scored pair is taken over its teacher-forced positions (docs/format.md, `health`).
+      result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
     }
     const pair: MirroredPair = {
       id,

@@ -1,0 +1,110 @@
+import { resolve } from 'node:path';
+import { Command } from 'commander';
+import type { CommandFactory } from './commands.js';
+import { noInput, usageError } from '../errors.js';
+import { parseNumberOption } from './options.js';
+import { startProgress } from './progress.js';
+import { writeOut } from './stdout.js';
+import { configFrom, resolveThresholds } from './thresholds.js';
+import { resolveInputs } from '../capture/reader.js';
+import { openGoldenFile, runRecord } from '../replay/record.js';
+import { scoringOptions } from '../scoring/score.js';
+
+interface RecordFlags {
+  backend?: string;
+  out?: string;
+  config?: string;
+  maxTokens?: string;
+  concurrency: string;
+}
+
+const HELP = `
+INPUT is a prompt set or a capture, as for replay. Each line goes through the mirror's rewrite
+(greedy, logprobs, mirror.* from --config) to the one backend (baseline.* of --config: apiKey,
+engine, timeouts), and becomes a golden record in --out: a capture record with the baseline side
+only ("golden": true, "candidate": null) and, where the backend's engine profile allows
+(docs/engines.md; analysis.scoring.when: never turns it off), the backend's own teacher-forced
+scoring of its tokens — prompt and continuation steps — so that
+
+  logprobe replay INPUT --candidate URL --baseline-from GOLDEN
+
+compares a new build with it, free-running and teacher-forced, without a live baseline.
+Record with the top-k and length the gates need: mirror.topLogprobs >= 10 for --gate logits,
+--max-tokens N for --gate tokens:N. Definition warnings of the backend's own numbers (a
+renormalised subset, probabilities, ...) are printed: a golden file of such numbers gates nothing.
+
+Exit codes:
+  0  every prompt recorded (scored where the engine allows)
+  1  a prompt's answer was unusable (an error, no logprobs) or its scoring failed; the golden file
+     is still written, the line says which
+  2  usage error: a missing or bad flag, an unreadable INPUT, an unwritable --out, nothing to record
+`;
+
+/** `logprobe record INPUT… --backend URL --out GOLDEN.jsonl`: a golden file for replay --baseline-from. */
+export const recordCommand: CommandFactory = (setExit) =>
+  new Command('record')
+    .description('send a prompt set or capture to one backend and write a golden file (baseline side and its own scoring) for replay --baseline-from')
+    .argument('<inputs...>', 'prompt sets or captures (.jsonl or .jsonl.gz), or directories of captures')
+    .option('--backend <url>', 'the trusted build to record')
+    .option('--out <file>', 'the golden file to write (JSONL; emptied if it exists)')
+    .option('-c, --config <file>', 'take mirror.*, analysis.scoring, baseline.apiKey/engine and timeouts from a YAML config')
+    .option('--max-tokens <n>', "tokens to generate per prompt (default: the input's, capped by mirror.maxTokens)")
+    .option('--concurrency <n>', 'prompts in flight at once', '4')
+    .addHelpText('after', HELP)
+    .action(async (args: string[], flags: RecordFlags) => {
+      const backend = httpUrl('--backend', flags.backend);
+      if (flags.out === undefined) throw usageError('--out FILE is required (the golden file to write)');
+      const concurrency = parseNumberOption('--concurrency', flags.concurrency, { min: 1, max: 1024, integer: true });
+      const maxTokens = flags.maxTokens === undefined ? undefined : parseNumberOption('--max-tokens', flags.maxTokens, { min: 1, integer: true });
+      const config = configFrom(flags);
+      const thresholds = resolveThresholds({}, config);
+      const { files: inputs } = await resolveInputs(args);
+      const out = resolve(flags.out);
+      const handle = await openGoldenFile(out);
+      const progress = startProgress({ label: 'record', total: 0, unit: 'items', lines: false });
+      let result;
+      try {
+        result = await runRecord({
+          inputs,
+          backend: { url: backend, timeoutMs: config.baseline.timeoutMs, connectTimeoutMs: config.baseline.connectTimeoutMs, idleTimeoutMs: config.baseline.idleTimeoutMs, apiKey: config.baseline.apiKey },
+          tlsInsecure: config.tlsInsecure,
+          rewrite: config.mirror,
+          maxTokens,
+          concurrency,
+          // The backend is scored whatever the verdict would be: a golden record must hold its scoring for any later candidate.
+          scoring: { ...scoringOptions(config), when: config.analysis.scoring.when === 'never' ? 'never' : 'always' },
+          thresholds,
+          out: handle,
+          secrets: [config.baseline.apiKey],
+          onSkip: (m) => process.stderr.write(`${m}\n`),
+          onRecord: (done) => progress.update(done, {}),
+        });
+      } finally {
+        progress.stop();
+        await handle.close();
+      }
+      if (result.records === 0) throw noInput(`nothing to record in ${inputs.join(', ')}`);
+      const ok = result.outcomes.ok ?? 0;
+      const s = result.scoring;
+      const bad = Object.entries(result.outcomes).filter(([k]) => k !== 'ok').map(([k, n]) => `${k} ${n}`);
+      const lines = [
+        `recorded ${result.records} prompts to ${out}: ${ok} usable${bad.length ? ` (${bad.join(', ')})` : ''}`,
+        `scored ${s.ok} (${result.methods.join('; ') || 'none'}); unsupported ${s.unsupported}, skipped ${s.skipped}, failed ${s.failed}`,
+        ...result.problems.map((p) => `  ${p}`),
+        ...result.definition.map((d) => `definition: ${d.check} on ${d.records} records, first ${d.at}: ${d.detail}`),
+      ];
+      if (s.unsupported > 0 && s.ok === 0) lines.push("note: the backend's engine offers no scoring (docs/engines.md): replay will compare free-running generations only");
+      void writeOut(`${lines.join('\n')}\n`);
+      setExit(ok < result.records || s.failed > 0 ? 1 : 0);
+    });
+
+function httpUrl(flag: string, raw: string | undefined): string {
+  if (raw === undefined) throw usageError(`${flag} URL is required`);
+  try {
+    const u = new URL(raw);
+    if (u.protocol === 'http:' || u.protocol === 'https:') return raw;
+  } catch {
+    // reported below
+  }
+  throw usageError(`${flag}: expected an http(s) URL, got '${raw}'`);
+}

@@ -1,0 +1,212 @@
+import { writeFile } from 'node:fs/promises';
+import type { Command } from 'commander';
+import type { Config } from '../config/schema.js';
+import { GateAccumulator, HealthAccumulator, LOGITS_TOP, parseGates, type GatePair, type GateResult, type GateSpec } from '../core/index.js';
+import { unwritableFile, usageError } from '../errors.js';
+import { Summary, type SummaryData, type SummaryEntry, type SummaryOptions } from '../report/summary.js';
+import type { HealthReport } from '../report/health-text.js';
+import { loadGolden, maxTokensOf, type GoldenIndex } from '../replay/golden.js';
+import { missingFromGolden, type AnalysedPair } from '../replay/golden-run.js';
+import { JUnitReport } from '../replay/junit.js';
+import { checkWritable } from './report-file.js';
+
+/**
+ * replay's gates (docs/format.md, "Gates"): `--gate`, `--baseline-from`, `--junit`, `--json`,
+ * what they require before anything is sent (exit 2 otherwise), and the per-prompt results they
+ * collect from the analysed pairs.
+ */
+
+/** The flags this module adds. */
+export interface GateFlags {
+  baselineFrom?: string;
+  gate: string[];
+  junit?: string;
+  json?: boolean;
+}
+
+const collect = (v: string, acc: string[]) => [...acc, v];
+
+/** Adds `--baseline-from`, `--gate`, `--junit` and `--json` to replay. */
+export function gateOptions(cmd: Command): Command {
+  return cmd
+    .option('--baseline-from <golden>', 'compare with a golden file (logprobe record) instead of a live --baseline')
+    .option('--gate <gate>', 'logits[:T] (top-10 within T nats, default 0.01), tokens[:N] (first N token ids identical, default 128), kl[:T] (mean KL, default 0.05), definition; repeatable or comma-separated', collect, [] as string[])
+    .option('--junit <file>', 'also write a JUnit XML report: one test case per prompt and gate')
+    .option('--json', 'print the run summary (health, definition warnings, gates, the verdict gate) as one JSON object instead of the text report');
+}
+
+/** A summary that also hands each pair to the gates (the replay runners feed a summary; this one listens). */
+class ListeningSummary extends Summary {
+  constructor(
+    options: SummaryOptions,
+    private readonly listener: (e: SummaryEntry) => void,
+  ) {
+    super(options);
+  }
+
+  override add(e: SummaryEntry): void {
+    super.add(e);
+    this.listener(e);
+  }
+}
+
+/** What the gates collected over a run. */
+export interface GateOutcome {
+  results: GateResult[];
+  report: HealthReport;
+}
+
+/** The gates of one replay, set up and checked before anything is sent. */
+export class ReplayGates {
+  readonly specs: GateSpec[];
+  readonly golden: GoldenIndex | null;
+  /** Tokens to generate when `--gate tokens:N` asks for more than the request would (live replay, no --max-tokens). */
+  readonly maxTokens: number | undefined;
+  /** Notes for stderr before the run (caps, implied flags). */
+  readonly notes: string[] = [];
+  readonly health = new HealthAccumulator();
+  private readonly gates: GateAccumulator;
+  private readonly junit: JUnitReport | null;
+  private readonly byId = new Map<string, Record<string, unknown>>();
+
+  private constructor(
+    flags: GateFlags,
+    o: { specs: GateSpec[]; golden: GoldenIndex | null; maxTokens: number | undefined; failOn: ReadonlySet<string> },
+  ) {
+    this.specs = o.specs;
+    this.golden = o.golden;
+    this.maxTokens = o.maxTokens;
+    this.junit = flags.junit ? new JUnitReport('logprobe replay') : null;
+    this.failOn = o.failOn;
+    this.gates = new GateAccumulator(o.specs, this.junit ? (spec, p, r) => this.junit!.gateCase(spec, p, r) : undefined);
+  }
+
+  private readonly failOn: ReadonlySet<string>;
+
+  /**
+   * Parses and checks the gates against what the run can measure: `logits` needs top lists of at
+   * least 10 (`mirror.topLogprobs`, or the golden records' own), `tokens:N` generations of N
+   * tokens (implied as `--max-tokens N` for a live replay without one; said when capped).
+   * Loads the golden file and refuses inputs it has no record for. Throws usage errors (exit 2).
+   */
+  static async setup(flags: GateFlags, o: { config: Config; inputs: readonly string[]; maxTokens: number | undefined; baselineGiven: boolean; failOn: ReadonlySet<string> }): Promise<ReplayGates> {
+    let specs: GateSpec[];
+    try {
+      specs = parseGates(flags.gate ?? []);
+    } catch (err) {
+      throw usageError((err as Error).message);
+    }
+    if (flags.baselineFrom && o.baselineGiven) throw usageError('--baseline and --baseline-from are exclusive: compare with a live baseline or with a golden file');
+    if (flags.junit) await checkWritable(flags.junit);
+    let golden: GoldenIndex | null = null;
+    const notes: string[] = [];
+    if (flags.baselineFrom) {
+      golden = await loadGolden(flags.baselineFrom);
+      for (const p of golden.problems.slice(0, 5)) notes.push(p);
+      if (golden.records === 0) throw usageError(`--baseline-from ${flags.baselineFrom}: no golden record in it (write one with logprobe record)`);
+      const { missing } = await missingFromGolden(o.inputs, golden);
+      if (missing.length > 0) {
+        const list = missing.slice(0, 10).join('; ');
+        throw usageError(`--baseline-from ${flags.baselineFrom} has no golden record for ${missing.length} input${missing.length === 1 ? '' : 's'}: ${list}${missing.length > 10 ? '; …' : ''} (record them with logprobe record, or drop them from the input)`);
+      }
+    }
+    const logits = specs.find((g) => g.kind === 'logits');
+    if (logits) {
+      const k = golden ? golden.minTopK : o.config.mirror.topLogprobs;
+      if (k === null || k < LOGITS_TOP) {
+        const where = golden ? `the golden records of ${golden.file} asked for ${k ?? 'no'} top logprobs (record them with mirror.topLogprobs ≥ ${LOGITS_TOP} in --config)` : `mirror.topLogprobs is ${k} (set mirror.topLogprobs: ${LOGITS_TOP} or more in --config)`;
+        throw usageError(`--gate ${logits.name} compares each side's top-${LOGITS_TOP}: ${where}`);
+      }
+    }
+    let maxTokens = o.maxTokens;
+    const tokens = specs.find((g) => g.kind === 'tokens');
+    if (tokens) {
+      const n = tokens.threshold!;
+      if (golden) {
+        const m = golden.minMaxTokens;
+        const cap = Math.min(m ?? Infinity, o.maxTokens ?? Infinity);
+        if (cap < n) notes.push(`--gate ${tokens.name}: ${o.maxTokens !== undefined && o.maxTokens < (m ?? Infinity) ? `--max-tokens ${o.maxTokens}` : `the golden records were generated with max_tokens ${m}`}, so only the first ${cap} tokens can be checked (record with --max-tokens ${n})`);
+      } else if (o.maxTokens === undefined) {
+        maxTokens = n;
+        notes.push(`--gate ${tokens.name}: every request generates ${n} tokens (--max-tokens ${n} implied)`);
+      } else if (o.maxTokens < n) {
+        notes.push(`--gate ${tokens.name}: --max-tokens ${o.maxTokens} caps generation, so only the first ${o.maxTokens} tokens are checked`);
+      }
+    }
+    const g = new ReplayGates(flags, { specs, golden, maxTokens, failOn: o.failOn });
+    g.notes.push(...notes);
+    return g;
+  }
+
+  /** The summary the runner feeds: each pair also reaches the gates, the health and the JUnit report. */
+  summary(options: SummaryOptions): Summary {
+    return new ListeningSummary(options, (e) => this.onEntry(e));
+  }
+
+  /** The request of each pair, from a runner that reports it (the golden runner): the gates read its max_tokens. */
+  onAnalysed = (p: AnalysedPair): void => {
+    this.byId.set(p.at, p.request);
+  };
+
+  private onEntry(e: SummaryEntry): void {
+    const c = e.result.comparison;
+    if (c) this.health.add(c, e.id, e.id);
+    const request = this.byId.get(e.id);
+    this.byId.delete(e.id);
+    const { candidate, baseline } = e.result;
+    const pair: GatePair = {
+      at: e.id,
+      id: e.id,
+      route: e.route,
+      outcome: e.result.outcome,
+      comparison: c,
+      lengths: candidate && baseline ? { candidate: candidate.steps.length, baseline: baseline.steps.length } : null,
+      maxTokens: request ? maxTokensOf(request) : (this.maxTokens ?? null),
+    };
+    this.gates.add(pair);
+    if (this.junit) {
+      const v = c?.verdict ?? e.result.outcome;
+      const message = c ? `${c.verdict}: ${c.explanation}` : `not compared (${e.result.outcome})`;
+      // The verdict gate fails a prompt on what --fail-on names (an uncompared outcome included), as the exit code does.
+      this.junit.add(this.verdictSuite(), { name: `${e.id} ${e.route}`, classname: 'logprobe.gate.verdict', status: this.failOn.has(v) ? 'failed' : 'passed', message, type: v });
+    }
+  }
+
+  private verdictSuite(): string {
+    return `verdict gate (--fail-on ${this.failOn.size ? [...this.failOn].join(',') : 'none'})`;
+  }
+
+  /** The gates' results and the health report (after the run). */
+  outcome(): GateOutcome {
+    const results = this.gates.results();
+    return { results, report: { health: this.health.health(), definition: this.health.definition(), gates: results } };
+  }
+
+  /** Writes the JUnit report: the per-prompt cases, plus the run-level checks of the verdict gate. */
+  async writeJunit(file: string, results: readonly GateResult[], data: SummaryData, run: { alertsFired: number }): Promise<void> {
+    if (!this.junit) return;
+    this.junit.declare(results);
+    const suite = this.verdictSuite();
+    this.junit.add(suite, {
+      name: 'run: at least one pair compared',
+      classname: 'logprobe.gate.verdict',
+      status: data.compared > 0 ? 'passed' : 'failed',
+      message: data.compared > 0 ? `${data.compared} of ${data.pairs} pairs compared` : 'no pair could be compared: a gate does not pass on no evidence',
+      type: 'evidence',
+    });
+    if (this.failOn.has('alert')) {
+      this.junit.add(suite, {
+        name: 'run: offline detectors (alert)',
+        classname: 'logprobe.gate.verdict',
+        status: run.alertsFired > 0 ? 'failed' : 'passed',
+        message: run.alertsFired > 0 ? `would fire: ${data.alerts.map((a) => `${a.alert} at pair ${a.atPair}`).join(', ')}` : 'no offline alert would fire',
+        type: 'alert',
+      });
+    }
+    try {
+      await writeFile(file, this.junit.render(), { mode: 0o600 });
+    } catch (err) {
+      throw unwritableFile(file, err);
+    }
+  }
+}

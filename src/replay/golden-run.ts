@@ -1,0 +1,170 @@
+import { basename } from 'node:path';
+import { readJsonLines } from '../capture/reader.js';
+import type { CaptureWriter } from '../capture/writer.js';
+import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
+import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
+import { LogprobLimits, sendOneWithinLimits } from '../mirror/limits.js';
+import type { MirroredPair } from '../mirror/types.js';
+import { routeLabel } from '../proxy/routes.js';
+import { analyzePair, type PairResult } from '../report/pair.js';
+import type { Summary } from '../report/summary.js';
+import type { ScoringTarget } from '../scoring/http.js';
+import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
+import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
+import { goldenSide, itemKey, scoreAgainstGolden, type GoldenIndex } from './golden.js';
+import { toReplayItem, type ReplayItem } from './input.js';
+import { RateLimiter } from './limit.js';
+
+/** One analysed pair as a replay saw it (the gates read these). */
+export interface AnalysedPair {
+  /** The pair's id: `file:line` of the input (its basename). */
+  at: string;
+  file: string;
+  line: number;
+  route: string;
+  /** The request as the candidate got it. */
+  request: Record<string, unknown>;
+  result: PairResult;
+}
+
+/** What a replay against a golden file needs (replay's options, with the golden file instead of a baseline). */
+export interface GoldenReplayOptions {
+  inputs: readonly string[];
+  candidate: UpstreamOptions;
+  golden: GoldenIndex;
+  tlsInsecure: boolean;
+  /** Shorten every golden request to this many tokens (never longer: the golden holds no more). */
+  maxTokens?: number;
+  concurrency: number;
+  rps: number | null;
+  thresholds: Thresholds;
+  scoring: ScoringOptions;
+  writer: CaptureWriter;
+  summary: Summary;
+  onSkip?: (message: string) => void;
+  onPair?: (done: number) => void;
+  onAnalysed?: (p: AnalysedPair) => void;
+  signal?: AbortSignal;
+}
+
+/** The golden request, shortened to `maxTokens` when asked. */
+export function goldenBody(request: Readonly<Record<string, unknown>>, maxTokens: number | undefined): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...request };
+  if (maxTokens === undefined) return out;
+  let named = false;
+  for (const k of ['max_tokens', 'max_completion_tokens']) {
+    if (typeof out[k] !== 'number') continue;
+    named = true;
+    if ((out[k] as number) > maxTokens) out[k] = maxTokens;
+  }
+  if (!named) out.max_tokens = maxTokens;
+  return out;
+}
+
+/**
+ * Replays inputs against a candidate alone, each compared with its golden record's answer
+ * (`replay --baseline-from`): the golden request is sent to the candidate (within its logprobs
+ * cap), the answers are compared as a live pair, and where the golden record carries its
+ * backend's scoring the candidate scores the same tokens. Every input must have a golden record
+ * ({@link missingFromGolden} is checked first). Input is streamed; at most `concurrency` pairs run.
+ */
+export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: number }> {
+  const pool = createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
+  const limiter = new RateLimiter(o.rps);
+  const limits = new LogprobLimits();
+  const inflight = new Set<Promise<void>>();
+  const headers = mirrorHeaders({}, { role: 'candidate' });
+  const scorer = new Scorer(o.scoring);
+  const target: ScoringTarget = { pool, url: o.candidate.url, headers, timeoutMs: o.candidate.timeoutMs };
+  let started = 0;
+  let done = 0;
+
+  const one = async (id: string, item: ReplayItem, at: { file: string; line: number }, key: string): Promise<void> => {
+    const golden = o.golden.byKey.get(key)!;
+    const extra = await scorer.copyParams('candidate', target);
+    const sent = await sendOneWithinLimits({ body: goldenBody(golden.request, o.maxTokens), limits, send: (_b, p) => callBackend(pool, o.candidate, item.route, headers, withCopyParams(p, extra)) }, 'candidate');
+    const [request, cand, base] = [sent.body, sent.result, goldenSide(golden)];
+    const result = analyzePair(cand, base, o.thresholds);
+    if (result.outcome === 'ok' && result.comparison && result.baseline) {
+      const free = result.comparison;
+      const r = await scoreAgainstGolden(scorer, { when: o.scoring.when, source: { kind: item.kind, body: request }, free, golden, target, thresholds: o.thresholds });
+      result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
+    }
+    const pair: MirroredPair = {
+      id,
+      ts: new Date().toISOString(),
+      route: routeLabel(item.route),
+      path: item.route,
+      request,
+      clientHeaders: {},
+      candidate: cand,
+      baseline: base,
+      outcome: result.outcome,
+      analysis: result.comparison,
+      noiseFloor: o.thresholds.noiseFloor,
+    };
+    o.writer.write(pair);
+    o.onAnalysed?.({ at: id, file: at.file, line: at.line, route: item.route, request, result });
+    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor });
+    o.onPair?.(++done);
+  };
+
+  try {
+    for (const file of o.inputs) {
+      for await (const line of readJsonLines(file)) {
+        if (o.signal?.aborted) break;
+        const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
+        if ('error' in item) {
+          const message = `${line.file}:${line.line}: ${item.error}`;
+          o.summary.skip(message);
+          o.onSkip?.(message);
+          continue;
+        }
+        const key = itemKey(item, line.value);
+        if (!o.golden.byKey.has(key)) {
+          const message = `${line.file}:${line.line}: no golden record for this prompt in ${o.golden.file}`;
+          o.summary.skip(message);
+          o.onSkip?.(message);
+          continue;
+        }
+        while (inflight.size >= o.concurrency) await Promise.race(inflight);
+        await limiter.take();
+        started++;
+        const id = `${basename(file)}:${line.line}`;
+        const p = one(id, item, { file, line: line.line }, key).finally(() => inflight.delete(p));
+        inflight.add(p);
+      }
+    }
+    await Promise.all(inflight);
+  } finally {
+    await pool.close();
+  }
+  return { pairs: started };
+}
+
+/** A short description of a prompt for messages: its route and the start of its text. */
+export function describePrompt(item: ReplayItem): string {
+  const b = item.body;
+  const text = typeof b.prompt === 'string' ? b.prompt : Array.isArray(b.messages) ? JSON.stringify((b.messages.at(-1) as { content?: unknown } | undefined)?.content ?? '') : JSON.stringify(b.prompt ?? '');
+  const t = typeof text === 'string' ? text : String(text);
+  return `${item.route} ${JSON.stringify(t.length > 40 ? `${t.slice(0, 40)}…` : t)}`;
+}
+
+/**
+ * The inputs that have no golden record (before anything is sent: a golden gate missing a prompt
+ * is misconfigured), as `file:line (route "prompt…")`; and how many inputs have one.
+ */
+export async function missingFromGolden(inputs: readonly string[], golden: GoldenIndex): Promise<{ missing: string[]; found: number }> {
+  const missing: string[] = [];
+  let found = 0;
+  for (const file of inputs) {
+    for await (const line of readJsonLines(file)) {
+      if (line.error !== undefined) continue;
+      const item = toReplayItem(line.value);
+      if ('error' in item) continue;
+      if (golden.byKey.has(itemKey(item, line.value))) found++;
+      else missing.push(`${line.file}:${line.line} (${describePrompt(item)})`);
+    }
+  }
+  return { missing, found };
+}

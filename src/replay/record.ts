@@ -1,0 +1,186 @@
+import { open, type FileHandle } from 'node:fs/promises';
+import { basename } from 'node:path';
+import { readJsonLines } from '../capture/reader.js';
+import { parseResponse, sideChecks, type DefinitionWarning, type Thresholds } from '../core/index.js';
+import { callBackend, mirrorHeaders, type BackendResult } from '../mirror/dispatch.js';
+import { LogprobLimits, sendOneWithinLimits } from '../mirror/limits.js';
+import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
+import type { MirrorOutcome } from '../mirror/types.js';
+import { routeLabel } from '../proxy/routes.js';
+import { UnsupportedError, type ScoringTarget } from '../scoring/http.js';
+import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
+import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
+import { unwritableFile } from '../errors.js';
+import { buildGoldenRecord, encodeSteps, goldenKey, type GoldenScoring } from './golden.js';
+import { toReplayItem, type ReplayItem } from './input.js';
+
+/** What `logprobe record` needs: inputs, the one backend, the mirror's rewrite, scoring, the golden file. */
+export interface RecordRunOptions {
+  inputs: readonly string[];
+  backend: UpstreamOptions & { apiKey: string | null };
+  tlsInsecure: boolean;
+  rewrite: RewriteOptions;
+  maxTokens?: number;
+  concurrency: number;
+  scoring: ScoringOptions;
+  /** Thresholds in force, kept in the records as captures keep them. */
+  thresholds: Omit<Thresholds, 'noiseFloor'>;
+  out: FileHandle;
+  secrets: Array<string | null>;
+  onSkip?: (message: string) => void;
+  onRecord?: (done: number) => void;
+}
+
+/** What a record run did. */
+export interface RecordRunResult {
+  records: number;
+  /** Records by outcome (`ok`, `baseline_error`, `unparseable`, `incomparable`). */
+  outcomes: Partial<Record<MirrorOutcome, number>>;
+  /** Records by scoring outcome. */
+  scoring: Record<GoldenScoring['outcome'], number>;
+  methods: string[];
+  /** The first few problems (an unusable answer, a failed scoring), as `id: reason`. */
+  problems: string[];
+  /** Definition warnings of the backend's own numbers, with the first record that showed each. */
+  definition: Array<DefinitionWarning & { at: string; records: number }>;
+}
+
+/** Opens the golden file before anything is sent (0600, emptied): an unwritable path is a usage error. */
+export async function openGoldenFile(file: string): Promise<FileHandle> {
+  try {
+    return await open(file, 'w', 0o600);
+  } catch (err) {
+    throw unwritableFile(file, err);
+  }
+}
+
+function mirroredBody(item: ReplayItem, rewrite: RewriteOptions, maxTokens: number | undefined): Record<string, unknown> {
+  let body = item.body;
+  let r = rewrite;
+  if (maxTokens !== undefined) {
+    body = { ...body, [item.kind === 'chat' && body.max_completion_tokens !== undefined ? 'max_completion_tokens' : 'max_tokens']: maxTokens };
+    r = { ...rewrite, maxTokens };
+  }
+  return rewriteForMirror(item.kind, body, r);
+}
+
+/**
+ * `logprobe record`: each input line through the mirror's rewrite (as replay), sent to the one
+ * backend, and written as a golden record — the backend's answer and, where its engine profile
+ * allows, its own teacher-forced scoring of the tokens it generated (prompt and continuation
+ * steps), which `replay --baseline-from` compares a candidate's scoring with. Records are written
+ * in input order.
+ */
+export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
+  const pool = createUpstreamPool(o.backend, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
+  const headers = mirrorHeaders({}, { role: 'baseline', apiKey: o.backend.apiKey, forwardAuth: false });
+  const target: ScoringTarget = { pool, url: o.backend.url, headers, timeoutMs: o.backend.timeoutMs };
+  const scorer = new Scorer(o.scoring);
+  const limits = new LogprobLimits();
+  const result: RecordRunResult = { records: 0, outcomes: {}, scoring: { ok: 0, unsupported: 0, skipped: 0, failed: 0 }, methods: [], problems: [], definition: [] };
+  const inflight = new Set<Promise<void>>();
+  const ready = new Map<number, string>();
+  let next = 0;
+  let queued = 0;
+  let done = 0;
+  let writing: Promise<void> = Promise.resolve();
+
+  // Detected once up front: every copy then asks for the ids its engine can name (return_token_ids).
+  if (o.scoring.when !== 'never') await scorer.profile('baseline', target).catch(() => undefined);
+
+  const problem = (m: string) => {
+    if (result.problems.length < 20) result.problems.push(m);
+  };
+
+  const one = async (n: number, id: string, item: ReplayItem): Promise<void> => {
+    const extra = await scorer.copyParams('baseline', target);
+    const sent = await sendOneWithinLimits({ body: mirroredBody(item, o.rewrite, o.maxTokens), limits, send: (_b, p) => callBackend(pool, o.backend, item.route, headers, withCopyParams(p, extra)) }, 'baseline');
+    const answer: BackendResult = sent.result;
+    let outcome: MirrorOutcome = 'ok';
+    let scored: GoldenScoring | null = null;
+    if (answer.error !== null || answer.status >= 400) {
+      outcome = 'baseline_error';
+      problem(`${id}: the backend answered ${answer.error ?? `HTTP ${answer.status}`}`);
+    } else {
+      const parsed = parseResponse(answer.body);
+      if (parsed.format === 'unknown' || parsed.format === 'error') {
+        outcome = 'unparseable';
+        problem(`${id}: ${parsed.error ?? 'not a completion response'}`);
+      } else if (parsed.steps.length === 0) {
+        outcome = 'incomparable';
+        problem(`${id}: the answer has no logprobs (${parsed.error ?? 'no tokens'})`);
+      } else {
+        for (const w of sideChecks(parsed.steps, 'baseline')) {
+          const known = result.definition.find((d) => d.check === w.check);
+          if (known) known.records++;
+          else result.definition.push({ ...w, at: id, records: 1 });
+        }
+        scored = await scoreOwn(scorer, target, item, sent.body, parsed, answer.body, o.scoring);
+        result.scoring[scored.outcome]++;
+        if (scored.method && !result.methods.includes(scored.method)) result.methods.push(scored.method);
+        if (scored.outcome === 'failed') problem(`${id}: scoring failed: ${scored.reason}`);
+      }
+    }
+    result.outcomes[outcome] = (result.outcomes[outcome] ?? 0) + 1;
+    const record = buildGoldenRecord(
+      { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, request: sent.body, clientHeaders: {}, baseline: answer, outcome, noiseFloor: 0 },
+      goldenKey(item.route, item.body),
+      scored,
+      { includePrompts: true, thresholds: o.thresholds, secrets: o.secrets },
+    );
+    ready.set(n, `${JSON.stringify(record)}\n`);
+    // In input order: a golden file diffs cleanly from one recording to the next.
+    while (ready.has(next)) {
+      const line = ready.get(next)!;
+      ready.delete(next++);
+      writing = writing.then(() => o.out.write(line).then(() => undefined));
+    }
+    result.records++;
+    o.onRecord?.(++done);
+  };
+
+  try {
+    for (const file of o.inputs) {
+      for await (const line of readJsonLines(file)) {
+        const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
+        if ('error' in item) {
+          o.onSkip?.(`${line.file}:${line.line}: ${item.error}`);
+          continue;
+        }
+        while (inflight.size >= o.concurrency) await Promise.race(inflight);
+        const p = one(queued++, `${basename(file)}:${line.line}`, item).finally(() => inflight.delete(p));
+        inflight.add(p);
+      }
+    }
+    await Promise.all(inflight);
+    await writing;
+  } finally {
+    await pool.close();
+  }
+  return result;
+}
+
+/** The backend's scoring of its own answer (docs/engines.md), as the golden record keeps it. */
+async function scoreOwn(scorer: Scorer, target: ScoringTarget, item: ReplayItem, request: Record<string, unknown>, parsed: ReturnType<typeof parseResponse>, body: unknown, scoring: ScoringOptions): Promise<GoldenScoring> {
+  if (scoring.when === 'never') return { outcome: 'skipped', reason: 'scoring is off (analysis.scoring.when: never)' };
+  try {
+    const source = { kind: item.kind, body: request };
+    const { profile, spec } = await scorer.prepare('baseline', target, source, { parsed, body });
+    const s = await scorer.scoreSide('baseline', target, profile, spec);
+    return {
+      outcome: 'ok',
+      profile: profile.name,
+      method: profile.method,
+      mode: profile.mode,
+      topK: spec.topK,
+      promptIds: [...spec.prompt],
+      continuationIds: [...spec.continuation],
+      promptStart: s.promptStart,
+      prompt: encodeSteps(s.prompt),
+      continuation: encodeSteps(s.continuation),
+    };
+  } catch (err) {
+    const msg = (err as Error)?.message ?? String(err);
+    return { outcome: err instanceof UnsupportedError ? 'unsupported' : 'failed', reason: msg };
+  }
+}
