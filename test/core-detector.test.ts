@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { initialDetectorState, observe, pooledShare, stepAlert, tick, type AlertConfig, type DetectorState } from '../src/core/detector.js';
+import { cusumIncrement, initialDetectorState, observe, pooledShare, stepAlert, tick, type AlertConfig, type DetectorState } from '../src/core/detector.js';
+import { evidenceText } from '../src/mirror/notify.js';
 
 const CFG: AlertConfig = { window: 10, minRequests: 5, fireFraction: 0.5, forSeconds: 60, cusum: { k: 0.5, h: 5 } };
 
@@ -50,7 +51,8 @@ test('LogprobGlobalShift needs minRequests, then must hold forSeconds to fire, a
   assert.equal(clean.transitions.filter((t) => t.alert === 'LogprobGlobalShift').length, 0, 'no flapping');
   const resolved = tick(clean.state, CFG, 70 + 9 + 61);
   assert.equal(resolved.state.global.phase, 'inactive');
-  assert.deepEqual(resolved.transitions.map((t) => [t.alert, t.to]), [['LogprobGlobalShift', 'resolved']]);
+  // (The sustained alert, fired by the same six requests, resolves with it: its S has decayed.)
+  assert.deepEqual(resolved.transitions.filter((t) => t.alert === 'LogprobGlobalShift').map((t) => [t.alert, t.to]), [['LogprobGlobalShift', 'resolved']]);
 });
 
 test('a brief excursion shorter than forSeconds never fires', () => {
@@ -89,4 +91,50 @@ test('stepAlert with forSeconds 0 fires and resolves at once', () => {
   assert.equal(s.change, 'firing');
   s = stepAlert(s.state, false, 6, 0);
   assert.equal(s.change, 'resolved');
+});
+
+// The defaults: a request adds at most h / minRequests = 0.25 to S (x clipped at k + 0.25 = 0.75).
+const DEFAULTS: AlertConfig = { window: 50, minRequests: 20, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } };
+
+test('CUSUM: one huge request adds at most h / minRequests; it never fires LogprobSustainedShift on its own', () => {
+  // maxShift 5 nats at a 0.1 floor: x = 50, which took S to its cap of 2h at once before the clip.
+  const one = observe(initialDetectorState(), { shifted: 30, comparable: 30, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' }, DEFAULTS, 0);
+  assert.equal(one.state.cusum, 0.25);
+  assert.equal(cusumIncrement(50, DEFAULTS), 0.25);
+  assert.deepEqual(one.transitions, []);
+  // Also late in a stream, after a full window of clean requests: a gate on "requests seen so far" would fire here.
+  const clean = feed(initialDetectorState(), 60, { shifted: 0, comparable: 16, maxShift: 0.01 }, 0, 1, DEFAULTS);
+  const late = observe(clean.state, { shifted: 30, comparable: 30, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' }, DEFAULTS, 100);
+  assert.equal(late.state.cusum, 0.25);
+  assert.equal(late.state.sustained.phase, 'inactive');
+});
+
+test('one huge request with many shifted positions fires the window (LogprobGlobalShift), not the sustained alert', () => {
+  const clean = feed(initialDetectorState(), 49, { shifted: 0, comparable: 16, maxShift: 0.01 }, 0, 1, DEFAULTS);
+  // 784 clean positions pooled with 1,000 shifted ones: a share of 0.56 ≥ fireFraction.
+  const r = observe(clean.state, { shifted: 1000, comparable: 1000, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' }, DEFAULTS, 49);
+  assert.deepEqual(r.transitions.map((t) => [t.alert, t.to]), [['LogprobGlobalShift', 'firing']]);
+  assert.equal(r.state.sustained.phase, 'inactive');
+  assert.ok(pooledShare(r.state) >= 0.5);
+});
+
+test('CUSUM: a sustained small shift fires after more than minRequests requests, and the evidence says how many and how far', () => {
+  // x = 1.5 on every request: unclipped S would pass h at the 6th request; clipped, at the 21st.
+  const run = feed(initialDetectorState(), 21, { shifted: 1, comparable: 40, maxShift: 0.15 }, 0, 1, DEFAULTS);
+  const fired = run.transitions.filter((t) => t.alert === 'LogprobSustainedShift');
+  assert.equal(fired.length, 1);
+  assert.equal(feed(initialDetectorState(), 20, { shifted: 1, comparable: 40, maxShift: 0.15 }, 0, 1, DEFAULTS).state.sustained.phase, 'inactive', 'not at the 20th');
+  const e = fired[0]!.evidence;
+  assert.equal(e.cusumRequests, 21);
+  assert.ok(Math.abs(e.medianX! - 1.5) < 1e-9, `median x ${e.medianX}`);
+  assert.ok(e.cusum > 5);
+  assert.match(evidenceText(fired[0]!), /^CUSUM 5\.\d over 21 requests in a row, median maxShift 1\.50× the noise floor$/);
+  // A shift below the clip counts in full: x = 0.7 adds 0.2, S passes 5 at the 26th request.
+  const small = feed(initialDetectorState(), 26, { shifted: 0, comparable: 40, maxShift: 0.07 }, 0, 1, DEFAULTS);
+  assert.equal(small.transitions.filter((t) => t.alert === 'LogprobSustainedShift').length, 1);
+  assert.equal(small.state.cusumRun, 26);
+  // Noise lets S decay and the run ends: the count starts again.
+  const calm = feed(small.state, 40, { shifted: 0, comparable: 40, maxShift: 0.01 }, 30, 1, DEFAULTS);
+  assert.equal(calm.state.cusum, 0);
+  assert.equal(calm.state.cusumRun, 0);
 });

@@ -45,6 +45,10 @@ export interface AlertTransition {
     requestsInWindow: number;
     medianShift: number | null;
     cusum: number;
+    /** Requests since the CUSUM last stood at 0: the run of evidence behind `cusum`. */
+    cusumRequests: number;
+    /** Median x = maxShift / noiseFloor over that run's requests still in the window (before clipping). */
+    medianX: number | null;
     exampleRequestId: string | null;
   };
 }
@@ -68,6 +72,8 @@ export interface DetectorState {
   comparableSum: number;
   /** The CUSUM statistic S. */
   cusum: number;
+  /** Requests since S last stood at 0. */
+  cusumRun: number;
   global: AlertState;
   sustained: AlertState;
 }
@@ -79,6 +85,7 @@ export function initialDetectorState(): DetectorState {
     shiftedSum: 0,
     comparableSum: 0,
     cusum: 0,
+    cusumRun: 0,
     global: { phase: 'inactive', since: 0, firedAt: null },
     sustained: { phase: 'inactive', since: 0, firedAt: null },
   };
@@ -132,11 +139,14 @@ function evidence(state: DetectorState): AlertTransition['evidence'] {
       example = r.requestId;
     }
   }
+  const run = state.recent.slice(Math.max(0, state.recent.length - state.cusumRun));
   return {
     pooledShare: pooledShare(state),
     requestsInWindow: state.recent.length,
     medianShift: median(shifts),
     cusum: state.cusum,
+    cusumRequests: state.cusumRun,
+    medianX: median(run.map((r) => r.x)),
     exampleRequestId: example,
   };
 }
@@ -156,7 +166,7 @@ function transitions(prev: DetectorState, next: DetectorState, cfg: AlertConfig,
   // stayed at or below h for forSeconds, and S restarts from 0 then.
   const s = stepAlert(prev.sustained, cond.sustained, now, cond.sustained ? 0 : cfg.forSeconds);
   let state: DetectorState = { ...next, global: g.state, sustained: s.state };
-  if (s.change === 'resolved') state = { ...state, cusum: 0 };
+  if (s.change === 'resolved') state = { ...state, cusum: 0, cusumRun: 0 };
   const ev = evidence(next);
   if (g.change) out.push({ alert: 'LogprobGlobalShift', to: g.change, at: now, startsAt: prev.global.firedAt ?? g.state.firedAt ?? now, evidence: ev });
   if (s.change) out.push({ alert: 'LogprobSustainedShift', to: s.change, at: now, startsAt: prev.sustained.firedAt ?? s.state.firedAt ?? now, evidence: ev });
@@ -164,10 +174,26 @@ function transitions(prev: DetectorState, next: DetectorState, cfg: AlertConfig,
 }
 
 /**
+ * The most one request may add to the CUSUM before the slack: `x` is clipped at
+ * `k + h / minRequests`, so a request adds at most `h / minRequests` to S and S passes `h` only
+ * after more than `alert.minRequests` requests of evidence — the same minimum the window alert
+ * waits for. Why a clip and not a count of requests before the CUSUM may fire: a count delays
+ * only the first firing; once it is reached (a proxy that has run for a while), one huge request
+ * would again take S past h on its own. The clip bounds every request at every moment, so the
+ * sustained alert means what it says: a shift over many requests. A shift up to the clip counts
+ * in full (with the defaults 0.75 × the floor, the small shifts this alert is for); a large one
+ * counts as that much — a large shift on many positions is the window alert's (pooled share),
+ * and a single request proves nothing sustained.
+ */
+export function cusumIncrement(x: number, cfg: Pick<AlertConfig, 'minRequests' | 'cusum'>): number {
+  return Math.min(x, cfg.cusum.k + cfg.cusum.h / Math.max(1, cfg.minRequests)) - cfg.cusum.k;
+}
+
+/**
  * Adds one comparable request to the window and the CUSUM, then advances both alerts.
- * The CUSUM statistic is `S = max(0, S + maxShift/noiseFloor − k)`, capped at `2h` so that after
- * a fix it falls back below `h` within about `2h/k` clean requests instead of paying back an
- * unbounded excursion.
+ * The CUSUM statistic is `S = max(0, S + min(x, k + h/minRequests) − k)` with
+ * `x = maxShift/noiseFloor` ({@link cusumIncrement}), capped at `2h` so that after a fix it falls
+ * back below `h` within about `2h/k` clean requests instead of paying back an unbounded excursion.
  */
 export function observe(state: DetectorState, obs: DetectorObservation, cfg: AlertConfig, now: number): { state: DetectorState; transitions: AlertTransition[] } {
   const x = obs.maxShift !== null && obs.noiseFloor > 0 ? obs.maxShift / obs.noiseFloor : 0;
@@ -179,8 +205,9 @@ export function observe(state: DetectorState, obs: DetectorObservation, cfg: Ale
     shiftedSum -= old.shifted;
     comparableSum -= old.comparable;
   }
-  const cusum = Math.min(2 * cfg.cusum.h, Math.max(0, state.cusum + x - cfg.cusum.k));
-  return transitions(state, { ...state, recent, shiftedSum, comparableSum, cusum }, cfg, now);
+  const cusum = Math.min(2 * cfg.cusum.h, Math.max(0, state.cusum + cusumIncrement(x, cfg)));
+  const cusumRun = cusum > 0 ? state.cusumRun + 1 : 0;
+  return transitions(state, { ...state, recent, shiftedSum, comparableSum, cusum, cusumRun }, cfg, now);
 }
 
 /** Advances the alerts with no new request (time passing alone can fire or resolve them). */

@@ -76,7 +76,10 @@ export function pairLine(n: number, pair: MirroredPair): string {
 
 function alertLine(t: AlertTransition, mirrored: number, secs: number): string {
   const e = t.evidence;
-  const what = t.alert === 'LogprobGlobalShift' ? 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise' : 'a sustained shift above the noise floor';
+  const what =
+    t.alert === 'LogprobGlobalShift'
+      ? 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise'
+      : `a sustained shift above the noise floor over ${e.cusumRequests} requests (median maxShift ${e.medianX === null ? 'n/a' : e.medianX.toFixed(2)}× the floor)`;
   return `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert} at mirrored request ${mirrored} (${secs.toFixed(1)} s since start): pooled share ${e.pooledShare.toFixed(2)}, median shift ${fmt(e.medianShift)} nats, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`;
 }
 

@@ -20,6 +20,19 @@ const DESCRIPTION: Record<AlertTransition['alert'], string> = {
     'Suspect the cache path: compare the state where it is written, in the medium and where it is read back.',
 };
 
+/**
+ * The evidence in words, for the log line: how many requests and how far they moved. The
+ * sustained alert cites the CUSUM's run (requests since S left 0) and the median x =
+ * maxShift / noiseFloor over it; the window alerts the pooled share over the window.
+ */
+export function evidenceText(t: AlertTransition): string {
+  const e = t.evidence;
+  if (t.alert === 'LogprobSustainedShift') {
+    return `CUSUM ${e.cusum.toFixed(1)} over ${e.cusumRequests} request${e.cusumRequests === 1 ? '' : 's'} in a row, median maxShift ${e.medianX === null ? 'n/a' : e.medianX.toFixed(2)}× the noise floor`;
+  }
+  return `pooled share ${e.pooledShare.toFixed(2)} over ${e.requestsInWindow} request${e.requestsInWindow === 1 ? '' : 's'}, median max shift ${e.medianShift === null ? 'n/a' : e.medianShift.toFixed(3)} nats`;
+}
+
 /** One Alertmanager v2 alert (POST /api/v2/alerts takes an array of these). */
 export function toAlertmanager(t: AlertTransition, instance: string): Record<string, unknown> {
   const startsAt = new Date(t.startsAt * 1000).toISOString();
@@ -31,6 +44,8 @@ export function toAlertmanager(t: AlertTransition, instance: string): Record<str
       pooled_share: t.evidence.pooledShare.toFixed(3),
       median_shift_nats: t.evidence.medianShift === null ? 'n/a' : t.evidence.medianShift.toFixed(4),
       cusum: t.evidence.cusum.toFixed(2),
+      cusum_requests: String(t.evidence.cusumRequests),
+      median_x: t.evidence.medianX === null ? 'n/a' : t.evidence.medianX.toFixed(2),
       example_request_id: t.evidence.exampleRequestId ?? 'n/a',
     },
     startsAt,
@@ -45,7 +60,7 @@ export class AlertNotifier {
   constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string }) {}
 
   notify(t: AlertTransition): void {
-    this.options.logger.warn({ alert: t.alert, ...(t.backend ? { backend: t.backend } : {}), state: t.to, evidence: t.evidence }, `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${SUMMARY[t.alert]}`);
+    this.options.logger.warn({ alert: t.alert, ...(t.backend ? { backend: t.backend } : {}), state: t.to, evidence: t.evidence }, `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${SUMMARY[t.alert]} (${evidenceText(t)})`);
     const url = this.options.webhookUrl;
     if (!url) return;
     const payload = JSON.stringify([toAlertmanager(t, this.options.instance)]);

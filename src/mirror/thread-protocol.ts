@@ -41,5 +41,5 @@ export type FromWorker =
   | { t: 'closed' };
 
 export function summarize(s: Readonly<DetectorState>): DetectorSummary {
-  return { shiftedSum: s.shiftedSum, comparableSum: s.comparableSum, cusum: s.cusum, global: s.global, sustained: s.sustained };
+  return { shiftedSum: s.shiftedSum, comparableSum: s.comparableSum, cusum: s.cusum, cusumRun: s.cusumRun, global: s.global, sustained: s.sustained };
 }
