@@ -97,7 +97,7 @@ export function createRuntime(
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
       // Listening means ready: the worker's series exist on the first scrape (bounded wait).
       if (mirror && !(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
-      logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');
+      logger.info({ proxyUrl, adminUrl, mode: config.mode, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');
       return { proxyUrl, adminUrl };
     },
     close(closeOptions = {}) {

@@ -8,6 +8,7 @@ import { ConfigError, errnoReason } from '../errors.js';
  * `LOGPROBE_PORT=` in a compose file does not turn into port 0.
  */
 const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: string[]; kind: 'string' | 'number' | 'boolean' }> = [
+  { name: 'LOGPROBE_MODE', path: ['mode'], kind: 'string' },
   { name: 'LOGPROBE_CANDIDATE_URL', path: ['candidate', 'url'], kind: 'string' },
   { name: 'LOGPROBE_BASELINE_URL', path: ['baseline', 'url'], kind: 'string' },
   { name: 'LOGPROBE_BASELINE_API_KEY', path: ['baseline', 'apiKey'], kind: 'string' },

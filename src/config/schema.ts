@@ -63,6 +63,12 @@ const headerName = z
   .transform((s) => s.toLowerCase());
 
 export const configSchema = z.strictObject({
+  /**
+   * `inline`: logprobe is in the client path and forwards every request to the candidate.
+   * `shadow`: logprobe is the target of an existing mirror (Envoy, Istio, Gateway API, nginx):
+   * each copy is answered 202 at once, never forwarded, and goes to the mirror (src/proxy/shadow.ts).
+   */
+  mode: z.enum(['inline', 'shadow'], { error: 'expected inline or shadow' }).default('inline'),
   listen: z
     .strictObject({
       host: host.default('0.0.0.0'),

@@ -37,6 +37,7 @@ export interface MetricSpec {
 
 export const METRIC_CATALOG = [
   { name: 'logprobe_proxy_requests_total', type: 'counter', help: 'Client requests proxied to the candidate, by route and status class.', labelNames: ['route', 'status_class'], owner: 'main' },
+  { name: 'logprobe_shadow_requests_total', type: 'counter', help: 'Mirrored copies received in shadow mode (mode: shadow), by route and the status class they were answered with (2xx: the 202; never forwarded, so not in logprobe_proxy_requests_total).', labelNames: ['route', 'status_class'], owner: 'main' },
   { name: 'logprobe_proxy_request_duration_seconds', type: 'histogram', help: 'Client request duration through the proxy, seconds.', labelNames: ['route'], owner: 'main', buckets: LATENCY_BUCKETS },
   // Both: the proxy's thread counts what it never hands over (skipped: not a mirrored kind;
   // dropped: the hand-over is full, the worker is gone or closing), the worker everything it takes.

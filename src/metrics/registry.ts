@@ -69,9 +69,13 @@ export class Metrics {
   /** The proxy's thread: client requests by every route label and status class, its share of the mirror. */
   private initMain(mirrorRoutes: readonly string[]): void {
     const requests = this.counter('logprobe_proxy_requests_total');
+    const shadow = this.counter('logprobe_shadow_requests_total');
     const duration = this.histogram('logprobe_proxy_request_duration_seconds');
     for (const route of ROUTE_LABELS) {
-      for (const statusClass of STATUS_CLASSES) requests.inc({ route, status_class: statusClass }, 0);
+      for (const statusClass of STATUS_CLASSES) {
+        requests.inc({ route, status_class: statusClass }, 0);
+        shadow.inc({ route, status_class: statusClass }, 0);
+      }
       duration.zero({ route });
     }
     for (const reason of OVERFLOW_REASONS) this.counter('logprobe_proxy_overflow_total').inc({ reason }, 0);
@@ -139,6 +143,12 @@ export class Metrics {
     const statusClass = status === 499 ? 'aborted' : `${Math.floor(status / 100)}xx`;
     this.counter('logprobe_proxy_requests_total').inc({ route, status_class: statusClass });
     this.histogram('logprobe_proxy_request_duration_seconds').observe({ route }, seconds);
+  }
+
+  /** A copy received in shadow mode, answered with `status`; 499 stands for a mirror source that went away. */
+  observeShadow(route: string, status: number): void {
+    const statusClass = status === 499 ? 'aborted' : `${Math.floor(status / 100)}xx`;
+    this.counter('logprobe_shadow_requests_total').inc({ route, status_class: statusClass });
   }
 
   private get(name: MetricName): AnyMetric {

@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { openAIError } from './errors.js';
 import { ProxyExchange, type ExchangeContext } from './exchange.js';
+import { ShadowExchange } from './shadow.js';
 import type { MirrorTap } from './tap.js';
 import { upstreamBasePath } from '../upstream/pool.js';
 import { ConnectionBudget, type OverflowReason } from './budget.js';
@@ -17,6 +18,8 @@ export interface ProxyDeps {
   candidate: Dispatcher;
   metrics: {
     observeRequest(route: string, status: number, seconds: number): void;
+    /** A copy received in shadow mode, by the status it was answered. */
+    observeShadow?(route: string, status: number): void;
     /** A request refused at once because a configured candidate limit was reached. */
     overflow(reason: OverflowReason): void;
   };
@@ -30,12 +33,13 @@ const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PU
 /** What a request gets while the proxy drains: the OpenAI envelope, like every error we make. */
 const CLOSING_BODY = JSON.stringify(openAIError(503, 'logprobe is shutting down: retry on another replica', 'LOGPROBE_SHUTTING_DOWN'));
 
-function notFound(ctx: ExchangeContext, req: IncomingMessage, res: ServerResponse): void {
+function notFound(ctx: ExchangeContext, req: IncomingMessage, res: ServerResponse, shadow: boolean): void {
   const started = performance.now();
   const payload = JSON.stringify(openAIError(404, `no route for ${req.method ?? ''} ${req.url ?? ''}`, 'not_found'));
   res.writeHead(404, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload) });
   res.end(payload);
-  ctx.metrics.observeRequest('other', 404, (performance.now() - started) / 1000);
+  if (shadow) ctx.metrics.observeShadow?.('other', 404);
+  else ctx.metrics.observeRequest('other', 404, (performance.now() - started) / 1000);
   if (ctx.logRequests()) ctx.log.info({ method: req.method, route: 'other', status: 404, durationMs: 0, aborted: false }, 'request');
 }
 
@@ -93,6 +97,7 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     budget: maxConnections === null ? null : new ConnectionBudget(maxConnections, maxPending),
     overflowed: overflowLogger(log, deps.metrics, config),
   };
+  const shadow = config.mode === 'shadow';
   let closing = false;
   /**
    * The last request on each connection while an exchange is in flight there: its request, the
@@ -109,10 +114,11 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     const url = req.url;
     // Origin-form only ("/…"): absolute-form and "*" are not requests for the candidate.
     if (url === undefined || url.charCodeAt(0) !== 47 || !FORWARDED_METHODS.has(req.method ?? '')) {
-      notFound(ctx, req, res);
+      notFound(ctx, req, res, shadow);
       return;
     }
-    const exchange = new ProxyExchange(ctx, req, res);
+    // Shadow mode: a mirrored copy, answered 202 and handed to the mirror; nothing is forwarded.
+    const exchange = shadow ? new ShadowExchange(ctx, req, res) : new ProxyExchange(ctx, req, res);
     // Pipelined requests reach the candidate one at a time, in order, as they were sent: node:http
     // emits the next before the previous response is done.
     const sock = req.socket;

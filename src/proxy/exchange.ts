@@ -21,7 +21,11 @@ export interface ExchangeContext {
   log: Logger;
   /** Whether the info-level request line is written (checked once per request, not per field). */
   logRequests: () => boolean;
-  metrics: { observeRequest(route: string, status: number, seconds: number): void };
+  metrics: {
+    observeRequest(route: string, status: number, seconds: number): void;
+    /** A copy received in shadow mode (`mode: shadow`), answered with `status` (499: the mirror source left first). */
+    observeShadow?(route: string, status: number): void;
+  };
   mirror: MirrorTap | undefined;
   /** The configured candidate limits, or null when there are none (the default). */
   budget: ConnectionBudget | null;

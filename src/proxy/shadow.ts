@@ -1,0 +1,203 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { readBody } from './body.js';
+import { PayloadTooLargeError } from '../errors.js';
+import { openAIError } from './errors.js';
+import { MIRROR_HEADER } from './headers.js';
+import { pathOf, routeLabel } from './routes.js';
+import { parseMirrorHeader } from './tap.js';
+import type { ExchangeContext } from './exchange.js';
+
+/**
+ * Shadow mode (`mode: shadow`): logprobe is the *target* of a mirror that already exists (Envoy's
+ * `request_mirror_policies`, Istio's `mirror`, Gateway API's `HTTPRequestMirrorFilter`, nginx's
+ * `mirror`). The mirror source sends a copy of each production request and ignores the answer, so
+ * each copy is answered at once — 202, empty body, once its body is read (under `limits.bodyMB`,
+ * 413 beyond) — and never forwarded: the candidate is never called for it. The copy then goes to
+ * the mirror exactly as a finished inline exchange does (the same sampling, rewrite, both
+ * backends, scoring, metrics, alerts, capture), with status 200: logprobe does not know what
+ * production answered, and the mirror source only copies requests it routes, so each copy counts
+ * as a request production accepted. A copy the candidate then refuses (a request production would
+ * have refused too) counts as `candidate_error`, not as `skipped` as inline.
+ */
+
+/**
+ * Envoy (so Istio and Envoy-based Gateway API implementations) marks a mirrored request by adding
+ * `-shadow` to its Host/authority: `api-shadow`, `api-shadow:8080` (recent Envoy puts it before
+ * the port), `api:8080-shadow` (older ones). This removes it, so that logs and anything routed by
+ * host see the production host. The mirrored copies go to the configured backends anyway.
+ */
+export function stripShadowSuffix(host: string): string {
+  return host.replace(/-shadow(?=(?::\d+)?$)/i, '');
+}
+
+const NO_CONTENT_HEADERS = { 'content-length': '0' } as const;
+
+/**
+ * Reads and discards a body (a copy the sampler did not keep), failing with 413 past
+ * `limitBytes` like {@link readBody}, without holding its bytes.
+ */
+function discardBody(stream: IncomingMessage, limitBytes: number, callback: (err: Error | null) => void): void {
+  let size = 0;
+  let done = false;
+  const finish = (err: Error | null) => {
+    if (done) return;
+    done = true;
+    stream.off('data', onData);
+    stream.off('end', onEnd);
+    stream.off('error', onError);
+    stream.off('aborted', onAborted);
+    callback(err);
+  };
+  const onData = (chunk: Buffer) => {
+    size += chunk.length;
+    if (size > limitBytes) {
+      stream.pause();
+      finish(new PayloadTooLargeError(Math.round(limitBytes / 1024 / 1024)));
+    }
+  };
+  const onEnd = () => finish(null);
+  const onError = (err: Error) => finish(err);
+  const onAborted = () => finish(Object.assign(new Error('client aborted the request body'), { code: 'ECONNRESET' }));
+  stream.on('data', onData);
+  stream.on('end', onEnd);
+  stream.on('error', onError);
+  stream.on('aborted', onAborted);
+}
+
+const kShadow = Symbol('logprobe.shadow');
+type TaggedResponse = ServerResponse & { [kShadow]?: ShadowExchange };
+
+function onResponseClose(this: TaggedResponse): void {
+  this[kShadow]?.closed();
+}
+
+/**
+ * One mirrored copy received in shadow mode: its body read (kept when the sampler wants it,
+ * discarded otherwise), answered 202 with an empty body, then handed to the mirror once the
+ * answer has gone. Counted in `logprobe_shadow_requests_total`, never in
+ * `logprobe_proxy_requests_total` (nothing is proxied).
+ */
+export class ShadowExchange {
+  private readonly start = performance.now();
+  private readonly route: string;
+  private readonly path: string;
+  private readonly forced: boolean | undefined;
+  private readonly keepBody: boolean;
+  private body: Buffer | null = null;
+  /** The Host as it came, when it carried the `-shadow` suffix. */
+  private shadowHost: string | undefined;
+  private id: string | undefined;
+
+  constructor(
+    private readonly ctx: ExchangeContext,
+    private readonly req: IncomingMessage,
+    private readonly res: ServerResponse,
+  ) {
+    const url = req.url as string;
+    this.path = pathOf(url);
+    this.route = routeLabel(url);
+    const mirrorHeader = req.headers[MIRROR_HEADER];
+    this.forced = mirrorHeader === undefined ? undefined : parseMirrorHeader(mirrorHeader);
+    this.keepBody = ctx.mirror ? ctx.mirror.wantsBody(req.method as string, this.path, this.forced) : false;
+    const host = req.headers.host;
+    if (host !== undefined) {
+      const stripped = stripShadowSuffix(host);
+      if (stripped !== host) {
+        this.shadowHost = host;
+        req.headers.host = stripped;
+      }
+    }
+    (res as TaggedResponse)[kShadow] = this;
+    res.on('close', onResponseClose);
+  }
+
+  requestId(): string {
+    if (this.id === undefined) {
+      const h = this.req.headers['x-request-id'];
+      this.id = typeof h === 'string' && h !== '' ? h : randomUUID();
+    }
+    return this.id;
+  }
+
+  /** Reads the body (kept or discarded, under limits.bodyMB), then answers 202. */
+  run(): void {
+    const { req } = this;
+    const cl = req.headers['content-length'];
+    if (cl !== undefined && Number(cl) > this.ctx.limitBytes) {
+      this.fail(new PayloadTooLargeError(this.ctx.limitMB));
+      return;
+    }
+    if (req.headers['transfer-encoding'] === undefined && (cl === undefined || cl === '0')) {
+      this.accept(null);
+      return;
+    }
+    if (this.keepBody) readBody(req, this.ctx.limitBytes, (err, buf) => (err ? this.fail(err) : this.accept(buf)));
+    else discardBody(req, this.ctx.limitBytes, (err) => (err ? this.fail(err) : this.accept(null)));
+  }
+
+  private accept(body: Buffer | null): void {
+    if (this.res.destroyed) return;
+    if (this.keepBody) this.body = body ?? Buffer.alloc(0);
+    this.res.writeHead(202, NO_CONTENT_HEADERS);
+    this.res.end();
+  }
+
+  private fail(err: Error & { statusCode?: number; code?: string }): void {
+    const res = this.res;
+    if (res.destroyed || res.headersSent || err.statusCode !== 413) {
+      // The mirror source went away mid-body: nothing to answer, nothing to mirror.
+      res.destroy();
+      return;
+    }
+    const payload = JSON.stringify(openAIError(413, err.message, err.code ?? null));
+    // The rest of an oversized body is never read: the connection cannot be reused.
+    res.writeHead(413, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload), connection: 'close' });
+    res.end(payload);
+  }
+
+  /** The answer went (or the mirror source left): counted, logged, and the copy handed to the mirror. */
+  closed(): void {
+    const res = this.res as TaggedResponse;
+    res[kShadow] = undefined;
+    const finished = res.writableFinished;
+    const seconds = (performance.now() - this.start) / 1000;
+    const { ctx, req } = this;
+    ctx.metrics.observeShadow?.(this.route, finished ? res.statusCode : 499);
+    if (ctx.logRequests()) {
+      ctx.log.info(
+        {
+          reqId: this.requestId(),
+          mode: 'shadow',
+          method: req.method,
+          route: this.route,
+          host: req.headers.host,
+          ...(this.shadowHost !== undefined ? { shadowHost: this.shadowHost } : {}),
+          status: res.statusCode,
+          durationMs: Math.round(seconds * 1e6) / 1e3,
+          aborted: !finished,
+        },
+        'shadow request',
+      );
+    }
+    // The whole copy arrived (the body was read before the answer): it is mirrored even when the
+    // mirror source did not wait for the 202.
+    if (ctx.mirror && this.body !== null) {
+      try {
+        ctx.mirror.onExchange({
+          requestId: this.requestId(),
+          method: req.method as string,
+          path: this.path,
+          route: this.route,
+          headers: req.headers,
+          body: this.body,
+          status: 200,
+          aborted: false,
+          forced: this.forced,
+        });
+      } catch (err) {
+        ctx.log.error({ reqId: this.requestId(), err }, 'mirror tap failed');
+      }
+    }
+  }
+}
