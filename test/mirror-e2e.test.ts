@@ -234,3 +234,41 @@ test('a graceful stop finishes the mirrored pairs still queued instead of droppi
   const m = await lp.runtime.metrics.registry.metrics();
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'dropped' }) ?? 0, 0);
 });
+
+test('candidate.model / baseline.model: every mirrored copy and scoring call names the backend\'s served model; the client path is untouched', async (t) => {
+  const { startEngineServer, createSimModel } = await import('@logprobe/engine');
+  const engines = await Promise.all([
+    startEngineServer({ model: createSimModel({ seed: 11, stateShift: 0.6 }), concurrency: 0, api: 'vllm' }),
+    startEngineServer({ model: createSimModel({ seed: 11 }), concurrency: 0, api: 'vllm' }),
+  ]);
+  // Each backend behind a recorder: the path and the `model` of every request it got.
+  const seen: Record<'candidate' | 'baseline', Array<{ path: string; model: unknown; mirrored: boolean }>> = { candidate: [], baseline: [] };
+  const front = (side: 'candidate' | 'baseline', target: string) =>
+    startUpstream(async (req, res, body) => {
+      const json = body.length > 0 ? (JSON.parse(body.toString()) as Record<string, unknown>) : {};
+      seen[side].push({ path: req.url!, model: json.model, mirrored: json.logprobs !== undefined });
+      const up = await request(target + req.url, { method: req.method as 'GET' | 'POST', body: body.length > 0 ? body : undefined, headers: { 'content-type': 'application/json' } });
+      res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'application/json') });
+      res.end(Buffer.from(await up.body.arrayBuffer()));
+    });
+  const [candidate, baseline] = await Promise.all([front('candidate', engines[0].url), front('baseline', engines[1].url)]);
+  t.after(() => Promise.all([candidate.close(), baseline.close(), ...engines.map((e) => e.close())]));
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url, engine: 'vllm', model: 'cand-served' },
+    baseline: { url: baseline.url, engine: 'vllm', model: 'base-served' },
+    mirror: { sampleRate: 1 },
+  });
+  t.after(() => lp.close());
+  for (let i = 0; i < 4; i++) assert.equal((await send(lp.proxyUrl, i, { model: 'client-name' })).status, 200);
+  await lp.runtime.mirror!.idle();
+  const client = seen.candidate.filter((s) => !s.mirrored && /completions$/.test(s.path) && s.model === 'client-name');
+  assert.equal(client.length, 4, 'the client path carries the client\'s model, byte for byte');
+  const copies = { candidate: seen.candidate.filter((s) => s.mirrored), baseline: seen.baseline.filter((s) => s.mirrored) };
+  assert.ok(copies.candidate.length >= 4 && copies.candidate.every((s) => s.model === 'cand-served'), JSON.stringify(copies.candidate));
+  assert.ok(copies.baseline.length >= 4 && copies.baseline.every((s) => s.model === 'base-served'), JSON.stringify(copies.baseline));
+  // The pairs diverged: scoring ran (vLLM profile: /tokenize, prompt_logprobs), also under the served names.
+  const scoring = seen.baseline.filter((s) => !s.mirrored && s.model !== undefined);
+  assert.ok(scoring.length > 0, JSON.stringify(seen.baseline.map((s) => s.path)));
+  assert.ok(scoring.every((s) => s.model === 'base-served'), JSON.stringify(scoring));
+  assert.ok(seen.candidate.filter((s) => !s.mirrored && s.path !== '/v1/completions' && s.path !== '/v1/chat/completions' && s.model !== undefined).every((s) => s.model === 'cand-served'));
+});

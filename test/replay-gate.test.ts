@@ -195,3 +195,25 @@ test('replay learns a backend\'s logprobs cap from its 400 like the live mirror:
   assert.ok(records.every((r) => r.outcome === 'ok'), 'every pair compared');
   assert.ok(records.every((r) => (r.request.top_logprobs ?? r.request.logprobs) === 2), 'both sides compared over the same top-2');
 });
+
+test('replay sends candidate.model / baseline.model from --config as each backend\'s model', async (t) => {
+  const dir = tempDir(t);
+  const sim = await startSim();
+  const models: Record<string, unknown[]> = { candidate: [], baseline: [] };
+  const front = (side: string) =>
+    startUpstream(async (req, res, body) => {
+      models[side]!.push((JSON.parse(body.toString() || '{}') as { model?: unknown }).model);
+      const up = await fetch(sim.url + req.url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+      res.writeHead(up.status, { 'content-type': 'application/json' });
+      res.end(Buffer.from(await up.arrayBuffer()));
+    });
+  const [candidate, baseline] = await Promise.all([front('candidate'), front('baseline')]);
+  t.after(() => Promise.all([candidate.close(), baseline.close(), sim.close()]));
+  const config = join(dir, 'models.yaml');
+  writeFileSync(config, 'candidate: { model: cand-served }\nbaseline: { model: base-served }\n');
+  const res = await runCli(['replay', GOLDEN, '--candidate', candidate.url, '--baseline', baseline.url, '--config', config, '--out', join(dir, 'r.jsonl')]);
+  assert.equal(res.code, 0, res.stdout + res.stderr);
+  assert.equal(models.candidate!.length, 24);
+  assert.deepEqual(new Set(models.candidate), new Set(['cand-served']));
+  assert.deepEqual(new Set(models.baseline), new Set(['base-served']));
+});

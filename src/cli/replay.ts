@@ -138,8 +138,8 @@ export const replayCommand: CommandFactory = (setExit) =>
           });
         } else await runReplay({
           inputs,
-          candidate: upstream(candidateUrl, config.candidate),
-          baseline: baselineUrl === null ? null : { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey },
+          candidate: { ...upstream(candidateUrl, config.candidate), model: config.candidate.model },
+          baseline: baselineUrl === null ? null : { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey, model: config.baseline.model },
           tlsInsecure: config.tlsInsecure,
           rewrite: config.mirror,
           maxTokens: gates.maxTokens,

@@ -51,6 +51,8 @@ const upstream = (defaultUrl: string) =>
     idleTimeoutMs: positiveMs.default(120_000),
     /** How to get token ids and score a fixed sequence on this backend (src/scoring); `auto` detects it once. */
     engine: z.enum(ENGINE_SETTINGS, { error: `expected one of ${ENGINE_SETTINGS.join(', ')}` }).default('auto'),
+    /** The `model` of every mirrored copy and scoring call to this backend (its served name); null: the client's. */
+    model: z.string({ error: 'expected a model name or null' }).min(1, { error: 'expected a model name or null' }).nullable().default(null),
   });
 
 /** A limit that is off unless set: `null` means no limit (as nginx), a number is a hard cap. */

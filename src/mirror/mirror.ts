@@ -193,13 +193,14 @@ export class Mirror {
   private targets(job: Job): Record<Backend, ScoringTarget> {
     const { config } = this.deps;
     return {
-      candidate: { pool: this.deps.candidatePool, url: config.candidate.url, headers: mirrorHeaders(job.headers, { role: 'candidate' }), timeoutMs: config.candidate.timeoutMs },
+      candidate: { pool: this.deps.candidatePool, url: config.candidate.url, headers: mirrorHeaders(job.headers, { role: 'candidate' }), timeoutMs: config.candidate.timeoutMs, model: config.candidate.model },
       baseline: {
         // Baseline-free: never called (no copy, no scoring goes to a baseline that is not there).
         pool: this.baselinePool ?? this.deps.candidatePool,
         url: config.baseline.url ?? config.candidate.url,
         headers: mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth, forwardHeaders: config.baseline.forwardHeaders }),
         timeoutMs: config.baseline.timeoutMs,
+        model: config.baseline.model,
       },
     };
   }

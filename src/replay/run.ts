@@ -20,9 +20,10 @@ import { RateLimiter } from './limit.js';
 /** What a replay needs: inputs, the two backends, pacing, thresholds, and where results go. */
 export interface ReplayOptions {
   inputs: readonly string[];
-  candidate: UpstreamOptions;
+  /** `model`: `candidate.model`, the name every copy to it carries (null: the input's). */
+  candidate: UpstreamOptions & { model?: string | null };
   /** The trusted build; null: baseline-free, each input probes the candidate against itself (cold → warm). */
-  baseline: (UpstreamOptions & { apiKey: string | null }) | null;
+  baseline: (UpstreamOptions & { apiKey: string | null; model?: string | null }) | null;
   tlsInsecure: boolean;
   /** The mirror's rewrite options (`mirror.*`). */
   rewrite: RewriteOptions;
@@ -79,8 +80,8 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   let done = 0;
   const scorer = new Scorer(o.scoring);
   const targets: Record<'candidate' | 'baseline', ScoringTarget> = {
-    candidate: { pool: candidatePool, url: o.candidate.url, headers: cHeaders, timeoutMs: o.candidate.timeoutMs },
-    baseline: { pool: baselinePool ?? candidatePool, url: baseline.url, headers: bHeaders, timeoutMs: baseline.timeoutMs },
+    candidate: { pool: candidatePool, url: o.candidate.url, headers: cHeaders, timeoutMs: o.candidate.timeoutMs, model: o.candidate.model ?? null },
+    baseline: { pool: baselinePool ?? candidatePool, url: baseline.url, headers: bHeaders, timeoutMs: baseline.timeoutMs, model: baseline.model ?? null },
   };
 
   const one = (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => (o.baseline === null ? alone(id, item, at) : paired(id, item, at));

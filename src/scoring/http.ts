@@ -6,6 +6,8 @@ export interface ScoringTarget {
   url: string;
   headers: Readonly<Record<string, string>>;
   timeoutMs: number;
+  /** `candidate.model` / `baseline.model`: the backend's served name, put in place of a body's `model`; null or absent: unchanged. */
+  model?: string | null;
 }
 
 /** An engine answered something the profile cannot use: the pair is `failed`, with this message. */
@@ -30,7 +32,9 @@ const LIMIT = 64 * 1024 * 1024;
 /** Sends one request to a backend's path (under the URL's own path prefix) and reads a JSON answer. */
 export async function requestJson(target: ScoringTarget, method: 'GET' | 'POST', path: string, body?: unknown, timeoutMs = target.timeoutMs): Promise<JsonAnswer> {
   const base = new URL(target.url);
-  const payload = body === undefined ? undefined : JSON.stringify(body);
+  // A body that names a model names this backend's (served names may differ between the two).
+  const named = target.model && typeof body === 'object' && body !== null && !Array.isArray(body) && 'model' in body ? { ...body, model: target.model } : body;
+  const payload = named === undefined ? undefined : JSON.stringify(named);
   const res = await target.pool.request({
     origin: base.origin,
     path: base.pathname.replace(/\/$/, '') + path,

@@ -100,13 +100,15 @@ export class Scorer {
    * come from the answer's own ids or its re-tokenised text.
    */
   async copyParams(backend: Backend, target: ScoringTarget): Promise<Readonly<Record<string, unknown>>> {
-    if (this.options.when === 'never') return {};
+    // `candidate.model` / `baseline.model`: the copy names the backend's own served model.
+    const named = target.model ? { model: target.model } : {};
+    if (this.options.when === 'never') return named;
     const setting = this.options.engines[backend];
-    if (setting === 'auto' && !this.detected.has(backend)) return {};
+    if (setting === 'auto' && !this.detected.has(backend)) return named;
     try {
-      return (await this.profile(backend, target)).copyParams;
+      return { ...(await this.profile(backend, target)).copyParams, ...named };
     } catch {
-      return {};
+      return named;
     }
   }
 
