@@ -1,0 +1,131 @@
+/**
+ * The browser side of a token strip (src/report/strips.ts `Strip`), shared by the HTML report's
+ * script (html-client.ts) and the admin port's live page (src/live/page.ts): plain browser
+ * JavaScript in a string, pasted inside each page's own function scope. It defines `el`, `nats`,
+ * `lp`, `show`, `colour`, `renderStrip(s, note)` and `attachTips(container, tip, lookup)`. Every
+ * datum reaches the page through textContent, never innerHTML.
+ */
+export const STRIP_CLIENT = String.raw`
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function nats(x) {
+    if (x === null || x === undefined) return 'n/a';
+    if (x === 0 || Math.abs(x) >= 0.001) return x.toFixed(3);
+    return x.toExponential(1);
+  }
+  function lp(x) { return x === null ? '-inf' : x.toFixed(4); }
+  function show(t) { return t.replace(/\n/g, '\u21b5').replace(/\t/g, '\u21e5').replace(/\r/g, '\u240d') || '\u2205'; }
+  // Shift relative to the pair's noise floor: pale green below it (opaque, so dark text reads in
+  // either colour scheme), yellow to red from 1x to 10x above.
+  function colour(s, floor) {
+    if (s === null) return 'var(--unknown)';
+    if (s <= floor) {
+      var a = s <= 0 ? 0 : Math.max(0, Math.min(1, 1 + Math.log10(s / floor) / 4));
+      return 'hsl(146, 40%, ' + (95 - 15 * a).toFixed(0) + '%)';
+    }
+    var r = Math.max(0, Math.min(1, Math.log10(s / floor)));
+    var hue = 50 - 50 * r;
+    return 'hsl(' + hue.toFixed(0) + ', 95%, ' + (70 - 18 * r).toFixed(0) + '%)';
+  }
+
+  // One pair's card: its figures, the flip, the explanation and the tokens. note: a word for the
+  // head (the report's "among the worst"), or null.
+  function renderStrip(s, note) {
+    var box = el('article', 'strip');
+    box.setAttribute('data-pair', String(s.n));
+    var head = el('div', 'strip-head');
+    head.appendChild(el('span', 'badge v-' + s.verdict, s.verdict));
+    head.appendChild(el('span', 'pair-id', '#' + s.n + ' ' + s.id));
+    head.appendChild(el('span', 'muted', s.at + ' ' + s.route));
+    head.appendChild(el('span', null, 'max shift ' + nats(s.maxShift) + ' \u00b7 shifted ' + s.shifted + '/' + s.comparable + ' \u00b7 floor ' + nats(s.noiseFloor)));
+    if (s.flip) {
+      var g = s.flip.gap === null ? '?' : (s.flip.lowerBound ? '\u2265 ' : '') + nats(s.flip.gap);
+      head.appendChild(el('span', 'flip-info c-' + s.flip.class, 'flip @' + s.flip.index + ': gap ' + g + ' (' + s.flip.class + ')'));
+    }
+    if (note) head.appendChild(el('span', 'muted', note));
+    box.appendChild(head);
+    box.appendChild(el('p', 'explanation', s.explanation));
+    var toks = el('div', 'tokens');
+    s.tokens.forEach(function (t, i) {
+      var span = el('span', 'tok' + (t.c !== undefined ? ' flip' : ''));
+      span.style.background = colour(t.s, s.noiseFloor);
+      span.setAttribute('data-i', String(i));
+      if (t.c !== undefined) {
+        span.appendChild(el('span', 'flip-b', show(t.t)));
+        span.appendChild(el('span', 'flip-arrow', '\u2192'));
+        span.appendChild(el('span', 'flip-c', show(t.c)));
+        if (s.flip) span.appendChild(el('sup', 'gap', 'gap ' + (s.flip.gap === null ? '?' : nats(s.flip.gap))));
+      } else {
+        span.textContent = show(t.t);
+      }
+      toks.appendChild(span);
+    });
+    if (s.cut > 0) toks.appendChild(el('span', 'muted', ' \u2026 ' + s.cut + ' more compared positions not shown'));
+    (s.scored || []).forEach(function (t) {
+      var span = el('span', 'tok scored', show(t.t));
+      span.style.background = colour(t.s, s.noiseFloor);
+      span.title = 'teacher-forced: the baseline\u2019s token scored on both backends; shift ' + nats(t.s);
+      toks.appendChild(span);
+    });
+    var rest = s.after - (s.scored ? s.scored.length : 0);
+    if (rest > 0) toks.appendChild(el('span', 'muted', ' +' + rest + ' tokens after the divergence (not compared)'));
+    if (s.locus || s.prompt) {
+      var where = [];
+      if (s.prompt) where.push('prompt: ' + s.prompt.shifted + ' of ' + s.prompt.comparable + ' positions shifted (max ' + nats(s.prompt.maxShift) + ')');
+      if (s.locus) where.push('locus: ' + s.locus.replace('_', ' '));
+      box.appendChild(el('p', 'muted', where.join(' \u00b7 ')));
+    }
+    box.appendChild(toks);
+    return box;
+  }
+
+  function topTable(title, rows, mark) {
+    var t = el('table');
+    var cap = el('caption', null, title);
+    t.appendChild(cap);
+    rows.forEach(function (r) {
+      var tr = el('tr', r[0] === mark ? 'chosen' : null);
+      tr.appendChild(el('td', 'tt', JSON.stringify(r[0])));
+      tr.appendChild(el('td', 'num', lp(r[1])));
+      t.appendChild(tr);
+    });
+    if (rows.length === 0) t.appendChild(el('tr', null, 'no top-k'));
+    return t;
+  }
+
+  // Both sides' top-k when the pointer is on a token of a strip in container; lookup(n) gives the
+  // strip whose card says data-pair="n".
+  function attachTips(container, tip, lookup) {
+    function showTip(span, ev) {
+      var box = span.closest('.strip');
+      var s = box && lookup(Number(box.getAttribute('data-pair')));
+      var t = s && s.tokens[Number(span.getAttribute('data-i'))];
+      if (!t) return;
+      while (tip.firstChild) tip.removeChild(tip.firstChild);
+      tip.appendChild(el('div', 'tip-head', 'position ' + span.getAttribute('data-i') + ' \u00b7 shift ' + nats(t.s) + (t.d !== null ? ' \u00b7 diff ' + (t.d > 0 ? '+' : '') + nats(t.d) : '')));
+      // The two sides' names: a pair's, or a repeat's (the second run against the first).
+      var sides = s.sides || ['candidate', 'baseline'];
+      var row = el('div', 'tip-tables');
+      row.appendChild(topTable(sides[0], t.tc, t.c !== undefined ? t.c : t.t));
+      row.appendChild(topTable(sides[1], t.tb, t.t));
+      tip.appendChild(row);
+      tip.style.display = 'block';
+      var x = Math.min(ev.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
+      var y = ev.clientY + 16;
+      if (y + tip.offsetHeight > window.innerHeight) y = Math.max(4, ev.clientY - tip.offsetHeight - 12);
+      tip.style.left = Math.max(4, x) + 'px';
+      tip.style.top = y + 'px';
+    }
+    container.addEventListener('mouseover', function (ev) {
+      var span = ev.target.closest && ev.target.closest('.tok');
+      if (span) showTip(span, ev);
+    });
+    container.addEventListener('mouseout', function (ev) {
+      if (ev.target.closest && ev.target.closest('.tok')) tip.style.display = 'none';
+    });
+  }
+`;
