@@ -78,10 +78,12 @@ export class ReplayGates {
     this.maxTokens = o.maxTokens;
     this.junit = flags.junit ? new JUnitReport('logprobe replay') : null;
     this.failOn = o.failOn;
-    this.gates = new GateAccumulator(o.specs, this.junit ? (spec, p, r) => this.junit!.gateCase(spec, p, r) : undefined);
+    this.gates = new GateAccumulator(o.specs, this.junit ? (spec, p, r) => this.junit!.gateCase(spec, { ...p, order: this.order }, r) : undefined);
   }
 
   private readonly failOn: ReadonlySet<string>;
+  /** The input place of the pair being judged (JUnit lists cases in input order). */
+  private order: [string, number] = ['', 0];
 
   /**
    * Parses and checks the gates against what the run can measure: `logits` needs top lists of at
@@ -163,12 +165,13 @@ export class ReplayGates {
       lengths: candidate && baseline ? { candidate: candidate.steps.length, baseline: baseline.steps.length } : null,
       maxTokens: request ? maxTokensOf(request) : (this.maxTokens ?? null),
     };
+    this.order = [e.file, e.line];
     this.gates.add(pair);
     if (this.junit) {
       const v = c?.verdict ?? e.result.outcome;
       const message = c ? `${c.verdict}: ${c.explanation}` : `not compared (${e.result.outcome})`;
       // The verdict gate fails a prompt on what --fail-on names (an uncompared outcome included), as the exit code does.
-      this.junit.add(this.verdictSuite(), { name: `${e.id} ${e.route}`, classname: 'logprobe.gate.verdict', status: this.failOn.has(v) ? 'failed' : 'passed', message, type: v });
+      this.junit.add(this.verdictSuite(), { order: [e.file, e.line], name: `${e.id} ${e.route}`, classname: 'logprobe.gate.verdict', status: this.failOn.has(v) ? 'failed' : 'passed', message, type: v });
     }
   }
 

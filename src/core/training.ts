@@ -1,4 +1,5 @@
 import { compare } from './compare.js';
+import { definitionChecks } from './definition.js';
 import { asForced } from './forced.js';
 import type { TokenSequence } from './parse/tokenfile.js';
 import type { Comparison, ParsedResponse, Thresholds, TokenStep } from './types.js';
@@ -234,11 +235,14 @@ export function trainingPair(train: TokenSequence, infer: TokenSequence, t: Thre
   const lined = alignSequences(train, infer);
   if ('error' in lined) return lined;
   const [c, b] = sameChosen(lined.train, lined.infer);
+  // Each side's own numbers are checked before their alternatives are made comparable (which may drop them).
+  const definition = definitionChecks(c, b, c.length, c.every((x) => x.topIds !== undefined) && b.every((x) => x.topIds !== undefined));
   const note = reconcileTops(c, b);
   const candidate = asForced(c);
   const baseline = asForced(b);
   const cmp = compare(candidate, baseline, t);
   if (note) cmp.notes.push(note);
+  if (note) cmp.definition = definition;
   if (cmp.verdict === 'incomparable') return { error: cmp.notes[0] ?? 'incomparable' };
   const health = cmp.health ? { ...cmp.health, over: 'scored' as const } : undefined;
   const out: TrainingComparison = { ...cmp, ...(health ? { health } : {}), training: trainingBlock(cmp, lined.alignment) };

@@ -10,6 +10,8 @@ import type { GateCase, GateResult, GateSpec } from '../core/gates.js';
  */
 
 interface Case {
+  /** Input order (file, then line): cases are listed as the inputs were, whatever order the pairs finished in. */
+  order?: [string, number];
   name: string;
   classname: string;
   status: GateCase['status'];
@@ -64,13 +66,13 @@ export class JUnitReport {
   }
 
   /** One prompt's result under a gate (`GateAccumulator`'s `onCase`). */
-  gateCase(spec: GateSpec, prompt: { at: string; route: string }, r: GateCase, time = 0): void {
+  gateCase(spec: GateSpec, prompt: { at: string; route: string; order?: [string, number] }, r: GateCase, time = 0): void {
     const props: Array<[string, string]> = spec.threshold === null ? [] : [['threshold', String(spec.threshold)]];
-    this.suite(`gate ${spec.name}`, props).cases.push({ name: `${prompt.at} ${prompt.route}`, classname: `logprobe.gate.${spec.kind}`, status: r.status, message: r.note ? `${r.message} (${r.note})` : r.message, type: spec.kind, time });
+    this.suite(`gate ${spec.name}`, props).cases.push({ ...(prompt.order ? { order: prompt.order } : {}), name: `${prompt.at} ${prompt.route}`, classname: `logprobe.gate.${spec.kind}`, status: r.status, message: r.note ? `${r.message} (${r.note})` : r.message, type: spec.kind, time });
   }
 
   /** One test case of any suite (the verdict gate's). */
-  add(suite: string, c: { name: string; classname: string; status: GateCase['status']; message: string; type: string; time?: number }, properties: Array<[string, string]> = []): void {
+  add(suite: string, c: { order?: [string, number]; name: string; classname: string; status: GateCase['status']; message: string; type: string; time?: number }, properties: Array<[string, string]> = []): void {
     this.suite(suite, properties).cases.push({ ...c, time: c.time ?? 0 });
   }
 
@@ -88,6 +90,8 @@ export class JUnitReport {
     const host = xmlEscape(hostname());
     const out: string[] = ['<?xml version="1.0" encoding="UTF-8"?>'];
     out.push(`<testsuites name="${xmlEscape(this.name)}" tests="${all.length}" failures="${count(all, 'failed')}" errors="${count(all, 'error')}" time="${total}">`);
+    const byInput = (a: Case, b: Case) => (a.order && b.order ? a.order[0].localeCompare(b.order[0]) || a.order[1] - b.order[1] : a.order ? -1 : b.order ? 1 : 0);
+    for (const s of suites) s.cases.sort(byInput);
     suites.forEach((s, i) => {
       const time = s.cases.reduce((a, c) => a + c.time, 0).toFixed(3);
       out.push(`  <testsuite name="${xmlEscape(s.name)}" id="${i}" tests="${s.cases.length}" failures="${count(s.cases, 'failed')}" errors="${count(s.cases, 'error')}" skipped="0" time="${time}" timestamp="${ts}" hostname="${host}">`);
