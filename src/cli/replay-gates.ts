@@ -99,6 +99,8 @@ export class ReplayGates {
       throw usageError((err as Error).message);
     }
     if (flags.baselineFrom && o.baselineGiven) throw usageError('--baseline and --baseline-from are exclusive: compare with a live baseline or with a golden file');
+    const baselineFree = !flags.baselineFrom && o.baselineGiven && /^(none|null)$/i.test((flags as { baseline?: string }).baseline ?? '');
+    if (baselineFree && specs.length > 0) throw usageError(`--gate ${specs.map((g) => g.name).join(',')} compares a candidate with a baseline: give --baseline URL or --baseline-from GOLDEN (--baseline none compares the candidate with itself only)`);
     if (flags.junit) await checkWritable(flags.junit);
     let golden: GoldenIndex | null = null;
     const notes: string[] = [];

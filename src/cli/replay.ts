@@ -15,7 +15,6 @@ import { runReplay } from '../replay/run.js';
 import { runGoldenReplay } from '../replay/golden-run.js';
 import { scoringOptions } from '../scoring/score.js';
 import type { UpstreamOptions } from '../upstream/pool.js';
-import { Summary } from '../report/summary.js';
 import { renderSummaryText } from '../report/text.js';
 
 interface ReplayFlags extends ThresholdFlags, GateFlags {

@@ -1,3 +1,4 @@
+import { matchPosition, scratch } from './match.js';
 import type { TokenStep } from './types.js';
 
 /**
@@ -142,20 +143,20 @@ export function temperatureCheck(cs: readonly TokenStep[], bs: readonly TokenSte
     const c = cs[i]!;
     const b = bs[i]!;
     if (c.top.length < 2 || b.top.length < 2) continue;
-    // Gaps to the baseline's top-1, over the tokens both list.
-    const key = (s: TokenStep, j: number) => (byId && s.topIds ? `#${s.topIds[j]}` : s.top[j]![0]);
-    const cv = new Map<string, number>();
-    c.top.forEach((e, j) => {
-      if (Number.isFinite(e[1]) && !cv.has(key(c, j))) cv.set(key(c, j), e[1]);
-    });
-    const k0 = key(b, 0);
-    const b0 = b.top[0]![1];
-    const c0 = cv.get(k0);
-    if (c0 === undefined || !Number.isFinite(b0)) continue;
-    for (let j = 1; j < b.top.length; j++) {
-      const y0 = b.top[j]![1];
-      const x0 = cv.get(key(b, j));
-      if (x0 === undefined || !Number.isFinite(y0)) continue;
+    // Gaps to the baseline's top-1, over the tokens both list (matched without allocating, as compare does).
+    matchPosition(c, b, byId && c.topIds !== undefined && b.topIds !== undefined);
+    const { vc, vb, mb } = scratch;
+    const j0 = mb[0]!;
+    const b0 = vb[0]!;
+    if (j0 < 0 || b0 !== b0 || vc[j0]! !== vc[j0]!) continue;
+    const c0 = vc[j0]!;
+    const kb = b.top.length;
+    for (let l = 1; l < kb; l++) {
+      const j = mb[l]!;
+      if (j < 0 || j >= c.top.length) continue;
+      const y0 = vb[l]!;
+      const x0 = vc[j]!;
+      if (y0 !== y0 || x0 !== x0) continue;
       const x = y0 - b0; // baseline gap (≤ 0)
       const y = x0 - c0; // candidate gap
       sxy += x * y;

@@ -109,33 +109,12 @@ export function logitsFigure(cs: readonly TokenStep[], bs: readonly TokenStep[],
     const { vc, vb, mc, mb } = scratch;
     const minC = smallest(vc, kc);
     const minB = smallest(vb, kb);
-    let here = -1;
-    let bound = false;
-    const side = (v: Float64Array, w: Float64Array, m: Int32Array, k: number, minOther: number): void => {
-      for (let j = 0; j < Math.min(LOGITS_TOP, k); j++) {
-        const x = v[j]!;
-        if (x !== x) continue;
-        const l = m[j]!;
-        let d: number;
-        let lb = false;
-        if (l >= 0) {
-          const y = w[l]!;
-          if (y !== y) continue;
-          d = Math.abs(x - y);
-        } else {
-          // Not listed on the other side: there it is at most that side's smallest listed value.
-          if (minOther === Infinity) continue;
-          d = Math.max(0, x - minOther);
-          lb = true;
-        }
-        if (d > here) {
-          here = d;
-          bound = lb;
-        }
-      }
-    };
-    side(vc, vb, mc, kc, minB);
-    side(vb, vc, mb, kb, minC);
+    sideMax(vc, vb, mc, kc, minB, acc);
+    sideMax(vb, vc, mb, kb, minC, acc);
+    const here = acc.here;
+    const bound = acc.bound;
+    acc.here = -1;
+    acc.bound = false;
     if (here < 0) continue;
     read++;
     topK = Math.min(topK, kc, kb, LOGITS_TOP);
@@ -146,6 +125,34 @@ export function logitsFigure(cs: readonly TokenStep[], bs: readonly TokenStep[],
     }
   }
   return read === 0 ? { ...NO_LOGITS } : { max: best, n: read, topK, at, lowerBound };
+}
+
+const acc = { here: -1, bound: false };
+
+/** The largest difference of one side's top entries (≤ 10) against the other side, into `out` (no allocation: it runs per position). */
+function sideMax(v: Float64Array, w: Float64Array, m: Int32Array, k: number, minOther: number, out: { here: number; bound: boolean }): void {
+  const top = k < LOGITS_TOP ? k : LOGITS_TOP;
+  for (let j = 0; j < top; j++) {
+    const x = v[j]!;
+    if (x !== x) continue;
+    const l = m[j]!;
+    let d: number;
+    let lb = false;
+    if (l >= 0) {
+      const y = w[l]!;
+      if (y !== y) continue;
+      d = x > y ? x - y : y - x;
+    } else {
+      // Not listed on the other side: there it is at most that side's smallest listed value.
+      if (minOther === Infinity) continue;
+      d = x > minOther ? x - minOther : 0;
+      lb = true;
+    }
+    if (d > out.here) {
+      out.here = d;
+      out.bound = lb;
+    }
+  }
 }
 
 function smallest(v: Float64Array, k: number): number {
