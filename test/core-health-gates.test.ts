@@ -278,3 +278,15 @@ test('token-logprob files: the shapes a script writes — JSONL, a list, {sequen
   assert.deepEqual(masked.sequences[0]!.steps.map((x) => x.id), [2, 3]);
   assert.match(readSequences(JSON.stringify({ token_ids: [1], logprobs: [-1, -2] })).problems[0]!, /token_ids has 1 entries and logprobs 2/);
 });
+
+test('token-logprob files: byte-level BPE texts (Ġ, Ċ) line up with an engine\'s decoded pieces; texts that still differ fall back to position when one side names ids', () => {
+  const train = readSequences(JSON.stringify({ token_ids: [1, 2, 3], tokens: ['Hello', '\u0120world', '\u010a'], logprobs: [-1, -2, -3] })).sequences[0]!;
+  const infer = readSequences(JSON.stringify({ tokens: ['Hello', ' world', '\n'], logprobs: [-1.01, -2, -3] })).sequences[0]!;
+  const r = compareTraining(train, infer, DEFAULT_THRESHOLDS);
+  assert.ok(!('error' in r), JSON.stringify(r));
+  assert.match(r.training.alignment, /^by token texts, 3 positions$/);
+  const other = readSequences(JSON.stringify({ tokens: ['Hel', 'lo world', '!'], logprobs: [-1, -2, -3] })).sequences[0]!;
+  const p = compareTraining(train, other, DEFAULT_THRESHOLDS);
+  assert.ok(!('error' in p));
+  assert.match(p.training.alignment, /by position \(3\): the token texts differ .* not verified/);
+});

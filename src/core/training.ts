@@ -39,6 +39,11 @@ type Lined = { train: TokenStep[]; infer: TokenStep[]; alignment: string };
 const hasIds = (s: TokenSequence) => !s.chosenUnknown && s.steps.length > 0 && s.steps.every((x) => x.id !== undefined);
 const hasTexts = (s: TokenSequence) => !s.chosenUnknown && s.steps.length > 0 && s.steps.every((x) => x.token !== '' && !/^token_id:\d+$/.test(x.token));
 
+/** A token's text with byte-level BPE and SentencePiece markers read as what they stand for (Ġ and ▁ a space, Ċ a newline). */
+function spelled(t: string): string {
+  return t.replace(/[\u0120\u2581]/g, ' ').replace(/\u010a/g, '\n').replace(/\u0109/g, '\t');
+}
+
 /** Offsets where `short` sits inside `long` by `same`, last first (a response is the end of the sequence). */
 function offsets(nShort: number, nLong: number, same: (i: number, o: number) => boolean): number[] {
   const out: number[] = [];
@@ -91,11 +96,13 @@ export function alignSequences(train: TokenSequence, infer: TokenSequence): Line
   const byIds = hasIds(train) && hasIds(infer);
   const byText = !byIds && hasTexts(train) && hasTexts(infer);
   if (byIds || byText) {
-    const key = (s: TokenStep) => (byIds ? s.id : s.token);
+    const key = (s: TokenStep) => (byIds ? s.id : spelled(s.token));
     const how = byIds ? 'token ids' : 'token texts';
     const [short, long, shortIsTrain] = a.length <= b.length ? [a, b, true] : [b, a, false];
     if (a.length === b.length) {
       const d = firstDiff(a.length, (i) => key(a[i]!) === key(b[i]!));
+      // Texts from two tokenizer APIs may spell the same ids differently (a trainer's convert_ids_to_tokens, an engine's decoded pieces).
+      if (d >= 0 && byText && (hasIds(train) || hasIds(infer))) return { train: a, infer: b, alignment: `by position (${a.length}): the token texts differ (first at ${d}: ${JSON.stringify(a[d]!.token)} and ${JSON.stringify(b[d]!.token)}) and only one side names ids, so the tokens are not verified` };
       if (d >= 0) return { error: `not the same tokens: by ${how}, position ${d} is ${JSON.stringify(a[d]!.token)} (${a[d]!.id ?? '?'}) for the trainer and ${JSON.stringify(b[d]!.token)} (${b[d]!.id ?? '?'}) for the engine` };
       return { train: a, infer: b, alignment: `by ${how}, ${a.length} positions` };
     }
