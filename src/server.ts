@@ -81,6 +81,7 @@ export function createRuntime(
     contentType: metrics.registry.contentType,
     accepting: () => accepting,
     candidateReachable: () => probe(candidatePool, config.candidate.url),
+    ...(mirror ? { live: (since: number, sinceT: number) => mirror.liveData(since, sinceT) } : {}),
   });
 
   let closing: Promise<void> | null = null;

@@ -1,5 +1,8 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
+import { renderLivePage } from '../live/page.js';
+import type { LiveAnswer } from '../mirror/thread.js';
 
 /** What the admin server reports on. */
 export interface AdminDeps {
@@ -13,11 +16,19 @@ export interface AdminDeps {
   accepting(): boolean;
   /** With proxy worker processes (listen.workers > 1): false while none of them is listening. */
   proxyListening?(): boolean;
+  /** The live page's data after pair `since` and point `sinceT` (MirrorThread.liveData); absent without a mirror. */
+  live?(since: number, sinceT: number): Promise<LiveAnswer>;
+}
+
+/** A non-negative integer query parameter, 0 when absent or not one. */
+function count(v: unknown): number {
+  const n = typeof v === 'string' ? Number(v) : NaN;
+  return Number.isSafeInteger(n) && n >= 0 ? n : 0;
 }
 
 /**
- * The admin server: `/metrics`, `/healthz`, `/readyz`, on its own host and port so that metrics
- * and health never show on the public port.
+ * The admin server: `/metrics`, `/healthz`, `/readyz` and the live page (`/ui`, `/ui/data`), on
+ * its own host and port so that metrics, health and the pairs never show on the public port.
  */
 export function buildAdminApp(deps: AdminDeps): FastifyInstance {
   const app = Fastify({ loggerInstance: deps.logger.child({ module: 'admin' }) as unknown as FastifyBaseLogger,
@@ -30,6 +41,26 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
   });
 
   app.get('/healthz', async () => ({ status: 'ok' }));
+
+  // The live page (src/live/page.ts): inline script and style only, allowed by a per-response
+  // nonce; the only connection it may open is to this origin's /ui/data.
+  app.get('/ui', async (_request, reply) => {
+    const nonce = randomBytes(16).toString('base64');
+    return reply
+      .type('text/html; charset=utf-8')
+      .header('content-security-policy', `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`)
+      .header('cache-control', 'no-store')
+      .header('x-content-type-options', 'nosniff')
+      .send(renderLivePage(nonce));
+  });
+
+  // The worker's bytes are relayed as they came: this thread neither builds, parses nor encodes them.
+  app.get('/ui/data', async (request, reply) => {
+    const q = request.query as Record<string, unknown>;
+    const answer: LiveAnswer | { worker: 'off' } = deps.live ? await deps.live(count(q.since), count(q.t)) : { worker: 'off' };
+    const body = answer.worker === 'up' ? Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength) : JSON.stringify({ worker: answer.worker, data: null });
+    return reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').header('x-content-type-options', 'nosniff').send(body);
+  });
 
   app.get('/readyz', async (_request, reply) => {
     if (!deps.accepting()) return reply.code(503).send({ status: 'shutting down' });

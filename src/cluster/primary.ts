@@ -114,6 +114,7 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     accepting: () => accepting,
     proxyListening: () => slots.some((s) => s.listening),
     candidateReachable: () => probe(probePool, config.candidate.url),
+    live: (since, sinceT) => mirror.liveData(since, sinceT),
   });
 
   const send = (w: Worker, m: ToProxyWorker) => {

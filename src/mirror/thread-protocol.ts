@@ -25,6 +25,8 @@ export type ToWorker =
   /** A sampled exchange; its body's bytes are transferred. */
   | { t: 'job'; exchange: Omit<Exchange, 'body'> & { body: Uint8Array } }
   | { t: 'metrics'; id: number }
+  /** The live page's poll (src/live/feed.ts): what changed after pair `since` and point `sinceT`. */
+  | { t: 'live'; id: number; since: number; sinceT: number }
   | { t: 'close' };
 
 export type FromWorker =
@@ -38,6 +40,11 @@ export type FromWorker =
    * thread knows the last values even of a worker that dies before the next scrape.
    */
   | { t: 'metrics'; id: number | null; metrics: Array<MetricObjectWithValues<MetricValue<string>>> }
+  /**
+   * The answer to the live poll `id`: the whole body of GET /ui/data (`{"worker":"up","data":…}`)
+   * as UTF-8 bytes, serialised and encoded by the worker, its buffer transferred.
+   */
+  | { t: 'live'; id: number; body: Uint8Array }
   | { t: 'closed' };
 
 export function summarize(s: Readonly<DetectorState>): DetectorSummary {

@@ -37,6 +37,14 @@ export const WORKER_METRICS_TIMEOUT_MS = 500;
  */
 export const WORKER_START_TIMEOUT_MS = 10_000;
 
+/** How long a live page's poll (GET /ui/data) waits for the worker; the page keeps what it has. */
+export const LIVE_TIMEOUT_MS = 1000;
+/** Polls waiting for the worker at once; more are answered `busy` at once (many open pages). */
+export const LIVE_MAX_WAITING = 8;
+
+/** A live poll's answer: the body of GET /ui/data as the worker encoded it, or why there is none. */
+export type LiveAnswer = { worker: 'up'; body: Uint8Array } | { worker: 'late' | 'down' | 'busy' };
+
 /**
  * What becomes of a finished exchange whose body the sampler kept: not mirrored (`no`: a hash
  * outside the sample), `skipped` (not a kind the mirror compares: counted), or `mirror`.
@@ -84,6 +92,8 @@ export class MirrorThread implements MirrorTap {
   private idleWaiters: Array<() => void> = [];
   /** Scrapes waiting for the worker's answer; `null` when it will not come (the worker exited). */
   private metricWaiters = new Map<number, (m: MetricsJSON | null) => void>();
+  /** Live polls waiting for the worker's answer (`null`: the worker exited). */
+  private liveWaiters = new Map<number, (body: Uint8Array | null) => void>();
   private nextId = 1;
   /**
    * The worker's registry as last received (a scrape's answer, or a snapshot it sent after an
@@ -118,6 +128,8 @@ export class MirrorThread implements MirrorTap {
         this.wakeIdle();
         for (const w of this.metricWaiters.values()) w(null);
         this.metricWaiters.clear();
+        for (const w of this.liveWaiters.values()) w(null);
+        this.liveWaiters.clear();
         resolve();
       });
     });
@@ -201,6 +213,10 @@ export class MirrorThread implements MirrorTap {
           this.metricWaiters.delete(m.id);
         }
         break;
+      case 'live':
+        this.liveWaiters.get(m.id)?.(m.body);
+        this.liveWaiters.delete(m.id);
+        break;
       case 'closed':
         break;
     }
@@ -243,6 +259,28 @@ export class MirrorThread implements MirrorTap {
         resolve(m);
       });
       this.worker.postMessage({ t: 'metrics', id } satisfies ToWorker);
+    });
+  }
+
+  /**
+   * The live page's data (src/live/feed.ts) after pair `since` and point `sinceT`, as the worker
+   * serialised and encoded it (its buffer moved here, not copied): this thread only relays the bytes. At most {@link LIVE_TIMEOUT_MS} of waiting
+   * and {@link LIVE_MAX_WAITING} polls at once, so pages never hold the proxy's thread.
+   */
+  liveData(since: number, sinceT: number): Promise<LiveAnswer> {
+    if (!this.alive) return Promise.resolve({ worker: 'down' });
+    if (this.liveWaiters.size >= LIVE_MAX_WAITING) return Promise.resolve({ worker: 'busy' });
+    const id = this.nextId++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.liveWaiters.delete(id);
+        resolve({ worker: 'late' });
+      }, LIVE_TIMEOUT_MS);
+      this.liveWaiters.set(id, (body) => {
+        clearTimeout(timer);
+        resolve(body === null ? { worker: 'down' } : { worker: 'up', body });
+      });
+      this.worker.postMessage({ t: 'live', id, since, sinceT } satisfies ToWorker);
     });
   }
 

@@ -6,6 +6,7 @@ import { Metrics } from '../metrics/registry.js';
 import { createUpstreamPool } from '../upstream/pool.js';
 import { createCaptureWriter, withCapture } from '../capture/sink.js';
 import { Mirror } from './mirror.js';
+import { LiveFeed } from '../live/feed.js';
 import type { MirrorListeners } from './types.js';
 import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
 
@@ -69,12 +70,27 @@ const forward: MirrorListeners = {
   ...(init.forwardAlerts ? { onAlert: (transition) => post({ t: 'alert', transition }) } : {}),
 };
 const outer = capture ? withCapture(capture, forward) : forward;
+// The live page's state (GET /ui on the admin port): the last pairs as strips, built here from
+// the bodies this thread has just compared, and the detectors over the last minutes.
+const live = new LiveFeed(config, () => mirror.detectorState);
+const feed = (f: () => void) => {
+  try {
+    f();
+  } catch (err) {
+    logger.error({ err }, 'live page feed failed');
+  }
+};
 // After an alert transition, the proxy's thread gets the new state at once: if this thread dies
 // before the next scrape, /metrics still shows the alert as it last was.
 const listeners: MirrorListeners = {
   ...outer,
+  onPair: (pair) => {
+    outer.onPair?.(pair);
+    feed(() => live.onPair(pair));
+  },
   onAlert: (transition) => {
     outer.onAlert?.(transition);
+    feed(() => live.onAlert(transition));
     sendMetrics(null);
   },
 };
@@ -93,7 +109,11 @@ port.on('message', (m: ToWorker) => {
     mirror.accept({ ...m.exchange, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength) });
   } else if (m.t === 'metrics') {
     sendMetrics(m.id);
+  } else if (m.t === 'live') {
+    const body = new TextEncoder().encode(`{"worker":"up","data":${live.snapshot(m.since, m.sinceT)}}`);
+    port.postMessage({ t: 'live', id: m.id, body } satisfies FromWorker, [body.buffer]);
   } else if (m.t === 'close') {
+    live.close();
     void (async () => {
       try {
         await mirror.close();
