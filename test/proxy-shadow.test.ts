@@ -134,3 +134,22 @@ test('shadow mode: a body over limits.bodyMB is refused 413 (by its length, or a
   assert.equal(metricValue(m, 'logprobe_shadow_requests_total', { status_class: '4xx' }), 3);
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'ok' }) ?? 0, 0);
 });
+
+test('docs/operations.md: the shadow-mode config is valid, and the nginx snippet is the tested one', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { parse } = await import('yaml');
+  const { buildConfig } = await import('../src/config/load.js');
+  const doc = readFileSync(new URL('../docs/operations.md', import.meta.url), 'utf8');
+  const section = doc.slice(doc.indexOf('## Shadow mode'), doc.indexOf('## The live page'));
+  const blocks = [...section.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map((m) => ({ lang: m[1], text: m[2]! }));
+  const own = blocks.find((b) => b.lang === 'yaml' && b.text.startsWith('mode: shadow'));
+  assert.ok(own);
+  const c = buildConfig(parse(own.text));
+  assert.equal(c.mode, 'shadow');
+  assert.equal(c.mirror.sampleRate, 1);
+  const nginx = blocks.find((b) => b.lang === 'nginx')!.text;
+  const test = readFileSync(new URL('./shadow-nginx.test.ts', import.meta.url), 'utf8');
+  for (const directive of ['mirror /_logprobe_mirror;', 'mirror_request_body on;', 'internal;', 'proxy_pass http://logprobe$request_uri;', 'proxy_set_header Host $host;', 'proxy_set_header X-Request-Id $request_id;']) {
+    assert.ok(nginx.includes(directive) && test.includes(directive), directive);
+  }
+});
