@@ -31,22 +31,37 @@ export const WORKER_EXIT_GRACE_MS = 10_000;
 /** The proxy worker's entry, next to this file (`.ts` when running from the sources under tsx). */
 const WORKER_ENTRY = fileURLToPath(new URL(`./proxy-worker-main${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
 
+/** One proxy worker process, from its fork until its last message is read. */
+interface Proc {
+  w: Worker;
+  pid: number | null;
+  listening: boolean;
+  /** Its registry as last received: what /metrics shows of it when it does not answer. */
+  snapshot: MetricsJSON;
+  waiters: Map<number, (m: MetricsJSON | null) => void>;
+  /** Jobs that arrived since its last ack. */
+  acks: number;
+  exited: boolean;
+  /** Its IPC channel is closed: every message it sent has been read. */
+  disconnected: boolean;
+  /** Its counters are in the retired sum (exited and disconnected). */
+  retired: boolean;
+}
+
 /** One of the N places a proxy worker runs in (it keeps its index across restarts). */
 interface Slot {
   index: number;
-  worker: Worker | null;
-  pid: number | null;
-  listening: boolean;
+  /** The process now in this slot (it may have exited and wait for its restart). */
+  proc: Proc | null;
   startedAt: number;
   /** Exits in a row, each within RESTART_RESET_MS of the start before. */
   failures: number;
   restart: NodeJS.Timeout | null;
-  /** The worker's registry as last received: what /metrics shows of it when it does not answer. */
-  snapshot: MetricsJSON;
-  waiters: Map<number, (m: MetricsJSON | null) => void>;
   /** Why listening failed (the worker's message), if it did. */
   failed: { code: string | null; message: string } | null;
 }
+
+const running = (s: Slot): boolean => s.proc !== null && !s.proc.exited;
 
 /** What `logprobe serve` runs with `listen.workers` > 1: the same surface as a single process's runtime. */
 export interface ClusterRuntime {
@@ -82,20 +97,11 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
   const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });
   const mirror = new MirrorThread({ config, logger, logDestination, metrics });
   const probePool: Pool = createCandidatePool(config, metrics, 1);
-  const slots: Slot[] = Array.from({ length: workers }, (_, i) => ({
-    index: i + 1,
-    worker: null,
-    pid: null,
-    listening: false,
-    startedAt: 0,
-    failures: 0,
-    restart: null,
-    snapshot: [],
-    waiters: new Map(),
-    failed: null,
-  }));
+  const slots: Slot[] = Array.from({ length: workers }, (_, i) => ({ index: i + 1, proc: null, startedAt: 0, failures: 0, restart: null, failed: null }));
   /** What exited workers left: their counters and histograms, summed. */
   let retired: MetricsJSON = [];
+  /** Exited workers whose last messages may still come (not yet disconnected): their snapshots still count as theirs. */
+  const leaving = new Set<Proc>();
   let nextId = 1;
   let accepting = true;
   let stopping = false;
@@ -112,7 +118,7 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     metricsText: () => metricsText(),
     contentType: metrics.registry.contentType,
     accepting: () => accepting,
-    proxyListening: () => slots.some((s) => s.listening),
+    proxyListening: () => slots.some((s) => s.proc?.listening === true),
     candidateReachable: () => probe(probePool, config.candidate.url),
     live: (since, sinceT) => mirror.liveData(since, sinceT),
   });
@@ -124,27 +130,38 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
   function fork(slot: Slot): void {
     slot.restart = null;
     slot.failed = null;
-    slot.listening = false;
     slot.startedAt = performance.now();
     const w = cluster.fork();
-    slot.worker = w;
-    slot.pid = w.process.pid ?? null;
-    // Jobs of this worker that arrived since its last ack.
-    const acks = { pending: 0 };
-    w.on('message', (m: FromProxyWorker) => onMessage(slot, w, acks, m));
+    const p: Proc = { w, pid: w.process.pid ?? null, listening: false, snapshot: [], waiters: new Map(), acks: 0, exited: false, disconnected: false, retired: false };
+    slot.proc = p;
+    w.on('message', (m: FromProxyWorker) => onMessage(slot, p, m));
     w.on('error', (err) => log.error({ err, worker: slot.index }, 'proxy worker: IPC error'));
-    w.once('exit', (code, signal) => onExit(slot, w, code, signal));
+    w.once('disconnect', () => {
+      p.disconnected = true;
+      retire(p);
+    });
+    w.once('exit', (code, signal) => onExit(slot, p, code, signal));
   }
 
-  function onMessage(slot: Slot, w: Worker, acks: { pending: number }, m: FromProxyWorker): void {
+  /** An exited, disconnected worker's counters and histograms join the retired sum (the sums never go back); its gauges go with it. */
+  function retire(p: Proc): void {
+    if (p.retired || !p.exited || !p.disconnected) return;
+    p.retired = true;
+    leaving.delete(p);
+    retired = sumParts([retired, retiredPart(p.snapshot)]);
+    p.snapshot = [];
+  }
+
+  function onMessage(slot: Slot, p: Proc, m: FromProxyWorker): void {
+    const w = p.w;
     switch (m.t) {
       case 'hello':
         send(w, { t: 'init', config, index: slot.index });
         break;
       case 'listening':
-        slot.listening = true;
+        p.listening = true;
         proxyUrl ||= m.url;
-        if (started) log.info({ worker: slot.index, pid: slot.pid }, 'proxy worker started again');
+        if (started) log.info({ worker: slot.index, pid: p.pid }, 'proxy worker started again');
         changed();
         break;
       case 'failed':
@@ -154,36 +171,35 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
         const b = m.exchange.body;
         mirror.handOver({ ...m.exchange, body: Buffer.from(b.buffer, b.byteOffset, b.byteLength) });
         // One ack per batch of jobs that came in together.
-        if (acks.pending++ === 0) {
+        if (p.acks++ === 0) {
           setImmediate(() => {
-            const n = acks.pending;
-            acks.pending = 0;
+            const n = p.acks;
+            p.acks = 0;
             send(w, { t: 'ack', n });
           });
         }
         break;
       }
       case 'metrics':
-        // Every snapshot is the newest known state, also one that comes after its scrape gave up.
-        slot.snapshot = m.metrics;
+        // Every snapshot is the newest known state, also one that comes after its scrape gave up
+        // (or after the exit: the last one, sent while draining).
+        if (!p.retired) p.snapshot = m.metrics;
         if (m.id !== null) {
-          slot.waiters.get(m.id)?.(m.metrics);
-          slot.waiters.delete(m.id);
+          p.waiters.get(m.id)?.(m.metrics);
+          p.waiters.delete(m.id);
         }
         break;
     }
   }
 
-  function onExit(slot: Slot, w: Worker, code: number | null, signal: string | null): void {
-    if (slot.worker !== w) return;
-    slot.worker = null;
-    slot.listening = false;
-    for (const resolve of slot.waiters.values()) resolve(null);
-    slot.waiters.clear();
-    // Its counters stay in /metrics (the sums never go back); its gauges go with it.
-    retired = sumParts([retired, retiredPart(slot.snapshot)]);
-    slot.snapshot = [];
-    const pid = slot.pid;
+  function onExit(slot: Slot, p: Proc, code: number | null, signal: string | null): void {
+    p.exited = true;
+    p.listening = false;
+    for (const resolve of p.waiters.values()) resolve(null);
+    p.waiters.clear();
+    leaving.add(p);
+    retire(p);
+    const pid = p.pid;
     changed();
     if (stopping || !started) return;
     const upMs = performance.now() - slot.startedAt;
@@ -200,22 +216,21 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     }, delayMs);
   }
 
-  /** A worker's registry now, or its last known one when it is gone or does not answer in time. */
-  function scrape(slot: Slot): Promise<MetricsJSON> {
-    const w = slot.worker;
-    // Not listening yet (it answers once it has its config) or gone: what it last sent.
-    if (w === null || !slot.listening || !w.isConnected()) return Promise.resolve(slot.snapshot);
+  /** A running worker's registry now, or its last known one when it does not answer in time. */
+  function scrape(p: Proc): Promise<MetricsJSON> {
+    // Not listening yet (it answers once it has its config) or exited: what it last sent.
+    if (!p.listening || p.exited || !p.w.isConnected()) return Promise.resolve(p.snapshot);
     const id = nextId++;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
-        slot.waiters.delete(id);
-        resolve(slot.snapshot);
+        p.waiters.delete(id);
+        resolve(p.snapshot);
       }, WORKER_METRICS_TIMEOUT_MS);
-      slot.waiters.set(id, (m) => {
+      p.waiters.set(id, (m) => {
         clearTimeout(timer);
-        resolve(m ?? slot.snapshot);
+        resolve(m ?? p.snapshot);
       });
-      send(w, { t: 'metrics', id });
+      send(p.w, { t: 'metrics', id });
     });
   }
 
@@ -225,7 +240,8 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
    * what exited ones left, merged (src/metrics/merge.ts: the logprobe_* families summed).
    */
   async function metricsText(): Promise<string> {
-    const [parts, own] = await Promise.all([Promise.all(slots.map(scrape)), mirror.metricsParts(metrics.registry)]);
+    const procs = new Set([...slots.flatMap((s) => (s.proc !== null && !s.proc.retired ? [s.proc] : [])), ...leaving]);
+    const [parts, own] = await Promise.all([Promise.all([...procs].map(scrape)), mirror.metricsParts(metrics.registry)]);
     return mergeProcesses([...own, ...parts, retired]).metrics();
   }
 
@@ -254,14 +270,14 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     metrics,
     admin,
     mirror,
-    workerPids: () => slots.flatMap((s) => (s.worker !== null && s.pid !== null ? [s.pid] : [])),
+    workerPids: () => slots.flatMap((s) => (running(s) && s.proc?.pid != null ? [s.proc.pid] : [])),
     async listen() {
       // Structured clone over the IPC channel: a mirrored body crosses as its bytes. The workers
       // inherit execArgv (--cpu-prof profiles each one).
       cluster.setupPrimary({ exec: WORKER_ENTRY, args: [], serialization: 'advanced' });
       for (const slot of slots) fork(slot);
-      const ok = await until(() => slots.every((s) => s.listening) || slots.some((s) => s.worker === null), START_TIMEOUT_MS);
-      const bad = slots.find((s) => s.failed !== null || s.worker === null);
+      const ok = await until(() => slots.every((s) => s.proc?.listening === true) || slots.some((s) => !running(s)), START_TIMEOUT_MS);
+      const bad = slots.find((s) => s.failed !== null || !running(s));
       if (!ok || bad !== undefined) {
         const err = Object.assign(
           new Error(bad?.failed?.message ?? (bad ? `proxy worker ${bad.index} exited before it listened` : `the proxy workers did not listen within ${START_TIMEOUT_MS / 1000} s`)),
@@ -272,7 +288,7 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
       started = true;
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
       if (!(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
-      logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url, workers, pids: slots.map((s) => s.pid) }, 'logprobe listening');
+      logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url, workers, pids: slots.map((s) => s.proc?.pid) }, 'logprobe listening');
       return { proxyUrl, adminUrl };
     },
     close(closeOptions = {}) {
@@ -285,12 +301,12 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
         }
         // Every worker drains its connections (shutdown.drainSeconds), hands over its last
         // exchanges and exits; one that does not is killed.
-        for (const slot of slots) if (slot.worker !== null) send(slot.worker, { t: 'drain' });
+        for (const slot of slots) if (running(slot)) send(slot.proc!.w, { t: 'drain' });
         const graceMs = config.shutdown.drainSeconds * 1000 + WORKER_EXIT_GRACE_MS;
-        if (!(await until(() => slots.every((s) => s.worker === null), graceMs))) {
-          log.warn({ pids: slots.flatMap((s) => (s.worker ? [s.pid] : [])) }, 'proxy workers did not stop in time: killed');
-          for (const slot of slots) slot.worker?.process.kill('SIGKILL');
-          await until(() => slots.every((s) => s.worker === null), 5000);
+        if (!(await until(() => !slots.some(running), graceMs))) {
+          log.warn({ pids: slots.flatMap((s) => (running(s) ? [s.proc!.pid] : [])) }, 'proxy workers did not stop in time: killed');
+          for (const slot of slots) if (running(slot)) slot.proc!.w.process.kill('SIGKILL');
+          await until(() => !slots.some(running), 5000);
         }
         // Then the mirror finishes its queue within drainSeconds and flushes the capture.
         await mirror.close();
