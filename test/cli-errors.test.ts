@@ -17,7 +17,8 @@ test('errnoReason: one wording for every command, reading and writing', () => {
   assert.equal(errnoReason(e('ENOTDIR'), 'write'), 'a part of the path is not a directory');
   assert.equal(errnoReason(e('EROFS'), 'write'), 'read-only file system');
   assert.equal(errnoReason(e('ENOSPC'), 'write'), 'no space left on device');
-  assert.equal(errnoReason(e('EIO'), 'write'), 'raw EIO');
+  assert.equal(errnoReason(e('EIO'), 'write'), 'input/output error');
+  assert.equal(errnoReason(e('EWHATEVER'), 'write'), 'raw EWHATEVER', 'an unknown code: the message as it came');
 });
 
 test('every catalogue code has an exit code, and the error carries it', () => {

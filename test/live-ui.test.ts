@@ -141,7 +141,7 @@ test('the live page in Chromium: same origin only, a firing alert from a faulty 
     if (!r.url().startsWith(`${origin}/`) && !r.url().startsWith('data:')) foreign.push(r.url());
   });
   await page.goto(`${lp.adminUrl}/ui`, { waitUntil: 'load' });
-  await page.waitForFunction(() => document.getElementById('status')?.textContent?.startsWith('updated'), undefined, { timeout: 10_000 });
+  await page.waitForFunction("document.getElementById('status')?.textContent?.startsWith('updated')", undefined, { timeout: 10_000 });
   assert.equal(await page.locator('#alert-body tr').count(), 4, 'every in-process alert, LogprobSelfInconsistency per backend');
   assert.ok(await page.locator('#no-pairs').isVisible());
 
@@ -158,7 +158,7 @@ test('the live page in Chromium: same origin only, a firing alert from a faulty 
   for (let i = 1; i < 8; i++) assert.equal(await send(lp.proxyUrl, i), 200);
   await page.waitForSelector('tr[data-alert="LogprobGlobalShift"][data-phase="firing"]', { timeout: 10_000 });
   assert.match((await page.textContent('tr[data-alert="LogprobGlobalShift"]'))!, /firing.*pooled share/s);
-  await page.waitForFunction(() => document.querySelectorAll('#pair-list .live-pair').length === 8, undefined, { timeout: 8000 });
+  await page.waitForFunction("document.querySelectorAll('#pair-list .live-pair').length === 8", undefined, { timeout: 8000 });
   const shown = await page.$$eval('#mix-body tr', (rows) => Object.fromEntries(rows.map((r) => [r.getAttribute('data-verdict'), Number(r.querySelector('.count')!.textContent)])));
   const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   for (const v of ['global_shift', 'early_shift']) assert.equal(shown[v], metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: v }) ?? 0, v);

@@ -41,7 +41,7 @@ test('a small sustained shift fires LogprobSustainedShift but not LogprobGlobalS
   assert.ok((metricValue(m, 'logprobe_cusum_statistic') ?? 0) > 5);
 });
 
-test('calibration measures each backend\'s run-to-run noise and noiseFloor auto follows it', async (t) => {
+test('calibration measures each backend\'s run-to-run noise and noiseFloor auto follows the trusted side (the baseline)', async (t) => {
   const baseline = await startSim({ noise: 0.001 });
   const candidate = await startSim({ noise: 0.01 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
@@ -64,7 +64,7 @@ test('calibration measures each backend\'s run-to-run noise and noiseFloor auto 
   assert.ok(base >= 0.001 && base <= 0.01, `baseline p99 ${base} for σ = 0.001`);
   assert.ok(cand / base > 4 && cand / base < 25, `ten times the noise gives ~ten times the p99 (${cand / base})`);
   const floor = metricValue(m, 'logprobe_noise_floor_nats')!;
-  assert.ok(Math.abs(floor - Math.max(0.01, cand * 3)) < 1e-9, `auto floor ${floor} = max(minFloor, p99 × margin)`);
+  assert.ok(Math.abs(floor - Math.max(0.01, base * 3)) < 1e-9, `auto floor ${floor} = max(minFloor, baseline p99 × margin), never the candidate's ${cand}`);
 });
 
 test('the webhook receives the firing and the resolved alert in Alertmanager v2 format', async (t) => {

@@ -16,6 +16,8 @@ import { buildConfig } from '../src/config/load.js';
 import { KNOWN_ROUTES } from '../src/proxy/routes.js';
 import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS, SCORING_OUTCOMES } from '../src/metrics/catalog.js';
 import { ENGINE_NAMES } from '../src/scoring/profile.js';
+import { VERDICTS } from '../src/core/types.js';
+import { SELF_VERDICTS } from '../src/core/self.js';
 import { CAPTURE_ERROR_REASONS } from '../src/capture/writer.js';
 import { OVERFLOW_REASONS } from '../src/proxy/budget.js';
 
@@ -430,7 +432,8 @@ const ALLOWED: Record<string, ReadonlySet<string>> = {
   status_class: new Set(['1xx', '2xx', '3xx', '4xx', '5xx', 'aborted']),
   outcome: new Set<string>([...MIRROR_OUTCOMES, ...SCORING_OUTCOMES]),
   profile: new Set<string>(ENGINE_NAMES),
-  verdict: new Set(['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift']),
+  verdict: new Set<string>([...VERDICTS, ...SELF_VERDICTS]),
+  kind: new Set(['pair', 'self']),
   backend: new Set(['candidate', 'baseline']),
   class: new Set(['ambiguous', 'gray', 'systematic']),
   alert: new Set(ALERT_NAMES),
