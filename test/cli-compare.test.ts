@@ -34,7 +34,7 @@ test("the seed's two files: the appendix table, the flip line, global_shift, exi
   assert.doesNotMatch(r.stdout, /\u001b\[/, 'no colour when stdout is not a TTY');
 });
 
-test('--json prints design.md fields with numbers', async () => {
+test('--json prints docs/format.md fields with numbers', async () => {
   const r = await runCli(['compare', '--json', seedCandidate, seedBaseline]);
   assert.equal(r.code, 1, r.stderr);
   const out = JSON.parse(r.stdout) as Record<string, unknown> & { flip: Record<string, unknown>; positions: Array<Record<string, unknown>> };

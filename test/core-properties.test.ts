@@ -165,7 +165,7 @@ test('arbitrary JSON, text, bytes and response-shaped junk never throw and never
 });
 
 /**
- * A slow, Map-based reading of design.md's shift and flip, to hold the allocation-free hot loop
+ * A slow, Map-based reading of the documented shift and flip, to hold the allocation-free hot loop
  * to: each side's tokens are its top list (first entry of a repeated token) plus the chosen
  * token with its own logprob.
  */

@@ -1,6 +1,6 @@
 /**
  * Implementation noise on real llama.cpp numerics — flash attention, f16 weights, another batch
- * size — behind logprobe with design.md's default thresholds (noise floor 0.1) and a small alert
+ * size — behind logprobe with the documented default thresholds (noise floor 0.1) and a small alert
  * window: logprobs move (so the fault took effect), but never above the floor, and nothing
  * alerts. Engines are `logprobe engine --llama` processes (threads 1); one clean baseline serves
  * every case. Needs the built CLI (`npm test` builds first).

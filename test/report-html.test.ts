@@ -72,9 +72,11 @@ test('the report renders without errors, self-contained, with the counts of anal
   const corrupted = await startSim({ stateShift: 0.6 });
   const local = await startSim({ localShift: 0.8, localShiftRate: 0.15 });
   t.after(() => Promise.all([baseline.close(), corrupted.close(), local.close()]));
-  const captures = [join(dir, 'a.jsonl'), join(dir, 'b.jsonl')];
+  // The corrupted candidate twice: every one of its prompts repeats with the same verdict, as traffic does.
+  const captures = [join(dir, 'a.jsonl'), join(dir, 'b.jsonl'), join(dir, 'c.jsonl')];
   await runCli(['replay', GOLDEN, '--candidate', corrupted.url, '--baseline', baseline.url, '--out', captures[0]!]);
   await runCli(['replay', GOLDEN, '--candidate', local.url, '--baseline', baseline.url, '--out', captures[1]!]);
+  await runCli(['replay', GOLDEN, '--candidate', corrupted.url, '--baseline', baseline.url, '--out', captures[2]!]);
   const html = join(dir, 'report.html');
   const res = await runCli(['analyze', ...captures, '--html', html]);
   assert.equal(res.code, 0, res.stderr);
@@ -92,7 +94,49 @@ test('the report renders without errors, self-contained, with the counts of anal
   assert.ok((await page.$$('#shift-hist rect')).length > 10, 'the shift histogram has bars');
   assert.ok((await page.$$('#flip-hist rect')).length > 10, 'the flip-gap histogram has bars');
   assert.equal(await page.locator('#strip-list .strip').count(), 25, 'the first page of strips');
-  assert.match((await page.textContent('#strip-selection'))!, /Token strips for 48 of 48 pairs/);
+  const shownStrips = Number(/Token strips for (\d+) of 72 pairs/.exec((await page.textContent('#strip-selection'))!)?.[1]);
+  assert.ok(shownStrips >= 25 && shownStrips <= 48, `${shownStrips} strips: one per prompt and verdict`);
+
+  // Repeated prompts are folded: one strip per prompt and verdict, the others counted.
+  const prompts = await page.$$eval('#strip-list .strip', (cards) => cards.map((c) => `${c.querySelector('.badge')!.textContent}|${c.querySelector('.prompt')?.textContent ?? ''}`));
+  assert.equal(new Set(prompts).size, prompts.length, 'no prompt twice with one verdict');
+  assert.ok(prompts.every((p) => p.split('|')[1]!.length > 0), 'every strip shows its prompt');
+  assert.ok((await page.locator('#strip-list .similar').count()) > 0, '×N similar');
+  assert.match((await page.locator('#strip-list .similar').first().textContent())!, /^×\d+ similar$/);
+  assert.ok((await page.locator('#worst .similar').count()) > 0, 'the worst table folds them too');
+  // One explanation per verdict kind, once; the cards fold their own.
+  const keyed = await page.$$eval('#key dt .badge', (b) => b.map((x) => x.textContent));
+  assert.equal(new Set(keyed).size, keyed.length);
+  assert.ok(keyed.length >= 2, keyed.join());
+  assert.equal(await page.locator('#strip-list details.explanation[open]').count(), 0, 'explanations folded');
+  assert.equal(await page.locator('#strip-list details.explanation').count(), 25);
+  assert.equal(await page.locator('#worst th', { hasText: 'explanation' }).count(), 0, 'no explanation column');
+  // The colour legend, relative to the floor.
+  assert.ok((await page.locator('#legend .tok').count()) >= 6);
+  assert.match((await page.textContent('#legend'))!, /noise floor/);
+  // Token boundaries: each token its own outlined box, apart from the next.
+  type Styles = { getComputedStyle(e: unknown): { boxShadow: string; marginRight: string; display: string } };
+  const box = await page.$eval('#strip-list .tok:not(.flip)', (e) => {
+    const cs = (globalThis as unknown as Styles).getComputedStyle(e);
+    return { shadow: cs.boxShadow, margin: parseFloat(cs.marginRight), display: cs.display };
+  });
+  assert.notEqual(box.shadow, 'none');
+  assert.ok(box.margin >= 1 && box.display === 'inline-block', JSON.stringify(box));
+  // Threshold labels never overprint each other or a bar.
+  for (const chart of ['#shift-hist', '#flip-hist']) {
+    // (No named helpers inside the page function: the test's transpiler would wrap them in __name.)
+    const geometry = await page.$eval(chart, (svg) => ({
+      labels: [...svg.querySelectorAll('.marker-label')].map((e) => e.getBoundingClientRect()).map((b) => ({ l: b.left, r: b.right, t: b.top, b: b.bottom })),
+      bars: [...svg.querySelectorAll('rect:not(.hit)')].map((e) => e.getBoundingClientRect()).map((b) => ({ l: b.left, r: b.right, t: b.top, b: b.bottom })),
+    }));
+    const meet = (a: { l: number; r: number; t: number; b: number }, b: typeof a) => a.l < b.r && b.l < a.r && a.t < b.b && b.t < a.b;
+    assert.ok(geometry.labels.length > 0, chart);
+    geometry.labels.forEach((a, i) => geometry.labels.slice(i + 1).forEach((b) => assert.ok(!meet(a, b), `${chart}: two labels overlap`)));
+    for (const l of geometry.labels) for (const b of geometry.bars) assert.ok(!meet(l, b), `${chart}: a label covers a bar`);
+  }
+  const height = await page.evaluate(() => (globalThis as unknown as { document: { documentElement: { scrollHeight: number } } }).document.documentElement.scrollHeight);
+  t.diagnostic(`72 pairs: the page is ${height} px high at 1280 px wide`);
+  assert.ok(height < 9000, `${height} px`);
   assert.ok((await page.locator('#strip-list .tok.flip').count()) > 0, 'flips are marked');
   assert.match((await page.locator('#strip-list .tok.flip .gap').first().textContent())!, /^gap \d/);
 
@@ -104,7 +148,7 @@ test('the report renders without errors, self-contained, with the counts of anal
   assert.match(tip, /-\d\.\d{4}/, 'logprobs of the top-k');
 
   await page.click('#next');
-  assert.match((await page.textContent('#page-info'))!, /^page 2 of 2/);
+  assert.match((await page.textContent('#page-info'))!, new RegExp(`^page 2 of ${Math.ceil(shownStrips / 25)}`));
   await page.selectOption('#verdict-filter', 'local_shift');
   const shown = await page.$$eval('#strip-list .strip .badge', (b) => b.map((x) => x.textContent));
   assert.ok(shown.length > 0 && shown.every((v) => v === 'local_shift'), 'the verdict filter');
@@ -128,7 +172,11 @@ test('10,000 pairs: the report stays small and fast, paginates a stated selectio
   hostile.analysis = compare(hostile.candidate.body, hostile.baseline!.body, DEFAULT_THRESHOLDS);
   const kinds = [0, 0.001, 0.001, 0.001, 0.5].map((shift, i) => JSON.stringify(buildRecord(makePair(i, { shift }), { includePrompts: true, thresholds: THRESHOLDS })));
   ws.write(`${JSON.stringify(buildRecord(hostile, { includePrompts: true, thresholds: THRESHOLDS }))}\n`);
-  for (let i = 1; i < 10_000; i++) if (!ws.write(`${kinds[i % kinds.length]!}\n`)) await new Promise<void>((r) => ws.once('drain', () => r()));
+  // Each line its own question: repeated prompts would be folded into one strip each.
+  for (let i = 1; i < 10_000; i++) {
+    const line = kinds[i % kinds.length]!.replace(`"question ${i % kinds.length}"`, `"question ${i}"`);
+    if (!ws.write(`${line}\n`)) await new Promise<void>((r) => ws.once('drain', () => r()));
+  }
   await new Promise<void>((r) => ws.end(() => r()));
   const html = join(dir, 'big.html');
   const res = await runCli(['analyze', file, '--html', html], { timeoutMs: 60_000 });
@@ -159,5 +207,24 @@ test('10,000 pairs: the report stays small and fast, paginates a stated selectio
   assert.match((await page.textContent('#page-info'))!, /^page 3 of /);
   assert.equal(await page.evaluate(() => (globalThis as unknown as { pwned?: number }).pwned), undefined, 'no injected script ran');
   assert.equal(await page.locator('img').count(), 0, 'no injected element');
+  assert.deepEqual(errors, []);
+});
+
+test('prompts: a long one is cut at 400 characters and says how many more, a hashed one says so', { skip }, async (t) => {
+  const dir = tempDir(t);
+  const file = join(dir, 'prompts.jsonl');
+  const long = 'why '.repeat(150);
+  const pair = makePair(1, { shift: 0.5, request: { model: 'm', messages: [{ role: 'user', content: long }], temperature: 0, logprobs: true, top_logprobs: 2, max_tokens: 5 } });
+  writeFileSync(file, `${JSON.stringify(buildRecord(pair, { includePrompts: true, thresholds: THRESHOLDS }))}\n${JSON.stringify(buildRecord(makePair(2, { shift: 0.4 }), { includePrompts: false, thresholds: THRESHOLDS }))}\n`);
+  const html = join(dir, 'prompts.html');
+  const res = await runCli(['analyze', file, '--html', html]);
+  assert.equal(res.code, 0, res.stderr);
+  const browser = await launch(t);
+  const { page, errors } = await open(browser, html);
+  const texts = await page.$$eval('#strip-list .prompt', (p) => p.map((x) => x.textContent ?? ''));
+  assert.equal(texts.length, 2);
+  const cut = texts.find((x) => x.startsWith('user: why'))!;
+  assert.ok(cut.includes(`… ${'user: '.length + long.length - 400} more characters`), cut);
+  assert.ok(texts.some((x) => /prompt hashed \(capture\.includePrompts: false\)/.test(x)), texts.join(' | '));
   assert.deepEqual(errors, []);
 });

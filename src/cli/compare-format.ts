@@ -1,4 +1,4 @@
-import { formatNats, type Comparison, type Thresholds } from '../core/index.js';
+import { formatNats, HEALTH_LIMITS, healthMarks, type Comparison, type Thresholds } from '../core/index.js';
 
 const RED = '\u001b[31m';
 const YELLOW = '\u001b[33m';
@@ -60,6 +60,15 @@ export function renderComparison(r: Comparison, t: Thresholds, color: boolean): 
   }
   if (r.prompt) lines.push(`prompt: ${r.prompt.comparable} positions from ${r.prompt.start}, shifted ${r.prompt.shifted}, max shift ${formatNats(r.prompt.maxShift)}`);
   if (r.locus) lines.push(`locus: ${r.locus}`);
+  const h = r.health;
+  if (h) {
+    const m = healthMarks(h);
+    const fig = (x: number | null, ok: boolean | null, limit: number) => `${x === null ? 'n/a' : x.toPrecision(2)}${ok === false ? ` (above ${limit})` : ''}`;
+    lines.push(
+      `health (${h.over === 'scored' ? 'teacher-forced' : 'free-running'} positions, the seeds' thresholds): KL mean ${fig(h.kl.mean, m.kl, HEALTH_LIMITS.kl)}, relative error mean ${fig(h.relErr.mean, m.relErrMean, HEALTH_LIMITS.relErrMean)}, max ${fig(h.relErr.max, m.relErrMax, HEALTH_LIMITS.relErrMax)}; largest |Δ logprob| over each side's top-${Math.min(h.logits.topK ?? 10, 10)} ${formatNats(h.logits.max)}`,
+    );
+  }
+  for (const d of r.definition ?? []) lines.push(`definition: ${d.check} (${d.side}): ${d.detail}`);
   for (const note of r.notes) lines.push(`note: ${note}`);
   lines.push(`verdict: ${paint(r.verdict, BOLD)}`);
   lines.push(r.explanation);

@@ -105,7 +105,7 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
     };
     o.writer.write(pair);
     o.onAnalysed?.({ at: id, file: at.file, line: at.line, route: item.route, request, result });
-    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor });
+    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, request });
     o.onPair?.(++done);
   };
 

@@ -148,7 +148,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
       noiseFloor: o.thresholds.noiseFloor,
     };
     o.writer.write(pair);
-    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor });
+    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, request });
     o.onPair?.(++done);
   };
 

@@ -98,6 +98,8 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
         noiseFloor: thresholds.noiseFloor,
         online: record.analysis === undefined || record.baseline === null ? undefined : (record.analysis?.verdict ?? null),
         repeats,
+        request: record.request,
+        promptsHashed: record.promptsHashed === true,
       });
       const wait = o.onPair?.({ file, line: item.line, record, result, thresholds });
       if (wait) await wait;

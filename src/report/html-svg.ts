@@ -17,16 +17,56 @@ export interface Marker {
   label: string;
 }
 
+/** Width of a marker label's character (11 px system-ui, a generous average), for laying labels out. */
+const LABEL_CHAR_PX = 6.6;
+/** Height of a row of marker labels. */
+const LABEL_ROW_PX = 14;
+
+/** A marker label laid out above the plot: its row (0 nearest the plot), its anchor and the x span it covers. */
+export interface PlacedLabel {
+  row: number;
+  x: number;
+  anchor: 'start' | 'end';
+  from: number;
+  to: number;
+}
+
+/**
+ * Lays marker labels out in rows above the plot so that no two overlap: each goes to the lowest
+ * row where its text (right of its line, or left of it near the right edge) keeps clear of the
+ * labels already there. Above the plot no label can cover a bar either.
+ */
+export function layoutMarkerLabels(markers: ReadonlyArray<{ x: number; label: string }>, minX: number, maxX: number): PlacedLabel[] {
+  const rows: Array<Array<[number, number]>> = [];
+  const order = markers.map((m, i) => ({ ...m, i })).sort((a, b) => a.x - b.x);
+  const out: PlacedLabel[] = new Array(markers.length);
+  for (const m of order) {
+    const w = m.label.length * LABEL_CHAR_PX;
+    const anchor: 'start' | 'end' = m.x + 3 + w <= maxX || m.x - 3 - w < minX ? 'start' : 'end';
+    const [from, to] = anchor === 'start' ? [m.x + 3, m.x + 3 + w] : [m.x - 3 - w, m.x - 3];
+    let row = rows.findIndex((r) => r.every(([a, b]) => to + 6 <= a || from >= b + 6));
+    if (row < 0) row = rows.push([]) - 1;
+    rows[row]!.push([from, to]);
+    out[m.i] = { row, x: m.x, anchor, from, to };
+  }
+  return out;
+}
+
 /**
  * A bar chart with equal-width bars, tick labels under chosen bars, marker lines and a title for
  * screen readers. Each bar has a `<title>` with its label and counts (the browser shows it on hover).
+ * Marker labels sit in rows above the plot (never on a bar, never on each other), each on a halo
+ * of the page's background so that another marker's line passing behind it does not cross it.
  */
 export function svgHistogram(o: { id: string; title: string; bars: Bar[]; ticks: Array<{ index: number; text: string }>; markers?: Marker[]; xLabel: string; width?: number; height?: number }): string {
   const width = o.width ?? 720;
-  const height = o.height ?? 220;
   const left = 48;
   const right = 12;
-  const top = 14;
+  const n0 = Math.max(1, o.bars.length);
+  const labels = layoutMarkerLabels((o.markers ?? []).map((m) => ({ x: left + (m.at * (width - left - right)) / n0, label: m.label })), left, width - right);
+  const labelRows = labels.reduce((r, l) => Math.max(r, l.row + 1), 0);
+  const top = 14 + labelRows * LABEL_ROW_PX;
+  const height = (o.height ?? 220) + labelRows * LABEL_ROW_PX;
   const bottom = 42;
   const plotW = width - left - right;
   const plotH = height - top - bottom;
@@ -61,10 +101,16 @@ export function svgHistogram(o: { id: string; title: string; bars: Bar[]; ticks:
     const x = left + t.index * bw;
     parts.push(`<line class="tick" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top + plotH}" y2="${top + plotH + 4}"/><text class="axis" x="${x.toFixed(1)}" y="${top + plotH + 16}" text-anchor="middle">${esc(t.text)}</text>`);
   }
-  for (const m of o.markers ?? []) {
+  // Lines first, from each label's row down through the plot; then the labels over them.
+  const rowY = (row: number) => top - 4 - row * LABEL_ROW_PX;
+  (o.markers ?? []).forEach((m, i) => {
     const x = left + m.at * bw;
-    parts.push(`<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top}" y2="${top + plotH}"/><text class="marker-label" x="${(x + 3).toFixed(1)}" y="${top + 10}">${esc(m.label)}</text>`);
-  }
+    parts.push(`<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${(rowY(labels[i]!.row) - 9).toFixed(1)}" y2="${top + plotH}"/>`);
+  });
+  (o.markers ?? []).forEach((m, i) => {
+    const l = labels[i]!;
+    parts.push(`<text class="marker-label" x="${(l.anchor === 'start' ? l.x + 3 : l.x - 3).toFixed(1)}" y="${rowY(l.row).toFixed(1)}" text-anchor="${l.anchor}">${esc(m.label)}</text>`);
+  });
   parts.push(`<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text>`);
   parts.push('</svg>');
   return parts.join('');

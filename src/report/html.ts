@@ -4,6 +4,7 @@ import { CLIENT_SCRIPT } from './html-client.js';
 import { HTML_STYLE } from './html-style.js';
 import { esc, svgHistogram, svgStackedBar, type Bar } from './html-svg.js';
 import { healthHtml } from './health-text.js';
+import type { Strip } from './strips.js';
 import { FLIP_CLASSES, type SummaryData } from './summary.js';
 import { ABSENCE_NOTE, notableWorst, VERDICT_ORDER, type ReportContext } from './text.js';
 
@@ -71,16 +72,80 @@ ${bar}<table class="verdicts"><thead><tr><th>verdict</th><th class="num">pairs</
 <p class="note">Note: ${esc(ABSENCE_NOTE)}</p></section>`;
 }
 
+/** A strip's prompt for a table cell: the first characters, or that it was hashed. */
+function promptCell(s: Strip, chars = 160): string {
+  const p = s.input;
+  if (!p) return '<span class="muted">—</span>';
+  if ('hashed' in p) return '<span class="muted">prompt hashed (capture.includePrompts: false)</span>';
+  const text = [...p.text];
+  const more = text.length > chars || p.cut > 0;
+  return `${esc(text.slice(0, chars).join(''))}${more ? '<span class="muted"> …</span>' : ''}`;
+}
+
+/** "×N similar": the pairs a folded row or strip stands for (the same prompt and verdict). */
+function similarBadge(s: Strip): string {
+  return s.similar ? ` <span class="similar" title="${s.similar + 1} pairs with this prompt and verdict; the worst of them is shown">×${s.similar + 1} similar</span>` : '';
+}
+
+/** What each verdict and flip class means, said once for the page (the cards and rows keep their own figures). */
+const VERDICT_MEANING: Record<string, string> = {
+  global_shift:
+    'Most comparable positions moved above the noise floor: every decode step moved. Suspect the shared prefill input (KV cache / state), not decode-time noise — compare the state where it is written, in the cache medium and where it is read back.',
+  early_shift:
+    'Diverged within the first few tokens with a real shift: too few positions to localise from one pair alone. Pooled over many pairs (the alert window online, the offline detectors here) it says whether every step moved.',
+  local_shift: 'Specific positions moved above the noise floor: suspect a token-specific path (a vocabulary slice, an embedding row, a sampling-side change).',
+  tokenizer_mismatch: 'The same text with other token boundaries: the servers tokenize or detokenize differently, so their logprobs cannot be compared token by token.',
+  noise: 'No comparable position moved more than the noise floor and no flip is systematic. A noise verdict does not prove there is no bug: a large-gap flip proves presence; small differences do not prove absence.',
+  identical: 'Every chosen token, logprob and top-k entry is exactly equal.',
+  incomparable: 'A side has no usable logprobs.',
+};
+
+function keySection(d: SummaryData, ctx: HtmlContext): string {
+  const present = VERDICT_ORDER.filter((v) => d.verdicts[v] > 0);
+  if (present.length === 0) return '';
+  const verdicts = present.map((v) => `<dt><span class="badge v-${v}">${v}</span></dt><dd>${esc(VERDICT_MEANING[v] ?? '')}</dd>`).join('');
+  const flips = FLIP_CLASSES.some((c) => d.flips[c].n > 0)
+    ? `<dt>flip classes</dt><dd>At the first divergence the gap lp<sub>b</sub>(A) − lp<sub>b</sub>(B) is the force a flip needs: <span class="badge c-ambiguous">ambiguous</span> below ${esc(ctx.gapAmbiguous)} nats, a near-tie float noise can flip, so it cannot be attributed; <span class="badge c-gray">gray</span> between the thresholds, not attributable on its own; <span class="badge c-systematic">systematic</span> above ${esc(ctx.gapSystematic)}, more force than float noise supplies: the distributions themselves moved.</dd>`
+    : '';
+  return `<section id="key"><h2>What the verdicts say</h2><p class="muted">Once for the page; each row and strip below keeps its own figures (its full explanation is folded in its strip).</p><dl class="key">${verdicts}${flips}</dl></section>`;
+}
+
+/** The strips' colour scale, relative to each pair's noise floor (the same as the strips' own colour()). */
+export function shiftColour(ratio: number | null): string {
+  if (ratio === null) return 'var(--unknown)';
+  if (ratio <= 1) {
+    const a = ratio <= 0 ? 0 : Math.max(0, Math.min(1, 1 + Math.log10(ratio) / 4));
+    return `hsl(146, 40%, ${(95 - 15 * a).toFixed(0)}%)`;
+  }
+  const r = Math.max(0, Math.min(1, Math.log10(ratio)));
+  return `hsl(${(50 - 50 * r).toFixed(0)}, 95%, ${(70 - 18 * r).toFixed(0)}%)`;
+}
+
+function legend(): string {
+  const steps: Array<[number | null, string]> = [
+    [0, '0'],
+    [0.1, '0.1×'],
+    [0.5, '0.5×'],
+    [1, '1× floor'],
+    [2, '2×'],
+    [5, '5×'],
+    [10, '≥ 10×'],
+    [null, 'no shift known'],
+  ];
+  const swatches = steps.map(([r, label]) => `<span class="tok" style="background: ${shiftColour(r)}">${esc(label)}</span>`).join('');
+  return `<div class="legend" id="legend"><span>Shift relative to the pair's noise floor:</span>${swatches}<span class="muted">green: at or below the floor; yellow to red: 1× to 10× above it. Each token has its own outline; the flip is boxed with its gap.</span></div>`;
+}
+
 function worstSection(d: SummaryData, top: number): string {
   const rows = notableWorst(d, top).map((s, i) => {
     const f = s.flip ? `@${s.flip.index} ${esc(JSON.stringify(s.flip.baselineToken))}→${esc(JSON.stringify(s.flip.candidateToken))}, gap ${s.flip.gap === null ? '?' : `${s.flip.lowerBound ? '≥ ' : ''}${formatNats(s.flip.gap)}`} (${s.flip.class})` : '—';
-    return `<tr><td class="num">${i + 1}</td><td><span class="badge v-${s.verdict}">${s.verdict}</span></td><td class="num">${formatNats(s.maxShift)}</td><td class="num">${s.shifted}/${s.comparable}</td><td>${f}</td><td><code>${esc(s.at)}</code><br><span class="muted">${esc(s.id)} ${esc(s.route)}</span></td><td>${esc(s.explanation)}</td></tr>`;
+    return `<tr><td class="num">${i + 1}</td><td><span class="badge v-${s.verdict}">${s.verdict}</span>${similarBadge(s)}</td><td class="num">${formatNats(s.maxShift)}</td><td class="num">${s.shifted}/${s.comparable}</td><td>${f}</td><td class="prompt-cell">${promptCell(s)}</td><td><code>${esc(s.at)}</code><br><span class="muted">${esc(s.id)} ${esc(s.route)}</span></td></tr>`;
   });
   if (rows.length === 0) {
     const s = d.worst[0];
     return s ? `<section id="worst"><h2>Worst pairs</h2><p>None with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, <code>${esc(s.at)}</code>).</p></section>` : '';
   }
-  return `<section id="worst"><h2>Worst pairs</h2><table class="worst"><thead><tr><th>#</th><th>verdict</th><th class="num">max shift</th><th class="num">shifted</th><th>flip</th><th>record</th><th>explanation</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
+  return `<section id="worst"><h2>Worst pairs</h2><p class="muted">One row per prompt and verdict: ×N similar folds the pairs that asked the same and got the same verdict (the worst is shown). What each verdict means: above.</p><table class="worst"><thead><tr><th>#</th><th>verdict</th><th class="num">max shift</th><th class="num">shifted</th><th>flip</th><th>prompt</th><th>record</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
 }
 
 /**
@@ -96,7 +161,7 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
   const selection =
     nStrips === 0
       ? 'No pair was compared, so there is no token strip.'
-      : `Token strips for ${int(nStrips)} of ${int(d.pairs)} pairs: the ${int(d.worst.length)} worst (by verdict, then max shift), plus the ${int(d.sampled.length)} others of a uniform random sample of ${int(d.sampleDrawn)} pairs (seeded, so the same input gives the same page); ${perPage} per page. Colour: pale green at or below the noise floor, yellow to red from 1× to 10× above it; the flip is boxed with its gap. Hover a token for both sides' top-k.`;
+      : `Token strips for ${int(nStrips)} of ${int(d.pairs)} pairs: the ${int(d.worst.length)} worst (by verdict, then max shift), plus the ${int(d.sampled.length)} others of a uniform random sample of ${int(d.sampleDrawn)} pairs (seeded, so the same input gives the same page; a prompt already shown is not shown again); ${perPage} per page. Hover a token for both sides' top-k.`;
   const alerts = d.alerts.length
     ? `<section id="alerts"><h2>Detectors</h2><ul>${d.alerts.map((a) => `<li><strong>${a.alert}</strong> would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}, CUSUM ${a.cusum.toFixed(1)}); pairs in input order, forSeconds not applied.</li>`).join('')}</ul></section>`
     : '';
@@ -112,8 +177,8 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
 <main>${verdictSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}
 <section id="shift"><h2>Position shift</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable position (${int(d.positionShift.n)}).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
 <section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>
-${worstSection(d, ctx.top ?? 10)}
-<section id="strips"><h2>Token strips</h2><p id="strip-selection">${esc(selection)}</p>
+${keySection(d, ctx)}${worstSection(d, ctx.top ?? 10)}
+<section id="strips"><h2>Token strips</h2><p id="strip-selection">${esc(selection)}</p>${nStrips > 0 ? legend() : ''}
 <div class="controls"><label>Verdict <select id="verdict-filter">${options}</select></label> <button id="prev" type="button">← previous</button> <span id="page-info"></span> <button id="next" type="button">next →</button></div>
 <div id="strip-list"></div></section>${skipped}</main>
 <div id="tip" role="tooltip"></div>

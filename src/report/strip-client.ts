@@ -46,9 +46,30 @@ export const STRIP_CLIENT = String.raw`
       var g = s.flip.gap === null ? '?' : (s.flip.lowerBound ? '\u2265 ' : '') + nats(s.flip.gap);
       head.appendChild(el('span', 'flip-info c-' + s.flip.class, 'flip @' + s.flip.index + ': gap ' + g + ' (' + s.flip.class + ')'));
     }
+    if (s.similar) {
+      var similar = el('span', 'similar', '\u00d7' + (s.similar + 1) + ' similar');
+      similar.title = (s.similar + 1) + ' pairs with this prompt and verdict; the worst of them is shown';
+      head.appendChild(similar);
+    }
     if (note) head.appendChild(el('span', 'muted', note));
     box.appendChild(head);
-    box.appendChild(el('p', 'explanation', s.explanation));
+    // The prompt the pair answered (bounded; the whole of it on hover), or that it was hashed.
+    if (s.input) {
+      var prompt = el('p', 'prompt', s.input.hashed ? null : s.input.text);
+      if (s.input.hashed) prompt.appendChild(el('span', 'muted', 'prompt hashed (capture.includePrompts: false)'));
+      else {
+        prompt.title = s.input.text;
+        if (s.input.cut > 0) prompt.appendChild(el('span', 'muted', ' \u2026 ' + s.input.cut + ' more characters'));
+      }
+      box.appendChild(prompt);
+    }
+    // The explanation in full, folded: its verdict's meaning is said once on the page, the card's figures are in its head.
+    if (s.explanation) {
+      var why = el('details', 'explanation');
+      why.appendChild(el('summary', null, 'explanation'));
+      why.appendChild(el('p', null, s.explanation));
+      box.appendChild(why);
+    }
     var toks = el('div', 'tokens');
     s.tokens.forEach(function (t, i) {
       var span = el('span', 'tok' + (t.c !== undefined ? ' flip' : ''));

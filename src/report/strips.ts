@@ -42,7 +42,63 @@ export interface Strip {
   locus?: string;
   /** The prompt's own positions: compared, shifted, largest shift. */
   prompt?: { comparable: number; shifted: number; maxShift: number | null };
+  /** The request's prompt as text (at most {@link MAX_PROMPT_CHARS}; `cut` more not shown), or that it was hashed. */
+  input?: { text: string; cut: number } | { hashed: true };
+  /** Other pairs with the same prompt on the same route (the worst of them has the strip), when there are any. */
+  similar?: number;
 }
+
+/** Characters of a strip's prompt text: enough to recognise it, bounded for 10,000-pair pages. */
+export const MAX_PROMPT_CHARS = 400;
+
+/**
+ * A mirrored request's prompt as one text: a completion's `prompt` (token ids said as such), or a
+ * chat's `messages` as `role: content` lines. Null when the body has neither.
+ */
+export function promptText(body: unknown): string | null {
+  if (body === null || typeof body !== 'object') return null;
+  const b = body as { prompt?: unknown; messages?: unknown };
+  const one = (p: unknown): string => (typeof p === 'string' ? p : Array.isArray(p) && p.every((x) => typeof x === 'number') ? `[${p.length} token ids]` : JSON.stringify(p));
+  if (b.prompt !== undefined) return Array.isArray(b.prompt) && b.prompt.some((x) => typeof x !== 'number') ? b.prompt.map(one).join('\n') : one(b.prompt);
+  if (!Array.isArray(b.messages)) return null;
+  return b.messages
+    .map((m: unknown) => {
+      const { role, content } = (m ?? {}) as { role?: unknown; content?: unknown };
+      const text = typeof content === 'string' ? content : Array.isArray(content) ? content.map((c) => (typeof (c as { text?: unknown })?.text === 'string' ? (c as { text: string }).text : '')).join('') : JSON.stringify(content ?? null);
+      return `${typeof role === 'string' ? role : '?'}: ${text}`;
+    })
+    .join('\n');
+}
+
+/** A strip's `input` from a mirrored request: bounded text, or the note that prompts were hashed. */
+export function stripInput(body: unknown, hashed: boolean | undefined): Strip['input'] | undefined {
+  if (hashed) return { hashed: true };
+  const text = promptText(body);
+  if (text === null) return undefined;
+  const chars = [...text];
+  return { text: chars.slice(0, MAX_PROMPT_CHARS).join(''), cut: Math.max(0, chars.length - MAX_PROMPT_CHARS) };
+}
+
+/**
+ * The key under which repeated prompts are grouped: the route and the whole prompt (a hashed
+ * one's hash), folded to 64 bits (FNV-1a, twice 32): pairs with equal keys asked the same thing.
+ */
+export function promptKey(route: string, body: unknown): string | null {
+  const text = promptText(body);
+  if (text === null) return null;
+  const s = `${route}\u0000${text}`;
+  let a = 0x811c9dc5;
+  let b = 0x01000193 ^ s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193) >>> 0;
+    b = Math.imul(b ^ c, 0x01000193 + 2 * i) >>> 0;
+  }
+  return `${a.toString(16)}${b.toString(16)}`;
+}
+
+/** Prompt groups whose pairs are counted (beyond, a new prompt's pairs go uncounted: bounded memory). */
+const MAX_GROUPS = 100_000;
 
 /** Positions per strip; mirrored copies are capped at `mirror.maxTokens` (64 by default) anyway. */
 export const MAX_STRIP_TOKENS = 256;
@@ -53,7 +109,7 @@ const top = (entries: readonly TopEntry[] | undefined): Array<[string, number | 
   (entries ?? []).slice(0, TOP_K).map(([tok, lp]) => [tok, round(lp)]);
 
 /** Builds a pair's strip from its comparison and the parsed bodies. */
-export function buildStrip(meta: { n: number; id: string; at: string; route: string; noiseFloor: number }, c: Comparison, cand: ParsedResponse, base: ParsedResponse): Strip {
+export function buildStrip(meta: { n: number; id: string; at: string; route: string; noiseFloor: number; input?: Strip['input'] }, c: Comparison, cand: ParsedResponse, base: ParsedResponse): Strip {
   const shown = c.positions.slice(0, MAX_STRIP_TOKENS);
   const f = c.flip;
   return {
@@ -110,8 +166,10 @@ function worse(a: readonly number[], b: readonly number[]): boolean {
  * its pair is kept.
  */
 export class StripSelector {
-  private readonly worstList: Array<{ key: [number, number, number]; strip: Strip }> = [];
-  private readonly reservoir: Strip[] = [];
+  private readonly worstList: Array<{ key: [number, number, number]; strip: Strip; group: string | null }> = [];
+  private readonly reservoir: Array<{ strip: Strip; group: string | null }> = [];
+  /** Pairs seen per prompt group (at most {@link MAX_GROUPS} groups are counted). */
+  private readonly groups = new Map<string, number>();
   private seen = 0;
   private readonly random: () => number;
 
@@ -123,27 +181,48 @@ export class StripSelector {
     this.random = mulberry32(seed);
   }
 
-  consider(key: [number, number, number], make: () => Strip): void {
+  /**
+   * `group` (see {@link promptKey}): pairs of one group share a single place among the worst —
+   * the worst of them — so that a prompt repeated by the traffic does not fill the list.
+   */
+  consider(key: [number, number, number], make: () => Strip, group: string | null = null): void {
     let strip: Strip | null = null;
     const get = () => (strip ??= make());
+    if (group !== null && (this.groups.has(group) || this.groups.size < MAX_GROUPS)) this.groups.set(group, (this.groups.get(group) ?? 0) + 1);
+    const same = group === null ? -1 : this.worstList.findIndex((w) => w.group === group);
     const last = this.worstList[this.worstList.length - 1];
-    if (this.worstN > 0 && (this.worstList.length < this.worstN || (last !== undefined && worse(key, last.key)))) {
-      let i = this.worstList.length;
-      while (i > 0 && worse(key, this.worstList[i - 1]!.key)) i--;
-      this.worstList.splice(i, 0, { key, strip: get() });
+    if (same >= 0) {
+      if (worse(key, this.worstList[same]!.key)) {
+        this.worstList.splice(same, 1);
+        this.insertWorst(key, get(), group);
+      }
+    } else if (this.worstN > 0 && (this.worstList.length < this.worstN || (last !== undefined && worse(key, last.key)))) {
+      this.insertWorst(key, get(), group);
       if (this.worstList.length > this.worstN) this.worstList.pop();
     }
     this.seen++;
-    if (this.reservoir.length < this.sampleN) this.reservoir.push(get());
+    if (this.reservoir.length < this.sampleN) this.reservoir.push({ strip: get(), group });
     else if (this.sampleN > 0) {
       const j = Math.floor(this.random() * this.seen);
-      if (j < this.sampleN) this.reservoir[j] = get();
+      if (j < this.sampleN) this.reservoir[j] = { strip: get(), group };
     }
   }
 
-  /** The worst pairs, worst first. */
+  private insertWorst(key: [number, number, number], strip: Strip, group: string | null): void {
+    let i = this.worstList.length;
+    while (i > 0 && worse(key, this.worstList[i - 1]!.key)) i--;
+    this.worstList.splice(i, 0, { key, strip, group });
+  }
+
+  /** A strip with the count of the other pairs of its group, when there are any. */
+  private counted(strip: Strip, group: string | null): Strip {
+    const others = group === null ? 0 : (this.groups.get(group) ?? 1) - 1;
+    return others > 0 ? { ...strip, similar: others } : strip;
+  }
+
+  /** The worst pairs, worst first, one per prompt. */
   worst(): Strip[] {
-    return this.worstList.map((w) => w.strip);
+    return this.worstList.map((w) => this.counted(w.strip, w.group));
   }
 
   /** How many pairs the uniform sample drew (some may also be among the worst). */
@@ -151,9 +230,16 @@ export class StripSelector {
     return this.reservoir.length;
   }
 
-  /** The sampled pairs not already among the worst, in input order. */
+  /** The sampled pairs whose prompt is not already among the worst (nor drawn twice), in input order. */
   sampled(): Strip[] {
-    const inWorst = new Set(this.worstList.map((w) => w.strip.n));
-    return this.reservoir.filter((s) => !inWorst.has(s.n)).sort((a, b) => a.n - b.n);
+    const shown = new Set(this.worstList.map((w) => w.group ?? `#${w.strip.n}`));
+    const out: Strip[] = [];
+    for (const r of [...this.reservoir].sort((a, b) => a.strip.n - b.strip.n)) {
+      const g = r.group ?? `#${r.strip.n}`;
+      if (shown.has(g)) continue;
+      shown.add(g);
+      out.push(this.counted(r.strip, r.group));
+    }
+    return out;
   }
 }

@@ -4,7 +4,7 @@ import { detectorEvidence, VERDICTS, type FlipClass, type Locus, type ScoringOut
 import type { MirrorOutcome } from '../mirror/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
 import type { PairResult, RepeatResult } from './pair.js';
-import { badness, buildStrip, StripSelector, type Strip } from './strips.js';
+import { badness, buildStrip, promptKey, StripSelector, stripInput, type Strip } from './strips.js';
 
 /** Outcomes of pairs that were not compared. */
 export const UNCOMPARED: readonly MirrorOutcome[] = ['candidate_error', 'baseline_error', 'unparseable'];
@@ -22,6 +22,10 @@ export interface SummaryEntry {
   noiseFloor: number;
   /** The verdict the capture recorded online (null: not compared online); undefined when the input had none. */
   online?: Verdict | null;
+  /** The mirrored request (its prompt is shown with the pair's strip, and groups repeated prompts). */
+  request?: unknown;
+  /** The capture hashed the prompts (`capture.includePrompts: false`). */
+  promptsHashed?: boolean;
   /** The pair's repeat probes (cold → warm on one backend), analysed. */
   repeats?: readonly RepeatResult[];
 }
@@ -161,7 +165,11 @@ export class Summary {
     this.addScoring(c);
     const { candidate, baseline } = e.result;
     if (candidate && baseline) {
-      this.strips.consider(badness(c), () => buildStrip({ n, id: e.id, at: `${e.file}:${e.line}`, route: e.route, noiseFloor: e.noiseFloor }, c, candidate, baseline));
+      // Repeats of one prompt with one verdict share a strip among the worst (hashed prompts group by their hash).
+      const prompt = promptKey(e.route, e.request);
+      const group = prompt === null ? null : `${c.verdict}:${prompt}`;
+      const input = stripInput(e.request, e.promptsHashed);
+      this.strips.consider(badness(c), () => buildStrip({ n, id: e.id, at: `${e.file}:${e.line}`, route: e.route, noiseFloor: e.noiseFloor, ...(input ? { input } : {}) }, c, candidate, baseline), group);
     }
     // Each alert is reported once, when it first fires: after both have, the detectors can rest.
     if (this.options.alert && c.comparable > 0 && this.alerts.filter((a) => a.alert !== 'LogprobSelfInconsistency').length < 2) this.detect(n, e, this.options.alert);

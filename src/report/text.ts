@@ -131,7 +131,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   if (top.length > 0) {
     out.push('', 'worst pairs');
     top.forEach((s, i) => {
-      out.push(`  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  max shift ${formatNats(s.maxShift)}  shifted ${s.shifted}/${s.comparable}  ${describeFlip(s)}`);
+      out.push(`  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  max shift ${formatNats(s.maxShift)}  shifted ${s.shifted}/${s.comparable}  ${describeFlip(s)}${s.similar ? `  (×${s.similar + 1} with this prompt and verdict)` : ''}`);
       out.push(`     ${s.explanation}`);
     });
   } else if (d.worst[0] && (ctx.top ?? 10) > 0) {
