@@ -7,12 +7,13 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { tempDir } from './helpers/capture.js';
 import { runCli } from './helpers/cli.js';
 
 const BROKEN = { LOGPROBE_CACHE_DIR: '/dev/null/logprobe-cache' };
 
-test('when llama.cpp engines cannot start, the demo says why in one line, runs the simulated engines and still fires LogprobGlobalShift', async () => {
-  const { code, stdout, stderr } = await runCli(['demo', '--duration', '9', '--port', '0', '--admin-port', '0'], { env: BROKEN, timeoutMs: 90_000 });
+test('when llama.cpp engines cannot start, the demo says why in one line, runs the simulated engines and still fires LogprobGlobalShift', async (t) => {
+  const { code, stdout, stderr } = await runCli(['demo', '--duration', '9', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { env: BROKEN, timeoutMs: 90_000 });
   assert.equal(code, 0, stderr);
   const notices = stdout.split('\n').filter((l) => l.includes('falling back'));
   assert.equal(notices.length, 1, stdout);
@@ -23,15 +24,15 @@ test('when llama.cpp engines cannot start, the demo says why in one line, runs t
   assert.match(stdout, /^done \(simulated engines\): /m);
 });
 
-test('--engine llama does not fall back: it exits 1 with the reason in one line', async () => {
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'llama', '--duration', '5', '--port', '0', '--admin-port', '0'], { env: BROKEN, timeoutMs: 60_000 });
+test('--engine llama does not fall back: it exits 1 with the reason in one line', async (t) => {
+  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'llama', '--duration', '5', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { env: BROKEN, timeoutMs: 60_000 });
   assert.equal(code, 1);
   assert.equal(stdout, '');
   assert.match(stderr, /^logprobe: --engine llama: llama\.cpp engines unavailable \(.*ENOTDIR.*\)\n$/);
 });
 
-test('--engine sim runs a llama.cpp noise fault as the simulated noise: no shift, no alert', async () => {
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'flash-attention', '--duration', '4', '--port', '0', '--admin-port', '0'], { timeoutMs: 60_000 });
+test('--engine sim runs a llama.cpp noise fault as the simulated noise: no shift, no alert', async (t) => {
+  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'flash-attention', '--duration', '4', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { timeoutMs: 60_000 });
   assert.equal(code, 0, stderr);
   assert.doesNotMatch(stdout, /falling back/);
   assert.match(stdout, /^logprobe demo — simulated engines/m);

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { tempDir } from './helpers/capture.js';
 import { runCli, startCli } from './helpers/cli.js';
 import { llamaSkip } from './helpers/llama-e2e.js';
 
@@ -26,8 +27,8 @@ function enginePids(output: string): number[] {
   return [Number(m[1]), Number(m[2])];
 }
 
-test('logprobe demo --duration runs two llama.cpp engine processes, shows LogprobGlobalShift firing, exits 0 and leaves no engine behind', { skip }, async () => {
-  const { code, stdout, stderr } = await runCli(['demo', '--duration', '15', '--port', '0', '--admin-port', '0'], { timeoutMs: 90_000 });
+test('logprobe demo --duration runs two llama.cpp engine processes, shows LogprobGlobalShift firing, exits 0 and leaves no engine behind', { skip }, async (t) => {
+  const { code, stdout, stderr } = await runCli(['demo', '--duration', '15', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { timeoutMs: 90_000 });
   assert.equal(code, 0, stderr);
   assert.match(stdout, /^logprobe demo — llama\.cpp engines/m);
   assert.match(stdout, /^ {2}candidate http:\/\/127\.0\.0\.1:\d+ {2}\(fault: zero-layer:1\)$/m);
@@ -42,7 +43,7 @@ test('logprobe demo --duration runs two llama.cpp engine processes, shows Logpro
 });
 
 test('Ctrl-C (SIGINT) stops the demo with exit 0 and stops both engine processes', { skip }, async (t) => {
-  const demo = await startCli(['demo', '--port', '0', '--admin-port', '0', '--fault', 'kv:q4_0'], /^#\s+3 /m, { timeoutMs: 60_000 });
+  const demo = await startCli(['demo', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-'), '--fault', 'kv:q4_0'], /^#\s+3 /m, { timeoutMs: 60_000 });
   t.after(() => demo.child.kill('SIGKILL'));
   const pids = enginePids(demo.output());
   assert.match(demo.output(), /\(fault: kv:q4_0\)/);

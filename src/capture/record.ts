@@ -1,7 +1,7 @@
 import type { Comparison, Thresholds } from '../core/index.js';
 import type { BackendResult } from '../mirror/dispatch.js';
 import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
-import type { SelfVerdict } from '../core/self.js';
+import type { RepeatCache, SelfVerdict } from '../core/self.js';
 import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, scrub, secretValues } from './redact.js';
 
 /**
@@ -68,6 +68,8 @@ export interface CapturedRepeat {
   flushed: boolean;
   flushError?: string;
   second: CaptureSide;
+  /** Prompt tokens each run took from the cache, as the engine reported them (null: not reported). */
+  cached?: RepeatCache;
   /** The two runs compared (second vs first), without positions; null when a run failed. */
   analysis: Omit<Comparison, 'positions'> | null;
   verdict: SelfVerdict | null;
@@ -154,6 +156,7 @@ function assemble(pair: MirroredPair, options: RecordOptions, secrets: readonly 
             flushed: r.flushed,
             ...(r.flushError ? { flushError: scrub(r.flushError, secrets) as string } : {}),
             second: scrubSide(side(r.second, options.includePrompts), secrets, byName),
+            cached: r.cached,
             analysis: r.analysis === null ? null : (scrub(withoutPositions(r.analysis), secrets, { byName: false }) as Omit<Comparison, 'positions'>),
             verdict: r.verdict,
           })),

@@ -6,6 +6,9 @@ import { stopOnSignal } from './signals.js';
 import { stdoutGone, writeOut } from './stdout.js';
 import { runDemo } from '../demo/run.js';
 import { portFree } from '../demo/ports.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { loadEngines, type DemoFaultPlan, type EnginePackage } from './engines.js';
 
 interface DemoCliOptions {
@@ -16,6 +19,8 @@ interface DemoCliOptions {
   port: string;
   adminPort: string;
   seed: string;
+  baseline?: string;
+  captures: string;
 }
 
 /** The engines' fault lists, for the help text (listed only where the engines are installed). */
@@ -49,6 +54,12 @@ export async function prepareDemoHelp(): Promise<void> {
   installed = await loadEngines('logprobe demo').catch(() => null);
 }
 
+/** This run's capture folder, inside `root`: `run-YYYYMMDD-HHMMSS` (UTC), so runs never mix. */
+export function captureFolder(root: string, at: number): string {
+  const stamp = new Date(at).toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
+  return join(root, `run-${stamp}`);
+}
+
 /** A port the user left at its default moves to a free one when taken; one they chose does not. */
 async function pickPort(cmd: Command, name: 'port' | 'adminPort', flag: string, port: number, notice: (line: string) => void): Promise<number> {
   if (port === 0 || cmd.getOptionValueSource(name) !== 'default' || (await portFree('127.0.0.1', port))) return port;
@@ -66,10 +77,13 @@ export const demoCommand: CommandFactory = (setExit) =>
     .option('--port <n>', 'proxy port (0: any free port)', '8080')
     .option('--admin-port <n>', 'admin port for /metrics (0: any free port)', '9464')
     .option('--seed <n>', 'llama.cpp: seed of the generated model', '1')
+    .option('--baseline <none>', "'none': no baseline, the candidate against itself (each request twice: cold, then warm)")
+    .option('--captures <dir>', 'where the captures go (a folder per run inside it)', 'captures-demo')
     .addHelpText('after', () => help(installed))
     .action(async (opts: DemoCliOptions, cmd: Command) => {
       const startedAt = Date.now();
-      const { DEMO_ENGINES, EngineStartError, UnknownDemoFaultError, chooseEngines, planFault } = await loadEngines('logprobe demo');
+      const { DEMO_ENGINES, EngineStartError, UnknownDemoFaultError, chooseEngines, planFault, needsPrefixCache } = await loadEngines('logprobe demo');
+      if (opts.baseline !== undefined && opts.baseline !== 'none') throw usageError(`--baseline: the demo runs its own baseline; only 'none' (no baseline) can be given, got '${opts.baseline}'`);
       if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine)) throw usageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
       const choice = opts.engine;
       let plan: DemoFaultPlan;
@@ -86,15 +100,23 @@ export const demoCommand: CommandFactory = (setExit) =>
       const out = (line: string): void => void writeOut(`${line}\n`);
       const port = await pickPort(cmd, 'port', '--port', parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true }), out);
       const adminPort = await pickPort(cmd, 'adminPort', '--admin-port', parseNumberOption('--admin-port', opts.adminPort, { min: 0, max: 65535, integer: true }), out);
+      const captureDir = captureFolder(opts.captures, startedAt);
+      // The engines play llama-server: the proxy scores past a divergence through /completion and
+      // empties the cache through the slot actions before a repeat's first (cold) run. The
+      // simulated ones keep 16 prefixes, as a real server under traffic keeps many (llama.cpp: one).
+      const slotSavePath = mkdtempSync(join(tmpdir(), 'logprobe-demo-slots-'));
       const stop = stopOnSignal();
       try {
         await runDemo({
+          baselineFree: opts.baseline === 'none',
+          repeats: needsPrefixCache(plan),
+          captureDir,
           duration,
           rate,
           port,
           adminPort,
           startedAt,
-          engines: () => chooseEngines({ choice, plan, seed, notice: out }),
+          engines: () => chooseEngines({ choice, plan, seed, notice: out, engine: { api: 'llamacpp', slotSavePath, cacheSlots: 16 } }),
           signal: AbortSignal.any([stop.stopping, stdoutGone]),
           out,
         });
@@ -103,6 +125,7 @@ export const demoCommand: CommandFactory = (setExit) =>
         throw err;
       } finally {
         stop.dispose();
+        rmSync(slotSavePath, { recursive: true, force: true });
       }
       setExit(0);
     });

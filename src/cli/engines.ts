@@ -15,7 +15,10 @@ export interface EnginePackage {
   /** The candidate's fault as the demo runs it; throws an `UnknownDemoFaultError` for an unknown one. */
   planFault(requested: string): DemoFaultPlan;
   /** Starts the two engines (`choice`: one of DEMO_ENGINES). */
-  chooseEngines(options: { choice: string; plan: DemoFaultPlan; seed?: number; notice: (line: string) => void }): Promise<DemoEngines>;
+  /** The fault shows only on prefix-cache hits (the demo then probes the cache path with repeats). */
+  needsPrefixCache(plan: DemoFaultPlan): boolean;
+  /** Starts the two engines (`choice`: one of DEMO_ENGINES), both playing `engine.api`. */
+  chooseEngines(options: { choice: string; plan: DemoFaultPlan; seed?: number; notice: (line: string) => void; engine?: { api?: string; slotSavePath?: string; cacheSlots?: number } }): Promise<DemoEngines>;
   readonly UnknownDemoFaultError: new (...args: never[]) => Error;
   readonly EngineStartError: new (...args: never[]) => Error & { reason: string };
 }

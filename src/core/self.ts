@@ -57,3 +57,57 @@ export function tickSelf(state: DetectorState, cfg: AlertConfig, now: number, ba
 function relabel(r: { state: DetectorState; transitions: AlertTransition[] }, backend: 'candidate' | 'baseline'): { state: DetectorState; transitions: SelfAlertTransition[] } {
   return { state: r.state, transitions: r.transitions.filter((t) => t.alert === 'LogprobGlobalShift').map((t) => ({ ...t, alert: 'LogprobSelfInconsistency' as const, backend })) };
 }
+
+function count(v: unknown): number | null {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : null;
+}
+
+/**
+ * The prompt tokens an engine served from its prefix cache, from its response: OpenAI's
+ * `usage.prompt_tokens_details.cached_tokens` (vLLM with `--enable-prompt-tokens-details`, SGLang
+ * with `--enable-cache-report`), SGLang's `meta_info.cached_tokens`, or llama-server's `timings`
+ * (`usage.prompt_tokens` − `timings.prompt_n`, the tokens it evaluated). Null when none is there.
+ */
+export function cachedPromptTokens(body: unknown): number | null {
+  if (typeof body !== 'object' || body === null) return null;
+  const b = body as { usage?: { prompt_tokens?: unknown; prompt_tokens_details?: { cached_tokens?: unknown } | null }; meta_info?: { cached_tokens?: unknown }; timings?: { prompt_n?: unknown } };
+  const details = count(b.usage?.prompt_tokens_details?.cached_tokens);
+  if (details !== null) return details;
+  const meta = count(b.meta_info?.cached_tokens);
+  if (meta !== null) return meta;
+  const total = count(b.usage?.prompt_tokens);
+  const evaluated = count(b.timings?.prompt_n);
+  return total !== null && evaluated !== null ? Math.max(0, total - evaluated) : null;
+}
+
+/** What an engine said of a repeat's two runs: the prompt tokens each took from its cache (null: not reported). */
+export interface RepeatCache {
+  first: number | null;
+  second: number | null;
+}
+
+/**
+ * What a repeat pair probed, as far as the engine tells: `cold_warm` (the probe: the second run
+ * took more of its prompt from the cache than the first — all of a prompt the first computed, or
+ * the rest of one whose shared chat-template prefix the first already reused — or the engine does
+ * not say), `not_cold` (the first run reused as much as the second: both equally warm, nothing
+ * between them differs in the cache path), `not_warm` (the second run found its prefix evicted:
+ * cold↔cold). Only `cold_warm` is evidence about the cache path.
+ */
+export type ProbeShape = 'cold_warm' | 'not_cold' | 'not_warm';
+
+export function probeShape(c: RepeatCache): ProbeShape {
+  if (c.second === 0) return 'not_warm';
+  if (c.first !== null && c.first > 0 && (c.second === null || c.first >= c.second)) return 'not_cold';
+  return 'cold_warm';
+}
+
+/** Both runs computed the prompt afresh: a pair of cold runs, trusted noise for the floor. */
+export function bothCold(c: RepeatCache, flushed: boolean): boolean {
+  return c.second === 0 && (c.first === 0 || (c.first === null && flushed));
+}
+
+/** The repeat's cache figures, from the two runs' bodies. */
+export function repeatCache(first: unknown, second: unknown): RepeatCache {
+  return { first: cachedPromptTokens(first), second: cachedPromptTokens(second) };
+}

@@ -2,6 +2,7 @@ import { buildConfig } from '../config/load.js';
 import { createLogger } from '../log/logger.js';
 import { createRuntime } from '../server.js';
 import type { AlertTransition } from '../core/detector.js';
+import { probeShape, type ProbeShape } from '../core/self.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { runTraffic } from './traffic.js';
 
@@ -44,6 +45,12 @@ export interface DemoOptions {
   alert?: { window: number; minRequests: number; forSeconds: number };
   /** When the demo started (ms since the epoch), for the times on the alert lines. Default: now. */
   startedAt?: number;
+  /** No baseline: the candidate alone, every mirrored request a repeat probe (cold, then warm). */
+  baselineFree?: boolean;
+  /** Probe the cache path: each mirrored request once more to each backend (a cache-hit fault shows there). */
+  repeats?: boolean;
+  /** Where the demo's captures go (so that `analyze` and `replay` can be run on them afterwards). */
+  captureDir: string;
 }
 
 /** What the demo saw, for the exit code and the tests. */
@@ -79,7 +86,9 @@ function alertLine(t: AlertTransition, mirrored: number, secs: number): string {
   const what =
     t.alert === 'LogprobGlobalShift'
       ? 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise'
-      : `a sustained shift above the noise floor over ${e.cusumRequests} requests (median maxShift ${e.medianX === null ? 'n/a' : e.medianX.toFixed(2)}× the floor)`;
+      : t.alert === 'LogprobSelfInconsistency'
+        ? `the ${t.backend ?? 'candidate'} disagrees with itself between a cold and a warm run: suspect the cache path`
+        : `a sustained shift above the noise floor over ${e.cusumRequests} requests (median maxShift ${e.medianX === null ? 'n/a' : e.medianX.toFixed(2)}× the floor)`;
   return `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert} at mirrored request ${mirrored} (${secs.toFixed(1)} s since start): pooled share ${e.pooledShare.toFixed(2)}, median shift ${fmt(e.medianShift)} nats, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`;
 }
 
@@ -99,15 +108,22 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   let sent = 0;
   const alertCfg = options.alert ?? { window: 20, minRequests: 10, forSeconds: 5 };
   let runtime: ReturnType<typeof createRuntime> | undefined;
+  let urls: { proxyUrl: string; adminUrl: string } | null = null;
+  const folder = new LineFolder();
   try {
+    // Baseline-free, every request is a repeat probe. With a baseline, one in five requests is:
+    // their first copy runs cold (the cache emptied before it) and matches the baseline, the rest
+    // reuse the client's prefix and show a cache fault in the pair — the "sometimes yes, sometimes
+    // no" of a cache bug, and both alerts.
+    const repeat = options.baselineFree ? { rate: 1, backends: ['candidate' as const], flush: true } : options.repeats ? { rate: 0.2, backends: ['candidate' as const, 'baseline' as const], flush: true } : undefined;
     const config = buildConfig({
       listen: { host: '127.0.0.1', port: options.port },
       admin: { host: '127.0.0.1', port: options.adminPort },
       candidate: { url: engines.candidateUrl },
-      baseline: { url: engines.baselineUrl },
-      mirror: { sampleRate: 1, concurrency: engines.mirrorConcurrency, queueSize: 64, maxTokens: engines.maxTokens },
+      baseline: options.baselineFree ? null : { url: engines.baselineUrl },
+      mirror: { sampleRate: 1, concurrency: engines.mirrorConcurrency, queueSize: 64, maxTokens: engines.maxTokens, ...(repeat ? { repeat } : {}) },
       alert: { ...alertCfg, cusum: { k: 0.5, h: 5 } },
-      capture: { enabled: false },
+      capture: { enabled: true, dir: options.captureDir },
       log: { level: 'error' },
     });
     const logDestination = process.stderr as unknown as NodeJS.WritableStream & { write: (s: string) => boolean };
@@ -120,7 +136,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
           mirrored++;
           const key = pair.analysis?.verdict ?? pair.outcome;
           verdicts[key] = (verdicts[key] ?? 0) + 1;
-          out(pairLine(mirrored, pair));
+          for (const r of pair.repeats ?? []) if (r.verdict) verdicts[`${r.backend} ${r.verdict}`] = (verdicts[`${r.backend} ${r.verdict}`] ?? 0) + 1;
+          const line = folder.line(mirrored, pair);
+          if (line !== null) out(line);
         },
         onAlert(t) {
           alerts.push(t);
@@ -132,9 +150,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       },
     });
     const { proxyUrl, adminUrl } = await runtime.listen();
+    urls = { proxyUrl, adminUrl };
     out(`logprobe demo — ${engines.kind}`);
     out(`  candidate ${engines.candidateUrl}  (${engines.candidateLabel})`);
-    out(`  baseline  ${engines.baselineUrl}  (clean)`);
+    out(options.baselineFree ? '  baseline  none: the candidate against itself (each request twice: cold, then warm from its cache)' : `  baseline  ${engines.baselineUrl}  (clean)`);
+    if (options.repeats && !options.baselineFree) out('  repeats   1 in 5 mirrored requests once more to each backend: cold (cache emptied), then warm from its prefix cache');
+    out(`  captures  ${options.captureDir}`);
     out(`  proxy     ${proxyUrl}   (every request mirrored: sampleRate 1)`);
     out(`  metrics   ${adminUrl}/metrics`);
     out(`  try:      curl -s ${proxyUrl}/v1/chat/completions -H 'content-type: application/json' -d '{"messages":[{"role":"user","content":"hello"}],"max_tokens":16}'`);
@@ -152,7 +173,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       const mix = Object.entries(verdicts)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ');
-      out(`… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${mirrored} mirrored [${mix}]; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`);
+      out(`… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${mirrored} mirrored${folder.folded ? ` (${folder.folded} repeats of a prompt's last line folded)` : ''} [${mix}]${options.baselineFree ? '' : `; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`}`);
     }, 5000);
     try {
       sent = await runTraffic({ proxyUrl, rate: options.rate, maxTokens: engines.maxTokens, signal: stop.signal, onResponse: () => answered++ });
@@ -168,6 +189,68 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   }
   out('');
   const which = engines.engine === 'llama' ? 'llama.cpp engines' : 'simulated engines';
-  out(`done (${which}): ${sent} client requests, ${mirrored} mirrored; verdicts ${JSON.stringify(verdicts)}; alerts ${alerts.map((a) => `${a.alert} ${a.to}`).join(', ') || 'none'}`);
+  out(`done (${which}): ${sent} client requests, ${mirrored} mirrored; verdicts ${JSON.stringify(verdicts)}; alerts ${alerts.map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} ${a.to}`).join(', ') || 'none'}`);
+  for (const line of nextSteps(options.captureDir, urls)) out(line);
   return { engine: engines.engine, mirrored, verdicts, alerts, firstFiring, sent };
+}
+
+/** The prompt a mirrored request asked (chat: its last message), for folding repeated lines. */
+function promptOf(request: Record<string, unknown>): string {
+  const messages = request.messages;
+  if (Array.isArray(messages)) {
+    const last = messages.at(-1) as { content?: unknown } | undefined;
+    return typeof last?.content === 'string' ? last.content : JSON.stringify(last?.content ?? '');
+  }
+  return typeof request.prompt === 'string' ? request.prompt : JSON.stringify(request.prompt ?? '');
+}
+
+/** A repeat that probed no cold→warm path, as the engine reported its cache hits. */
+const PROBE_WORD: Partial<Record<ProbeShape, string>> = { not_cold: 'warm=warm', not_warm: 'cold=cold' };
+const PROBE_NOTE: Partial<Record<ProbeShape, string>> = {
+  not_cold: ' (first run not cold: another request left a shared prefix)',
+  not_warm: ' (second run not warm: the prefix was evicted)',
+};
+
+/** What a pair said, in one word per comparison: the pair's verdict and each repeat's. */
+function summaryOf(pair: MirroredPair): string {
+  const parts = [pair.analysis?.verdict ?? (pair.baseline === null ? '' : pair.outcome)];
+  for (const r of pair.repeats ?? []) parts.push(`${r.backend === 'candidate' ? 'cand' : 'base'} ${r.verdict === null ? 'failed' : PROBE_WORD[probeShape(r.cached)] ?? (r.verdict === 'self_inconsistent' ? 'cold≠warm' : 'cold=warm')}`);
+  return parts.filter(Boolean).join(' · ');
+}
+
+/**
+ * The compact live view: one line per mirrored request, except that a prompt asked again with
+ * the same outcome as its last time is folded (counted, not printed) — so what is printed is what
+ * changed, and a prompt that is sometimes fine and sometimes not shows each time it flips.
+ */
+export class LineFolder {
+  private readonly last = new Map<string, string>();
+  folded = 0;
+
+  line(n: number, pair: MirroredPair): string | null {
+    const prompt = promptOf(pair.request);
+    const summary = summaryOf(pair);
+    const before = this.last.get(prompt);
+    this.last.set(prompt, summary);
+    if (before === summary) {
+      this.folded++;
+      return null;
+    }
+    const again = before === undefined ? '' : `   (this prompt before: ${before})`;
+    const repeats = (pair.repeats ?? []).map((r) => `  ${r.backend} ${r.verdict ?? 'failed'}${PROBE_NOTE[probeShape(r.cached)] ?? ''}`).join('');
+    return `${pairLine(n, pair)}${repeats}${again}`;
+  }
+}
+
+/** The closing block: the exact commands to run next on what the demo captured. */
+export function nextSteps(captureDir: string, urls: { proxyUrl: string; adminUrl: string } | null): string[] {
+  return [
+    '',
+    `next, on what was just captured (${captureDir}):`,
+    `  npx logprobe analyze ${captureDir} --html demo-report.html    # verdicts, shifts, flips, the worst pairs; open demo-report.html`,
+    `  npx logprobe analyze ${captureDir} --json | head -1          # one pair, every field (docs/format.md)`,
+    `  npx logprobe record ${captureDir} --backend http://TRUSTED:8000 --out golden.jsonl      # a golden file from your trusted build`,
+    `  npx logprobe replay ${captureDir} --candidate http://NEW:8000 --baseline-from golden.jsonl   # the CI gate, without a live baseline`,
+    ...(urls ? [`  while a demo runs: the live page ${urls.adminUrl}/ui and ${urls.adminUrl}/metrics`] : []),
+  ];
 }

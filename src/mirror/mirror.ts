@@ -10,7 +10,7 @@ import { Calibration } from './calibration.js';
 import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
 import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from './limits.js';
 import { repeatOnce, type RepeatPair } from './repeat.js';
-import { observeSelf, selfEvidence, tickSelf } from '../core/self.js';
+import { bothCold, observeSelf, probeShape, selfEvidence, tickSelf } from '../core/self.js';
 import { AlertNotifier } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
@@ -259,10 +259,29 @@ export class Mirror {
     return this.queue.depth >= Math.max(1, this.deps.config.mirror.queueSize / 2);
   }
 
+  /**
+   * With `flush`, one probe at a time: a probe is flush → first run → second run, and another
+   * probe's flush in between would empty the cache its second run needs (cold↔cold, no evidence).
+   */
+  private probeChain: Promise<void> = Promise.resolve();
+
   private async process(job: Job): Promise<void> {
+    const plan = this.repeatPlan();
+    if (!plan?.flush) return this.run(job, plan);
+    const previous = this.probeChain;
+    let release!: () => void;
+    this.probeChain = new Promise<void>((resolve) => (release = resolve));
+    await previous;
+    try {
+      await this.run(job, plan);
+    } finally {
+      release();
+    }
+  }
+
+  private async run(job: Job, plan: { backends: Backend[]; flush: boolean } | null): Promise<void> {
     const { metrics, config } = this.deps;
     const targets = this.targets(job);
-    const plan = this.repeatPlan();
     const flushErrors = new Map<Backend, string>();
     if (plan?.flush) {
       for (const b of plan.backends) {
@@ -368,13 +387,16 @@ export class Mirror {
     // The runs' own positions (cold vs warm): what the probe measures, and what the floor may learn.
     const shifts = c.positions.map((p) => p.shift);
     for (const s of shifts) if (s !== null && s !== undefined) h.observe({ backend: rp.backend }, s);
-    if (c.verdict !== 'incomparable' && c.comparable > 0) {
+    // Only a cold→warm pair says anything about the cache path (as far as the engine tells): a
+    // first run that reused a prefix, or a second that found it evicted, is not seen by the alert.
+    const probe = probeShape(rp.cached) === 'cold_warm';
+    if (probe && c.verdict !== 'incomparable' && c.comparable > 0) {
       this.advanceSelf(rp.backend, observeSelf(this.selfDetectors[rp.backend], { ...selfEvidence(c), noiseFloor: floor, requestId: job.id }, config.alert, this.now(), rp.backend));
     }
     // The floor learns from the trusted side only: the baseline's repeats, or (baseline-free) the
     // candidate's when both runs were cold — never the candidate's warm-vs-cold disagreement,
     // which is what a cache bug looks like.
-    const trusted = rp.backend === 'baseline';
+    const trusted = rp.backend === 'baseline' || (this.baselinePool === null && bothCold(rp.cached, rp.flushed));
     this.calibration.add(rp.backend, shifts.filter((s): s is number => typeof s === 'number'), { trusted });
     this.publishCalibration(rp.backend);
   }

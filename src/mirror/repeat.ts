@@ -1,5 +1,5 @@
 import { compare, forcedStats, notScored, parseResponse, withScoring, type Comparison, type ParsedResponse, type ScoredBlock, type Thresholds } from '../core/index.js';
-import { selfVerdict, type SelfVerdict } from '../core/self.js';
+import { repeatCache, selfVerdict, type RepeatCache, type SelfVerdict } from '../core/self.js';
 import type { ScoringTarget } from '../scoring/http.js';
 import type { PromptSource } from '../scoring/profile.js';
 import type { Backend, Scorer } from '../scoring/score.js';
@@ -21,6 +21,12 @@ export interface RepeatPair {
   flushError?: string;
   /** The second run. */
   second: BackendResult;
+  /**
+   * The prompt tokens each run took from the cache, as the engine reports them (null: it does
+   * not): what the pair really probed (core/self.ts `probeShape`). A first run that reused a
+   * prefix or a second run that found none is no cold→warm probe, and the self alert skips it.
+   */
+  cached: RepeatCache;
   /** The comparison of the two runs (second vs first), or null when a run failed. */
   analysis: Comparison | null;
   verdict: SelfVerdict | null;
@@ -52,12 +58,12 @@ function failed(r: BackendResult): boolean {
 export async function repeatOnce(o: RepeatInput): Promise<RepeatPair> {
   const base = { backend: o.backend, flushed: o.flushed, ...(o.flushError ? { flushError: o.flushError } : {}) };
   const second = await o.send();
-  if (failed(o.first) || failed(second)) return { ...base, second, analysis: null, verdict: null };
+  if (failed(o.first) || failed(second)) return { ...base, second, cached: { first: null, second: null }, analysis: null, verdict: null };
   const p1 = parseResponse(o.first.body);
   const p2 = parseResponse(second.body);
   const free = compare(p2, p1, o.thresholds);
   const analysis = free.verdict === 'incomparable' ? free : await scoredSelf(o, free, p1);
-  return { ...base, second, analysis, verdict: selfVerdict(analysis) };
+  return { ...base, second, cached: repeatCache(o.first.body, second.body), analysis, verdict: selfVerdict(analysis) };
 }
 
 /**

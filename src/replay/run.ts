@@ -12,6 +12,7 @@ import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js
 import type { ScoringTarget } from '../scoring/http.js';
 import { analyzePair, type PairResult } from '../report/pair.js';
 import { repeatOnce } from '../mirror/repeat.js';
+import { probeShape } from '../core/self.js';
 import type { Summary } from '../report/summary.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
 import { toReplayItem, type ReplayItem } from './input.js';
@@ -110,7 +111,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
     const pair: MirroredPair = { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, request, clientHeaders: {}, candidate: cand, baseline: null, outcome, analysis: null, noiseFloor: o.thresholds.noiseFloor, repeats: [rp] };
     o.writer.write(pair);
     const result: PairResult = { outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };
-    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, repeats: [{ backend: 'candidate', flushed: false, comparison: rp.analysis, verdict: rp.verdict }] });
+    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, repeats: [{ backend: 'candidate', flushed: false, probe: probeShape(rp.cached), comparison: rp.analysis, verdict: rp.verdict }] });
     o.onPair?.(++done);
   };
 

@@ -1,6 +1,6 @@
 import { compare, parseResponse, recount, withScoring, type Comparison, type Health, type ParsedResponse, type PromptBlock, type ScoredBlock, type Thresholds } from '../core/index.js';
 import type { MirrorOutcome } from '../mirror/types.js';
-import { selfVerdict, type SelfVerdict } from '../core/self.js';
+import { probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
 
 /** What a backend answered, as far as the comparison is concerned (a capture side or a live result). */
 export interface SideAnswer {
@@ -49,13 +49,15 @@ export function analyzePair(candidate: SideAnswer, baseline: SideAnswer, thresho
 export interface RepeatResult {
   backend: 'candidate' | 'baseline';
   flushed: boolean;
+  /** What the pair probed, as the engine reported its cache hits (only cold_warm is seen by the self alert). */
+  probe: ProbeShape;
   comparison: Comparison | null;
   verdict: SelfVerdict | null;
 }
 
 /** Re-analyses a captured repeat probe: second run vs first (the record's side of that backend). */
-export function analyzeRepeat(first: SideAnswer | null, r: { backend: 'candidate' | 'baseline'; flushed: boolean; second: SideAnswer; analysis?: CapturedScoring | null }, t: Thresholds): RepeatResult {
-  const base = { backend: r.backend, flushed: r.flushed };
+export function analyzeRepeat(first: SideAnswer | null, r: { backend: 'candidate' | 'baseline'; flushed: boolean; second: SideAnswer & { body?: unknown }; analysis?: CapturedScoring | null }, t: Thresholds): RepeatResult {
+  const base = { backend: r.backend, flushed: r.flushed, probe: probeShape(repeatCache(first?.body, r.second.body)) };
   if (first === null || failed(first) || failed(r.second)) return { ...base, comparison: null, verdict: null };
   const free = compare(parseResponse(r.second.body), parseResponse(first.body), t);
   const comparison = r.analysis?.scored && free.verdict !== 'incomparable' ? rescored(free, { scored: r.analysis.scored, prompt: null }, t) : free;

@@ -64,7 +64,7 @@ export interface SummaryData {
   /** Pairs without a baseline (baseline-free mode): only their repeats say anything. */
   baselineFree: number;
   /** Repeat probes per backend: self verdicts, the shift between the runs, and how many had their first run cold for sure. */
-  repeats: Array<{ backend: 'candidate' | 'baseline'; pairs: number; flushed: number; verdicts: Record<SelfVerdict, number>; positionShift: HistogramData }>;
+  repeats: Array<{ backend: 'candidate' | 'baseline'; pairs: number; flushed: number; notCold: number; notWarm: number; verdicts: Record<SelfVerdict, number>; positionShift: HistogramData }>;
   /** Teacher-forced scoring: pairs by outcome (pairs that needed none are not counted), the most frequent reasons, and the loci found. */
   scoring: {
     outcomes: Record<ScoringOutcome, number>;
@@ -131,7 +131,7 @@ export class Summary {
   private promptPairs = 0;
   private promptShifted = 0;
   private baselineFree = 0;
-  private readonly selfStats = new Map<'candidate' | 'baseline', { pairs: number; flushed: number; verdicts: Record<SelfVerdict, number>; shift: Histogram; detector: DetectorState }>();
+  private readonly selfStats = new Map<'candidate' | 'baseline', { pairs: number; flushed: number; notCold: number; notWarm: number; verdicts: Record<SelfVerdict, number>; shift: Histogram; detector: DetectorState }>();
 
   constructor(private readonly options: SummaryOptions = {}) {
     this.strips = new StripSelector(options.worst ?? 100, options.sample ?? 400);
@@ -195,17 +195,19 @@ export class Summary {
   private addRepeat(n: number, e: SummaryEntry, r: RepeatResult): void {
     let s = this.selfStats.get(r.backend);
     if (!s) {
-      s = { pairs: 0, flushed: 0, verdicts: Object.fromEntries(SELF_VERDICTS.map((v) => [v, 0])) as Record<SelfVerdict, number>, shift: new Histogram(logEdges(-6, 2, 10)), detector: initialDetectorState() };
+      s = { pairs: 0, flushed: 0, notCold: 0, notWarm: 0, verdicts: Object.fromEntries(SELF_VERDICTS.map((v) => [v, 0])) as Record<SelfVerdict, number>, shift: new Histogram(logEdges(-6, 2, 10)), detector: initialDetectorState() };
       this.selfStats.set(r.backend, s);
     }
     s.pairs++;
     if (r.flushed) s.flushed++;
+    if (r.probe === 'not_cold') s.notCold++;
+    if (r.probe === 'not_warm') s.notWarm++;
     const c = r.comparison;
     if (c === null || r.verdict === null) return;
     s.verdicts[r.verdict]++;
     for (const p of c.positions) if (p.shift !== null) s.shift.add(p.shift);
     const cfg = this.options.alert;
-    if (cfg && c.comparable > 0 && !this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === r.backend)) {
+    if (cfg && r.probe === 'cold_warm' && c.comparable > 0 && !this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === r.backend)) {
       const o = observeSelf(s.detector, { ...selfEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id }, { ...cfg, forSeconds: 0 }, n, r.backend);
       s.detector = o.state;
       for (const t of o.transitions) if (t.to === 'firing') this.alerts.push({ alert: t.alert, backend: r.backend, atPair: n, pooledShare: pooledShare(o.state), cusum: o.state.cusum });
@@ -278,7 +280,7 @@ export class Summary {
       flips: { ambiguous: this.flipGap.ambiguous.toJSON(), gray: this.flipGap.gray.toJSON(), systematic: this.flipGap.systematic.toJSON(), lowerBound: this.lowerBound },
       alerts: [...this.alerts],
       baselineFree: this.baselineFree,
-      repeats: [...this.selfStats].map(([backend, s]) => ({ backend, pairs: s.pairs, flushed: s.flushed, verdicts: { ...s.verdicts }, positionShift: s.shift.toJSON() })),
+      repeats: [...this.selfStats].map(([backend, s]) => ({ backend, pairs: s.pairs, flushed: s.flushed, notCold: s.notCold, notWarm: s.notWarm, verdicts: { ...s.verdicts }, positionShift: s.shift.toJSON() })),
       scoring: {
         outcomes: { ...this.scoringOutcomes },
         reasons: [...this.reasons].sort((a, b) => b[1] - a[1]).slice(0, 5).map(([reason, count]) => ({ reason, count })),

@@ -117,7 +117,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   if (d.baselineFree > 0) out.push('', `baseline-free: ${int(d.baselineFree)} pairs had no baseline; their repeats below are the comparison`);
   for (const r of d.repeats) {
     const mix = SELF_VERDICTS.filter((v) => r.verdicts[v] > 0).map((v) => `${v} ${int(r.verdicts[v])}`).join(', ') || 'none compared';
-    out.push('', `repeats on the ${r.backend} (the same request twice: cold, then warm from its cache): ${int(r.pairs)} pairs, ${int(r.flushed)} with the cache emptied first; ${mix}`);
+    out.push('', `repeats on the ${r.backend} (the same request twice: cold, then warm from its cache): ${int(r.pairs)} pairs, ${int(r.flushed)} with the cache emptied first${r.notCold > 0 ? `, ${int(r.notCold)} whose first run already reused a cached prefix (warm↔warm)` : ''}${r.notWarm > 0 ? `, ${int(r.notWarm)} whose second run found its prefix evicted (cold↔cold)` : ''}${r.notCold + r.notWarm > 0 ? ' — the engine said so; the alert counts only cold→warm pairs' : ''}; ${mix}`);
     if (r.positionShift.n > 0) out.push(`  shift between the runs (${int(r.positionShift.n)} positions): ${quantiles(r.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
     if (r.verdicts.self_inconsistent > 0) out.push(`  self_inconsistent: the ${r.backend} disagrees with itself between a cold and a warm run: suspect the cache path — compare the state where it is written, in the medium and where it is read back`);
   }

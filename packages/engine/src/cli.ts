@@ -33,6 +33,7 @@ interface EngineOptions {
   localShiftRate?: string;
   decodeShift?: string;
   cacheHitShift?: string;
+  cacheSlots?: string;
   tokenizerSplit?: boolean;
   api: string;
   prefixCache?: string;
@@ -131,6 +132,7 @@ function simModel(opts: EngineOptions, modelFaults: string[]): EngineModel {
     cacheHitShift: knob('--cache-hit-shift', opts.cacheHitShift),
     tokenizerSplit: opts.tokenizerSplit ?? false,
     ...(opts.modelId ? { id: opts.modelId } : {}),
+    ...(opts.cacheSlots !== undefined ? { cacheSlots: knob('--cache-slots', opts.cacheSlots, { min: 1, max: 4096, integer: true }) } : {}),
   });
 }
 
@@ -176,6 +178,7 @@ function engineProgram(setExit: (code: number) => void): Command {
     .option('--tokenizer-split', 'sim: same text, other tokens (single bytes)')
     .option('--api <api>', `the engine to pretend to be: ${ENGINE_APIS.join(', ')}`, 'logprobe')
     .option('--prefix-cache <on|off>', 'keep the previous request\'s tokens and reuse their state (default: on for vllm, sglang, llamacpp)')
+    .option('--cache-slots <n>', 'sim: prefixes the cache keeps, least recently used evicted (default 1: the previous request only)')
     .option('--dev-mode', 'vllm: serve POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 does the same)')
     .option('--slot-save-path <dir>', 'llamacpp: enable the /slots actions (erase drops the prefix cache)')
     .option('--enable-prompt-tokens-details', 'vllm: report usage.prompt_tokens_details.cached_tokens')

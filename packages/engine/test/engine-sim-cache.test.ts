@@ -57,3 +57,16 @@ test('cacheHitShift: cold equals a clean engine, warm moves everywhere; prompt l
     off.dists.forEach((d, i) => assert.deepEqual(bits(d), bits(ref.dists[i]!), 'no cache: clean'));
   }
 });
+
+test('cacheSlots: several prefixes kept, the least recently used evicted; flush empties them all', async () => {
+  const model = createSimModel({ seed: 3, cacheSlots: 2 });
+  const [a, b, c] = ['Alpha is the first prompt here', 'Beta is the second prompt here', 'Gamma is the third prompt here'].map((t) => model.tokenize(t));
+  await request(model, a!, 2, { cache: CACHE });
+  await request(model, b!, 2, { cache: CACHE });
+  assert.equal((await request(model, a!, 2, { cache: CACHE })).state?.reused, a!.length - 1, 'a is still kept beside b');
+  await request(model, c!, 2, { cache: CACHE }); // evicts b, the least recently used
+  assert.equal((await request(model, b!, 1, { cache: CACHE })).state?.reused, 0, 'b was evicted');
+  assert.ok(((await model.flushCache?.()) ?? 0) > 0);
+  assert.equal((await request(model, a!, 1, { cache: CACHE })).state?.reused, 0, 'flush emptied every slot');
+  assert.throws(() => createSimModel({ cacheSlots: 0 }), /cacheSlots must be an integer ≥ 1/);
+});

@@ -58,14 +58,19 @@ export interface DemoEngineApi {
   readonly api?: EngineApi;
   /** The prefix cache (default: the API's; on when the fault shows only on cache hits). */
   readonly prefixCache?: boolean;
+  /** Sim: prefixes each engine's cache keeps (a real engine keeps many; default 1). */
+  readonly cacheSlots?: number;
+  /** llamacpp: llama-server's `--slot-save-path` (the slot actions, so the proxy may empty the cache). */
+  readonly slotSavePath?: string;
 }
 
 /** Starts two simulated engines in this process: a clean baseline and a candidate with the fault. */
 export async function startSimEngines(fault: SimDemoFault, seed = 7, label?: string, engine: DemoEngineApi = {}): Promise<DemoEngines> {
   const prefixCache = engine.prefixCache ?? (fault === 'cache-hit' ? true : undefined);
-  const common = { concurrency: 0, ...(engine.api ? { api: engine.api } : {}), ...(prefixCache !== undefined ? { prefixCache } : {}) };
-  const baseline: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-baseline' }), ...common });
-  const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault) }), ...common });
+  const common = { concurrency: 0, ...(engine.api ? { api: engine.api } : {}), ...(prefixCache !== undefined ? { prefixCache } : {}), ...(engine.slotSavePath ? { slotSavePath: engine.slotSavePath } : {}) };
+  const slots = engine.cacheSlots !== undefined ? { cacheSlots: engine.cacheSlots } : {};
+  const baseline: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-baseline', ...slots }), ...common });
+  const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault), ...slots }), ...common });
   return {
     engine: 'sim',
     kind: 'simulated engines (seeded toy language model, in this process)',
@@ -107,6 +112,7 @@ export async function startLlamaEngines(options: LlamaEnginesOptions): Promise<D
     ...(options.env ? { env: options.env } : {}),
     ...(e.api ? { api: e.api } : {}),
     ...(e.prefixCache !== undefined ? { prefixCache: e.prefixCache } : {}),
+    ...(e.slotSavePath ? { args: ['--slot-save-path', e.slotSavePath] } : {}),
   };
   const started = await Promise.allSettled([
     spawnLlamaEngine({ ...common, fault: null }),
@@ -162,7 +168,7 @@ export async function chooseEngines(options: ChooseEnginesOptions): Promise<Demo
   const simLabel = faultLabel(plan.sim, plan.requested);
   // A fault that shows only on cache hits needs both engines to keep the previous request's prefix.
   const prefixCache = options.engine?.prefixCache ?? (needsPrefixCache(plan) ? true : undefined);
-  const api: DemoEngineApi = { ...(options.engine?.api ? { api: options.engine.api } : {}), ...(prefixCache !== undefined ? { prefixCache } : {}) };
+  const api: DemoEngineApi = { ...options.engine, ...(prefixCache !== undefined ? { prefixCache } : {}) };
   if (choice === 'sim') return startSimEngines(plan.sim, undefined, simLabel, api);
   if (plan.llama === null) {
     if (choice === 'llama') throw new EngineStartError(`fault '${plan.requested}' exists only on the simulated engines`, '');

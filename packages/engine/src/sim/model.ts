@@ -40,6 +40,11 @@ export interface SimOptions {
   tokenizerSplit?: boolean;
   /** The id reported by `/v1/models` and in responses. Default `logprobe-sim`. */
   id?: string;
+  /**
+   * Prefixes the prefix cache keeps (least recently used evicted), as vLLM's and SGLang's caches
+   * keep many; 1 (the default) is llama-server with `-np 1`: the previous request's only.
+   */
+  cacheSlots?: number;
 }
 
 /** The simulated model: an `EngineModel` plus the options it was built with. */
@@ -159,6 +164,11 @@ class SimSequence implements ModelSequence {
  * next-token logits depend on the seed, the prompt and the tokens generated so far, with knobs for
  * run-to-run noise and for the bugs logprobe must detect.
  */
+/** `prompt` starts with all of `cells`: a request that only extends a cached entry. */
+function extends_(cells: readonly number[], prompt: readonly number[]): boolean {
+  return cells.length <= prompt.length && cells.every((c, i) => prompt[i] === c);
+}
+
 export function createSimModel(options: SimOptions = {}): SimModel {
   const resolved: Required<SimOptions> = {
     seed: options.seed ?? 0,
@@ -170,7 +180,9 @@ export function createSimModel(options: SimOptions = {}): SimModel {
     cacheHitShift: options.cacheHitShift ?? 0,
     tokenizerSplit: options.tokenizerSplit ?? false,
     id: options.id ?? 'logprobe-sim',
+    cacheSlots: options.cacheSlots ?? 1,
   };
+  if (!Number.isInteger(resolved.cacheSlots) || resolved.cacheSlots < 1) throw new RangeError(`sim option cacheSlots must be an integer ≥ 1, got ${resolved.cacheSlots}`);
   if (!Number.isInteger(resolved.seed)) throw new RangeError(`sim option seed must be an integer, got ${resolved.seed}`);
   checkKnob('noise', resolved.noise);
   checkKnob('stateShift', resolved.stateShift);
@@ -183,30 +195,52 @@ export function createSimModel(options: SimOptions = {}): SimModel {
   const decodeVec = core.faultVector('decode');
   const cacheHitVec = core.faultVector('cache-hit');
   const split = resolved.tokenizerSplit;
-  const slot: SimSlot = { cells: [], corrupt: false };
+  // Most recently used first.
+  const slots: SimSlot[] = [];
 
   const startBase = (prompt: readonly number[], o: StartOptions): ModelSequence => {
-    const reused = reusable(slot.cells, prompt, o.cache, o.promptLogprobsFrom === undefined ? Infinity : o.promptLogprobsFrom - 1);
+    const logitsFrom = o.promptLogprobsFrom === undefined ? Infinity : o.promptLogprobsFrom - 1;
+    let best = -1;
+    let reused = 0;
+    slots.forEach((s, i) => {
+      const n = reusable(s.cells, prompt, o.cache, logitsFrom);
+      if (n > reused) [best, reused] = [i, n];
+    });
     const warm = reused > 0;
+    const hit = best >= 0 ? (slots[best] as SimSlot) : null;
     // What a reused prefix brings: a decode state corrupted after an earlier prefill, or a
     // wrong restore. Positions computed on it move; a cold request's prefill is clean.
-    const restored = plus(warm && slot.corrupt ? decodeVec : null, warm ? cacheHitVec : null);
+    const restored = plus(warm && hit!.corrupt ? decodeVec : null, warm ? cacheHitVec : null);
+    let slot: SimSlot | null = null;
+    if (o.cache?.write) {
+      // One slot (llama-server): the slot it reused, overwritten. Several (a radix or block cache,
+      // as vLLM's and SGLang's): the entry it extends, or a new one beside the prefix it shared
+      // (which stays for the requests that share it); the least recently used evicted.
+      if (hit && (resolved.cacheSlots === 1 || extends_(hit.cells, prompt))) {
+        slots.splice(best, 1);
+        slot = hit;
+      } else {
+        if (hit) slots.unshift(...slots.splice(best, 1));
+        if (slots.length >= resolved.cacheSlots) slots.pop();
+        slot = { cells: [], corrupt: false };
+      }
+      slots.unshift(slot);
+    } else if (slots.length > 0 && resolved.cacheSlots === 1) {
+      // A request that keeps nothing empties the one slot (llama-server's cache_prompt: false).
+      slots.length = 0;
+    }
     const run: SimRun = {
       prompt: restored,
       first: restored,
       later: plus(decodeVec, warm ? cacheHitVec : null),
       from: o.promptLogprobsFrom ?? 1,
       reused,
-      slot: o.cache?.write ? slot : null,
+      slot,
     };
     const seq = new SimSequence(core, prompt, o.requestSeed, run);
-    if (o.cache?.write) {
+    if (slot) {
       slot.cells = [...prompt];
       slot.corrupt = decodeVec !== null;
-    } else if (slot.cells.length > 0) {
-      // A request that keeps nothing empties the slot (llama-server's cache_prompt: false).
-      slot.cells = [];
-      slot.corrupt = false;
     }
     return seq;
   };
@@ -233,9 +267,8 @@ export function createSimModel(options: SimOptions = {}): SimModel {
       return Promise.resolve(new SplitSequence(startBase(canonical, { requestSeed: o.requestSeed })));
     },
     flushCache: () => {
-      const n = slot.cells.length;
-      slot.cells = [];
-      slot.corrupt = false;
+      const n = slots.reduce((sum, s) => sum + s.cells.length, 0);
+      slots.length = 0;
       return n;
     },
   };

@@ -1,0 +1,59 @@
+/**
+ * `logprobe demo --fault cache-hit` on the simulated engines (issue #16): one engine alone
+ * (`--baseline none`) probes itself cold then warm and fires LogprobSelfInconsistency; the
+ * captures land in a run folder the closing block names, and the commands it prints run as
+ * printed. Runs the built CLI (`npm test` builds first).
+ */
+import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { test } from 'node:test';
+import { tempDir } from './helpers/capture.js';
+import { runCli } from './helpers/cli.js';
+
+test('demo --fault cache-hit --baseline none: one engine, every request twice, LogprobSelfInconsistency; the next steps run on its captures', async (t) => {
+  const root = tempDir(t, 'logprobe-demo-');
+  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'cache-hit', '--baseline', 'none', '--duration', '14', '--port', '0', '--admin-port', '0', '--captures', root], { timeoutMs: 90_000 });
+  assert.equal(code, 0, stderr);
+  assert.match(stdout, /^ {2}baseline {2}none: the candidate against itself/m);
+  assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency at mirrored request \d+ .* the candidate disagrees with itself between a cold and a warm run/m);
+  const lines = stdout.split('\n').filter((l) => /^# +\d+ /.test(l));
+  assert.ok(lines.length > 0 && lines.every((l) => /candidate (self_inconsistent|identical)/.test(l)), 'each printed line says what the repeat found');
+  const done = /^done \(simulated engines\): (\d+) client requests, (\d+) mirrored; verdicts (\{.*\}); alerts (.*)$/m.exec(stdout);
+  assert.ok(done, stdout);
+  const verdicts = JSON.parse(done[3]!) as Record<string, number>;
+  const inconsistent = verdicts['candidate self_inconsistent'] ?? 0;
+  assert.ok(inconsistent / Number(done[2]) >= 0.9, `self_inconsistent on ${inconsistent} of ${done[2]} repeat pairs`);
+  assert.match(done[4]!, /LogprobSelfInconsistency \(candidate\) firing/);
+  assert.doesNotMatch(done[4]!, /LogprobGlobalShift/, 'no pair without a baseline');
+  // The run's own folder, named in the banner and in the closing block.
+  const [run] = readdirSync(root);
+  assert.match(run ?? '', /^run-\d{8}-\d{6}$/);
+  const dir = `${root}/${run}`;
+  assert.ok(stdout.includes(`  captures  ${dir}`));
+  const analyze = new RegExp(`^ {2}npx logprobe (analyze ${dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} --html demo-report\\.html)`, 'm').exec(stdout);
+  assert.ok(analyze, 'the closing block prints the analyze command');
+  const html = `${root}/report.html`;
+  const report = await runCli(['analyze', dir, '--html', html]);
+  assert.equal(report.code, 0, report.stderr);
+  assert.match(report.stdout, /repeats on the candidate \(the same request twice: cold, then warm from its cache\): \d+ pairs, \d+ with the cache emptied first.*self_inconsistent \d+/);
+  assert.match(report.stdout, /LogprobSelfInconsistency \(candidate\) would fire/);
+});
+
+test('demo --fault cache-hit with the baseline: the same prompt sometimes matches (cold) and sometimes not (warm); both alerts fire', async (t) => {
+  const root = tempDir(t, 'logprobe-demo-');
+  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'cache-hit', '--duration', '40', '--port', '0', '--admin-port', '0', '--captures', root], { timeoutMs: 120_000 });
+  assert.equal(code, 0, stderr);
+  assert.match(stdout, /^ {2}repeats {3}1 in 5 mirrored requests once more to each backend/m);
+  assert.match(stdout, /^#.*_shift .*\(this prompt before: identical/m, 'a prompt that matched before is shifted now');
+  assert.match(stdout, /^#.*identical .*\(this prompt before: (global|early)_shift/m, 'and one that was shifted matches again');
+  assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency/m);
+  assert.match(stdout, /^▲ ALERT FIRING {2}LogprobGlobalShift/m);
+  assert.match(stdout, /^done .*"baseline identical":\d+/m);
+  assert.doesNotMatch(stdout, /"baseline self_inconsistent"/, 'the clean baseline agrees with itself');
+});
+
+test('demo --baseline takes only none', async () => {
+  const r = await runCli(['demo', '--baseline', 'http://127.0.0.1:1']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /^logprobe: --baseline: the demo runs its own baseline; only 'none' \(no baseline\) can be given, got 'http:\/\/127\.0\.0\.1:1'\n$/);
+});
