@@ -9,7 +9,6 @@
 import { compare, parseResponse, DEFAULT_THRESHOLDS, type ParsedResponse } from '../src/core/index.js';
 import { mulberry32 } from '../src/core/random.js';
 
-
 /** A chat body with `n` tokens and `k` alternatives per step; `shift` moves every value. */
 function body(n: number, k: number, seed: number, shift: number): string {
   const r = mulberry32(seed);
@@ -72,7 +71,7 @@ for (const k of [5, 20]) {
         `${n} tok`.padStart(9),
         `${(tokPerSec / 1e6).toFixed(2)} M aligned tok/s`.padStart(22),
         `${(cmp.perCall * 1000).toFixed(1)} µs/compare`.padStart(18),
-        `parse ${(parse.perCall * 1000).toFixed(1)} µs/body (${((n / (parse.perCall / 1000)) / 1e6).toFixed(2)} M tok/s)`.padStart(36),
+        `parse ${(parse.perCall * 1000).toFixed(1)} µs/body (${(n / (parse.perCall / 1000) / 1e6).toFixed(2)} M tok/s)`.padStart(36),
       ].join('  '),
     );
   }

@@ -35,7 +35,8 @@ const DEFAULT_FLOOR: ConfigInput = {};
 /** Calibration on; repeats on a deterministic engine are bitwise equal, so the floor is `minFloor`. */
 const calibrated = (minFloor: number): ConfigInput => ({ analysis: { noiseFloor: 'auto' }, calibration: { rate: 0.25, margin: 3, minSamples: 5, minFloor } });
 
-const DEFAULT_FAULTS = 'none;batch:8;flash-attention;weights:f16;kv:q8_0;weight-noise:0.01;kv:q4_0;drop-prompt-token:3;zero-layer:1;flash-attention@auto;weights:f16@auto;kv:q8_0@auto;weight-noise:0.01@auto';
+const DEFAULT_FAULTS =
+  'none;batch:8;flash-attention;weights:f16;kv:q8_0;weight-noise:0.01;kv:q4_0;drop-prompt-token:3;zero-layer:1;flash-attention@auto;weights:f16@auto;kv:q8_0@auto;weight-noise:0.01@auto';
 
 const { values } = parseArgs({
   options: {
@@ -149,7 +150,7 @@ const ORDER = ['identical', 'noise', 'local_shift', 'global_shift', 'early_shift
 
 function line(r: Row): string {
   const mix = [...r.verdicts.entries()]
-    .sort(([a], [b]) => (ORDER.indexOf(a) + 99) % 99 - ((ORDER.indexOf(b) + 99) % 99))
+    .sort(([a], [b]) => ((ORDER.indexOf(a) + 99) % 99) - ((ORDER.indexOf(b) + 99) % 99))
     .map(([k, v]) => `${k} ${v}`)
     .join(', ');
   const f = r.flips;

@@ -65,7 +65,11 @@ export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize:
   if (off && nginx) {
     const rj = ratio(off.json, nginx.json);
     const rs = ratio(off.sse, nginx.sse);
-    out.push({ target: 'mirroring off: ≥ 0.9× nginx throughput', met: rj >= 0.9 && (!Number.isFinite(rs) || rs >= 0.9), detail: `JSON ${rj.toFixed(2)}×, SSE ${Number.isFinite(rs) ? `${rs.toFixed(2)}×` : '–'}` });
+    out.push({
+      target: 'mirroring off: ≥ 0.9× nginx throughput',
+      met: rj >= 0.9 && (!Number.isFinite(rs) || rs >= 0.9),
+      detail: `JSON ${rj.toFixed(2)}×, SSE ${Number.isFinite(rs) ? `${rs.toFixed(2)}×` : '–'}`,
+    });
   } else out.push({ target: 'mirroring off: ≥ 0.9× nginx throughput', met: null, detail: 'nginx not measured' });
   if (off && direct && Number.isFinite(off.p99)) {
     const added = off.p99 - direct.p99;
@@ -108,12 +112,20 @@ export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize:
     ];
     for (const [name, k] of higher) if (Number.isFinite(portkey[k] as number) && !((off[k] as number) > (portkey[k] as number))) behind.push(name);
     for (const [name, k] of lower) if (Number.isFinite(portkey[k] as number) && !((off[k] as number) < (portkey[k] as number))) behind.push(name);
-    out.push({ target: 'ahead of @portkey-ai/gateway on every figure', met: behind.length === 0, detail: behind.length === 0 ? 'on all of throughput, latency, TTFB, inter-chunk, RSS' : `behind on ${behind.join(', ')}` });
+    out.push({
+      target: 'ahead of @portkey-ai/gateway on every figure',
+      met: behind.length === 0,
+      detail: behind.length === 0 ? 'on all of throughput, latency, TTFB, inter-chunk, RSS' : `behind on ${behind.join(', ')}`,
+    });
   } else out.push({ target: 'ahead of @portkey-ai/gateway on every figure', met: null, detail: 'portkey not measured' });
   const top5 = core.filter((c) => c.k === 5);
   if (top5.length > 0) {
     const worst = Math.min(...top5.map((c) => c.mtps));
-    out.push({ target: `≥ ${CORE_TARGET_MTPS} M aligned tokens/s in the core (top-5)`, met: worst >= CORE_TARGET_MTPS, detail: top5.map((c) => `${c.tokens} tok ${c.mtps.toFixed(2)} M/s`).join(', ') });
+    out.push({
+      target: `≥ ${CORE_TARGET_MTPS} M aligned tokens/s in the core (top-5)`,
+      met: worst >= CORE_TARGET_MTPS,
+      detail: top5.map((c) => `${c.tokens} tok ${c.mtps.toFixed(2)} M/s`).join(', '),
+    });
   }
   if (on) {
     const full = on.queueDepthMax >= queueSize || on.dropped > 0;

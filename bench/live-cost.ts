@@ -68,8 +68,12 @@ async function workerShare(): Promise<void> {
   const nextMs = timeIt(2000, () => (next = feed.snapshot(2049, Date.now())));
   feed.close();
   const positions = analysis.positions.length;
-  console.log(`worker, per pair (${positions} compared positions, top-5): parse + compare ${mirrorMs.toFixed(3)} ms (the mirror's own); the live strip ${stripMs.toFixed(3)} ms (${((100 * stripMs) / mirrorMs).toFixed(0)}% of that)`);
-  console.log(`worker, per poll: the first (${LIVE_PAIRS} pairs) ${firstMs.toFixed(2)} ms, ${(first.length / 1024).toFixed(0)} KB; later ones (one new pair) ${nextMs.toFixed(3)} ms, ${(next.length / 1024).toFixed(1)} KB`);
+  console.log(
+    `worker, per pair (${positions} compared positions, top-5): parse + compare ${mirrorMs.toFixed(3)} ms (the mirror's own); the live strip ${stripMs.toFixed(3)} ms (${((100 * stripMs) / mirrorMs).toFixed(0)}% of that)`,
+  );
+  console.log(
+    `worker, per poll: the first (${LIVE_PAIRS} pairs) ${firstMs.toFixed(2)} ms, ${(first.length / 1024).toFixed(0)} KB; later ones (one new pair) ${nextMs.toFixed(3)} ms, ${(next.length / 1024).toFixed(1)} KB`,
+  );
 }
 
 function autocannon(url: string, seconds: number): Promise<{ rps: number; p50: number; p99: number; errors: number }> {
@@ -99,7 +103,11 @@ async function clientPath(): Promise<void> {
   // 50 pairs of 64 tokens for the page to hold (a poll first: a page is open, strips are built).
   await (await request(`${lp.adminUrl}/ui/data`)).body.dump();
   for (let i = 0; i < 50; i++) {
-    const res = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: JSON.stringify({ ...CHAT, messages: [{ role: 'user', content: `Question ${i}: tell me about the printing press.` }] }), headers: { 'content-type': 'application/json', 'x-logprobe-mirror': '1' } });
+    const res = await request(`${lp.proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ ...CHAT, messages: [{ role: 'user', content: `Question ${i}: tell me about the printing press.` }] }),
+      headers: { 'content-type': 'application/json', 'x-logprobe-mirror': '1' },
+    });
     await res.body.dump();
   }
   await lp.runtime.mirror!.idle();

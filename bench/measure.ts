@@ -146,7 +146,9 @@ export async function measure(targets: Running[], plan: Plan, log: (s: string) =
         tr.gapP99.push(s.gap[1]);
         tr.errors += s.errors + s.non2xx;
         tr.requests += s.sent;
-        log(`  round ${r + 1} probe ${t.key.padEnd(18)} p50 ${p.latency[0]} µs p99 ${p.latency[1]} µs | sse ttfb p50 ${s.ttfb[0]} µs gap p50 ${s.gap[0]} µs p99 ${s.gap[1]} µs${p.errors + s.errors + p.non2xx + s.non2xx ? `  errors ${p.errors + s.errors + p.non2xx + s.non2xx}` : ''}`);
+        log(
+          `  round ${r + 1} probe ${t.key.padEnd(18)} p50 ${p.latency[0]} µs p99 ${p.latency[1]} µs | sse ttfb p50 ${s.ttfb[0]} µs gap p50 ${s.gap[0]} µs p99 ${s.gap[1]} µs${p.errors + s.errors + p.non2xx + s.non2xx ? `  errors ${p.errors + s.errors + p.non2xx + s.non2xx}` : ''}`,
+        );
       }
     }
   }

@@ -55,7 +55,17 @@ function run(spec: ProbeSpec): Promise<ProbeResult> {
       finished = true;
       agent.destroy();
       const us = (xs: number[], p: number) => Math.round(percentile(xs, p) * 1000);
-      resolve({ sent, ok, errors, non2xx, latency: [us(lat, 50), us(lat, 99)], ttfb: [us(ttfb, 50), us(ttfb, 99)], gap: [us(gap, 50), us(gap, 99)], gaps: gap.length, ...(spec.samples ? { samples: lat.map((x) => Math.round(x * 1000)) } : {}) });
+      resolve({
+        sent,
+        ok,
+        errors,
+        non2xx,
+        latency: [us(lat, 50), us(lat, 99)],
+        ttfb: [us(ttfb, 50), us(ttfb, 99)],
+        gap: [us(gap, 50), us(gap, 99)],
+        gaps: gap.length,
+        ...(spec.samples ? { samples: lat.map((x) => Math.round(x * 1000)) } : {}),
+      });
     };
     const one = (scheduled: number) => {
       sent++;
@@ -95,11 +105,14 @@ function run(spec: ProbeSpec): Promise<ProbeResult> {
     };
     tick();
     // Bounded: whatever has not answered 10 s after the last send counts as an error.
-    setTimeout(() => {
-      errors += pending;
-      pending = 0;
-      finish();
-    }, spec.seconds * 1000 + 10_000).unref();
+    setTimeout(
+      () => {
+        errors += pending;
+        pending = 0;
+        finish();
+      },
+      spec.seconds * 1000 + 10_000,
+    ).unref();
   });
 }
 

@@ -25,17 +25,29 @@ export function quickLines(s: Map<string, Summary>, engine: Map<string, Summary>
   if (lp) {
     lines.push(`throughput json  c=32    logprobe ${fmt(lp.json, 0)} req/s = ${rel(lp.json, 'json')}`);
     lines.push(`throughput sse   c=32    logprobe ${fmt(lp.sse, 0)} req/s = ${rel(lp.sse, 'sse')}`);
-    lines.push(`latency json     p50/p99 logprobe ${msu(lp.p50)}/${msu(lp.p99)} ms, added vs direct ${added(lp.p50, d?.p50 ?? NaN)}/${added(lp.p99, d?.p99 ?? NaN)} ms (nginx ${added(n?.p50 ?? NaN, d?.p50 ?? NaN)}/${added(n?.p99 ?? NaN, d?.p99 ?? NaN)})`);
-    lines.push(`sse ttfb         p50/p99 logprobe ${msu(lp.ttfb50)}/${msu(lp.ttfb99)} ms, added vs direct ${added(lp.ttfb50, d?.ttfb50 ?? NaN)}/${added(lp.ttfb99, d?.ttfb99 ?? NaN)} ms (nginx ${added(n?.ttfb50 ?? NaN, d?.ttfb50 ?? NaN)}/${added(n?.ttfb99 ?? NaN, d?.ttfb99 ?? NaN)})`);
-    lines.push(`sse inter-chunk  p50/p99 logprobe ${msu(lp.gap50)}/${msu(lp.gap99)} ms, added vs direct ${added(lp.gap50, d?.gap50 ?? NaN)}/${added(lp.gap99, d?.gap99 ?? NaN)} ms (nginx ${added(n?.gap50 ?? NaN, d?.gap50 ?? NaN)}/${added(n?.gap99 ?? NaN, d?.gap99 ?? NaN)})`);
-    lines.push(`rss peak                 logprobe ${fmt(lp.peakMB, 0)} MB, sampleRate 1.0 ${fmt(on?.peakMB ?? NaN, 0)} MB, nginx ${fmt(n?.peakMB ?? NaN, 0)} MB${pk ? `, portkey ${fmt(pk.peakMB, 0)} MB` : ''}`);
+    lines.push(
+      `latency json     p50/p99 logprobe ${msu(lp.p50)}/${msu(lp.p99)} ms, added vs direct ${added(lp.p50, d?.p50 ?? NaN)}/${added(lp.p99, d?.p99 ?? NaN)} ms (nginx ${added(n?.p50 ?? NaN, d?.p50 ?? NaN)}/${added(n?.p99 ?? NaN, d?.p99 ?? NaN)})`,
+    );
+    lines.push(
+      `sse ttfb         p50/p99 logprobe ${msu(lp.ttfb50)}/${msu(lp.ttfb99)} ms, added vs direct ${added(lp.ttfb50, d?.ttfb50 ?? NaN)}/${added(lp.ttfb99, d?.ttfb99 ?? NaN)} ms (nginx ${added(n?.ttfb50 ?? NaN, d?.ttfb50 ?? NaN)}/${added(n?.ttfb99 ?? NaN, d?.ttfb99 ?? NaN)})`,
+    );
+    lines.push(
+      `sse inter-chunk  p50/p99 logprobe ${msu(lp.gap50)}/${msu(lp.gap99)} ms, added vs direct ${added(lp.gap50, d?.gap50 ?? NaN)}/${added(lp.gap99, d?.gap99 ?? NaN)} ms (nginx ${added(n?.gap50 ?? NaN, d?.gap50 ?? NaN)}/${added(n?.gap99 ?? NaN, d?.gap99 ?? NaN)})`,
+    );
+    lines.push(
+      `rss peak                 logprobe ${fmt(lp.peakMB, 0)} MB, sampleRate 1.0 ${fmt(on?.peakMB ?? NaN, 0)} MB, nginx ${fmt(n?.peakMB ?? NaN, 0)} MB${pk ? `, portkey ${fmt(pk.peakMB, 0)} MB` : ''}`,
+    );
   }
-  if (on && lp) lines.push(`mirror client p99        sampleRate 1.0 ${msu(on.p99)} ms vs 0: ${msu(lp.p99)} ms (${x(ratio(on.p99, lp.p99))})${ab ? `, paired and pooled ${x(ratio(ab.remote.pooled[1], ab.remote.pooled[0]))} (baseline stand-in sharing the CPUs ${x(ratio(ab.shared.pooled[1], ab.shared.pooled[0]))})` : ''}; mirror ${fmt(on.pairsPerSec, 0)} pairs compared/s, ${on.dropped} dropped`);
+  if (on && lp)
+    lines.push(
+      `mirror client p99        sampleRate 1.0 ${msu(on.p99)} ms vs 0: ${msu(lp.p99)} ms (${x(ratio(on.p99, lp.p99))})${ab ? `, paired and pooled ${x(ratio(ab.remote.pooled[1], ab.remote.pooled[0]))} (baseline stand-in sharing the CPUs ${x(ratio(ab.shared.pooled[1], ab.shared.pooled[0]))})` : ''}; mirror ${fmt(on.pairsPerSec, 0)} pairs compared/s, ${on.dropped} dropped`,
+    );
   if (engine) {
     const ed = engine.get('direct');
     const en = engine.get('nginx');
     const el = engine.get('logprobe-off');
-    if (el) lines.push(`engine json      c=32    logprobe ${fmt(el.json, 0)} req/s = ${x(ratio(el.json, ed?.json ?? NaN))} direct, ${x(ratio(el.json, en?.json ?? NaN))} nginx (simulated engine upstream)`);
+    if (el)
+      lines.push(`engine json      c=32    logprobe ${fmt(el.json, 0)} req/s = ${x(ratio(el.json, ed?.json ?? NaN))} direct, ${x(ratio(el.json, en?.json ?? NaN))} nginx (simulated engine upstream)`);
   }
   const top5 = core.filter((c) => c.k === 5);
   if (top5.length > 0) lines.push(`core compare     top-5   ${top5.map((c) => `${c.tokens} tok ${c.mtps.toFixed(2)} M aligned tok/s`).join(', ')}`);
@@ -73,7 +85,9 @@ export function renderResults(r: ReportInput): string {
   const out: string[] = [];
   out.push(`## Run of ${r.info.date.slice(0, 16).replace('T', ' ')} UTC`);
   out.push('');
-  out.push(`Machine: ${r.info.nproc} CPUs (${r.info.cpu}), ${r.info.memoryGB} GB, ${r.info.kernel}; load average at the start ${r.info.load} (shared machine). Versions: node ${v.node}, logprobe ${v.logprobe}, undici ${v.undici}, autocannon ${v.autocannon}, nginx ${v.nginx}, haproxy ${v.haproxy}, @portkey-ai/gateway ${v['@portkey-ai/gateway']}. The run took ${r.elapsed.toFixed(0)} s.`);
+  out.push(
+    `Machine: ${r.info.nproc} CPUs (${r.info.cpu}), ${r.info.memoryGB} GB, ${r.info.kernel}; load average at the start ${r.info.load} (shared machine). Versions: node ${v.node}, logprobe ${v.logprobe}, undici ${v.undici}, autocannon ${v.autocannon}, nginx ${v.nginx}, haproxy ${v.haproxy}, @portkey-ai/gateway ${v['@portkey-ai/gateway']}. The run took ${r.elapsed.toFixed(0)} s.`,
+  );
   out.push('');
   if (r.unavailable.length > 0) out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
   out.push(`### Throughput, ${r.plan.connections} connections (median of ${r.plan.rounds} rounds × ${r.plan.seconds} s, fixed-response upstream)`);
@@ -81,7 +95,16 @@ export function renderResults(r: ReportInput): string {
   out.push(
     table(
       ['target', 'JSON req/s', '÷ direct', '÷ nginx', 'SSE req/s', '÷ direct', '÷ nginx', 'errors'],
-      rows.map((t) => [t.label, fmt(t.json, 0), x(ratio(t.json, d?.json ?? NaN)), x(ratio(t.json, n?.json ?? NaN)), fmt(t.sse, 0), x(ratio(t.sse, d?.sse ?? NaN)), x(ratio(t.sse, n?.sse ?? NaN)), `${t.errors}/${t.requests}`]),
+      rows.map((t) => [
+        t.label,
+        fmt(t.json, 0),
+        x(ratio(t.json, d?.json ?? NaN)),
+        x(ratio(t.json, n?.json ?? NaN)),
+        fmt(t.sse, 0),
+        x(ratio(t.sse, d?.sse ?? NaN)),
+        x(ratio(t.sse, n?.sse ?? NaN)),
+        `${t.errors}/${t.requests}`,
+      ]),
     ),
   );
   out.push('');
@@ -99,13 +122,29 @@ export function renderResults(r: ReportInput): string {
   out.push(
     table(
       ['target', 'TTFB p50 ms', 'added', 'TTFB p99 ms', 'added', 'gap p50 ms', 'added', 'gap p99 ms', 'added', 'TTFB p99 ÷ nginx'],
-      rows.map((t) => [t.label, msu(t.ttfb50), added(t.ttfb50, d?.ttfb50 ?? NaN), msu(t.ttfb99), added(t.ttfb99, d?.ttfb99 ?? NaN), msu(t.gap50), added(t.gap50, d?.gap50 ?? NaN), msu(t.gap99), added(t.gap99, d?.gap99 ?? NaN), x(ratio(t.ttfb99, n?.ttfb99 ?? NaN))]),
+      rows.map((t) => [
+        t.label,
+        msu(t.ttfb50),
+        added(t.ttfb50, d?.ttfb50 ?? NaN),
+        msu(t.ttfb99),
+        added(t.ttfb99, d?.ttfb99 ?? NaN),
+        msu(t.gap50),
+        added(t.gap50, d?.gap50 ?? NaN),
+        msu(t.gap99),
+        added(t.gap99, d?.gap99 ?? NaN),
+        x(ratio(t.ttfb99, n?.ttfb99 ?? NaN)),
+      ]),
     ),
   );
   out.push('');
   out.push('### Memory (peak RSS over the whole run, VmHWM; nginx: master + worker; "direct": the upstream process)');
   out.push('');
-  out.push(table(['target', 'peak RSS MB', '÷ nginx'], rows.map((t) => [t.label, fmt(t.peakMB, 0), x(ratio(t.peakMB, n?.peakMB ?? NaN))])));
+  out.push(
+    table(
+      ['target', 'peak RSS MB', '÷ nginx'],
+      rows.map((t) => [t.label, fmt(t.peakMB, 0), x(ratio(t.peakMB, n?.peakMB ?? NaN))]),
+    ),
+  );
   out.push('');
   const on = s.get('logprobe-1.0');
   const off = s.get('logprobe-off');
@@ -118,10 +157,12 @@ export function renderResults(r: ReportInput): string {
         [
           ['client p99 at sampleRate 1.0 vs 0 (medians of the rounds above)', `${msu(on.p99)} vs ${msu(off.p99)} ms (${x(ratio(on.p99, off.p99))})`],
           ...(r.ab
-            ? ([
-                ['remote', r.ab.remote, 'baseline stand-in at nice 19, as on its own machine; the target\'s figure'],
-                ['shared', r.ab.shared, 'baseline stand-in at normal priority, sharing the 2 CPUs'],
-              ] as const).map(([, a, what]) => [
+            ? (
+                [
+                  ['remote', r.ab.remote, "baseline stand-in at nice 19, as on its own machine; the target's figure"],
+                  ['shared', r.ab.shared, 'baseline stand-in at normal priority, sharing the 2 CPUs'],
+                ] as const
+              ).map(([, a, what]) => [
                 `client p99 at sampleRate 1.0 vs 0, ${a.pairs.length} back-to-back pairs pooled (${r.plan.rate} req/s, ${r.plan.probeSeconds} s each; ${what})`,
                 `${msu(a.pooled[1])} vs ${msu(a.pooled[0])} ms (${x(ratio(a.pooled[1], a.pooled[0]))}); per pair 1.0/0: ${a.pairs.map(([p, q]) => `${msu(q)}/${msu(p)}`).join(', ')} ms, median ratio ${x(a.medianRatio)}`,
               ])
@@ -141,7 +182,12 @@ export function renderResults(r: ReportInput): string {
     const en = e.get('nginx');
     out.push(`### Throughput in front of the simulated engine (\`logprobe engine --sim\`, ${r.engine.connections} connections, median of ${r.engine.rounds} rounds × ${r.engine.seconds} s)`);
     out.push('');
-    out.push(table(['target', 'JSON req/s', '÷ direct', '÷ nginx', 'errors'], ordered(e).map((t) => [t.label, fmt(t.json, 0), x(ratio(t.json, ed?.json ?? NaN)), x(ratio(t.json, en?.json ?? NaN)), `${t.errors}/${t.requests}`])));
+    out.push(
+      table(
+        ['target', 'JSON req/s', '÷ direct', '÷ nginx', 'errors'],
+        ordered(e).map((t) => [t.label, fmt(t.json, 0), x(ratio(t.json, ed?.json ?? NaN)), x(ratio(t.json, en?.json ?? NaN)), `${t.errors}/${t.requests}`]),
+      ),
+    );
     out.push('');
   }
   out.push('### Comparison core (`npm run bench:compare`, copied)');
@@ -150,7 +196,12 @@ export function renderResults(r: ReportInput): string {
   out.push('');
   out.push('### Targets');
   out.push('');
-  out.push(table(['target', 'result', 'measured'], r.checks.map((c) => [c.target, c.met === null ? 'not measured' : c.met ? 'met' : '**missed**', c.detail])));
+  out.push(
+    table(
+      ['target', 'result', 'measured'],
+      r.checks.map((c) => [c.target, c.met === null ? 'not measured' : c.met ? 'met' : '**missed**', c.detail]),
+    ),
+  );
   out.push('');
   return out.join('\n');
 }

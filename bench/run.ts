@@ -152,7 +152,19 @@ async function jsonLane(): Promise<void> {
   const elapsed = (Date.now() - began) / 1000;
   writeFileSync(join(OUT, 'results.json'), JSON.stringify({ info, quick, fixed: fixed.raw, ab: fixed.ab, engine: engine?.raw ?? null, core, checks, elapsed }, null, 2));
   if (!quick) {
-    writeResults(join(ROOT, 'bench', 'RESULTS.md'), { info, plan: FULL, engine: ENGINE, fixed: fixed.sums, unavailable: fixed.unavailable, engineSums: engine?.sums ?? null, core, checks, elapsed, queueSize: QUEUE_SIZE, ab: fixed.ab });
+    writeResults(join(ROOT, 'bench', 'RESULTS.md'), {
+      info,
+      plan: FULL,
+      engine: ENGINE,
+      fixed: fixed.sums,
+      unavailable: fixed.unavailable,
+      engineSums: engine?.sums ?? null,
+      core,
+      checks,
+      elapsed,
+      queueSize: QUEUE_SIZE,
+      ab: fixed.ab,
+    });
     log('\nwrote bench/RESULTS.md');
   }
   log(`bench took ${elapsed.toFixed(0)} s`);
@@ -170,7 +182,11 @@ function commitOf(root: string): string {
 async function streamsLane(logprobeRoot: string): Promise<void> {
   mkdirSync(OUT, { recursive: true });
   rmSync(join(OUT, 'streams'), { recursive: true, force: true });
-  const list = (v: string | undefined) => v?.split(',').map((x) => x.trim()).filter(Boolean);
+  const list = (v: string | undefined) =>
+    v
+      ?.split(',')
+      .map((x) => x.trim())
+      .filter(Boolean);
   const ns = list(flag('--n'))?.map(Number) ?? (quick ? QUICK_NS : FULL_NS);
   const targets = list(flag('--targets')) ?? [...DEFAULT_TARGETS];
   const bad = [...ns.filter((n) => !Number.isInteger(n) || n < 1 || n > 5000).map(String), ...targets.filter((t) => !(TARGET_KEYS as readonly string[]).includes(t))];
@@ -181,7 +197,18 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
   const commit = commitOf(logprobeRoot);
   log(`logprobe bench --lane streams${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, nginx ${info.versions.nginx}, load ${info.load}; logprobe ${commit}`);
   const nice = flag('--harness-nice');
-  const r = await runStreams({ root: ROOT, outDir: OUT, quick, ns, rounds, targets, logprobeRoot, jsonDelayMs: delay === undefined ? null : Number(delay), ...(nice !== undefined ? { harnessNice: Number(nice) } : {}), log });
+  const r = await runStreams({
+    root: ROOT,
+    outDir: OUT,
+    quick,
+    ns,
+    rounds,
+    targets,
+    logprobeRoot,
+    jsonDelayMs: delay === undefined ? null : Number(delay),
+    ...(nice !== undefined ? { harnessNice: Number(nice) } : {}),
+    log,
+  });
   const checks = streamsChecks(r);
   log(streamsText(r, checks));
   writeFileSync(join(OUT, 'streams.json'), JSON.stringify({ info, commit, ...r, checks }, null, 2));

@@ -133,9 +133,23 @@ async function soak(o: Options): Promise<boolean> {
     const m = parseMirrorCounters(text);
     const rps = (counts.ok - prev.ok) / (counts.t - prev.t);
     prev = counts;
-    const s: Sample = { t, rps, rss: mem.rss, peak: mem.peak, lagP50: lag.p50, lagP99: lag.p99, ok: m.ok, dropped: m.dropped, other: m.other, queue: m.queueDepth, clientErrors: counts.errors + counts.non2xx };
+    const s: Sample = {
+      t,
+      rps,
+      rss: mem.rss,
+      peak: mem.peak,
+      lagP50: lag.p50,
+      lagP99: lag.p99,
+      ok: m.ok,
+      dropped: m.dropped,
+      other: m.other,
+      queue: m.queueDepth,
+      clientErrors: counts.errors + counts.non2xx,
+    };
     samples.push(s);
-    log(`  ${fmt(t, 0).padStart(6)} s ${fmt(rps, 0).padStart(8)} ${fmt(s.rss, 0).padStart(8)} ${fmt(s.lagP99, 1).padStart(11)} ${String(s.ok).padStart(9)} ${String(s.dropped).padStart(9)} ${String(s.queue).padStart(6)} ${String(s.clientErrors).padStart(14)}`);
+    log(
+      `  ${fmt(t, 0).padStart(6)} s ${fmt(rps, 0).padStart(8)} ${fmt(s.rss, 0).padStart(8)} ${fmt(s.lagP99, 1).padStart(11)} ${String(s.ok).padStart(9)} ${String(s.dropped).padStart(9)} ${String(s.queue).padStart(6)} ${String(s.clientErrors).padStart(14)}`,
+    );
   }
   await load.proc.stop();
   await lp.stop();

@@ -145,7 +145,12 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
   const connectMs = Math.round(performance.now() - c0);
   const connectErrors = sockets.filter((x) => x === null).length;
   const body = Buffer.from(
-    JSON.stringify({ model: 'bench-llm-8b-instruct', messages: [{ role: 'user', content: 'Write a short paragraph about reverse proxies in front of LLM servers.' }], max_tokens: spec.chunks, stream: true }),
+    JSON.stringify({
+      model: 'bench-llm-8b-instruct',
+      messages: [{ role: 'user', content: 'Write a short paragraph about reverse proxies in front of LLM servers.' }],
+      max_tokens: spec.chunks,
+      stream: true,
+    }),
   );
   const headers = { 'content-type': 'application/json', 'content-length': String(body.length), ...(spec.headers ?? {}) };
   const planned = spec.clients * spec.streams;

@@ -50,7 +50,15 @@ export function streamsChecks(r: StreamsResult): StreamsCheck[] {
       key,
       target: `0 streams cut at N = ${int(CUT_AT_N)}`,
       pass: at5k ? at5k.cut === 0 : null,
-      detail: at5k ? `${at5k.cut} cut of ${at5k.completed + at5k.cut}${at5k.cut > 0 ? ` (${Object.entries(at5k.cutReasons).map(([k, v]) => `${k} ${v}`).join(', ')})` : ''}; ${nginxFor(key)} ${ns.get(CUT_AT_N)?.get(nginxFor(key))?.cut ?? '–'}` : `N = ${int(CUT_AT_N)} not run`,
+      detail: at5k
+        ? `${at5k.cut} cut of ${at5k.completed + at5k.cut}${
+            at5k.cut > 0
+              ? ` (${Object.entries(at5k.cutReasons)
+                  .map(([k, v]) => `${k} ${v}`)
+                  .join(', ')})`
+              : ''
+          }; ${nginxFor(key)} ${ns.get(CUT_AT_N)?.get(nginxFor(key))?.cut ?? '–'}`
+        : `N = ${int(CUT_AT_N)} not run`,
     });
     const ttfb: string[] = [];
     const gap: string[] = [];
@@ -119,7 +127,26 @@ function rowOf(s: TargetSummary, ng: TargetSummary | undefined): string[] {
   ];
 }
 
-const HEAD = ['target', 'done', 'cut', 'TTFB p50', 'TTFB p99', '÷ nginx', 'TTFB p99 1st', 'added p50', 'added p99', '− nginx', 'added max', 'idle MB', 'peak MB', 'KB/stream', 'CPU ms/stream', 'up conns', 'up streams peak', 'wall s'];
+const HEAD = [
+  'target',
+  'done',
+  'cut',
+  'TTFB p50',
+  'TTFB p99',
+  '÷ nginx',
+  'TTFB p99 1st',
+  'added p50',
+  'added p99',
+  '− nginx',
+  'added max',
+  'idle MB',
+  'peak MB',
+  'KB/stream',
+  'CPU ms/stream',
+  'up conns',
+  'up streams peak',
+  'wall s',
+];
 
 function textTable(head: string[], body: string[][]): string {
   const w = head.map((h, i) => Math.max(h.length, ...body.map((r) => (r[i] ?? '').length)));
@@ -148,12 +175,17 @@ export function streamsText(r: StreamsResult, checks: StreamsCheck[]): string {
   for (const n of [...ns.keys()].sort((a, b) => a - b)) {
     const m = ns.get(n)!;
     out.push('');
-    out.push(`streams, N = ${int(n)} concurrent clients × ${r.options.streamsPerClient} streams (${r.options.rounds} round${r.options.rounds === 1 ? '' : 's'}, medians; ms unless said; added = inter-chunk gap − ${r.options.gapMs} ms)`);
+    out.push(
+      `streams, N = ${int(n)} concurrent clients × ${r.options.streamsPerClient} streams (${r.options.rounds} round${r.options.rounds === 1 ? '' : 's'}, medians; ms unless said; added = inter-chunk gap − ${r.options.gapMs} ms)`,
+    );
     out.push(textTable(HEAD, rows(m)));
     out.push(harnessLine(m));
     for (const key of ['logprobe-0.1', 'logprobe-0.1-w2']) {
       const lp = m.get(key);
-      if (lp?.mirror) out.push(`mirror of ${key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes; ${int(lp.mirrorConns)} mirror connections to the candidate (median per run)`);
+      if (lp?.mirror)
+        out.push(
+          `mirror of ${key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes; ${int(lp.mirrorConns)} mirror connections to the candidate (median per run)`,
+        );
     }
   }
   out.push('');
@@ -190,7 +222,7 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
   out.push(
     'Columns: TTFB = request sent → first body byte (on an open connection), ms; added = gap between consecutive chunks as the client sees them minus ' +
       `${o.gapMs} ms, over chunks 2…${o.chunks} of every stream (the direct row is the harness's own figure); ÷ nginx and − nginx: against the nginx with as many worker processes (nginx for the 1-process rows, nginx-w2 for the -w2 rows); idle MB = VmRSS of the target's processes after the warm-up, before the first round; peak MB = highest VmRSS sampled every 100 ms during a run (summed over the processes: nginx master + workers, logprobe primary + proxy workers); ` +
-      'KB/stream = (peak − idle) ÷ N; CPU = utime + stime of the target\'s processes over the run ÷ streams completed; up conns = connections the upstream accepted during the run whose first request was a stream (the target\'s upstream connections; mirror connections not counted); up streams peak = streams live at the upstream at once. ' +
+      "KB/stream = (peak − idle) ÷ N; CPU = utime + stime of the target's processes over the run ÷ streams completed; up conns = connections the upstream accepted during the run whose first request was a stream (the target's upstream connections; mirror connections not counted); up streams peak = streams live at the upstream at once. " +
       'For "upstream directly", RSS and CPU are the upstream\'s own.',
   );
   out.push('');
@@ -199,7 +231,12 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
     const m = ns.get(n)!;
     out.push(`### N = ${int(n)}`);
     out.push('');
-    out.push(mdTable(HEAD.map((h) => (h.startsWith('TTFB') || h.startsWith('added') ? `${h} ms` : h)), rows(m).map((x) => [r.labels[x[0] as string] ?? (x[0] as string), ...x.slice(1)])));
+    out.push(
+      mdTable(
+        HEAD.map((h) => (h.startsWith('TTFB') || h.startsWith('added') ? `${h} ms` : h)),
+        rows(m).map((x) => [r.labels[x[0] as string] ?? (x[0] as string), ...x.slice(1)]),
+      ),
+    );
     out.push('');
     out.push(harnessLine(m).replace(/^harness:/, 'Harness:') + '.');
     for (const key of ['logprobe-0.1', 'logprobe-0.1-w2']) {
@@ -212,7 +249,12 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
   out.push(...caveats(r).map((c) => `${c}\n`));
   out.push('### Targets');
   out.push('');
-  out.push(mdTable(['logprobe', 'target', 'result', 'measured'], checks.map((c) => [c.key, c.target, c.pass === null ? 'not measured' : c.pass ? 'PASS' : '**FAIL**', c.detail])));
+  out.push(
+    mdTable(
+      ['logprobe', 'target', 'result', 'measured'],
+      checks.map((c) => [c.key, c.target, c.pass === null ? 'not measured' : c.pass ? 'PASS' : '**FAIL**', c.detail]),
+    ),
+  );
   out.push('');
   return out.join('\n');
 }
@@ -221,13 +263,18 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
 export function caveats(r: StreamsResult): string[] {
   const out: string[] = [];
   const ns = byN(r);
-  const late = [...ns.entries()].filter(([, m]) => (m.get('direct')?.upstreamLateP99 ?? 0) > 20).map(([n, m]) => `N = ${int(n)} (p99 ${f(m.get('direct')!.upstreamLateP99)} ms late, machine ${f(m.get('direct')!.machineBusyCores, 2)} of 2 cores busy)`);
+  const late = [...ns.entries()]
+    .filter(([, m]) => (m.get('direct')?.upstreamLateP99 ?? 0) > 20)
+    .map(([n, m]) => `N = ${int(n)} (p99 ${f(m.get('direct')!.upstreamLateP99)} ms late, machine ${f(m.get('direct')!.machineBusyCores, 2)} of 2 cores busy)`);
   if (late.length > 0)
     out.push(
       `**The harness is past this machine's limit at ${late.join(', ')}**: in the direct runs the upstream's chunks already go out late, so at that N the figures show how each target degrades when the 2 CPUs are short (64 chunks × N ÷ 20 ms through the loopback TCP stack twice), not a proxy's overhead. Nothing was cut and no descriptor limit was hit.`,
     );
   const foreign = r.summaries.filter((x) => x.foreignCores > 0.2).map((x) => `${x.key} at N = ${int(x.n)} (${f(x.foreignCores, 2)})`);
-  if (foreign.length > 0) out.push(`Other processes of this shared machine took more than 0.2 cores (median over rounds) during: ${foreign.join(', ')}. A run during which they took more than 0.3 cores was done once more and the quieter one kept (a repeated run starts with the memory and the upstream connections the first one left).`);
+  if (foreign.length > 0)
+    out.push(
+      `Other processes of this shared machine took more than 0.2 cores (median over rounds) during: ${foreign.join(', ')}. A run during which they took more than 0.3 cores was done once more and the quieter one kept (a repeated run starts with the memory and the upstream connections the first one left).`,
+    );
   out.push(
     "CPU per stream is utime + stime from /proc: the loopback TCP receive work that the kernel does in softirq (the machine's softirq share is in bench/out/streams.json) is charged to no process, so all targets' CPU figures are low by the same kind of amount. KB/stream uses the first round's idle RSS and the median peak over rounds, so memory a target keeps from one round to the next counts against it.",
   );

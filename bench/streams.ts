@@ -156,7 +156,18 @@ export interface TargetSummary {
 }
 
 export interface StreamsResult {
-  options: { quick: boolean; ns: number[]; rounds: number; targets: string[]; chunks: number; gapMs: number; streamsPerClient: number; jsonDelayMs: number; logprobeRoot: string; harnessNice: number | null };
+  options: {
+    quick: boolean;
+    ns: number[];
+    rounds: number;
+    targets: string[];
+    chunks: number;
+    gapMs: number;
+    streamsPerClient: number;
+    jsonDelayMs: number;
+    logprobeRoot: string;
+    harnessNice: number | null;
+  };
   unavailable: Unavailable[];
   runs: RunResult[];
   summaries: TargetSummary[];
@@ -197,7 +208,9 @@ async function upstreamCall(u: Upstream, what: 'stats' | 'reset'): Promise<Upstr
 /** TcpExt ListenOverflows + ListenDrops so far (/proc/net/netstat): connections a listen queue could not take. */
 function listenOverflows(): number {
   try {
-    const lines = readFileSync('/proc/net/netstat', 'utf8').split('\n').filter((l) => l.startsWith('TcpExt:'));
+    const lines = readFileSync('/proc/net/netstat', 'utf8')
+      .split('\n')
+      .filter((l) => l.startsWith('TcpExt:'));
     const names = lines[0]?.split(/\s+/) ?? [];
     const values = lines[1]?.split(/\s+/).map(Number) ?? [];
     return (values[names.indexOf('ListenOverflows')] ?? 0) + (values[names.indexOf('ListenDrops')] ?? 0);
@@ -347,7 +360,7 @@ async function oneRun(o: StreamsOptions, t: Running, up: Upstream, base: Upstrea
       stealCores: cores(m1.steal - m0.steal),
       oursCores: Math.round((oursMs / wallMs) * 100) / 100,
       // Busy, less the network stack and ours: other processes of this shared machine.
-      foreignCores: Math.max(0, Math.round(((((m1.busy - m0.busy - (m1.softirq - m0.softirq)) * tick) - oursMs) / wallMs) * 100) / 100),
+      foreignCores: Math.max(0, Math.round((((m1.busy - m0.busy - (m1.softirq - m0.softirq)) * tick - oursMs) / wallMs) * 100) / 100),
     },
     listenOverflows: listenOverflows() - lo0,
     repeated: 0,
@@ -466,7 +479,18 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
     await base.stop();
   }
   return {
-    options: { quick: o.quick, ns: o.ns, rounds: o.rounds, targets: o.targets, chunks: CHUNKS, gapMs: GAP_MS, streamsPerClient: STREAMS_PER_CLIENT, jsonDelayMs: o.jsonDelayMs ?? CHUNKS * GAP_MS, logprobeRoot: o.logprobeRoot, harnessNice: niced ? harnessNice : null },
+    options: {
+      quick: o.quick,
+      ns: o.ns,
+      rounds: o.rounds,
+      targets: o.targets,
+      chunks: CHUNKS,
+      gapMs: GAP_MS,
+      streamsPerClient: STREAMS_PER_CLIENT,
+      jsonDelayMs: o.jsonDelayMs ?? CHUNKS * GAP_MS,
+      logprobeRoot: o.logprobeRoot,
+      harnessNice: niced ? harnessNice : null,
+    },
     unavailable: [...unavailable.values()],
     runs,
     summaries,

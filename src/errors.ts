@@ -116,13 +116,5 @@ export function noInput(message: string): LogprobeError {
  */
 export const BadGatewayError = createError<'LOGPROBE_BAD_GATEWAY', 502, [string]>('LOGPROBE_BAD_GATEWAY', 'upstream unreachable: %s', 502);
 export const GatewayTimeoutError = createError<'LOGPROBE_GATEWAY_TIMEOUT', 504, [string]>('LOGPROBE_GATEWAY_TIMEOUT', 'upstream timed out: %s', 504);
-export const PayloadTooLargeError = createError<'LOGPROBE_PAYLOAD_TOO_LARGE', 413, [number]>(
-  'LOGPROBE_PAYLOAD_TOO_LARGE',
-  'request body exceeds the limit of %d MB (limits.bodyMB)',
-  413,
-);
-export const UpstreamOverflowError = createError<'LOGPROBE_UPSTREAM_OVERFLOW', 503, [string]>(
-  'LOGPROBE_UPSTREAM_OVERFLOW',
-  'the candidate is at its configured limit: %s',
-  503,
-);
+export const PayloadTooLargeError = createError<'LOGPROBE_PAYLOAD_TOO_LARGE', 413, [number]>('LOGPROBE_PAYLOAD_TOO_LARGE', 'request body exceeds the limit of %d MB (limits.bodyMB)', 413);
+export const UpstreamOverflowError = createError<'LOGPROBE_UPSTREAM_OVERFLOW', 503, [string]>('LOGPROBE_UPSTREAM_OVERFLOW', 'the candidate is at its configured limit: %s', 503);

@@ -60,10 +60,7 @@ export interface LogprobeRuntime {
  * Wires one logprobe process: logger, metrics, the candidate pool, the proxy and the admin
  * server. `makeParts` builds the optional stages from the shared pieces.
  */
-export function createRuntime(
-  config: Config,
-  options: RuntimeOptions = {},
-): LogprobeRuntime {
+export function createRuntime(config: Config, options: RuntimeOptions = {}): LogprobeRuntime {
   const logDestination = options.logDestination ?? (options.logger ? process.stdout : stdoutDestination());
   const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination });
   // The proxy's thread's metrics; the worker has its own (src/metrics/catalog.ts says which).

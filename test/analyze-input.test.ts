@@ -59,7 +59,10 @@ test('a file that is not a capture is said once; a capture with many bad lines l
   assert.match(r2.stdout, /skipped lines: 30/);
   const errors = r2.stderr.trim().split('\n');
   assert.equal(errors.length, 11, r2.stderr);
-  assert.ok(errors.slice(0, 10).every((e, i) => e.startsWith(`${noisy}:${i + 2}: `)), r2.stderr);
+  assert.ok(
+    errors.slice(0, 10).every((e, i) => e.startsWith(`${noisy}:${i + 2}: `)),
+    r2.stderr,
+  );
   assert.equal(errors[10], `${noisy}: 20 more bad lines skipped, not listed`);
 });
 
@@ -107,14 +110,17 @@ test('usage errors exit 2 with one line: no file, a missing file, a directory, n
   assert.match(all.stderr, /empty\.jsonl:1: invalid JSON/);
 });
 
-test('the reader splits lines across chunks, strips CR, skips blank lines and bounds a line\'s length', async (t) => {
+test("the reader splits lines across chunks, strips CR, skips blank lines and bounds a line's length", async (t) => {
   const dir = tempDir(t);
   const file = join(dir, 'lines.jsonl');
   const long = JSON.stringify({ pad: 'x'.repeat(600_000) });
   writeFileSync(file, `{"a":1}\r\n\n${long}\n{"b":"é€😀"}\n${'y'.repeat(3000)}\n{"c":3}`);
   const items = [];
   for await (const item of readJsonLines(file, { maxLineBytes: 1_000_000 })) items.push(item);
-  assert.deepEqual(items.map((i) => i.line), [1, 3, 4, 5, 6]);
+  assert.deepEqual(
+    items.map((i) => i.line),
+    [1, 3, 4, 5, 6],
+  );
   assert.deepEqual(items[0]!.value, { a: 1 });
   assert.equal((items[1]!.value as { pad: string }).pad.length, 600_000);
   assert.deepEqual(items[2]!.value, { b: 'é€😀' });

@@ -14,7 +14,9 @@ const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'e
 
 async function send(proxyUrl: string, i: number): Promise<void> {
   const chat = i % 2 === 0;
-  const body = chat ? { model: 'sim', messages: [{ role: 'user', content: `q${i}: tell me about the sea` }], max_tokens: 20 } : { model: 'sim', prompt: `Prompt ${i}: once upon a time`, max_tokens: 20 };
+  const body = chat
+    ? { model: 'sim', messages: [{ role: 'user', content: `q${i}: tell me about the sea` }], max_tokens: 20 }
+    : { model: 'sim', prompt: `Prompt ${i}: once upon a time`, max_tokens: 20 };
   const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
   await res.body.text();
 }
@@ -25,7 +27,13 @@ async function captureRun(t: { after(fn: () => unknown): void }, fault: SimOptio
   const baseline = await startSim();
   const candidate = await startSim(fault);
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1, queueSize: 1000 }, capture: { enabled: true, dir, includePrompts: false }, ...extra });
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1, queueSize: 1000 },
+    capture: { enabled: true, dir, includePrompts: false },
+    ...extra,
+  });
   for (let i = 0; i < n; i++) await send(lp.proxyUrl, i);
   await lp.runtime.mirror!.idle();
   const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
@@ -35,7 +43,7 @@ async function captureRun(t: { after(fn: () => unknown): void }, fault: SimOptio
   return { dir, online };
 }
 
-test('capture → analyze --json reproduces every online verdict and figure exactly, with each record\'s own thresholds', async (t) => {
+test("capture → analyze --json reproduces every online verdict and figure exactly, with each record's own thresholds", async (t) => {
   const runs = [
     await captureRun(t, { stateShift: 0.6 }, 16),
     await captureRun(t, { localShift: 0.8, localShiftRate: 0.15, noise: 0.001 }, 16),
@@ -47,7 +55,10 @@ test('capture → analyze --json reproduces every online verdict and figure exac
   const res = await runCli(['analyze', '--json', ...files], { timeoutMs: 60_000 });
   assert.equal(res.code, 0, res.stderr);
   assert.equal(res.stderr, '');
-  const pairs = res.stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+  const pairs = res.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
   assert.equal(pairs.length, 54, 'one object per pair');
 
   const online: Record<string, number> = {};
@@ -61,7 +72,9 @@ test('capture → analyze --json reproduces every online verdict and figure exac
   for (const p of pairs) byPlace.set(`${p.file as string}:${p.line as number}`, p);
   let checked = 0;
   for (const file of files) {
-    const lines = readFileSync(file, 'utf8').split('\n').filter((l) => l !== '');
+    const lines = readFileSync(file, 'utf8')
+      .split('\n')
+      .filter((l) => l !== '');
     lines.forEach((line, i) => {
       const record = JSON.parse(line) as { analysis: Record<string, unknown> & { thresholds: unknown } };
       const p = byPlace.get(`${file}:${i + 1}`)!;
@@ -85,9 +98,15 @@ test('capture → analyze --json reproduces every online verdict and figure exac
 
   // A flag overrides every record's own threshold, and the report says how many verdicts moved.
   const strict = await runCli(['analyze', '--json', '--noise-floor', '0.0001', ...files]);
-  const moved = strict.stdout.trim().split('\n').map((l) => JSON.parse(l) as { verdict: string; onlineVerdict: string; noiseFloor: number });
+  const moved = strict.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { verdict: string; onlineVerdict: string; noiseFloor: number });
   assert.ok(moved.every((p) => p.noiseFloor === 0.0001));
-  assert.ok(moved.some((p) => p.verdict !== p.onlineVerdict), 'a lower floor turns noise into shifts');
+  assert.ok(
+    moved.some((p) => p.verdict !== p.onlineVerdict),
+    'a lower floor turns noise into shifts',
+  );
   const fail = await runCli(['analyze', '--noise-floor', '0.0001', '--fail-on', 'local_shift,global_shift', ...files]);
   assert.equal(fail.code, 1);
   assert.match(fail.stdout, /[1-9]\d* of 54 verdicts differ/);

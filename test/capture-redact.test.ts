@@ -41,7 +41,22 @@ test('redaction never changes what analyze re-runs: a token spelled like a crede
   const body = (lp: number) => ({
     object: 'text_completion',
     model: 'm',
-    choices: [{ index: 0, text: 'cookie dark', logprobs: { tokens: ['cookie', ' dark'], token_logprobs: [lp, -0.2], top_logprobs: [{ cookie: lp, authorization: -3 }, { ' dark': -0.2, ' light': -2 }], text_offset: [0, 6] }, finish_reason: 'length' }],
+    choices: [
+      {
+        index: 0,
+        text: 'cookie dark',
+        logprobs: {
+          tokens: ['cookie', ' dark'],
+          token_logprobs: [lp, -0.2],
+          top_logprobs: [
+            { cookie: lp, authorization: -3 },
+            { ' dark': -0.2, ' light': -2 },
+          ],
+          text_offset: [0, 6],
+        },
+        finish_reason: 'length',
+      },
+    ],
   });
   const pair = makePair(2, { headers: { cookie: 'theme=dark' } });
   pair.route = '/v1/completions';
@@ -78,5 +93,9 @@ test('secret values: full header values, bearer tokens, cookie values; short one
   assert.ok(s.includes('baseline-key-1'));
   assert.ok(!s.includes('1') && !s.includes('short'), 'short values would blank out ordinary words');
   assert.ok(!s.some((v) => v.includes('curl')), 'only credential headers');
-  assert.deepEqual([...s].sort((a, b) => b.length - a.length), s, 'longest first');
+  assert.deepEqual(
+    [...s].sort((a, b) => b.length - a.length),
+    s,
+    'longest first',
+  );
 });

@@ -138,8 +138,17 @@ test('ENOSPC on write: the batch is dropped and counted, logged once per burst, 
   // Each failed file holds one partial line and nothing after it.
   const files = readdirSync(dir).sort();
   assert.equal(files.length, 3);
-  const complete = files.flatMap((f) => readFileSync(join(dir, f), 'utf8').split('\n').filter((l) => l !== '')).filter((l) => l.endsWith('}'));
-  assert.deepEqual(complete.map((l) => (JSON.parse(l) as { id: string }).id), ['req-2', 'req-3', 'req-4', 'req-5']);
+  const complete = files
+    .flatMap((f) =>
+      readFileSync(join(dir, f), 'utf8')
+        .split('\n')
+        .filter((l) => l !== ''),
+    )
+    .filter((l) => l.endsWith('}'));
+  assert.deepEqual(
+    complete.map((l) => (JSON.parse(l) as { id: string }).id),
+    ['req-2', 'req-3', 'req-4', 'req-5'],
+  );
 });
 
 test('EACCES on open and ENOTDIR from the real file system are counted in logprobe_capture_errors_total and never thrown', async (t) => {
@@ -175,7 +184,13 @@ test('a disk slower than the mirror: past maxPendingBytes records are dropped as
     mkdir: nodeCaptureFs.mkdir,
     async open(path, o) {
       const f = await nodeCaptureFs.open(path, o);
-      return { write: async (d) => { await gate; await f.write(d); }, close: () => f.close() };
+      return {
+        write: async (d) => {
+          await gate;
+          await f.write(d);
+        },
+        close: () => f.close(),
+      };
     },
   };
   const { w, errors } = writer(dir, { fs: slow, flushBytes: 1, maxPendingBytes: 20_000 });
@@ -187,7 +202,7 @@ test('a disk slower than the mirror: past maxPendingBytes records are dropped as
   assert.equal(captureLines(dir).length, w.stats.written);
 });
 
-test('a directory that cannot be created (procfs answers ENOENT) fails at once, counted, instead of node\'s mkdir -p looping at full CPU', async () => {
+test("a directory that cannot be created (procfs answers ENOENT) fails at once, counted, instead of node's mkdir -p looping at full CPU", async () => {
   const started = performance.now();
   await assert.rejects(nodeCaptureFs.mkdir('/proc/logprobe-nope/deeper'), (err: NodeJS.ErrnoException) => err.code === 'ENOENT');
   const { w, errors } = writer('/proc/logprobe-nope');
@@ -212,6 +227,9 @@ test('checkCaptureDir: creates the directory (0700), leaves no probe behind, and
     [join(file, 'sub'), /: cannot create the directory: a part of the path is not a directory/],
     ['/proc', /^capture\.dir \/proc: cannot write a file in it: /],
   ] as const) {
-    await assert.rejects(checkCaptureDir(bad), (err: Error & { code?: string; exitCode?: number }) => err.code === 'LOGPROBE_UNWRITABLE_FILE' && err.exitCode === 2 && why.test(err.message) && !err.message.includes('\n'));
+    await assert.rejects(
+      checkCaptureDir(bad),
+      (err: Error & { code?: string; exitCode?: number }) => err.code === 'LOGPROBE_UNWRITABLE_FILE' && err.exitCode === 2 && why.test(err.message) && !err.message.includes('\n'),
+    );
   }
 });

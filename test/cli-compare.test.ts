@@ -31,6 +31,7 @@ test("the seed's two files: the appendix table, the flip line, global_shift, exi
   assert.match(r.stdout, /flip at 5: baseline " Artificial" → candidate " artificial", gap 0\.450 nats \(systematic\), cross-path diff -0\.310/);
   assert.match(r.stdout, /^verdict: global_shift$/m);
   assert.match(r.stdout, /suspect the shared prefill input \(KV cache \/ state\)/);
+  // eslint-disable-next-line no-control-regex -- an ANSI escape is what it looks for
   assert.doesNotMatch(r.stdout, /\u001b\[/, 'no colour when stdout is not a TTY');
 });
 

@@ -9,5 +9,8 @@ test('@logprobe/engine provides what logprobe demo and logprobe engine use', asy
   assert.equal(typeof engines.runEngineCli, 'function');
   assert.equal(typeof engines.chooseEngines, 'function');
   assert.ok(engines.DEMO_ENGINES.includes('sim') && engines.FAULT_FORMS.length > 0);
-  assert.throws(() => engines.planFault('teapot'), (err: unknown) => err instanceof engines.UnknownDemoFaultError);
+  assert.throws(
+    () => engines.planFault('teapot'),
+    (err: unknown) => err instanceof engines.UnknownDemoFaultError,
+  );
 });

@@ -30,7 +30,12 @@ test('every catalogue code has an exit code, and the error carries it', () => {
 });
 
 test('the same user errors through different commands: one line, no stack trace, exit 2', async () => {
-  for (const args of [['analyze', '/nonexistent.jsonl'], ['compare', '/nonexistent.json', '/nonexistent2.json'], ['replay', '/nonexistent.jsonl', '--candidate', 'http://127.0.0.1:1', '--baseline', 'http://127.0.0.1:1'], ['serve', '--config', '/nonexistent.yaml']]) {
+  for (const args of [
+    ['analyze', '/nonexistent.jsonl'],
+    ['compare', '/nonexistent.json', '/nonexistent2.json'],
+    ['replay', '/nonexistent.jsonl', '--candidate', 'http://127.0.0.1:1', '--baseline', 'http://127.0.0.1:1'],
+    ['serve', '--config', '/nonexistent.yaml'],
+  ]) {
     const r = await runCli(args);
     assert.equal(r.code, 2, args.join(' '));
     assert.match(r.stderr, /^logprobe: .*\/nonexistent\S*: no such file|^logprobe: \/nonexistent\.yaml: invalid configuration: cannot read config file \(no such file\)\n$/, args.join(' '));

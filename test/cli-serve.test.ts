@@ -105,7 +105,9 @@ test('capture writes that fail after the start are counted in logprobe_capture_e
   const candidate = await startSim();
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
   const dir = join(mkdtempSync(join(tmpdir(), 'logprobe-cli-')), 'captures');
-  const file = configFile(`listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url} }\nmirror: { sampleRate: 1 }\ncapture: { dir: ${dir} }\n`);
+  const file = configFile(
+    `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url} }\nmirror: { sampleRate: 1 }\ncapture: { dir: ${dir} }\n`,
+  );
   const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)","adminUrl":"(http:\/\/[^"]+)"/);
   t.after(() => proc.child.kill('SIGKILL'));
   const [proxyUrl, adminUrl] = [proc.match[1]!, proc.match[2]!];
@@ -114,7 +116,11 @@ test('capture writes that fail after the start are counted in logprobe_capture_e
   rmSync(dir, { recursive: true });
   writeFileSync(dir, 'not a directory');
   for (let i = 0; i < 3; i++) {
-    const res = await request(`${proxyUrl}/v1/completions`, { method: 'POST', body: JSON.stringify({ model: 'sim', prompt: `p ${i}`, max_tokens: 8 }), headers: { 'content-type': 'application/json' } });
+    const res = await request(`${proxyUrl}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ model: 'sim', prompt: `p ${i}`, max_tokens: 8 }),
+      headers: { 'content-type': 'application/json' },
+    });
     assert.equal(res.statusCode, 200, 'clients never notice');
     await res.body.dump();
   }

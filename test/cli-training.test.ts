@@ -31,7 +31,14 @@ function trainerLine(id: string, lp: number[][], chosen: number[]): string {
     id,
     token_ids: chosen,
     logprobs: chosen.map((c, i) => lp[i]![c]),
-    top_logprobs: lp.map((r) => Object.fromEntries(r.map((v, j) => [String(j), v] as const).sort((a, b) => b[1] - a[1]).slice(0, 5))),
+    top_logprobs: lp.map((r) =>
+      Object.fromEntries(
+        r
+          .map((v, j) => [String(j), v] as const)
+          .sort((a, b) => b[1] - a[1])
+          .slice(0, 5),
+      ),
+    ),
   });
 }
 
@@ -48,14 +55,23 @@ test('compare: a trainer file against vLLM prompt_logprobs (either order); KL, r
   const prompt_logprobs: unknown[] = [null];
   for (let i = 1; i < ids.length; i++) {
     const r = i >= prefix.length ? infer[i - prefix.length]! : rows(1, 90 + i)[0]!;
-    const top = r.map((v, j) => [j, v] as const).sort((a, b) => b[1] - a[1]).slice(0, 5);
+    const top = r
+      .map((v, j) => [j, v] as const)
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 5);
     const entry: Record<string, unknown> = Object.fromEntries(top.map(([j, v], k) => [String(j), { logprob: v, rank: k + 1, decoded_token: `w${j}` }]));
     entry[String(ids[i])] = { logprob: r[ids[i]!], rank: 7, decoded_token: `w${ids[i]}` };
     prompt_logprobs.push(entry);
   }
-  writeFileSync(join(dir, 'vllm.json'), JSON.stringify({ id: 'cmpl-1', object: 'text_completion', choices: [{ index: 0, text: 'x', prompt_logprobs, prompt_token_ids: ids, finish_reason: 'length' }] }));
+  writeFileSync(
+    join(dir, 'vllm.json'),
+    JSON.stringify({ id: 'cmpl-1', object: 'text_completion', choices: [{ index: 0, text: 'x', prompt_logprobs, prompt_token_ids: ids, finish_reason: 'length' }] }),
+  );
 
-  for (const args of [['train.jsonl', 'vllm.json'], ['vllm.json', 'train.jsonl']]) {
+  for (const args of [
+    ['train.jsonl', 'vllm.json'],
+    ['vllm.json', 'train.jsonl'],
+  ]) {
     const r = await runCli(['compare', ...args.map((a) => join(dir, a))]);
     assert.equal(r.code, 1, r.stdout + r.stderr); // position 7 moved 0.3 nats: a local shift
     assert.match(r.stdout, new RegExp(`train \\(candidate\\): ${join(dir, 'train.jsonl').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`));
@@ -65,7 +81,13 @@ test('compare: a trainer file against vLLM prompt_logprobs (either order); KL, r
     assert.match(r.stdout, /relative error max\s+0\.3499\s+ABOVE/);
   }
   const j = await runCli(['compare', '--json', join(dir, 'train.jsonl'), join(dir, 'vllm.json')]);
-  const o = JSON.parse(j.stdout) as { training: { ratio: { max: number; outside: number; n: number } }; health: { relErr: { max: number; mean: number }; kl: { mean: number } }; definition: unknown[]; id: string; verdict: string };
+  const o = JSON.parse(j.stdout) as {
+    training: { ratio: { max: number; outside: number; n: number } };
+    health: { relErr: { max: number; mean: number }; kl: { mean: number } };
+    definition: unknown[];
+    id: string;
+    verdict: string;
+  };
   assert.equal(o.id, 'seq-0');
   assert.equal(o.verdict, 'local_shift');
   assert.ok(Math.abs(o.training.ratio.max - Math.exp(0.3)) < 1e-9);
@@ -75,7 +97,7 @@ test('compare: a trainer file against vLLM prompt_logprobs (either order); KL, r
   assert.deepEqual(o.definition, []);
 });
 
-test('compare: the trainer forgot the temperature; a trainer that dumped probabilities — named in the seeds\' terms', async (t) => {
+test("compare: the trainer forgot the temperature; a trainer that dumped probabilities — named in the seeds' terms", async (t) => {
   const dir = tempDir(t);
   const raw = rows(30, 9);
   const chosen = raw.map((r, i) => [...r.keys()].sort((a, b) => r[b]! - r[a]!)[(i * 3) % 5]!);
@@ -95,7 +117,10 @@ test('compare: the trainer forgot the temperature; a trainer that dumped probabi
   writeFileSync(join(dir, 'probs.json'), JSON.stringify(probs));
   const p = await runCli(['compare', '--json', join(dir, 'probs.json'), join(dir, 'train.jsonl')]);
   const o = JSON.parse(p.stdout) as { definition: Array<{ check: string; side: string; detail: string }> };
-  assert.deepEqual(o.definition.map((d) => [d.check, d.side]), [['probabilities', 'candidate']]);
+  assert.deepEqual(
+    o.definition.map((d) => [d.check, d.side]),
+    [['probabilities', 'candidate']],
+  );
   assert.match(o.definition[0]!.detail, /probabilities, not logprobs/);
 });
 
@@ -107,7 +132,13 @@ test('analyze: two token-logprob files of several sequences paired by id; --json
     const lp = rows(12, 30 + s);
     const chosen = lp.map((r, i) => [...r.keys()].sort((a, b) => r[b]! - r[a]!)[i % 2]!);
     lines.push(trainerLine(`s${s}`, lp, chosen));
-    other.unshift(trainerLine(`s${s}`, lp.map((r) => r.map((v) => v + 1e-4)), chosen)); // reversed order: paired by id
+    other.unshift(
+      trainerLine(
+        `s${s}`,
+        lp.map((r) => r.map((v) => v + 1e-4)),
+        chosen,
+      ),
+    ); // reversed order: paired by id
   }
   writeFileSync(join(dir, 'a.jsonl'), `${lines.join('\n')}\n`);
   writeFileSync(join(dir, 'b.jsonl'), `${other.join('\n')}\n`);
@@ -118,9 +149,26 @@ test('analyze: two token-logprob files of several sequences paired by id; --json
   const html = readFileSync(join(dir, 'r.html'), 'utf8');
   assert.match(html, /<section id="health">/);
   const j = await runCli(['analyze', '--json', join(dir, 'a.jsonl'), join(dir, 'b.jsonl')]);
-  const objs = j.stdout.trim().split('\n').map((l) => JSON.parse(l) as { id: string; training: { positions: number } });
-  assert.deepEqual(objs.map((o) => [o.id, o.training.positions]), [['s0', 12], ['s1', 12], ['s2', 12], ['s3', 12]]);
-  writeFileSync(join(dir, 'c.jsonl'), `${lines.slice(0, 3).map((l) => JSON.stringify({ ...JSON.parse(l), id: undefined })).join('\n')}\n`);
+  const objs = j.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { id: string; training: { positions: number } });
+  assert.deepEqual(
+    objs.map((o) => [o.id, o.training.positions]),
+    [
+      ['s0', 12],
+      ['s1', 12],
+      ['s2', 12],
+      ['s3', 12],
+    ],
+  );
+  writeFileSync(
+    join(dir, 'c.jsonl'),
+    `${lines
+      .slice(0, 3)
+      .map((l) => JSON.stringify({ ...JSON.parse(l), id: undefined }))
+      .join('\n')}\n`,
+  );
   const bad = await runCli(['analyze', join(dir, 'a.jsonl'), join(dir, 'c.jsonl')]);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /4 sequences on one side and 3 on the other/);

@@ -87,7 +87,10 @@ test('the hand-over with sampleBy hash decides as a single process does: the sam
     return sent.length > before;
   };
   const once = Array.from({ length: 40 }, (_, i) => chosen(i));
-  assert.deepEqual(Array.from({ length: 40 }, (_, i) => chosen(i)), once);
+  assert.deepEqual(
+    Array.from({ length: 40 }, (_, i) => chosen(i)),
+    once,
+  );
   assert.ok(once.some(Boolean) && !once.every(Boolean));
 });
 
@@ -121,7 +124,10 @@ test("merged /metrics of a cluster: the processes' logprobe families summed, sta
 
   // b exits: its counters stay, added to what exited before; its connections go.
   const retired = sumParts([sumParts([[], retiredPart(a)]), retiredPart(b)]);
-  assert.equal(retired.find((m) => m.name === 'logprobe_upstream_connections'), undefined);
+  assert.equal(
+    retired.find((m) => m.name === 'logprobe_upstream_connections'),
+    undefined,
+  );
   const after = await mergeProcesses([retired]).metrics();
   assert.equal(metricValue(after, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }), 2);
   assert.equal(metricValue(after, 'logprobe_proxy_request_duration_seconds_sum', { route: '/v1/completions' })!.toFixed(2), '0.51');

@@ -48,7 +48,12 @@ async function metricsUntil(adminUrl: string, ok: (text: string) => boolean, tim
     if (ok(text)) return text;
     await sleep(100);
   }
-  assert.fail(`/metrics did not get there in ${timeoutMs} ms:\n${text.split('\n').filter((l) => l.startsWith('logprobe_mirror_total') || l.startsWith('logprobe_proxy_requests_total')).join('\n')}`);
+  assert.fail(
+    `/metrics did not get there in ${timeoutMs} ms:\n${text
+      .split('\n')
+      .filter((l) => l.startsWith('logprobe_mirror_total') || l.startsWith('logprobe_proxy_requests_total'))
+      .join('\n')}`,
+  );
 }
 
 /** The pid that wrote each request line, by request id. */
@@ -166,7 +171,9 @@ test('listen.workers 2: a killed proxy worker is started again, a stream on the 
   const survivor = clients[survivorIndex]!;
 
   // A stream on the other worker, then the first worker killed while it runs.
-  const stream = survivor.request({ path: '/v1/completions?stream', method: 'POST', body: '{"stream":true}', headers: { 'content-type': 'application/json' } }).then(async (r) => ({ status: r.statusCode, body: await r.body.text() }));
+  const stream = survivor
+    .request({ path: '/v1/completions?stream', method: 'POST', body: '{"stream":true}', headers: { 'content-type': 'application/json' } })
+    .then(async (r) => ({ status: r.statusCode, body: await r.body.text() }));
   while (up.seen.filter((s) => s.url.includes('stream')).length < 1) await sleep(10);
   await sleep(150);
   process.kill(victim, 'SIGKILL');
@@ -250,7 +257,10 @@ test('listen.workers 2: SIGTERM drains both workers (their requests finish, /rea
   assert.ok(refusedAt !== null, 'a new connection is refused within 2 s of SIGTERM');
   const results = await Promise.all(inflight);
   for (const [i, r] of results.entries()) assert.equal(r.status, 200, `request ${i}`);
-  assert.ok(results.some((r) => r.at > refusedAt!), 'requests were still running while new connections were refused');
+  assert.ok(
+    results.some((r) => r.at > refusedAt!),
+    'requests were still running while new connections were refused',
+  );
   assert.equal(await p.exited, 0, p.output());
   const pids = new Set(requestPids(p.lines()).values());
   assert.equal(pids.size, 2, 'both workers had requests in flight');

@@ -37,9 +37,23 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
   assert.equal(c.shutdown.drainSeconds, 30);
   assert.deepEqual(
     { ...c.mirror, extraParams: { ...c.mirror.extraParams }, routes: [...c.mirror.routes], repeat: { ...c.mirror.repeat, backends: [...c.mirror.repeat.backends] } },
-    { sampleRate: 0.05, sampleBy: 'random', routes: ['/v1/completions', '/v1/chat/completions'], topLogprobs: 5, maxTokens: 64, concurrency: 4, queueSize: 128, seed: 1234, extraParams: {}, repeat: { rate: 0, backends: ['candidate'], flush: false } },
+    {
+      sampleRate: 0.05,
+      sampleBy: 'random',
+      routes: ['/v1/completions', '/v1/chat/completions'],
+      topLogprobs: 5,
+      maxTokens: 64,
+      concurrency: 4,
+      queueSize: 128,
+      seed: 1234,
+      extraParams: {},
+      repeat: { rate: 0, backends: ['candidate'], flush: false },
+    },
   );
-  assert.deepEqual({ ...c.analysis, scoring: { ...c.analysis.scoring } }, { noiseFloor: 0.1, gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3, scoring: { when: 'diverged', maxPositions: 64 } });
+  assert.deepEqual(
+    { ...c.analysis, scoring: { ...c.analysis.scoring } },
+    { noiseFloor: 0.1, gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3, scoring: { when: 'diverged', maxPositions: 64 } },
+  );
   assert.equal(c.candidate.engine, 'auto');
   assert.equal(c.baseline.engine, 'auto');
   assert.deepEqual({ ...c.calibration }, { rate: 0, margin: 3, minSamples: 20, minFloor: 0.1 });
@@ -64,14 +78,38 @@ test('the config is frozen all the way down', () => {
 });
 
 test('invalid values are reported with their path and reason', () => {
-  assert.deepEqual(issuesOf(() => buildConfig({ listen: { port: 99999 } })), ['listen.port: expected a port number']);
-  assert.deepEqual(issuesOf(() => buildConfig({ listen: { port: 'http' } })), ['listen.port: expected a port number']);
-  assert.deepEqual(issuesOf(() => buildConfig({ candidate: { url: 'not a url' } })), ['candidate.url: expected an http(s) URL']);
-  assert.deepEqual(issuesOf(() => buildConfig({ mirror: { sampleRate: 2 } })), ['mirror.sampleRate: expected a number from 0 to 1']);
-  assert.deepEqual(issuesOf(() => buildConfig({ mirror: { sampleBy: 'prompt' } })), ['mirror.sampleBy: expected random or hash']);
-  assert.deepEqual(issuesOf(() => buildConfig({ analysis: { noiseFloor: 'loud' } })), ['analysis.noiseFloor: expected a positive number of nats or auto']);
-  assert.deepEqual(issuesOf(() => buildConfig({ analysis: { gapAmbiguous: 0.5, gapSystematic: 0.4 } })), ['analysis.gapSystematic: gapSystematic must be ≥ gapAmbiguous']);
-  assert.deepEqual(issuesOf(() => buildConfig({ log: { level: 'verbose' } })), ['log.level: expected one of fatal, error, warn, info, debug, trace, silent']);
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ listen: { port: 99999 } })),
+    ['listen.port: expected a port number'],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ listen: { port: 'http' } })),
+    ['listen.port: expected a port number'],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ candidate: { url: 'not a url' } })),
+    ['candidate.url: expected an http(s) URL'],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ mirror: { sampleRate: 2 } })),
+    ['mirror.sampleRate: expected a number from 0 to 1'],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ mirror: { sampleBy: 'prompt' } })),
+    ['mirror.sampleBy: expected random or hash'],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ analysis: { noiseFloor: 'loud' } })),
+    ['analysis.noiseFloor: expected a positive number of nats or auto'],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ analysis: { gapAmbiguous: 0.5, gapSystematic: 0.4 } })),
+    ['analysis.gapSystematic: gapSystematic must be ≥ gapAmbiguous'],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ log: { level: 'verbose' } })),
+    ['log.level: expected one of fatal, error, warn, info, debug, trace, silent'],
+  );
 });
 
 test('every invalid or unknown key is reported, not just the first', () => {
@@ -102,9 +140,15 @@ test('YAML file, then LOGPROBE_* environment; empty variables count as unset', (
   assert.equal(c.baseline.url, 'http://base:2');
   assert.equal(c.log.level, 'debug');
   assert.equal(c.mirror.sampleRate, 0.5, 'an empty variable does not override');
-  assert.deepEqual(issuesOf(() => loadConfig({ env: { LOGPROBE_PORT: 'eighty' } })), ['listen.port (from LOGPROBE_PORT=eighty): expected a port number']);
+  assert.deepEqual(
+    issuesOf(() => loadConfig({ env: { LOGPROBE_PORT: 'eighty' } })),
+    ['listen.port (from LOGPROBE_PORT=eighty): expected a port number'],
+  );
   // The variable is named: the user set it, not mirror.sampleRate in a file.
-  assert.deepEqual(issuesOf(() => loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '5%' } })), ['mirror.sampleRate (from LOGPROBE_SAMPLE_RATE=5%): expected a number from 0 to 1']);
+  assert.deepEqual(
+    issuesOf(() => loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '5%' } })),
+    ['mirror.sampleRate (from LOGPROBE_SAMPLE_RATE=5%): expected a number from 0 to 1'],
+  );
   // A key's value is never quoted back.
   assert.deepEqual(envOrigins({ LOGPROBE_BASELINE_API_KEY: 'sk-secret', LOGPROBE_PORT: '' }), new Map([['baseline.apiKey', 'LOGPROBE_BASELINE_API_KEY']]));
 });
@@ -119,9 +163,15 @@ test('${VAR} in the YAML is taken from the environment; unset means null', () =>
 test('an unreadable file, a YAML syntax error and a non-mapping are reported with the file name', () => {
   assert.throws(() => loadConfig({ file: '/nonexistent/logprobe.yaml', env: {} }), /\/nonexistent\/logprobe\.yaml: invalid configuration: cannot read config file \(no such file\)/);
   const bad = yamlFile('listen: { port: 80\n');
-  assert.throws(() => loadConfig({ file: bad, env: {} }), (err: unknown) => err instanceof ConfigError && /YAML syntax error/.test(err.message) && err.message.includes(bad));
+  assert.throws(
+    () => loadConfig({ file: bad, env: {} }),
+    (err: unknown) => err instanceof ConfigError && /YAML syntax error/.test(err.message) && err.message.includes(bad),
+  );
   const list = yamlFile('- a\n- b\n');
-  assert.deepEqual(issuesOf(() => loadConfig({ file: list, env: {} })), ['(root): expected a mapping of keys']);
+  assert.deepEqual(
+    issuesOf(() => loadConfig({ file: list, env: {} })),
+    ['(root): expected a mapping of keys'],
+  );
   const empty = yamlFile('# nothing\n');
   assert.equal(loadConfig({ file: empty, env: {} }).listen.port, 8080);
 });
@@ -136,9 +186,7 @@ test('config/logprobe.example.yaml is valid, states every key, and its values ar
   const file = new URL('../config/logprobe.example.yaml', import.meta.url).pathname;
   const raw = readConfigFile(file, {});
   const keysOf = (o: unknown, prefix = ''): string[] =>
-    o !== null && typeof o === 'object' && !Array.isArray(o) && Object.keys(o).length > 0
-      ? Object.entries(o).flatMap(([k, v]) => keysOf(v, `${prefix}${k}.`))
-      : [prefix.slice(0, -1)];
+    o !== null && typeof o === 'object' && !Array.isArray(o) && Object.keys(o).length > 0 ? Object.entries(o).flatMap(([k, v]) => keysOf(v, `${prefix}${k}.`)) : [prefix.slice(0, -1)];
   const example = loadConfig({ file, env: {} });
   const defaults = buildConfig({});
   assert.deepEqual(keysOf(raw).sort(), keysOf(defaults).sort(), 'the example names every key');

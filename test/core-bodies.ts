@@ -157,10 +157,30 @@ export function seedExample(): { candidate: Spec[]; baseline: Spec[] } {
   const words = [' The', ' field', ' is', ' called', ' the'];
   const base = [-0.9, -1.1, -0.4, -1.3, -0.6];
   const diffs = [-0.2, 0.28, -0.36, 0.51, -0.15];
-  const baseline: Spec[] = words.map((w, i) => step(w, base[i]!, [[' a', -2.5], [' an', -3.1]]));
-  const candidate: Spec[] = words.map((w, i) => step(w, base[i]! + diffs[i]!, [[' a', -2.5 + diffs[i]! / 2], [' an', -3.1]]));
-  baseline.push(step(' Artificial', -0.52, [[' artificial', -0.97], [' AI', -3.0]]));
-  candidate.push(step(' artificial', -0.6, [[' Artificial', -0.83], [' AI', -3.1]]));
+  const baseline: Spec[] = words.map((w, i) =>
+    step(w, base[i]!, [
+      [' a', -2.5],
+      [' an', -3.1],
+    ]),
+  );
+  const candidate: Spec[] = words.map((w, i) =>
+    step(w, base[i]! + diffs[i]!, [
+      [' a', -2.5 + diffs[i]! / 2],
+      [' an', -3.1],
+    ]),
+  );
+  baseline.push(
+    step(' Artificial', -0.52, [
+      [' artificial', -0.97],
+      [' AI', -3.0],
+    ]),
+  );
+  candidate.push(
+    step(' artificial', -0.6, [
+      [' Artificial', -0.83],
+      [' AI', -3.1],
+    ]),
+  );
   for (const w of [' Intelligence', ' research', ' lab', ' .']) baseline.push(step(w, -0.3, [[' x', -4]]));
   for (const w of [' intelligence', ' is', ' a', ' field']) candidate.push(step(w, -0.35, [[' y', -4]]));
   return { candidate, baseline };

@@ -1,17 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { compare, DEFAULT_THRESHOLDS, parseResponse, type Comparison } from '../src/core/index.js';
-import {
-  chatBody,
-  chatStream,
-  completionsBody,
-  completionsStream,
-  llamaCompletionsBody,
-  seedExample,
-  sglangNativeBody,
-  step,
-  type Spec,
-} from './core-bodies.js';
+import { chatBody, chatStream, completionsBody, completionsStream, llamaCompletionsBody, seedExample, sglangNativeBody, step, type Spec } from './core-bodies.js';
 
 const close = (actual: number | null | undefined, expected: number, what: string, eps = 1e-9): void => {
   assert.ok(typeof actual === 'number' && Math.abs(actual - expected) <= eps, `${what}: expected ${expected}, got ${actual}`);
@@ -25,8 +15,18 @@ function run(moves: number[], opts: { altMove?: number[] } = {}): { baseline: Sp
     const tok = ` t${i}`;
     const b = -0.2 - 0.05 * i;
     const a = opts.altMove?.[i] ?? 0;
-    baseline.push(step(tok, b, [[' x', -2.5], [' y', -3.5]]));
-    candidate.push(step(tok, b + m, [[' x', -2.5 + a], [' y', -3.5]]));
+    baseline.push(
+      step(tok, b, [
+        [' x', -2.5],
+        [' y', -3.5],
+      ]),
+    );
+    candidate.push(
+      step(tok, b + m, [
+        [' x', -2.5 + a],
+        [' y', -3.5],
+      ]),
+    );
   });
   return { baseline, candidate };
 }
@@ -230,8 +230,30 @@ test('tokenizer_mismatch when ids are carried: split pieces that kept the whole 
 });
 
 test('not a tokenizer mismatch: texts unknown (SGLang without text), or an empty special token', () => {
-  const a: Spec[] = [{ token: '', logprob: -0.1, id: 1, top: [['', -0.1], ['', -2]], topIds: [1, 2] }];
-  const b: Spec[] = [{ token: '', logprob: -0.1, id: 2, top: [['', -0.1], ['', -2]], topIds: [2, 1] }];
+  const a: Spec[] = [
+    {
+      token: '',
+      logprob: -0.1,
+      id: 1,
+      top: [
+        ['', -0.1],
+        ['', -2],
+      ],
+      topIds: [1, 2],
+    },
+  ];
+  const b: Spec[] = [
+    {
+      token: '',
+      logprob: -0.1,
+      id: 2,
+      top: [
+        ['', -0.1],
+        ['', -2],
+      ],
+      topIds: [2, 1],
+    },
+  ];
   assert.notEqual(compare(sglangNativeBody(a, false), sglangNativeBody(b, false), DEFAULT_THRESHOLDS).verdict, 'tokenizer_mismatch');
   const special = cmp([step('{', -0.1), step('}', -0.1), step('\n', -0.5)], [step('{', -0.1), step('}', -0.1), step('', -0.4)]);
   assert.equal(special.firstDivergence, 2);
@@ -242,7 +264,7 @@ test('tokenizer_mismatch by bytes: a multi-byte character split across two byte 
   const euro = [...Buffer.from('€', 'utf8')];
   const base = chatBody([step(' €', -0.1), step('5', -0.2)]);
   const cand = chatBody([step(' ', -0.1), step('�', -0.2), step('5', -0.2)]);
-  const items = ((cand.choices as Array<{ logprobs: { content: Array<{ bytes: number[] }> } }>)[0]!.logprobs.content);
+  const items = (cand.choices as Array<{ logprobs: { content: Array<{ bytes: number[] }> } }>)[0]!.logprobs.content;
   items[1]!.bytes = euro;
   const r = compare(cand, base, DEFAULT_THRESHOLDS);
   assert.equal(r.verdict, 'tokenizer_mismatch');
@@ -279,7 +301,16 @@ test('different lengths without divergence: the common part is compared, no flip
 });
 
 test('tokens are matched by id when both sides carry ids', () => {
-  const mk = (text: string, id: number): Spec => ({ token: text, logprob: -0.2, id, top: [[text, -0.2], ['z', -2]], topIds: [id, 99] });
+  const mk = (text: string, id: number): Spec => ({
+    token: text,
+    logprob: -0.2,
+    id,
+    top: [
+      [text, -0.2],
+      ['z', -2],
+    ],
+    topIds: [id, 99],
+  });
   // Same ids, texts rendered differently (one server strips a SentencePiece space): aligned.
   const r = compare(llamaCompletionsBody([mk(' true', 5), mk('.', 6)]), llamaCompletionsBody([mk('true', 5), mk('.', 6)]), DEFAULT_THRESHOLDS);
   assert.equal(r.firstDivergence, null);
@@ -292,7 +323,17 @@ test('tokens are matched by id when both sides carry ids', () => {
 
 test('sentinels never enter a number: the position keeps its other tokens', () => {
   const baseline = [step(' a', -0.1, [[' b', -2]]), step(' c', -0.2, [[' d', -3]])];
-  const candidate = [{ token: ' a', logprob: -9999, top: [[' a', -9999], [' b', -2.5]] } as Spec, step(' c', -0.2, [[' d', -3]])];
+  const candidate = [
+    {
+      token: ' a',
+      logprob: -9999,
+      top: [
+        [' a', -9999],
+        [' b', -2.5],
+      ],
+    } as Spec,
+    step(' c', -0.2, [[' d', -3]]),
+  ];
   const r = cmp(candidate, baseline);
   assert.equal(r.positions[0]!.diff, null);
   close(r.positions[0]!.shift, 0.5, 'shift from the alternative');
@@ -303,8 +344,26 @@ test('sentinels never enter a number: the position keeps its other tokens', () =
 
 test('KL estimate: exact on full two-token distributions, zero on identical ones', () => {
   const ln = Math.log;
-  const baseline = [{ token: 'a', logprob: ln(0.5), top: [['a', ln(0.5)], ['b', ln(0.5)]] } as Spec];
-  const candidate = [{ token: 'a', logprob: ln(0.25), top: [['b', ln(0.75)], ['a', ln(0.25)]] } as Spec];
+  const baseline = [
+    {
+      token: 'a',
+      logprob: ln(0.5),
+      top: [
+        ['a', ln(0.5)],
+        ['b', ln(0.5)],
+      ],
+    } as Spec,
+  ];
+  const candidate = [
+    {
+      token: 'a',
+      logprob: ln(0.25),
+      top: [
+        ['b', ln(0.75)],
+        ['a', ln(0.25)],
+      ],
+    } as Spec,
+  ];
   const r = cmp(candidate, baseline);
   close(r.positions[0]!.kl, 0.5 * ln(4 / 3), 'KL(b‖c)', 1e-9);
   assert.equal(cmp(baseline, baseline).positions[0]!.kl, 0);

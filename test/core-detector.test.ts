@@ -41,7 +41,10 @@ test('LogprobGlobalShift needs minRequests, then must hold forSeconds to fire, a
   assert.equal(r.state.global.phase, 'pending', 'not yet forSeconds');
   const fired = tick(r.state, CFG, 64);
   assert.equal(fired.state.global.phase, 'firing', 'time alone fires it once forSeconds held');
-  assert.deepEqual(fired.transitions.map((t) => [t.alert, t.to]), [['LogprobGlobalShift', 'firing']]);
+  assert.deepEqual(
+    fired.transitions.map((t) => [t.alert, t.to]),
+    [['LogprobGlobalShift', 'firing']],
+  );
   assert.equal(fired.transitions[0]!.evidence.pooledShare, 1);
   assert.equal(fired.transitions[0]!.evidence.medianShift, 2);
   assert.ok(fired.transitions[0]!.evidence.exampleRequestId);
@@ -52,7 +55,10 @@ test('LogprobGlobalShift needs minRequests, then must hold forSeconds to fire, a
   const resolved = tick(clean.state, CFG, 70 + 9 + 61);
   assert.equal(resolved.state.global.phase, 'inactive');
   // (The sustained alert, fired by the same six requests, resolves with it: its S has decayed.)
-  assert.deepEqual(resolved.transitions.filter((t) => t.alert === 'LogprobGlobalShift').map((t) => [t.alert, t.to]), [['LogprobGlobalShift', 'resolved']]);
+  assert.deepEqual(
+    resolved.transitions.filter((t) => t.alert === 'LogprobGlobalShift').map((t) => [t.alert, t.to]),
+    [['LogprobGlobalShift', 'resolved']],
+  );
 });
 
 test('a brief excursion shorter than forSeconds never fires', () => {
@@ -71,13 +77,19 @@ test('CUSUM: noise near the floor stays at 0; a sustained 1× floor shift alarms
   // maxShift ≈ the floor on every request: x = 1.2, S grows by 0.7 per request.
   const small = feed(initialDetectorState(), 9, { shifted: 1, comparable: 40, maxShift: 0.12 }, 0, 1);
   assert.ok(small.state.cusum > 5, `S = ${small.state.cusum}`);
-  assert.deepEqual(small.transitions.map((t) => [t.alert, t.to]), [['LogprobSustainedShift', 'firing']]);
+  assert.deepEqual(
+    small.transitions.map((t) => [t.alert, t.to]),
+    [['LogprobSustainedShift', 'firing']],
+  );
   assert.equal(small.state.global.phase, 'inactive', 'the pooled share (1/40) never moves');
 
   const recovered = feed(small.state, 40, { shifted: 0, comparable: 40, maxShift: 0.01 }, 100, 1);
   assert.equal(recovered.state.sustained.phase, 'resolving');
   const resolved = tick(recovered.state, CFG, 100 + 40 + 61);
-  assert.deepEqual(resolved.transitions.map((t) => [t.alert, t.to]), [['LogprobSustainedShift', 'resolved']]);
+  assert.deepEqual(
+    resolved.transitions.map((t) => [t.alert, t.to]),
+    [['LogprobSustainedShift', 'resolved']],
+  );
   assert.equal(resolved.state.cusum, 0, 'S restarts from 0');
 });
 
@@ -113,7 +125,10 @@ test('one huge request with many shifted positions fires the window (LogprobGlob
   const clean = feed(initialDetectorState(), 49, { shifted: 0, comparable: 16, maxShift: 0.01 }, 0, 1, DEFAULTS);
   // 784 clean positions pooled with 1,000 shifted ones: a share of 0.56 ≥ fireFraction.
   const r = observe(clean.state, { shifted: 1000, comparable: 1000, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' }, DEFAULTS, 49);
-  assert.deepEqual(r.transitions.map((t) => [t.alert, t.to]), [['LogprobGlobalShift', 'firing']]);
+  assert.deepEqual(
+    r.transitions.map((t) => [t.alert, t.to]),
+    [['LogprobGlobalShift', 'firing']],
+  );
   assert.equal(r.state.sustained.phase, 'inactive');
   assert.ok(pooledShare(r.state) >= 0.5);
 });

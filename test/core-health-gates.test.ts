@@ -70,9 +70,25 @@ test('health: identical sides are 0 everywhere; a known shift of the chosen toke
   assert.ok(c.health!.logits.max! > 0.04 && c.health!.logits.max! < 0.06);
 });
 
-test('health: a token in one top-10 the other side does not list is a lower bound from that side\'s smallest value', () => {
-  const b: Spec = { token: 'a', logprob: -0.1, top: [['a', -0.1], ['b', -3], ['c', -4]] };
-  const c: Spec = { token: 'a', logprob: -0.1, top: [['a', -0.1], ['b', -3], ['z', -2]] };
+test("health: a token in one top-10 the other side does not list is a lower bound from that side's smallest value", () => {
+  const b: Spec = {
+    token: 'a',
+    logprob: -0.1,
+    top: [
+      ['a', -0.1],
+      ['b', -3],
+      ['c', -4],
+    ],
+  };
+  const c: Spec = {
+    token: 'a',
+    logprob: -0.1,
+    top: [
+      ['a', -0.1],
+      ['b', -3],
+      ['z', -2],
+    ],
+  };
   const r = compare(parsed([c]), parsed([b]));
   // z: −2 on the candidate, at most −4 on the baseline: at least 2 apart.
   assert.equal(r.health!.logits.max, 2);
@@ -110,7 +126,10 @@ test('definition: renormalised top-p, a single survivor, temperature 0.8 and pro
   // Top-k 1: one survivor, probability exactly 1.
   const survivor = raw.map((s) => ({ ...s, logprob: 0, top: [[s.token, 0]] as Array<[string, number]> }));
   const w1 = definitionChecks(parsed(survivor).steps, parsed(raw).steps, 24, false);
-  assert.ok(w1.some((x) => x.check === 'single_survivor' && x.side === 'candidate'), JSON.stringify(w1));
+  assert.ok(
+    w1.some((x) => x.check === 'single_survivor' && x.side === 'candidate'),
+    JSON.stringify(w1),
+  );
 
   // Temperature 0.8 on the candidate: its gaps are the baseline's × 1.25.
   const hot = specs(z, 10, 0.8);
@@ -122,7 +141,10 @@ test('definition: renormalised top-p, a single survivor, temperature 0.8 and pro
   // Probabilities instead of logprobs.
   const probs = raw.map((s) => ({ ...s, logprob: Math.exp(s.logprob!), top: s.top.map(([k, v]) => [k, Math.exp(v!)] as [string, number]) }));
   const w3 = definitionChecks(parsed(probs).steps, parsed(raw).steps, 24, false);
-  assert.deepEqual(w3.map((x) => [x.check, x.side]), [['probabilities', 'candidate']]);
+  assert.deepEqual(
+    w3.map((x) => [x.check, x.side]),
+    [['probabilities', 'candidate']],
+  );
 });
 
 test('definition: temperature is found from the chosen logprobs of sampled tokens alone when there are no top lists', () => {
@@ -131,7 +153,10 @@ test('definition: temperature is found from the chosen logprobs of sampled token
   const sampled = z.map((r, i) => [...r.keys()].sort((a, b) => r[b]! - r[a]!)[(i * 7) % 10]!);
   const w = definitionChecks(parsed(strip(specs(z, 10, 0.7, sampled))).steps, parsed(strip(specs(z, 10, 1, sampled))).steps, 40, false);
   assert.deepEqual(definitionChecks(parsed(strip(specs(z, 10, 1, sampled))).steps, parsed(strip(specs(z, 10, 1, sampled))).steps, 40, false), []);
-  assert.ok(w.some((x) => x.check === 'temperature_scaled' && /chosen logprobs/.test(x.detail)), JSON.stringify(w));
+  assert.ok(
+    w.some((x) => x.check === 'temperature_scaled' && /chosen logprobs/.test(x.detail)),
+    JSON.stringify(w),
+  );
 });
 
 test('gates: parsing, defaults, the last of a kind wins; bad items are named', () => {
@@ -171,7 +196,17 @@ test('gates: each fails for its own reason and passes otherwise; an uncompared p
   assert.match(capped.note ?? '', /max_tokens 8 < 128/);
   // A shifted distribution fails logits and kl.
   const argmax = z.map((r) => r.indexOf(Math.max(...r)));
-  const shifted = compare(parsed(specs(z.map((r) => r.map((v, j) => v + (j % 3) * 0.5)), 10, 1, argmax)), parsed(specs(z)));
+  const shifted = compare(
+    parsed(
+      specs(
+        z.map((r) => r.map((v, j) => v + (j % 3) * 0.5)),
+        10,
+        1,
+        argmax,
+      ),
+    ),
+    parsed(specs(z)),
+  );
   assert.equal(shifted.firstDivergence, null);
   assert.equal(judge(logitsGate!, gatePair(shifted)).status, 'failed');
   // Temperature scaling fails definition.
@@ -200,7 +235,10 @@ test('gates: each fails for its own reason and passes otherwise; an uncompared p
   h.add(same, 'p:1', 'p:1');
   h.add(hot, 'p:2', 'p:2');
   assert.equal(h.health().pairs, 2);
-  assert.deepEqual(h.definition().map((d) => d.check), ['temperature_scaled']);
+  assert.deepEqual(
+    h.definition().map((d) => d.check),
+    ['temperature_scaled'],
+  );
 });
 
 /** A trainer's dump of sampled tokens over the given logits, in the documented shape. */
@@ -210,7 +248,14 @@ function trainerLine(id: string, z: number[][], chosen: number[], T = 1, k = 5):
     id,
     token_ids: chosen,
     logprobs: chosen.map((c, i) => rows[i]![c]),
-    top_logprobs: rows.map((lp) => Object.fromEntries(lp.map((v, j) => [String(j), v] as const).sort((a, b) => b[1] - a[1]).slice(0, k))),
+    top_logprobs: rows.map((lp) =>
+      Object.fromEntries(
+        lp
+          .map((v, j) => [String(j), v] as const)
+          .sort((a, b) => b[1] - a[1])
+          .slice(0, k),
+      ),
+    ),
   };
 }
 
@@ -221,7 +266,10 @@ function promptLogprobs(z: number[][], prefix: number[], chosen: number[], withI
   const list: unknown[] = [null];
   for (let i = 1; i < ids.length; i++) {
     const lp = i >= prefix.length ? rows[i - prefix.length]! : logSoftmax(logits(1, 100 + i)[0]!);
-    const top = lp.map((v, j) => [j, v] as const).sort((a, b) => b[1] - a[1]).slice(0, 5);
+    const top = lp
+      .map((v, j) => [j, v] as const)
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 5);
     const dict: Record<string, unknown> = Object.fromEntries(top.map(([j, v], r) => [String(j), { logprob: v, rank: r + 1, decoded_token: `t${j}` }]));
     dict[String(ids[i])] ??= { logprob: lp[ids[i]!], rank: 9, decoded_token: `t${ids[i]}` };
     list.push(dict);
@@ -233,7 +281,15 @@ test('token-logprob files: a trainer dump against vLLM prompt_logprobs lines up 
   const z = logits(16, 11);
   const chosen = z.map((r, i) => [...r.keys()].sort((a, b) => r[b]! - r[a]!)[i % 3]!); // sampled: not always the argmax
   const prefix = [7, 8, 9, 10];
-  const train = readSequences(JSON.stringify(trainerLine('s1', z.map((r) => r.map((v) => v * 1.0001)), chosen)));
+  const train = readSequences(
+    JSON.stringify(
+      trainerLine(
+        's1',
+        z.map((r) => r.map((v) => v * 1.0001)),
+        chosen,
+      ),
+    ),
+  );
   assert.equal(train.kind, 'tokens');
   for (const withIds of [true, false]) {
     const infer = readSequences(JSON.stringify(promptLogprobs(z, prefix, chosen, withIds)));
@@ -253,33 +309,79 @@ test('token-logprob files: a trainer dump against vLLM prompt_logprobs lines up 
   const hotInfer = readSequences(JSON.stringify(trainerLine('s1', z, chosen, 0.8)));
   const r2 = compareTraining(train.sequences[0]!, hotInfer.sequences[0]!, DEFAULT_THRESHOLDS);
   assert.ok(!('error' in r2));
-  assert.ok(r2.definition!.some((d) => d.check === 'temperature_scaled'), JSON.stringify(r2.definition));
+  assert.ok(
+    r2.definition!.some((d) => d.check === 'temperature_scaled'),
+    JSON.stringify(r2.definition),
+  );
   assert.ok(r2.training.ratio.outside > 0);
   // Not the same tokens: refused with the position.
-  const other = readSequences(JSON.stringify(trainerLine('s1', z, chosen.map((c, i) => (i === 4 ? c + 1 : c)))));
+  const other = readSequences(
+    JSON.stringify(
+      trainerLine(
+        's1',
+        z,
+        chosen.map((c, i) => (i === 4 ? c + 1 : c)),
+      ),
+    ),
+  );
   const bad = compareTraining(train.sequences[0]!, other.sequences[0]!, DEFAULT_THRESHOLDS);
   assert.ok('error' in bad && /position 4/.test(bad.error), JSON.stringify(bad));
 });
 
 test('token-logprob files: the shapes a script writes — JSONL, a list, {sequences}, a batch, [[token, lp]] and parallel topk arrays, NaN, probabilities', () => {
-  const one = { id: 'a', tokens: ['x', 'y'], logprobs: [-0.5, -1.5], top_logprobs: [[['x', -0.5], ['z', -1]], [{ token: 'y', logprob: -1.5 }]] };
+  const one = {
+    id: 'a',
+    tokens: ['x', 'y'],
+    logprobs: [-0.5, -1.5],
+    top_logprobs: [
+      [
+        ['x', -0.5],
+        ['z', -1],
+      ],
+      [{ token: 'y', logprob: -1.5 }],
+    ],
+  };
   assert.equal(readSequences(`${JSON.stringify(one)}\n${JSON.stringify({ ...one, id: 'b' })}\n`).sequences.length, 2);
   assert.equal(readSequences(JSON.stringify([one, one])).sequences.length, 2);
   assert.equal(readSequences(JSON.stringify({ sequences: [one] })).sequences.length, 1);
-  const batch = readSequences(JSON.stringify({ id: ['a', 'b'], token_ids: [[1, 2], [3, 4]], logprobs: [[-1, -2], [-3, -4]] }));
-  assert.deepEqual(batch.sequences.map((s) => [s.id, s.steps.map((x) => x.id)]), [['a', [1, 2]], ['b', [3, 4]]]);
+  const batch = readSequences(
+    JSON.stringify({
+      id: ['a', 'b'],
+      token_ids: [
+        [1, 2],
+        [3, 4],
+      ],
+      logprobs: [
+        [-1, -2],
+        [-3, -4],
+      ],
+    }),
+  );
+  assert.deepEqual(
+    batch.sequences.map((s) => [s.id, s.steps.map((x) => x.id)]),
+    [
+      ['a', [1, 2]],
+      ['b', [3, 4]],
+    ],
+  );
   const topk = readSequences(JSON.stringify({ token_ids: [5], logprobs: [-0.2], top_logprobs: [[-0.2, -2]], top_token_ids: [[5, 6]] }));
   assert.deepEqual(topk.sequences[0]!.steps[0]!.topIds, [5, 6]);
   const nan = readSequences('{"token_ids": [1, 2], "logprobs": [NaN, -1.0]}');
   assert.equal(nan.sequences[0]!.steps[0]!.logprob, null);
   const s: TokenStep = readSequences(JSON.stringify(one)).sequences[0]!.steps[0]!;
-  assert.deepEqual(s.top, [['x', -0.5], ['z', -1]]);
+  assert.deepEqual(s.top, [
+    ['x', -0.5],
+    ['z', -1],
+  ]);
   const masked = readSequences(JSON.stringify({ token_ids: [1, 2, 3], logprobs: [-1, -2, -3], mask: [0, 1, 1] }));
-  assert.deepEqual(masked.sequences[0]!.steps.map((x) => x.id), [2, 3]);
+  assert.deepEqual(
+    masked.sequences[0]!.steps.map((x) => x.id),
+    [2, 3],
+  );
   assert.match(readSequences(JSON.stringify({ token_ids: [1], logprobs: [-1, -2] })).problems[0]!, /token_ids has 1 entries and logprobs 2/);
 });
 
-test('token-logprob files: byte-level BPE texts (Ġ, Ċ) line up with an engine\'s decoded pieces; texts that still differ fall back to position when one side names ids', () => {
+test("token-logprob files: byte-level BPE texts (Ġ, Ċ) line up with an engine's decoded pieces; texts that still differ fall back to position when one side names ids", () => {
   const train = readSequences(JSON.stringify({ token_ids: [1, 2, 3], tokens: ['Hello', '\u0120world', '\u010a'], logprobs: [-1, -2, -3] })).sequences[0]!;
   const infer = readSequences(JSON.stringify({ tokens: ['Hello', ' world', '\n'], logprobs: [-1.01, -2, -3] })).sequences[0]!;
   const r = compareTraining(train, infer, DEFAULT_THRESHOLDS);

@@ -2,17 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parseResponse, type TokenStep } from '../src/core/index.js';
-import {
-  chatBody,
-  chatStream,
-  completionsBody,
-  completionsStream,
-  llamaCompletionsBody,
-  sglangNativeBody,
-  sse,
-  step,
-  type Spec,
-} from './core-bodies.js';
+import { chatBody, chatStream, completionsBody, completionsStream, llamaCompletionsBody, sglangNativeBody, sse, step, type Spec } from './core-bodies.js';
 
 const fixture = (name: string): Buffer => readFileSync(new URL(`./fixtures/${name}`, import.meta.url));
 const tokens = (steps: TokenStep[]): string[] => steps.map((s) => s.token);
@@ -68,24 +58,56 @@ test('OpenAI completions stream fixture: sampled-first dicts are sorted, the tra
 
 test('vLLM completions: N+1 entries (sampled outside the top-N) are not a collapse; a lost key is', () => {
   const steps: Spec[] = [
-    { token: ' a', logprob: -0.1, top: [[' a', -0.1], [' b', -2.0]] },
+    {
+      token: ' a',
+      logprob: -0.1,
+      top: [
+        [' a', -0.1],
+        [' b', -2.0],
+      ],
+    },
     // sampled token outside the top-2: vLLM adds it first, three keys
-    { token: ' z', logprob: -5.0, top: [[' z', -5.0], [' c', -0.2], [' d', -1.9]] },
+    {
+      token: ' z',
+      logprob: -5.0,
+      top: [
+        [' z', -5.0],
+        [' c', -0.2],
+        [' d', -1.9],
+      ],
+    },
     // two ids decoded to " e": one key lost, the dict holds one entry instead of two
     { token: ' e', logprob: -0.3, top: [[' e', -0.3]] },
   ];
   const p = parseResponse(completionsBody(steps));
   assert.equal(p.steps[0]!.flags, undefined);
   assert.equal(p.steps[1]!.flags, undefined);
-  assert.deepEqual(p.steps[1]!.top.map((e) => e[0]), [' c', ' d', ' z']);
+  assert.deepEqual(
+    p.steps[1]!.top.map((e) => e[0]),
+    [' c', ' d', ' z'],
+  );
   assert.deepEqual(p.steps[2]!.flags, ['collapsedTopK']);
   assert.ok(p.flags.includes('collapsedTopK'));
 });
 
 test('SGLang completions: text_offset −1 is ignored; a chosen token missing from its own dict is a collapse', () => {
   const steps: Spec[] = [
-    { token: 'x', logprob: -0.5, top: [['x', -0.5], ['y', -1.2]] },
-    { token: 'true', logprob: -0.4, top: [['false', -1.5], ['maybe', -2.5]] },
+    {
+      token: 'x',
+      logprob: -0.5,
+      top: [
+        ['x', -0.5],
+        ['y', -1.2],
+      ],
+    },
+    {
+      token: 'true',
+      logprob: -0.4,
+      top: [
+        ['false', -1.5],
+        ['maybe', -2.5],
+      ],
+    },
   ];
   const p = parseResponse(completionsBody(steps, 'sglang'));
   assert.deepEqual(tokens(p.steps), ['x', 'true']);
@@ -95,7 +117,14 @@ test('SGLang completions: text_offset −1 is ignored; a chosen token missing fr
 
 test('vLLM token_id:N tokens become ids, in the chosen token and in the top dict', () => {
   const body = completionsBody([
-    { token: 'token_id:791', logprob: -0.2, top: [['token_id:791', -0.2], ['token_id:12', -2.1]] },
+    {
+      token: 'token_id:791',
+      logprob: -0.2,
+      top: [
+        ['token_id:791', -0.2],
+        ['token_id:12', -2.1],
+      ],
+    },
   ]);
   const p = parseResponse(body);
   const s = p.steps[0]!;
@@ -115,7 +144,19 @@ test('vLLM return_token_ids: choice.token_ids become step ids', () => {
 });
 
 test('vLLM chat lists the sampled token first even when it is not the largest: the top list is sorted', () => {
-  const p = parseResponse(chatBody([{ token: ' no', logprob: -1.4, top: [[' no', -1.4], [' yes', -0.3], [' maybe', -2.0]] }]));
+  const p = parseResponse(
+    chatBody([
+      {
+        token: ' no',
+        logprob: -1.4,
+        top: [
+          [' no', -1.4],
+          [' yes', -0.3],
+          [' maybe', -2.0],
+        ],
+      },
+    ]),
+  );
   assert.deepEqual(p.steps[0]!.top, [
     [' yes', -0.3],
     [' no', -1.4],
@@ -128,7 +169,14 @@ test('sentinels become flagged values: −9999, float lowest, null, NaN', () => 
   const p = parseResponse(
     chatBody([
       { token: '', logprob: -9999.0, top: [] },
-      { token: 'a', logprob: -3.4028234663852886e38, top: [['a', -3.4028234663852886e38], ['b', -9999]] },
+      {
+        token: 'a',
+        logprob: -3.4028234663852886e38,
+        top: [
+          ['a', -3.4028234663852886e38],
+          ['b', -9999],
+        ],
+      },
       { token: 'c', logprob: null, top: [['c', -0.1]] },
       { token: 'd', logprob: Number.NaN, top: [['d', Number.NaN]] },
     ]),
@@ -164,7 +212,16 @@ test('missing lists: no top_logprobs is flagged, a chat body with logprobs: null
 test("llama.cpp's completions route carries chat-shaped logprobs with ids", () => {
   const p = parseResponse(
     llamaCompletionsBody([
-      { token: ' Paris', logprob: -0.05, id: 12095, top: [[' Paris', -0.05], [' the', -3.1]], topIds: [12095, 279] },
+      {
+        token: ' Paris',
+        logprob: -0.05,
+        id: 12095,
+        top: [
+          [' Paris', -0.05],
+          [' the', -3.1],
+        ],
+        topIds: [12095, 279],
+      },
       { token: '.', logprob: -3.4028234663852886e38, id: 13, top: [['.', -3.4028234663852886e38]], topIds: [13] },
     ]),
   );
@@ -179,7 +236,18 @@ test("llama.cpp's completions route carries chat-shaped logprobs with ids", () =
 test("llama.cpp's native completion_probabilities with post_sampling_probs are converted to logs", () => {
   const p = parseResponse({
     content: ' hi',
-    completion_probabilities: [{ id: 5, token: ' hi', bytes: [32, 104, 105], prob: 0.5, top_probs: [{ id: 5, token: ' hi', prob: 0.5 }, { id: 6, token: ' ho', prob: 0 }] }],
+    completion_probabilities: [
+      {
+        id: 5,
+        token: ' hi',
+        bytes: [32, 104, 105],
+        prob: 0.5,
+        top_probs: [
+          { id: 5, token: ' hi', prob: 0.5 },
+          { id: 6, token: ' ho', prob: 0 },
+        ],
+      },
+    ],
   });
   assert.equal(p.format, 'llamacpp-native');
   assert.equal(p.steps[0]!.logprob, Math.log(0.5));
@@ -192,8 +260,26 @@ test("llama.cpp's native completion_probabilities with post_sampling_probs are c
 
 test("SGLang's native meta_info tuples [logprob, id, text]: ids, and text null as an empty token", () => {
   const spec: Spec[] = [
-    { token: ' Paris', logprob: -0.73046875, id: 12095, top: [[' Paris', -0.73046875], [' a', -2.734375]], topIds: [12095, 2130] },
-    { token: '.', logprob: -0.9765625, id: 13, top: [['.', -0.9765625], [',', -1.7265625]], topIds: [13, 11] },
+    {
+      token: ' Paris',
+      logprob: -0.73046875,
+      id: 12095,
+      top: [
+        [' Paris', -0.73046875],
+        [' a', -2.734375],
+      ],
+      topIds: [12095, 2130],
+    },
+    {
+      token: '.',
+      logprob: -0.9765625,
+      id: 13,
+      top: [
+        ['.', -0.9765625],
+        [',', -1.7265625],
+      ],
+      topIds: [13, 11],
+    },
   ];
   const p = parseResponse(sglangNativeBody(spec, false));
   assert.equal(p.format, 'sglang-native');
@@ -288,7 +374,19 @@ test('non-responses say what is wrong and never throw', () => {
 
 test('a duplicated token in a top list is flagged', () => {
   const p = parseResponse(
-    llamaCompletionsBody([{ token: 'x', logprob: -0.1, id: 1, top: [['x', -0.1], ['y', -1], ['y', -2]], topIds: [1, 2, 3] }]),
+    llamaCompletionsBody([
+      {
+        token: 'x',
+        logprob: -0.1,
+        id: 1,
+        top: [
+          ['x', -0.1],
+          ['y', -1],
+          ['y', -2],
+        ],
+        topIds: [1, 2, 3],
+      },
+    ]),
   );
   assert.deepEqual(p.steps[0]!.flags, ['duplicateTopKeys']);
 });

@@ -108,37 +108,43 @@ test('a shift of every value by more than the floor is never noise', () => {
 
 const anyValue = fc.oneof(fc.anything({ withNullPrototype: true, withBigInt: true }), fc.jsonValue());
 /** Objects shaped like the formats' bodies, with any value (`loose`) at every leaf. */
-const shapedWith = (loose: fc.Arbitrary<unknown>) => fc.record(
-  {
-    object: fc.constantFrom('chat.completion', 'text_completion', 'chat.completion.chunk', 'error'),
-    error: loose,
-    model: loose,
-    meta_info: fc.oneof(loose, fc.record({ output_token_logprobs: loose, output_top_logprobs: loose }, { requiredKeys: [] })),
-    completion_probabilities: fc.oneof(loose, fc.array(loose)),
-    choices: fc.oneof(
-      loose,
-      fc.array(
-        fc.record(
-          {
-            index: fc.oneof(fc.constant(0), loose),
-            text: loose,
-            message: loose,
-            delta: loose,
-            token_ids: loose,
-            logprobs: fc.oneof(
-              loose,
-              fc.record({ content: fc.oneof(loose, fc.array(fc.oneof(loose, fc.record({ token: loose, logprob: loose, top_logprobs: loose, bytes: loose, id: loose, prob: loose, top_probs: loose }, { requiredKeys: [] })))) }),
-              fc.record({ tokens: loose, token_logprobs: loose, top_logprobs: fc.oneof(loose, fc.array(fc.dictionary(fc.string(), loose))) }, { requiredKeys: [] }),
-            ),
-          },
-          { requiredKeys: [] },
+const shapedWith = (loose: fc.Arbitrary<unknown>) =>
+  fc.record(
+    {
+      object: fc.constantFrom('chat.completion', 'text_completion', 'chat.completion.chunk', 'error'),
+      error: loose,
+      model: loose,
+      meta_info: fc.oneof(loose, fc.record({ output_token_logprobs: loose, output_top_logprobs: loose }, { requiredKeys: [] })),
+      completion_probabilities: fc.oneof(loose, fc.array(loose)),
+      choices: fc.oneof(
+        loose,
+        fc.array(
+          fc.record(
+            {
+              index: fc.oneof(fc.constant(0), loose),
+              text: loose,
+              message: loose,
+              delta: loose,
+              token_ids: loose,
+              logprobs: fc.oneof(
+                loose,
+                fc.record({
+                  content: fc.oneof(
+                    loose,
+                    fc.array(fc.oneof(loose, fc.record({ token: loose, logprob: loose, top_logprobs: loose, bytes: loose, id: loose, prob: loose, top_probs: loose }, { requiredKeys: [] }))),
+                  ),
+                }),
+                fc.record({ tokens: loose, token_logprobs: loose, top_logprobs: fc.oneof(loose, fc.array(fc.dictionary(fc.string(), loose))) }, { requiredKeys: [] }),
+              ),
+            },
+            { requiredKeys: [] },
+          ),
+          { maxLength: 3 },
         ),
-        { maxLength: 3 },
       ),
-    ),
-  },
-  { requiredKeys: [] },
-);
+    },
+    { requiredKeys: [] },
+  );
 const loose = anyValue;
 const shaped = shapedWith(anyValue);
 const shapedJson = shapedWith(fc.jsonValue());

@@ -10,16 +10,40 @@ const T = DEFAULT_THRESHOLDS;
 
 /** A forced step: token id `i`, its logprob `lp`, two alternatives (moved by `alt`). */
 function forced(i: number, lp: number, alt = 0): TokenStep {
-  return { token: ` t${i}`, id: i, logprob: lp, top: [[` t${i}`, lp], [' x', -2 + alt], [' y', -3]], topIds: [i, 1000, 1001] };
+  return {
+    token: ` t${i}`,
+    id: i,
+    logprob: lp,
+    top: [
+      [` t${i}`, lp],
+      [' x', -2 + alt],
+      [' y', -3],
+    ],
+    topIds: [i, 1000, 1001],
+  };
 }
 /** n forced steps, each moved by `move(i)` on this side. */
 const side = (n: number, move: (i: number) => number, base = 0): TokenStep[] => Array.from({ length: n }, (_, i) => forced(base + i, -0.3 + move(i), move(i)));
 
 /** A free-running pair that diverges at `d` after shifts `moves` (the candidate flips at d). */
 function freeRun(moves: number[], d: number | null) {
-  const b: Spec[] = moves.map((_, i) => step(` t${i}`, -0.3, [[' x', -2], [' y', -3]]));
-  const c: Spec[] = moves.map((m, i) => step(i === d ? ' x' : ` t${i}`, -0.3 + m, [[' x', -2 + m], [' y', -3]]));
-  if (d !== null) c[d] = step(' x', -0.2, [[` t${d}`, -0.3 + moves[d]!], [' y', -3]]);
+  const b: Spec[] = moves.map((_, i) =>
+    step(` t${i}`, -0.3, [
+      [' x', -2],
+      [' y', -3],
+    ]),
+  );
+  const c: Spec[] = moves.map((m, i) =>
+    step(i === d ? ' x' : ` t${i}`, -0.3 + m, [
+      [' x', -2 + m],
+      [' y', -3],
+    ]),
+  );
+  if (d !== null)
+    c[d] = step(' x', -0.2, [
+      [` t${d}`, -0.3 + moves[d]!],
+      [' y', -3],
+    ]);
   return compare(chatBody(c), chatBody(b), T);
 }
 
@@ -28,7 +52,11 @@ function pair(o: { prompt: [TokenStep[], TokenStep[]]; cont: [TokenStep[], Token
 }
 
 test('forcedStats: shifts over the forced tokens and their alternatives, shifted above the floor', () => {
-  const s = forcedStats(side(10, (i) => (i % 2 === 0 ? 0.5 : 0)), side(10, () => 0), T);
+  const s = forcedStats(
+    side(10, (i) => (i % 2 === 0 ? 0.5 : 0)),
+    side(10, () => 0),
+    T,
+  );
   assert.equal(s.positions, 10);
   assert.equal(s.comparable, 10);
   assert.equal(s.shifted, 5);
@@ -85,7 +113,7 @@ test('noise everywhere: scoring keeps it noise, no locus; a local fault stays lo
   const r = withScoring(free, scored, prompt, T);
   assert.equal(r.verdict, 'noise');
   assert.equal(r.locus, null);
-  const local = withScoring(free, ...Object.values(scoredBlocks(pair({ prompt: [[], []], cont: [side(20, (i) => (i === 7 ? 0.9 : 0), 50), side(20, () => 0, 50)] }), T)) as [never, never], T);
+  const local = withScoring(free, ...(Object.values(scoredBlocks(pair({ prompt: [[], []], cont: [side(20, (i) => (i === 7 ? 0.9 : 0), 50), side(20, () => 0, 50)] }), T)) as [never, never]), T);
   assert.equal(local.verdict, 'local_shift');
   assert.equal(local.locus, 'unknown', 'no prompt block: where cannot be said');
 });

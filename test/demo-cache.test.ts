@@ -12,7 +12,9 @@ import { runCli } from './helpers/cli.js';
 
 test('demo --fault cache-hit --baseline none: one engine, every request twice, LogprobSelfInconsistency; the next steps run on its captures', async (t) => {
   const root = tempDir(t, 'logprobe-demo-');
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'cache-hit', '--baseline', 'none', '--duration', '14', '--port', '0', '--admin-port', '0', '--captures', root], { timeoutMs: 90_000 });
+  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'cache-hit', '--baseline', 'none', '--duration', '14', '--port', '0', '--admin-port', '0', '--captures', root], {
+    timeoutMs: 90_000,
+  });
   assert.equal(code, 0, stderr);
   assert.match(stdout, /^ {2}baseline {2}none: the candidate against itself/m);
   assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency at mirrored request \d+ .* the candidate disagrees with itself between a cold and a warm run/m);
@@ -41,7 +43,9 @@ test('demo --fault cache-hit --baseline none: one engine, every request twice, L
 
 test('demo --fault cache-hit with the baseline: the same prompt sometimes matches (cold) and sometimes not (warm); both alerts fire', async (t) => {
   const root = tempDir(t, 'logprobe-demo-');
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'cache-hit', '--duration', '40', '--port', '0', '--admin-port', '0', '--captures', root], { timeoutMs: 120_000 });
+  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'cache-hit', '--duration', '40', '--port', '0', '--admin-port', '0', '--captures', root], {
+    timeoutMs: 120_000,
+  });
   assert.equal(code, 0, stderr);
   assert.match(stdout, /^ {2}repeats {3}1 in 5 mirrored requests once more to each backend/m);
   assert.match(stdout, /^#.*_shift .*\(this prompt before: identical/m, 'a prompt that matched before is shifted now');

@@ -25,14 +25,20 @@ test('when llama.cpp engines cannot start, the demo says why in one line, runs t
 });
 
 test('--engine llama does not fall back: it exits 1 with the reason in one line', async (t) => {
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'llama', '--duration', '5', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { env: BROKEN, timeoutMs: 60_000 });
+  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'llama', '--duration', '5', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], {
+    env: BROKEN,
+    timeoutMs: 60_000,
+  });
   assert.equal(code, 1);
   assert.equal(stdout, '');
   assert.match(stderr, /^logprobe: --engine llama: llama\.cpp engines unavailable \(.*ENOTDIR.*\)\n$/);
 });
 
 test('--engine sim runs a llama.cpp noise fault as the simulated noise: no shift, no alert', async (t) => {
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'flash-attention', '--duration', '4', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { timeoutMs: 60_000 });
+  const { code, stdout, stderr } = await runCli(
+    ['demo', '--engine', 'sim', '--fault', 'flash-attention', '--duration', '4', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')],
+    { timeoutMs: 60_000 },
+  );
   assert.equal(code, 0, stderr);
   assert.doesNotMatch(stdout, /falling back/);
   assert.match(stdout, /^logprobe demo — simulated engines/m);
@@ -44,7 +50,10 @@ test('--engine sim runs a llama.cpp noise fault as the simulated noise: no shift
 test('a --fault or --engine neither kind of engine knows is a usage error (exit 2) naming both lists', async () => {
   const bad = await runCli(['demo', '--fault', 'zero-layer:9']);
   assert.equal(bad.code, 2);
-  assert.match(bad.stderr, /^logprobe: --fault: fault "zero-layer:9": expected an integer from 0 to 1; the demo takes a llama\.cpp engine fault \(zero-layer:L, .*\) or a simulated one \(state-shift, .*\)\n$/);
+  assert.match(
+    bad.stderr,
+    /^logprobe: --fault: fault "zero-layer:9": expected an integer from 0 to 1; the demo takes a llama\.cpp engine fault \(zero-layer:L, .*\) or a simulated one \(state-shift, .*\)\n$/,
+  );
   const unknown = await runCli(['demo', '--fault', 'gremlins']);
   assert.equal(unknown.code, 2);
   assert.match(unknown.stderr, /^logprobe: --fault: unknown fault "gremlins"; the demo takes a llama\.cpp engine fault/);

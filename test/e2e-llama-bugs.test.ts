@@ -18,8 +18,6 @@ const SHIFTS = ['early_shift', 'global_shift', 'local_shift'] as const;
 /** A small window that fires at once: the alert's latency in mirrored requests is what is checked. */
 const FAST_ALERT: ConfigInput = { alert: { window: 20, minRequests: 10, fireFraction: 0.5, forSeconds: 0 } };
 
-
-
 function assertShiftAndAlert(seen: E2ERun, n: number): void {
   const shifts = SHIFTS.reduce((sum, v) => sum + (seen.verdicts[v] ?? 0), 0);
   assert.equal(seen.verdicts['identical'], undefined, `no pair identical: ${JSON.stringify(seen.verdicts)}`);

@@ -32,7 +32,9 @@ test('two clean llama.cpp engines in separate processes: every mirrored pair is 
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       // The client samples; the mirrored copy is greedy with logprobs.
-      body: JSON.stringify(chat ? { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: 24, temperature: 0.8, stream: i % 4 === 0 } : { model: 'm', prompt, max_tokens: 24, temperature: 0.7 }),
+      body: JSON.stringify(
+        chat ? { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: 24, temperature: 0.8, stream: i % 4 === 0 } : { model: 'm', prompt, max_tokens: 24, temperature: 0.7 },
+      ),
     });
     assert.equal(res.statusCode, 200);
     await res.body.dump();

@@ -32,7 +32,10 @@ async function post(url: string, path: string, body: unknown): Promise<Json> {
  * that renormalises after top-p, or applies a temperature before reporting, would send). Scoring
  * requests (prompt_logprobs) and everything else pass through untouched.
  */
-async function transformingProxy(target: string, transform: (topLogprobs: Array<Record<string, number>>, chosen: number[], tokens: string[]) => void): Promise<{ url: string; close: () => Promise<void> }> {
+async function transformingProxy(
+  target: string,
+  transform: (topLogprobs: Array<Record<string, number>>, chosen: number[], tokens: string[]) => void,
+): Promise<{ url: string; close: () => Promise<void> }> {
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -110,7 +113,13 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     prompts = join(dir, 'prompts.jsonl');
     writeFileSync(
       prompts,
-      E2E_PROMPTS.map((p, i) => JSON.stringify(i % 2 === 0 ? { route: '/v1/completions', model: 'm', prompt: p, max_tokens: 16 } : { route: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: p }], max_tokens: 16 } })).join('\n') + '\n',
+      E2E_PROMPTS.map((p, i) =>
+        JSON.stringify(
+          i % 2 === 0
+            ? { route: '/v1/completions', model: 'm', prompt: p, max_tokens: 16 }
+            : { route: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: p }], max_tokens: 16 } },
+        ),
+      ).join('\n') + '\n',
     );
     config = join(dir, 'gate.yaml');
     writeFileSync(config, 'mirror:\n  topLogprobs: 10\n  maxTokens: 16\nanalysis:\n  scoring:\n    when: always\n');
@@ -120,7 +129,10 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     assert.match(r.stdout, /recorded 6 prompts .*: 6 usable/);
     // A chat answer whose text the engine re-tokenises differently is not scored, and says why.
     assert.match(r.stdout, /scored [4-6] \(vllm \/v1\/completions prompt_logprobs\)/);
-    const records = readFileSync(golden, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Json);
+    const records = readFileSync(golden, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Json);
     assert.equal(records.length, 6);
     for (const rec of records) {
       assert.equal(rec.v, 2);
@@ -150,12 +162,22 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     try {
       const gates = ['--gate', 'logits:0.005,tokens:16', '--gate', 'kl:0.05', '--gate', 'definition'];
       const run = (url: string, name: string) =>
-        runCli(['replay', prompts, '--candidate', url, '--baseline-from', golden, ...gates, '--fail-on', 'none', '--out', join(dir, `${name}.jsonl`), '--junit', join(dir, `${name}.xml`), '--json'], { timeoutMs: 120_000 });
+        runCli(['replay', prompts, '--candidate', url, '--baseline-from', golden, ...gates, '--fail-on', 'none', '--out', join(dir, `${name}.jsonl`), '--junit', join(dir, `${name}.xml`), '--json'], {
+          timeoutMs: 120_000,
+        });
 
       const ok = await run(clean.url, 'clean');
       assert.equal(ok.code, 0, ok.stdout + ok.stderr);
       const okJson = JSON.parse(ok.stdout) as Json;
-      assert.deepEqual(okJson.gates.map((g: Json) => [g.gate, g.passed]), [['logits:0.005', true], ['tokens:16', true], ['kl:0.05', true], ['definition', true]]);
+      assert.deepEqual(
+        okJson.gates.map((g: Json) => [g.gate, g.passed]),
+        [
+          ['logits:0.005', true],
+          ['tokens:16', true],
+          ['kl:0.05', true],
+          ['definition', true],
+        ],
+      );
       assert.equal(okJson.health.logits.max, 0, 'two clean engines agree bitwise');
       assert.match(ok.stderr, /^gate: PASS \(--fail-on none; logits:0\.005, tokens:16, kl:0\.05, definition passed\)$/m);
 
@@ -188,7 +210,10 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
       // The JUnit report, as a CI system reads it.
       const junit = await parseJunit(readFileSync(join(dir, 'zero.xml'), 'utf8'));
       const s = suites(junit);
-      assert.deepEqual(s.map((x) => x.name), ['gate logits:0.005', 'gate tokens:16', 'gate kl:0.05', 'gate definition', 'verdict gate (--fail-on none)']);
+      assert.deepEqual(
+        s.map((x) => x.name),
+        ['gate logits:0.005', 'gate tokens:16', 'gate kl:0.05', 'gate definition', 'verdict gate (--fail-on none)'],
+      );
       const tokenSuite = s[1]!;
       assert.equal(tokenSuite.tests, 6);
       assert.equal(tokenSuite.failures, 6);
@@ -212,7 +237,25 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     ] as const) {
       const proxy = await transformingProxy(baseline.url, fn);
       try {
-        const r = await runCli(['replay', prompts, '--candidate', proxy.url, '--baseline-from', golden, '--gate', 'definition', '--fail-on', 'none', '--out', join(dir, `${name}.jsonl`), '--junit', join(dir, `${name}.xml`)], { timeoutMs: 120_000 });
+        const r = await runCli(
+          [
+            'replay',
+            prompts,
+            '--candidate',
+            proxy.url,
+            '--baseline-from',
+            golden,
+            '--gate',
+            'definition',
+            '--fail-on',
+            'none',
+            '--out',
+            join(dir, `${name}.jsonl`),
+            '--junit',
+            join(dir, `${name}.xml`),
+          ],
+          { timeoutMs: 120_000 },
+        );
         assert.equal(r.code, 1, r.stdout + r.stderr);
         assert.match(r.stdout, new RegExp(`definition warnings[^]*${check} \\(${check === 'temperature_scaled' ? 'both' : 'candidate'}\\)`));
         assert.match(r.stdout, words);
@@ -260,10 +303,23 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
       const gen = r.choices[0].token_ids as number[];
       const scored = await post(f16.url, '/v1/completions', { model: 'm', prompt: [...ids, ...gen], max_tokens: 1, prompt_logprobs: 10 });
       const rows = (scored.choices[0].prompt_logprobs as Array<Record<string, { logprob: number; rank: number }>>).slice(ids.length);
-      const top = rows.map((d) => Object.fromEntries(Object.entries(d).filter(([, v]) => v.rank <= 10).map(([id, v]) => [id, v.logprob])));
+      const top = rows.map((d) =>
+        Object.fromEntries(
+          Object.entries(d)
+            .filter(([, v]) => v.rank <= 10)
+            .map(([id, v]) => [id, v.logprob]),
+        ),
+      );
       trainer.push(JSON.stringify({ id: `s${k}`, token_ids: gen, logprobs: rows.map((d, i) => d[String(gen[i])]!.logprob), top_logprobs: top }));
       // log_softmax(logits / 0.8) where the engine used 1: the gaps between tokens grow by 1/0.8.
-      hot.push(JSON.stringify({ id: `s${k}`, token_ids: gen, logprobs: rows.map((d, i) => d[String(gen[i])]!.logprob / 0.8), top_logprobs: top.map((d) => Object.fromEntries(Object.entries(d).map(([id, v]) => [id, v / 0.8]))) }));
+      hot.push(
+        JSON.stringify({
+          id: `s${k}`,
+          token_ids: gen,
+          logprobs: rows.map((d, i) => d[String(gen[i])]!.logprob / 0.8),
+          top_logprobs: top.map((d) => Object.fromEntries(Object.entries(d).map(([id, v]) => [id, v / 0.8]))),
+        }),
+      );
     }
     const dirT = join(dir, 'training');
     mkdirSync(dirT, { recursive: true });
@@ -282,8 +338,18 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     assert.doesNotMatch(r.stdout, /^definition:/m);
 
     const j = await runCli(['analyze', '--json', join(dirT, 'trainer.jsonl'), join(dirT, 'rollout.jsonl')]);
-    const seqs = j.stdout.trim().split('\n').map((l) => JSON.parse(l) as Json);
-    assert.deepEqual(seqs.map((s) => [s.id, s.training.positions, s.definition.length]), [['s0', 32, 0], ['s1', 32, 0], ['s2', 32, 0]]);
+    const seqs = j.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Json);
+    assert.deepEqual(
+      seqs.map((s) => [s.id, s.training.positions, s.definition.length]),
+      [
+        ['s0', 32, 0],
+        ['s1', 32, 0],
+        ['s2', 32, 0],
+      ],
+    );
 
     const h = await runCli(['analyze', join(dirT, 'trainer-hot.jsonl'), join(dirT, 'trainer.jsonl')]);
     assert.match(h.stdout, /^definition: temperature_scaled \(both\) on 3 sequences: temperature differs: the candidate's top-k gaps are the baseline's × 1\.250/m);

@@ -23,7 +23,6 @@ const skip = llamaSkip;
 const ALERT: ConfigInput['alert'] = { window: 20, minRequests: 10, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } };
 const CALIBRATED: ConfigInput = { analysis: { noiseFloor: 'auto' }, calibration: { rate: 1, margin: 3, minSamples: 5, minFloor: 0.04 }, alert: ALERT };
 
-
 describe('1% weight noise on llama.cpp: never identical; needs a calibrated floor', { skip }, () => {
   let baseline: LlamaEngineProcess;
   before(async () => {

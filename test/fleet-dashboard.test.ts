@@ -91,17 +91,13 @@ test('panels have unique ids and do not overlap on the 24-column grid', () => {
   for (const [i, a] of dash.panels.entries()) {
     assert.ok(a.gridPos.x >= 0 && a.gridPos.x + a.gridPos.w <= 24, `${a.title} fits the grid`);
     for (const b of dash.panels.slice(i + 1)) {
-      const overlap =
-        a.gridPos.x < b.gridPos.x + b.gridPos.w &&
-        b.gridPos.x < a.gridPos.x + a.gridPos.w &&
-        a.gridPos.y < b.gridPos.y + b.gridPos.h &&
-        b.gridPos.y < a.gridPos.y + a.gridPos.h;
+      const overlap = a.gridPos.x < b.gridPos.x + b.gridPos.w && b.gridPos.x < a.gridPos.x + a.gridPos.w && a.gridPos.y < b.gridPos.y + b.gridPos.h && b.gridPos.y < a.gridPos.y + a.gridPos.h;
       assert.ok(!overlap, `${a.title} overlaps ${b.title}`);
     }
   }
 });
 
-test('the issue\'s panels are there: verdict mix, heatmaps, flips, detectors, alerts, mirror, upstreams', () => {
+test("the issue's panels are there: verdict mix, heatmaps, flips, detectors, alerts, mirror, upstreams", () => {
   assert.match(panel(/^Verdict mix$/).targets?.[0]?.expr ?? '', /sum by \(verdict\) \(rate\(logprobe_verdicts_total/);
   for (const [title, metric] of [
     [/^Position shift$/, 'logprobe_token_shift_nats_bucket'],
@@ -115,7 +111,12 @@ test('the issue\'s panels are there: verdict mix, heatmaps, flips, detectors, al
     assert.match(t?.expr ?? '', new RegExp(`^sum by \\(le\\) \\(rate\\(${metric}\\{`));
   }
   assert.match(panel(/^Flips by class$/).targets?.[0]?.expr ?? '', /sum by \(class\)/);
-  assert.match(panel(/^Alert state$/).targets?.map((t) => t.expr).join(' ') ?? '', /logprobe_alert_firing/);
+  assert.match(
+    panel(/^Alert state$/)
+      .targets?.map((t) => t.expr)
+      .join(' ') ?? '',
+    /logprobe_alert_firing/,
+  );
   assert.match(panel(/^Mirror outcomes$/).targets?.[0]?.expr ?? '', /sum by \(outcome\) \(rate\(logprobe_mirror_total/);
   assert.match(panel(/^Mirror queue depth$/).targets?.[0]?.expr ?? '', /logprobe_mirror_queue_depth/);
   assert.match(panel(/^Upstream latency by backend$/).targets?.[0]?.expr ?? '', /sum by \(backend, le\) \(rate\(logprobe_upstream_duration_seconds_bucket/);
@@ -146,12 +147,24 @@ test('the window ratio and CUSUM panels draw the thresholds the rules and the co
 
 test('every alert has a severity, a for: duration, an explanation and a runbook section', () => {
   const runbook = readFileSync(new URL('docs/runbook.md', root), 'utf8');
-  const anchors = new Set([...runbook.matchAll(/^##+\s+(.+)$/gm)].map((m) => (m[1] as string).trim().toLowerCase().replace(/[^\w\- ]/g, '').replace(/ /g, '-')));
-  const alerts = rules.groups.flatMap((g) => g.rules).filter((r) => r.alert);
-  assert.deepEqual(
-    alerts.map((r) => r.alert).sort(),
-    ['LogprobGlobalShift', 'LogprobMirrorStalled', 'LogprobMirrorWorkerDown', 'LogprobProxyErrors', 'LogprobSelfInconsistency', 'LogprobSustainedShift'],
+  const anchors = new Set(
+    [...runbook.matchAll(/^##+\s+(.+)$/gm)].map((m) =>
+      (m[1] as string)
+        .trim()
+        .toLowerCase()
+        .replace(/[^\w\- ]/g, '')
+        .replace(/ /g, '-'),
+    ),
   );
+  const alerts = rules.groups.flatMap((g) => g.rules).filter((r) => r.alert);
+  assert.deepEqual(alerts.map((r) => r.alert).sort(), [
+    'LogprobGlobalShift',
+    'LogprobMirrorStalled',
+    'LogprobMirrorWorkerDown',
+    'LogprobProxyErrors',
+    'LogprobSelfInconsistency',
+    'LogprobSustainedShift',
+  ]);
   for (const r of alerts) {
     assert.match(r.labels?.severity ?? '', /^(critical|warning)$/, `${r.alert} severity`);
     assert.match(r.for ?? '', /^\d+[smh]$/, `${r.alert} for:`);

@@ -43,7 +43,10 @@ function exec(op: string): string[] {
 
 test('multi-stage: the runtime stage copies the build output, not the sources or dev dependencies', () => {
   assert.ok(instructions.filter((i) => i.op === 'FROM').length >= 2, 'a build stage and a runtime stage');
-  const build = instructions.slice(0, lastFrom).map((i) => i.args).join('\n');
+  const build = instructions
+    .slice(0, lastFrom)
+    .map((i) => i.args)
+    .join('\n');
   assert.match(build, /npm ci --ignore-scripts/);
   assert.match(build, /tsc -p tsconfig.build.json/);
   assert.match(build, /npm prune --omit=dev/);
@@ -62,7 +65,10 @@ test('the image runs as the unprivileged node user', () => {
   assert.ok(user, 'a USER instruction in the runtime stage');
   assert.ok(!/^(root|0)(:.*)?$/.test(user), `USER ${user}`);
   assert.equal(user, 'node');
-  const env = runtime.filter((i) => i.op === 'ENV').map((i) => i.args).join(' ');
+  const env = runtime
+    .filter((i) => i.op === 'ENV')
+    .map((i) => i.args)
+    .join(' ');
   assert.match(env, /NODE_ENV=production/);
   assert.match(env, /NODE_LLAMA_CPP_SKIP_DOWNLOAD=true/);
 });

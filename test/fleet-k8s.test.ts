@@ -116,7 +116,10 @@ test('the Service selects the pods and exposes only the public port', () => {
   const spec = service.spec as { selector: Record<string, string>; ports: Array<{ targetPort: string | number }> };
   const podLabels = (podTemplate.metadata as Obj).labels as Record<string, string>;
   for (const [k, v] of Object.entries(spec.selector)) assert.equal(podLabels[k], v, `selector ${k}`);
-  assert.deepEqual(spec.ports.map((p) => portNumber(p.targetPort)), [config.listen.port]);
+  assert.deepEqual(
+    spec.ports.map((p) => portNumber(p.targetPort)),
+    [config.listen.port],
+  );
 });
 
 test('pods run as non-root with a read-only root filesystem', () => {

@@ -16,7 +16,6 @@ import { METRIC_CATALOG, MIRROR_OUTCOMES } from '../src/metrics/catalog.js';
 import { VERDICTS } from '../src/core/index.js';
 import { checkLive, dashboardQueries, grafanaToPromql, parseExposition, readDashboardText, readRulesText, rulesQueries, type Exposition, type Query } from './helpers/promql.js';
 
-
 const rules = rulesQueries(readRulesText());
 const dashboard = dashboardQueries(readDashboardText()).map((q) => ({ ...q, expr: grafanaToPromql(q.expr) }));
 
@@ -50,7 +49,10 @@ test('the live checker reports missing series, labels and values', () => {
   ];
   for (const [expr, expected] of bad) {
     const problems = checkLive({ where: 'probe', expr }, recorded, live, eventOnly);
-    assert.ok(problems.some((p) => expected.test(p)), `${expr}: expected ${expected}, got ${JSON.stringify(problems)}`);
+    assert.ok(
+      problems.some((p) => expected.test(p)),
+      `${expr}: expected ${expected}, got ${JSON.stringify(problems)}`,
+    );
   }
   const good = [
     'sum by (le) (rate(logprobe_token_shift_nats_bucket{le="0.05", route=~"var_route", job=~"var_job"}[5m]))',
@@ -126,8 +128,7 @@ test('on a fresh proxy that has seen no request, every series, label and value t
   assertComplete(live);
 
   // The series the issue names, by every known label value, and the worker's state.
-  const has = (name: string, labels: Record<string, string>) =>
-    (live.samples.get(name) ?? []).some((s) => Object.entries(labels).every(([k, v]) => s[k] === v));
+  const has = (name: string, labels: Record<string, string>) => (live.samples.get(name) ?? []).some((s) => Object.entries(labels).every(([k, v]) => s[k] === v));
   for (const route of ['/v1/completions', '/v1/chat/completions']) {
     for (const cls of ['ambiguous', 'gray', 'systematic']) assert.ok(has('logprobe_flip_gap_nats_count', { route, class: cls }), `flip gap ${route} ${cls}`);
     assert.ok(has('logprobe_first_divergence_tokens_bucket', { route, le: '+Inf' }), `first divergence ${route}`);

@@ -99,7 +99,7 @@ async function valueFor(url: string, expr: string, job: string): Promise<number 
   return v[0]?.value;
 }
 
-test('LogprobGlobalShift fires on a real Prometheus for the faulty replica\'s fleet and not for the clean one', { timeout: 180_000 }, async (t) => {
+test("LogprobGlobalShift fires on a real Prometheus for the faulty replica's fleet and not for the clean one", { timeout: 180_000 }, async (t) => {
   if (!needPrometheus(t)) return;
   const started = Date.now();
   const defer = cleanupStack(t);
@@ -112,10 +112,7 @@ test('LogprobGlobalShift fires on a real Prometheus for the faulty replica\'s fl
   const [faultyBaseline, faultyCandidate, cleanBaseline, cleanCandidate] = await Promise.all(engines);
 
   // Two real `logprobe serve` processes.
-  const [faulty, clean] = await Promise.all([
-    startReplica(defer, dir, 'faulty', faultyCandidate.url, faultyBaseline.url),
-    startReplica(defer, dir, 'clean', cleanCandidate.url, cleanBaseline.url),
-  ]);
+  const [faulty, clean] = await Promise.all([startReplica(defer, dir, 'faulty', faultyCandidate.url, faultyBaseline.url), startReplica(defer, dir, 'clean', cleanCandidate.url, cleanBaseline.url)]);
 
   const prom = await startPrometheus({
     config: {
@@ -212,20 +209,34 @@ test('LogprobGlobalShift fires on a real Prometheus for the faulty replica\'s fl
 
   // ALERTS, as the dashboard's alert panels read it: firing for the faulty fleet only.
   const firing = await promQuery(prom.url, 'ALERTS{alertname="LogprobGlobalShift", alertstate="firing"}');
-  assert.deepEqual(firing.map((s) => s.metric.job), [FAULTY]);
+  assert.deepEqual(
+    firing.map((s) => s.metric.job),
+    [FAULTY],
+  );
 
   // Both signals of the alert work on real data, each on its own: the pooled verdict share
   // (Prometheus' rate() over the replicas' counters) and the in-process detector's gauge.
   const pooled = await promQuery(prom.url, '(logprobe:global_shift:ratio_rate5m >= 0.5 and on (job, namespace) logprobe:comparable_verdicts:rate5m * 300 >= 20)');
-  assert.deepEqual(pooled.map((s) => s.metric.job), [FAULTY], 'pooled verdict share');
+  assert.deepEqual(
+    pooled.map((s) => s.metric.job),
+    [FAULTY],
+    'pooled verdict share',
+  );
   const inProcess = await promQuery(prom.url, 'max by (job, namespace) (logprobe_alert_firing{alert="LogprobGlobalShift"}) == 1');
-  assert.deepEqual(inProcess.map((s) => s.metric.job), [FAULTY], 'in-process detector');
+  assert.deepEqual(
+    inProcess.map((s) => s.metric.job),
+    [FAULTY],
+    'in-process detector',
+  );
 
   // Both replicas' mirror workers answer their scrapes; the noise-floor gauge that calibration
   // has not measured (NaN, spelled `Nan` by prom-client) is read by Prometheus, not refused.
   const up = await promQuery(prom.url, 'logprobe_mirror_worker_up');
   assert.deepEqual(up.map((s) => `${s.metric.job} ${s.value}`).sort(), [`${CLEAN} 1`, `${FAULTY} 1`], 'logprobe_mirror_worker_up');
-  assert.ok((await promAlerts(prom.url)).every((a) => a.labels.alertname !== 'LogprobMirrorWorkerDown'), 'no worker down');
+  assert.ok(
+    (await promAlerts(prom.url)).every((a) => a.labels.alertname !== 'LogprobMirrorWorkerDown'),
+    'no worker down',
+  );
   const floors = await promQuery(prom.url, 'logprobe_noise_floor_observed_nats');
   assert.equal(floors.length, 4, 'two backends on each replica');
 

@@ -36,7 +36,10 @@ test('the checker catches unknown series, labels and label values', () => {
   ];
   for (const [expr, expected] of bad) {
     const problems = checkQuery({ where: 'probe', expr }, recorded);
-    assert.ok(problems.some((p) => expected.test(p)), `${expr}: expected ${expected}, got ${JSON.stringify(problems)}`);
+    assert.ok(
+      problems.some((p) => expected.test(p)),
+      `${expr}: expected ${expected}, got ${JSON.stringify(problems)}`,
+    );
   }
   const good = [
     'sum by (le) (rate(logprobe_token_shift_nats_bucket{le="0.1", route=~"$route"}[5m]))',

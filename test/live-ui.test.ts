@@ -37,10 +37,14 @@ async function data(adminUrl: string, query = ''): Promise<{ worker: string; dat
   return (await res.body.json()) as { worker: string; data: LiveData | null };
 }
 
-test('the feed builds no strip while no page polls, keeps the last pairs\' bodies for one that opens, and bounds what it holds', () => {
+test("the feed builds no strip while no page polls, keeps the last pairs' bodies for one that opens, and bounds what it holds", () => {
   let now = 1_000_000;
   const state = initialDetectorState();
-  const feed = new LiveFeed(buildConfig({}), () => state, () => now);
+  const feed = new LiveFeed(
+    buildConfig({}),
+    () => state,
+    () => now,
+  );
   for (let i = 0; i < 15; i++) feed.onPair(makePair(i, { shift: 0.5 }));
   const first = JSON.parse(feed.snapshot(0, 0)) as LiveData;
   assert.equal(first.pairs.length, 15);
@@ -54,14 +58,31 @@ test('the feed builds no strip while no page polls, keeps the last pairs\' bodie
   assert.equal(d.oldest, 31);
   assert.equal(d.pairs.length, 50);
   assert.ok(d.pairs.every((p) => p.strip !== null && p.strip.tokens.length === 5));
-  assert.equal(Object.values(d.verdicts).reduce((a, b) => a + b, 0), 80);
+  assert.equal(
+    Object.values(d.verdicts).reduce((a, b) => a + b, 0),
+    80,
+  );
   feed.close();
   // Long prompts are cut; messages give the last user turn, text parts included.
   assert.equal(promptExcerpt({ prompt: 'x'.repeat(1000) })!.length, 240);
-  assert.equal(promptExcerpt({ messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: [{ type: 'text', text: 'hello' }, { type: 'text', text: 'there' }] }] }), 'hello there');
+  assert.equal(
+    promptExcerpt({
+      messages: [
+        { role: 'system', content: 'be brief' },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'hello' },
+            { type: 'text', text: 'there' },
+          ],
+        },
+      ],
+    }),
+    'hello there',
+  );
 });
 
-test('/ui/data: the worker\'s bounded summary, incremental by pair and point, with strips built in the worker', async (t) => {
+test("/ui/data: the worker's bounded summary, incremental by pair and point, with strips built in the worker", async (t) => {
   const baseline = await startSim();
   const candidate = await startSim({ stateShift: 0.6 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
@@ -90,7 +111,7 @@ test('/ui/data: the worker\'s bounded summary, incremental by pair and point, wi
   assert.equal(all.oldest, 11);
   assert.equal(all.pairs[0]!.seq, 11);
   const p = all.pairs.at(-1)!;
-  assert.ok(p.strip && p.strip.tokens.length > 0 && p.strip.tokens[0]!.tc.length > 0, 'a strip with both sides\' top-k');
+  assert.ok(p.strip && p.strip.tokens.length > 0 && p.strip.tokens[0]!.tc.length > 0, "a strip with both sides' top-k");
   assert.match(p.prompt!, /^(live question|Live prompt) 59/);
   assert.equal(all.alerts[0]!.phase, 'firing');
   assert.ok(all.alerts[0]!.last && all.alerts[0]!.last.to === 'firing');
@@ -99,7 +120,11 @@ test('/ui/data: the worker\'s bounded summary, incremental by pair and point, wi
   assert.equal(all.outcomes.ok, 60);
 
   const later = (await data(lp.adminUrl, `?since=58&t=${all.series.at(-1)?.t ?? 0}`)).data!;
-  assert.deepEqual(later.pairs.map((x) => x.seq), [59, 60], 'only what the page does not have');
+  assert.deepEqual(
+    later.pairs.map((x) => x.seq),
+    [59, 60],
+    'only what the page does not have',
+  );
   assert.ok(later.series.every((x) => x.t > (all.series.at(-1)?.t ?? 0)));
 
   const page = await request(`${lp.adminUrl}/ui`);
@@ -115,7 +140,7 @@ test('/ui/data: the worker\'s bounded summary, incremental by pair and point, wi
   assert.notEqual(pub.statusCode, 200);
 });
 
-test('the live page in Chromium: same origin only, a firing alert from a faulty candidate, a pair\'s strip within seconds of its request, top-k on hover', { skip }, async (t) => {
+test("the live page in Chromium: same origin only, a firing alert from a faulty candidate, a pair's strip within seconds of its request, top-k on hover", { skip }, async (t) => {
   const baseline = await startSim();
   const candidate = await startSim({ stateShift: 0.6 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
@@ -162,8 +187,8 @@ test('the live page in Chromium: same origin only, a firing alert from a faulty 
   const shown = await page.$$eval('#mix-body tr', (rows) => Object.fromEntries(rows.map((r) => [r.getAttribute('data-verdict'), Number(r.querySelector('.count')!.textContent)])));
   const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   for (const v of ['global_shift', 'early_shift']) assert.equal(shown[v], metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: v }) ?? 0, v);
-  assert.ok(await page.locator('#share-chart polyline').count() === 1, 'the pooled share over time');
-  assert.ok(await page.locator('#cusum-chart polyline').count() === 1, 'the CUSUM over time');
+  assert.ok((await page.locator('#share-chart polyline').count()) === 1, 'the pooled share over time');
+  assert.ok((await page.locator('#cusum-chart polyline').count()) === 1, 'the CUSUM over time');
   assert.ok((await page.locator('#pair-list .tok.flip').count()) > 0, 'the flip is boxed');
 
   await page.locator('#pair-list .tok').first().hover();
@@ -177,9 +202,15 @@ test('the live page in Chromium: same origin only, a firing alert from a faulty 
   await page.screenshot({ path: SCREENSHOT, fullPage: true });
   // Close-ups, to look at the charts and a strip at full size.
   await page.locator('#detectors').screenshot({ path: SCREENSHOT.replace(/\.png$/, '-window.png') });
-  await page.locator('#pair-list .live-pair').first().screenshot({ path: SCREENSHOT.replace(/\.png$/, '-pair.png') });
+  await page
+    .locator('#pair-list .live-pair')
+    .first()
+    .screenshot({ path: SCREENSHOT.replace(/\.png$/, '-pair.png') });
   t.diagnostic(`screenshot: ${SCREENSHOT}`);
   assert.deepEqual(foreign, [], 'nothing requested from another origin');
-  assert.ok(requests.some((u) => u.startsWith(`${origin}/ui/data`)), 'the page polls its own origin');
+  assert.ok(
+    requests.some((u) => u.startsWith(`${origin}/ui/data`)),
+    'the page polls its own origin',
+  );
   assert.deepEqual(errors, [], 'no console error (a CSP violation would be one)');
 });

@@ -9,15 +9,25 @@ import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue, sendChatOrCompletion, startSim } from './helpers/sim.js';
 
 async function families(m: Metrics): Promise<string[]> {
-  return (await m.registry.getMetricsAsJSON()).map((f) => f.name).filter((n) => n.startsWith('logprobe_')).sort();
+  return (await m.registry.getMetricsAsJSON())
+    .map((f) => f.name)
+    .filter((n) => n.startsWith('logprobe_'))
+    .sort();
 }
 
 test('each thread registers the metrics it owns and those owned by both, nothing else', async () => {
   for (const thread of ['main', 'worker'] as const) {
     const m = new Metrics({ thread, mirrorRoutes: ['/v1/completions'] });
-    const owned = METRIC_CATALOG.filter((s) => s.owner === thread || s.owner === 'both').map((s) => s.name).sort();
+    const owned = METRIC_CATALOG.filter((s) => s.owner === thread || s.owner === 'both')
+      .map((s) => s.name)
+      .sort();
     assert.deepEqual(await families(m), owned, thread);
-    assert.deepEqual(metricsOf(thread).map((s) => s.name).sort(), owned);
+    assert.deepEqual(
+      metricsOf(thread)
+        .map((s) => s.name)
+        .sort(),
+      owned,
+    );
   }
   // Only the proxy's thread has the process metrics.
   const main = await new Metrics({ thread: 'main' }).registry.metrics();
@@ -32,7 +42,9 @@ test('each thread registers the metrics it owns and those owned by both, nothing
 test('every metric has an owner; the ones owned by both are the counters and gauges both threads move', () => {
   for (const spec of METRIC_CATALOG) assert.ok(['main', 'worker', 'both'].includes(spec.owner), spec.name);
   assert.deepEqual(
-    METRIC_CATALOG.filter((s) => s.owner === 'both').map((s) => s.name).sort(),
+    METRIC_CATALOG.filter((s) => s.owner === 'both')
+      .map((s) => s.name)
+      .sort(),
     ['logprobe_mirror_total', 'logprobe_upstream_connections'],
   );
 });

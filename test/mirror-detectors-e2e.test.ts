@@ -41,7 +41,7 @@ test('a small sustained shift fires LogprobSustainedShift but not LogprobGlobalS
   assert.ok((metricValue(m, 'logprobe_cusum_statistic') ?? 0) > 5);
 });
 
-test('calibration measures each backend\'s run-to-run noise and noiseFloor auto follows the trusted side (the baseline)', async (t) => {
+test("calibration measures each backend's run-to-run noise and noiseFloor auto follows the trusted side (the baseline)", async (t) => {
   const baseline = await startSim({ noise: 0.001 });
   const candidate = await startSim({ noise: 0.01 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
@@ -114,6 +114,12 @@ test('the webhook receives the firing and the resolved alert in Alertmanager v2 
   assert.match(String(resolved.endsAt), /^\d{4}-\d{2}-\d{2}T/);
   assert.equal(resolved.startsAt, fired.startsAt);
   const warnLines = lp.logs.lines.filter((l) => l['level'] === 40 || l['level'] === 'warn');
-  assert.ok(warnLines.some((l) => String(l['msg']).startsWith('LogprobGlobalShift firing')), 'the transition is logged at warn');
-  assert.ok(warnLines.some((l) => (l['evidence'] as Record<string, unknown> | undefined)?.['exampleRequestId']), 'with an example request id');
+  assert.ok(
+    warnLines.some((l) => String(l['msg']).startsWith('LogprobGlobalShift firing')),
+    'the transition is logged at warn',
+  );
+  assert.ok(
+    warnLines.some((l) => (l['evidence'] as Record<string, unknown> | undefined)?.['exampleRequestId']),
+    'with an example request id',
+  );
 });

@@ -73,7 +73,7 @@ test('float noise (σ = 1e-3) gives no global_shift verdict and no alert over 50
   assert.ok((metricValue(m, 'logprobe_cusum_statistic') ?? 1) < 1);
 });
 
-test('client responses are byte-identical to the candidate\'s while every request is mirrored', async (t) => {
+test("client responses are byte-identical to the candidate's while every request is mirrored", async (t) => {
   const baseline = await startSim();
   const candidate = await startSim({ stateShift: 0.6 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
@@ -105,7 +105,8 @@ test('a non-greedy client request reaches the candidate unchanged; both mirrored
     mirror: { sampleRate: 0, topLogprobs: 4, maxTokens: 16 },
   });
   t.after(() => lp.close());
-  const clientBody = '{"model":"sim","messages":[{"role":"user","content":"hi there"}],"temperature":1.3,"top_p":0.5,"max_tokens":40,"stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.4,"logit_bias":{"5":3}}';
+  const clientBody =
+    '{"model":"sim","messages":[{"role":"user","content":"hi there"}],"temperature":1.3,"top_p":0.5,"max_tokens":40,"stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.4,"logit_bias":{"5":3}}';
   const res = await request(`${lp.proxyUrl}/v1/chat/completions`, {
     method: 'POST',
     body: clientBody,
@@ -134,7 +135,7 @@ test('a non-greedy client request reaches the candidate unchanged; both mirrored
     assert.equal(b.logit_bias, undefined);
   }
   assert.equal(copies[0]!.body, copies[1]!.body, 'both backends get the same copy');
-  assert.equal(atCandidate[1]!.headers.authorization, 'Bearer sk-client-secret', 'the candidate is the client\'s own deployment');
+  assert.equal(atCandidate[1]!.headers.authorization, 'Bearer sk-client-secret', "the candidate is the client's own deployment");
   assert.equal(copies[1]!.headers.authorization, 'Bearer sk-baseline-key');
   assert.ok(!JSON.stringify(baseline.requests).includes('sk-client-secret'), 'no client credential at the baseline');
   const m = await metrics(lp.adminUrl);
@@ -235,7 +236,7 @@ test('a graceful stop finishes the mirrored pairs still queued instead of droppi
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'dropped' }) ?? 0, 0);
 });
 
-test('candidate.model / baseline.model: every mirrored copy and scoring call names the backend\'s served model; the client path is untouched', async (t) => {
+test("candidate.model / baseline.model: every mirrored copy and scoring call names the backend's served model; the client path is untouched", async (t) => {
   const { startEngineServer, createSimModel } = await import('@logprobe/engine');
   const engines = await Promise.all([
     startEngineServer({ model: createSimModel({ seed: 11, stateShift: 0.6 }), concurrency: 0, api: 'vllm' }),
@@ -262,13 +263,16 @@ test('candidate.model / baseline.model: every mirrored copy and scoring call nam
   for (let i = 0; i < 4; i++) assert.equal((await send(lp.proxyUrl, i, { model: 'client-name' })).status, 200);
   await lp.runtime.mirror!.idle();
   const client = seen.candidate.filter((s) => !s.mirrored && /completions$/.test(s.path) && s.model === 'client-name');
-  assert.equal(client.length, 4, 'the client path carries the client\'s model, byte for byte');
+  assert.equal(client.length, 4, "the client path carries the client's model, byte for byte");
   const copies = { candidate: seen.candidate.filter((s) => s.mirrored), baseline: seen.baseline.filter((s) => s.mirrored) };
   assert.ok(copies.candidate.length >= 4 && copies.candidate.every((s) => s.model === 'cand-served'), JSON.stringify(copies.candidate));
   assert.ok(copies.baseline.length >= 4 && copies.baseline.every((s) => s.model === 'base-served'), JSON.stringify(copies.baseline));
   // The pairs diverged: scoring ran (vLLM profile: /tokenize, prompt_logprobs), also under the served names.
   const scoring = seen.baseline.filter((s) => !s.mirrored && s.model !== undefined);
   assert.ok(scoring.length > 0, JSON.stringify(seen.baseline.map((s) => s.path)));
-  assert.ok(scoring.every((s) => s.model === 'base-served'), JSON.stringify(scoring));
+  assert.ok(
+    scoring.every((s) => s.model === 'base-served'),
+    JSON.stringify(scoring),
+  );
   assert.ok(seen.candidate.filter((s) => !s.mirrored && s.path !== '/v1/completions' && s.path !== '/v1/chat/completions' && s.model !== undefined).every((s) => s.model === 'cand-served'));
 });

@@ -89,7 +89,11 @@ test('parseResponse never throws over arbitrary strings, bytes and values', () =
 /** Text-level mutations: deletions, insertions, replacements, truncation, duplication. */
 const textMutation = fc.oneof(
   fc.record({ op: fc.constant('delete' as const), at: fc.nat(), len: fc.nat(40) }),
-  fc.record({ op: fc.constant('insert' as const), at: fc.nat(), text: fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('{', '}', '[', ']', '"', ',', ':', '\n\n', 'data: ', '\\', 'null', '-9999', 'NaN', '\u0000')) }),
+  fc.record({
+    op: fc.constant('insert' as const),
+    at: fc.nat(),
+    text: fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('{', '}', '[', ']', '"', ',', ':', '\n\n', 'data: ', '\\', 'null', '-9999', 'NaN', '\u0000')),
+  }),
   fc.record({ op: fc.constant('truncate' as const), at: fc.nat() }),
   fc.record({ op: fc.constant('duplicate' as const), at: fc.nat(), len: fc.nat(200) }),
 );
@@ -172,7 +176,17 @@ test('parseResponse never throws over mutated real response bodies (structural m
 
 test('parseResponse answers hostile and pathological inputs without throwing', () => {
   const deep = 100_000;
-  const throwing = new Proxy({}, { get: () => { throw new Error('boom'); }, ownKeys: () => { throw new Error('boom'); } });
+  const throwing = new Proxy(
+    {},
+    {
+      get: () => {
+        throw new Error('boom');
+      },
+      ownKeys: () => {
+        throw new Error('boom');
+      },
+    },
+  );
   const cyclic: Record<string, unknown> = { choices: [] };
   (cyclic.choices as unknown[]).push({ index: 0, message: cyclic, logprobs: cyclic });
   const cases: unknown[] = [
@@ -369,7 +383,12 @@ function intake(k: RequestKind, bytes: Buffer, o: RewriteOptions): Intake {
 }
 
 const goodBody = fc.oneof(
-  fc.record({ model: fc.string(), messages: fc.array(fc.record({ role: fc.constantFrom('user', 'system', 'assistant'), content: fc.string({ unit: 'grapheme' }) }), { maxLength: 3 }), max_tokens: fieldValue, stream: fc.boolean() }),
+  fc.record({
+    model: fc.string(),
+    messages: fc.array(fc.record({ role: fc.constantFrom('user', 'system', 'assistant'), content: fc.string({ unit: 'grapheme' }) }), { maxLength: 3 }),
+    max_tokens: fieldValue,
+    stream: fc.boolean(),
+  }),
   fc.record({ model: fc.string(), prompt: fc.oneof(fc.string({ unit: 'grapheme' }), fc.array(fc.integer({ min: 0, max: 50_000 }))), max_tokens: fieldValue, temperature: fieldValue }),
 );
 /** Arbitrary request bodies as bytes: JSON of any shape, mutated good bodies, text, raw bytes. */

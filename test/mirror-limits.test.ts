@@ -18,17 +18,19 @@ describe('parseLogprobLimit reads the cap out of real refusals', () => {
     [
       'OpenAI chat',
       400,
-      { error: { message: "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got 25 instead.", type: 'invalid_request_error', param: 'top_logprobs', code: 'integer_above_max_value' } },
+      {
+        error: {
+          message: "Invalid 'top_logprobs': integer above maximum value. Expected a value <= 20, but got 25 instead.",
+          type: 'invalid_request_error',
+          param: 'top_logprobs',
+          code: 'integer_above_max_value',
+        },
+      },
       20,
     ],
     ['Together', 400, { message: "5 is greater than the maximum of 1 - 'logprobs'", type: 'invalid_request_error', param: 'logprobs', code: null }, 1],
     ['Fireworks', 400, { error: { object: 'error', type: 'invalid_request_error', message: 'logprobs must be between 0 and 5: 20' } }, 5],
-    [
-      'FastAPI / pydantic 422',
-      422,
-      { detail: [{ type: 'less_than_equal', loc: ['body', 'top_logprobs'], msg: 'Input should be less than or equal to 20', input: 25, ctx: { le: 20 } }] },
-      20,
-    ],
+    ['FastAPI / pydantic 422', 422, { detail: [{ type: 'less_than_equal', loc: ['body', 'top_logprobs'], msg: 'Input should be less than or equal to 20', input: 25, ctx: { le: 20 } }] }, 20],
     ['logprobe engine (sim)', 400, { error: { message: "'top_logprobs' must be ≤ 20, got 25", type: 'invalid_request_error', param: 'top_logprobs', code: null } }, 20],
     ['key=value style', 400, 'logprobs=25 exceeds max_logprobs=20.', 20],
     ['a range', 400, { error: { message: 'top_logprobs must be in [0, 8]' } }, 8],
@@ -95,7 +97,7 @@ function fakeBackends(caps: Partial<Record<Backend, number>>, down: Partial<Reco
 describe('sendWithinLimits', () => {
   const body = { messages: [], logprobs: true, top_logprobs: 5 };
 
-  test('no cap: one call each, the caller\'s payload as is', async () => {
+  test("no cap: one call each, the caller's payload as is", async () => {
     const payloads: string[] = [];
     const r = await sendWithinLimits({ body, payload: 'PAYLOAD', limits: new LogprobLimits(), send: async (_b, p) => (payloads.push(p), ok({})) });
     assert.deepEqual(payloads, ['PAYLOAD', 'PAYLOAD']);
@@ -115,7 +117,7 @@ describe('sendWithinLimits', () => {
     await sendWithinLimits({ body, limits, send, onLearned: (...a) => learned.push(a) });
     assert.deepEqual(sent, { candidate: [5, 2, 2], baseline: [5, 2, 2] });
     assert.equal(learned.length, 1, 'learned once');
-    assert.equal(body.top_logprobs, 5, 'the caller\'s body is not touched');
+    assert.equal(body.top_logprobs, 5, "the caller's body is not touched");
   });
 
   test('copies racing the first refusal each retry once; the cap is reported once', async () => {

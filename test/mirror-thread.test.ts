@@ -23,7 +23,9 @@ test('a body that arrives in many TCP writes reaches the mirror byte for byte, w
     if (req.method !== 'POST' || !req.url!.endsWith('completions')) return res.writeHead(404).end();
     const b = JSON.parse(body.toString()) as Record<string, unknown>;
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ choices: [{ index: 0, text: 'x', finish_reason: 'length', logprobs: b.logprobs ? { tokens: ['x'], token_logprobs: [-0.5], top_logprobs: [{ x: -0.5, y: -1.5 }] } : null }] }));
+    res.end(
+      JSON.stringify({ choices: [{ index: 0, text: 'x', finish_reason: 'length', logprobs: b.logprobs ? { tokens: ['x'], token_logprobs: [-0.5], top_logprobs: [{ x: -0.5, y: -1.5 }] } : null }] }),
+    );
   });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
   const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } });
@@ -75,7 +77,7 @@ test('/metrics merges the worker registry into one valid exposition, and the wor
   assert.equal(mirrorLines[0]!.outcome, 'baseline_error');
 });
 
-test('the mirror thread runs 10 nice levels below the proxy, whatever the proxy\'s own level (Linux)', { skip: process.platform !== 'linux' }, async (t) => {
+test("the mirror thread runs 10 nice levels below the proxy, whatever the proxy's own level (Linux)", { skip: process.platform !== 'linux' }, async (t) => {
   const lp = await startLogprobe({ candidate: { url: 'http://127.0.0.1:9' }, baseline: { url: 'http://127.0.0.1:9' } });
   t.after(() => lp.close());
   const niceOf = (tid: string) => {
@@ -115,5 +117,8 @@ test('a mirror worker that dies stops mirroring (dropped, counted, logged) and c
   const text = await scrape(lp.adminUrl);
   assert.equal(metricValue(text, 'logprobe_mirror_total', { outcome: 'dropped' }), 4);
   assert.equal((await request(`${lp.adminUrl}/healthz`)).statusCode, 200);
-  assert.ok(lp.logs.lines.some((l) => l.level === 'error' && String(l.msg).includes('mirror worker stopped')), 'the stop is logged');
+  assert.ok(
+    lp.logs.lines.some((l) => l.level === 'error' && String(l.msg).includes('mirror worker stopped')),
+    'the stop is logged',
+  );
 });

@@ -91,8 +91,14 @@ test('a worker that dies: /metrics keeps its last values, the firing alert stays
   assert.ok(metricValue(second.text, 'process_start_time_seconds')! > 0, "the proxy's own metrics are live");
   const types = second.text.split('\n').filter((l) => l.startsWith('# TYPE '));
   assert.equal(new Set(types).size, types.length, 'every family once');
-  assert.ok(lp.logs.lines.some((l) => l.level === 'error' && l.msg === 'mirror worker failed'), 'the crash is logged');
-  assert.ok(lp.logs.lines.some((l) => l.level === 'error' && String(l.msg).startsWith('mirror worker stopped')), 'the stop is logged');
+  assert.ok(
+    lp.logs.lines.some((l) => l.level === 'error' && l.msg === 'mirror worker failed'),
+    'the crash is logged',
+  );
+  assert.ok(
+    lp.logs.lines.some((l) => l.level === 'error' && String(l.msg).startsWith('mirror worker stopped')),
+    'the stop is logged',
+  );
   assert.equal((await request(`${lp.adminUrl}/healthz`)).statusCode, 200);
 });
 

@@ -80,10 +80,8 @@ test('HEAD and 204 answers have no body and keep the connection usable', async (
   const lp = await startLogprobe({ candidate: { url: up.url }, mirror: { sampleRate: 0 } });
   t.after(() => lp.close());
   const host = new URL(lp.proxyUrl).host;
-  const text = await exchange(
-    lp.proxyUrl,
-    `HEAD /x HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /empty HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /x HTTP/1.1\r\nHost: ${host}\r\n\r\n`,
-    (s) => s.endsWith('{"ok":true} '),
+  const text = await exchange(lp.proxyUrl, `HEAD /x HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /empty HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /x HTTP/1.1\r\nHost: ${host}\r\n\r\n`, (s) =>
+    s.endsWith('{"ok":true} '),
   );
   assert.equal(count(text, 'HTTP/1.1 200'), 2);
   assert.equal(count(text, 'HTTP/1.1 204'), 1);
@@ -103,7 +101,11 @@ test('a request with both Content-Length and Transfer-Encoding is not forwarded 
   const attack = `POST /v1/completions HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: ${host}\r\n\r\n`;
   await exchange(lp.proxyUrl, attack, (s) => s.includes('HTTP/1.1 400') || count(s, 'HTTP/1.1 ') >= 2, 3000).catch(() => '');
   await new Promise((r) => setTimeout(r, 200));
-  assert.deepEqual(up.seen.filter((r) => r.url === '/admin'), [], 'a request hidden in a body never reaches the upstream');
+  assert.deepEqual(
+    up.seen.filter((r) => r.url === '/admin'),
+    [],
+    'a request hidden in a body never reaches the upstream',
+  );
 });
 
 test('HTTP/1.0 clients and chunked upstream answers pass through byte for byte', async (t) => {
@@ -117,7 +119,10 @@ test('HTTP/1.0 clients and chunked upstream answers pass through byte for byte',
   t.after(() => lp.close());
   const chunked = await exchange(lp.proxyUrl, `GET /c HTTP/1.1\r\nHost: x\r\n\r\n`, (s) => s.endsWith('0\r\n\r\n'));
   assert.match(chunked, /transfer-encoding: chunked/i);
-  const body = chunked.slice(chunked.indexOf('\r\n\r\n') + 4).replace(/[0-9a-f]+\r\n/g, '').replace(/\r\n/g, '');
+  const body = chunked
+    .slice(chunked.indexOf('\r\n\r\n') + 4)
+    .replace(/[0-9a-f]+\r\n/g, '')
+    .replace(/\r\n/g, '');
   assert.equal(body, 'part one;part two');
   const old = await exchange(lp.proxyUrl, `GET /c HTTP/1.0\r\nHost: x\r\n\r\n`, (s) => s.includes('part two'));
   assert.match(old, /^HTTP\/1\.[01] 200/);

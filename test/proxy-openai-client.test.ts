@@ -43,5 +43,8 @@ test('the official openai client gets the same objects through the proxy as dire
   assert.deepEqual(await collectComp(proxied), await collectComp(direct));
 
   const models = await proxied.models.list();
-  assert.deepEqual(models.data.map((m) => m.id), (await direct.models.list()).data.map((m) => m.id));
+  assert.deepEqual(
+    models.data.map((m) => m.id),
+    (await direct.models.list()).data.map((m) => m.id),
+  );
 });

@@ -70,7 +70,10 @@ test('shadow mode: each copy is answered 202 with an empty body, never forwarded
   assert.equal(pairs.length, 8);
   assert.ok(pairs.every((p) => p.outcome === 'ok' && p.analysis !== null));
   assert.deepEqual(pairs.map((p) => p.id).sort(), Array.from({ length: 8 }, (_, i) => `shadow-${i}`).sort());
-  assert.ok(pairs.every((p) => p.clientHeaders.host === 'llm.prod.svc:8000'), 'the -shadow suffix is stripped');
+  assert.ok(
+    pairs.every((p) => p.clientHeaders.host === 'llm.prod.svc:8000'),
+    'the -shadow suffix is stripped',
+  );
 
   // The candidate saw only the mirror's rewritten copies (greedy, logprobs, the mirror's seed):
   // none of the client requests themselves (temperature 0.9), nothing for /v1/models.
@@ -90,7 +93,9 @@ test('shadow mode: each copy is answered 202 with an empty body, never forwarded
   assert.equal(metricValue(m, 'logprobe_shadow_requests_total', { route: '/v1/models', status_class: '2xx' }), 1);
   assert.equal(metricValue(m, 'logprobe_proxy_requests_total'), 0, 'nothing was proxied');
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'ok' }), 8);
-  assert.ok((metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'global_shift' }) ?? 0) + (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'early_shift' }) ?? 0) === 8);
+  assert.ok(
+    (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'global_shift' }) ?? 0) + (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'early_shift' }) ?? 0) === 8,
+  );
   assert.equal(metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 1);
 
   const lines = lp.logs.lines.filter((l) => l.msg === 'shadow request');
@@ -149,7 +154,14 @@ test('docs/operations.md: the shadow-mode config is valid, and the nginx snippet
   assert.equal(c.mirror.sampleRate, 1);
   const nginx = blocks.find((b) => b.lang === 'nginx')!.text;
   const test = readFileSync(new URL('./shadow-nginx.test.ts', import.meta.url), 'utf8');
-  for (const directive of ['mirror /_logprobe_mirror;', 'mirror_request_body on;', 'internal;', 'proxy_pass http://logprobe$request_uri;', 'proxy_set_header Host $host;', 'proxy_set_header X-Request-Id $request_id;']) {
+  for (const directive of [
+    'mirror /_logprobe_mirror;',
+    'mirror_request_body on;',
+    'internal;',
+    'proxy_pass http://logprobe$request_uri;',
+    'proxy_set_header Host $host;',
+    'proxy_set_header X-Request-Id $request_id;',
+  ]) {
     assert.ok(nginx.includes(directive) && test.includes(directive), directive);
   }
 });

@@ -6,7 +6,10 @@ import { startUpstream } from './helpers/upstream.js';
 import { startLogprobe } from './helpers/logprobe.js';
 
 /** Raw HTTP/1.1 exchange through node:http so that header names and bytes are not normalised by a client. */
-function rawRequest(url: string, options: { method: string; path: string; headers: Record<string, string>; body?: Buffer | string[] }): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
+function rawRequest(
+  url: string,
+  options: { method: string; path: string; headers: Record<string, string>; body?: Buffer | string[] },
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const u = new URL(url);
     const req = http.request({ host: u.hostname, port: u.port, method: options.method, path: options.path, headers: options.headers, agent: false }, (res) => {

@@ -104,10 +104,13 @@ test('a head trickled in slower than limits.headTimeoutMs gets 408 in time, and 
 });
 
 test('one head limit everywhere: limits.maxHeaderKB holds for sampled and unsampled requests and for the upstream response head', async (t) => {
-  const up = await startUpstream((req, res) => {
-    if (req.url === '/big-answer') res.setHeader('x-big', 'b'.repeat(40 * 1024));
-    res.end('ok');
-  }, { maxHeaderSize: 256 * 1024 });
+  const up = await startUpstream(
+    (req, res) => {
+      if (req.url === '/big-answer') res.setHeader('x-big', 'b'.repeat(40 * 1024));
+      res.end('ok');
+    },
+    { maxHeaderSize: 256 * 1024 },
+  );
   t.after(() => up.close());
   const lp = await startLogprobe({ candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 }, limits: { maxHeaderKB: 32 } });
   t.after(() => lp.close());
@@ -115,7 +118,8 @@ test('one head limit everywhere: limits.maxHeaderKB holds for sampled and unsamp
   for (const path of ['/v1/models', '/v1/completions']) {
     const method = path === '/v1/models' ? 'GET' : 'POST';
     const body = method === 'POST' ? '{"prompt":"x"}' : '';
-    const head = (size: number) => `${method} ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Pad: ${'p'.repeat(size)}\r\nConnection: close\r\n\r\n${body}`;
+    const head = (size: number) =>
+      `${method} ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Pad: ${'p'.repeat(size)}\r\nConnection: close\r\n\r\n${body}`;
     const small = await rawExchange(port, head(24 * 1024));
     assert.match(small.text, /^HTTP\/1\.1 200 /, `${path}: a 24 KB field under a 32 KB limit passes`);
     const big = await rawExchange(port, head(40 * 1024));
@@ -199,7 +203,10 @@ test('candidate.maxConnections and maxPending: a request beyond them gets 503 at
 
   const held = [send(strict.proxyUrl), send(strict.proxyUrl), send(queued.proxyUrl), send(queued.proxyUrl), send(queued.proxyUrl)];
   await new Promise((r) => setTimeout(r, 300));
-  for (const [lp, reason] of [[strict, 'connections'], [queued, 'pending']] as const) {
+  for (const [lp, reason] of [
+    [strict, 'connections'],
+    [queued, 'pending'],
+  ] as const) {
     const started = performance.now();
     const res = await send(lp.proxyUrl);
     const ms = performance.now() - started;
@@ -211,7 +218,10 @@ test('candidate.maxConnections and maxPending: a request beyond them gets 503 at
     assert.ok(ms < 1000, `refused at once (${Math.round(ms)} ms), not after a wait`);
     const text = await (await request(`${lp.adminUrl}/metrics`)).body.text();
     assert.equal(metricValue(text, 'logprobe_proxy_overflow_total', { reason }), 1);
-    assert.ok(lp.logs.lines.some((l) => l.level === 'warn' && String(l.msg).startsWith('candidate limit reached')), `a warn line says which limit: ${lp.logs.text()}`);
+    assert.ok(
+      lp.logs.lines.some((l) => l.level === 'warn' && String(l.msg).startsWith('candidate limit reached')),
+      `a warn line says which limit: ${lp.logs.text()}`,
+    );
   }
   release();
   for (const r of await Promise.all(held)) {

@@ -122,7 +122,10 @@ const capped =
 
 /** What each mirrored copy asked for, in arrival order. */
 function copiesAsked(seen: ReadonlyArray<{ body: string }>, field: string): unknown[] {
-  return seen.map((r) => JSON.parse(r.body) as Record<string, unknown>).filter((b) => b.repetition_penalty === 1).map((b) => b[field]);
+  return seen
+    .map((r) => JSON.parse(r.body) as Record<string, unknown>)
+    .filter((b) => b.repetition_penalty === 1)
+    .map((b) => b[field]);
 }
 
 /** The mirrored copies a shared sim got for case `n` (its request and the follow-up). */
@@ -146,8 +149,22 @@ const CASES: FaultCase[] = [
   { name: 'baseline down (connection refused)', side: 'baseline', kind: 'chat', client: 'openai', down: true, outcome: 'baseline_error' },
   { name: 'baseline accepts then closes at once', side: 'baseline', kind: 'completions', refuse: 'close', outcome: 'baseline_error' },
   { name: 'baseline accepts then resets at once', side: 'baseline', kind: 'chat', refuse: 'reset', outcome: 'baseline_error' },
-  { name: 'baseline slower than baseline.timeoutMs', side: 'baseline', kind: 'chat', client: 'openai', reply: () => ({ type: 'hang' }), config: { baseline: { timeoutMs: 300 } }, outcome: 'baseline_error' },
-  { name: 'baseline answers 500', side: 'baseline', kind: 'completions', reply: () => ({ type: 'respond', status: 500, body: errorBody('engine crashed', 'InternalServerError', 500) }), outcome: 'baseline_error' },
+  {
+    name: 'baseline slower than baseline.timeoutMs',
+    side: 'baseline',
+    kind: 'chat',
+    client: 'openai',
+    reply: () => ({ type: 'hang' }),
+    config: { baseline: { timeoutMs: 300 } },
+    outcome: 'baseline_error',
+  },
+  {
+    name: 'baseline answers 500',
+    side: 'baseline',
+    kind: 'completions',
+    reply: () => ({ type: 'respond', status: 500, body: errorBody('engine crashed', 'InternalServerError', 500) }),
+    outcome: 'baseline_error',
+  },
   { name: 'baseline answers invalid JSON', side: 'baseline', kind: 'chat', reply: () => ({ type: 'respond', body: INVALID_JSON }), outcome: 'unparseable' },
   {
     name: 'baseline answers valid JSON without logprobs',
@@ -156,8 +173,21 @@ const CASES: FaultCase[] = [
     reply: alteredRelay((t) => JSON.stringify({ ...JSON.parse(t), choices: [{ ...JSON.parse(t).choices[0], logprobs: null }] })),
     outcome: 'incomparable',
   },
-  { name: 'baseline truncates its body (content-length larger, then close)', side: 'baseline', kind: 'completions', reply: async (req, h) => ({ type: 'truncate', body: (await forward(h, req)).text.slice(0, 40), missing: 500 }), outcome: 'baseline_error' },
-  { name: 'baseline resets mid-body', side: 'baseline', kind: 'chat', client: 'openai', reply: async (req, h) => ({ type: 'resetMidBody', body: (await forward(h, req)).text, bytes: 60 }), outcome: 'baseline_error' },
+  {
+    name: 'baseline truncates its body (content-length larger, then close)',
+    side: 'baseline',
+    kind: 'completions',
+    reply: async (req, h) => ({ type: 'truncate', body: (await forward(h, req)).text.slice(0, 40), missing: 500 }),
+    outcome: 'baseline_error',
+  },
+  {
+    name: 'baseline resets mid-body',
+    side: 'baseline',
+    kind: 'chat',
+    client: 'openai',
+    reply: async (req, h) => ({ type: 'resetMidBody', body: (await forward(h, req)).text, bytes: 60 }),
+    outcome: 'baseline_error',
+  },
   // The copy asks for JSON (stream: false); a stream is still read, and one cut short compares its common prefix.
   { name: 'baseline answers an SSE stream that stops without [DONE]', side: 'baseline', kind: 'chat', reply: sseWithoutDone, outcome: 'ok' },
   { name: 'baseline logprob is a bare NaN', side: 'baseline', kind: 'chat', reply: alteredRelay(firstLogprob('NaN')), outcome: 'ok' },
@@ -177,7 +207,13 @@ const CASES: FaultCase[] = [
     reply: alteredRelay((t) => t.replace(/"top_logprobs":\[\{("[^"]*"):(-?[\d.eE+-]+)/, '"top_logprobs":[{$1:$2,$1:-20')),
     outcome: 'ok',
   },
-  { name: 'baseline refuses with an unrelated 400 (no retry)', side: 'baseline', kind: 'chat', reply: () => ({ type: 'respond', status: 400, body: errorBody("'messages' is too long") }), outcome: 'baseline_error' },
+  {
+    name: 'baseline refuses with an unrelated 400 (no retry)',
+    side: 'baseline',
+    kind: 'chat',
+    reply: () => ({ type: 'respond', status: 400, body: errorBody("'messages' is too long") }),
+    outcome: 'baseline_error',
+  },
 
   // A backend capping logprobs below mirror.topLogprobs (5): one retry within the cap, then every copy within it.
   {
@@ -225,7 +261,14 @@ const CASES: FaultCase[] = [
   },
 
   // The candidate's mirrored copy misbehaves; its client requests are answered by the sim.
-  { name: 'candidate copy answers 500', side: 'candidate', kind: 'chat', client: 'openai', reply: () => ({ type: 'respond', status: 500, body: errorBody('boom', 'InternalServerError', 500) }), outcome: 'candidate_error' },
+  {
+    name: 'candidate copy answers 500',
+    side: 'candidate',
+    kind: 'chat',
+    client: 'openai',
+    reply: () => ({ type: 'respond', status: 500, body: errorBody('boom', 'InternalServerError', 500) }),
+    outcome: 'candidate_error',
+  },
   { name: 'candidate copy closes the connection', side: 'candidate', kind: 'completions', reply: () => ({ type: 'close' }), outcome: 'candidate_error' },
   { name: 'candidate copy slower than candidate.timeoutMs', side: 'candidate', kind: 'chat', reply: () => ({ type: 'hang' }), config: { candidate: { timeoutMs: 400 } }, outcome: 'candidate_error' },
   { name: 'candidate copy answers invalid JSON', side: 'candidate', kind: 'completions', reply: () => ({ type: 'respond', body: '{"choices":[{"text":' }), outcome: 'unparseable' },
@@ -236,8 +279,21 @@ const CASES: FaultCase[] = [
     reply: alteredRelay((t) => JSON.stringify({ ...JSON.parse(t), choices: [{ ...JSON.parse(t).choices[0], logprobs: null }] })),
     outcome: 'incomparable',
   },
-  { name: 'candidate copy truncated', side: 'candidate', kind: 'chat', reply: async (req, h) => ({ type: 'truncate', body: (await forward(h, req)).text.slice(0, 80), missing: 200 }), outcome: 'candidate_error' },
-  { name: 'candidate copy reset mid-body', side: 'candidate', kind: 'completions', client: 'openai', reply: async (req, h) => ({ type: 'resetMidBody', body: (await forward(h, req)).text, bytes: 30 }), outcome: 'candidate_error' },
+  {
+    name: 'candidate copy truncated',
+    side: 'candidate',
+    kind: 'chat',
+    reply: async (req, h) => ({ type: 'truncate', body: (await forward(h, req)).text.slice(0, 80), missing: 200 }),
+    outcome: 'candidate_error',
+  },
+  {
+    name: 'candidate copy reset mid-body',
+    side: 'candidate',
+    kind: 'completions',
+    client: 'openai',
+    reply: async (req, h) => ({ type: 'resetMidBody', body: (await forward(h, req)).text, bytes: 30 }),
+    outcome: 'candidate_error',
+  },
   { name: 'candidate copy answers an SSE stream without [DONE]', side: 'candidate', kind: 'chat', reply: sseWithoutDone, outcome: 'ok' },
   { name: 'candidate copy logprob is a bare NaN', side: 'candidate', kind: 'completions', reply: alteredRelay(firstTokenLogprob('NaN')), outcome: 'ok' },
 ];

@@ -282,10 +282,7 @@ let proxyPort: number;
 
 before(async () => {
   upstream = await startJudge();
-  lp = await startLogprobe(
-    { candidate: { url: upstream.url }, baseline: { url: upstream.url }, mirror: { sampleRate: 1 } },
-    { level: 'warn' },
-  );
+  lp = await startLogprobe({ candidate: { url: upstream.url }, baseline: { url: upstream.url }, mirror: { sampleRate: 1 } }, { level: 'warn' });
   proxyPort = Number(new URL(lp.proxyUrl).port);
 });
 
@@ -498,16 +495,12 @@ test('deeply nested JSON (100k levels) is forwarded untouched and crashes nothin
   await assertStillServing();
 });
 
-test(
-  'deeply nested JSON is counted as skipped by the mirror, not lost silently',
-  {},
-  async () => {
-    const before = await mirrorTotals();
-    await sameAsDirect(req('POST', '/v1/chat/completions', JSON_CT, deepArrays));
-    const d = await mirrorDelta(before, (x) => x.skipped >= 1, 1000);
-    assert.equal(d.skipped, 1, JSON.stringify(d));
-  },
-);
+test('deeply nested JSON is counted as skipped by the mirror, not lost silently', {}, async () => {
+  const before = await mirrorTotals();
+  await sameAsDirect(req('POST', '/v1/chat/completions', JSON_CT, deepArrays));
+  const d = await mirrorDelta(before, (x) => x.skipped >= 1, 1000);
+  assert.equal(d.skipped, 1, JSON.stringify(d));
+});
 
 test('invalid UTF-8 in the body is forwarded byte for byte', async () => {
   const bad = Buffer.from([0xff, 0xfe, 0xc3, 0x28, 0xed, 0xa0, 0x80, 0xf4, 0x90, 0x80, 0x80, 0xc0, 0xaf]);
@@ -568,56 +561,48 @@ test('a 60 KB header is forwarded, sampled for the mirror or not', async () => {
   await assertStillServing();
 });
 
-test(
-  'a 100 KB head gets the same answer whether it arrives in one write or in 10 KB pieces',
-  {},
-  async () => {
-    const bytes = req('GET', '/v1/models', { 'X-Big': 'c'.repeat(100 * 1024) });
-    const whole = await exchange(proxyPort, [bytes], 1);
-    const pieces: Buffer[] = [];
-    for (let i = 0; i < bytes.length; i += 10 * 1024) pieces.push(bytes.subarray(i, i + 10 * 1024));
-    const trickled = await new Promise<Exchanged>((resolve, reject) => {
-      // One piece every 5 ms, so each arrives in its own read.
-      const sock = net.connect(proxyPort, '127.0.0.1');
-      let buf = Buffer.alloc(0);
-      sock.on('data', (d: Buffer) => {
-        buf = Buffer.concat([buf, d]);
-        const r = parseOne(buf, false);
-        if (r) {
-          sock.destroy();
-          resolve({ responses: [r.resp], closed: false, written: bytes.length });
-        }
-      });
-      sock.on('error', () => undefined);
-      sock.on('close', () => {
-        const r = parseOne(buf, true);
-        resolve({ responses: r ? [r.resp] : [], closed: true, written: bytes.length });
-      });
-      sock.on('connect', async () => {
-        for (const p of pieces) {
-          if (sock.destroyed) return;
-          sock.write(p);
-          await new Promise((r) => setTimeout(r, 5));
-        }
-      });
-      setTimeout(() => reject(new Error('no answer')), 5000).unref();
+test('a 100 KB head gets the same answer whether it arrives in one write or in 10 KB pieces', {}, async () => {
+  const bytes = req('GET', '/v1/models', { 'X-Big': 'c'.repeat(100 * 1024) });
+  const whole = await exchange(proxyPort, [bytes], 1);
+  const pieces: Buffer[] = [];
+  for (let i = 0; i < bytes.length; i += 10 * 1024) pieces.push(bytes.subarray(i, i + 10 * 1024));
+  const trickled = await new Promise<Exchanged>((resolve, reject) => {
+    // One piece every 5 ms, so each arrives in its own read.
+    const sock = net.connect(proxyPort, '127.0.0.1');
+    let buf = Buffer.alloc(0);
+    sock.on('data', (d: Buffer) => {
+      buf = Buffer.concat([buf, d]);
+      const r = parseOne(buf, false);
+      if (r) {
+        sock.destroy();
+        resolve({ responses: [r.resp], closed: false, written: bytes.length });
+      }
     });
-    assert.equal(trickled.responses[0]?.status, whole.responses[0]?.status, `one write: ${whole.responses[0]?.status}, trickled: ${trickled.responses[0]?.status}`);
-  },
-);
+    sock.on('error', () => undefined);
+    sock.on('close', () => {
+      const r = parseOne(buf, true);
+      resolve({ responses: r ? [r.resp] : [], closed: true, written: bytes.length });
+    });
+    sock.on('connect', async () => {
+      for (const p of pieces) {
+        if (sock.destroyed) return;
+        sock.write(p);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    });
+    setTimeout(() => reject(new Error('no answer')), 5000).unref();
+  });
+  assert.equal(trickled.responses[0]?.status, whole.responses[0]?.status, `one write: ${whole.responses[0]?.status}, trickled: ${trickled.responses[0]?.status}`);
+});
 
-test(
-  'a 431 or 400 made for an unparseable head is in the OpenAI envelope',
-  {},
-  async () => {
-    const r = await exchange(proxyPort, [req('GET', '/v1/models', { 'X-Huge': 'a'.repeat(200 * 1024) })], Infinity);
-    assert.equal(r.responses[0]?.status, 431);
-    assertEnvelope(r.responses[0]!.body);
-    const bad = await exchange(proxyPort, ['GET /v1/models HTTP/9.9\r\nHost: x\r\n\r\n'], Infinity);
-    assert.equal(bad.responses[0]?.status, 400);
-    assertEnvelope(bad.responses[0]!.body);
-  },
-);
+test('a 431 or 400 made for an unparseable head is in the OpenAI envelope', {}, async () => {
+  const r = await exchange(proxyPort, [req('GET', '/v1/models', { 'X-Huge': 'a'.repeat(200 * 1024) })], Infinity);
+  assert.equal(r.responses[0]?.status, 431);
+  assertEnvelope(r.responses[0]!.body);
+  const bad = await exchange(proxyPort, ['GET /v1/models HTTP/9.9\r\nHost: x\r\n\r\n'], Infinity);
+  assert.equal(bad.responses[0]?.status, 400);
+  assertEnvelope(bad.responses[0]!.body);
+});
 
 test('unparseable heads get 400 from the proxy (as node:http does) and reach no upstream', async () => {
   const heads = [
@@ -642,16 +627,12 @@ test('unparseable heads get 400 from the proxy (as node:http does) and reach no 
   await assertStillServing();
 });
 
-test(
-  'bytes that can never start a request (a TLS ClientHello) are refused at once, as node:http does',
-  {},
-  async () => {
-    const hello = Buffer.from('16030100a5010000a10303' + '00'.repeat(32), 'hex');
-    const r = await exchange(proxyPort, [hello], Infinity, 2000);
-    assert.ok(r.closed);
-    assert.ok(r.responses.length === 0 || r.responses[0]!.status === 400);
-  },
-);
+test('bytes that can never start a request (a TLS ClientHello) are refused at once, as node:http does', {}, async () => {
+  const hello = Buffer.from('16030100a5010000a10303' + '00'.repeat(32), 'hex');
+  const r = await exchange(proxyPort, [hello], Infinity, 2000);
+  assert.ok(r.closed);
+  assert.ok(r.responses.length === 0 || r.responses[0]!.status === 400);
+});
 
 test('HTTP/1.0 requests are served (and mirrored), with and without keep-alive', async () => {
   const before = await mirrorTotals();
@@ -700,7 +681,11 @@ test('pipelined requests mixing good and bad are answered in order', async () =>
 
   // A pipeline that ends with an unparseable request: the good ones are answered, then 400 and close.
   const before2 = await mirrorTotals();
-  const bad = await exchange(proxyPort, [Buffer.concat([req('GET', '/v1/models', {}), req('POST', '/v1/completions', JSON_CT, GOOD_COMPLETION), Buffer.from('BROKEN\r\n\r\n'), req('GET', '/v1/models', {})])], Infinity);
+  const bad = await exchange(
+    proxyPort,
+    [Buffer.concat([req('GET', '/v1/models', {}), req('POST', '/v1/completions', JSON_CT, GOOD_COMPLETION), Buffer.from('BROKEN\r\n\r\n'), req('GET', '/v1/models', {})])],
+    Infinity,
+  );
   assert.deepEqual(
     bad.responses.map((x) => x.status),
     [200, 200, 400],
@@ -722,29 +707,29 @@ test('pipelined requests mixing good and bad are answered in order', async () =>
   await assertStillServing();
 });
 
-test(
-  'header names with bytes node:http refuses are refused, not forwarded',
-  {},
-  async (t) => {
-    // A raw TCP upstream that accepts anything: it shows what the proxy forwards.
-    const received: string[] = [];
-    const server = net.createServer((s) => {
-      s.on('data', (d: Buffer) => {
-        received.push(d.toString('latin1'));
-        s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
-      });
-      s.on('error', () => undefined);
+test('header names with bytes node:http refuses are refused, not forwarded', {}, async (t) => {
+  // A raw TCP upstream that accepts anything: it shows what the proxy forwards.
+  const received: string[] = [];
+  const server = net.createServer((s) => {
+    s.on('data', (d: Buffer) => {
+      received.push(d.toString('latin1'));
+      s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    t.after(() => new Promise<void>((r) => server.close(() => r())));
-    const port = (server.address() as net.AddressInfo).port;
-    const lax = await startLogprobe({ candidate: { url: `http://127.0.0.1:${port}` }, baseline: { url: `http://127.0.0.1:${port}` }, mirror: { sampleRate: 0 } }, { level: 'silent' });
-    t.after(() => lax.close());
-    const laxPort = Number(new URL(lax.proxyUrl).port);
-    for (const h of ['GET /v1/models HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n', 'GET /v1/models HTTP/1.1\r\nHost: x\r\nTransfer-Encoding\x0b: chunked\r\n\r\n', 'GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Ctl: a\x01b\r\n\r\n']) {
-      const r = await exchange(laxPort, [h], 1);
-      assert.equal(r.responses[0]?.status, 400, JSON.stringify(h));
-    }
-    assert.deepEqual(received, [], 'nothing forwarded');
-  },
-);
+    s.on('error', () => undefined);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => server.close(() => r())));
+  const port = (server.address() as net.AddressInfo).port;
+  const lax = await startLogprobe({ candidate: { url: `http://127.0.0.1:${port}` }, baseline: { url: `http://127.0.0.1:${port}` }, mirror: { sampleRate: 0 } }, { level: 'silent' });
+  t.after(() => lax.close());
+  const laxPort = Number(new URL(lax.proxyUrl).port);
+  for (const h of [
+    'GET /v1/models HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n',
+    'GET /v1/models HTTP/1.1\r\nHost: x\r\nTransfer-Encoding\x0b: chunked\r\n\r\n',
+    'GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Ctl: a\x01b\r\n\r\n',
+  ]) {
+    const r = await exchange(laxPort, [h], 1);
+    assert.equal(r.responses[0]?.status, 400, JSON.stringify(h));
+  }
+  assert.deepEqual(received, [], 'nothing forwarded');
+});

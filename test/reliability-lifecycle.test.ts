@@ -107,37 +107,33 @@ test('SIGTERM with 10 slow requests in flight: all 10 finish complete with 200, 
   assert.doesNotMatch(p.output(), /drain time over/);
 });
 
-test(
-  'SIGTERM with a request longer than drainSeconds: the drain timer cuts it and the process exits 0 at about drainSeconds',
-  {},
-  async (t) => {
-    const up = await startUpstream((_req, res) => {
-      const timer = setTimeout(() => res.end('{"late":true}'), 20_000);
-      res.on('close', () => clearTimeout(timer));
-    });
-    t.after(() => up.close());
-    const p = await serve(
-      t,
-      `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\nmirror: { sampleRate: 0 }\ncapture: { enabled: false }\nshutdown: { drainSeconds: 1 }\n`,
-    );
-    const client = new Client(p.proxyUrl);
-    t.after(() => client.destroy());
-    const inflight = client.request({ path: '/v1/completions', method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } }).then(
-      async (r) => ({ status: r.statusCode, body: await r.body.text() }),
-      (err: Error) => ({ error: err }),
-    );
-    while (up.seen.length < 1) await sleep(10);
-    const signalled = performance.now();
-    p.child.kill('SIGTERM');
-    const code = await Promise.race([p.exited, sleep(6000).then(() => 'still running' as const)]);
-    const after = performance.now() - signalled;
-    assert.equal(code, 0, `exit code after ${Math.round(after)} ms\n${p.output()}`);
-    assert.ok(after < 3000, `exited ${Math.round(after)} ms after SIGTERM (drainSeconds 1)`);
-    assert.match(p.output(), /drain time over/);
-    const r = await inflight;
-    assert.ok('error' in r, 'the cut request fails on the client side (no fake success)');
-  },
-);
+test('SIGTERM with a request longer than drainSeconds: the drain timer cuts it and the process exits 0 at about drainSeconds', {}, async (t) => {
+  const up = await startUpstream((_req, res) => {
+    const timer = setTimeout(() => res.end('{"late":true}'), 20_000);
+    res.on('close', () => clearTimeout(timer));
+  });
+  t.after(() => up.close());
+  const p = await serve(
+    t,
+    `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\nmirror: { sampleRate: 0 }\ncapture: { enabled: false }\nshutdown: { drainSeconds: 1 }\n`,
+  );
+  const client = new Client(p.proxyUrl);
+  t.after(() => client.destroy());
+  const inflight = client.request({ path: '/v1/completions', method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } }).then(
+    async (r) => ({ status: r.statusCode, body: await r.body.text() }),
+    (err: Error) => ({ error: err }),
+  );
+  while (up.seen.length < 1) await sleep(10);
+  const signalled = performance.now();
+  p.child.kill('SIGTERM');
+  const code = await Promise.race([p.exited, sleep(6000).then(() => 'still running' as const)]);
+  const after = performance.now() - signalled;
+  assert.equal(code, 0, `exit code after ${Math.round(after)} ms\n${p.output()}`);
+  assert.ok(after < 3000, `exited ${Math.round(after)} ms after SIGTERM (drainSeconds 1)`);
+  assert.match(p.output(), /drain time over/);
+  const r = await inflight;
+  assert.ok('error' in r, 'the cut request fails on the client side (no fake success)');
+});
 
 /** A sim engine whose every generated token takes `tokenDelayMs` (in this process). */
 function slowSim(seed: number, tokenDelayMs: number) {
@@ -155,7 +151,9 @@ async function sendCompletion(proxyUrl: string, i: number, maxTokens = 12): Prom
 }
 
 function linesOf(file: string): string[] {
-  return readFileSync(file, 'utf8').split('\n').filter((l) => l !== '');
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l !== '');
 }
 
 test('SIGTERM right after the last response: the mirror drains its queue and every one of the N pairs is in the capture, within drainSeconds', async (t) => {
@@ -257,7 +255,10 @@ test('SIGKILL while capturing: a new process writes a new file beside the old on
   const files = readdirSync(dir).sort();
   assert.equal(files.length, 2, `a new file beside the old one: ${files.join(', ')}`);
   assert.ok(readFileSync(oldFile).equals(oldBytes), 'the old file is neither appended to nor clobbered');
-  const newFile = join(dir, files.find((f) => join(dir, f) !== oldFile)!);
+  const newFile = join(
+    dir,
+    files.find((f) => join(dir, f) !== oldFile)!,
+  );
   assert.equal(linesOf(newFile).length, 5, 'the new process captured its 5 pairs in its own file');
   assert.equal(statSync(newFile).mode & 0o777, 0o600);
 
@@ -268,7 +269,10 @@ test('SIGKILL while capturing: a new process writes a new file beside the old on
     const tornLine = completeLines + 1;
     assert.ok(r.stderr.includes(`${oldFile}:${tornLine}: truncated record (incomplete JSON)`), r.stderr);
     assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
-    const pairs = r.stdout.split('\n').filter(Boolean).map((l) => JSON.parse(l) as { file: string });
+    const pairs = r.stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as { file: string });
     assert.equal(pairs.length, completeLines + (input === dir ? 5 : 0), 'every complete record analysed');
   }
   const text = await runCli(['analyze', oldFile]);

@@ -57,7 +57,10 @@ test('a cache-hit fault: the candidate disagrees with itself on its warm repeats
   const cs = r.self('candidate');
   const bs = r.self('baseline');
   assert.equal(cs.length, 24);
-  assert.ok(cs.every((x) => x.flushed), 'every first run was cold (the slot erased first)');
+  assert.ok(
+    cs.every((x) => x.flushed),
+    'every first run was cold (the slot erased first)',
+  );
   const inconsistent = cs.filter((x) => x.verdict === 'self_inconsistent').length;
   assert.ok(inconsistent / cs.length >= 0.9, `self_inconsistent on ${inconsistent} of ${cs.length} warm repeat pairs`);
   assert.equal(bs.filter((x) => x.verdict === 'self_inconsistent').length, 0, 'the clean baseline agrees with itself');
@@ -69,7 +72,10 @@ test('a cache-hit fault: the candidate disagrees with itself on its warm repeats
   assert.equal(metricValue(r.metrics, 'logprobe_alert_firing', { alert: 'LogprobSelfInconsistency', backend: 'baseline' }), 0);
   assert.equal(metricValue(r.metrics, 'logprobe_verdicts_total', { kind: 'self', backend: 'candidate', verdict: 'self_inconsistent' }), inconsistent);
   assert.ok((metricValue(r.metrics, 'logprobe_self_shift_nats_count', { backend: 'candidate' }) ?? 0) > 0);
-  assert.ok(r.lp.logs.lines.some((l) => String(l.msg).startsWith('LogprobSelfInconsistency (candidate) firing: the backend disagrees with itself between a cold and a warm run')), 'the warn line says what it means');
+  assert.ok(
+    r.lp.logs.lines.some((l) => String(l.msg).startsWith('LogprobSelfInconsistency (candidate) firing: the backend disagrees with itself between a cold and a warm run')),
+    'the warn line says what it means',
+  );
 });
 
 test('clean engines with the prefix cache on: no self_inconsistent verdict over 200 repeat pairs, no alert', async (t) => {
@@ -79,11 +85,14 @@ test('clean engines with the prefix cache on: no self_inconsistent verdict over 
   const r = await run(t, cand, base, { mirror: { repeat: { rate: 1, backends: ['candidate', 'baseline'], flush: false } } }, 100);
   const all = [...r.self('candidate'), ...r.self('baseline')];
   assert.equal(all.length, 200);
-  assert.deepEqual(all.filter((x) => x.verdict === 'self_inconsistent'), []);
+  assert.deepEqual(
+    all.filter((x) => x.verdict === 'self_inconsistent'),
+    [],
+  );
   assert.ok(!r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency'));
 });
 
-test('noiseFloor auto learns from the baseline\'s repeats only: a cache bug on the candidate cannot raise the floor over itself', async (t) => {
+test("noiseFloor auto learns from the baseline's repeats only: a cache bug on the candidate cannot raise the floor over itself", async (t) => {
   const cand = await engine({ cacheHitShift: 0.6 });
   const base = await engine({ noise: 0.002 });
   t.after(() => Promise.all([cand.close(), base.close()]));
@@ -132,12 +141,18 @@ test('baseline-free (baseline: null): the candidate alone, every mirrored reques
   const analysed = await runCli(['analyze', dir]);
   assert.equal(analysed.code, 0, analysed.stderr);
   assert.match(analysed.stdout, /baseline-free: 12 pairs had no baseline/);
-  assert.match(analysed.stdout, /repeats on the candidate \(the same request twice: cold, then warm from its cache\): 12 pairs, 12 with the cache emptied first[^;\n]*; .*self_inconsistent (9|1[0-2])/);
+  assert.match(
+    analysed.stdout,
+    /repeats on the candidate \(the same request twice: cold, then warm from its cache\): 12 pairs, 12 with the cache emptied first[^;\n]*; .*self_inconsistent (9|1[0-2])/,
+  );
   assert.doesNotMatch(analysed.stdout, /^verdicts$/m, 'no empty pair sections when there is no baseline');
 
   // The same probe as a CI gate: replay --baseline none on the candidate alone.
   const prompts = `${dir}/prompts.jsonl`;
-  (await import('node:fs')).writeFileSync(prompts, Array.from({ length: 6 }, (_, i) => JSON.stringify({ route: '/v1/completions', prompt: `Gate prompt ${i}: long enough for a cached prefix to be reused`, max_tokens: 12 })).join('\n'));
+  (await import('node:fs')).writeFileSync(
+    prompts,
+    Array.from({ length: 6 }, (_, i) => JSON.stringify({ route: '/v1/completions', prompt: `Gate prompt ${i}: long enough for a cached prefix to be reused`, max_tokens: 12 })).join('\n'),
+  );
   const gate = await runCli(['replay', prompts, '--candidate', cand.url, '--baseline', 'none', '--out', `${dir}/replay.jsonl`, '--fail-on', 'self_inconsistent']);
   assert.equal(gate.code, 1, gate.stdout + gate.stderr);
   assert.match(gate.stdout, /gate: FAIL \(self_inconsistent \d+/);
@@ -154,7 +169,10 @@ test('probes with flush run one at a time under concurrent traffic: every second
   const cand = await engine({ cacheHitShift: 0.6, cacheSlots: 8 });
   t.after(() => cand.close());
   const pairs: MirroredPair[] = [];
-  const lp = await startLogprobe({ candidate: { url: cand.url }, baseline: null, alert: FAST_ALERT, mirror: { sampleRate: 1, concurrency: 4, repeat: { flush: true } } }, { listeners: { onPair: (p) => pairs.push(p) } });
+  const lp = await startLogprobe(
+    { candidate: { url: cand.url }, baseline: null, alert: FAST_ALERT, mirror: { sampleRate: 1, concurrency: 4, repeat: { flush: true } } },
+    { listeners: { onPair: (p) => pairs.push(p) } },
+  );
   t.after(() => lp.close());
   // Eight clients at once: with four mirror workers, another probe's flush between a probe's
   // first and second run would leave the second cold.
@@ -169,7 +187,10 @@ test('probes with flush run one at a time under concurrent traffic: every second
   // prefix of it: the first run then reused part of the prompt (the engine says how much).
   const cold = rs.filter((r) => r.cached.first === 0);
   assert.ok(cold.length >= rs.length * 0.6, `${cold.length} of ${rs.length} first runs cold: ${JSON.stringify(rs.map((r) => r.cached))}`);
-  assert.ok(rs.every((r) => probeShape(r.cached) === 'cold_warm'), 'every pair a cold→warm probe: the second run reused more than the first');
+  assert.ok(
+    rs.every((r) => probeShape(r.cached) === 'cold_warm'),
+    'every pair a cold→warm probe: the second run reused more than the first',
+  );
   const inconsistent = cold.filter((r) => r.verdict === 'self_inconsistent').length;
   assert.ok(inconsistent / cold.length >= 0.9, `self_inconsistent on ${inconsistent} of ${cold.length} cold→warm pairs`);
 });
@@ -195,7 +216,11 @@ test('cachedPromptTokens reads what each engine reports of its cache hit; probeS
   const cand = await engine();
   try {
     const body = { model: 'm', prompt: 'A prompt for two runs of the same request', max_tokens: 8, temperature: 0, logprobs: 2 };
-    const send = async () => JSON.parse(await (await request(`${cand.url}/v1/completions`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } })).body.text()) as { usage: { prompt_tokens: number }; timings: { prompt_n: number } };
+    const send = async () =>
+      JSON.parse(await (await request(`${cand.url}/v1/completions`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } })).body.text()) as {
+        usage: { prompt_tokens: number };
+        timings: { prompt_n: number };
+      };
     const first = await send();
     await request(`${cand.url}/slots/0?action=erase`, { method: 'POST' }).then((r) => r.body.dump());
     const second = await send();

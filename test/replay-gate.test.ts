@@ -48,9 +48,15 @@ test('the CI gate: the golden prompts against a noisy candidate exit 0, against 
   }
   const capture = readFileSync(out, 'utf8');
   assert.ok(!capture.includes(KEY));
-  const records = capture.trim().split('\n').map((l) => JSON.parse(l) as { id: string; analysis: { verdict: string } });
+  const records = capture
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { id: string; analysis: { verdict: string } });
   assert.equal(records.length, 24);
-  assert.ok(records.every((r) => /^golden-prompts\.example\.jsonl:\d+$/.test(r.id)), 'ids point back at the input line');
+  assert.ok(
+    records.every((r) => /^golden-prompts\.example\.jsonl:\d+$/.test(r.id)),
+    'ids point back at the input line',
+  );
 
   const analysed = await runCli(['analyze', '--json', out]);
   const offline: Record<string, number> = {};
@@ -58,7 +64,7 @@ test('the CI gate: the golden prompts against a noisy candidate exit 0, against 
     const v = (JSON.parse(l) as { verdict: string }).verdict;
     offline[v] = (offline[v] ?? 0) + 1;
   }
-  assert.deepEqual(offline, mixOf(fail.stdout), 'analyze of the replay capture gives the replay\'s verdicts');
+  assert.deepEqual(offline, mixOf(fail.stdout), "analyze of the replay capture gives the replay's verdicts");
 
   // A capture is a replay input too: the same requests, again.
   const again = await runCli(['replay', out, '--candidate', corrupted.url, '--baseline', baseline.url, '--out', join(dir, 'again.jsonl'), '--fail-on', 'global_shift,early_shift']);
@@ -96,7 +102,10 @@ test('prompt-set lines: {route, body} and {route, …fields}; bad lines are repo
   ]);
   const sent = candidate.requests.map((r) => JSON.parse(r.body) as Record<string, unknown>);
   assert.equal(sent.length, 2);
-  assert.ok(sent.every((b) => b.max_tokens === 12 && b.temperature === 0), '--max-tokens replaces the input\'s budget');
+  assert.ok(
+    sent.every((b) => b.max_tokens === 12 && b.temperature === 0),
+    "--max-tokens replaces the input's budget",
+  );
 });
 
 test('usage errors exit 2; a replay where nothing could be compared exits 1', async (t) => {
@@ -119,7 +128,13 @@ test('usage errors exit 2; a replay where nothing could be compared exits 1', as
   for (const [args, err] of cases) {
     const res = await runCli(args);
     assert.equal(res.code, 2, `${args.join(' ')}: ${res.stderr}`);
-    assert.match(res.stderr.split('\n').filter((l) => !l.includes('bad.jsonl:1')).join('\n'), err);
+    assert.match(
+      res.stderr
+        .split('\n')
+        .filter((l) => !l.includes('bad.jsonl:1'))
+        .join('\n'),
+      err,
+    );
   }
   const down = await runCli(['replay', GOLDEN, '--candidate', 'http://127.0.0.1:9', '--baseline', sim.url, '--out', join(dir, 'down.jsonl')]);
   assert.equal(down.code, 1, 'a gate does not pass on no evidence');
@@ -139,7 +154,6 @@ test('usage errors exit 2; a replay where nothing could be compared exits 1', as
 });
 
 test('an --out that opens but takes no bytes is exit 2 before any request is sent; /dev/null still works', async (t) => {
-  const dir = tempDir(t);
   const baseline = await startSim();
   let requests = 0;
   const candidate = await startUpstream((_req, res) => {
@@ -165,7 +179,7 @@ test('an --out that opens but takes no bytes is exit 2 before any request is sen
   assert.equal(statSync('/dev/null').mode, mode, '/dev/null keeps its mode');
 });
 
-test('replay learns a backend\'s logprobs cap from its 400 like the live mirror: one refusal per field, then every copy within it', async (t) => {
+test("replay learns a backend's logprobs cap from its 400 like the live mirror: one refusal per field, then every copy within it", async (t) => {
   const dir = tempDir(t);
   const sim = await startSim();
   t.after(() => sim.close());
@@ -190,13 +204,22 @@ test('replay learns a backend\'s logprobs cap from its 400 like the live mirror:
   assert.equal(res.code, 0, res.stdout + res.stderr);
   // One refusal per field (chat's top_logprobs, completions' logprobs: OpenAI caps them differently), then within the cap.
   assert.equal(asked.filter((k) => k > 2).length, 2, `refused copies: ${asked.join(',')}`);
-  const records = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { outcome: string; request: Record<string, unknown> });
+  const records = readFileSync(out, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { outcome: string; request: Record<string, unknown> });
   assert.equal(records.length, 24);
-  assert.ok(records.every((r) => r.outcome === 'ok'), 'every pair compared');
-  assert.ok(records.every((r) => (r.request.top_logprobs ?? r.request.logprobs) === 2), 'both sides compared over the same top-2');
+  assert.ok(
+    records.every((r) => r.outcome === 'ok'),
+    'every pair compared',
+  );
+  assert.ok(
+    records.every((r) => (r.request.top_logprobs ?? r.request.logprobs) === 2),
+    'both sides compared over the same top-2',
+  );
 });
 
-test('replay sends candidate.model / baseline.model from --config as each backend\'s model', async (t) => {
+test("replay sends candidate.model / baseline.model from --config as each backend's model", async (t) => {
   const dir = tempDir(t);
   const sim = await startSim();
   const models: Record<string, unknown[]> = { candidate: [], baseline: [] };

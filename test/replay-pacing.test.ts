@@ -18,7 +18,14 @@ async function slowEngine(delayMs: number) {
     await new Promise((r) => setTimeout(r, delayMs));
     active--;
     res.writeHead(200, { 'content-type': 'application/json', server: 'slow-engine/2.1' });
-    res.end(JSON.stringify(chatBody([[' a', -0.1], [' b', -0.2]])));
+    res.end(
+      JSON.stringify(
+        chatBody([
+          [' a', -0.1],
+          [' b', -0.2],
+        ]),
+      ),
+    );
   });
   return { up, stats };
 }

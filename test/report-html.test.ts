@@ -100,7 +100,10 @@ test('the report renders without errors, self-contained, with the counts of anal
   // Repeated prompts are folded: one strip per prompt and verdict, the others counted.
   const prompts = await page.$$eval('#strip-list .strip', (cards) => cards.map((c) => `${c.querySelector('.badge')!.textContent}|${c.querySelector('.prompt')?.textContent ?? ''}`));
   assert.equal(new Set(prompts).size, prompts.length, 'no prompt twice with one verdict');
-  assert.ok(prompts.every((p) => p.split('|')[1]!.length > 0), 'every strip shows its prompt');
+  assert.ok(
+    prompts.every((p) => p.split('|')[1]!.length > 0),
+    'every strip shows its prompt',
+  );
   assert.ok((await page.locator('#strip-list .similar').count()) > 0, '×N similar');
   assert.match((await page.locator('#strip-list .similar').first().textContent())!, /^×\d+ similar$/);
   assert.ok((await page.locator('#worst .similar').count()) > 0, 'the worst table folds them too');
@@ -167,8 +170,14 @@ test('10,000 pairs: the report stays small and fast, paginates a stated selectio
   const file = join(dir, 'big.jsonl');
   const ws = createWriteStream(file);
   const hostile = makePair(0);
-  hostile.candidate.body = chatBody([['</script><img src=x onerror="window.pwned=1">', -0.1], [' b', -0.9]]);
-  hostile.baseline!.body = chatBody([['</script><img src=x onerror="window.pwned=1">', -0.1], [' c', -0.3]]);
+  hostile.candidate.body = chatBody([
+    ['</script><img src=x onerror="window.pwned=1">', -0.1],
+    [' b', -0.9],
+  ]);
+  hostile.baseline!.body = chatBody([
+    ['</script><img src=x onerror="window.pwned=1">', -0.1],
+    [' c', -0.3],
+  ]);
   hostile.analysis = compare(hostile.candidate.body, hostile.baseline!.body, DEFAULT_THRESHOLDS);
   const kinds = [0, 0.001, 0.001, 0.001, 0.5].map((shift, i) => JSON.stringify(buildRecord(makePair(i, { shift }), { includePrompts: true, thresholds: THRESHOLDS })));
   ws.write(`${JSON.stringify(buildRecord(hostile, { includePrompts: true, thresholds: THRESHOLDS }))}\n`);
@@ -195,7 +204,9 @@ test('10,000 pairs: the report stays small and fast, paginates a stated selectio
   assert.ok(loadMs < 10_000, `loaded in ${loadMs} ms`);
   t.diagnostic(`10,000 pairs: ${(size / 1024).toFixed(0)} KB, loaded and rendered in ${loadMs} ms`);
   assert.equal((await shownCounts(page)).total, 10_000);
-  const selection = /Token strips for (\d+) of 10,000 pairs: the 100 worst \(by verdict, then max shift\), plus the (\d+) others of a uniform random sample of 400 pairs/.exec((await page.textContent('#strip-selection'))!);
+  const selection = /Token strips for (\d+) of 10,000 pairs: the 100 worst \(by verdict, then max shift\), plus the (\d+) others of a uniform random sample of 400 pairs/.exec(
+    (await page.textContent('#strip-selection'))!,
+  );
   assert.ok(selection, 'the page says which strips it shows');
   const strips = Number(selection[1]);
   assert.equal(strips, 100 + Number(selection[2]));
@@ -215,7 +226,10 @@ test('prompts: a long one is cut at 400 characters and says how many more, a has
   const file = join(dir, 'prompts.jsonl');
   const long = 'why '.repeat(150);
   const pair = makePair(1, { shift: 0.5, request: { model: 'm', messages: [{ role: 'user', content: long }], temperature: 0, logprobs: true, top_logprobs: 2, max_tokens: 5 } });
-  writeFileSync(file, `${JSON.stringify(buildRecord(pair, { includePrompts: true, thresholds: THRESHOLDS }))}\n${JSON.stringify(buildRecord(makePair(2, { shift: 0.4 }), { includePrompts: false, thresholds: THRESHOLDS }))}\n`);
+  writeFileSync(
+    file,
+    `${JSON.stringify(buildRecord(pair, { includePrompts: true, thresholds: THRESHOLDS }))}\n${JSON.stringify(buildRecord(makePair(2, { shift: 0.4 }), { includePrompts: false, thresholds: THRESHOLDS }))}\n`,
+  );
   const html = join(dir, 'prompts.html');
   const res = await runCli(['analyze', file, '--html', html]);
   assert.equal(res.code, 0, res.stderr);
@@ -225,6 +239,9 @@ test('prompts: a long one is cut at 400 characters and says how many more, a has
   assert.equal(texts.length, 2);
   const cut = texts.find((x) => x.startsWith('user: why'))!;
   assert.ok(cut.includes(`… ${'user: '.length + long.length - 400} more characters`), cut);
-  assert.ok(texts.some((x) => /prompt hashed \(capture\.includePrompts: false\)/.test(x)), texts.join(' | '));
+  assert.ok(
+    texts.some((x) => /prompt hashed \(capture\.includePrompts: false\)/.test(x)),
+    texts.join(' | '),
+  );
   assert.deepEqual(errors, []);
 });

@@ -161,7 +161,13 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
   let mirrored = 0;
   async function send(i: number, options: { extraHeaders?: Record<string, string>; body?: string; method?: string; path?: string; mirror?: boolean } = {}): Promise<number> {
     const chat = i % 2 === 0;
-    const body = options.body ?? JSON.stringify(chat ? { model: 'sim', messages: [{ role: 'user', content: `question ${i}: why is the sky blue?` }], max_tokens: 8 } : { model: 'sim', prompt: `Prompt ${i}: the capital of France is`, max_tokens: 8 });
+    const body =
+      options.body ??
+      JSON.stringify(
+        chat
+          ? { model: 'sim', messages: [{ role: 'user', content: `question ${i}: why is the sky blue?` }], max_tokens: 8 }
+          : { model: 'sim', prompt: `Prompt ${i}: the capital of France is`, max_tokens: 8 },
+      );
     // Every third request also carries a key in its query string (some clients do that).
     const query = i % 3 === 0 ? `?api_key=${QUERY_KEY}` : '';
     const res = await request(`${p.proxyUrl}${options.path ?? (chat ? '/v1/chat/completions' : '/v1/completions')}${query}`, {
@@ -218,11 +224,14 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
   assert.equal(await p.exited, 0, p.output());
 
   const files = readdirSync(dir);
-  assert.ok(files.some((f) => f.endsWith('.jsonl.gz')), `rotated files are gzipped: ${files.join(', ')}`);
+  assert.ok(
+    files.some((f) => f.endsWith('.jsonl.gz')),
+    `rotated files are gzipped: ${files.join(', ')}`,
+  );
   const capture = allText(dir);
   assert.equal(capture.split('\n').filter((l) => l.startsWith('{')).length, 15, 'every mirrored pair captured');
-  assert.match(capture, /bad credentials: \[redacted\]/, 'the candidate\'s quote of the client credentials was scrubbed');
-  assert.match(capture, /key Bearer \[redacted\] rejected/, 'the baseline\'s quote of its key was scrubbed');
+  assert.match(capture, /bad credentials: \[redacted\]/, "the candidate's quote of the client credentials was scrubbed");
+  assert.match(capture, /key Bearer \[redacted\] rejected/, "the baseline's quote of its key was scrubbed");
   const logs = p.output();
   assert.match(logs, /"level":"debug"/, 'debug lines were written');
   assert.match(logs, /mirror pair not compared/);
@@ -240,7 +249,7 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
     assert.deepEqual(
       NEEDLES.filter((n) => (n !== 'SECRET3' && JSON.stringify(s.headers).includes(n)) || s.url.includes(n)),
       [],
-      'no client credential in the baseline\'s headers',
+      "no client credential in the baseline's headers",
     );
   }
   // The candidate is the client's own deployment: it gets the client's credentials, never the
@@ -275,7 +284,15 @@ async function startHttps(t: { after(fn: () => void): void }, who: string): Prom
     requests++;
     req.resume();
     req.on('end', () => {
-      const body = JSON.stringify({ ...chatBody([[' The', -0.1], [' sky', -0.2], [' is', -0.3], [' blue', -0.4]]), who });
+      const body = JSON.stringify({
+        ...chatBody([
+          [' The', -0.1],
+          [' sky', -0.2],
+          [' is', -0.3],
+          [' blue', -0.4],
+        ]),
+        who,
+      });
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
       res.end(body);
     });
@@ -300,7 +317,16 @@ for (const tlsInsecure of [false, true]) {
     const httpsBaseline = await startHttps(t, 'https-baseline');
     const plainCandidate = await startUpstream((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(chatBody([[' The', -0.1], [' sky', -0.2], [' is', -0.3], [' blue', -0.4]])));
+      res.end(
+        JSON.stringify(
+          chatBody([
+            [' The', -0.1],
+            [' sky', -0.2],
+            [' is', -0.3],
+            [' blue', -0.4],
+          ]),
+        ),
+      );
     });
     t.after(() => plainCandidate.close());
 
@@ -352,7 +378,16 @@ for (const tlsInsecure of [false, true]) {
 test('x-logprobe-mirror, whatever its value or spelling, never sends the client to the baseline and never reaches the candidate', async (t) => {
   const answer = (who: string) => async (_req: unknown, res: import('node:http').ServerResponse) => {
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ ...chatBody([[' A', -0.1], [' B', -0.2], [' C', -0.3]]), who }));
+    res.end(
+      JSON.stringify({
+        ...chatBody([
+          [' A', -0.1],
+          [' B', -0.2],
+          [' C', -0.3],
+        ]),
+        who,
+      }),
+    );
   };
   const cand = await startUpstream(answer('candidate'));
   const base = await startUpstream(answer('baseline'));
@@ -372,7 +407,11 @@ test('x-logprobe-mirror, whatever its value or spelling, never sends the client 
   for (const value of values) {
     for (const [method, path] of targets) {
       for (const name of ['x-logprobe-mirror', 'X-LogProbe-Mirror']) {
-        const res = await request(`${lp.proxyUrl}${path}`, { method: method as 'POST', body: method === 'POST' ? chatRequest : undefined, headers: { 'content-type': 'application/json', [name]: value } });
+        const res = await request(`${lp.proxyUrl}${path}`, {
+          method: method as 'POST',
+          body: method === 'POST' ? chatRequest : undefined,
+          headers: { 'content-type': 'application/json', [name]: value },
+        });
         const body = (await res.body.json()) as { who: string };
         clientRequests++;
         assert.equal(res.statusCode, 200);
@@ -388,7 +427,9 @@ test('x-logprobe-mirror, whatever its value or spelling, never sends the client 
       sock.on('data', (d) => (out += d.toString()));
       sock.on('end', () => resolve(out));
       sock.on('error', reject);
-      sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n${line}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(chatRequest)}\r\nconnection: close\r\n\r\n${chatRequest}`);
+      sock.write(
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n${line}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(chatRequest)}\r\nconnection: close\r\n\r\n${chatRequest}`,
+      );
     });
     clientRequests++;
     assert.match(reply, /^HTTP\/1\.1 200/);
@@ -447,13 +488,30 @@ test('nothing a client sends creates new metric label values: random paths, meth
   const STATUS: Record<string, number> = { GET: 200, POST: 200, PUT: 201, DELETE: 404, PATCH: 500, OPTIONS: 204, HEAD: 301 };
   const cand = await startUpstream((req, res) => {
     const status = STATUS[req.method!] ?? 400;
-    const body = status === 200 ? JSON.stringify(chatBody([[' A', -0.1], [' B', -0.2], [' C', -0.3]])) : '{}';
+    const body =
+      status === 200
+        ? JSON.stringify(
+            chatBody([
+              [' A', -0.1],
+              [' B', -0.2],
+              [' C', -0.3],
+            ]),
+          )
+        : '{}';
     res.writeHead(status, { 'content-type': 'application/json', 'content-length': status === 204 || status === 301 ? 0 : Buffer.byteLength(body) });
     res.end(status === 204 || status === 301 ? undefined : body);
   });
   const base = await startUpstream((_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify(chatBody([[' A', -0.1], [' B', -0.25], [' D', -0.3]])));
+    res.end(
+      JSON.stringify(
+        chatBody([
+          [' A', -0.1],
+          [' B', -0.25],
+          [' D', -0.3],
+        ]),
+      ),
+    );
   });
   t.after(() => Promise.all([cand.close(), base.close()]));
   const lp = await startLogprobe({ candidate: { url: cand.url }, baseline: { url: base.url }, mirror: { sampleRate: 1 } });
@@ -461,7 +519,7 @@ test('nothing a client sends creates new metric label values: random paths, meth
   const port = Number(new URL(lp.proxyUrl).port);
 
   let seed = 7;
-  const rand = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  const rand = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
   const junk = (n: number) => Array.from({ length: n }, () => 'abcdefghijklmnopqrstuvwxyz0123456789-_.~%'[Math.floor(rand() * 42)]).join('');
   const kinds = ['/v1/completions', '/v1/chat/completions', '/v1/models', '/health', 'random', 'lookalike'] as const;
   const methods = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD', 'PROPFIND', 'BREW'];
@@ -550,7 +608,9 @@ test('the baseline copy carries an allow-list of headers: content-type, accept, 
   await send(strict);
   await strict.close();
   const copy = baseline.seen.at(-1)!;
-  const names = Object.keys(copy.headers).filter((h) => !['host', 'content-length', 'connection'].includes(h)).sort();
+  const names = Object.keys(copy.headers)
+    .filter((h) => !['host', 'content-length', 'connection'].includes(h))
+    .sort();
   assert.deepEqual(names, ['accept', 'authorization', 'content-type'], 'nothing but the allow-list');
   assert.equal(copy.headers.authorization, 'Bearer sk-baseline-own');
   assert.ok(!/planted|blue/.test(JSON.stringify(copy.headers)), 'no planted value reached the baseline');

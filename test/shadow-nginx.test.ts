@@ -53,7 +53,7 @@ async function startNginx(dir: string, conf: string, port: number): Promise<Chil
   }
 }
 
-test('shadow mode behind nginx `mirror`: the client gets production\'s answer, logprobe answers the copy 202 and compares it on candidate and baseline', { skip }, async (t) => {
+test("shadow mode behind nginx `mirror`: the client gets production's answer, logprobe answers the copy 202 and compares it on candidate and baseline", { skip }, async (t) => {
   const dir = tempDir(t, 'logprobe-shadow-nginx-');
   // nginx's workers run as nobody when it starts as root: they need to reach its temp paths.
   chmodSync(dir, 0o755);
@@ -159,14 +159,18 @@ http {
   while (lp.logs.lines.filter((l) => l.msg === 'shadow request').length < N && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   const shadowLines = lp.logs.lines.filter((l) => l.msg === 'shadow request');
   assert.equal(shadowLines.length, N, 'every copy reached logprobe');
-  assert.ok(shadowLines.every((l) => l.status === 202 && l.mode === 'shadow'), JSON.stringify(shadowLines[0]));
+  assert.ok(
+    shadowLines.every((l) => l.status === 202 && l.mode === 'shadow'),
+    JSON.stringify(shadowLines[0]),
+  );
   await lp.runtime.mirror!.idle();
 
   const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   assert.equal(metricValue(m, 'logprobe_shadow_requests_total', { status_class: '2xx' }), N);
   assert.equal(metricValue(m, 'logprobe_proxy_requests_total'), 0, 'nothing was proxied');
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'ok' }), N);
-  const shifts = (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'global_shift' }) ?? 0) + (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'early_shift' }) ?? 0);
+  const shifts =
+    (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'global_shift' }) ?? 0) + (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'early_shift' }) ?? 0);
   assert.equal(shifts, N, 'the shifted candidate shows in every verdict');
   assert.equal(metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 1);
 
@@ -184,12 +188,17 @@ http {
   // The pairs are in the capture (flushed on close).
   await lp.close();
   lpClosed = true;
-  const records = captureLines(captures).map((l) => JSON.parse(l) as { outcome: string; analysis: { verdict: string } | null; request: { temperature: number }; clientHeaders?: Record<string, string> });
+  const records = captureLines(captures).map(
+    (l) => JSON.parse(l) as { outcome: string; analysis: { verdict: string } | null; request: { temperature: number }; clientHeaders?: Record<string, string> },
+  );
   assert.equal(records.length, N);
   assert.ok(records.every((r) => r.outcome === 'ok' && r.analysis !== null && ['global_shift', 'early_shift'].includes(r.analysis.verdict)));
   assert.ok(records.every((r) => r.request.temperature === 0));
   // nginx's $request_id went to production and to logprobe alike: the capture can be matched to production's logs.
   const ids = new Set(production.seen.map((s) => s.headers['x-request-id']));
   assert.equal(ids.size, N);
-  assert.ok(records.every((r) => ids.has(r.clientHeaders?.['x-request-id'])), 'the capture carries the request ids production saw');
+  assert.ok(
+    records.every((r) => ids.has(r.clientHeaders?.['x-request-id'])),
+    'the capture carries the request ids production saw',
+  );
 });

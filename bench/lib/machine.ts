@@ -39,7 +39,10 @@ export function machine(): Machine {
     cpu,
     memoryGB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
     kernel: `${os.type()} ${os.release()}`,
-    load: os.loadavg().map((l) => l.toFixed(2)).join(' '),
+    load: os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' '),
     versions: {
       node: process.version,
       logprobe: pkgVersion(`${ROOT}/package.json`),

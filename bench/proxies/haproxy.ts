@@ -9,7 +9,12 @@ import type { Running, Unavailable } from './types.js';
 export function haproxyVersion(): string | null {
   const r = spawnSync('haproxy', ['-v'], { encoding: 'utf8' });
   if (r.error) return null;
-  return (r.stdout.split('\n')[0] ?? '').replace(/^HAProxy version\s*/, '').trim().split(' ')[0] ?? '';
+  return (
+    (r.stdout.split('\n')[0] ?? '')
+      .replace(/^HAProxy version\s*/, '')
+      .trim()
+      .split(' ')[0] ?? ''
+  );
 }
 
 /** haproxy in HTTP mode, one thread, keep-alive both sides with connection reuse to the upstream. */

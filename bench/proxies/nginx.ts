@@ -19,7 +19,15 @@ export function nginxVersion(): string | null {
  * 4096) and `nofile` (worker_rlimit_nofile, and the master's own limit through `ulimit -n`) are
  * raised for the streaming lane's 5,000 client + 5,000 upstream connections.
  */
-export async function startNginx(o: { upstream: string; outDir: string; workers: number | 'auto'; key?: string; label?: string; workerConnections?: number; nofile?: number }): Promise<Running | Unavailable> {
+export async function startNginx(o: {
+  upstream: string;
+  outDir: string;
+  workers: number | 'auto';
+  key?: string;
+  label?: string;
+  workerConnections?: number;
+  nofile?: number;
+}): Promise<Running | Unavailable> {
   const key = o.key ?? 'nginx';
   const label = o.label ?? `nginx (${o.workers} worker${o.workers === 1 ? '' : 's'})`;
   if (nginxVersion() === null) return { key, label, reason: 'not installed: apt-get install nginx' };

@@ -31,9 +31,7 @@ function count(v: unknown): number {
  * its own host and port so that metrics, health and the pairs never show on the public port.
  */
 export function buildAdminApp(deps: AdminDeps): FastifyInstance {
-  const app = Fastify({ loggerInstance: deps.logger.child({ module: 'admin' }) as unknown as FastifyBaseLogger,
-    logController: new LogController({ disableRequestLogging: true }),
-  });
+  const app = Fastify({ loggerInstance: deps.logger.child({ module: 'admin' }) as unknown as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
 
   app.get('/metrics', async (_request, reply) => {
     const body = await deps.metricsText();
@@ -48,7 +46,10 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
     const nonce = randomBytes(16).toString('base64');
     return reply
       .type('text/html; charset=utf-8')
-      .header('content-security-policy', `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`)
+      .header(
+        'content-security-policy',
+        `default-src 'none'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
+      )
       .header('cache-control', 'no-store')
       .header('x-content-type-options', 'nosniff')
       .send(renderLivePage(nonce));

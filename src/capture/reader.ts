@@ -52,7 +52,10 @@ export async function resolveInputs(paths: readonly string[]): Promise<{ files: 
       } catch (err) {
         throw unreadableFile(path, errnoReason(err, 'read'), err);
       }
-      listed = names.filter((n) => /\.jsonl(\.gz)?$/.test(n)).sort().map((n) => join(path, n));
+      listed = names
+        .filter((n) => /\.jsonl(\.gz)?$/.test(n))
+        .sort()
+        .map((n) => join(path, n));
       if (listed.length === 0) throw unreadableFile(path, 'no .jsonl or .jsonl.gz file in this directory');
     }
     for (const file of listed) {

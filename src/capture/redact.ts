@@ -6,16 +6,7 @@ import { createHash } from 'node:crypto';
  */
 
 /** Field names that carry credentials, compared case-insensitively, in headers and bodies alike. */
-export const SECRET_FIELDS: readonly string[] = [
-  'authorization',
-  'proxy-authorization',
-  'x-api-key',
-  'api-key',
-  'api_key',
-  'apikey',
-  'cookie',
-  'set-cookie',
-];
+export const SECRET_FIELDS: readonly string[] = ['authorization', 'proxy-authorization', 'x-api-key', 'api-key', 'api_key', 'apikey', 'cookie', 'set-cookie'];
 
 /** Client headers a capture may keep: they say which client sent the request, nothing more. */
 export const HARMLESS_HEADERS: readonly string[] = ['user-agent', 'content-type', 'x-request-id'];
@@ -105,7 +96,9 @@ export function scrub(value: unknown, secrets: readonly string[], options: { ext
 /** `sha256:<hex>` of a string's UTF-8 bytes, or of the JSON text of anything else. */
 export function promptHash(value: unknown): string {
   const text = typeof value === 'string' ? value : JSON.stringify(value);
-  return `sha256:${createHash('sha256').update(text ?? '', 'utf8').digest('hex')}`;
+  return `sha256:${createHash('sha256')
+    .update(text ?? '', 'utf8')
+    .digest('hex')}`;
 }
 
 /** Request fields that carry the prompt. */

@@ -30,7 +30,9 @@ export async function checkCaptureDir(dir: string): Promise<void> {
       await unlink(probe).catch(() => undefined);
     }
   } catch (err) {
-    throw new LogprobeError('LOGPROBE_UNWRITABLE_FILE', `capture.dir ${dir}: cannot ${step}: ${errnoReason(err, 'write')} (set capture.dir to a writable directory, or capture.enabled: false)`, { cause: err });
+    throw new LogprobeError('LOGPROBE_UNWRITABLE_FILE', `capture.dir ${dir}: cannot ${step}: ${errnoReason(err, 'write')} (set capture.dir to a writable directory, or capture.enabled: false)`, {
+      cause: err,
+    });
   }
 }
 

@@ -70,7 +70,14 @@ export const analyzeCommand: CommandFactory = (setExit) =>
         const where = { train: sides.train.file, infer: sides.infer.file };
         for (const [k, p] of pairs.entries()) {
           const id = p.comparison.id ?? String(k + 1);
-          summary.add({ file: sides.train.file, line: k + 1, id, route: 'tokens', result: { outcome: 'ok', comparison: p.comparison, candidate: p.candidate, baseline: p.baseline }, noiseFloor: t.noiseFloor });
+          summary.add({
+            file: sides.train.file,
+            line: k + 1,
+            id,
+            route: 'tokens',
+            result: { outcome: 'ok', comparison: p.comparison, candidate: p.candidate, baseline: p.baseline },
+            noiseFloor: t.noiseFloor,
+          });
           if (json) await writeOut(`${JSON.stringify({ ...p.comparison, ...where })}\n`);
         }
         const results = pairs.map((p) => p.comparison);
@@ -78,7 +85,15 @@ export const analyzeCommand: CommandFactory = (setExit) =>
         if (flags.html) {
           const h = new HealthAccumulator();
           for (const r of results) h.add(r, r.id ?? '', r.id ?? '');
-          await writeHtmlReport(flags.html, summary.data(), { title: `logprobe analyze: ${where.train} (train) vs ${where.infer} (infer)`, inputs: files, thresholds: describeThresholds(t), gapAmbiguous: t.gapAmbiguous, gapSystematic: t.gapSystematic, top, health: { health: h.health(), definition: h.definition() } });
+          await writeHtmlReport(flags.html, summary.data(), {
+            title: `logprobe analyze: ${where.train} (train) vs ${where.infer} (infer)`,
+            inputs: files,
+            thresholds: describeThresholds(t),
+            gapAmbiguous: t.gapAmbiguous,
+            gapSystematic: t.gapSystematic,
+            top,
+            health: { health: h.health(), definition: h.definition() },
+          });
           process.stderr.write(`report: ${flags.html}\n`);
         }
         setExit(summary.count(failOn) > 0 ? 1 : 0);
@@ -109,11 +124,20 @@ export const analyzeCommand: CommandFactory = (setExit) =>
         signal: json && !flags.html && failOn.size === 0 ? stdoutGone : undefined,
       });
       progress.stop();
-      if (records === 0) throw noInput(golden > 0 ? `${files.join(', ')}: golden records only (logprobe record: one side, no pair to compare); use them with replay --baseline-from` : `no capture records in ${files.join(', ')}`);
+      if (records === 0)
+        throw noInput(
+          golden > 0 ? `${files.join(', ')}: golden records only (logprobe record: one side, no pair to compare); use them with replay --baseline-from` : `no capture records in ${files.join(', ')}`,
+        );
 
       const data = summary.data();
       const t: Thresholds = first!;
-      const ctx = { thresholds: describeThresholds(t, thresholdsNote(overrides, varied)), gapAmbiguous: t.gapAmbiguous, gapSystematic: t.gapSystematic, top, health: { health: health.health(), definition: health.definition() } };
+      const ctx = {
+        thresholds: describeThresholds(t, thresholdsNote(overrides, varied)),
+        gapAmbiguous: t.gapAmbiguous,
+        gapSystematic: t.gapSystematic,
+        top,
+        health: { health: health.health(), definition: health.definition() },
+      };
       if (!json) await writeOut(renderSummaryText(data, ctx));
       if (flags.html) {
         await writeHtmlReport(flags.html, data, { title: `logprobe analyze: ${files.length === 1 ? files[0] : `${files.length} files`}`, inputs: files, ...ctx });
@@ -130,6 +154,15 @@ function sameThresholds(a: Thresholds, b: Thresholds): boolean {
 /** A pair as `--json` prints it: the comparison's fields (docs/format.md) and where it came from. */
 function pairJson(r: AnalysedRecord): Record<string, unknown> {
   const { record, result } = r;
-  const where = { file: r.file, line: r.line, id: record.id, route: record.route, ts: record.ts, outcome: result.outcome, noiseFloor: r.thresholds.noiseFloor, onlineVerdict: record.analysis?.verdict ?? null };
+  const where = {
+    file: r.file,
+    line: r.line,
+    id: record.id,
+    route: record.route,
+    ts: record.ts,
+    outcome: result.outcome,
+    noiseFloor: r.thresholds.noiseFloor,
+    onlineVerdict: record.analysis?.verdict ?? null,
+  };
   return result.comparison ? { ...result.comparison, ...where } : { verdict: null, ...where };
 }

@@ -45,9 +45,7 @@ export function renderComparison(r: Comparison, t: Thresholds, color: boolean): 
   if (f) {
     const gap = f.gap === null ? 'unknown' : `${f.lowerBound ? '≥ ' : ''}${formatNats(f.gap)}`;
     const cross = f.crossPathDiff === null ? 'n/a' : signed(f.crossPathDiff);
-    lines.push(
-      `flip at ${f.index}: baseline ${show(f.baselineToken)} → candidate ${show(f.candidateToken)}, gap ${gap} nats (${f.class}), cross-path diff ${cross}`,
-    );
+    lines.push(`flip at ${f.index}: baseline ${show(f.baselineToken)} → candidate ${show(f.candidateToken)}, gap ${gap} nats (${f.class}), cross-path diff ${cross}`);
   } else {
     lines.push('flip: none');
   }

@@ -1,5 +1,18 @@
 import { open, readFile, stat } from 'node:fs/promises';
-import { trainingPair, formatNats, HEALTH_LIMITS, healthMarks, HealthAccumulator, pairSequences, RATIO_BOUNDS, readSequences, type SequenceFile, type ParsedResponse, type Thresholds, type TrainingComparison } from '../core/index.js';
+import {
+  trainingPair,
+  formatNats,
+  HEALTH_LIMITS,
+  healthMarks,
+  HealthAccumulator,
+  pairSequences,
+  RATIO_BOUNDS,
+  readSequences,
+  type SequenceFile,
+  type ParsedResponse,
+  type Thresholds,
+  type TrainingComparison,
+} from '../core/index.js';
 import { errnoReason, noInput, unreadableFile } from '../errors.js';
 
 /**
@@ -98,7 +111,16 @@ export function renderTraining(results: readonly TrainingComparison[], files: { 
       const d = p.candidate !== null && p.baseline !== null ? p.candidate - p.baseline : null;
       const ratio = d === null ? null : Math.exp(d);
       const out = ratio !== null && (ratio < lo || ratio > hi);
-      return [String(p.i), show(p.token), f(p.candidate), f(p.baseline), d === null ? '—' : `${d > 0 ? '+' : ''}${f(d)}`, ratio === null ? '—' : `${ratio.toFixed(4)}${out ? '*' : ''}`, f(d === null ? null : Math.abs(Math.expm1(d))), f(p.kl)];
+      return [
+        String(p.i),
+        show(p.token),
+        f(p.candidate),
+        f(p.baseline),
+        d === null ? '—' : `${d > 0 ? '+' : ''}${f(d)}`,
+        ratio === null ? '—' : `${ratio.toFixed(4)}${out ? '*' : ''}`,
+        f(d === null ? null : Math.abs(Math.expm1(d))),
+        f(p.kl),
+      ];
     });
     const header = ['pos', 'token', 'train', 'infer', 'diff', 'ratio', 'rel err', 'KL'];
     const widths = header.map((h, k) => Math.max(h.length, ...rows.map((row) => row[k]!.length)));
@@ -108,7 +130,9 @@ export function renderTraining(results: readonly TrainingComparison[], files: { 
     out.push(`${results.length} sequences`);
     for (const r of results) {
       const h = r.health!;
-      out.push(`  ${(r.id ?? '').padEnd(12)} ${String(r.training.positions).padStart(5)} positions  KL ${f(h.kl.mean)}  rel err mean ${f(h.relErr.mean)} max ${f(h.relErr.max)}  ratio mean ${f(r.training.ratio.mean)} outside ${pct(r.training.ratio.outsideShare)}  ${r.verdict}`);
+      out.push(
+        `  ${(r.id ?? '').padEnd(12)} ${String(r.training.positions).padStart(5)} positions  KL ${f(h.kl.mean)}  rel err mean ${f(h.relErr.mean)} max ${f(h.relErr.max)}  ratio mean ${f(r.training.ratio.mean)} outside ${pct(r.training.ratio.outsideShare)}  ${r.verdict}`,
+      );
     }
     out.push('');
   }
@@ -140,12 +164,16 @@ export function renderTraining(results: readonly TrainingComparison[], files: { 
     `importance ratio exp(lp_train − lp_infer) over ${n} positions: mean ${f(n ? sum / n : null)}, min ${f(n ? min : null)}, max ${f(n ? max : null)}; ${outside} (${pct(n ? outside / n : null)}) outside [${lo}, ${hi}]`,
     `KL(infer ‖ train) from the sampled tokens, mean(r − 1 − log r): ${f(n ? k3 / n : null)}${h.logits.max !== null ? `; largest |Δ logprob| over the top lists ${formatNats(h.logits.max)}` : ''}`,
   );
-  const worst = results.flatMap((r) => r.training.worst.map((w) => ({ ...w, id: r.id }))).sort((x, y) => Math.abs(Math.log(y.ratio!)) - Math.abs(Math.log(x.ratio!))).slice(0, 10);
+  const worst = results
+    .flatMap((r) => r.training.worst.map((w) => ({ ...w, id: r.id })))
+    .sort((x, y) => Math.abs(Math.log(y.ratio!)) - Math.abs(Math.log(x.ratio!)))
+    .slice(0, 10);
   if (worst.length > 0) {
     out.push('worst positions (largest |lp_train − lp_infer|)');
     for (const w of worst) out.push(`  ${results.length > 1 ? `${w.id ?? ''} ` : ''}@${w.i} ${show(w.token)}  train ${f(w.train)}  infer ${f(w.infer)}  ratio ${w.ratio!.toFixed(4)}`);
   }
-  for (const d of acc.definition()) out.push(`definition: ${d.check} (${d.side === 'candidate' ? 'train' : d.side === 'baseline' ? 'infer' : 'both'}) on ${d.pairs} sequence${d.pairs === 1 ? '' : 's'}: ${d.example}`);
+  for (const d of acc.definition())
+    out.push(`definition: ${d.check} (${d.side === 'candidate' ? 'train' : d.side === 'baseline' ? 'infer' : 'both'}) on ${d.pairs} sequence${d.pairs === 1 ? '' : 's'}: ${d.example}`);
   const notes = [...new Set(results.flatMap((r) => r.notes.filter((n) => n !== 'tokens matched by id')))];
   for (const n of notes.slice(0, 5)) out.push(`note: ${n}`);
   if (results.length === 1) {

@@ -58,7 +58,8 @@ export const compareCommand: CommandFactory = (setExit) =>
         const sides = trainerFirst(await readSequenceFile(candidateFile), await readSequenceFile(baselineFile));
         const results = compareFiles(sides.train, sides.infer, thresholds);
         const where = { train: sides.train.file, infer: sides.infer.file };
-        if (opts.json) process.stdout.write(results.length === 1 ? `${JSON.stringify({ ...results[0], ...where }, null, 2)}\n` : results.map((r) => `${JSON.stringify({ ...r, ...where })}\n`).join(''));
+        if (opts.json)
+          process.stdout.write(results.length === 1 ? `${JSON.stringify({ ...results[0], ...where }, null, 2)}\n` : results.map((r) => `${JSON.stringify({ ...r, ...where })}\n`).join(''));
         else process.stdout.write(renderTraining(results, { ...where, swapped: sides.swapped }, thresholds));
         setExit(Math.max(...results.map((r) => verdictExitCode(r.verdict))));
         return;
@@ -66,7 +67,12 @@ export const compareCommand: CommandFactory = (setExit) =>
       const candidate = readResponse(candidateFile);
       const baseline = readResponse(baselineFile);
       // Two saved bodies and no engine: past a divergence nothing can be scored here (the proxy, replay and record score live).
-      const result = withScoring(compare(candidate, baseline, thresholds), notScored('skipped', 'two saved responses, no engine to score them on (the proxy, replay and record score past the divergence)'), null, thresholds);
+      const result = withScoring(
+        compare(candidate, baseline, thresholds),
+        notScored('skipped', 'two saved responses, no engine to score them on (the proxy, replay and record score past the divergence)'),
+        null,
+        thresholds,
+      );
       if (opts.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
       else if (result.verdict !== 'incomparable') {
         const color = process.stdout.isTTY === true && !process.env.NO_COLOR;

@@ -18,7 +18,13 @@ export interface EnginePackage {
   /** The fault shows only on prefix-cache hits (the demo then probes the cache path with repeats). */
   needsPrefixCache(plan: DemoFaultPlan): boolean;
   /** Starts the two engines (`choice`: one of DEMO_ENGINES), both playing `engine.api`. */
-  chooseEngines(options: { choice: string; plan: DemoFaultPlan; seed?: number; notice: (line: string) => void; engine?: { api?: string; slotSavePath?: string; cacheSlots?: number } }): Promise<DemoEngines>;
+  chooseEngines(options: {
+    choice: string;
+    plan: DemoFaultPlan;
+    seed?: number;
+    notice: (line: string) => void;
+    engine?: { api?: string; slotSavePath?: string; cacheSlots?: number };
+  }): Promise<DemoEngines>;
   readonly UnknownDemoFaultError: new (...args: never[]) => Error;
   readonly EngineStartError: new (...args: never[]) => Error & { reason: string };
 }
@@ -39,7 +45,10 @@ export async function loadEngines(command: string): Promise<EnginePackage> {
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     if ((e.code === 'ERR_MODULE_NOT_FOUND' || e.code === 'MODULE_NOT_FOUND') && e.message.includes(PACKAGE)) {
-      throw new LogprobeError('LOGPROBE_ENGINES_MISSING', `${command} needs the test engines (${PACKAGE}), which come with a clone of the repository, not with the logprobe package: git clone the repository and run npm ci there`);
+      throw new LogprobeError(
+        'LOGPROBE_ENGINES_MISSING',
+        `${command} needs the test engines (${PACKAGE}), which come with a clone of the repository, not with the logprobe package: git clone the repository and run npm ci there`,
+      );
     }
     throw err;
   }

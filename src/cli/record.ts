@@ -66,7 +66,13 @@ export const recordCommand: CommandFactory = (setExit) =>
       try {
         result = await runRecord({
           inputs,
-          backend: { url: backend, timeoutMs: config.baseline.timeoutMs, connectTimeoutMs: config.baseline.connectTimeoutMs, idleTimeoutMs: config.baseline.idleTimeoutMs, apiKey: config.baseline.apiKey },
+          backend: {
+            url: backend,
+            timeoutMs: config.baseline.timeoutMs,
+            connectTimeoutMs: config.baseline.connectTimeoutMs,
+            idleTimeoutMs: config.baseline.idleTimeoutMs,
+            apiKey: config.baseline.apiKey,
+          },
           tlsInsecure: config.tlsInsecure,
           rewrite: config.mirror,
           maxTokens,
@@ -86,7 +92,9 @@ export const recordCommand: CommandFactory = (setExit) =>
       if (result.records === 0) throw noInput(`nothing to record in ${inputs.join(', ')}`);
       const ok = result.outcomes.ok ?? 0;
       const s = result.scoring;
-      const bad = Object.entries(result.outcomes).filter(([k]) => k !== 'ok').map(([k, n]) => `${k} ${n}`);
+      const bad = Object.entries(result.outcomes)
+        .filter(([k]) => k !== 'ok')
+        .map(([k, n]) => `${k} ${n}`);
       const lines = [
         `recorded ${result.records} prompts to ${out}: ${ok} usable${bad.length ? ` (${bad.join(', ')})` : ''}`,
         `scored ${s.ok} (${result.methods.join('; ') || 'none'}); unsupported ${s.unsupported}, skipped ${s.skipped}, failed ${s.failed}`,

@@ -30,7 +30,12 @@ const collect = (v: string, acc: string[]) => [...acc, v];
 export function gateOptions(cmd: Command): Command {
   return cmd
     .option('--baseline-from <golden>', 'compare with a golden file (logprobe record) instead of a live --baseline')
-    .option('--gate <gate>', 'logits[:T] (top-10 within T nats, default 0.01), tokens[:N] (first N token ids identical, default 128), kl[:T] (mean KL, default 0.05), definition; repeatable or comma-separated', collect, [] as string[])
+    .option(
+      '--gate <gate>',
+      'logits[:T] (top-10 within T nats, default 0.01), tokens[:N] (first N token ids identical, default 128), kl[:T] (mean KL, default 0.05), definition; repeatable or comma-separated',
+      collect,
+      [] as string[],
+    )
     .option('--junit <file>', 'also write a JUnit XML report: one test case per prompt and gate')
     .option('--json', 'print the run summary (health, definition warnings, gates, the verdict gate) as one JSON object instead of the text report');
 }
@@ -69,10 +74,7 @@ export class ReplayGates {
   private readonly junit: JUnitReport | null;
   private readonly byId = new Map<string, Record<string, unknown>>();
 
-  private constructor(
-    flags: GateFlags,
-    o: { specs: GateSpec[]; golden: GoldenIndex | null; maxTokens: number | undefined; failOn: ReadonlySet<string> },
-  ) {
+  private constructor(flags: GateFlags, o: { specs: GateSpec[]; golden: GoldenIndex | null; maxTokens: number | undefined; failOn: ReadonlySet<string> }) {
     this.specs = o.specs;
     this.golden = o.golden;
     this.maxTokens = o.maxTokens;
@@ -100,7 +102,10 @@ export class ReplayGates {
     }
     if (flags.baselineFrom && o.baselineGiven) throw usageError('--baseline and --baseline-from are exclusive: compare with a live baseline or with a golden file');
     const baselineFree = !flags.baselineFrom && o.baselineGiven && /^(none|null)$/i.test((flags as { baseline?: string }).baseline ?? '');
-    if (baselineFree && specs.length > 0) throw usageError(`--gate ${specs.map((g) => g.name).join(',')} compares a candidate with a baseline: give --baseline URL or --baseline-from GOLDEN (--baseline none compares the candidate with itself only)`);
+    if (baselineFree && specs.length > 0)
+      throw usageError(
+        `--gate ${specs.map((g) => g.name).join(',')} compares a candidate with a baseline: give --baseline URL or --baseline-from GOLDEN (--baseline none compares the candidate with itself only)`,
+      );
     if (flags.junit) await checkWritable(flags.junit);
     let golden: GoldenIndex | null = null;
     const notes: string[] = [];
@@ -111,14 +116,18 @@ export class ReplayGates {
       const { missing } = await missingFromGolden(o.inputs, golden);
       if (missing.length > 0) {
         const list = missing.slice(0, 10).join('; ');
-        throw usageError(`--baseline-from ${flags.baselineFrom} has no golden record for ${missing.length} input${missing.length === 1 ? '' : 's'}: ${list}${missing.length > 10 ? '; …' : ''} (record them with logprobe record, or drop them from the input)`);
+        throw usageError(
+          `--baseline-from ${flags.baselineFrom} has no golden record for ${missing.length} input${missing.length === 1 ? '' : 's'}: ${list}${missing.length > 10 ? '; …' : ''} (record them with logprobe record, or drop them from the input)`,
+        );
       }
     }
     const logits = specs.find((g) => g.kind === 'logits');
     if (logits) {
       const k = golden ? golden.minTopK : o.config.mirror.topLogprobs;
       if (k === null || k < LOGITS_TOP) {
-        const where = golden ? `the golden records of ${golden.file} asked for ${k ?? 'no'} top logprobs (record them with mirror.topLogprobs ≥ ${LOGITS_TOP} in --config)` : `mirror.topLogprobs is ${k} (set mirror.topLogprobs: ${LOGITS_TOP} or more in --config)`;
+        const where = golden
+          ? `the golden records of ${golden.file} asked for ${k ?? 'no'} top logprobs (record them with mirror.topLogprobs ≥ ${LOGITS_TOP} in --config)`
+          : `mirror.topLogprobs is ${k} (set mirror.topLogprobs: ${LOGITS_TOP} or more in --config)`;
         throw usageError(`--gate ${logits.name} compares each side's top-${LOGITS_TOP}: ${where}`);
       }
     }
@@ -129,7 +138,10 @@ export class ReplayGates {
       if (golden) {
         const m = golden.minMaxTokens;
         const cap = Math.min(m ?? Infinity, o.maxTokens ?? Infinity);
-        if (cap < n) notes.push(`--gate ${tokens.name}: ${o.maxTokens !== undefined && o.maxTokens < (m ?? Infinity) ? `--max-tokens ${o.maxTokens}` : `the golden records were generated with max_tokens ${m}`}, so only the first ${cap} tokens can be checked (record with --max-tokens ${n})`);
+        if (cap < n)
+          notes.push(
+            `--gate ${tokens.name}: ${o.maxTokens !== undefined && o.maxTokens < (m ?? Infinity) ? `--max-tokens ${o.maxTokens}` : `the golden records were generated with max_tokens ${m}`}, so only the first ${cap} tokens can be checked (record with --max-tokens ${n})`,
+          );
       } else if (o.maxTokens === undefined) {
         maxTokens = n;
         notes.push(`--gate ${tokens.name}: every request generates ${n} tokens (--max-tokens ${n} implied)`);
@@ -173,7 +185,14 @@ export class ReplayGates {
       const v = c?.verdict ?? e.result.outcome;
       const message = c ? `${c.verdict}: ${c.explanation}` : `not compared (${e.result.outcome})`;
       // The verdict gate fails a prompt on what --fail-on names (an uncompared outcome included), as the exit code does.
-      this.junit.add(this.verdictSuite(), { order: [e.file, e.line], name: `${e.id} ${e.route}`, classname: 'logprobe.gate.verdict', status: this.failOn.has(v) ? 'failed' : 'passed', message, type: v });
+      this.junit.add(this.verdictSuite(), {
+        order: [e.file, e.line],
+        name: `${e.id} ${e.route}`,
+        classname: 'logprobe.gate.verdict',
+        status: this.failOn.has(v) ? 'failed' : 'passed',
+        message,
+        type: v,
+      });
     }
   }
 

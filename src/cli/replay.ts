@@ -72,24 +72,27 @@ function url(flag: string, raw: string | undefined): string {
 
 /** `logprobe replay INPUT… --candidate URL --baseline URL`: the CI gate. */
 export const replayCommand: CommandFactory = (setExit) =>
-  gateOptions(thresholdOptions(
-    new Command('replay')
-      .description('re-send captured requests or a prompt set to two backends, compare, report; exit 1 on a shift (the CI gate)')
-      .argument('<inputs...>', 'captures or prompt sets (.jsonl or .jsonl.gz), or directories of captures')
-      .option('--candidate <url>', 'the build under test')
-      .option('--baseline <url>', 'the trusted build, or none: repeat each request on the candidate (cold, then warm) and compare it with itself')
-      .option('--concurrency <n>', 'pairs in flight at once', '4')
-      .option('--rps <r>', 'pairs started per second at most (default: no limit)')
-      .option('--out <file>', 'the new capture (default replay-<time>.jsonl in the current directory)')
-      .option('--fail-on <list>', 'verdicts (or outcomes, error, alert) that fail the gate; none for never', DEFAULT_FAIL_ON)
-      .option('--max-tokens <n>', 'tokens to generate per request (default: the input\'s, capped by mirror.maxTokens)')
-      .option('--html <file>', 'also write the HTML report'),
-  ))
+  gateOptions(
+    thresholdOptions(
+      new Command('replay')
+        .description('re-send captured requests or a prompt set to two backends, compare, report; exit 1 on a shift (the CI gate)')
+        .argument('<inputs...>', 'captures or prompt sets (.jsonl or .jsonl.gz), or directories of captures')
+        .option('--candidate <url>', 'the build under test')
+        .option('--baseline <url>', 'the trusted build, or none: repeat each request on the candidate (cold, then warm) and compare it with itself')
+        .option('--concurrency <n>', 'pairs in flight at once', '4')
+        .option('--rps <r>', 'pairs started per second at most (default: no limit)')
+        .option('--out <file>', 'the new capture (default replay-<time>.jsonl in the current directory)')
+        .option('--fail-on <list>', 'verdicts (or outcomes, error, alert) that fail the gate; none for never', DEFAULT_FAIL_ON)
+        .option('--max-tokens <n>', "tokens to generate per request (default: the input's, capped by mirror.maxTokens)")
+        .option('--html <file>', 'also write the HTML report'),
+    ),
+  )
     .addHelpText('after', HELP)
     .action(async (args: string[], flags: ReplayFlags) => {
       const candidateUrl = url('--candidate', flags.candidate);
       // `--baseline none`: baseline-free, each input probes the candidate against itself (cold → warm).
-      const baselineUrl = flags.baselineFrom !== undefined && flags.baseline === undefined ? null : flags.baseline !== undefined && /^(none|null)$/i.test(flags.baseline) ? null : url('--baseline', flags.baseline);
+      const baselineUrl =
+        flags.baselineFrom !== undefined && flags.baseline === undefined ? null : flags.baseline !== undefined && /^(none|null)$/i.test(flags.baseline) ? null : url('--baseline', flags.baseline);
       const concurrency = parseNumberOption('--concurrency', flags.concurrency, { min: 1, max: 1024, integer: true });
       const rps = flags.rps === undefined ? null : parseNumberOption('--rps', flags.rps, { min: 0.001 });
       const maxTokens = flags.maxTokens === undefined ? undefined : parseNumberOption('--max-tokens', flags.maxTokens, { min: 1, integer: true });
@@ -135,29 +138,34 @@ export const replayCommand: CommandFactory = (setExit) =>
             onPair: (done) => progress.update(done, { detail: `${summary.count(failOn)} failing` }),
             onAnalysed: gates.onAnalysed,
           });
-        } else await runReplay({
-          inputs,
-          candidate: { ...upstream(candidateUrl, config.candidate), model: config.candidate.model },
-          baseline: baselineUrl === null ? null : { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey, model: config.baseline.model },
-          tlsInsecure: config.tlsInsecure,
-          rewrite: config.mirror,
-          maxTokens: gates.maxTokens,
-          concurrency,
-          rps,
-          thresholds,
-          scoring: scoringOptions(config),
-          writer,
-          summary,
-          onSkip: (m) => process.stderr.write(`${m}\n`),
-          onPair: (done) => progress.update(done, { detail: `${summary.count(failOn)} failing` }),
-        });
+        } else
+          await runReplay({
+            inputs,
+            candidate: { ...upstream(candidateUrl, config.candidate), model: config.candidate.model },
+            baseline: baselineUrl === null ? null : { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey, model: config.baseline.model },
+            tlsInsecure: config.tlsInsecure,
+            rewrite: config.mirror,
+            maxTokens: gates.maxTokens,
+            concurrency,
+            rps,
+            thresholds,
+            scoring: scoringOptions(config),
+            writer,
+            summary,
+            onSkip: (m) => process.stderr.write(`${m}\n`),
+            onPair: (done) => progress.update(done, { detail: `${summary.count(failOn)} failing` }),
+          });
       } finally {
         progress.stop();
         await writer.close();
       }
       if (summary.total === 0) throw noInput(`nothing to replay in ${inputs.join(', ')}`);
       // The capture is the gate's record: one that lost pairs does not let a gate pass or fail on what is missing.
-      if (writer.stats.dropped > 0) throw new LogprobeError('LOGPROBE_UNWRITABLE_FILE', `${out}: ${writer.stats.dropped} of ${summary.total} pairs could not be written (${[...lost].join(', ')}): the capture is incomplete, no gate decided`);
+      if (writer.stats.dropped > 0)
+        throw new LogprobeError(
+          'LOGPROBE_UNWRITABLE_FILE',
+          `${out}: ${writer.stats.dropped} of ${summary.total} pairs could not be written (${[...lost].join(', ')}): the capture is incomplete, no gate decided`,
+        );
 
       const data = summary.data();
       const { results, report } = gates.outcome();
@@ -177,7 +185,24 @@ export const replayCommand: CommandFactory = (setExit) =>
       }
       const gate = decideGate(summary, data, failOn, results);
       if (flags.json) {
-        const json = { pairs: data.pairs, compared: data.compared, verdicts: data.verdicts, uncompared: data.uncompared, candidate: candidateUrl, baseline: gates.golden ? null : baselineUrl, baselineFrom: flags.baselineFrom ?? null, health: report.health, definition: report.definition, gates: results, failOn: [...failOn], passed: gate.passed, line: gate.line, capture: out, report: flags.html ?? null, junit: flags.junit ?? null };
+        const json = {
+          pairs: data.pairs,
+          compared: data.compared,
+          verdicts: data.verdicts,
+          uncompared: data.uncompared,
+          candidate: candidateUrl,
+          baseline: gates.golden ? null : baselineUrl,
+          baselineFrom: flags.baselineFrom ?? null,
+          health: report.health,
+          definition: report.definition,
+          gates: results,
+          failOn: [...failOn],
+          passed: gate.passed,
+          line: gate.line,
+          capture: out,
+          report: flags.html ?? null,
+          junit: flags.junit ?? null,
+        };
         void writeOut(`${JSON.stringify(json)}\n`);
       }
       void say(`${gate.line}\n`);

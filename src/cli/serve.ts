@@ -11,7 +11,7 @@ export const serveCommand: CommandFactory = (setExit) =>
   new Command('serve')
     .description('run the proxy (config from YAML, overridden by LOGPROBE_* env vars)')
     .option('-c, --config <file>', 'YAML config file (see config/logprobe.example.yaml)')
-    .option('--mode <mode>', 'inline (in the client path) or shadow (the target of an existing mirror: docs/operations.md#shadow-mode); overrides the config\'s mode')
+    .option('--mode <mode>', "inline (in the client path) or shadow (the target of an existing mirror: docs/operations.md#shadow-mode); overrides the config's mode")
     .option('--check-config', 'validate the config, print it without secrets, and exit')
     .action(async (opts: { config?: string; mode?: string; checkConfig?: boolean }) => {
       const config = loadConfig({ file: opts.config, ...(opts.mode !== undefined ? { overrides: { mode: opts.mode as 'inline' | 'shadow' } } : {}) });

@@ -40,7 +40,13 @@ export function thresholdOverrides(flags: ThresholdFlags, config: Config | null)
   const t: Partial<Thresholds> = {};
   if (config && flags.config) {
     const a = config.analysis;
-    Object.assign(t, { noiseFloor: a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor, gapAmbiguous: a.gapAmbiguous, gapSystematic: a.gapSystematic, globalFraction: a.globalFraction, minAligned: a.minAligned });
+    Object.assign(t, {
+      noiseFloor: a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor,
+      gapAmbiguous: a.gapAmbiguous,
+      gapSystematic: a.gapSystematic,
+      globalFraction: a.globalFraction,
+      minAligned: a.minAligned,
+    });
   }
   if (flags.noiseFloor !== undefined) t.noiseFloor = parseNumberOption('--noise-floor', flags.noiseFloor, { min: 0 });
   if (flags.gapAmbiguous !== undefined) t.gapAmbiguous = parseNumberOption('--gap-ambiguous', flags.gapAmbiguous, { min: 0 });

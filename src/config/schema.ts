@@ -6,27 +6,21 @@ import { ENGINE_SETTINGS } from '../scoring/detect.js';
  * key is an error that names its path (a typo must not silently fall back to a default).
  */
 
-const port = z
-  .number({ error: 'expected a port number' })
-  .int({ error: 'expected a port number' })
-  .min(0, { error: 'expected a port number' })
-  .max(65535, { error: 'expected a port number' });
+const port = z.number({ error: 'expected a port number' }).int({ error: 'expected a port number' }).min(0, { error: 'expected a port number' }).max(65535, { error: 'expected a port number' });
 
 const host = z.string({ error: 'expected a host name or address' }).min(1, { error: 'expected a host name or address' });
 
-const httpUrl = z
-  .string({ error: 'expected an http(s) URL' })
-  .refine(
-    (s) => {
-      try {
-        const u = new URL(s);
-        return u.protocol === 'http:' || u.protocol === 'https:';
-      } catch {
-        return false;
-      }
-    },
-    { error: 'expected an http(s) URL' },
-  );
+const httpUrl = z.string({ error: 'expected an http(s) URL' }).refine(
+  (s) => {
+    try {
+      const u = new URL(s);
+      return u.protocol === 'http:' || u.protocol === 'https:';
+    } catch {
+      return false;
+    }
+  },
+  { error: 'expected an http(s) URL' },
+);
 
 const positiveMs = z.number({ error: 'expected milliseconds' }).int({ error: 'expected whole milliseconds' }).positive({ error: 'expected a positive number of milliseconds' });
 const share = z.number({ error: 'expected a number from 0 to 1' }).min(0, { error: 'expected a number from 0 to 1' }).max(1, { error: 'expected a number from 0 to 1' });
@@ -61,7 +55,7 @@ const optionalLimit = nonNegativeInt.nullable().default(null);
 /** HTTP header names (RFC 9110 tokens), compared lower-cased. */
 const headerName = z
   .string({ error: 'expected a header name' })
-  .regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: 'expected a header name (letters, digits and !#$%&\'*+.^_`|~-)' })
+  .regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: "expected a header name (letters, digits and !#$%&'*+.^_`|~-)" })
   .transform((s) => s.toLowerCase());
 
 export const configSchema = z.strictObject({
@@ -128,9 +122,7 @@ export const configSchema = z.strictObject({
     .strictObject({
       sampleRate: share.default(0.05),
       sampleBy: z.enum(['random', 'hash'], { error: 'expected random or hash' }).default('random'),
-      routes: z
-        .array(z.string().startsWith('/', { error: 'expected a path starting with /' }), { error: 'expected a list of paths' })
-        .default(['/v1/completions', '/v1/chat/completions']),
+      routes: z.array(z.string().startsWith('/', { error: 'expected a path starting with /' }), { error: 'expected a list of paths' }).default(['/v1/completions', '/v1/chat/completions']),
       topLogprobs: positiveInt.max(20, { error: 'expected a whole number from 1 to 20' }).default(5),
       maxTokens: positiveInt.default(64),
       concurrency: positiveInt.default(4),

@@ -5,15 +5,7 @@ import { klAtMatchedPosition } from './kl.js';
 import { matchPosition, scratch } from './match.js';
 import { parseResponse } from './parse/index.js';
 import { boundariesDiffer, chooseVerdict, flipClass } from './verdict.js';
-import {
-  DEFAULT_THRESHOLDS,
-  type Comparison,
-  type Flip,
-  type ParsedResponse,
-  type PositionRow,
-  type Thresholds,
-  type TokenStep,
-} from './types.js';
+import { DEFAULT_THRESHOLDS, type Comparison, type Flip, type ParsedResponse, type PositionRow, type Thresholds, type TokenStep } from './types.js';
 
 /**
  * Compares a candidate's response with a baseline's for the same greedy request (docs/format.md, "The
@@ -119,10 +111,7 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
 
   const shifted = shiftedAt.length;
   const tokenizerMismatch = d >= 0 && boundariesDiffer(cs, bs, d);
-  const verdict = chooseVerdict(
-    { incomparable: false, tokenizerMismatch, identical, comparable, shifted, flipClass: flip ? flip.class : null },
-    t,
-  );
+  const verdict = chooseVerdict({ incomparable: false, tokenizerMismatch, identical, comparable, shifted, flipClass: flip ? flip.class : null }, t);
   const maxShiftOut = maxShift >= 0 ? maxShift : null;
   const shiftedFraction = comparable > 0 ? shifted / comparable : null;
   return {
@@ -232,10 +221,7 @@ function unusableReason(p: ParsedResponse, side: string): string | undefined {
 }
 
 function incomparable(reason: string, t: Thresholds): Comparison {
-  const explanation = explain(
-    { verdict: 'incomparable', reason, comparable: 0, shifted: 0, maxShift: null, flip: null, shiftedAt: [] },
-    t,
-  );
+  const explanation = explain({ verdict: 'incomparable', reason, comparable: 0, shifted: 0, maxShift: null, flip: null, shiftedAt: [] }, t);
   return {
     verdict: 'incomparable',
     aligned: 0,

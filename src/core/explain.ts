@@ -20,8 +20,7 @@ export function formatNats(x: number | null): string {
   return x.toExponential(1);
 }
 
-const NOISE_CAVEAT =
-  'A noise verdict does not prove there is no bug: a large-gap flip proves presence; small diffs do not prove absence.';
+const NOISE_CAVEAT = 'A noise verdict does not prove there is no bug: a large-gap flip proves presence; small diffs do not prove absence.';
 
 /**
  * The verdict in the seed's terms (docs/format.md): global → suspect the shared prefill input
@@ -76,8 +75,7 @@ function flipSentence(f: Flip): string {
       : f.class === 'systematic'
         ? 'systematic: more force than float noise supplies, so the distributions themselves moved'
         : 'gray: between the thresholds, not attributable on its own';
-  const cross =
-    f.crossPathDiff === null ? '' : ` The baseline's token moved by ${formatNats(f.crossPathDiff)} nats on the candidate's path.`;
+  const cross = f.crossPathDiff === null ? '' : ` The baseline's token moved by ${formatNats(f.crossPathDiff)} nats on the candidate's path.`;
   return `Flip at position ${f.index}: the baseline chose ${quote(f.baselineToken)}, the candidate ${quote(f.candidateToken)}; gap ${gap} (${meaning}).${cross}`;
 }
 

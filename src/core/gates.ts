@@ -133,7 +133,11 @@ export function judge(spec: GateSpec, p: GatePair): GateCase {
       const t = spec.threshold!;
       const k = c.health?.kl;
       if (!k || k.mean === null) return { status: 'error', figure: null, message: 'no position with a KL estimate' };
-      return { status: k.mean <= t ? 'passed' : 'failed', figure: k.mean, message: `mean KL ${formatNats(k.mean)} ${k.mean <= t ? '≤' : '>'} ${t} nats over ${k.n} ${c.health!.over} positions (max ${formatNats(k.max)})` };
+      return {
+        status: k.mean <= t ? 'passed' : 'failed',
+        figure: k.mean,
+        message: `mean KL ${formatNats(k.mean)} ${k.mean <= t ? '≤' : '>'} ${t} nats over ${k.n} ${c.health!.over} positions (max ${formatNats(k.max)})`,
+      };
     }
     case 'definition': {
       const w: DefinitionWarning[] = c.definition ?? [];
@@ -147,24 +151,47 @@ export function judge(spec: GateSpec, p: GatePair): GateCase {
       const d = c.firstDivergence;
       if (d !== null && d < n) {
         const f = c.flip;
-        return { status: 'failed', figure: d, message: `token ids differ at position ${d} of the first ${n}${f ? ` (baseline ${JSON.stringify(f.baselineToken)}, candidate ${JSON.stringify(f.candidateToken)})` : ''}` };
+        return {
+          status: 'failed',
+          figure: d,
+          message: `token ids differ at position ${d} of the first ${n}${f ? ` (baseline ${JSON.stringify(f.baselineToken)}, candidate ${JSON.stringify(f.candidateToken)})` : ''}`,
+        };
       }
       const common = Math.min(lengths.candidate, lengths.baseline);
       const capped = p.maxTokens !== null && p.maxTokens < n;
       if (d === null && lengths.candidate !== lengths.baseline && common < n && (p.maxTokens === null || common < p.maxTokens)) {
         const shorter = lengths.candidate < lengths.baseline ? 'candidate' : 'baseline';
-        return { status: 'failed', figure: common, message: `the ${shorter} stopped after ${common} tokens and the other went on (${lengths.candidate} vs ${lengths.baseline}), within the first ${n}` };
+        return {
+          status: 'failed',
+          figure: common,
+          message: `the ${shorter} stopped after ${common} tokens and the other went on (${lengths.candidate} vs ${lengths.baseline}), within the first ${n}`,
+        };
       }
       const checked = Math.min(n, d ?? common);
       const note = capped ? `max_tokens ${p.maxTokens} < ${n}: only the first ${p.maxTokens} tokens could be checked` : undefined;
-      return { status: 'passed', figure: checked, message: `the first ${checked} token ids are identical${checked < n ? ` (${note ? note : `both sides stopped after ${checked}`})` : ''}`, ...(note ? { note } : {}) };
+      return {
+        status: 'passed',
+        figure: checked,
+        message: `the first ${checked} token ids are identical${checked < n ? ` (${note ? note : `both sides stopped after ${checked}`})` : ''}`,
+        ...(note ? { note } : {}),
+      };
     }
   }
 }
 
 /** Accumulates every gate over the pairs of a run; `onCase` sees each prompt's result (JUnit). */
 export class GateAccumulator {
-  private readonly state: Array<{ spec: GateSpec; prompts: number; failed: number; errors: number; worst: Array<GateWorst & { rank: number }>; notes: Map<string, number>; pooled: FigureSum; figure: number | null; topK: number | null }>;
+  private readonly state: Array<{
+    spec: GateSpec;
+    prompts: number;
+    failed: number;
+    errors: number;
+    worst: Array<GateWorst & { rank: number }>;
+    notes: Map<string, number>;
+    pooled: FigureSum;
+    figure: number | null;
+    topK: number | null;
+  }>;
 
   constructor(
     readonly specs: readonly GateSpec[],

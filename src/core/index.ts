@@ -43,6 +43,21 @@ export {
 export { HEALTH_LIMITS, LOGITS_TOP, FigureSum, healthMarks, healthOf, logitsFigure, maxLogits, relativeError, type Figure, type Health, type LogitsFigure, type PositionBlock } from './health.js';
 export { DEFINITION_CHECKS, definitionChecks, sideChecks, temperatureCheck, type DefinitionCheck, type DefinitionWarning } from './definition.js';
 export { asForced, withScoredHealth } from './forced.js';
-export { GATE_DEFAULTS, GATE_KINDS, GateAccumulator, HealthAccumulator, judge, parseGates, type GateCase, type GateKind, type GatePair, type GateResult, type GateSpec, type GateWorst, type RunDefinition, type RunHealth } from './gates.js';
+export {
+  GATE_DEFAULTS,
+  GATE_KINDS,
+  GateAccumulator,
+  HealthAccumulator,
+  judge,
+  parseGates,
+  type GateCase,
+  type GateKind,
+  type GatePair,
+  type GateResult,
+  type GateSpec,
+  type GateWorst,
+  type RunDefinition,
+  type RunHealth,
+} from './gates.js';
 export { engineSequence, isTokenSequence, readSequences, type SequenceFile, type TokenSequence } from './parse/tokenfile.js';
 export { alignSequences, compareTraining, pairSequences, trainingPair, RATIO_BOUNDS, type TrainingBlock, type TrainingComparison } from './training.js';

@@ -45,7 +45,13 @@ export type SelfAlertTransition = AlertTransition & { alert: 'LogprobSelfInconsi
  * `forSeconds`), reported as `LogprobSelfInconsistency` for that backend. The CUSUM part of the
  * state is kept but never reported: a sustained self-shift is the window's.
  */
-export function observeSelf(state: DetectorState, obs: DetectorObservation, cfg: AlertConfig, now: number, backend: 'candidate' | 'baseline'): { state: DetectorState; transitions: SelfAlertTransition[] } {
+export function observeSelf(
+  state: DetectorState,
+  obs: DetectorObservation,
+  cfg: AlertConfig,
+  now: number,
+  backend: 'candidate' | 'baseline',
+): { state: DetectorState; transitions: SelfAlertTransition[] } {
   return relabel(observe(state, obs, cfg, now), backend);
 }
 

@@ -41,7 +41,10 @@ const hasTexts = (s: TokenSequence) => !s.chosenUnknown && s.steps.length > 0 &&
 
 /** A token's text with byte-level BPE and SentencePiece markers read as what they stand for (Ġ and ▁ a space, Ċ a newline). */
 function spelled(t: string): string {
-  return t.replace(/[\u0120\u2581]/g, ' ').replace(/\u010a/g, '\n').replace(/\u0109/g, '\t');
+  return t
+    .replace(/[\u0120\u2581]/g, ' ')
+    .replace(/\u010a/g, '\n')
+    .replace(/\u0109/g, '\t');
 }
 
 /** Offsets where `short` sits inside `long` by `same`, last first (a response is the end of the sequence). */
@@ -83,7 +86,10 @@ export function alignSequences(train: TokenSequence, infer: TokenSequence): Line
   if (unknown) {
     const known = unknown === 'train' ? infer : train;
     const dist = unknown === 'train' ? a : b;
-    if (!hasIds(known)) return { error: `the ${unknown === 'train' ? 'trainer' : 'engine'}'s side names no scored token (prompt_logprobs without prompt_token_ids) and the other side names no token ids to take them from` };
+    if (!hasIds(known))
+      return {
+        error: `the ${unknown === 'train' ? 'trainer' : 'engine'}'s side names no scored token (prompt_logprobs without prompt_token_ids) and the other side names no token ids to take them from`,
+      };
     const ks = known.steps;
     if (ks.length > dist.length) return { error: `the side with token ids has ${ks.length} positions, the distributions only ${dist.length}` };
     const found = offsets(ks.length, dist.length, (i, o) => (dist[o + i]!.topIds ?? []).includes(ks[i]!.id!));
@@ -91,7 +97,10 @@ export function alignSequences(train: TokenSequence, infer: TokenSequence): Line
     const o = found[0]!;
     const filled = ks.map((s, i) => withChosen(dist[o + i]!, s.id!, s.token)!);
     const lined = unknown === 'train' ? { train: filled, infer: ks.map((s) => ({ ...s })) } : { train: ks.map((s) => ({ ...s })), infer: filled };
-    return { ...lined, alignment: `by token ids: the ${ks.length} ids of the ${unknown === 'train' ? 'engine' : 'trainer'} found among the ${unknown === 'train' ? 'trainer' : 'engine'}'s entries at offset ${o} of ${dist.length}` };
+    return {
+      ...lined,
+      alignment: `by token ids: the ${ks.length} ids of the ${unknown === 'train' ? 'engine' : 'trainer'} found among the ${unknown === 'train' ? 'trainer' : 'engine'}'s entries at offset ${o} of ${dist.length}`,
+    };
   }
   const byIds = hasIds(train) && hasIds(infer);
   const byText = !byIds && hasTexts(train) && hasTexts(infer);
@@ -102,15 +111,29 @@ export function alignSequences(train: TokenSequence, infer: TokenSequence): Line
     if (a.length === b.length) {
       const d = firstDiff(a.length, (i) => key(a[i]!) === key(b[i]!));
       // Texts from two tokenizer APIs may spell the same ids differently (a trainer's convert_ids_to_tokens, an engine's decoded pieces).
-      if (d >= 0 && byText && (hasIds(train) || hasIds(infer))) return { train: a, infer: b, alignment: `by position (${a.length}): the token texts differ (first at ${d}: ${JSON.stringify(a[d]!.token)} and ${JSON.stringify(b[d]!.token)}) and only one side names ids, so the tokens are not verified` };
-      if (d >= 0) return { error: `not the same tokens: by ${how}, position ${d} is ${JSON.stringify(a[d]!.token)} (${a[d]!.id ?? '?'}) for the trainer and ${JSON.stringify(b[d]!.token)} (${b[d]!.id ?? '?'}) for the engine` };
+      if (d >= 0 && byText && (hasIds(train) || hasIds(infer)))
+        return {
+          train: a,
+          infer: b,
+          alignment: `by position (${a.length}): the token texts differ (first at ${d}: ${JSON.stringify(a[d]!.token)} and ${JSON.stringify(b[d]!.token)}) and only one side names ids, so the tokens are not verified`,
+        };
+      if (d >= 0)
+        return {
+          error: `not the same tokens: by ${how}, position ${d} is ${JSON.stringify(a[d]!.token)} (${a[d]!.id ?? '?'}) for the trainer and ${JSON.stringify(b[d]!.token)} (${b[d]!.id ?? '?'}) for the engine`,
+        };
       return { train: a, infer: b, alignment: `by ${how}, ${a.length} positions` };
     }
     const found = offsets(short.length, long.length, (i, o) => key(short[i]!) === key(long[o + i]!));
-    if (found.length === 0) return { error: `not the same tokens: by ${how}, the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} are nowhere in the ${long.length} of the ${shortIsTrain ? 'engine' : 'trainer'}` };
+    if (found.length === 0)
+      return {
+        error: `not the same tokens: by ${how}, the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} are nowhere in the ${long.length} of the ${shortIsTrain ? 'engine' : 'trainer'}`,
+      };
     const o = found[0]!;
     const part = long.slice(o, o + short.length);
-    return { ...(shortIsTrain ? { train: short, infer: part } : { train: part, infer: short }), alignment: `by ${how}: the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} at offset ${o} of the ${shortIsTrain ? 'engine' : 'trainer'}'s ${long.length}` };
+    return {
+      ...(shortIsTrain ? { train: short, infer: part } : { train: part, infer: short }),
+      alignment: `by ${how}: the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} at offset ${o} of the ${shortIsTrain ? 'engine' : 'trainer'}'s ${long.length}`,
+    };
   }
   if (a.length !== b.length) return { error: `the sides name their tokens differently (ids on one, texts on the other) and their lengths differ (${a.length} and ${b.length}): cannot line them up` };
   return { train: a, infer: b, alignment: `by position (${a.length}): one side names ids, the other texts, so the tokens are not verified` };

@@ -54,15 +54,7 @@ export function pickThresholds(a: Readonly<Omit<Thresholds, 'noiseFloor'> & { no
  * - `tokenIdPlaceholder`: the token came as vLLM's `token_id:N`; its text is unknown.
  * - `probability`: the value came as a probability (llama.cpp `post_sampling_probs`) and was logged.
  */
-export type StepFlag =
-  | 'sentinel'
-  | 'nullLogprob'
-  | 'missingTop'
-  | 'sentinelInTop'
-  | 'collapsedTopK'
-  | 'duplicateTopKeys'
-  | 'tokenIdPlaceholder'
-  | 'probability';
+export type StepFlag = 'sentinel' | 'nullLogprob' | 'missingTop' | 'sentinelInTop' | 'collapsedTopK' | 'duplicateTopKeys' | 'tokenIdPlaceholder' | 'probability';
 
 /** One top-k alternative: `[token, logprob]`, the logprob finite or `-Infinity` for a sentinel. */
 export type TopEntry = [token: string, logprob: number];
@@ -89,14 +81,7 @@ export interface TokenStep {
  * The wire format a body was recognised as. `error` is an error envelope from the server,
  * `unknown` anything that is not a completion response.
  */
-export type ResponseFormat =
-  | 'completions'
-  | 'chat'
-  | 'llamacpp-completions'
-  | 'llamacpp-native'
-  | 'sglang-native'
-  | 'error'
-  | 'unknown';
+export type ResponseFormat = 'completions' | 'chat' | 'llamacpp-completions' | 'llamacpp-native' | 'sglang-native' | 'error' | 'unknown';
 
 /** A response body reduced to its token steps. */
 export interface ParsedResponse {

@@ -6,7 +6,6 @@ import { probeShape, type ProbeShape } from '../core/self.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { runTraffic } from './traffic.js';
 
-
 /**
  * Two running engines and how the demo should drive them: what the demo needs of the test
  * engines (`@logprobe/engine`'s `chooseEngines` returns one).
@@ -115,7 +114,11 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     // their first copy runs cold (the cache emptied before it) and matches the baseline, the rest
     // reuse the client's prefix and show a cache fault in the pair — the "sometimes yes, sometimes
     // no" of a cache bug, and both alerts.
-    const repeat = options.baselineFree ? { rate: 1, backends: ['candidate' as const], flush: true } : options.repeats ? { rate: 0.2, backends: ['candidate' as const, 'baseline' as const], flush: true } : undefined;
+    const repeat = options.baselineFree
+      ? { rate: 1, backends: ['candidate' as const], flush: true }
+      : options.repeats
+        ? { rate: 0.2, backends: ['candidate' as const, 'baseline' as const], flush: true }
+        : undefined;
     const config = buildConfig({
       listen: { host: '127.0.0.1', port: options.port },
       admin: { host: '127.0.0.1', port: options.adminPort },
@@ -173,7 +176,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       const mix = Object.entries(verdicts)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ');
-      out(`… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${mirrored} mirrored${folder.folded ? ` (${folder.folded} repeats of a prompt's last line folded)` : ''} [${mix}]${options.baselineFree ? '' : `; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`}`);
+      out(
+        `… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${mirrored} mirrored${folder.folded ? ` (${folder.folded} repeats of a prompt's last line folded)` : ''} [${mix}]${options.baselineFree ? '' : `; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`}`,
+      );
     }, 5000);
     try {
       sent = await runTraffic({ proxyUrl, rate: options.rate, maxTokens: engines.maxTokens, signal: stop.signal, onResponse: () => answered++ });
@@ -189,7 +194,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   }
   out('');
   const which = engines.engine === 'llama' ? 'llama.cpp engines' : 'simulated engines';
-  out(`done (${which}): ${sent} client requests, ${mirrored} mirrored; verdicts ${JSON.stringify(verdicts)}; alerts ${alerts.map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} ${a.to}`).join(', ') || 'none'}`);
+  out(
+    `done (${which}): ${sent} client requests, ${mirrored} mirrored; verdicts ${JSON.stringify(verdicts)}; alerts ${alerts.map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} ${a.to}`).join(', ') || 'none'}`,
+  );
   for (const line of nextSteps(options.captureDir, urls)) out(line);
   return { engine: engines.engine, mirrored, verdicts, alerts, firstFiring, sent };
 }
@@ -214,7 +221,10 @@ const PROBE_NOTE: Partial<Record<ProbeShape, string>> = {
 /** What a pair said, in one word per comparison: the pair's verdict and each repeat's. */
 function summaryOf(pair: MirroredPair): string {
   const parts = [pair.analysis?.verdict ?? (pair.baseline === null ? '' : pair.outcome)];
-  for (const r of pair.repeats ?? []) parts.push(`${r.backend === 'candidate' ? 'cand' : 'base'} ${r.verdict === null ? 'failed' : PROBE_WORD[probeShape(r.cached)] ?? (r.verdict === 'self_inconsistent' ? 'cold≠warm' : 'cold=warm')}`);
+  for (const r of pair.repeats ?? [])
+    parts.push(
+      `${r.backend === 'candidate' ? 'cand' : 'base'} ${r.verdict === null ? 'failed' : (PROBE_WORD[probeShape(r.cached)] ?? (r.verdict === 'self_inconsistent' ? 'cold≠warm' : 'cold=warm'))}`,
+    );
   return parts.filter(Boolean).join(' · ');
 }
 

@@ -132,7 +132,9 @@ export function promptExcerpt(request: Record<string, unknown>): string | null {
   const text = (v: unknown): string | null => {
     if (typeof v === 'string') return v;
     if (Array.isArray(v)) {
-      const parts = v.map((p) => (typeof p === 'string' ? p : p !== null && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : '')).filter(Boolean);
+      const parts = v
+        .map((p) => (typeof p === 'string' ? p : p !== null && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : ''))
+        .filter(Boolean);
       return parts.length > 0 ? parts.join(' ') : null;
     }
     return null;
@@ -257,15 +259,13 @@ export class LiveFeed {
       since: s.phase === 'inactive' && s.since === 0 ? null : s.since * 1000,
       last: this.lastTransition.get(alert) ?? null,
     });
-    const self = (['candidate', 'baseline'] as const).map(
-      (backend): LiveAlert => ({
-        alert: 'LogprobSelfInconsistency',
-        backend,
-        phase: this.selfAlerts[backend].firing ? 'firing' : 'inactive',
-        since: this.selfAlerts[backend].since,
-        last: this.lastTransition.get(`LogprobSelfInconsistency/${backend}`) ?? null,
-      }),
-    );
+    const self = (['candidate', 'baseline'] as const).map((backend): LiveAlert => ({
+      alert: 'LogprobSelfInconsistency',
+      backend,
+      phase: this.selfAlerts[backend].firing ? 'firing' : 'inactive',
+      since: this.selfAlerts[backend].since,
+      last: this.lastTransition.get(`LogprobSelfInconsistency/${backend}`) ?? null,
+    }));
     return [of('LogprobGlobalShift', d.global), of('LogprobSustainedShift', d.sustained), ...self];
   }
 

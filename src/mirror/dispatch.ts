@@ -10,21 +10,10 @@ const AUTH_HEADERS = ['authorization', 'x-api-key', 'api-key'] as const;
  * `proxy-authorization` is the client's credential for this proxy, it goes to no upstream),
  * framing (the body is new) and our own.
  */
-const NEVER_COPIED = new Set([
-  ...CONNECTION_FIELDS,
-  'host',
-  'transfer-encoding',
-  'content-length',
-  'content-encoding',
-  'accept-encoding',
-  'expect',
-  'x-logprobe-mirror',
-]);
+const NEVER_COPIED = new Set([...CONNECTION_FIELDS, 'host', 'transfer-encoding', 'content-length', 'content-encoding', 'accept-encoding', 'expect', 'x-logprobe-mirror']);
 
 /** Who a mirrored copy goes to, and what the baseline may be given. */
-export type MirrorTarget =
-  | { role: 'candidate' }
-  | { role: 'baseline'; apiKey?: string | null; forwardAuth?: boolean; forwardHeaders?: readonly string[] };
+export type MirrorTarget = { role: 'candidate' } | { role: 'baseline'; apiKey?: string | null; forwardAuth?: boolean; forwardHeaders?: readonly string[] };
 
 const one = (v: string | string[]): string => (Array.isArray(v) ? v.join(', ') : v);
 
@@ -40,7 +29,13 @@ export function mirrorHeaders(client: IncomingHttpHeaders, target: MirrorTarget)
   const out: Record<string, string> = {};
   if (target.role === 'candidate') {
     // Fields named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
-    const named = typeof client.connection === 'string' ? client.connection.toLowerCase().split(',').map((s) => s.trim()) : [];
+    const named =
+      typeof client.connection === 'string'
+        ? client.connection
+            .toLowerCase()
+            .split(',')
+            .map((s) => s.trim())
+        : [];
     for (const name in client) {
       const v = client[name];
       if (v === undefined || NEVER_COPIED.has(name) || named.includes(name)) continue;

@@ -96,11 +96,11 @@ export class Mirror {
           ));
     this.calibration = new Calibration(config.calibration);
     this.scorer = new Scorer(scoringOptions(config), {
-        onProfile: (backend, profile, evidence) => {
-          const g = deps.metrics.gauge('logprobe_engine_profile');
-          for (const p of ENGINE_NAMES) g.set({ backend, profile: p }, p === profile ? 1 : 0);
-          this.log.info({ backend, profile, evidence }, `${backend} engine profile: ${profile} (${evidence})`);
-        },
+      onProfile: (backend, profile, evidence) => {
+        const g = deps.metrics.gauge('logprobe_engine_profile');
+        for (const p of ENGINE_NAMES) g.set({ backend, profile: p }, p === profile ? 1 : 0);
+        this.log.info({ backend, profile, evidence }, `${backend} engine profile: ${profile} (${evidence})`);
+      },
     });
     this.notifier = new AlertNotifier({ logger: this.log, webhookUrl: config.alert.webhookUrl, instance: `${config.listen.host}:${config.listen.port}` });
     const depth = deps.metrics.gauge('logprobe_mirror_queue_depth');
@@ -193,7 +193,13 @@ export class Mirror {
   private targets(job: Job): Record<Backend, ScoringTarget> {
     const { config } = this.deps;
     return {
-      candidate: { pool: this.deps.candidatePool, url: config.candidate.url, headers: mirrorHeaders(job.headers, { role: 'candidate' }), timeoutMs: config.candidate.timeoutMs, model: config.candidate.model },
+      candidate: {
+        pool: this.deps.candidatePool,
+        url: config.candidate.url,
+        headers: mirrorHeaders(job.headers, { role: 'candidate' }),
+        timeoutMs: config.candidate.timeoutMs,
+        model: config.candidate.model,
+      },
       baseline: {
         // Baseline-free: never called (no copy, no scoring goes to a baseline that is not there).
         pool: this.baselinePool ?? this.deps.candidatePool,
@@ -217,8 +223,7 @@ export class Mirror {
         backend === 'candidate'
           ? callBackend(this.deps.candidatePool, config.candidate, job.path, targets.candidate.headers as Record<string, string>, withCopyParams(p, cExtra))
           : callBackend(targets.baseline.pool, { ...config.baseline, url: targets.baseline.url }, job.path, targets.baseline.headers as Record<string, string>, withCopyParams(p, bExtra)),
-      onLearned: (backend, field, cap, requested) =>
-        this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
+      onLearned: (backend, field, cap, requested) => this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
     });
     job.body = sent.body;
     return [sent.candidate, sent.baseline];
@@ -350,7 +355,8 @@ export class Mirror {
     }
     if (base === null && repeats[0]?.verdict === null && outcome === 'ok') outcome = 'candidate_error';
     metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
-    if (outcome !== 'ok') this.log.debug({ reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error }, 'mirror pair not compared');
+    if (outcome !== 'ok')
+      this.log.debug({ reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error }, 'mirror pair not compared');
 
     const pair: MirroredPair = {
       id: job.id,
@@ -397,7 +403,11 @@ export class Mirror {
     // candidate's when both runs were cold — never the candidate's warm-vs-cold disagreement,
     // which is what a cache bug looks like.
     const trusted = rp.backend === 'baseline' || (this.baselinePool === null && bothCold(rp.cached, rp.flushed));
-    this.calibration.add(rp.backend, shifts.filter((s): s is number => typeof s === 'number'), { trusted });
+    this.calibration.add(
+      rp.backend,
+      shifts.filter((s): s is number => typeof s === 'number'),
+      { trusted },
+    );
     this.publishCalibration(rp.backend);
   }
 
@@ -496,4 +506,3 @@ export class Mirror {
     if (this.ownsBaselinePool) await this.baselinePool?.close();
   }
 }
-

@@ -60,7 +60,10 @@ export class AlertNotifier {
   constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string }) {}
 
   notify(t: AlertTransition): void {
-    this.options.logger.warn({ alert: t.alert, ...(t.backend ? { backend: t.backend } : {}), state: t.to, evidence: t.evidence }, `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${SUMMARY[t.alert]} (${evidenceText(t)})`);
+    this.options.logger.warn(
+      { alert: t.alert, ...(t.backend ? { backend: t.backend } : {}), state: t.to, evidence: t.evidence },
+      `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${SUMMARY[t.alert]} (${evidenceText(t)})`,
+    );
     const url = this.options.webhookUrl;
     if (!url) return;
     const payload = JSON.stringify([toAlertmanager(t, this.options.instance)]);

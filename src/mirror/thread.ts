@@ -120,7 +120,8 @@ export class MirrorThread implements MirrorTap {
     });
     this.closed = new Promise((resolve) => {
       this.worker.once('exit', (code) => {
-        if (this.closing === null) deps.logger.error({ exitCode: code }, 'mirror worker stopped: mirroring stopped, the proxy keeps serving; /metrics keeps its last values with logprobe_mirror_worker_up 0');
+        if (this.closing === null)
+          deps.logger.error({ exitCode: code }, 'mirror worker stopped: mirroring stopped, the proxy keeps serving; /metrics keeps its last values with logprobe_mirror_worker_up 0');
         this.alive = false;
         this.outstanding = 0;
         this.deps.metrics.gauge('logprobe_mirror_worker_up').set(0);

@@ -61,7 +61,8 @@ function onClientError(err: Error & { code?: string }, socket: Duplex, before: P
   const [status, text, message] = CLIENT_ERRORS[err.code ?? ''] ?? [400, 'Bad Request', 'malformed HTTP request'];
   const payload = JSON.stringify(openAIError(status, message, err.code ?? null));
   const answer = () => {
-    if (socket.writable) socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`);
+    if (socket.writable)
+      socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`);
     else socket.destroy();
   };
   if (before === undefined) answer();

@@ -145,10 +145,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     const headers = upstreamRequestHeaders(this.req.headers, this.ctx.host);
     if (body instanceof Buffer) headers['content-length'] = String(body.length);
     try {
-      this.ctx.candidate.dispatch(
-        { origin: this.ctx.origin, path: this.ctx.basePath + (this.req.url as string), method: this.req.method as Dispatcher.HttpMethod, headers, body },
-        this,
-      );
+      this.ctx.candidate.dispatch({ origin: this.ctx.origin, path: this.ctx.basePath + (this.req.url as string), method: this.req.method as Dispatcher.HttpMethod, headers, body }, this);
     } catch (err) {
       this.onResponseError(null, err as Error);
     }
@@ -241,10 +238,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     const { ctx, req } = this;
     ctx.metrics.observeRequest(this.route, aborted ? 499 : res.statusCode, seconds);
     if (ctx.logRequests()) {
-      ctx.log.info(
-        { reqId: this.requestId(), method: req.method, route: this.route, status: res.statusCode, durationMs: Math.round(seconds * 1e6) / 1e3, aborted },
-        'request',
-      );
+      ctx.log.info({ reqId: this.requestId(), method: req.method, route: this.route, status: res.statusCode, durationMs: Math.round(seconds * 1e6) / 1e3, aborted }, 'request');
     }
     if (ctx.mirror && this.body) {
       try {

@@ -6,17 +6,7 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
  * are hop-by-hop too. `transfer-encoding` is not in this list: the byte-level path keeps the
  * body's framing as it is, the undici path re-frames it (see HOP_BY_HOP).
  */
-export const CONNECTION_FIELDS: readonly string[] = [
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'upgrade',
-  'http2-settings',
-];
+export const CONNECTION_FIELDS: readonly string[] = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade', 'http2-settings'];
 /** The hop-by-hop fields plus `transfer-encoding`, for paths that re-frame the body. */
 const HOP_BY_HOP = new Set([...CONNECTION_FIELDS, 'transfer-encoding']);
 

@@ -82,7 +82,10 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
   const one = async (id: string, item: ReplayItem, at: { file: string; line: number }, key: string): Promise<void> => {
     const golden = o.golden.byKey.get(key)!;
     const extra = await scorer.copyParams('candidate', target);
-    const sent = await sendOneWithinLimits({ body: goldenBody(golden.request, o.maxTokens), limits, send: (_b, p) => callBackend(pool, o.candidate, item.route, headers, withCopyParams(p, extra)) }, 'candidate');
+    const sent = await sendOneWithinLimits(
+      { body: goldenBody(golden.request, o.maxTokens), limits, send: (_b, p) => callBackend(pool, o.candidate, item.route, headers, withCopyParams(p, extra)) },
+      'candidate',
+    );
     const [request, cand, base] = [sent.body, sent.result, goldenSide(golden)];
     const result = analyzePair(cand, base, o.thresholds);
     if (result.outcome === 'ok' && result.comparison && result.baseline) {
@@ -145,7 +148,8 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
 /** A short description of a prompt for messages: its route and the start of its text. */
 export function describePrompt(item: ReplayItem): string {
   const b = item.body;
-  const text = typeof b.prompt === 'string' ? b.prompt : Array.isArray(b.messages) ? JSON.stringify((b.messages.at(-1) as { content?: unknown } | undefined)?.content ?? '') : JSON.stringify(b.prompt ?? '');
+  const text =
+    typeof b.prompt === 'string' ? b.prompt : Array.isArray(b.messages) ? JSON.stringify((b.messages.at(-1) as { content?: unknown } | undefined)?.content ?? '') : JSON.stringify(b.prompt ?? '');
   const t = typeof text === 'string' ? text : String(text);
   return `${item.route} ${JSON.stringify(t.length > 40 ? `${t.slice(0, 40)}…` : t)}`;
 }

@@ -89,7 +89,9 @@ function canonical(v: unknown): unknown {
 export function goldenKey(route: string, body: Readonly<Record<string, unknown>>): string {
   const kept: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(body)) if (!REWRITTEN.has(k)) kept[k] = v;
-  return `sha256:${createHash('sha256').update(JSON.stringify(canonical({ route, body: kept }))).digest('hex')}`;
+  return `sha256:${createHash('sha256')
+    .update(JSON.stringify(canonical({ route, body: kept })))
+    .digest('hex')}`;
 }
 
 /** The key of a replay input: a golden record's own, else computed from its request. */
@@ -105,7 +107,14 @@ export function encodeSteps(steps: readonly TokenStep[]): CompactStep[] {
 }
 
 export function decodeSteps(steps: readonly CompactStep[]): TokenStep[] {
-  return steps.map(([id, text, lp, top]) => forcedStep(id, text, lp, top.map(([tid, t, v]) => ({ id: tid ?? undefined, text: t, logprob: v }))));
+  return steps.map(([id, text, lp, top]) =>
+    forcedStep(
+      id,
+      text,
+      lp,
+      top.map(([tid, t, v]) => ({ id: tid ?? undefined, text: t, logprob: v })),
+    ),
+  );
 }
 
 /** A golden scoring as one side's {@link ProfileScore}. */

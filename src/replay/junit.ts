@@ -27,6 +27,7 @@ interface Suite {
 }
 
 /** Characters XML 1.0 cannot hold at all (most C0 controls, lone surrogates, U+FFFE/FFFF). */
+// eslint-disable-next-line no-control-regex -- the control characters are what it finds
 const INVALID = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 /** Text for an XML attribute or element: escaped, with characters XML cannot hold replaced by U+FFFD. */
@@ -68,11 +69,23 @@ export class JUnitReport {
   /** One prompt's result under a gate (`GateAccumulator`'s `onCase`). */
   gateCase(spec: GateSpec, prompt: { at: string; route: string; order?: [string, number] }, r: GateCase, time = 0): void {
     const props: Array<[string, string]> = spec.threshold === null ? [] : [['threshold', String(spec.threshold)]];
-    this.suite(`gate ${spec.name}`, props).cases.push({ ...(prompt.order ? { order: prompt.order } : {}), name: `${prompt.at} ${prompt.route}`, classname: `logprobe.gate.${spec.kind}`, status: r.status, message: r.note ? `${r.message} (${r.note})` : r.message, type: spec.kind, time });
+    this.suite(`gate ${spec.name}`, props).cases.push({
+      ...(prompt.order ? { order: prompt.order } : {}),
+      name: `${prompt.at} ${prompt.route}`,
+      classname: `logprobe.gate.${spec.kind}`,
+      status: r.status,
+      message: r.note ? `${r.message} (${r.note})` : r.message,
+      type: spec.kind,
+      time,
+    });
   }
 
   /** One test case of any suite (the verdict gate's). */
-  add(suite: string, c: { order?: [string, number]; name: string; classname: string; status: GateCase['status']; message: string; type: string; time?: number }, properties: Array<[string, string]> = []): void {
+  add(
+    suite: string,
+    c: { order?: [string, number]; name: string; classname: string; status: GateCase['status']; message: string; type: string; time?: number },
+    properties: Array<[string, string]> = [],
+  ): void {
     this.suite(suite, properties).cases.push({ ...c, time: c.time ?? 0 });
   }
 
@@ -94,7 +107,9 @@ export class JUnitReport {
     for (const s of suites) s.cases.sort(byInput);
     suites.forEach((s, i) => {
       const time = s.cases.reduce((a, c) => a + c.time, 0).toFixed(3);
-      out.push(`  <testsuite name="${xmlEscape(s.name)}" id="${i}" tests="${s.cases.length}" failures="${count(s.cases, 'failed')}" errors="${count(s.cases, 'error')}" skipped="0" time="${time}" timestamp="${ts}" hostname="${host}">`);
+      out.push(
+        `  <testsuite name="${xmlEscape(s.name)}" id="${i}" tests="${s.cases.length}" failures="${count(s.cases, 'failed')}" errors="${count(s.cases, 'error')}" skipped="0" time="${time}" timestamp="${ts}" hostname="${host}">`,
+      );
       if (s.properties.length > 0) {
         out.push('    <properties>');
         for (const [k, v] of s.properties) out.push(`      <property name="${xmlEscape(k)}" value="${xmlEscape(v)}"/>`);

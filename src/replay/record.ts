@@ -94,7 +94,10 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
 
   const one = async (n: number, id: string, item: ReplayItem): Promise<void> => {
     const extra = await scorer.copyParams('baseline', target);
-    const sent = await sendOneWithinLimits({ body: mirroredBody(item, o.rewrite, o.maxTokens), limits, send: (_b, p) => callBackend(pool, o.backend, item.route, headers, withCopyParams(p, extra)) }, 'baseline');
+    const sent = await sendOneWithinLimits(
+      { body: mirroredBody(item, o.rewrite, o.maxTokens), limits, send: (_b, p) => callBackend(pool, o.backend, item.route, headers, withCopyParams(p, extra)) },
+      'baseline',
+    );
     const answer: BackendResult = sent.result;
     let outcome: MirrorOutcome = 'ok';
     let scored: GoldenScoring | null = null;
@@ -161,7 +164,15 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
 }
 
 /** The backend's scoring of its own answer (docs/engines.md), as the golden record keeps it. */
-async function scoreOwn(scorer: Scorer, target: ScoringTarget, item: ReplayItem, request: Record<string, unknown>, parsed: ReturnType<typeof parseResponse>, body: unknown, scoring: ScoringOptions): Promise<GoldenScoring> {
+async function scoreOwn(
+  scorer: Scorer,
+  target: ScoringTarget,
+  item: ReplayItem,
+  request: Record<string, unknown>,
+  parsed: ReturnType<typeof parseResponse>,
+  body: unknown,
+  scoring: ScoringOptions,
+): Promise<GoldenScoring> {
   if (scoring.when === 'never') return { outcome: 'skipped', reason: 'scoring is off (analysis.scoring.when: never)' };
   try {
     const source = { kind: item.kind, body: request };

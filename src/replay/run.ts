@@ -108,10 +108,31 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
     });
     const cand = first.result;
     const outcome = cand.error !== null || cand.status >= 400 ? 'candidate_error' : 'ok';
-    const pair: MirroredPair = { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, request, clientHeaders: {}, candidate: cand, baseline: null, outcome, analysis: null, noiseFloor: o.thresholds.noiseFloor, repeats: [rp] };
+    const pair: MirroredPair = {
+      id,
+      ts: new Date().toISOString(),
+      route: routeLabel(item.route),
+      path: item.route,
+      request,
+      clientHeaders: {},
+      candidate: cand,
+      baseline: null,
+      outcome,
+      analysis: null,
+      noiseFloor: o.thresholds.noiseFloor,
+      repeats: [rp],
+    };
     o.writer.write(pair);
     const result: PairResult = { outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };
-    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, repeats: [{ backend: 'candidate', flushed: false, probe: probeShape(rp.cached), comparison: rp.analysis, verdict: rp.verdict }] });
+    o.summary.add({
+      file: at.file,
+      line: at.line,
+      id,
+      route: item.route,
+      result,
+      noiseFloor: o.thresholds.noiseFloor,
+      repeats: [{ backend: 'candidate', flushed: false, probe: probeShape(rp.cached), comparison: rp.analysis, verdict: rp.verdict }],
+    });
     o.onPair?.(++done);
   };
 

@@ -86,7 +86,10 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
       const record = asCaptureRecord(item.value);
       const thresholds = recordThresholds(record, o.overrides);
       // Baseline-free records carry only the candidate and its repeat probes.
-      const result: PairResult = record.baseline === null ? { outcome: record.outcome, comparison: null, candidate: null, baseline: null, baselineFree: true } : analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
+      const result: PairResult =
+        record.baseline === null
+          ? { outcome: record.outcome, comparison: null, candidate: null, baseline: null, baselineFree: true }
+          : analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
       const repeats = (record.repeats ?? []).map((r) => analyzeRepeat(r.backend === 'candidate' ? record.candidate : record.baseline, r, thresholds));
       records++;
       o.summary.add({
@@ -110,7 +113,10 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
       o.onSkip?.(message);
     } else held.splice(0).forEach(report);
     if (unlisted > 0) o.onSkip?.(`${file}: ${unlisted} more bad line${unlisted === 1 ? '' : 's'} skipped, not listed`);
-    if (golden > 0) o.onSkip?.(`${file}: ${golden} golden record${golden === 1 ? '' : 's'} (logprobe record: the baseline side only) not analysed — nothing to compare; replay INPUT --candidate URL --baseline-from ${file} compares a build with them`);
+    if (golden > 0)
+      o.onSkip?.(
+        `${file}: ${golden} golden record${golden === 1 ? '' : 's'} (logprobe record: the baseline side only) not analysed — nothing to compare; replay INPUT --candidate URL --baseline-from ${file} compares a build with them`,
+      );
     goldenTotal += golden;
   }
   return { records, golden: goldenTotal };

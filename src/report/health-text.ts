@@ -36,10 +36,13 @@ export function healthLines(r: HealthReport): string[] {
   for (const [name, v, ok, limit] of rows(h)) out.push(`  ${name.padEnd(21)}${(v === null ? 'n/a' : v.toPrecision(3)).padStart(10)}  ${mark(ok).padEnd(5)} (${limit})`);
   if (h.logits.max !== null) {
     const k = Math.min(h.logits.topK ?? LOGITS_TOP, LOGITS_TOP);
-    out.push(`  largest |Δ logprob| over each side's top-${k}: ${formatNats(h.logits.max)} nats${h.logits.at ? ` (${h.logits.at})` : ''}${k < LOGITS_TOP ? ` — top lists of ${k} only, fewer than the seeds' ${LOGITS_TOP}` : ''}`);
+    out.push(
+      `  largest |Δ logprob| over each side's top-${k}: ${formatNats(h.logits.max)} nats${h.logits.at ? ` (${h.logits.at})` : ''}${k < LOGITS_TOP ? ` — top lists of ${k} only, fewer than the seeds' ${LOGITS_TOP}` : ''}`,
+    );
   }
   const worst = h.worst.filter((w) => (w.kl ?? 0) > 0 || (w.relErrMax ?? 0) > 0).slice(0, 3);
-  if (worst.length > 0) out.push(`  worst: ${worst.map((w) => `${w.at} (KL ${w.kl === null ? 'n/a' : w.kl.toPrecision(2)}, rel. err max ${w.relErrMax === null ? 'n/a' : w.relErrMax.toPrecision(2)})`).join('; ')}`);
+  if (worst.length > 0)
+    out.push(`  worst: ${worst.map((w) => `${w.at} (KL ${w.kl === null ? 'n/a' : w.kl.toPrecision(2)}, rel. err max ${w.relErrMax === null ? 'n/a' : w.relErrMax.toPrecision(2)})`).join('; ')}`);
   if (r.definition.length > 0) {
     out.push('', 'definition warnings (the two sides may not be the same quantity: compare definitions before numbers)');
     for (const d of r.definition) out.push(`  ${d.check} (${d.side}) on ${int(d.pairs)} pair${d.pairs === 1 ? '' : 's'}, first ${d.at}: ${d.example}`);
@@ -61,7 +64,10 @@ export function healthHtml(r: HealthReport): string {
   const h = r.health;
   const badge = (ok: boolean | null) => (ok === null ? '<span class="badge">n/a</span>' : ok ? '<span class="badge v-noise">ok</span>' : '<span class="badge v-global_shift">above</span>');
   const trs = rows(h)
-    .map(([name, v, ok, limit]) => `<tr data-health="${esc(name)}"><th scope="row">${esc(name)}</th><td class="num">${v === null ? 'n/a' : esc(v.toPrecision(3))}</td><td>${badge(ok)}</td><td class="muted">${esc(limit)}</td></tr>`)
+    .map(
+      ([name, v, ok, limit]) =>
+        `<tr data-health="${esc(name)}"><th scope="row">${esc(name)}</th><td class="num">${v === null ? 'n/a' : esc(v.toPrecision(3))}</td><td>${badge(ok)}</td><td class="muted">${esc(limit)}</td></tr>`,
+    )
     .join('');
   const logits =
     h.logits.max === null

@@ -58,12 +58,25 @@ export function layoutMarkerLabels(markers: ReadonlyArray<{ x: number; label: st
  * Marker labels sit in rows above the plot (never on a bar, never on each other), each on a halo
  * of the page's background so that another marker's line passing behind it does not cross it.
  */
-export function svgHistogram(o: { id: string; title: string; bars: Bar[]; ticks: Array<{ index: number; text: string }>; markers?: Marker[]; xLabel: string; width?: number; height?: number }): string {
+export function svgHistogram(o: {
+  id: string;
+  title: string;
+  bars: Bar[];
+  ticks: Array<{ index: number; text: string }>;
+  markers?: Marker[];
+  xLabel: string;
+  width?: number;
+  height?: number;
+}): string {
   const width = o.width ?? 720;
   const left = 48;
   const right = 12;
   const n0 = Math.max(1, o.bars.length);
-  const labels = layoutMarkerLabels((o.markers ?? []).map((m) => ({ x: left + (m.at * (width - left - right)) / n0, label: m.label })), left, width - right);
+  const labels = layoutMarkerLabels(
+    (o.markers ?? []).map((m) => ({ x: left + (m.at * (width - left - right)) / n0, label: m.label })),
+    left,
+    width - right,
+  );
   const labelRows = labels.reduce((r, l) => Math.max(r, l.row + 1), 0);
   const top = 14 + labelRows * LABEL_ROW_PX;
   const height = (o.height ?? 220) + labelRows * LABEL_ROW_PX;
@@ -79,12 +92,17 @@ export function svgHistogram(o: { id: string; title: string; bars: Bar[]; ticks:
   parts.push(`<title id="${esc(o.id)}-t">${esc(o.title)}</title>`);
   for (const frac of [0, 0.5, 1]) {
     const v = Math.round(max * frac);
-    parts.push(`<line class="grid" x1="${left}" x2="${width - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}"/><text class="axis" x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${esc(v.toLocaleString('en-US'))}</text>`);
+    parts.push(
+      `<line class="grid" x1="${left}" x2="${width - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}"/><text class="axis" x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${esc(v.toLocaleString('en-US'))}</text>`,
+    );
   }
   o.bars.forEach((b, i) => {
     let acc = 0;
     const total = b.segments.reduce((s, x) => s + x.count, 0);
-    const detail = b.segments.filter((s) => s.count > 0).map((s) => `${s.name} ${s.count.toLocaleString('en-US')}`).join(', ');
+    const detail = b.segments
+      .filter((s) => s.count > 0)
+      .map((s) => `${s.name} ${s.count.toLocaleString('en-US')}`)
+      .join(', ');
     parts.push(`<g class="bar"><title>${esc(b.label)}: ${esc(total.toLocaleString('en-US'))}${detail && b.segments.length > 1 ? ` (${esc(detail)})` : ''}</title>`);
     for (const s of b.segments) {
       if (s.count <= 0) continue;
@@ -99,7 +117,9 @@ export function svgHistogram(o: { id: string; title: string; bars: Bar[]; ticks:
   parts.push(`<line class="axisline" x1="${left}" x2="${width - right}" y1="${top + plotH}" y2="${top + plotH}"/>`);
   for (const t of o.ticks) {
     const x = left + t.index * bw;
-    parts.push(`<line class="tick" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top + plotH}" y2="${top + plotH + 4}"/><text class="axis" x="${x.toFixed(1)}" y="${top + plotH + 16}" text-anchor="middle">${esc(t.text)}</text>`);
+    parts.push(
+      `<line class="tick" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top + plotH}" y2="${top + plotH + 4}"/><text class="axis" x="${x.toFixed(1)}" y="${top + plotH + 16}" text-anchor="middle">${esc(t.text)}</text>`,
+    );
   }
   // Lines first, from each label's row down through the plot; then the labels over them.
   const rowY = (row: number) => top - 4 - row * LABEL_ROW_PX;
@@ -121,12 +141,16 @@ export function svgStackedBar(o: { id: string; title: string; parts: Array<{ nam
   const width = o.width ?? 720;
   const height = 28;
   const total = o.parts.reduce((s, p) => s + p.count, 0);
-  const out: string[] = [`<svg id="${esc(o.id)}" class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-labelledby="${esc(o.id)}-t"><title id="${esc(o.id)}-t">${esc(o.title)}</title>`];
+  const out: string[] = [
+    `<svg id="${esc(o.id)}" class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-labelledby="${esc(o.id)}-t"><title id="${esc(o.id)}-t">${esc(o.title)}</title>`,
+  ];
   let x = 0;
   for (const p of o.parts) {
     if (p.count <= 0 || total === 0) continue;
     const w = (width * p.count) / total;
-    out.push(`<rect class="${esc(p.cls)}" x="${x.toFixed(1)}" y="0" width="${Math.max(1, w).toFixed(1)}" height="${height}"><title>${esc(p.name)}: ${esc(p.count.toLocaleString('en-US'))} (${((100 * p.count) / total).toFixed(1)}%)</title></rect>`);
+    out.push(
+      `<rect class="${esc(p.cls)}" x="${x.toFixed(1)}" y="0" width="${Math.max(1, w).toFixed(1)}" height="${height}"><title>${esc(p.name)}: ${esc(p.count.toLocaleString('en-US'))} (${((100 * p.count) / total).toFixed(1)}%)</title></rect>`,
+    );
     x += w;
   }
   if (total === 0) out.push(`<rect class="empty" x="0" y="0" width="${width}" height="${height}"/>`);

@@ -20,7 +20,10 @@ const int = (n: number): string => n.toLocaleString('en-US');
 
 /** JSON for a `<script type="application/json">`: `<` escaped so that no `</script>` can end it early. */
 function embedJson(value: unknown): string {
-  return JSON.stringify(value).replace(/</g, '\\u003c').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029');
+  return JSON.stringify(value)
+    .replace(/</g, '\\u003c')
+    .replace(/\u2028/g, '\\u2028')
+    .replace(/\u2029/g, '\\u2029');
 }
 
 /** Position-shift histogram: 5 bars per decade from 1e-5 to 10 nats, zero apart, the floor marked. */
@@ -29,7 +32,10 @@ function shiftChart(h: HistogramData, floors: readonly number[]): string {
   for (let e = -50; e <= 10; e += 2) keep.push(Number((10 ** (e / 10)).toPrecision(6)));
   const c = coarsen(h, keep);
   const label = (i: number) => (i === 0 ? '0' : i >= keep.length ? `> ${keep[keep.length - 1]}` : `(${formatNats(keep[i - 1]!)}, ${formatNats(keep[i]!)}]`);
-  const bars: Bar[] = c.counts.map((count, i) => ({ label: `shift ${label(i)} nats`, segments: [{ count, cls: i === 0 ? 's-zero' : keep[i]! <= (floors[0] ?? 0.1) ? 's-noise' : 's-shift', name: 'positions' }] }));
+  const bars: Bar[] = c.counts.map((count, i) => ({
+    label: `shift ${label(i)} nats`,
+    segments: [{ count, cls: i === 0 ? 's-zero' : keep[i]! <= (floors[0] ?? 0.1) ? 's-noise' : 's-shift', name: 'positions' }],
+  }));
   // Bar 0 holds exact zeros; bar i ≥ 1 spans x ∈ [i, i+1] and ends at keep[i], so a value v ≥ 1e-5 sits at x = 2 + 5(log10 v + 5).
   const at = (v: number) => 2 + 5 * (Math.log10(v) + 5);
   const ticks = [-5, -4, -3, -2, -1, 0, 1].map((k) => ({ index: at(10 ** k), text: `1e${k}` }));
@@ -59,7 +65,8 @@ function flipChart(d: SummaryData, ctx: HtmlContext): string {
 
 function verdictSection(d: SummaryData): string {
   const rows = VERDICT_ORDER.map(
-    (v) => `<tr data-verdict="${v}"><th scope="row"><span class="badge v-${v}">${v}</span></th><td class="num count" data-count="${d.verdicts[v]}">${int(d.verdicts[v])}</td><td class="num">${d.compared ? ((100 * d.verdicts[v]) / d.compared).toFixed(1) : '0.0'}%</td></tr>`,
+    (v) =>
+      `<tr data-verdict="${v}"><th scope="row"><span class="badge v-${v}">${v}</span></th><td class="num count" data-count="${d.verdicts[v]}">${int(d.verdicts[v])}</td><td class="num">${d.compared ? ((100 * d.verdicts[v]) / d.compared).toFixed(1) : '0.0'}%</td></tr>`,
   );
   const unc = Object.entries(d.uncompared)
     .filter(([, n]) => (n ?? 0) > 0)
@@ -95,7 +102,8 @@ const VERDICT_MEANING: Record<string, string> = {
     'Diverged within the first few tokens with a real shift: too few positions to localise from one pair alone. Pooled over many pairs (the alert window online, the offline detectors here) it says whether every step moved.',
   local_shift: 'Specific positions moved above the noise floor: suspect a token-specific path (a vocabulary slice, an embedding row, a sampling-side change).',
   tokenizer_mismatch: 'The same text with other token boundaries: the servers tokenize or detokenize differently, so their logprobs cannot be compared token by token.',
-  noise: 'No comparable position moved more than the noise floor and no flip is systematic. A noise verdict does not prove there is no bug: a large-gap flip proves presence; small differences do not prove absence.',
+  noise:
+    'No comparable position moved more than the noise floor and no flip is systematic. A noise verdict does not prove there is no bug: a large-gap flip proves presence; small differences do not prove absence.',
   identical: 'Every chosen token, logprob and top-k entry is exactly equal.',
   incomparable: 'A side has no usable logprobs.',
 };
@@ -138,12 +146,16 @@ function legend(): string {
 
 function worstSection(d: SummaryData, top: number): string {
   const rows = notableWorst(d, top).map((s, i) => {
-    const f = s.flip ? `@${s.flip.index} ${esc(JSON.stringify(s.flip.baselineToken))}→${esc(JSON.stringify(s.flip.candidateToken))}, gap ${s.flip.gap === null ? '?' : `${s.flip.lowerBound ? '≥ ' : ''}${formatNats(s.flip.gap)}`} (${s.flip.class})` : '—';
+    const f = s.flip
+      ? `@${s.flip.index} ${esc(JSON.stringify(s.flip.baselineToken))}→${esc(JSON.stringify(s.flip.candidateToken))}, gap ${s.flip.gap === null ? '?' : `${s.flip.lowerBound ? '≥ ' : ''}${formatNats(s.flip.gap)}`} (${s.flip.class})`
+      : '—';
     return `<tr><td class="num">${i + 1}</td><td><span class="badge v-${s.verdict}">${s.verdict}</span>${similarBadge(s)}</td><td class="num">${formatNats(s.maxShift)}</td><td class="num">${s.shifted}/${s.comparable}</td><td>${f}</td><td class="prompt-cell">${promptCell(s)}</td><td><code>${esc(s.at)}</code><br><span class="muted">${esc(s.id)} ${esc(s.route)}</span></td></tr>`;
   });
   if (rows.length === 0) {
     const s = d.worst[0];
-    return s ? `<section id="worst"><h2>Worst pairs</h2><p>None with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, <code>${esc(s.at)}</code>).</p></section>` : '';
+    return s
+      ? `<section id="worst"><h2>Worst pairs</h2><p>None with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, <code>${esc(s.at)}</code>).</p></section>`
+      : '';
   }
   return `<section id="worst"><h2>Worst pairs</h2><p class="muted">One row per prompt and verdict: ×N similar folds the pairs that asked the same and got the same verdict (the worst is shown). What each verdict means: above.</p><table class="worst"><thead><tr><th>#</th><th>verdict</th><th class="num">max shift</th><th class="num">shifted</th><th>flip</th><th>prompt</th><th>record</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
 }
@@ -166,7 +178,9 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
     ? `<section id="alerts"><h2>Detectors</h2><ul>${d.alerts.map((a) => `<li><strong>${a.alert}</strong> would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}, CUSUM ${a.cusum.toFixed(1)}); pairs in input order, forSeconds not applied.</li>`).join('')}</ul></section>`
     : '';
   const skipped = d.skipped ? `<section id="skipped"><h2>Skipped lines (${int(d.skipped)})</h2><ul>${d.skippedExamples.map((m) => `<li><code>${esc(m)}</code></li>`).join('')}</ul></section>` : '';
-  const flips = FLIP_CLASSES.map((c) => `<tr data-flip-class="${c}"><th scope="row"><span class="badge c-${c}">${c}</span></th><td class="num count" data-count="${d.flips[c].n}">${int(d.flips[c].n)}</td></tr>`).join('');
+  const flips = FLIP_CLASSES.map(
+    (c) => `<tr data-flip-class="${c}"><th scope="row"><span class="badge c-${c}">${c}</span></th><td class="num count" data-count="${d.flips[c].n}">${int(d.flips[c].n)}</td></tr>`,
+  ).join('');
   const options = ['all', ...VERDICT_ORDER].map((v) => `<option value="${v}">${v === 'all' ? 'all verdicts' : v}</option>`).join('');
   const blob = embedJson({ perPage, worst: d.worst, sampled: d.sampled });
   return `<!doctype html>

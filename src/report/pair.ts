@@ -56,7 +56,11 @@ export interface RepeatResult {
 }
 
 /** Re-analyses a captured repeat probe: second run vs first (the record's side of that backend). */
-export function analyzeRepeat(first: SideAnswer | null, r: { backend: 'candidate' | 'baseline'; flushed: boolean; second: SideAnswer & { body?: unknown }; analysis?: CapturedScoring | null }, t: Thresholds): RepeatResult {
+export function analyzeRepeat(
+  first: SideAnswer | null,
+  r: { backend: 'candidate' | 'baseline'; flushed: boolean; second: SideAnswer & { body?: unknown }; analysis?: CapturedScoring | null },
+  t: Thresholds,
+): RepeatResult {
   const base = { backend: r.backend, flushed: r.flushed, probe: probeShape(repeatCache(first?.body, r.second.body)) };
   if (first === null || failed(first) || failed(r.second)) return { ...base, comparison: null, verdict: null };
   const free = compare(parseResponse(r.second.body), parseResponse(first.body), t);

@@ -64,7 +64,12 @@ export function promptText(body: unknown): string | null {
   return b.messages
     .map((m: unknown) => {
       const { role, content } = (m ?? {}) as { role?: unknown; content?: unknown };
-      const text = typeof content === 'string' ? content : Array.isArray(content) ? content.map((c) => (typeof (c as { text?: unknown })?.text === 'string' ? (c as { text: string }).text : '')).join('') : JSON.stringify(content ?? null);
+      const text =
+        typeof content === 'string'
+          ? content
+          : Array.isArray(content)
+            ? content.map((c) => (typeof (c as { text?: unknown })?.text === 'string' ? (c as { text: string }).text : '')).join('')
+            : JSON.stringify(content ?? null);
       return `${typeof role === 'string' ? role : '?'}: ${text}`;
     })
     .join('\n');
@@ -105,8 +110,7 @@ export const MAX_STRIP_TOKENS = 256;
 const TOP_K = 5;
 
 const round = (x: number | null): number | null => (x === null || !Number.isFinite(x) ? null : Number(x.toPrecision(5)));
-const top = (entries: readonly TopEntry[] | undefined): Array<[string, number | null]> =>
-  (entries ?? []).slice(0, TOP_K).map(([tok, lp]) => [tok, round(lp)]);
+const top = (entries: readonly TopEntry[] | undefined): Array<[string, number | null]> => (entries ?? []).slice(0, TOP_K).map(([tok, lp]) => [tok, round(lp)]);
 
 /** Builds a pair's strip from its comparison and the parsed bodies. */
 export function buildStrip(meta: { n: number; id: string; at: string; route: string; noiseFloor: number; input?: Strip['input'] }, c: Comparison, cand: ParsedResponse, base: ParsedResponse): Strip {
@@ -158,7 +162,6 @@ function worse(a: readonly number[], b: readonly number[]): boolean {
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i]! > b[i]!;
   return false;
 }
-
 
 /**
  * Chooses which pairs get a token strip, in bounded memory: the `worst` pairs by {@link badness}

@@ -131,7 +131,10 @@ export class Summary {
   private promptPairs = 0;
   private promptShifted = 0;
   private baselineFree = 0;
-  private readonly selfStats = new Map<'candidate' | 'baseline', { pairs: number; flushed: number; notCold: number; notWarm: number; verdicts: Record<SelfVerdict, number>; shift: Histogram; detector: DetectorState }>();
+  private readonly selfStats = new Map<
+    'candidate' | 'baseline',
+    { pairs: number; flushed: number; notCold: number; notWarm: number; verdicts: Record<SelfVerdict, number>; shift: Histogram; detector: DetectorState }
+  >();
 
   constructor(private readonly options: SummaryOptions = {}) {
     this.strips = new StripSelector(options.worst ?? 100, options.sample ?? 400);
@@ -169,7 +172,11 @@ export class Summary {
       const prompt = promptKey(e.route, e.request);
       const group = prompt === null ? null : `${c.verdict}:${prompt}`;
       const input = stripInput(e.request, e.promptsHashed);
-      this.strips.consider(badness(c), () => buildStrip({ n, id: e.id, at: `${e.file}:${e.line}`, route: e.route, noiseFloor: e.noiseFloor, ...(input ? { input } : {}) }, c, candidate, baseline), group);
+      this.strips.consider(
+        badness(c),
+        () => buildStrip({ n, id: e.id, at: `${e.file}:${e.line}`, route: e.route, noiseFloor: e.noiseFloor, ...(input ? { input } : {}) }, c, candidate, baseline),
+        group,
+      );
     }
     // Each alert is reported once, when it first fires: after both have, the detectors can rest.
     if (this.options.alert && c.comparable > 0 && this.alerts.filter((a) => a.alert !== 'LogprobSelfInconsistency').length < 2) this.detect(n, e, this.options.alert);
@@ -195,7 +202,15 @@ export class Summary {
   private addRepeat(n: number, e: SummaryEntry, r: RepeatResult): void {
     let s = this.selfStats.get(r.backend);
     if (!s) {
-      s = { pairs: 0, flushed: 0, notCold: 0, notWarm: 0, verdicts: Object.fromEntries(SELF_VERDICTS.map((v) => [v, 0])) as Record<SelfVerdict, number>, shift: new Histogram(logEdges(-6, 2, 10)), detector: initialDetectorState() };
+      s = {
+        pairs: 0,
+        flushed: 0,
+        notCold: 0,
+        notWarm: 0,
+        verdicts: Object.fromEntries(SELF_VERDICTS.map((v) => [v, 0])) as Record<SelfVerdict, number>,
+        shift: new Histogram(logEdges(-6, 2, 10)),
+        detector: initialDetectorState(),
+      };
       this.selfStats.set(r.backend, s);
     }
     s.pairs++;
@@ -271,7 +286,15 @@ export class Summary {
       compared,
       verdicts: { ...this.verdicts },
       uncompared: { ...this.uncompared },
-      uncomparedReasons: Object.fromEntries([...this.causes].map(([o, m]) => [o, [...m].sort((a, b) => b[1] - a[1]).slice(0, 3).map(([reason, count]) => ({ reason, count }))])),
+      uncomparedReasons: Object.fromEntries(
+        [...this.causes].map(([o, m]) => [
+          o,
+          [...m]
+            .sort((a, b) => b[1] - a[1])
+            .slice(0, 3)
+            .map(([reason, count]) => ({ reason, count })),
+        ]),
+      ),
       changed: this.changed,
       noiseFloors: [...this.floors].sort((a, b) => a - b),
       moreFloors: this.moreFloors,
@@ -280,10 +303,21 @@ export class Summary {
       flips: { ambiguous: this.flipGap.ambiguous.toJSON(), gray: this.flipGap.gray.toJSON(), systematic: this.flipGap.systematic.toJSON(), lowerBound: this.lowerBound },
       alerts: [...this.alerts],
       baselineFree: this.baselineFree,
-      repeats: [...this.selfStats].map(([backend, s]) => ({ backend, pairs: s.pairs, flushed: s.flushed, notCold: s.notCold, notWarm: s.notWarm, verdicts: { ...s.verdicts }, positionShift: s.shift.toJSON() })),
+      repeats: [...this.selfStats].map(([backend, s]) => ({
+        backend,
+        pairs: s.pairs,
+        flushed: s.flushed,
+        notCold: s.notCold,
+        notWarm: s.notWarm,
+        verdicts: { ...s.verdicts },
+        positionShift: s.shift.toJSON(),
+      })),
       scoring: {
         outcomes: { ...this.scoringOutcomes },
-        reasons: [...this.reasons].sort((a, b) => b[1] - a[1]).slice(0, 5).map(([reason, count]) => ({ reason, count })),
+        reasons: [...this.reasons]
+          .sort((a, b) => b[1] - a[1])
+          .slice(0, 5)
+          .map(([reason, count]) => ({ reason, count })),
         methods: [...this.methods],
         positionShift: this.scoredShift.toJSON(),
         loci: { ...this.loci },

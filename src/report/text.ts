@@ -88,8 +88,19 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     out.push('', `position shift, nats (${int(d.positionShift.n)} comparable positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`);
     const smax = Math.max(0, ...ps.counts);
     ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
-    out.push(`  ${quantiles(d.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
-    out.push(`per-pair max shift: ${quantiles(d.pairMaxShift, [['p50', 0.5], ['p90', 0.9]])}`);
+    out.push(
+      `  ${quantiles(d.positionShift, [
+        ['p50', 0.5],
+        ['p90', 0.9],
+        ['p99', 0.99],
+      ])}`,
+    );
+    out.push(
+      `per-pair max shift: ${quantiles(d.pairMaxShift, [
+        ['p50', 0.5],
+        ['p90', 0.9],
+      ])}`,
+    );
 
     const flips = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
     out.push('', `flips: ${int(flips)} pairs diverged (gap = lp_b(A) − lp_b(B), the force a flip needs)`);
@@ -104,34 +115,70 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   const sc = d.scoring;
   const scoredPairs = sc.outcomes.ok + sc.outcomes.unsupported + sc.outcomes.skipped + sc.outcomes.failed;
   if (scoredPairs > 0) {
-    out.push('', `scoring past the divergence: ${int(sc.outcomes.ok)} of ${int(scoredPairs)} pairs scored${sc.methods.length ? ` (${sc.methods.join('; ')})` : ''}; unsupported ${int(sc.outcomes.unsupported)}, skipped ${int(sc.outcomes.skipped)}, failed ${int(sc.outcomes.failed)}`);
+    out.push(
+      '',
+      `scoring past the divergence: ${int(sc.outcomes.ok)} of ${int(scoredPairs)} pairs scored${sc.methods.length ? ` (${sc.methods.join('; ')})` : ''}; unsupported ${int(sc.outcomes.unsupported)}, skipped ${int(sc.outcomes.skipped)}, failed ${int(sc.outcomes.failed)}`,
+    );
     for (const r of sc.reasons) out.push(`  ${int(r.count)}× ${r.reason}`);
-    if (sc.positionShift.n > 0) out.push(`  scored position shift (${int(sc.positionShift.n)} positions): ${quantiles(sc.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
+    if (sc.positionShift.n > 0)
+      out.push(
+        `  scored position shift (${int(sc.positionShift.n)} positions): ${quantiles(sc.positionShift, [
+          ['p50', 0.5],
+          ['p90', 0.9],
+          ['p99', 0.99],
+        ])}`,
+      );
   }
   if (sc.prompt.pairs > 0) {
-    out.push(`prompt positions: ${int(sc.prompt.pairs)} pairs compared, ${int(sc.prompt.shifted)} with a shifted prompt position; ${quantiles(sc.prompt.positionShift, [['p50', 0.5], ['p99', 0.99]])}`);
+    out.push(
+      `prompt positions: ${int(sc.prompt.pairs)} pairs compared, ${int(sc.prompt.shifted)} with a shifted prompt position; ${quantiles(sc.prompt.positionShift, [
+        ['p50', 0.5],
+        ['p99', 0.99],
+      ])}`,
+    );
   }
   const loci = (['compute', 'decode_state', 'unknown'] as const).filter((l) => sc.loci[l] > 0);
   if (loci.length > 0) out.push(`locus: ${loci.map((l) => `${l} ${int(sc.loci[l])}`).join(', ')} (compute: the prompt already moved; decode_state: the prompt agrees, the continuation moved)`);
 
   if (d.baselineFree > 0) out.push('', `baseline-free: ${int(d.baselineFree)} pairs had no baseline; their repeats below are the comparison`);
   for (const r of d.repeats) {
-    const mix = SELF_VERDICTS.filter((v) => r.verdicts[v] > 0).map((v) => `${v} ${int(r.verdicts[v])}`).join(', ') || 'none compared';
-    out.push('', `repeats on the ${r.backend} (the same request twice: cold, then warm from its cache): ${int(r.pairs)} pairs, ${int(r.flushed)} with the cache emptied first${r.notCold > 0 ? `, ${int(r.notCold)} whose first run already reused a cached prefix (warm↔warm)` : ''}${r.notWarm > 0 ? `, ${int(r.notWarm)} whose second run found its prefix evicted (cold↔cold)` : ''}${r.notCold + r.notWarm > 0 ? ' — the engine said so; the alert counts only cold→warm pairs' : ''}; ${mix}`);
-    if (r.positionShift.n > 0) out.push(`  shift between the runs (${int(r.positionShift.n)} positions): ${quantiles(r.positionShift, [['p50', 0.5], ['p90', 0.9], ['p99', 0.99]])}`);
-    if (r.verdicts.self_inconsistent > 0) out.push(`  self_inconsistent: the ${r.backend} disagrees with itself between a cold and a warm run: suspect the cache path — compare the state where it is written, in the medium and where it is read back`);
+    const mix =
+      SELF_VERDICTS.filter((v) => r.verdicts[v] > 0)
+        .map((v) => `${v} ${int(r.verdicts[v])}`)
+        .join(', ') || 'none compared';
+    out.push(
+      '',
+      `repeats on the ${r.backend} (the same request twice: cold, then warm from its cache): ${int(r.pairs)} pairs, ${int(r.flushed)} with the cache emptied first${r.notCold > 0 ? `, ${int(r.notCold)} whose first run already reused a cached prefix (warm↔warm)` : ''}${r.notWarm > 0 ? `, ${int(r.notWarm)} whose second run found its prefix evicted (cold↔cold)` : ''}${r.notCold + r.notWarm > 0 ? ' — the engine said so; the alert counts only cold→warm pairs' : ''}; ${mix}`,
+    );
+    if (r.positionShift.n > 0)
+      out.push(
+        `  shift between the runs (${int(r.positionShift.n)} positions): ${quantiles(r.positionShift, [
+          ['p50', 0.5],
+          ['p90', 0.9],
+          ['p99', 0.99],
+        ])}`,
+      );
+    if (r.verdicts.self_inconsistent > 0)
+      out.push(
+        `  self_inconsistent: the ${r.backend} disagrees with itself between a cold and a warm run: suspect the cache path — compare the state where it is written, in the medium and where it is read back`,
+      );
   }
 
   if (d.alerts.length > 0) {
     out.push('', 'offline detectors (pairs in input order, forSeconds not applied):');
-    for (const a of d.alerts) out.push(`  ${a.alert}${a.backend ? ` (${a.backend})` : ''} would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}${a.alert === 'LogprobSelfInconsistency' ? ' of the repeat pairs' : `, CUSUM ${a.cusum.toFixed(1)}`})`);
+    for (const a of d.alerts)
+      out.push(
+        `  ${a.alert}${a.backend ? ` (${a.backend})` : ''} would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}${a.alert === 'LogprobSelfInconsistency' ? ' of the repeat pairs' : `, CUSUM ${a.cusum.toFixed(1)}`})`,
+      );
   }
 
   const top = notableWorst(d, ctx.top ?? 10);
   if (top.length > 0) {
     out.push('', 'worst pairs');
     top.forEach((s, i) => {
-      out.push(`  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  max shift ${formatNats(s.maxShift)}  shifted ${s.shifted}/${s.comparable}  ${describeFlip(s)}${s.similar ? `  (×${s.similar + 1} with this prompt and verdict)` : ''}`);
+      out.push(
+        `  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  max shift ${formatNats(s.maxShift)}  shifted ${s.shifted}/${s.comparable}  ${describeFlip(s)}${s.similar ? `  (×${s.similar + 1} with this prompt and verdict)` : ''}`,
+      );
       out.push(`     ${s.explanation}`);
     });
   } else if (d.worst[0] && (ctx.top ?? 10) > 0) {

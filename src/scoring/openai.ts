@@ -38,7 +38,8 @@ export const openaiProfile: EngineProfile = {
     const tokens = lp?.tokens;
     const values = lp?.token_logprobs;
     const tops = lp?.top_logprobs;
-    if (!Array.isArray(tokens) || !Array.isArray(values) || tokens.length < ids.length) throw new ScoringError(`echo: expected ${ids.length} prompt tokens, got ${Array.isArray(tokens) ? tokens.length : 'none'}`);
+    if (!Array.isArray(tokens) || !Array.isArray(values) || tokens.length < ids.length)
+      throw new ScoringError(`echo: expected ${ids.length} prompt tokens, got ${Array.isArray(tokens) ? tokens.length : 'none'}`);
     const steps: TokenStep[] = [];
     for (let i = 1; i < ids.length; i++) {
       const step = newStep(tokens[i], values[i]);

@@ -23,7 +23,12 @@ export interface ScoringOptions {
 }
 
 /** The scoring options of a config: `analysis.scoring`, the mirror's top-k, each backend's `engine`. */
-export function scoringOptions(config: { analysis: { scoring: { when: ScoringOptions['when']; maxPositions: number } }; mirror: { topLogprobs: number }; candidate: { engine: EngineSetting }; baseline: { engine: EngineSetting } }): ScoringOptions {
+export function scoringOptions(config: {
+  analysis: { scoring: { when: ScoringOptions['when']; maxPositions: number } };
+  mirror: { topLogprobs: number };
+  candidate: { engine: EngineSetting };
+  baseline: { engine: EngineSetting };
+}): ScoringOptions {
   return { ...config.analysis.scoring, topK: config.mirror.topLogprobs, engines: { candidate: config.candidate.engine, baseline: config.baseline.engine } };
 }
 
@@ -209,7 +214,7 @@ export async function scoreComparison(scorer: Scorer, p: PairToScore): Promise<{
 async function continuationIds(profile: EngineProfile, target: ScoringTarget, source: PromptSource, generation: { parsed: ParsedResponse; body: unknown }): Promise<number[]> {
   const steps = generation.parsed.steps;
   if (steps.length > 0 && steps.every((s) => s.id !== undefined)) return steps.map((s) => s.id!);
-  const listed = ((generation.body as { choices?: Array<{ token_ids?: unknown }> } | null)?.choices?.[0])?.token_ids;
+  const listed = (generation.body as { choices?: Array<{ token_ids?: unknown }> } | null)?.choices?.[0]?.token_ids;
   if (Array.isArray(listed) && listed.length === steps.length && listed.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)) return listed as number[];
   const text = steps.map((s) => s.token).join('');
   const ids = await profile.tokenize(target, text, modelOf(source.body));

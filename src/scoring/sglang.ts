@@ -32,7 +32,8 @@ export const sglangProfile: EngineProfile = {
     for (const k of ['chat_template_kwargs', 'tools']) if (source.body[k] !== undefined) chat[k] = source.body[k];
     const answer = await postOk(target, '/v1/chat/completions', chat);
     const ids = ((answer.choices as unknown[] | undefined)?.[0] as { prompt_token_ids?: unknown } | undefined)?.prompt_token_ids;
-    if (!Array.isArray(ids) || !ids.every((x) => readId(x) !== undefined)) throw new UnsupportedError('SGLang has no chat-template endpoint and this one does not return prompt_token_ids: chat requests are not scored');
+    if (!Array.isArray(ids) || !ids.every((x) => readId(x) !== undefined))
+      throw new UnsupportedError('SGLang has no chat-template endpoint and this one does not return prompt_token_ids: chat requests are not scored');
     return ids as number[];
   },
 
@@ -73,4 +74,3 @@ export const sglangProfile: EngineProfile = {
     return { promptStart, prompt: steps.slice(0, Math.max(0, spec.prompt.length - promptStart)), continuation: steps.slice(Math.max(0, spec.prompt.length - promptStart)) };
   },
 };
-

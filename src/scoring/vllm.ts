@@ -35,7 +35,8 @@ export const vllmProfile: EngineProfile = {
 
   // Only with VLLM_SERVER_DEV_MODE=1 (entrypoints/serve/cache/api_router.py); a 200 does not prove
   // the engine reset (it refuses while blocks are in use), which the repeat's own figures will show.
-  flush: (target) => postFlush(target, '/reset_prefix_cache', { 404: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1', 405: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1' }),
+  flush: (target) =>
+    postFlush(target, '/reset_prefix_cache', { 404: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1', 405: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1' }),
 
   async tokenize(target, text, model) {
     return tokenIds(await postOk(target, '/tokenize', { model, prompt: text, add_special_tokens: false }));
@@ -52,7 +53,6 @@ export const vllmProfile: EngineProfile = {
     return { promptStart: 1, prompt: steps.slice(0, spec.prompt.length - 1), continuation: steps.slice(spec.prompt.length - 1) };
   },
 };
-
 
 /** One `prompt_logprobs` entry (`{"<id>": {logprob, rank, decoded_token}}`) as the step forcing `id`. */
 function idKeyedStep(id: number, entry: unknown): TokenStep {

@@ -45,7 +45,17 @@ export function chatBody(tokens: Array<[string, number]>): Record<string, unknow
       {
         index: 0,
         message: { role: 'assistant', content: tokens.map(([t]) => t).join('') },
-        logprobs: { content: tokens.map(([token, logprob]) => ({ token, logprob, bytes: null, top_logprobs: [{ token, logprob, bytes: null }, { token: ' x', logprob: logprob - 2, bytes: null }] })) },
+        logprobs: {
+          content: tokens.map(([token, logprob]) => ({
+            token,
+            logprob,
+            bytes: null,
+            top_logprobs: [
+              { token, logprob, bytes: null },
+              { token: ' x', logprob: logprob - 2, bytes: null },
+            ],
+          })),
+        },
         finish_reason: 'length',
       },
     ],

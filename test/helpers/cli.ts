@@ -25,7 +25,11 @@ export function runCli(args: string[], options: { env?: Record<string, string>; 
 }
 
 /** Starts a long-running `logprobe ARGS…` and waits until a stdout line matches `ready`. */
-export function startCli(args: string[], ready: RegExp, options: { env?: Record<string, string>; timeoutMs?: number } = {}): Promise<{ child: ChildProcess; match: RegExpMatchArray; output: () => string; exited: Promise<number | null> }> {
+export function startCli(
+  args: string[],
+  ready: RegExp,
+  options: { env?: Record<string, string>; timeoutMs?: number } = {},
+): Promise<{ child: ChildProcess; match: RegExpMatchArray; output: () => string; exited: Promise<number | null> }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';

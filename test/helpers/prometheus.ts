@@ -100,16 +100,10 @@ async function startOnce(setup: PrometheusFiles, timeoutMs: number): Promise<Run
   writeFileSync(configFile, stringifyYaml(config));
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = spawn(
-    'prometheus',
-    [
-      `--config.file=${configFile}`,
-      `--storage.tsdb.path=${join(dir, 'data')}`,
-      `--web.listen-address=127.0.0.1:${port}`,
-      '--log.level=warn',
-    ],
-    { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const child = spawn('prometheus', [`--config.file=${configFile}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], {
+    cwd: dir,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
   child.stderr?.on('data', (c: Buffer) => (out += c.toString()));

@@ -71,7 +71,12 @@ export function templateQueries(text: string): string[] {
   const out: string[] = [];
   for (const m of text.matchAll(/printf\s+"((?:[^"\\]|\\.)*)"[^|}]*\|\s*query\b/g)) {
     // `$labels.backend` and the like stand for a value the alert carries: a real one of ours.
-    out.push((m[1] as string).replace(/\\"/g, '"').replace(/(\w+)=%q/g, (_, name: string) => `${name}="${EXAMPLE_VALUES[name] ?? 'x'}"`).replace(/%q/g, '"x"'));
+    out.push(
+      (m[1] as string)
+        .replace(/\\"/g, '"')
+        .replace(/(\w+)=%q/g, (_, name: string) => `${name}="${EXAMPLE_VALUES[name] ?? 'x'}"`)
+        .replace(/%q/g, '"x"'),
+    );
   }
   for (const m of text.matchAll(/`([^`]+)`/g)) {
     const q = m[1] as string;
@@ -212,7 +217,10 @@ export function checkQuery(q: Query, recorded: Map<string, string>): string[] {
 
   // Grouping and matching clauses name labels that exist on some metric of the expression.
   for (const m of stripStrings(expr).matchAll(/\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
-    for (const label of (m[2] as string).split(',').map((s) => s.trim()).filter(Boolean)) {
+    for (const label of (m[2] as string)
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean)) {
       if (!anyLabels.has(label)) problems.push(`${q.where}: ${m[1]} (${label}): no metric here has that label`);
     }
   }
@@ -276,7 +284,11 @@ export function selectorMatchers(expr: string): Matcher[] {
 export function groupingLabels(expr: string): Array<{ clause: string; label: string }> {
   const out: Array<{ clause: string; label: string }> = [];
   for (const m of stripStrings(expr).matchAll(/\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
-    for (const label of (m[2] as string).split(',').map((s) => s.trim()).filter(Boolean)) out.push({ clause: m[1] as string, label });
+    for (const label of (m[2] as string)
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean))
+      out.push({ clause: m[1] as string, label });
   }
   return out;
 }
@@ -306,11 +318,7 @@ export function checkLive(q: Query, recorded: Map<string, string>, live: Exposit
       declaredOnly.add(series);
       continue;
     }
-    problems.push(
-      live.types.has(b.spec.name)
-        ? `${q.where}: ${series} is declared but has no sample in the live exposition`
-        : `${q.where}: ${series} is not in the live exposition at all`,
-    );
+    problems.push(live.types.has(b.spec.name) ? `${q.where}: ${series} is declared but has no sample in the live exposition` : `${q.where}: ${series} is not in the live exposition at all`);
   }
 
   for (const m of selectorMatchers(q.expr)) {

@@ -28,9 +28,7 @@ export function metricValue(text: string, name: string, labels: Record<string, s
  */
 export async function sendChatOrCompletion(proxyUrl: string, i: number, prompts: { chat: string; completion: string }): Promise<number> {
   const chat = i % 2 === 0;
-  const body = chat
-    ? { model: 'sim', messages: [{ role: 'user', content: prompts.chat }], max_tokens: 24 }
-    : { model: 'sim', prompt: prompts.completion, max_tokens: 24 };
+  const body = chat ? { model: 'sim', messages: [{ role: 'user', content: prompts.chat }], max_tokens: 24 } : { model: 'sim', prompt: prompts.completion, max_tokens: 24 };
   const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
     method: 'POST',
     body: JSON.stringify(body),

@@ -37,7 +37,12 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest, style: Chat
       const steps: TokenStep[] = [];
       const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
       const content = steps.map((s) => s.text).join('');
-      const logprobs = withLogprobs ? chatLogprobs(steps.map((s) => chatLogprobItem(tokens, s, req.topLogprobs)), refusal) : null;
+      const logprobs = withLogprobs
+        ? chatLogprobs(
+            steps.map((s) => chatLogprobItem(tokens, s, req.topLogprobs)),
+            refusal,
+          )
+        : null;
       const usage = { promptTokens: cells.length, completionTokens: result.completionTokens };
       if (style.vllm) sendJson(ctx.res, 200, vllmChatBody(ctx, seq, content, logprobs, result, usage));
       else sendJson(ctx.res, 200, chatBody(ctx.meta, content, logprobs, result.finishReason, usage));

@@ -88,7 +88,10 @@ function knob(flag: string, raw: string | undefined, opts: { min?: number; max?:
 }
 
 function serverFaults(items: string[]): { server: ServerFaults; model: string[] } {
-  const flat = items.flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== '');
+  const flat = items
+    .flatMap((s) => s.split(','))
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
   try {
     return { server: parseServerFaults(flat.filter(isServerFault)), model: flat.filter((s) => !isServerFault(s)) };
   } catch (err) {
@@ -177,7 +180,7 @@ function engineProgram(setExit: (code: number) => void): Command {
     .option('--cache-hit-shift <nats>', 'sim: perturb what a prefix-cache hit restores (stand-in for cache-hit:I)')
     .option('--tokenizer-split', 'sim: same text, other tokens (single bytes)')
     .option('--api <api>', `the engine to pretend to be: ${ENGINE_APIS.join(', ')}`, 'logprobe')
-    .option('--prefix-cache <on|off>', 'keep the previous request\'s tokens and reuse their state (default: on for vllm, sglang, llamacpp)')
+    .option('--prefix-cache <on|off>', "keep the previous request's tokens and reuse their state (default: on for vllm, sglang, llamacpp)")
     .option('--cache-slots <n>', 'sim: prefixes the cache keeps, least recently used evicted (default 1: the previous request only)')
     .option('--dev-mode', 'vllm: serve POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 does the same)')
     .option('--slot-save-path <dir>', 'llamacpp: enable the /slots actions (erase drops the prefix cache)')

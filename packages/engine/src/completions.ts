@@ -4,15 +4,7 @@
  * empty logprob arrays and finish_reason, an optional usage chunk, then `[DONE]`.
  */
 import { badRequest } from './errors.js';
-import {
-  completionBody,
-  completionChunk,
-  completionLogprobs,
-  completionRows,
-  completionUsageChunk,
-  EMPTY_COMPLETION_LOGPROBS,
-  type CompletionRow,
-} from './format.js';
+import { completionBody, completionChunk, completionLogprobs, completionRows, completionUsageChunk, EMPTY_COMPLETION_LOGPROBS, type CompletionRow } from './format.js';
 import { generate, topEntries, type TokenStep } from './generate.js';
 import type { ModelSequence } from './model.js';
 import type { CompletionRequest } from './request.js';

@@ -54,7 +54,10 @@ function millis(spec: string, arg: string | undefined): number {
  * Throws `InvalidServerFaultError` naming the first item that is not a server fault.
  */
 export function parseServerFaults(specs: string | readonly string[]): ServerFaults {
-  const items = (typeof specs === 'string' ? [specs] : specs).flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== '' && s !== 'none');
+  const items = (typeof specs === 'string' ? [specs] : specs)
+    .flatMap((s) => s.split(','))
+    .map((s) => s.trim())
+    .filter((s) => s !== '' && s !== 'none');
   let faults: ServerFaults = NO_FAULTS;
   for (const spec of items) {
     const colon = spec.indexOf(':');

@@ -178,8 +178,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         res.destroy();
         return;
       }
-      const httpErr =
-        err instanceof EngineHttpError ? err : new EngineHttpError(500, `the engine failed: ${err instanceof Error ? err.message : String(err)}`);
+      const httpErr = err instanceof EngineHttpError ? err : new EngineHttpError(500, `the engine failed: ${err instanceof Error ? err.message : String(err)}`);
       if (!(err instanceof EngineHttpError)) log.error({ err, path }, 'engine request failed');
       const body = api.errorBody(httpErr, path);
       if (res.headersSent) {

@@ -200,7 +200,6 @@ export function parseChatRequest(body: Body): ChatRequest {
   const logprobs = bool(body, 'logprobs') ?? false;
   const topLogprobs = num(body, 'top_logprobs', { integer: true, min: 0, max: MAX_TOP_LOGPROBS }) ?? 0;
   if (topLogprobs > 0 && !logprobs) throw badRequest(`'logprobs' must be true when 'top_logprobs' is used`, 'top_logprobs');
-  const maxTokens =
-    num(body, 'max_completion_tokens', { integer: true, min: 1 }) ?? num(body, 'max_tokens', { integer: true, min: 1 }) ?? DEFAULT_CHAT_MAX_TOKENS;
+  const maxTokens = num(body, 'max_completion_tokens', { integer: true, min: 1 }) ?? num(body, 'max_tokens', { integer: true, min: 1 }) ?? DEFAULT_CHAT_MAX_TOKENS;
   return { ...sampling(body, maxTokens), messages, logprobs, topLogprobs };
 }

@@ -73,7 +73,7 @@ test('the default api is the old engine: OpenAI envelope errors, no server heade
   assert.deepEqual(Object.keys(a.json.usage), ['prompt_tokens', 'completion_tokens', 'total_tokens']);
 });
 
-test('vLLM and SGLang answer /health with an empty 200; a wrong method is FastAPI\'s 405', async (t) => {
+test("vLLM and SGLang answer /health with an empty 200; a wrong method is FastAPI's 405", async (t) => {
   for (const api of ['vllm', 'sglang'] as const) {
     const engine = await startSim(t, { seed: 1 }, { api });
     const health = await get(engine.url, '/health');

@@ -11,7 +11,10 @@ import { get, post, sseData, startSim, typedShape } from './helpers/engine-sim.j
 
 const fixture = (name: string): string => readFileSync(new URL(`./fixtures/llama-server-b4748/${name}`, import.meta.url), 'utf8');
 const json = (name: string): any => JSON.parse(fixture(name));
-const events = (name: string): any[] => sseData(fixture(name)).filter((d) => d !== '[DONE]').map((d) => JSON.parse(d));
+const events = (name: string): any[] =>
+  sseData(fixture(name))
+    .filter((d) => d !== '[DONE]')
+    .map((d) => JSON.parse(d));
 const PROMPT = 'The cache holds key 3 and value';
 const SIM = { seed: 2 };
 
@@ -34,7 +37,12 @@ test('/tokenize (ids, and pieces), /detokenize, /apply-template', async (t) => {
   assert.deepEqual(typedShape(pieces.json), typedShape(json('tokenize_with_pieces.json')));
   assert.equal(pieces.json.tokens.map((p: { piece: string }) => p.piece).join(''), PROMPT);
   assert.deepEqual((await post(engine.url, '/detokenize', { tokens: ids.json.tokens })).json, { content: PROMPT });
-  const tpl = await post(engine.url, '/apply-template', { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Tell me about layer 3' }] });
+  const tpl = await post(engine.url, '/apply-template', {
+    messages: [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Tell me about layer 3' },
+    ],
+  });
   assert.deepEqual(typedShape(tpl.json), typedShape(json('apply_template.json')));
   assert.equal(tpl.json.prompt, 'system: Be brief.\nuser: Tell me about layer 3\nassistant:');
 });

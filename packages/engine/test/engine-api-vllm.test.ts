@@ -26,7 +26,10 @@ test('/tokenize: a prompt, or messages through the chat template (the ids chat f
   const chat = await post(engine.url, '/v1/chat/completions', { messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3 });
   assert.equal(chat.json.usage.prompt_tokens, chatIds.length);
   const scored = await post(engine.url, '/v1/completions', { prompt: chatIds, max_tokens: 4, temperature: 0, logprobs: 3 });
-  assert.deepEqual(scored.json.choices[0].logprobs.token_logprobs, chat.json.choices[0].logprobs.content.map((c: { logprob: number }) => c.logprob));
+  assert.deepEqual(
+    scored.json.choices[0].logprobs.token_logprobs,
+    chat.json.choices[0].logprobs.content.map((c: { logprob: number }) => c.logprob),
+  );
   const both = await post(engine.url, '/tokenize', { messages, continue_final_message: true });
   assert.equal(both.status, 400);
   assert.match(both.json.error.message, /Cannot set both `continue_final_message` and `add_generation_prompt` to True/);
@@ -56,7 +59,9 @@ test('prompt_logprobs: null first, then token-id keys — the actual token plus 
     assert.ok(keys.length === 3 || keys.length === 4, `position ${i}: ${keys.length} keys`);
     assert.ok(String(P[i]) in entry, 'the actual prompt token is always present');
     assert.equal(firstKeys[i - 1], P[i], 'and first');
-    const ranks = Object.entries(entry).filter(([k]) => k !== String(P[i]) || entry[k]!.rank <= 3).map(([, v]) => v.rank);
+    const ranks = Object.entries(entry)
+      .filter(([k]) => k !== String(P[i]) || entry[k]!.rank <= 3)
+      .map(([, v]) => v.rank);
     for (const r of [1, 2, 3]) assert.ok(ranks.includes(r), `rank ${r} at ${i}`);
     assert.equal(entry[String(P[i])]!.decoded_token, sim.tokenText(P[i]!));
   }
@@ -95,7 +100,10 @@ test('echo + logprobs + max_tokens 0: the prompt alone, first entry null, prompt
   const c = res.json.choices[0];
   const ids = sim.tokenize('The model of the cache');
   assert.equal(c.text, '', 'with return_token_ids the echoed text is empty');
-  assert.deepEqual(c.logprobs.tokens, ids.map((id) => `token_id:${id}`));
+  assert.deepEqual(
+    c.logprobs.tokens,
+    ids.map((id) => `token_id:${id}`),
+  );
   assert.equal(c.logprobs.token_logprobs[0], null);
   assert.equal(c.logprobs.top_logprobs[0], null);
   assert.equal(c.logprobs.text_offset[0], 0);
@@ -148,5 +156,11 @@ test('a vLLM completions stream: one token per chunk, finish_reason and stop_rea
   assert.deepEqual(s.chunks[4].choices, []);
   assert.equal(s.chunks[4].usage.completion_tokens, 4);
   const full = await post(engine.url, '/v1/completions', { prompt: P, max_tokens: 4, temperature: 0, logprobs: 1 });
-  assert.equal(s.chunks.slice(0, 4).map((c) => c.choices[0].text).join(''), full.json.choices[0].text);
+  assert.equal(
+    s.chunks
+      .slice(0, 4)
+      .map((c) => c.choices[0].text)
+      .join(''),
+    full.json.choices[0].text,
+  );
 });

@@ -54,6 +54,10 @@ test('a bad fault is rejected with a message naming it and the reason', () => {
     ['batch:8,', /empty item/],
   ];
   for (const [fault, message] of cases) {
-    assert.throws(() => parseFault(fault), (err: unknown) => err instanceof InvalidFaultError && message.test(err.message), fault);
+    assert.throws(
+      () => parseFault(fault),
+      (err: unknown) => err instanceof InvalidFaultError && message.test(err.message),
+      fault,
+    );
   }
 });

@@ -9,9 +9,7 @@ import { dirname, join, relative } from 'node:path';
 const root = join(import.meta.dirname, '..');
 
 function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
-  );
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []));
 }
 
 /** Static (non-type) import/export-from specifiers of a TypeScript source. */

@@ -14,7 +14,10 @@ const CHAT = { messages: [{ role: 'user', content: 'fault' }], max_tokens: 4, te
 
 test('http500: every generation request is a 500 envelope; /health stays 200', async (t) => {
   const engine = await startSim(t, {}, { faults: 'http500' });
-  for (const [path, body] of [['/v1/completions', COMPLETION], ['/v1/chat/completions', { ...CHAT, stream: true }]] as const) {
+  for (const [path, body] of [
+    ['/v1/completions', COMPLETION],
+    ['/v1/chat/completions', { ...CHAT, stream: true }],
+  ] as const) {
     const res = await post(engine.url, path, body);
     assert.equal(res.status, 500);
     assert.equal(res.json.error.type, 'server_error');
@@ -91,7 +94,10 @@ test('nologprobs: normal answers with logprobs null everywhere', async (t) => {
   for (const path of ['/v1/completions', '/v1/chat/completions']) {
     const s = await postStream(engine.url, path, path === '/v1/completions' ? COMPLETION : CHAT);
     assert.ok(s.chunks.length > 3);
-    assert.ok(s.chunks.every((c) => c.choices[0].logprobs === null), path);
+    assert.ok(
+      s.chunks.every((c) => c.choices[0].logprobs === null),
+      path,
+    );
   }
 });
 

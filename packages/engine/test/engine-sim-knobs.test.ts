@@ -63,7 +63,10 @@ test('noise σ moves every logprob by about σ, scales with σ, and differs per 
   const base = createSimModel({ seed: 4 });
   const small = await shifts(base, createSimModel({ seed: 4, noise: 0.001 }));
   const large = await shifts(base, createSimModel({ seed: 4, noise: 0.1 }));
-  assert.ok(small.chosen.every((d) => d > 0), 'a noisy position equal to the baseline');
+  assert.ok(
+    small.chosen.every((d) => d > 0),
+    'a noisy position equal to the baseline',
+  );
   assert.ok(rms(small.chosen) > 0.0003 && rms(small.chosen) < 0.003, `σ=0.001: rms ${rms(small.chosen)}`);
   assert.ok(rms(large.chosen) > 0.03 && rms(large.chosen) < 0.3, `σ=0.1: rms ${rms(large.chosen)}`);
   const ratio = rms(large.chosen) / rms(small.chosen);
@@ -81,7 +84,10 @@ test('noise σ moves every logprob by about σ, scales with σ, and differs per 
 test('stateShift moves every decode step by a few tenths of a nat', async () => {
   const base = createSimModel({ seed: 4 });
   const { chosen, top5 } = await shifts(base, createSimModel({ seed: 4, stateShift: 0.5 }));
-  assert.ok(top5.every((m) => m > 0.1), `a step below the 0.1 noise floor: ${Math.min(...top5)}`);
+  assert.ok(
+    top5.every((m) => m > 0.1),
+    `a step below the 0.1 noise floor: ${Math.min(...top5)}`,
+  );
   // A confident chosen token barely moves (its logprob is near 0 either way); its rivals do.
   assert.ok(median(chosen) > 0.03 && median(chosen) < 0.5, `median chosen-token shift ${median(chosen)}`);
   assert.ok(median(top5) > 0.2 && median(top5) < 1.2, `median top-5 shift ${median(top5)}`);
@@ -89,7 +95,10 @@ test('stateShift moves every decode step by a few tenths of a nat', async () => 
   const other = createSimModel({ seed: 4, stateShift: 0.5 });
   const [a, b] = await Promise.all(['prompt one', 'prompt two'].map(async (p) => (await forced(other, p, [300, 301, 302], 0))[0] as NextTokenDistribution));
   const [ba, bb] = await Promise.all(['prompt one', 'prompt two'].map(async (p) => (await forced(base, p, [300, 301, 302], 0))[0] as NextTokenDistribution));
-  assert.notEqual((a as NextTokenDistribution).logprobOf(300) - (ba as NextTokenDistribution).logprobOf(300), (b as NextTokenDistribution).logprobOf(300) - (bb as NextTokenDistribution).logprobOf(300));
+  assert.notEqual(
+    (a as NextTokenDistribution).logprobOf(300) - (ba as NextTokenDistribution).logprobOf(300),
+    (b as NextTokenDistribution).logprobOf(300) - (bb as NextTokenDistribution).logprobOf(300),
+  );
 });
 
 test('localShift moves only some positions, and those by a lot', async () => {
@@ -98,7 +107,10 @@ test('localShift moves only some positions, and those by a lot', async () => {
   const moved = top5.filter((m) => m > 0);
   const share = moved.length / top5.length;
   assert.ok(share > 0.02 && share < 0.3, `${moved.length} of ${top5.length} positions moved`);
-  assert.ok(moved.every((m) => m > 0.3), `a moved position below 0.3: ${Math.min(...moved)}`);
+  assert.ok(
+    moved.every((m) => m > 0.3),
+    `a moved position below 0.3: ${Math.min(...moved)}`,
+  );
 });
 
 test('tokenizerSplit: the same greedy text in single-byte tokens', async () => {
@@ -110,8 +122,14 @@ test('tokenizerSplit: the same greedy text in single-byte tokens', async () => {
     const bytes = Buffer.byteLength(text);
     const splitIds = await greedyIds(split, p, bytes);
     assert.equal(split.detokenize(splitIds), text);
-    assert.ok(splitIds.every((id) => split.tokenBytes(id).length === 1), 'a multi-byte token from the split model');
-    assert.ok(ids.some((id) => base.tokenBytes(id).length > 1), 'the base model used no multi-byte token');
+    assert.ok(
+      splitIds.every((id) => split.tokenBytes(id).length === 1),
+      'a multi-byte token from the split model',
+    );
+    assert.ok(
+      ids.some((id) => base.tokenBytes(id).length > 1),
+      'the base model used no multi-byte token',
+    );
     assert.ok(split.tokenize(p).length > base.tokenize(p).length);
   }
 });

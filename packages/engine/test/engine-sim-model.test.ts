@@ -67,8 +67,14 @@ test('top-1/top-2 gaps mix near-ties and confident steps (20 prompts × 32 steps
   }
   gaps.sort((x, y) => x - y);
   const median = gaps[Math.floor(gaps.length / 2)] as number;
-  assert.ok(gaps.some((g) => g < 0.01), `no near-tie below 0.01 nats (smallest ${gaps[0]})`);
-  assert.ok(gaps.some((g) => g > 3), `no confident step above 3 nats (largest ${gaps.at(-1)})`);
+  assert.ok(
+    gaps.some((g) => g < 0.01),
+    `no near-tie below 0.01 nats (smallest ${gaps[0]})`,
+  );
+  assert.ok(
+    gaps.some((g) => g > 3),
+    `no confident step above 3 nats (largest ${gaps.at(-1)})`,
+  );
   assert.ok(median > 0.3 && median < 3, `median gap ${median}`);
 });
 
@@ -97,7 +103,10 @@ test('some prompts end by end-of-sequence after ~20-60 tokens, others run to max
   }
   assert.ok(ended >= 4 && ended <= 18, `${ended} of 20 ended: ${lengths.join(' ')}`);
   const endedLengths = lengths.filter((n) => n < 120);
-  assert.ok(endedLengths.every((n) => n >= 5), `an end after fewer than 5 tokens: ${endedLengths.join(' ')}`);
+  assert.ok(
+    endedLengths.every((n) => n >= 5),
+    `an end after fewer than 5 tokens: ${endedLengths.join(' ')}`,
+  );
   assert.ok(new Set(endedLengths).size > 2, `lengths vary: ${endedLengths.join(' ')}`);
 });
 
@@ -109,7 +118,10 @@ test('text round-trips through the tokenizer, multi-byte characters included', (
     assert.equal(ids.map((id) => Buffer.from(model.tokenBytes(id)).toString('latin1')).join(''), Buffer.from(text).toString('latin1'));
   }
   const ids = model.tokenize(' artificial Artificial');
-  assert.deepEqual(ids.map((id) => model.tokenText(id)), [' artificial', ' Artificial']);
+  assert.deepEqual(
+    ids.map((id) => model.tokenText(id)),
+    [' artificial', ' Artificial'],
+  );
   assert.ok(model.vocabSize > 300 && model.vocabSize < 1000, `vocabulary of ${model.vocabSize}`);
 });
 

@@ -78,7 +78,10 @@ test('every request is recorded in memory and, with requestLog, as one JSON line
   assert.ok(engine.requests.length <= 4, 'bounded');
   assert.equal(engine.requests.at(-1)?.path, '/health');
   await engine.close();
-  const lines = (await readFile(file, 'utf8')).trim().split('\n').map((l) => JSON.parse(l));
+  const lines = (await readFile(file, 'utf8'))
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   assert.equal(lines.length, 7);
   assert.deepEqual(Object.keys(lines[0]), ['method', 'path', 'headers', 'body', 'receivedAt']);
   assert.equal(lines[0].body, raw);

@@ -9,7 +9,7 @@ import { post, postStream, rawTopDicts, shape, sseData, startSim } from './helpe
 
 const fixture = (name: string): string => readFileSync(new URL(`./fixtures/${name}`, import.meta.url), 'utf8');
 
-test('chat, non-streamed, logprobs with top_logprobs 2: the shape of OpenAI\'s example', async (t) => {
+test("chat, non-streamed, logprobs with top_logprobs 2: the shape of OpenAI's example", async (t) => {
   const engine = await startSim(t, { seed: 1 });
   const expected = JSON.parse(fixture('openai_chat_nonstream_top_logprobs2.json'));
   const res = await post(engine.url, '/v1/chat/completions', {
@@ -95,7 +95,7 @@ test('completions, streamed, logprobs 5: one token per chunk, a trailing chunk w
   assert.equal(tokenChunks[0].choices[0].logprobs.text_offset[0], 'Say this is a test'.length);
 });
 
-test('completions, non-streamed: OpenAI\'s body with the streamed logprobs object', async (t) => {
+test("completions, non-streamed: OpenAI's body with the streamed logprobs object", async (t) => {
   const engine = await startSim(t, { seed: 1 });
   const res = await post(engine.url, '/v1/completions', { prompt: 'Say this is a test', max_tokens: 7, logprobs: 2, temperature: 0 });
   assert.deepEqual(Object.keys(res.json), ['id', 'object', 'created', 'model', 'choices', 'usage']);

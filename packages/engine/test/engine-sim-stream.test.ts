@@ -6,7 +6,15 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { post, postStream, rawTopDicts, sseData, startSim } from './helpers/engine-sim.js';
 
-const CHAT = { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Tell me about the cache.' }], temperature: 0, logprobs: true, top_logprobs: 5 };
+const CHAT = {
+  messages: [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'Tell me about the cache.' },
+  ],
+  temperature: 0,
+  logprobs: true,
+  top_logprobs: 5,
+};
 
 test('a chat stream assembles to the same text, tokens and logprobs as the non-streamed answer', async (t) => {
   const engine = await startSim(t, { seed: 21 });
@@ -30,9 +38,15 @@ test('a completions stream assembles to the same text, tokens, logprobs and offs
   const lp = full.json.choices[0].logprobs;
   assert.equal(tokenChunks.map((c) => c.choices[0].text).join(''), full.json.choices[0].text);
   for (const key of ['tokens', 'token_logprobs', 'text_offset'] as const) {
-    assert.deepEqual(tokenChunks.flatMap((c) => c.choices[0].logprobs[key]), lp[key], key);
+    assert.deepEqual(
+      tokenChunks.flatMap((c) => c.choices[0].logprobs[key]),
+      lp[key],
+      key,
+    );
   }
-  const streamedDicts = sseData(stream.text).slice(0, -2).flatMap((d) => rawTopDicts(d));
+  const streamedDicts = sseData(stream.text)
+    .slice(0, -2)
+    .flatMap((d) => rawTopDicts(d));
   assert.deepEqual(streamedDicts, rawTopDicts(full.text));
 });
 

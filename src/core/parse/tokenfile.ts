@@ -167,7 +167,11 @@ function promptLogprobSteps(list: unknown[], promptIds: unknown): TokenSequence 
     const step = newStep(own?.text ?? (id !== undefined ? `token_id:${id}` : ''), own?.logprob ?? null);
     if (id !== undefined) step.id = id;
     const entries: TopEntry[] = alts.map((a) => [a.text, topValue(step, a.logprob)]);
-    finishTop(step, entries, alts.map((a) => a.id));
+    finishTop(
+      step,
+      entries,
+      alts.map((a) => a.id),
+    );
     steps.push(step);
   }
   return ids ? { steps, source: 'prompt_logprobs' } : { steps, source: 'prompt_logprobs', chosenUnknown: true };
@@ -214,7 +218,7 @@ export function engineSequence(body: unknown): TokenSequence | string {
   const steps = parsed.steps.map((s) => ({ ...s }));
   // vLLM/SGLang `return_token_ids`: the generated ids beside the steps.
   const listed = isObject(body) && Array.isArray(body.choices) && isObject(body.choices[0]) ? body.choices[0].token_ids : undefined;
-  if (Array.isArray(listed) && listed.length === steps.length) steps.forEach((s, i) => s.id ??= readId(listed[i]));
+  if (Array.isArray(listed) && listed.length === steps.length) steps.forEach((s, i) => (s.id ??= readId(listed[i])));
   return { steps, source: 'response' };
 }
 

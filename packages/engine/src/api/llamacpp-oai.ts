@@ -105,7 +105,8 @@ export async function serveLlamaChat(ctx: RouteContext): Promise<void> {
   const sse = new SseWriter(ctx.res, ctx.signal);
   sse.open();
   const id = JSON.stringify(ctx.meta.id);
-  const chunkTail = (): string => `"created":${ctx.meta.created},"id":${id},"model":${JSON.stringify(typeof body.model === 'string' ? body.model : LLAMACPP_DEFAULT_MODEL)},"system_fingerprint":"${LLAMACPP_BUILD}","object":"chat.completion.chunk"`;
+  const chunkTail = (): string =>
+    `"created":${ctx.meta.created},"id":${id},"model":${JSON.stringify(typeof body.model === 'string' ? body.model : LLAMACPP_DEFAULT_MODEL)},"system_fingerprint":"${LLAMACPP_BUILD}","object":"chat.completion.chunk"`;
   // No role chunk: b4748's first event already carries the first token (fixture v1_chat_top_logprobs5_stream.sse).
   const run = await runLlama(ctx, cells, p, async (steps) => {
     for (const s of steps) {

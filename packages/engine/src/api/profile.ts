@@ -125,8 +125,7 @@ const PROFILES: Record<EngineApi, ApiProfile> = {
     verbatimIds: true,
     notFound: fastApi404,
     wrongMethod: fastApi405,
-    errorBody: (err) =>
-      raw(err) ?? JSON.stringify({ error: { message: err.message, type: VLLM_TYPES[err.status] ?? 'BadRequestError', param: err.param, code: err.status } }),
+    errorBody: (err) => raw(err) ?? JSON.stringify({ error: { message: err.message, type: VLLM_TYPES[err.status] ?? 'BadRequestError', param: err.param, code: err.status } }),
     // vLLM's /health is an empty 200.
     health: { body: '', contentType: 'application/json' },
   },

@@ -124,4 +124,3 @@ export const SGLANG_ROUTES: Readonly<Record<string, Route>> = {
   '/server_info': serverInfoRoute,
   '/flush_cache': { methods: ['GET', 'POST'], serve: flushCache },
 };
-

@@ -13,17 +13,7 @@ import { bool, parseCompletionRequest, type Body, type CompletionRequest } from 
 import { samplingRng, sendJson, sleep, startSequence, type RouteContext } from '../route.js';
 import { SseWriter } from '../sse.js';
 import { textCells } from './profile.js';
-import {
-  cachedTokens,
-  stopReason,
-  vllmCompletionBody,
-  vllmCompletionChunk,
-  vllmCompletionLogprobs,
-  vllmPromptLogprobs,
-  vllmUsage,
-  vllmUsageChunk,
-  type VllmRow,
-} from './vllm-format.js';
+import { cachedTokens, stopReason, vllmCompletionBody, vllmCompletionChunk, vllmCompletionLogprobs, vllmPromptLogprobs, vllmUsage, vllmUsageChunk, type VllmRow } from './vllm-format.js';
 
 /** vLLM's `--max-logprobs` default (`ModelConfig.max_logprobs = 20`); fixed here. */
 export const VLLM_MAX_LOGPROBS = 20;

@@ -133,7 +133,14 @@ export function vllmCompletionBody(ctx: RouteContext, c: VllmChoice, usage: stri
 }
 
 /** A streamed `/v1/completions` chunk. */
-export function vllmCompletionChunk(ctx: RouteContext, text: string, logprobs: string | null, finish: FinishReason | null, stop: string, ids: { prompt?: readonly number[]; tokens?: readonly number[] }): string {
+export function vllmCompletionChunk(
+  ctx: RouteContext,
+  text: string,
+  logprobs: string | null,
+  finish: FinishReason | null,
+  stop: string,
+  ids: { prompt?: readonly number[]; tokens?: readonly number[] },
+): string {
   const m = ctx.meta;
   return (
     `{"id":${JSON.stringify(m.id)},"object":"text_completion","created":${m.created},"model":${JSON.stringify(m.model)},` +
@@ -151,7 +158,14 @@ export function vllmUsageChunk(ctx: RouteContext, usage: string, object = 'text_
 }
 
 /** A non-streamed `/v1/chat/completions` body. */
-export function vllmChatBody(ctx: RouteContext, seq: ModelSequence, content: string, logprobs: string | null, result: GenerateResult, usage: { promptTokens: number; completionTokens: number }): string {
+export function vllmChatBody(
+  ctx: RouteContext,
+  seq: ModelSequence,
+  content: string,
+  logprobs: string | null,
+  result: GenerateResult,
+  usage: { promptTokens: number; completionTokens: number },
+): string {
   const m = ctx.meta;
   return (
     `{"id":${JSON.stringify(m.id)},"object":"chat.completion","created":${m.created},"model":${JSON.stringify(m.model)},` +

@@ -47,7 +47,10 @@ export interface LlamaEngineProcess {
 /** Why an engine could not start; `reason` is one short line for a notice. */
 export class EngineStartError extends Error {
   override readonly name = 'EngineStartError';
-  constructor(readonly reason: string, readonly output: string) {
+  constructor(
+    readonly reason: string,
+    readonly output: string,
+  ) {
     super(`llama.cpp engine did not start: ${reason}`);
   }
 }
@@ -66,7 +69,10 @@ function installExitHook(): void {
 
 /** The most telling line of a failed engine's output: the CLI's one-line error, or the error of a stack trace. */
 export function failureReason(output: string): string {
-  const lines = output.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+  const lines = output
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '');
   const line =
     lines.find((l) => l.startsWith('logprobe:')) ??
     lines.find((l) => /^[A-Za-z]*Error\b|^Error:/.test(l)) ??

@@ -67,7 +67,12 @@ export interface DemoEngineApi {
 /** Starts two simulated engines in this process: a clean baseline and a candidate with the fault. */
 export async function startSimEngines(fault: SimDemoFault, seed = 7, label?: string, engine: DemoEngineApi = {}): Promise<DemoEngines> {
   const prefixCache = engine.prefixCache ?? (fault === 'cache-hit' ? true : undefined);
-  const common = { concurrency: 0, ...(engine.api ? { api: engine.api } : {}), ...(prefixCache !== undefined ? { prefixCache } : {}), ...(engine.slotSavePath ? { slotSavePath: engine.slotSavePath } : {}) };
+  const common = {
+    concurrency: 0,
+    ...(engine.api ? { api: engine.api } : {}),
+    ...(prefixCache !== undefined ? { prefixCache } : {}),
+    ...(engine.slotSavePath ? { slotSavePath: engine.slotSavePath } : {}),
+  };
   const slots = engine.cacheSlots !== undefined ? { cacheSlots: engine.cacheSlots } : {};
   const baseline: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-baseline', ...slots }), ...common });
   const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault), ...slots }), ...common });
@@ -114,10 +119,7 @@ export async function startLlamaEngines(options: LlamaEnginesOptions): Promise<D
     ...(e.prefixCache !== undefined ? { prefixCache: e.prefixCache } : {}),
     ...(e.slotSavePath ? { args: ['--slot-save-path', e.slotSavePath] } : {}),
   };
-  const started = await Promise.allSettled([
-    spawnLlamaEngine({ ...common, fault: null }),
-    spawnLlamaEngine({ ...common, fault: options.fault === 'none' ? null : options.fault }),
-  ]);
+  const started = await Promise.allSettled([spawnLlamaEngine({ ...common, fault: null }), spawnLlamaEngine({ ...common, fault: options.fault === 'none' ? null : options.fault })]);
   const [base, cand] = started;
   if (base?.status !== 'fulfilled' || cand?.status !== 'fulfilled') {
     await Promise.all(started.map((s) => (s.status === 'fulfilled' ? s.value.stop() : null)));

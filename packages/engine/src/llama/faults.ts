@@ -42,18 +42,7 @@ export const CLEAN_SETUP: EngineSetup = {
 };
 
 /** Accepted `--fault` forms, for help texts and error messages. */
-export const FAULT_FORMS = [
-  'zero-layer:L',
-  'drop-prompt-token:I',
-  'decode-state:I',
-  'cache-hit:I',
-  'kv:q8_0',
-  'kv:q4_0',
-  'weights:f16',
-  'flash-attention',
-  'batch:N',
-  'weight-noise:EPS',
-] as const;
+export const FAULT_FORMS = ['zero-layer:L', 'drop-prompt-token:I', 'decode-state:I', 'cache-hit:I', 'kv:q8_0', 'kv:q4_0', 'weights:f16', 'flash-attention', 'batch:N', 'weight-noise:EPS'] as const;
 
 function integer(fault: string, arg: string | undefined, min: number, max: number): number {
   const n = arg !== undefined && /^\d+$/.test(arg) ? Number(arg) : NaN;

@@ -273,4 +273,3 @@ export function createSimModel(options: SimOptions = {}): SimModel {
     },
   };
 }
-
