@@ -13,7 +13,7 @@ import { runCli } from './helpers/cli.js';
 const BROKEN = { LOGPROBE_CACHE_DIR: '/dev/null/logprobe-cache' };
 
 test('when llama.cpp engines cannot start, the demo says why in one line, runs the simulated engines and still fires LogprobGlobalShift', async (t) => {
-  const { code, stdout, stderr } = await runCli(['demo', '--duration', '9', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { env: BROKEN, timeoutMs: 90_000 });
+  const { code, stdout, stderr } = await runCli(['demo', '--duration', '15', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { env: BROKEN, timeoutMs: 90_000 });
   assert.equal(code, 0, stderr);
   const notices = stdout.split('\n').filter((l) => l.includes('falling back'));
   assert.equal(notices.length, 1, stdout);
