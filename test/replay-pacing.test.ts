@@ -66,10 +66,15 @@ test('--rps paces the pairs evenly (token bucket, no burst)', async (t) => {
   assert.equal(a.length, 9);
   // Arrivals are timed at the upstream, so the first one also pays the connection set-up (tens of
   // ms on a loaded machine): measure from the second arrival. A burst would put them all at once.
+  // One arrival late in transit on a loaded machine shortens the span by up to a gap and makes
+  // one gap small; a burst would make them all small.
   const span = a[a.length - 1]! - a[1]!;
-  assert.ok(span >= 7 * 50 - 25, `pairs 2..9 at 20/s span ≥ 350 ms, got ${span.toFixed(0)}`);
-  const gaps = a.slice(2).map((x, i) => x - a[i + 1]!);
-  assert.ok(Math.min(...gaps) >= 30, `evenly spaced: smallest gap ${Math.min(...gaps).toFixed(0)} ms`);
+  assert.ok(span >= 6 * 50, `pairs 2..9 at 20/s span ≥ 300 ms (350 when none is late), got ${span.toFixed(0)}`);
+  const gaps = a
+    .slice(2)
+    .map((x, i) => x - a[i + 1]!)
+    .sort((x, y) => x - y);
+  assert.ok(gaps[Math.floor(gaps.length / 2)]! >= 40, `evenly spaced: median gap ${gaps[Math.floor(gaps.length / 2)]!.toFixed(0)} ms, gaps ${gaps.map((g) => g.toFixed(0)).join(' ')}`);
 });
 
 test('on a terminal replay draws a progress bar on stderr; piped, stderr stays clean', { skip: existsSync('/usr/bin/script') ? false : 'script(1) is absent' }, async (t) => {

@@ -157,3 +157,51 @@ export function svgStackedBar(o: { id: string; title: string; parts: Array<{ nam
   out.push('</svg>');
   return out.join('');
 }
+
+/**
+ * Shares (0..1) as equal-width bars joined by a line — a curve over ordered buckets — with the
+ * count behind each share in its `<title>`, the bucket labels under the bars and an optional marker.
+ */
+export function svgShareChart(o: {
+  id: string;
+  title: string;
+  points: Array<{ label: string; share: number; detail: string }>;
+  marker?: Marker;
+  xLabel: string;
+  width?: number;
+  height?: number;
+}): string {
+  const width = o.width ?? 720;
+  const height = o.height ?? 200;
+  const [left, right, top, bottom] = [48, 12, 28, 42];
+  const plotW = width - left - right;
+  const plotH = height - top - bottom;
+  const bw = plotW / Math.max(1, o.points.length);
+  const y = (share: number) => top + plotH - plotH * Math.max(0, Math.min(1, share));
+  const parts: string[] = [
+    `<svg id="${esc(o.id)}" class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-labelledby="${esc(o.id)}-t"><title id="${esc(o.id)}-t">${esc(o.title)}</title>`,
+  ];
+  for (const frac of [0, 0.5, 1]) {
+    parts.push(
+      `<line class="grid" x1="${left}" x2="${width - right}" y1="${y(frac).toFixed(1)}" y2="${y(frac).toFixed(1)}"/><text class="axis" x="${left - 6}" y="${(y(frac) + 4).toFixed(1)}" text-anchor="end">${frac * 100}%</text>`,
+    );
+  }
+  const line: string[] = [];
+  o.points.forEach((p, i) => {
+    const x = left + i * bw;
+    parts.push(
+      `<g class="bar"><title>${esc(`${p.label}: ${p.detail}`)}</title><rect class="s-shift" x="${(x + 1).toFixed(1)}" y="${y(p.share).toFixed(1)}" width="${Math.max(1, bw - 2).toFixed(1)}" height="${(top + plotH - y(p.share)).toFixed(1)}"/></g>`,
+    );
+    parts.push(`<text class="axis" x="${(x + bw / 2).toFixed(1)}" y="${top + plotH + 16}" text-anchor="middle">${esc(p.label)}</text>`);
+    line.push(`${(x + bw / 2).toFixed(1)},${y(p.share).toFixed(1)}`);
+  });
+  if (line.length > 1) parts.push(`<polyline class="curve" fill="none" stroke="currentColor" stroke-width="1.5" points="${line.join(' ')}"/>`);
+  if (o.marker) {
+    const x = left + o.marker.at * bw;
+    parts.push(
+      `<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top - 12}" y2="${top + plotH}"/><text class="marker-label" x="${(x + 3).toFixed(1)}" y="${top - 14}">${esc(o.marker.label)}</text>`,
+    );
+  }
+  parts.push(`<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text></svg>`);
+  return parts.join('');
+}

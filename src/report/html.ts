@@ -2,7 +2,9 @@ import { formatNats } from '../core/index.js';
 import { coarsen, type HistogramData } from './histogram.js';
 import { CLIENT_SCRIPT } from './html-client.js';
 import { HTML_STYLE } from './html-style.js';
-import { esc, svgHistogram, svgStackedBar, type Bar } from './html-svg.js';
+import { esc, svgHistogram, svgShareChart, svgStackedBar, type Bar } from './html-svg.js';
+import { gapBucketLabel } from './threshold.js';
+import { flipStopSentence } from './text.js';
 import { healthHtml } from './health-text.js';
 import type { Strip } from './strips.js';
 import { FLIP_CLASSES, type SummaryData } from './summary.js';
@@ -61,6 +63,29 @@ function flipChart(d: SummaryData, ctx: HtmlContext): string {
   ];
   const n = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
   return svgHistogram({ id: 'flip-hist', title: `Flip gap of ${int(n)} diverging pairs, by class`, bars, ticks, markers, xLabel: 'flip gap lp_b(A) − lp_b(B), nats' });
+}
+
+/** The threshold model: the share of positions that flipped per baseline-gap bucket, and where flips stop. */
+function flipCurveSection(d: SummaryData, ctx: HtmlContext): string {
+  const fc = d.flipCurve;
+  if (fc.positions.every((n) => n === 0) || fc.flips.every((f) => f === 0)) return '';
+  const points = fc.positions.map((n, i) => ({ label: gapBucketLabel(fc.edges, i), share: n > 0 ? fc.flips[i]! / n : 0, detail: `${int(fc.flips[i]!)} of ${int(n)} positions flipped` }));
+  let marker;
+  if (fc.stop !== null) {
+    const g = fc.stop.gap;
+    const i = fc.edges.findIndex((e) => g <= e);
+    const lo = i <= 0 ? 0 : fc.edges[i - 1]!;
+    const at = i < 0 ? fc.edges.length + 0.5 : i + (g - lo) / (fc.edges[i]! - lo);
+    marker = { at, label: `flips stop ≈ ${formatNats(g)}` };
+  }
+  const chart = svgShareChart({
+    id: 'flip-curve',
+    title: "Share of positions that flipped, by the baseline's top-1 − top-2 gap",
+    points,
+    ...(marker ? { marker } : {}),
+    xLabel: "baseline's top-1 − top-2 gap at the position, nats",
+  });
+  return `<section id="flip-curve-section"><h2>Flip share by gap (the threshold model)</h2><p>Every comparable position, by the baseline's gap between its top two tokens (the force a flip there needs); a flip is a pair's first divergence. Float noise flips only near-ties; a systematic shift of size s flips the tokens whose gap is below about s.</p>${chart}<p id="flip-stop">${esc(flipStopSentence(fc, ctx.gapAmbiguous, d.positionShift))}</p></section>`;
 }
 
 function verdictSection(d: SummaryData): string {
@@ -190,7 +215,7 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
 <p class="muted">Inputs: ${ctx.inputs.map((f) => `<code>${esc(f)}</code>`).join(', ')}. Thresholds: ${esc(ctx.thresholds)}.</p></header>
 <main>${verdictSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}
 <section id="shift"><h2>Position shift</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable position (${int(d.positionShift.n)}).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
-<section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>
+<section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>${flipCurveSection(d, ctx)}
 ${keySection(d, ctx)}${worstSection(d, ctx.top ?? 10)}
 <section id="strips"><h2>Token strips</h2><p id="strip-selection">${esc(selection)}</p>${nStrips > 0 ? legend() : ''}
 <div class="controls"><label>Verdict <select id="verdict-filter">${options}</select></label> <button id="prev" type="button">← previous</button> <span id="page-info"></span> <button id="next" type="button">next →</button></div>

@@ -4,6 +4,7 @@ import { detectorEvidence, VERDICTS, type FlipClass, type Locus, type ScoringOut
 import type { MirrorOutcome } from '../mirror/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
 import type { PairResult, RepeatResult } from './pair.js';
+import { FlipCurve, type FlipCurveData } from './threshold.js';
 import { badness, buildStrip, promptKey, StripSelector, stripInput, type Strip } from './strips.js';
 
 /** Outcomes of pairs that were not compared. */
@@ -60,6 +61,8 @@ export interface SummaryData {
   pairMaxShift: HistogramData;
   /** Flip gaps by class, and how many were lower bounds. */
   flips: Record<FlipClass, HistogramData> & { lowerBound: number };
+  /** The threshold model: the share of positions that flipped per baseline-gap bucket, and the gap at which flips stop (src/report/threshold.ts). */
+  flipCurve: FlipCurveData;
   alerts: OfflineAlert[];
   /** Pairs without a baseline (baseline-free mode): only their repeats say anything. */
   baselineFree: number;
@@ -115,6 +118,7 @@ export class Summary {
   private moreFloors = false;
   private readonly positionShift = new Histogram(logEdges(-6, 2, 10));
   private readonly pairMaxShift = new Histogram(logEdges(-6, 2, 10));
+  private readonly flipCurve = new FlipCurve();
   private readonly flipGap = Object.fromEntries(FLIP_CLASSES.map((c) => [c, new Histogram(linearEdges(0.05, 5))])) as Record<FlipClass, Histogram>;
   private lowerBound = 0;
   private readonly strips: StripSelector;
@@ -165,6 +169,7 @@ export class Summary {
       this.flipGap[c.flip.class].add(c.flip.gap);
       if (c.flip.lowerBound) this.lowerBound++;
     }
+    if (c.verdict !== 'tokenizer_mismatch') this.flipCurve.add(c);
     this.addScoring(c);
     const { candidate, baseline } = e.result;
     if (candidate && baseline) {
@@ -301,6 +306,7 @@ export class Summary {
       positionShift: this.positionShift.toJSON(),
       pairMaxShift: this.pairMaxShift.toJSON(),
       flips: { ambiguous: this.flipGap.ambiguous.toJSON(), gray: this.flipGap.gray.toJSON(), systematic: this.flipGap.systematic.toJSON(), lowerBound: this.lowerBound },
+      flipCurve: this.flipCurve.toJSON(),
       alerts: [...this.alerts],
       baselineFree: this.baselineFree,
       repeats: [...this.selfStats].map(([backend, s]) => ({

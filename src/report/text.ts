@@ -4,6 +4,7 @@ import { coarsen, type HistogramData } from './histogram.js';
 import { FLIP_CLASSES, type SummaryData } from './summary.js';
 import { healthLines, type HealthReport } from './health-text.js';
 import type { Strip } from './strips.js';
+import { gapBucketLabel, MIN_FLIPS_FOR_STOP, type FlipCurveData } from './threshold.js';
 
 /** What the text report says about how the pairs were judged. */
 export interface ReportContext {
@@ -51,6 +52,32 @@ function quantiles(h: HistogramData, qs: Array<[string, number]>): string {
     return `${label} ${formatNats(h.max)}`;
   });
   return `${parts.join('  ')}  max ${formatNats(h.max)}`;
+}
+
+/** The threshold model in text: flip share per baseline-gap bucket and the gap at which flips stop. */
+function flipCurveLines(d: SummaryData, ctx: ReportContext): string[] {
+  const fc = d.flipCurve;
+  const total = fc.positions.reduce((a, b) => a + b, 0);
+  if (total === 0 || fc.flips.every((f) => f === 0)) return [];
+  const out = ['', "flip share by the baseline's gap (top-1 − top-2 at every comparable position; a flip is a pair's first divergence)"];
+  fc.positions.forEach((n, i) => {
+    if (n > 0) out.push(`  gap ${gapBucketLabel(fc.edges, i).padEnd(9)} ${int(n).padStart(8)} positions  ${int(fc.flips[i]!).padStart(6)} flipped (${((100 * fc.flips[i]!) / n).toFixed(1)}%)`);
+  });
+  out.push(`  ${flipStopSentence(fc, ctx.gapAmbiguous, d.positionShift)}`);
+  return out;
+}
+
+/** Where flips stop, read as the seed's threshold model does (shared by the text and HTML reports). */
+export function flipStopSentence(fc: FlipCurveData, gapAmbiguous: number, positionShift: HistogramData): string {
+  if (fc.stop === null) return `flips stop: too few flips to say (${int(fc.flips.reduce((a, b) => a + b, 0))}, at least ${MIN_FLIPS_FOR_STOP} needed)`;
+  const at = `flips stop at a gap of about ${formatNats(fc.stop.gap)} nats (95% of ${int(fc.stop.flips)} flips below it)`;
+  if (fc.stop.gap < gapAmbiguous) return `${at}: only near-ties flip — the pattern of float noise`;
+  return `${at}: a systematic shift of size s flips the tokens whose gap is below about s, so this is a second estimate of the offset, independent of the logprobs (median position shift ${quantiles(
+    positionShift,
+    [['', 0.5]],
+  )
+    .replace(/^ /, '')
+    .replace(/ {2}max .*$/, '')})`;
 }
 
 function describeFlip(s: Strip): string {
@@ -111,6 +138,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     }
     if (d.flips.lowerBound > 0) out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
   }
+  out.push(...flipCurveLines(d, ctx));
 
   const sc = d.scoring;
   const scoredPairs = sc.outcomes.ok + sc.outcomes.unsupported + sc.outcomes.skipped + sc.outcomes.failed;
