@@ -18,6 +18,8 @@ export interface ChatStyle {
   readonly tokens?: TokenRender;
   /** vLLM's shapes: logprobs without `refusal`, its non-streamed body. */
   readonly vllm?: boolean;
+  /** vLLM's `return_token_ids` (≥ 0.10.2): the generated ids in `choices[0].token_ids`, the prompt's in `prompt_token_ids`. */
+  readonly returnTokenIds?: boolean;
 }
 
 /** Serves one validated chat request. */
@@ -44,7 +46,7 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest, style: Chat
           )
         : null;
       const usage = { promptTokens: cells.length, completionTokens: result.completionTokens };
-      if (style.vllm) sendJson(ctx.res, 200, vllmChatBody(ctx, seq, content, logprobs, result, usage));
+      if (style.vllm) sendJson(ctx.res, 200, vllmChatBody(ctx, seq, content, logprobs, result, usage, style.returnTokenIds ? { tokenIds: steps.map((s) => s.id), promptTokenIds: cells } : null));
       else sendJson(ctx.res, 200, chatBody(ctx.meta, content, logprobs, result.finishReason, usage));
       return;
     }

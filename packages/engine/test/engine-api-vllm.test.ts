@@ -164,3 +164,21 @@ test('a vLLM completions stream: one token per chunk, finish_reason and stop_rea
     full.json.choices[0].text,
   );
 });
+
+test('chat with return_token_ids (vLLM ≥ 0.10.2): choices[0].token_ids are the generated ids and prompt_token_ids the templated prompt /tokenize gives', async (t) => {
+  const engine = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const messages = [{ role: 'user', content: 'The model of the cache' }];
+  const res = await post(engine.url, '/v1/chat/completions', { messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2, return_token_ids: true });
+  assert.equal(res.status, 200);
+  const ids = res.json.choices[0].token_ids as number[];
+  assert.equal(ids.length, res.json.usage.completion_tokens);
+  assert.deepEqual(
+    ids.map((id) => sim.tokenText(id)),
+    res.json.choices[0].logprobs.content.map((c: { token: string }) => c.token),
+  );
+  const tok = await post(engine.url, '/tokenize', { messages, add_generation_prompt: true, add_special_tokens: false });
+  assert.deepEqual(res.json.prompt_token_ids, tok.json.tokens);
+  const plain = await post(engine.url, '/v1/chat/completions', { messages, max_tokens: 2 });
+  assert.equal('token_ids' in plain.json.choices[0], false, 'only when asked');
+  assert.equal('prompt_token_ids' in plain.json, false);
+});

@@ -165,13 +165,14 @@ export function vllmChatBody(
   logprobs: string | null,
   result: GenerateResult,
   usage: { promptTokens: number; completionTokens: number },
+  ids: { tokenIds: readonly number[]; promptTokenIds: readonly number[] } | null = null,
 ): string {
   const m = ctx.meta;
   return (
     `{"id":${JSON.stringify(m.id)},"object":"chat.completion","created":${m.created},"model":${JSON.stringify(m.model)},` +
     `"choices":[{"index":0,"message":{"role":"assistant","reasoning_content":null,"content":${JSON.stringify(content)},"tool_calls":[]},` +
-    `"logprobs":${logprobs ?? 'null'},"finish_reason":${finishJson(result.finishReason)},"stop_reason":${stopReason(result)}}],` +
+    `"logprobs":${logprobs ?? 'null'},"finish_reason":${finishJson(result.finishReason)},"stop_reason":${stopReason(result)}${ids ? `,"token_ids":[${ids.tokenIds.join(',')}]` : ''}}],` +
     `"service_tier":null,"system_fingerprint":null,"usage":${vllmUsage(ctx, usage.promptTokens, usage.completionTokens, cachedTokens(seq))},` +
-    `"prompt_logprobs":null,"kv_transfer_params":null}`
+    `"prompt_logprobs":null,${ids ? `"prompt_token_ids":[${ids.promptTokenIds.join(',')}],` : ''}"kv_transfer_params":null}`
   );
 }

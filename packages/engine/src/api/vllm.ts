@@ -82,7 +82,8 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
     serve: (ctx) => {
       const body = parseJsonBody(ctx.raw);
       const asIds = bool(body, 'return_tokens_as_token_ids') ?? false;
-      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize), { vllm: true, ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}) });
+      const returnTokenIds = bool(body, 'return_token_ids') ?? false;
+      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize), { vllm: true, returnTokenIds, ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}) });
     },
   },
   '/tokenize': { methods: ['POST'], serve: tokenize },
