@@ -194,14 +194,17 @@ test('listen.workers 2: a killed proxy worker is started again, a stream on the 
   assert.equal((await request(`${p.adminUrl}/readyz`)).statusCode, 200);
 
   // The new worker serves too.
-  const seenPids = new Set<number>();
-  for (let i = 0; i < 12 && !seenPids.has(again.pid as number); i++) {
-    assert.equal(await completionTo(p.proxyUrl, `m${i}`), 200);
-    const pid = requestPids(p.lines()).get(`m${i}`);
-    if (pid !== undefined) seenPids.add(pid);
+  // (Each worker's request log lines reach the test through the primary's stdout, a little late
+  // on a loaded machine: the pids are read once more after the requests.)
+  const servedBy = (n: number) => new Set(Array.from({ length: n }, (_, i) => requestPids(p.lines()).get(`m${i}`)).filter((x): x is number => x !== undefined));
+  let sent = 0;
+  for (; sent < 30 && !servedBy(sent).has(again.pid as number); sent++) {
+    assert.equal(await completionTo(p.proxyUrl, `m${sent}`), 200);
     await sleep(20);
   }
-  assert.ok(seenPids.has(again.pid as number), `the restarted worker serves connections (${[...seenPids]})`);
+  const settle = performance.now() + 3000;
+  while (!servedBy(sent).has(again.pid as number) && performance.now() < settle) await sleep(50);
+  assert.ok(servedBy(sent).has(again.pid as number), `the restarted worker serves connections (${[...servedBy(sent)]} of ${sent} requests)`);
 
   // The counters never went back: the dead worker's requests (as last scraped) are still there.
   const after = await metrics(p.adminUrl);
@@ -243,10 +246,12 @@ test('listen.workers 2: SIGTERM drains both workers (their requests finish, /rea
   let refusedAt: number | null = null;
   let readyz: number | null = null;
   while (performance.now() - signalled < 2000) {
-    readyz ??= await request(`${p.adminUrl}/readyz`).then(
-      async (r) => (await r.body.text(), r.statusCode),
-      () => null,
-    );
+    // Until the process has taken the signal it is still ready: poll until it says otherwise.
+    if (readyz !== 503)
+      readyz = await request(`${p.adminUrl}/readyz`).then(
+        async (r) => (await r.body.text(), r.statusCode),
+        () => null,
+      );
     if ((await tryConnect(p.port)) === 'refused') {
       refusedAt = performance.now();
       break;
