@@ -47,8 +47,11 @@ const { values } = parseArgs({
     faults: { type: 'string', default: DEFAULT_FAULTS },
     'min-floor': { type: 'string', default: '0.04' },
     'no-write': { type: 'boolean', default: false },
+    /** The API the engines play (`vllm`: scoring by prompt_logprobs; `logprobe`: none, free-running only). */
+    api: { type: 'string', default: 'vllm' },
   },
 });
+const api = values.api as 'vllm' | 'llamacpp' | 'sglang' | 'logprobe';
 const requests = Number(values.requests);
 const seed = Number(values.seed);
 const maxTokens = Number(values['max-tokens']);
@@ -68,6 +71,11 @@ interface Row {
   firing: Partial<Record<AlertTransition['alert'], number>>;
   floorUsed: number;
   pairs: number;
+  /** Pairs scored teacher-forced, and the loci found. */
+  scored: number;
+  scoredPositions: number;
+  scoredShifted: number;
+  loci: Map<string, number>;
 }
 
 function body(i: number): { path: string; json: Record<string, unknown> } {
@@ -81,8 +89,20 @@ function body(i: number): { path: string; json: Record<string, unknown> } {
 }
 
 async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
-  const candidate = await spawnLlamaEngine({ seed, fault: c.fault === 'none' ? null : c.fault });
-  const row: Row = { c, verdicts: new Map(), shifts: [], flips: { ambiguous: 0, gray: 0, systematic: 0, minGap: Infinity, maxGap: -Infinity }, firing: {}, floorUsed: NaN, pairs: 0 };
+  const candidate = await spawnLlamaEngine({ seed, fault: c.fault === 'none' ? null : c.fault, api });
+  const row: Row = {
+    c,
+    verdicts: new Map(),
+    shifts: [],
+    flips: { ambiguous: 0, gray: 0, systematic: 0, minGap: Infinity, maxGap: -Infinity },
+    firing: {},
+    floorUsed: NaN,
+    pairs: 0,
+    scored: 0,
+    scoredPositions: 0,
+    scoredShifted: 0,
+    loci: new Map(),
+  };
   const config = buildConfig({
     ...c.config,
     listen: { host: '127.0.0.1', port: 0 },
@@ -107,6 +127,13 @@ async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
         row.floorUsed = pair.noiseFloor;
         if (!a) return;
         for (const p of a.positions) if (p.shift !== null) row.shifts.push(p.shift);
+        // Teacher-forced: every position of the baseline's tokens, scored on both sides.
+        if (a.scored?.outcome === 'ok' && a.scored.comparable !== undefined) {
+          row.scored++;
+          row.scoredPositions += a.scored.comparable;
+          row.scoredShifted += a.scored.shifted ?? 0;
+        }
+        if (a.locus) row.loci.set(a.locus, (row.loci.get(a.locus) ?? 0) + 1);
         if (a.flip) {
           row.flips[a.flip.class]++;
           if (a.flip.gap !== null) {
@@ -158,7 +185,9 @@ function line(r: Row): string {
   const flipText = flips === 0 ? '0' : `${flips}: ${f.ambiguous} amb · ${f.gray} gray · ${f.systematic} sys (gaps ${num(f.minGap)}–${num(f.maxGap)})`;
   const alert = (name: AlertTransition['alert']): string => (r.firing[name] === undefined ? 'none' : `#${r.firing[name]}`);
   const floor = r.c.floor.startsWith('auto') ? `auto → ${num(r.floorUsed)}` : r.c.floor;
-  return `| ${r.c.fault === 'none' ? 'none (two clean processes)' : r.c.fault} | ${floor} | ${mix} | ${num(median(r.shifts))} | ${num(Math.max(...r.shifts, 0))} | ${flipText} | ${alert('LogprobGlobalShift')} | ${alert('LogprobSustainedShift')} |`;
+  const loci = [...r.loci.entries()].map(([k, v]) => `${k} ${v}`).join(', ') || '—';
+  const scored = r.scored === 0 ? '0' : `${r.scored} (${r.scoredShifted}/${r.scoredPositions} shifted)`;
+  return `| ${r.c.fault === 'none' ? 'none (two clean processes)' : r.c.fault} | ${floor} | ${mix} | ${scored} | ${loci} | ${num(median(r.shifts))} | ${num(Math.max(...r.shifts, 0))} | ${flipText} | ${alert('LogprobGlobalShift')} | ${alert('LogprobSustainedShift')} |`;
 }
 
 if (!existsSync(fileURLToPath(new URL('../dist/cli/main.js', import.meta.url)))) {
@@ -166,7 +195,7 @@ if (!existsSync(fileURLToPath(new URL('../dist/cli/main.js', import.meta.url))))
   process.exit(2);
 }
 const started = performance.now();
-const baseline = await spawnLlamaEngine({ seed });
+const baseline = await spawnLlamaEngine({ seed, api });
 const rows: Row[] = [];
 try {
   for (const c of cases) {
@@ -179,10 +208,10 @@ try {
 }
 
 const table = [
-  `${requests} greedy requests per fault (chat and completions alternating, max_tokens ${maxTokens}), seed ${seed}, threads 1, ${cpus()[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; alert window 20, minRequests 10, fireFraction 0.5, forSeconds 0, CUSUM k 0.5 h 5. Alert columns: the mirrored request at which it fired. ${((performance.now() - started) / 1000).toFixed(0)} s in all.`,
+  `${requests} greedy requests per fault (chat and completions alternating, max_tokens ${maxTokens}), seed ${seed}, threads 1, engines playing the ${api} API (teacher-forced scoring when a pair diverges: scored pairs, with their shifted/comparable positions, and the locus; shifts and flips are the free-running positions'), ${cpus()[0]?.model.trim() ?? 'unknown CPU'}, Node ${process.version}; alert window 20, minRequests 10, fireFraction 0.5, forSeconds 0, CUSUM k 0.5 h 5. Alert columns: the mirrored request at which it fired. ${((performance.now() - started) / 1000).toFixed(0)} s in all.`,
   '',
-  '| candidate fault | noise floor | verdicts | median shift | max shift | flips (gap classes) | LogprobGlobalShift | LogprobSustainedShift |',
-  '| --- | --- | --- | --- | --- | --- | --- | --- |',
+  '| candidate fault | noise floor | verdicts | scored pairs (positions shifted) | locus | median shift | max shift | flips (gap classes) | LogprobGlobalShift | LogprobSustainedShift |',
+  '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
   ...rows.map(line),
 ].join('\n');
 console.log(table);
