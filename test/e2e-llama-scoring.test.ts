@@ -58,6 +58,15 @@ async function mirror(candidate: LlamaEngineProcess, baseline: LlamaEngineProces
 
 const tally = (pairs: MirroredPair[], f: (p: MirroredPair) => string) => pairs.reduce<Record<string, number>>((acc, p) => ((acc[f(p)] = (acc[f(p)] ?? 0) + 1), acc), {});
 
+/** The pairs not scored, counted by route, verdict, outcome and reason (a diagnostic line). */
+const notScored = (pairs: MirroredPair[]): string =>
+  `not scored: ${JSON.stringify(
+    tally(
+      pairs.filter((p) => p.analysis?.scored?.outcome !== 'ok'),
+      (p) => `${p.route} ${p.analysis?.verdict} ${p.analysis?.scored?.outcome}: ${p.analysis?.scored?.reason}`,
+    ),
+  )}`;
+
 for (const [fault, api, locus] of [
   ['zero-layer:1', 'vllm', 'compute'],
   ['decode-state:3', 'llamacpp', 'decode_state'],
@@ -68,14 +77,7 @@ for (const [fault, api, locus] of [
     const verdicts = tally(pairs, (p) => p.analysis?.verdict ?? 'none');
     const loci = tally(pairs, (p) => p.analysis?.locus ?? 'none');
     const scored = pairs.filter((p) => p.analysis?.scored?.outcome === 'ok');
-    t.diagnostic(
-      `not scored: ${JSON.stringify(
-        tally(
-          pairs.filter((p) => p.analysis?.scored?.outcome !== 'ok'),
-          (p) => `${p.route} ${p.analysis?.verdict} ${p.analysis?.scored?.outcome}: ${p.analysis?.scored?.reason}`,
-        ),
-      )}`,
-    );
+    t.diagnostic(notScored(pairs));
     t.diagnostic(
       `${fault}: verdicts ${JSON.stringify(verdicts)}, loci ${JSON.stringify(loci)}, scored ${scored.length} of ${pairs.length}, positions scored per pair ${(scored.reduce((s, p) => s + (p.analysis?.scored?.comparable ?? 0), 0) / Math.max(1, scored.length)).toFixed(1)}`,
     );
@@ -103,14 +105,7 @@ test('clean, flash attention, f16 weights and batch size 8 with scoring always: 
     const verdicts = tally(pairs, (p) => p.analysis?.verdict ?? 'none');
     // An identical pair needs no scoring (every position is equal already): it is skipped, and said so.
     const scored = pairs.filter((p) => p.analysis?.scored?.outcome === 'ok' || (p.analysis?.verdict === 'identical' && p.analysis.scored?.outcome === 'skipped')).length;
-    t.diagnostic(
-      `not scored: ${JSON.stringify(
-        tally(
-          pairs.filter((p) => p.analysis?.scored?.outcome !== 'ok'),
-          (p) => `${p.route} ${p.analysis?.verdict} ${p.analysis?.scored?.outcome}: ${p.analysis?.scored?.reason}`,
-        ),
-      )}`,
-    );
+    t.diagnostic(notScored(pairs));
     const maxShift = Math.max(...pairs.map((p) => Math.max(p.analysis?.scored?.maxShift ?? 0, p.analysis?.maxShift ?? 0)));
     t.diagnostic(`${fault ?? 'clean'}: ${JSON.stringify(verdicts)}, scored ${scored} of ${n}, largest shift ${maxShift.toExponential(2)}`);
     assert.equal(pairs.length, n);
