@@ -10,12 +10,13 @@ import { test } from 'node:test';
 import { tempDir } from './helpers/capture.js';
 import { runCli } from './helpers/cli.js';
 
-test('demo --fault cache-hit --baseline none: one engine, every request twice, LogprobSelfInconsistency; the next steps run on its captures', async (t) => {
+test('demo --baseline none: one engine, its default fault a wrong restore on a cache hit, every request twice, LogprobSelfInconsistency; the next steps run on its captures', async (t) => {
   const root = tempDir(t, 'logprobe-demo-');
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'cache-hit', '--baseline', 'none', '--duration', '14', '--port', '0', '--admin-port', '0', '--captures', root], {
+  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--baseline', 'none', '--duration', '14', '--port', '0', '--admin-port', '0', '--captures', root], {
     timeoutMs: 90_000,
   });
   assert.equal(code, 0, stderr);
+  assert.match(stdout, /^ {2}candidate .*\(fault: cache-hit\b/m, "without a baseline the default fault is the cache path's (a compute fault would agree with itself)");
   assert.match(stdout, /^ {2}baseline {2}none: the candidate against itself/m);
   assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency at mirrored request \d+ .* the candidate disagrees with itself between a cold and a warm run/m);
   const lines = stdout.split('\n').filter((l) => /^# +\d+ /.test(l));

@@ -77,7 +77,7 @@ export const demoCommand: CommandFactory = (setExit) =>
     .option('--port <n>', 'proxy port (0: any free port)', '8080')
     .option('--admin-port <n>', 'admin port for /metrics (0: any free port)', '9464')
     .option('--seed <n>', 'llama.cpp: seed of the generated model', '1')
-    .option('--baseline <none>', "'none': no baseline, the candidate against itself (each request twice: cold, then warm)")
+    .option('--baseline <none>', "'none': no baseline, the candidate against itself (each request twice: cold, then warm; the default fault becomes cache-hit:3)")
     .option('--captures <dir>', 'where the captures go (a folder per run inside it)', 'captures-demo')
     .addHelpText('after', () => help(installed))
     .action(async (opts: DemoCliOptions, cmd: Command) => {
@@ -86,9 +86,12 @@ export const demoCommand: CommandFactory = (setExit) =>
       if (opts.baseline !== undefined && opts.baseline !== 'none') throw usageError(`--baseline: the demo runs its own baseline; only 'none' (no baseline) can be given, got '${opts.baseline}'`);
       if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine)) throw usageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
       const choice = opts.engine;
+      // One server alone can only disagree with itself on its cache path: without a baseline the
+      // default fault is a wrong restore on a prefix-cache hit (a compute fault would agree with itself).
+      const fault = opts.baseline === 'none' && cmd.getOptionValueSource('fault') === 'default' ? 'cache-hit:3' : opts.fault;
       let plan: DemoFaultPlan;
       try {
-        plan = planFault(opts.fault);
+        plan = planFault(fault);
       } catch (err) {
         if (err instanceof UnknownDemoFaultError) throw usageError(`--fault: ${err.message}`);
         throw err;
