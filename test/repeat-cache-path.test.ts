@@ -61,8 +61,13 @@ test('a cache-hit fault: the candidate disagrees with itself on its warm repeats
     cs.every((x) => x.flushed),
     'every first run was cold (the slot erased first)',
   );
+  // A client request between the erase and a probe's first run can warm the prompt's shared start
+  // (the engine says so): the ≥ 90% is over the probes whose first run was fully cold.
+  const probes = cs.filter((x) => x.cached.first === 0 && (x.cached.second ?? 0) > 0);
+  assert.ok(probes.length >= 18, `${probes.length} of 24 fully cold → warm: ${JSON.stringify(cs.map((x) => x.cached))}`);
   const inconsistent = cs.filter((x) => x.verdict === 'self_inconsistent').length;
-  assert.ok(inconsistent / cs.length >= 0.9, `self_inconsistent on ${inconsistent} of ${cs.length} warm repeat pairs`);
+  const onProbes = probes.filter((x) => x.verdict === 'self_inconsistent').length;
+  assert.ok(onProbes / probes.length >= 0.9, `self_inconsistent on ${onProbes} of ${probes.length} cold → warm repeat pairs`);
   assert.equal(bs.filter((x) => x.verdict === 'self_inconsistent').length, 0, 'the clean baseline agrees with itself');
   const fired = r.alerts.find((a) => a.alert === 'LogprobSelfInconsistency' && a.to === 'firing');
   assert.ok(fired, 'LogprobSelfInconsistency fired');
@@ -120,11 +125,17 @@ test('baseline-free (baseline: null): the candidate alone, every mirrored reques
   assert.ok(r.pairs.every((p) => p.baseline === null && p.analysis === null && p.outcome === 'ok'));
   const cs = r.self('candidate');
   assert.equal(cs.length, 12);
-  // One slot (llama-server's): the client's next request can land between a probe's two runs and
-  // take the slot; such a pair is no cold→warm probe (the engine's counts say so) and is not judged.
-  const probes = cs.filter((x) => probeShape(x.cached) === 'cold_warm');
-  assert.ok(probes.length >= 9, `${probes.length} of 12 cold→warm: ${JSON.stringify(cs.map((x) => x.cached))}`);
-  assert.ok(probes.filter((x) => x.verdict === 'self_inconsistent').length >= probes.length - 1, 'every cold→warm probe disagrees');
+  // One slot (llama-server's): the client's next request can land between the flush and a probe's
+  // first run (which then reuses the prompt's shared start) or between its two runs (and take the
+  // slot); the engine's counts say so. The simulated fault moves every position of a warm run
+  // alike, however much it reused, so only a first run that was fully cold is sure to disagree.
+  const cold = cs.filter((x) => x.cached.first === 0 && (x.cached.second ?? 0) > 0);
+  const shapes = JSON.stringify(cs.map((x) => [x.cached, x.verdict]));
+  assert.ok(cold.length >= 6, `${cold.length} of 12 fully cold → warm: ${shapes}`);
+  assert.ok(
+    cold.every((x) => x.verdict === 'self_inconsistent'),
+    `every fully cold → warm probe disagrees: ${shapes}`,
+  );
   assert.ok(r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === 'candidate' && a.to === 'firing'));
   assert.equal(metricValue(r.metrics, 'logprobe_mirror_total', { outcome: 'ok' }), 12);
   await r.lp.close();
@@ -141,10 +152,9 @@ test('baseline-free (baseline: null): the candidate alone, every mirrored reques
   const analysed = await runCli(['analyze', dir]);
   assert.equal(analysed.code, 0, analysed.stderr);
   assert.match(analysed.stdout, /baseline-free: 12 pairs had no baseline/);
-  assert.match(
-    analysed.stdout,
-    /repeats on the candidate \(the same request twice: cold, then warm from its cache\): 12 pairs, 12 with the cache emptied first[^;\n]*; .*self_inconsistent (9|1[0-2])/,
-  );
+  const mix = /repeats on the candidate \(the same request twice: cold, then warm from its cache\): 12 pairs, 12 with the cache emptied first[^;\n]*; .*self_inconsistent (\d+)/.exec(analysed.stdout);
+  assert.ok(mix, analysed.stdout);
+  assert.equal(Number(mix[1]), cs.filter((x) => x.verdict === 'self_inconsistent').length, 'offline, the same self verdicts as online');
   assert.doesNotMatch(analysed.stdout, /^verdicts$/m, 'no empty pair sections when there is no baseline');
 
   // The same probe as a CI gate: replay --baseline none on the candidate alone.
