@@ -120,40 +120,29 @@ export const replayCommand: CommandFactory = (setExit) =>
       const progress = startProgress({ label: 'replay', total, unit: 'items', lines: false });
       const summary = gates.summary({ alert: config.alert });
       const upstream = (u: string, base: Omit<UpstreamOptions, 'url'>) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
+      // What both runs take alike: the inputs, the pacing, the thresholds, where results go.
+      const common = {
+        inputs,
+        tlsInsecure: config.tlsInsecure,
+        concurrency,
+        rps,
+        thresholds,
+        scoring: scoringOptions(config),
+        writer,
+        summary,
+        onSkip: (m: string) => process.stderr.write(`${m}\n`),
+        onPair: (done: number) => progress.update(done, { detail: `${summary.count(failOn)} failing` }),
+      };
       try {
         if (gates.golden) {
-          await runGoldenReplay({
-            inputs,
-            candidate: upstream(candidateUrl, config.candidate),
-            golden: gates.golden,
-            tlsInsecure: config.tlsInsecure,
-            maxTokens,
-            concurrency,
-            rps,
-            thresholds,
-            scoring: scoringOptions(config),
-            writer,
-            summary,
-            onSkip: (m) => process.stderr.write(`${m}\n`),
-            onPair: (done) => progress.update(done, { detail: `${summary.count(failOn)} failing` }),
-            onAnalysed: gates.onAnalysed,
-          });
+          await runGoldenReplay({ ...common, candidate: upstream(candidateUrl, config.candidate), golden: gates.golden, maxTokens, onAnalysed: gates.onAnalysed });
         } else
           await runReplay({
-            inputs,
+            ...common,
             candidate: { ...upstream(candidateUrl, config.candidate), model: config.candidate.model },
             baseline: baselineUrl === null ? null : { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey, model: config.baseline.model },
-            tlsInsecure: config.tlsInsecure,
             rewrite: config.mirror,
             maxTokens: gates.maxTokens,
-            concurrency,
-            rps,
-            thresholds,
-            scoring: scoringOptions(config),
-            writer,
-            summary,
-            onSkip: (m) => process.stderr.write(`${m}\n`),
-            onPair: (done) => progress.update(done, { detail: `${summary.count(failOn)} failing` }),
           });
       } finally {
         progress.stop();

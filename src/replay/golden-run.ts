@@ -4,15 +4,13 @@ import type { CaptureWriter } from '../capture/writer.js';
 import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
 import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
 import { LogprobLimits, sendOneWithinLimits } from '../mirror/limits.js';
-import type { MirroredPair } from '../mirror/types.js';
-import { routeLabel } from '../proxy/routes.js';
 import { analyzePair, type PairResult } from '../report/pair.js';
 import type { Summary } from '../report/summary.js';
 import type { ScoringTarget } from '../scoring/http.js';
 import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
 import { goldenSide, itemKey, scoreAgainstGolden, type GoldenIndex } from './golden.js';
-import { toReplayItem, type ReplayItem } from './input.js';
+import { replayedPair, toReplayItem, type ReplayItem } from './input.js';
 import { RateLimiter } from './limit.js';
 
 /** One analysed pair as a replay saw it (the gates read these). */
@@ -93,19 +91,7 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
       const r = await scoreAgainstGolden(scorer, { when: o.scoring.when, source: { kind: item.kind, body: request }, free, golden, target, thresholds: o.thresholds });
       result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
     }
-    const pair: MirroredPair = {
-      id,
-      ts: new Date().toISOString(),
-      route: routeLabel(item.route),
-      path: item.route,
-      request,
-      clientHeaders: {},
-      candidate: cand,
-      baseline: base,
-      outcome: result.outcome,
-      analysis: result.comparison,
-      noiseFloor: o.thresholds.noiseFloor,
-    };
+    const pair = replayedPair(id, item, { request, candidate: cand, baseline: base, outcome: result.outcome, analysis: result.comparison, noiseFloor: o.thresholds.noiseFloor });
     o.writer.write(pair);
     o.onAnalysed?.({ at: id, file: at.file, line: at.line, route: item.route, request, result });
     o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, request });

@@ -1,6 +1,8 @@
 import { captureRecordError } from '../capture/reader.js';
 import type { CaptureRecord } from '../capture/record.js';
 import { requestKind, type RequestKind } from '../mirror/rewrite.js';
+import type { MirroredPair } from '../mirror/types.js';
+import { routeLabel } from '../proxy/routes.js';
 
 /** One request to replay: where it goes and the body before the mirror's rewrite. */
 export interface ReplayItem {
@@ -43,4 +45,13 @@ export function toReplayItem(value: unknown): ReplayItem | { error: string } {
   if (kind === 'chat' && !Array.isArray(body.messages)) return { error: 'a chat request needs "messages" (a list)' };
   if (kind === 'completions' && body.prompt === undefined) return { error: 'a completions request needs "prompt"' };
   return { route, kind, body };
+}
+
+/**
+ * The capture record of one replayed input: a mirrored pair as the live mirror would have written
+ * it (no client headers: a replay has no client), for `replay`, `--baseline none` and
+ * `--baseline-from` alike.
+ */
+export function replayedPair(id: string, item: ReplayItem, p: Pick<MirroredPair, 'request' | 'candidate' | 'baseline' | 'outcome' | 'analysis' | 'noiseFloor' | 'repeats'>): MirroredPair {
+  return { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, clientHeaders: {}, ...p };
 }

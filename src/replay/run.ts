@@ -6,8 +6,6 @@ import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js
 import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
 import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from '../mirror/limits.js';
 import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
-import type { MirroredPair } from '../mirror/types.js';
-import { routeLabel } from '../proxy/routes.js';
 import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
 import type { ScoringTarget } from '../scoring/http.js';
 import { analyzePair, type PairResult } from '../report/pair.js';
@@ -15,7 +13,7 @@ import { repeatOnce } from '../mirror/repeat.js';
 import { probeShape } from '../core/self.js';
 import type { Summary } from '../report/summary.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
-import { toReplayItem, type ReplayItem } from './input.js';
+import { replayedPair, toReplayItem, type ReplayItem } from './input.js';
 import { RateLimiter } from './limit.js';
 
 /** What a replay needs: inputs, the two backends, pacing, thresholds, and where results go. */
@@ -108,20 +106,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
     });
     const cand = first.result;
     const outcome = cand.error !== null || cand.status >= 400 ? 'candidate_error' : 'ok';
-    const pair: MirroredPair = {
-      id,
-      ts: new Date().toISOString(),
-      route: routeLabel(item.route),
-      path: item.route,
-      request,
-      clientHeaders: {},
-      candidate: cand,
-      baseline: null,
-      outcome,
-      analysis: null,
-      noiseFloor: o.thresholds.noiseFloor,
-      repeats: [rp],
-    };
+    const pair = replayedPair(id, item, { request, candidate: cand, baseline: null, outcome, analysis: null, noiseFloor: o.thresholds.noiseFloor, repeats: [rp] });
     o.writer.write(pair);
     const result: PairResult = { outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };
     o.summary.add({
@@ -156,19 +141,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
       // The health of a scored pair is taken over its teacher-forced positions (docs/format.md, `health`).
       result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
     }
-    const pair: MirroredPair = {
-      id,
-      ts: new Date().toISOString(),
-      route: routeLabel(item.route),
-      path: item.route,
-      request,
-      clientHeaders: {},
-      candidate: cand,
-      baseline: base,
-      outcome: result.outcome,
-      analysis: result.comparison,
-      noiseFloor: o.thresholds.noiseFloor,
-    };
+    const pair = replayedPair(id, item, { request, candidate: cand, baseline: base, outcome: result.outcome, analysis: result.comparison, noiseFloor: o.thresholds.noiseFloor });
     o.writer.write(pair);
     o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, request });
     o.onPair?.(++done);
