@@ -32,17 +32,16 @@ export interface FlipCurveData {
 
 /** Accumulates the curve over pairs, in constant memory. */
 export class FlipCurve {
-  private readonly positions = new Array<number>(GAP_BUCKETS.length + 1).fill(0);
-  private readonly flips = new Array<number>(GAP_BUCKETS.length + 1).fill(0);
+  private readonly positions = new Histogram(GAP_BUCKETS);
+  private readonly flips = new Histogram(GAP_BUCKETS);
   private readonly flipGaps = new Histogram(linearEdges(0.01, 5));
 
   add(c: Pick<Comparison, 'positions'>): void {
     for (const p of c.positions) {
-      if (p.gap === null || !Number.isFinite(p.gap)) continue;
-      const b = bucket(p.gap);
-      this.positions[b]!++;
+      if (p.gap === null) continue;
+      this.positions.add(p.gap);
       if (p.candidateToken !== undefined) {
-        this.flips[b]!++;
+        this.flips.add(p.gap);
         this.flipGaps.add(p.gap);
       }
     }
@@ -50,13 +49,8 @@ export class FlipCurve {
 
   toJSON(): FlipCurveData {
     const n = this.flipGaps.n;
-    return { edges: [...GAP_BUCKETS], positions: [...this.positions], flips: [...this.flips], stop: n >= MIN_FLIPS_FOR_STOP ? { gap: this.flipGaps.quantile(0.95)!, flips: n } : null };
+    return { edges: [...GAP_BUCKETS], positions: [...this.positions.counts], flips: [...this.flips.counts], stop: n >= MIN_FLIPS_FOR_STOP ? { gap: this.flipGaps.quantile(0.95)!, flips: n } : null };
   }
-}
-
-function bucket(gap: number): number {
-  const i = GAP_BUCKETS.findIndex((e) => gap <= e);
-  return i < 0 ? GAP_BUCKETS.length : i;
 }
 
 /** A bucket's label: `0–0.05`, …, `> 3`. */
