@@ -4,6 +4,7 @@ import { createRuntime } from '../server.js';
 import type { AlertTransition } from '../core/detector.js';
 import { probeShape, type ProbeShape } from '../core/self.js';
 import type { MirroredPair } from '../mirror/types.js';
+import { promptText } from '../report/strips.js';
 import { runTraffic } from './traffic.js';
 
 /**
@@ -201,16 +202,6 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   return { engine: engines.engine, mirrored, verdicts, alerts, firstFiring, sent };
 }
 
-/** The prompt a mirrored request asked (chat: its last message), for folding repeated lines. */
-function promptOf(request: Record<string, unknown>): string {
-  const messages = request.messages;
-  if (Array.isArray(messages)) {
-    const last = messages.at(-1) as { content?: unknown } | undefined;
-    return typeof last?.content === 'string' ? last.content : JSON.stringify(last?.content ?? '');
-  }
-  return typeof request.prompt === 'string' ? request.prompt : JSON.stringify(request.prompt ?? '');
-}
-
 /** A repeat that probed no cold→warm path, as the engine reported its cache hits. */
 const PROBE_WORD: Partial<Record<ProbeShape, string>> = { not_cold: 'warm=warm', not_warm: 'cold=cold' };
 const PROBE_NOTE: Partial<Record<ProbeShape, string>> = {
@@ -238,7 +229,7 @@ export class LineFolder {
   folded = 0;
 
   line(n: number, pair: MirroredPair): string | null {
-    const prompt = promptOf(pair.request);
+    const prompt = promptText(pair.request) ?? '';
     const summary = summaryOf(pair);
     const before = this.last.get(prompt);
     this.last.set(prompt, summary);
