@@ -75,6 +75,30 @@ export interface BackendResult {
 const SERVER_HEADER = /^(server|x-.*version.*|x-.*model.*|x-.*engine.*|openai-.*|x-request-id)$/;
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
+/**
+ * A backend's answer body, read up to `limit` bytes (over it: the body is destroyed and `over()`
+ * thrown), parsed as JSON, or kept as text when it is not JSON. Shared by the mirror's copies and
+ * the scoring calls.
+ */
+export async function readJsonOrText(body: Dispatcher.ResponseData['body'], limit: number, over: () => Error): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += (chunk as Buffer).length;
+    if (size > limit) {
+      body.destroy();
+      throw over();
+    }
+    chunks.push(chunk as Buffer);
+  }
+  const text = Buffer.concat(chunks).toString('utf8');
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
 /** Sends one mirrored copy through a long-lived pool and reads the whole answer. */
 export async function callBackend(
   pool: Dispatcher,
@@ -95,23 +119,8 @@ export async function callBackend(
       headersTimeout: target.timeoutMs,
       bodyTimeout: target.idleTimeoutMs,
     });
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const chunk of res.body) {
-      size += (chunk as Buffer).length;
-      if (size > MAX_BODY_BYTES) {
-        res.body.destroy();
-        throw new Error(`response body over ${MAX_BODY_BYTES} bytes`);
-      }
-      chunks.push(chunk as Buffer);
-    }
-    const text = Buffer.concat(chunks).toString('utf8');
-    let parsed: unknown = text;
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      // Not JSON: the comparison core decides what it is (an SSE stream, or garbage).
-    }
+    // Not JSON: the comparison core decides what it is (an SSE stream, or garbage).
+    const parsed = await readJsonOrText(res.body, MAX_BODY_BYTES, () => new Error(`response body over ${MAX_BODY_BYTES} bytes`));
     const serverHeaders: Record<string, string> = {};
     for (const [k, v] of Object.entries(res.headers)) {
       if (v !== undefined && SERVER_HEADER.test(k)) serverHeaders[k] = Array.isArray(v) ? v.join(', ') : v;

@@ -1,4 +1,5 @@
 import type { Dispatcher } from 'undici';
+import { readJsonOrText } from '../mirror/dispatch.js';
 
 /** A backend as the scoring calls reach it: its pool, base URL, headers (credentials) and timeouts. */
 export interface ScoringTarget {
@@ -49,23 +50,8 @@ export async function requestJson(target: ScoringTarget, method: 'GET' | 'POST',
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
   });
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of res.body) {
-    size += (chunk as Buffer).length;
-    if (size > LIMIT) {
-      res.body.destroy();
-      throw new ScoringError(`${method} ${path}: answer over ${LIMIT} bytes`);
-    }
-    chunks.push(chunk as Buffer);
-  }
-  const text = Buffer.concat(chunks).toString('utf8');
-  let parsed: unknown = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    // Not JSON (a plain-text answer such as SGLang's /flush_cache): kept as text.
-  }
+  // Not JSON (a plain-text answer such as SGLang's /flush_cache): kept as text.
+  const parsed = await readJsonOrText(res.body, LIMIT, () => new ScoringError(`${method} ${path}: answer over ${LIMIT} bytes`));
   const server = res.headers.server;
   return { status: res.statusCode, body: parsed, server: typeof server === 'string' ? server : null };
 }
