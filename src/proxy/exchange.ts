@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { readBody } from './body.js';
@@ -56,6 +56,12 @@ function onResponseClose(this: TaggedResponse): void {
   this[kExchange]?.closed();
 }
 
+/** A request's id: the client's `x-request-id`, else a new UUID (the inline and the shadow path alike). */
+export function clientRequestId(headers: IncomingHttpHeaders): string {
+  const h = headers['x-request-id'];
+  return typeof h === 'string' && h !== '' ? h : randomUUID();
+}
+
 /**
  * One client request forwarded to the candidate: reads (or streams) the body, dispatches it on
  * the candidate's pool and relays the answer chunk by chunk with backpressure. It is its own
@@ -94,11 +100,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
 
   /** The request id: the client's `x-request-id`, else a UUID made when first needed. */
   requestId(): string {
-    if (this.id === undefined) {
-      const h = this.req.headers['x-request-id'];
-      this.id = typeof h === 'string' && h !== '' ? h : randomUUID();
-    }
-    return this.id;
+    return (this.id ??= clientRequestId(this.req.headers));
   }
 
   /** Forwards the request: reads the body first when it must be kept or is small, else streams it. */

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { readBody } from './body.js';
 import { PayloadTooLargeError } from '../errors.js';
@@ -6,7 +5,7 @@ import { openAIError } from './errors.js';
 import { MIRROR_HEADER } from './headers.js';
 import { pathOf, routeLabel } from './routes.js';
 import { parseMirrorHeader } from './tap.js';
-import type { ExchangeContext } from './exchange.js';
+import { clientRequestId, type ExchangeContext } from './exchange.js';
 
 /**
  * Shadow mode (`mode: shadow`): logprobe is the *target* of a mirror that already exists (Envoy's
@@ -113,11 +112,7 @@ export class ShadowExchange {
   }
 
   requestId(): string {
-    if (this.id === undefined) {
-      const h = this.req.headers['x-request-id'];
-      this.id = typeof h === 'string' && h !== '' ? h : randomUUID();
-    }
-    return this.id;
+    return (this.id ??= clientRequestId(this.req.headers));
   }
 
   /** Reads the body (kept or discarded, under limits.bodyMB), then answers 202. */
