@@ -14,12 +14,15 @@
  * lane" section of bench/RESULTS.md), `--lane all` (both). Streaming-lane options:
  *   --n 100,1000        the Ns (default 100,1000,5000; quick 100,1000)
  *   --rounds R          rounds per N (default 3; quick 1)
- *   --targets a,b       of direct,nginx,logprobe-off,logprobe-0.1,nginx-w2,logprobe-off-w2,logprobe-0.1-w2
+ *   --targets a,b       of direct,nginx,node-floor,logprobe-off,logprobe-0.1,nginx-w2,logprobe-off-w2,logprobe-0.1-w2
+ *                       (node-floor: bench/node-floor.ts, node:http + undici and nothing else)
  *                       (default all but logprobe-0.1-w2; -w2: nginx with 2 workers, logprobe with listen.workers 2)
  *   --logprobe-root DIR run (and build, unless --no-build) the logprobe of another checkout
  *   --mirror-delay-ms MS  the upstream's delay for the mirror's non-streaming copies (default 64 × 20)
  *   --harness-nice K    nice value of the upstream and the load generator (default -5; 0: none)
  * RESULTS.md gets the streaming section only from a run of the default Ns and targets without --quick.
+ * LOGPROBE_BENCH_NODE_ARGS="--flag …" starts every logprobe target with these node flags (to try V8 or
+ * GC settings side by side with a run without them).
  */
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';

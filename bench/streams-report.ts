@@ -22,7 +22,7 @@ export interface StreamsCheck {
 }
 
 const LOGPROBE = ['logprobe-off', 'logprobe-0.1', 'logprobe-off-w2', 'logprobe-0.1-w2'];
-const ORDER = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2'];
+const ORDER = ['direct', 'nginx', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2'];
 /** The nginx a target is compared with: the one with as many worker processes (`-w2`: nginx-w2). */
 export const nginxFor = (key: string): string => (key.endsWith('-w2') ? 'nginx-w2' : 'nginx');
 const f = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '–');
@@ -168,6 +168,43 @@ function harnessLine(m: Map<string, TargetSummary>): string {
   );
 }
 
+const FLOOR_HEAD = ['N', 'target', 'TTFB p99 ms', '÷ nginx', '÷ floor', 'added p99 ms', '− nginx', '− floor', 'KB/stream', 'CPU ms/stream', '÷ nginx', '÷ floor'];
+
+/**
+ * nginx, the transport's floor (node:http + undici alone, bench/node-floor.ts) and logprobe side
+ * by side per N: what the floor costs above nginx is the platform's, what logprobe costs above
+ * the floor is its own. Empty when the floor was not measured.
+ */
+function floorRows(r: StreamsResult): string[][] {
+  const out: string[][] = [];
+  const ns = byN(r);
+  for (const n of [...ns.keys()].sort((a, b) => a - b)) {
+    const m = ns.get(n)!;
+    const ng = m.get('nginx');
+    const fl = m.get('node-floor');
+    if (!ng || !fl) continue;
+    for (const s of [fl, m.get('logprobe-off'), m.get('logprobe-0.1')]) {
+      if (!s) continue;
+      const own = s !== fl;
+      out.push([
+        int(n),
+        s.key,
+        f(s.ttfbP99),
+        `${f(s.ttfbP99 / ng.ttfbP99, 2)}×`,
+        own ? `${f(s.ttfbP99 / fl.ttfbP99, 2)}×` : '–',
+        f(s.addedP99),
+        sign(s.addedP99 - ng.addedP99),
+        own ? sign(s.addedP99 - fl.addedP99) : '–',
+        f(s.kbPerStream),
+        f(s.cpuMsPerStream, 2),
+        `${f(s.cpuMsPerStream / ng.cpuMsPerStream, 2)}×`,
+        own ? `${f(s.cpuMsPerStream / fl.cpuMsPerStream, 2)}×` : '–',
+      ]);
+    }
+  }
+  return out;
+}
+
 /** The stdout summary: a table per N, then the checks. */
 export function streamsText(r: StreamsResult, checks: StreamsCheck[]): string {
   const out: string[] = [];
@@ -187,6 +224,12 @@ export function streamsText(r: StreamsResult, checks: StreamsCheck[]): string {
           `mirror of ${key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes; ${int(lp.mirrorConns)} mirror connections to the candidate (median per run)`,
         );
     }
+  }
+  const floor = floorRows(r);
+  if (floor.length > 0) {
+    out.push('');
+    out.push("the transport's floor (node:http + undici alone) beside nginx and logprobe:");
+    out.push(textTable(FLOOR_HEAD, floor));
   }
   out.push('');
   for (const c of caveats(r)) out.push(c.replace(/\*\*/g, ''));
@@ -215,7 +258,7 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
     `Workload: N concurrent clients, each doing ${o.streamsPerClient} SSE chat completions one after the other on its own keep-alive connection (an undici Client each, connections opened before the first stream, first streams started over N/5 ms); ` +
       `the upstream (\`bench/streams-upstream.ts\`, its own process) answers each with ${o.chunks} OpenAI chat-completion chunks (~270 bytes, chunked transfer encoding) ${o.gapMs} ms apart, the first at once, then \`data: [DONE]\`. ` +
       `Targets: the upstream directly; nginx ${v.nginx} (1 worker${o.targets.includes('nginx-w2') ? ', and 2 for nginx-w2' : ''}, \`proxy_buffering off\`, \`proxy_request_buffering off\`, HTTP/1.1 keep-alive upstream with 256 idle connections kept, \`worker_connections 12000\`, \`worker_rlimit_nofile 20000\`); ` +
-      `logprobe with mirroring off and at sampleRate 0.1${o.targets.some((k) => k.startsWith('logprobe') && k.endsWith('-w2')) ? ', as one process and (the -w2 rows) with `listen.workers: 2` — a primary with the mirror and two proxy worker processes' : ''} (the mirror's \`stream: false\` copies answered after ${o.jsonDelayMs} ms, the time the same tokens take to stream, by the candidate and by a second upstream process as baseline). ` +
+      `${o.targets.includes('node-floor') ? "the transport's floor (`node-floor`: node:http + undici alone, bench/node-floor.ts); " : ''}logprobe with mirroring off and at sampleRate 0.1${o.targets.some((k) => k.startsWith('logprobe') && k.endsWith('-w2')) ? ', as one process and (the -w2 rows) with `listen.workers: 2` — a primary with the mirror and two proxy worker processes' : ''} (the mirror's \`stream: false\` copies answered after ${o.jsonDelayMs} ms, the time the same tokens take to stream, by the candidate and by a second upstream process as baseline). ` +
       `Every process with \`ulimit -n 20000\`${o.harnessNice !== null ? `; the upstream and the load generator at nice ${o.harnessNice} (the harness gets its CPU first; the targets, at 0, bear any shortage)` : ''}. For each N the targets are started afresh and warmed up (min(N, 100) streams); ${o.rounds} round${o.rounds === 1 ? '' : 's'} per N, the order of the targets rotating between rounds; figures are medians over rounds (done/cut: sums).`,
   );
   out.push('');
@@ -247,6 +290,18 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
   }
   if (r.unavailable.length > 0) out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
   out.push(...caveats(r).map((c) => `${c}\n`));
+  const floor = floorRows(r);
+  if (floor.length > 0) {
+    out.push("### The transport's floor");
+    out.push('');
+    out.push(
+      '`node-floor` is bench/node-floor.ts: node:http (llhttp) and an undici Pool (no cap, pipelining 1) relaying each chunk with backpressure, and nothing else — no config, metrics, logging, mirror or limits. ' +
+        "What it costs above nginx is the platform's that issue #13 prescribes; what logprobe costs above it is logprobe's own.",
+    );
+    out.push('');
+    out.push(mdTable(FLOOR_HEAD, floor));
+    out.push('');
+  }
   out.push('### Targets');
   out.push('');
   out.push(

@@ -1,7 +1,8 @@
 /**
  * The streaming lane (`npm run bench -- --lane streams`): LLM-shaped traffic, long SSE streams,
  * hundreds to thousands at once. Side by side in one run, rounds alternating the order of the
- * targets: the upstream directly, nginx, logprobe with mirroring off and at sampleRate 0.1.
+ * targets: the upstream directly, nginx, the transport's floor (node:http + undici alone), logprobe
+ * with mirroring off and at sampleRate 0.1.
  *
  * Processes, each its own (and each with `ulimit -n 20000`): the upstream (bench/streams-upstream.ts:
  * 64 chunks 20 ms apart), a second one as the mirror's baseline, the targets, and per run a load
@@ -18,6 +19,7 @@ import { cpuMsOf, NOFILE, rssKBOf, rssSampler, ticksPerSecond, withNofile } from
 import { mirrorCounters, type MirrorCounters } from './lib/metrics.js';
 import { startNginx } from './proxies/nginx.js';
 import { startLogprobe } from './proxies/logprobe.js';
+import { startNodeFloor } from './proxies/node-floor.js';
 import { isRunning, type Running, type Unavailable } from './proxies/types.js';
 import type { LoadResult, LoadSpec } from './streams-load.js';
 
@@ -27,13 +29,14 @@ export const STREAMS_PER_CLIENT = 3;
 export const FULL_NS = [100, 1000, 5000];
 export const QUICK_NS = [100, 1000];
 /**
- * Every target: the upstream directly, nginx with 1 and 2 worker processes, logprobe with
- * mirroring off and at sampleRate 0.1, each as one process and with `listen.workers: 2` (the
+ * Every target: the upstream directly, nginx with 1 and 2 worker processes, the transport's floor
+ * (bench/node-floor.ts: node:http + undici and nothing else), logprobe with mirroring off and at
+ * sampleRate 0.1, each as one process and with `listen.workers: 2` (the
  * `-w2` ones, compared with nginx-w2: equal worker counts).
  */
-export const TARGET_KEYS = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2'] as const;
+export const TARGET_KEYS = ['direct', 'nginx', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2'] as const;
 /** What a run without --targets measures (logprobe-0.1-w2 on request: it adds a fifth of the run's time). */
-export const DEFAULT_TARGETS: readonly string[] = ['direct', 'nginx', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2'];
+export const DEFAULT_TARGETS: readonly string[] = ['direct', 'nginx', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2'];
 /** The worker count a target key names (`-w2`: 2), 1 otherwise. */
 export const workersOf = (key: string): number => Number(/-w(\d+)$/.exec(key)?.[1] ?? 1);
 /**
@@ -233,6 +236,7 @@ async function startTargets(o: StreamsOptions, up: Upstream, base: Upstream, n: 
   for (const key of o.targets) {
     if (key === 'direct') out.push({ key, label: 'upstream directly', url: up.url, headers: {}, pids: async () => [up.pid], stop: async () => undefined });
     else if (key === 'nginx' || key === 'nginx-w2') out.push(await startNginx({ upstream: up.url, outDir: dir, key, workers: workersOf(key), workerConnections: 12_000, nofile: NOFILE }));
+    else if (key === 'node-floor') out.push(await startNodeFloor({ upstream: up.url, outDir: dir, nofile: NOFILE }));
     else if (/^logprobe-(off|0\.1)(-w2)?$/.test(key)) {
       const rate = key.startsWith('logprobe-off') ? 0 : 0.1;
       const workers = workersOf(key);

@@ -44,7 +44,9 @@ export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
       '',
     ].join('\n'),
   );
-  const nodeArgs = t.profile ? ['--cpu-prof', `--cpu-prof-dir=${join(t.outDir, 'prof', t.key)}`] : [];
+  // Node flags to try on logprobe alone (bench/run.ts: LOGPROBE_BENCH_NODE_ARGS).
+  const extra = (process.env.LOGPROBE_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const nodeArgs = [...extra, ...(t.profile ? ['--cpu-prof', `--cpu-prof-dir=${join(t.outDir, 'prof', t.key)}`] : [])];
   const args = [...nodeArgs, 'bin/logprobe.js', 'serve', '--config', file];
   const { proc } = await start({
     name: t.key,
