@@ -6,7 +6,10 @@
  * chat completion with `choices[0].logprobs.content[]` (token, logprob, bytes, top_logprobs),
  * after the time the same tokens would take to stream (`--json-delay-ms`, default chunks × gap).
  *
- *   node --import tsx bench/streams-upstream.ts [--port N] [--chunks 64] [--gap-ms 20] [--json-delay-ms MS]
+ *   node --import tsx bench/streams-upstream.ts [--port N] [--chunks 64] [--gap-ms 20] [--json-delay-ms MS] [--keep-alive-ms 10000]
+ *
+ * `--keep-alive-ms`: idle keep-alive connections are closed after this long (node's keepAliveTimeout,
+ * announced in `Keep-Alive: timeout=…`, so clients close theirs first).
  *
  * One shared ticker (every ~1 ms) writes every chunk that is due: stream k's chunk i is due at
  * start + i × gap on an absolute schedule (no drift), kept in 1-ms buckets, so 5,000 live
@@ -27,6 +30,7 @@ function arg(name: string, fallback: string): string {
 const CHUNKS = Number(arg('--chunks', '64'));
 const GAP = Number(arg('--gap-ms', '20'));
 const JSON_DELAY = arg('--json-delay-ms', '');
+const KEEP_ALIVE_MS = Number(arg('--keep-alive-ms', '10000'));
 
 // ---------------------------------------------------------------------------------------------
 // The bodies: built once, the same bytes for every stream.
@@ -204,7 +208,7 @@ function classify(sock: Sock, kind: 'stream' | 'json' | 'control'): void {
   else if (kind === 'json') C.acceptedJson++;
 }
 
-const server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 60_000 }, (req, res) => {
+const server = http.createServer({ keepAliveTimeout: KEEP_ALIVE_MS, requestTimeout: 0, headersTimeout: 60_000 }, (req, res) => {
   const sock = req.socket as Sock;
   if (req.url?.startsWith('/__')) {
     classify(sock, 'control');

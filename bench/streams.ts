@@ -46,6 +46,14 @@ export const workersOf = (key: string): number => Number(/-w(\d+)$/.exec(key)?.[
  * are theirs. The baseline upstream and the targets run at 0.
  */
 export const HARNESS_NICE_DEFAULT = -5;
+/**
+ * The upstream closes connections idle this long. Every target keeps its upstream pool between
+ * its runs, and under load a node-based pool holds up to ~2N connections for N streams (see
+ * bench/RESULTS.md): with 65 s, the idle pools of the targets run before used up the upstream's
+ * 20,000 descriptors at N = 5,000, and libuv's EMFILE fallback (accept, then close) cut streams
+ * of whichever target ran next. {@link quiesce} waits for room before each run.
+ */
+export const UPSTREAM_KEEPALIVE_MS = 10_000;
 /** Other processes' CPU (cores) above which a run is done again. */
 export const FOREIGN_MAX_CORES = 0.3;
 
@@ -197,7 +205,18 @@ interface Upstream {
 }
 
 async function startUpstream(o: StreamsOptions, name: string, nice: boolean): Promise<Upstream> {
-  const args = ['--import', 'tsx', 'bench/streams-upstream.ts', '--chunks', String(CHUNKS), '--gap-ms', String(GAP_MS), ...(o.jsonDelayMs !== null ? ['--json-delay-ms', String(o.jsonDelayMs)] : [])];
+  const args = [
+    '--import',
+    'tsx',
+    'bench/streams-upstream.ts',
+    '--chunks',
+    String(CHUNKS),
+    '--gap-ms',
+    String(GAP_MS),
+    '--keep-alive-ms',
+    String(UPSTREAM_KEEPALIVE_MS),
+    ...(o.jsonDelayMs !== null ? ['--json-delay-ms', String(o.jsonDelayMs)] : []),
+  ];
   const { proc, match } = await start({ name, ...withNofile('node', args), cwd: o.root, ready: /listening on (http:\/\/\S+)/, logFile: join(o.outDir, 'streams', `${name}.log`) });
   if (nice) prioritize(proc.pid);
   return { url: match[1] as string, pid: proc.pid, stop: () => proc.stop() };
@@ -294,18 +313,26 @@ const nominalMs = (n: number) => n / 5 + STREAMS_PER_CLIENT * CHUNKS * GAP_MS;
 const specFor = (n: number, streams = STREAMS_PER_CLIENT) => ({ clients: n, streams, chunks: CHUNKS, gapMs: GAP_MS, rampMs: Math.round(n / 5), deadlineMs: Math.round(30_000 + 15 * nominalMs(n)) });
 
 /** Waits until the upstream has no live stream (the previous run is over on its side too). */
-async function quiesce(up: Upstream): Promise<void> {
-  const end = Date.now() + 15_000;
+/**
+ * Waits until the upstream has no live stream (the previous run is over on its side too) and has
+ * descriptors for a run of N streams (up to ~2N connections and their replacements: 3N), which
+ * the other targets' idle pools free within {@link UPSTREAM_KEEPALIVE_MS}.
+ */
+async function quiesce(up: Upstream, n: number, log: (s: string) => void): Promise<void> {
+  const room = NOFILE - 3 * n - 500;
+  const end = Date.now() + UPSTREAM_KEEPALIVE_MS + 15_000;
+  let s: UpstreamStats | null = null;
   while (Date.now() < end) {
-    const s = await upstreamCall(up, 'stats').catch(() => null);
-    if (s && s.live === 0) break;
+    s = await upstreamCall(up, 'stats').catch(() => null);
+    if (s && s.live === 0 && s.open <= room) break;
     await sleep(200);
   }
+  if (s && s.open > room) log(`  (the upstream still holds ${s.open} connections, more than the ${room} that leave room for N = ${n})`);
   await sleep(500);
 }
 
 async function oneRun(o: StreamsOptions, t: Running, up: Upstream, base: Upstream, n: number, round: number, order: number): Promise<RunResult> {
-  await quiesce(up);
+  await quiesce(up, n, o.log);
   const pids = await t.pids();
   const mirrorBefore: MirrorCounters | null = t.adminUrl && !t.key.startsWith('logprobe-off') ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
   await upstreamCall(up, 'reset');
@@ -437,7 +464,7 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
       try {
         // Warm-up: JIT, the proxies' upstream keep-alive pools; then the idle RSS.
         for (const t of running) {
-          await quiesce(up);
+          await quiesce(up, n, o.log);
           const w = await load(o, t, specFor(Math.min(n, 100), 1), `${t.key}-n${n}-warm`);
           if (w.cut > 0) o.log(`  warm-up ${t.key}: ${w.cut} of ${w.planned} streams cut (${Object.keys(w.cutReasons).join(', ')})`);
         }
