@@ -1,9 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import net from 'node:net';
 import { Agent, request } from 'undici';
 import { startLogprobe } from './helpers/logprobe.js';
-import { startUpstream } from './helpers/upstream.js';
+import { listenLocal, startUpstream } from './helpers/upstream.js';
 import { metricValue } from './helpers/sim.js';
 
 // One transport (issue #13): node:http (llhttp) reads every client request, undici sends it on.
@@ -180,6 +181,65 @@ test('no hidden cap: 700 concurrent streams each get their own upstream connecti
   const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   assert.ok(metricValue(metrics, 'logprobe_upstream_connections', { backend: 'candidate' })! >= N, 'the gauge counts the open upstream connections');
   assert.equal(metricValue(metrics, 'logprobe_proxy_overflow_total', { reason: 'connections' }), 0);
+});
+
+test("a request read in the same turn as another stream's end takes that stream's upstream connection, not a new one", async (t) => {
+  // Under load one poll phase reads a stream's end from the candidate and the next request from
+  // another client. undici frees the connection only in that turn's check phase; dispatched at
+  // once, the request would open a second connection (and N streams that end and restart would
+  // hold ~2N). Built here deterministically: the end and the request are written in one
+  // synchronous block, so the proxy (in this process) reads both in its next poll phase.
+  let accepted = 0;
+  const ends: Array<() => void> = [];
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"n":1}\n\n');
+      ends.push(() => res.end('data: [DONE]\n\n'));
+    });
+  });
+  server.on('connection', () => accepted++);
+  const { url } = await listenLocal(server);
+  t.after(() => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))));
+  const lp = await startLogprobe({ candidate: { url }, mirror: { sampleRate: 0 }, log: { level: 'warn' } });
+  t.after(() => lp.close());
+  const port = Number(new URL(lp.proxyUrl).port);
+  const body = '{"stream":true,"messages":[]}';
+  const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+  const open = (): Promise<net.Socket> =>
+    new Promise((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => resolve(s));
+      s.on('error', () => undefined);
+    });
+  const until = async (what: () => boolean, label: string): Promise<void> => {
+    const end = Date.now() + 5000;
+    while (!what()) {
+      if (Date.now() > end) assert.fail(`timed out waiting for ${label}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  };
+  const rounds = 5;
+  for (let i = 0; i < rounds; i++) {
+    const a = await open();
+    const b = await open();
+    t.after(() => (a.destroy(), b.destroy()));
+    let aText = '';
+    let bText = '';
+    a.on('data', (d: Buffer) => (aText += d.toString('latin1')));
+    b.on('data', (d: Buffer) => (bText += d.toString('latin1')));
+    a.write(head);
+    await until(() => ends.length === 1, 'the first stream at the upstream');
+    // The candidate ends stream A and client B sends its request, in one synchronous block.
+    ends.shift()!();
+    b.write(head);
+    await until(() => aText.includes('0\r\n\r\n'), 'stream A to end at its client');
+    await until(() => ends.length === 1, 'stream B at the upstream');
+    await until(() => bText.includes('data: {"n":1}'), "stream B's first event at its client");
+    ends.shift()!();
+    await until(() => bText.includes('0\r\n\r\n'), 'stream B to end at its client');
+  }
+  assert.equal(accepted, 1, `${rounds} pairs of streams over ${accepted} upstream connection(s): each B reused A's`);
 });
 
 test('candidate.maxConnections and maxPending: a request beyond them gets 503 at once in the OpenAI envelope, counted by reason', async (t) => {

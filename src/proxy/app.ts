@@ -5,7 +5,7 @@ import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { openAIError } from './errors.js';
-import { ProxyExchange, type ExchangeContext } from './exchange.js';
+import { ProxyExchange, ReuseWindow, type ExchangeContext } from './exchange.js';
 import { ShadowExchange } from './shadow.js';
 import type { MirrorTap } from './tap.js';
 import { upstreamBasePath } from '../upstream/pool.js';
@@ -97,6 +97,7 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     mirror: deps.mirror,
     budget: maxConnections === null ? null : new ConnectionBudget(maxConnections, maxPending),
     overflowed: overflowLogger(log, deps.metrics, config),
+    reuse: new ReuseWindow(),
   };
   const shadow = config.mode === 'shadow';
   let closing = false;

@@ -31,6 +31,33 @@ export interface ExchangeContext {
   budget: ConnectionBudget | null;
   /** A request refused by the budget: counted and logged. */
   overflowed: (reason: OverflowReason) => void;
+  /** Whether a candidate connection finished a response in this turn of the event loop. */
+  reuse: ReuseWindow;
+}
+
+/**
+ * undici frees a pipelining-1 connection one `setImmediate` after its response completes. Under
+ * load one poll phase reads a stream's end and, from another client, the next request; sent at
+ * once, that request finds no free connection and opens a new one, and for N streams that end
+ * and restart the pool grows to ~2N connections (bench/RESULTS.md). While a response completed
+ * in this turn, new requests are dispatched in its check phase, after undici's resumes (queued
+ * earlier, run first), so they take the connections those responses freed. A request there
+ * waits no longer than on a reused connection anyway: undici writes those only in a check phase
+ * (its idle-socket check).
+ */
+export class ReuseWindow {
+  /** A response completed in this turn; closed by an immediate queued before undici's resumes. */
+  open = false;
+  private readonly shut = (): void => {
+    this.open = false;
+  };
+
+  /** A candidate response ended with its connection kept. */
+  completed(): void {
+    if (this.open) return;
+    this.open = true;
+    setImmediate(this.shut);
+  }
 }
 
 /**
@@ -132,6 +159,10 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
 
   private dispatch(body: Buffer | IncomingMessage | null): void {
     if (this.res.destroyed) return;
+    if (this.ctx.reuse.open) {
+      setImmediate(() => this.dispatch(body));
+      return;
+    }
     const budget = this.ctx.budget;
     if (budget !== null) {
       const refused = budget.admit();
@@ -183,6 +214,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
 
   onResponseEnd(): void {
     this.settle();
+    this.ctx.reuse.completed();
     this.res.end();
   }
 
