@@ -3,7 +3,8 @@
  * correct reverse proxy made of the same two parts, node:http (llhttp) on the client side and an
  * undici Pool (no connection cap, pipelining 1, as src/upstream/pool.ts) on the upstream side,
  * relaying each chunk with backpressure through a dispatch handler (as src/proxy/exchange.ts).
- * No config, metrics, logging, mirror or limits. What logprobe costs above this row is its own;
+ * No config, metrics, logging, mirror or limits, and none of logprobe's code (its hop-by-hop list
+ * is written out here): what logprobe costs above this row is its own;
  * what this row costs above nginx is the platform's (issue #13).
  *
  *   node --import tsx bench/node-floor.ts --upstream http://127.0.0.1:PORT [--port N]
@@ -11,13 +12,9 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Pool, type Dispatcher } from 'undici';
+import { arg } from './lib/args.js';
 
-function arg(name: string, fallback: string): string {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
-}
-
-const upstream = new URL(arg('--upstream', ''));
+const upstream = new URL(arg('--upstream'));
 const pool = new Pool(upstream.origin, { connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0 });
 /** Hop-by-hop headers (RFC 9110 §7.6.1) and the client's Host, which the pool sets. */
 const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host']);

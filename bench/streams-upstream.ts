@@ -21,11 +21,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-
-function arg(name: string, fallback: string): string {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
-}
+import { arg } from './lib/args.js';
 
 const CHUNKS = Number(arg('--chunks', '64'));
 const GAP = Number(arg('--gap-ms', '20'));

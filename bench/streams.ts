@@ -312,7 +312,6 @@ async function load(o: StreamsOptions, t: Running, spec: Omit<LoadSpec, 'url' | 
 const nominalMs = (n: number) => n / 5 + STREAMS_PER_CLIENT * CHUNKS * GAP_MS;
 const specFor = (n: number, streams = STREAMS_PER_CLIENT) => ({ clients: n, streams, chunks: CHUNKS, gapMs: GAP_MS, rampMs: Math.round(n / 5), deadlineMs: Math.round(30_000 + 15 * nominalMs(n)) });
 
-/** Waits until the upstream has no live stream (the previous run is over on its side too). */
 /**
  * Waits until the upstream has no live stream (the previous run is over on its side too) and has
  * descriptors for a run of N streams (up to ~2N connections and their replacements: 3N), which

@@ -12,13 +12,7 @@
 import http from 'node:http';
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-
-function arg(name: string, fallback?: string): string {
-  const i = process.argv.indexOf(name);
-  const v = i >= 0 ? process.argv[i + 1] : fallback;
-  if (v === undefined) throw new Error(`missing ${name}`);
-  return v;
-}
+import { arg } from './lib/args.js';
 
 const json = readFileSync(arg('--json'));
 const events = readFileSync(arg('--sse'), 'utf8')

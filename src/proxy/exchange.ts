@@ -52,7 +52,7 @@ export class ReuseWindow {
     this.open = false;
   };
 
-  /** A candidate response ended with its connection kept. */
+  /** A candidate response ended (its connection, when kept, is freed in this turn's check phase). */
   completed(): void {
     if (this.open) return;
     this.open = true;
