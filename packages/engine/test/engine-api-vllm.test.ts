@@ -182,3 +182,30 @@ test('chat with return_token_ids (vLLM ≥ 0.10.2): choices[0].token_ids are the
   assert.equal('token_ids' in plain.json.choices[0], false, 'only when asked');
   assert.equal('prompt_token_ids' in plain.json, false);
 });
+
+test('cached_tokens: only with --enable-prompt-tokens-details; a 0 dropped before 0.21.0 (`and num_cached_tokens:`), reported from it (`is not None`); /version says the release', async (t) => {
+  const long = sim.tokenize('The cache holds the key and the value of the model, and the state of the model is the cache');
+  const body = { prompt: long, max_tokens: 2, temperature: 0 };
+  const warmCount = Math.floor((long.length - 1) / 16) * 16;
+  const old = await startSim(t, { seed: 5 }, { api: 'vllm', promptTokensDetails: true });
+  assert.deepEqual((await get(old.url, '/version')).json, { version: '0.11.0' });
+  assert.equal((await post(old.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'a cold 0 is dropped');
+  assert.deepEqual((await post(old.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: warmCount });
+  const chatOld = await post(old.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1 });
+  assert.equal(chatOld.json.usage.prompt_tokens_details, null, 'chat: a short prompt never fills a block, 0 dropped');
+
+  const now = await startSim(t, { seed: 5 }, { api: 'vllm', promptTokensDetails: true, engineVersion: '0.21.0' });
+  assert.deepEqual((await get(now.url, '/version')).json, { version: '0.21.0' });
+  assert.deepEqual((await post(now.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: 0 });
+  assert.deepEqual((await post(now.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: warmCount });
+  const scored = await post(now.url, '/v1/completions', { ...body, max_tokens: 1, prompt_logprobs: 1 });
+  assert.deepEqual(scored.json.usage.prompt_tokens_details, { cached_tokens: 0 }, 'prompt logprobs read no cache: a reported 0');
+  const chat = await post(now.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1 });
+  assert.deepEqual(chat.json.usage.prompt_tokens_details, { cached_tokens: 0 });
+  const s = await postStream(now.url, '/v1/completions', { prompt: [1, 2, 3], max_tokens: 1, stream_options: { include_usage: true } });
+  assert.deepEqual(s.chunks.at(-1).usage.prompt_tokens_details, { cached_tokens: 0 });
+
+  const off = await startSim(t, { seed: 5 }, { api: 'vllm', engineVersion: '0.21.0' });
+  await post(off.url, '/v1/completions', body);
+  assert.equal((await post(off.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'never without the flag');
+});

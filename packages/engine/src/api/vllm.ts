@@ -13,7 +13,7 @@ import { sendJson, type Route, type RouteContext } from '../route.js';
 import { decodeWithSpecials, textCells, tokenIdList } from './profile.js';
 import { parseVllmCompletion, serveVllmCompletion, vllmLogprobCount, vllmValidation } from './vllm-completions.js';
 
-/** The vLLM release whose API this reproduces (V1 engine; `GET /version`). */
+/** The vLLM release played by default (V1 engine; `GET /version`); `engineVersion` picks another. */
 export const VLLM_VERSION = '0.11.0';
 
 /** `POST /tokenize`: `{prompt, add_special_tokens=true}` or `{messages, add_generation_prompt=true, add_special_tokens=false}`. */
@@ -88,7 +88,7 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
   },
   '/tokenize': { methods: ['POST'], serve: tokenize },
   '/detokenize': { methods: ['POST'], serve: detokenize },
-  '/version': { methods: ['GET'], serve: (ctx) => sendJson(ctx.res, 200, JSON.stringify({ version: VLLM_VERSION })) },
+  '/version': { methods: ['GET'], serve: (ctx) => sendJson(ctx.res, 200, JSON.stringify({ version: ctx.server.engineVersion ?? VLLM_VERSION })) },
   // Every method reaches it, so that without dev mode the path is a 404 whatever the method.
   '/reset_prefix_cache': { methods: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD'], serve: resetPrefixCache },
 };
