@@ -209,3 +209,39 @@ test('cached_tokens: only with --enable-prompt-tokens-details; a 0 dropped befor
   await post(off.url, '/v1/completions', body);
   assert.equal((await post(off.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'never without the flag');
 });
+
+test('--max-logprobs N: logprobs, chat top_logprobs and prompt_logprobs above N refused in vLLM words and envelope; -1 lets the whole vocabulary through', async (t) => {
+  const five = await startSim(t, { seed: 5 }, { api: 'vllm', maxLogprobs: 5 });
+  const refused: Array<[string, Record<string, unknown>, string, string]> = [
+    ['/v1/completions', { prompt: P, max_tokens: 1, logprobs: 6 }, 'Requested sample logprobs of 6, which is greater than max allowed: 5 (parameter=logprobs, value=6)', 'logprobs'],
+    [
+      '/v1/completions',
+      { prompt: P, max_tokens: 1, prompt_logprobs: 6 },
+      'Requested prompt logprobs of 6, which is greater than max allowed: 5 (parameter=prompt_logprobs, value=6)',
+      'prompt_logprobs',
+    ],
+    [
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 6 },
+      'Requested sample logprobs of 6, which is greater than max allowed: 5 (parameter=logprobs, value=6)',
+      'logprobs',
+    ],
+  ];
+  for (const [path, body, message, param] of refused) {
+    const res = await post(five.url, path, body);
+    assert.equal(res.status, 400, JSON.stringify(body));
+    assert.deepEqual(res.json, { error: { message, type: 'BadRequestError', param, code: 400 } });
+  }
+  const ok = await post(five.url, '/v1/completions', { prompt: P, max_tokens: 1, logprobs: 5, prompt_logprobs: 5 });
+  assert.equal(ok.status, 200);
+  assert.equal((await post(five.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1, logprobs: true, top_logprobs: 5 })).status, 200);
+
+  const wide = await startSim(t, { seed: 5 }, { api: 'vllm', maxLogprobs: -1 });
+  const all = await post(wide.url, '/v1/completions', { prompt: P, max_tokens: 1, prompt_logprobs: -1, logprobs: 30 });
+  assert.equal(all.status, 200, all.text.slice(0, 200));
+  const chat = await post(wide.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1, logprobs: true, top_logprobs: 25 });
+  assert.equal(chat.status, 200, chat.text.slice(0, 200));
+  // The default is vLLM's 20.
+  const dflt = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  assert.match((await post(dflt.url, '/v1/completions', { prompt: P, max_tokens: 1, logprobs: 21 })).json.error.message, /max allowed: 20 /);
+});

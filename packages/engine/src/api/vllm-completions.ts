@@ -15,7 +15,7 @@ import { SseWriter } from '../sse.js';
 import { textCells } from './profile.js';
 import { cachedTokens, stopReason, vllmCompletionBody, vllmCompletionChunk, vllmCompletionLogprobs, vllmPromptLogprobs, vllmUsage, vllmUsageChunk, type VllmRow } from './vllm-format.js';
 
-/** vLLM's `--max-logprobs` default (`ModelConfig.max_logprobs = 20`); fixed here. */
+/** vLLM's `--max-logprobs` default (`ModelConfig.max_logprobs = 20`); the server's `maxLogprobs` sets another. */
 export const VLLM_MAX_LOGPROBS = 20;
 /** vLLM's KV block size: the prefix cache serves whole blocks only. */
 export const VLLM_BLOCK_SIZE = 16;
@@ -25,14 +25,19 @@ export function vllmValidation(message: string, param: string, value?: unknown):
   return badRequest(value === undefined ? message : `${message} (parameter=${param}, value=${String(value)})`, param);
 }
 
-/** `logprobs` / `prompt_logprobs` / chat `top_logprobs`: an integer ≥ 0 or -1 (the vocabulary), at most 20. */
-export function vllmLogprobCount(body: Body, field: string, kind: 'sample' | 'prompt', vocabSize: number): number | null {
+/**
+ * `logprobs` / `prompt_logprobs` / chat `top_logprobs`: an integer ≥ 0 or -1 (the vocabulary), at
+ * most `--max-logprobs` (`max`, -1: the vocabulary), as `SamplingParams._validate_logprobs`
+ * (a 0 is never checked: `if num_logprobs := self.logprobs`).
+ */
+export function vllmLogprobCount(body: Body, field: string, kind: 'sample' | 'prompt', vocabSize: number, max = VLLM_MAX_LOGPROBS, param = field): number | null {
   const v = body[field];
   if (v === undefined || v === null) return null;
   if (typeof v !== 'number' || !Number.isInteger(v)) throw vllmValidation(`\`${field}\` must be an integer.`, field);
   if (v < 0 && v !== -1) throw vllmValidation(`\`${field}\` must be a positive value or -1.`, field);
   const n = v === -1 ? vocabSize : v;
-  if (n > VLLM_MAX_LOGPROBS) throw vllmValidation(`Requested ${kind} logprobs of ${n}, which is greater than max allowed: ${VLLM_MAX_LOGPROBS}`, field, n);
+  const cap = max === -1 ? vocabSize : max;
+  if (n > cap) throw vllmValidation(`Requested ${kind} logprobs of ${n}, which is greater than max allowed: ${cap}`, param, n);
   return n;
 }
 
@@ -45,9 +50,9 @@ export interface VllmCompletionRequest extends CompletionRequest {
 }
 
 /** Validates a vLLM `/v1/completions` body, with vLLM's rules and messages first. */
-export function parseVllmCompletion(body: Body, vocabSize: number): VllmCompletionRequest {
-  const logprobs = vllmLogprobCount(body, 'logprobs', 'sample', vocabSize);
-  const promptLogprobs = vllmLogprobCount(body, 'prompt_logprobs', 'prompt', vocabSize);
+export function parseVllmCompletion(body: Body, vocabSize: number, maxLogprobs = VLLM_MAX_LOGPROBS): VllmCompletionRequest {
+  const logprobs = vllmLogprobCount(body, 'logprobs', 'sample', vocabSize, maxLogprobs);
+  const promptLogprobs = vllmLogprobCount(body, 'prompt_logprobs', 'prompt', vocabSize, maxLogprobs);
   const echo = bool(body, 'echo') ?? false;
   if (promptLogprobs !== null && body.stream === true) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
   const maxTokens = body.max_tokens;
@@ -55,9 +60,11 @@ export function parseVllmCompletion(body: Body, vocabSize: number): VllmCompleti
   if (typeof maxTokens === 'number' && Number.isInteger(maxTokens) && (maxTokens < 0 || (maxTokens === 0 && !echo))) {
     throw vllmValidation(`max_tokens must be at least 1, got ${maxTokens}.`, 'max_tokens', maxTokens);
   }
-  const base = parseCompletionRequest({ ...body, logprobs }, vocabSize);
+  // The cap is vLLM's, checked above; the generic parser's OpenAI maximum (20) does not apply.
+  const base = parseCompletionRequest({ ...body, logprobs: null }, vocabSize);
   return {
     ...base,
+    logprobs,
     promptLogprobs,
     tokenIds: bool(body, 'return_tokens_as_token_ids') ?? false,
     returnTokenIds: bool(body, 'return_token_ids') ?? false,

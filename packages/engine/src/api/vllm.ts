@@ -58,13 +58,14 @@ async function resetPrefixCache(ctx: RouteContext): Promise<void> {
   ctx.res.end();
 }
 
-function parseVllmChat(body: Body, vocabSize: number): ReturnType<typeof parseChatRequest> {
+function parseVllmChat(body: Body, vocabSize: number, maxLogprobs: number): ReturnType<typeof parseChatRequest> {
   const top = body.top_logprobs;
   if (typeof top === 'number' && top < 0 && top !== -1) throw vllmValidation('`top_logprobs` must be a positive value or -1.', 'top_logprobs');
   if (top !== undefined && top !== null && top !== 0 && body.logprobs !== true) throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
-  // The chat request's top_logprobs become the sampling params' logprobs, capped as such.
-  const n = body.logprobs === true ? (vllmLogprobCount({ logprobs: top ?? 0 }, 'logprobs', 'sample', vocabSize) ?? 0) : 0;
-  return parseChatRequest({ ...body, top_logprobs: n });
+  // The chat request's top_logprobs become the sampling params' logprobs, capped as such
+  // (to_sampling_params: `logprobs=self.top_logprobs if self.logprobs else None`; the error names `logprobs`).
+  const n = body.logprobs === true ? (vllmLogprobCount({ top_logprobs: top ?? 0 }, 'top_logprobs', 'sample', vocabSize, maxLogprobs, 'logprobs') ?? 0) : 0;
+  return { ...parseChatRequest({ ...body, top_logprobs: 0 }), topLogprobs: n };
 }
 
 /** vLLM's routes (added to the OpenAI ones). */
@@ -73,7 +74,7 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
     methods: ['POST'],
     generation: true,
     idPrefix: 'cmpl',
-    serve: (ctx) => serveVllmCompletion(ctx, parseVllmCompletion(parseJsonBody(ctx.raw), ctx.model.vocabSize)),
+    serve: (ctx) => serveVllmCompletion(ctx, parseVllmCompletion(parseJsonBody(ctx.raw), ctx.model.vocabSize, ctx.server.maxLogprobs)),
   },
   '/v1/chat/completions': {
     methods: ['POST'],
@@ -83,7 +84,7 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
       const body = parseJsonBody(ctx.raw);
       const asIds = bool(body, 'return_tokens_as_token_ids') ?? false;
       const returnTokenIds = bool(body, 'return_token_ids') ?? false;
-      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize), { vllm: true, returnTokenIds, ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}) });
+      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize, ctx.server.maxLogprobs), { vllm: true, returnTokenIds, ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}) });
     },
   },
   '/tokenize': { methods: ['POST'], serve: tokenize },
