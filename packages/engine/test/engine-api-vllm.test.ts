@@ -245,3 +245,27 @@ test('--max-logprobs N: logprobs, chat top_logprobs and prompt_logprobs above N 
   const dflt = await startSim(t, { seed: 5 }, { api: 'vllm' });
   assert.match((await post(dflt.url, '/v1/completions', { prompt: P, max_tokens: 1, logprobs: 21 })).json.error.message, /max allowed: 20 /);
 });
+
+test('/reset_prefix_cache (dev mode) answers 200 while a running request keeps it from resetting; ?reset_running_requests=true resets', async (t) => {
+  const long = sim.tokenize('The cache holds the key and the value of the model, and the state of the model is the cache');
+  const warmCount = Math.floor((long.length - 1) / 16) * 16;
+  const engine = await startSim(t, { seed: 5 }, { api: 'vllm', devMode: true, promptTokensDetails: true, tokenDelayMs: 20 });
+  const body = { prompt: long, max_tokens: 2, temperature: 0 };
+  const running = { ...body, max_tokens: 20 };
+  await post(engine.url, '/v1/completions', body);
+  const during = async (path: string): Promise<{ status: number; text: string }> => {
+    const run = post(engine.url, '/v1/completions', running);
+    await new Promise((r) => setTimeout(r, 100));
+    const reset = await post(engine.url, path, '');
+    await run;
+    return reset;
+  };
+  const refused = await during('/reset_prefix_cache');
+  assert.deepEqual([refused.status, refused.text], [200, ''], 'a 200 with nothing to say');
+  assert.deepEqual((await post(engine.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: warmCount }, 'the cache was not reset');
+  const forced = await during('/reset_prefix_cache?reset_running_requests=true');
+  assert.equal(forced.status, 200);
+  assert.equal((await post(engine.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'reset: cold again');
+  assert.equal((await post(engine.url, '/reset_prefix_cache?reset_running_requests=maybe', '')).status, 422);
+  assert.deepEqual((await get(engine.url, '/reset_prefix_cache')).json, { detail: 'Method Not Allowed' });
+});

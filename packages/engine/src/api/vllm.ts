@@ -10,7 +10,7 @@ import { badRequest } from '../errors.js';
 import { TOKEN_ID_RENDER } from '../format.js';
 import { bool, parseChatRequest, parseJsonBody, parseMessages, type Body } from '../request.js';
 import { sendJson, type Route, type RouteContext } from '../route.js';
-import { decodeWithSpecials, textCells, tokenIdList } from './profile.js';
+import { decodeWithSpecials, RawHttpError, textCells, tokenIdList } from './profile.js';
 import { parseVllmCompletion, serveVllmCompletion, vllmLogprobCount, vllmValidation } from './vllm-completions.js';
 
 /** The vLLM release played by default (V1 engine; `GET /version`); `engineVersion` picks another. */
@@ -45,15 +45,30 @@ function detokenize(ctx: RouteContext): void {
   sendJson(ctx.res, 200, JSON.stringify({ prompt: decodeWithSpecials(ctx.model, tokenIdList(body, 'tokens', ctx.model.vocabSize)) }));
 }
 
+/** A FastAPI `bool` query parameter (`true`/`1`/`yes`/`on`, `false`/`0`/`no`/`off`), else its 422. */
+function queryBool(ctx: RouteContext, name: string): boolean {
+  const v = ctx.query.get(name);
+  if (v === null) return false;
+  const low = v.toLowerCase();
+  if (['true', '1', 'yes', 'on', 't', 'y'].includes(low)) return true;
+  if (['false', '0', 'no', 'off', 'f', 'n'].includes(low)) return false;
+  throw new RawHttpError(422, JSON.stringify({ detail: [{ type: 'bool_parsing', loc: ['query', name], msg: 'Input should be a valid boolean, unable to interpret input', input: v }] }));
+}
+
 /**
- * `POST /reset_prefix_cache`: only with `VLLM_SERVER_DEV_MODE=1` (else 404). Always 200 with an
- * empty body — vLLM answers 200 even when the engine refused because blocks are in use, so a 200
- * does not prove the cache was cleared; here a request still running keeps the cache.
+ * `POST /reset_prefix_cache` (`entrypoints/serve/cache/api_router.py`): only with
+ * `VLLM_SERVER_DEV_MODE=1` (else 404). Always 200 with an empty body — "we currently do not check
+ * if the prefix cache is successfully reset": the block pool refuses while running requests hold
+ * blocks, and the 200 comes all the same, so here a request running keeps the cache (one only
+ * waiting holds no blocks). `?reset_running_requests=true` preempts the running ones first and
+ * the reset happens.
  */
 async function resetPrefixCache(ctx: RouteContext): Promise<void> {
   if (!ctx.server.devMode) throw ctx.api.notFound(ctx.method, ctx.path);
   if (ctx.method !== 'POST') throw ctx.api.wrongMethod(ctx.method, ctx.path);
-  if (!ctx.server.queue.busy) await ctx.model.flushCache?.();
+  const preempt = queryBool(ctx, 'reset_running_requests');
+  queryBool(ctx, 'reset_external');
+  if (preempt || ctx.server.queue.active === 0) await ctx.model.flushCache?.();
   ctx.res.writeHead(200, { 'content-length': 0 });
   ctx.res.end();
 }
