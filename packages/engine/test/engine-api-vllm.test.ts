@@ -269,3 +269,20 @@ test('/reset_prefix_cache (dev mode) answers 200 while a running request keeps i
   assert.equal((await post(engine.url, '/reset_prefix_cache?reset_running_requests=maybe', '')).status, 422);
   assert.deepEqual((await get(engine.url, '/reset_prefix_cache')).json, { detail: 'Method Not Allowed' });
 });
+
+test('prompt_logprobs skip reading the prefix cache (skip_reading_prefix_cache) but still write it; echo with logprobs likewise', async (t) => {
+  const long = sim.tokenize('The cache holds the key and the value of the model, and the state of the model is the cache');
+  const warmCount = Math.floor((long.length - 1) / 16) * 16;
+  const clean = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const bad = await startSim(t, { seed: 5, cacheHitShift: 0.6 }, { api: 'vllm', promptTokensDetails: true });
+  const scoring = { prompt: long, max_tokens: 1, temperature: 0, prompt_logprobs: 2 };
+  const ref = (await post(clean.url, '/v1/completions', scoring)).json.choices[0].prompt_logprobs;
+  assert.deepEqual((await post(bad.url, '/v1/completions', scoring)).json.choices[0].prompt_logprobs, ref);
+  const plain = await post(bad.url, '/v1/completions', { prompt: long, max_tokens: 2, temperature: 0 });
+  assert.deepEqual(plain.json.usage.prompt_tokens_details, { cached_tokens: warmCount }, 'the scoring request wrote the cache');
+  const again = await post(bad.url, '/v1/completions', scoring);
+  assert.deepEqual(again.json.choices[0].prompt_logprobs, ref, 'a warm cache is not read: no cache-hit fault');
+  assert.equal(again.json.usage.prompt_tokens_details, null, 'no cached tokens counted');
+  const echo = await post(bad.url, '/v1/completions', { prompt: long, max_tokens: 0, echo: true, logprobs: 1 });
+  assert.equal(echo.json.usage.prompt_tokens_details, null, 'echo + logprobs asks for prompt logprobs: cold too');
+});
