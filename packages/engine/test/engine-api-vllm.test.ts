@@ -286,3 +286,20 @@ test('prompt_logprobs skip reading the prefix cache (skip_reading_prefix_cache) 
   const echo = await post(bad.url, '/v1/completions', { prompt: long, max_tokens: 0, echo: true, logprobs: 1 });
   assert.equal(echo.json.usage.prompt_tokens_details, null, 'echo + logprobs asks for prompt logprobs: cold too');
 });
+
+test('the V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1): prompt logprobs of the prompt token only, no top-k; sample logprobs keep theirs', async (t) => {
+  const v1 = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const v2 = await startSim(t, { seed: 5 }, { api: 'vllm', v2ModelRunner: true });
+  const body = { prompt: P, max_tokens: 1, temperature: 0, prompt_logprobs: 3 };
+  const full = (await post(v1.url, '/v1/completions', body)).json.choices[0].prompt_logprobs;
+  const bare = (await post(v2.url, '/v1/completions', body)).json.choices[0].prompt_logprobs;
+  assert.equal(bare[0], null);
+  for (let i = 1; i < P.length; i++) {
+    assert.deepEqual(Object.keys(bare[i]), [String(P[i])], `position ${i}: the prompt token alone`);
+    assert.deepEqual(bare[i][String(P[i])], full[i][String(P[i])]);
+    assert.ok(Object.keys(full[i]).length >= 3, 'V1 lists the top 3 beside it');
+  }
+  const echo = (await post(v2.url, '/v1/completions', { prompt: P, max_tokens: 2, temperature: 0, echo: true, logprobs: 3 })).json.choices[0].logprobs;
+  for (const d of echo.top_logprobs.slice(1, P.length)) assert.equal(Object.keys(d).length, 1, 'echoed prompt positions: one entry');
+  for (const d of echo.top_logprobs.slice(P.length)) assert.ok(Object.keys(d).length >= 3, 'generated positions: the top 3');
+});

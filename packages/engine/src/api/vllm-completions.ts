@@ -90,6 +90,9 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
   // to_sampling_params: echo with logprobs asks for prompt logprobs of the same size.
   const promptK = ctx.faults.nologprobs ? null : (req.promptLogprobs ?? (req.echo && req.logprobs !== null ? req.logprobs : null));
   const echoOnly = req.echo && req.maxTokens === 0;
+  // The V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1, v1/worker/gpu/sample/prompt_logprob.py): "only
+  // support prompt logprobs for the prompt tokens (not top-k)" — each position carries its own token alone.
+  const promptTop = promptK === null ? 0 : ctx.server.v2ModelRunner ? 0 : promptK;
   const render: TokenRender = req.tokenIds ? TOKEN_ID_RENDER : ctx.tokens;
   const { seq, maxTokens } = await startSequence(ctx, cells, echoOnly ? 1 : req.maxTokens, {
     addBos: false,
@@ -103,7 +106,7 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
     const promptText = req.returnTokenIds ? '' : 'text' in req.prompt ? req.prompt.text : model.detokenize(cells);
     const params = { ...req, maxTokens };
     const rng = samplingRng(req, ctx.requestSeed);
-    const echoRows = req.echo && dists ? promptRows(cells, dists, promptK ?? 0) : [];
+    const echoRows = req.echo && dists ? promptRows(cells, dists, promptTop) : [];
 
     if (!req.stream) {
       const steps: TokenStep[] = [];
@@ -122,7 +125,7 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
             finish: result.finishReason,
             stopReason: stopReason(result),
             tokenIds: req.returnTokenIds ? steps.map((s) => s.id) : null,
-            promptLogprobs: dists && promptK !== null ? vllmPromptLogprobs(ctx, cells, dists, promptK) : null,
+            promptLogprobs: dists && promptK !== null ? vllmPromptLogprobs(ctx, cells, dists, promptTop) : null,
             promptTokenIds: req.returnTokenIds ? cells : null,
           },
           vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq)),
