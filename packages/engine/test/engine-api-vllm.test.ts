@@ -303,3 +303,23 @@ test('the V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1): prompt logprobs of the p
   for (const d of echo.top_logprobs.slice(1, P.length)) assert.equal(Object.keys(d).length, 1, 'echoed prompt positions: one entry');
   for (const d of echo.top_logprobs.slice(P.length)) assert.ok(Object.keys(d).length >= 3, 'generated positions: the top 3');
 });
+
+test('--batch-noise: a request alone is bitwise the same every time, among co-resident ones it moves; VLLM_BATCH_INVARIANT=1 (--batch-invariant) keeps it exact', async (t) => {
+  const body = { prompt: P, max_tokens: 8, temperature: 0, logprobs: 1 };
+  const lps = (r: { json: { choices: Array<{ logprobs: { token_logprobs: number[] } }> } }): number[] => r.json.choices[0]!.logprobs.token_logprobs;
+  for (const [name, options] of [
+    ['cache on (served in turn, the waiting ones batched)', {}],
+    ['cache off, all at once', { prefixCache: false, concurrency: 0 }],
+  ] as const) {
+    const noisy = await startSim(t, { seed: 5, batchNoise: 0.05 }, { api: 'vllm', tokenDelayMs: 2, ...options });
+    const solo = lps(await post(noisy.url, '/v1/completions', body));
+    assert.deepEqual(lps(await post(noisy.url, '/v1/completions', body)), solo, `${name}: alone, bit for bit`);
+    const crowd = await Promise.all(Array.from({ length: 8 }, () => post(noisy.url, '/v1/completions', body)));
+    const moved = crowd.filter((r) => JSON.stringify(lps(r)) !== JSON.stringify(solo)).length;
+    assert.ok(moved >= 4, `${name}: ${moved} of 8 co-resident copies moved`);
+
+    const exact = await startSim(t, { seed: 5, batchNoise: 0.05 }, { api: 'vllm', tokenDelayMs: 2, batchInvariant: true, ...options });
+    const crowd2 = await Promise.all(Array.from({ length: 8 }, () => post(exact.url, '/v1/completions', body)));
+    for (const r of crowd2) assert.deepEqual(lps(r), solo, `${name}: batch-invariant`);
+  }
+});
