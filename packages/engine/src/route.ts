@@ -141,3 +141,14 @@ export async function startSequence(
   const seq = await ctx.model.start(prompt, { requestSeed: ctx.requestSeed, ...start, ...(coResident ? { coResident } : {}) });
   return { seq, maxTokens: Math.min(maxTokens, ctx.maxContext - prompt.length) };
 }
+
+/**
+ * SGLang's `usage.prompt_tokens_details` on its OpenAI routes (`usage_processor.py`
+ * `_details_if_cached`): `{cached_tokens}` only with `--enable-cache-report` and only when above
+ * 0, else null. Other APIs: undefined (their usage has no such field here).
+ */
+export function cacheReport(ctx: RouteContext, seq: ModelSequence): string | undefined {
+  if (ctx.api.api !== 'sglang') return undefined;
+  const cached = seq.cacheState?.().reused ?? 0;
+  return ctx.server.enableCacheReport && cached > 0 ? `{"cached_tokens":${cached}}` : 'null';
+}

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { createSimModel } from '../src/sim/model.js';
-import { get, post, startSim } from './helpers/engine-sim.js';
+import { get, post, postStream, startSim } from './helpers/engine-sim.js';
 
 const sim = createSimModel({ seed: 6 });
 const P = sim.tokenize('The model of the cache and the state');
@@ -117,4 +117,24 @@ test('the radix cache: meta_info.cached_tokens, never beyond logprob_start_len; 
   assert.equal(busy.status, 400);
   assert.match(busy.text, /When there are running or waiting requests, the operation will not be performed/);
   await running;
+});
+
+test('--enable-cache-report: usage.prompt_tokens_details.cached_tokens on the OpenAI routes only with the flag and only above 0; meta_info.cached_tokens on /generate always', async (t) => {
+  const prompt = sim.tokenize('The cache holds the key and the value of the model');
+  const body = { prompt, max_tokens: 2, temperature: 0 };
+  const report = await startSim(t, { seed: 6 }, { api: 'sglang', enableCacheReport: true });
+  assert.equal((await post(report.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'a cold 0 is not reported');
+  assert.deepEqual((await post(report.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: prompt.length - 1 });
+  const messages = [{ role: 'user', content: 'The cache holds the key' }];
+  assert.equal((await post(report.url, '/v1/chat/completions', { messages, max_tokens: 2 })).json.usage.prompt_tokens_details, null);
+  const warmChat = await postStream(report.url, '/v1/chat/completions', { messages, max_tokens: 2, stream_options: { include_usage: true } });
+  assert.ok(warmChat.chunks.at(-1).usage.prompt_tokens_details.cached_tokens > 0, 'streamed usage too');
+  assert.equal((await get(report.url, '/server_info')).json.enable_cache_report, true);
+
+  const quiet = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  await post(quiet.url, '/v1/completions', body);
+  const warm = await post(quiet.url, '/v1/completions', body);
+  assert.equal(warm.json.usage.prompt_tokens_details, null, 'no count without the flag');
+  const gen = await post(quiet.url, '/generate', { input_ids: prompt, sampling_params: { max_new_tokens: 1 } });
+  assert.equal(gen.json.meta_info.cached_tokens, prompt.length - 1, 'native /generate reports it regardless');
 });
