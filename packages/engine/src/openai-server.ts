@@ -12,7 +12,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { apiProfile, RawHttpError } from './api/profile.js';
 import { routeFor } from './api/routes.js';
-import { SGLANG_VERSION } from './api/sglang.js';
+import { SGLANG_VERSION, sglangAuth } from './api/sglang.js';
 import { parseEngineVersion } from './api/version.js';
 import { VLLM_VERSION } from './api/vllm.js';
 import { VLLM_MAX_LOGPROBS } from './api/vllm-completions.js';
@@ -184,6 +184,9 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       const record: RecordedRequest = { method, path, headers: req.headers, body: raw, receivedAt: Date.now() };
       recorder.record(record);
       events.emit('request', record);
+      // SGLang's key middleware runs before routing: an unknown path without the key is a 401 too.
+      const denied = api.api === 'sglang' ? sglangAuth(settings, route, method, path, req.headers) : null;
+      if (denied) throw denied;
       if (route === undefined) throw api.notFound(method, path);
       if (!route.methods.includes(method)) throw api.wrongMethod(method, path);
       const ctx = context(req, res, route, path, new URLSearchParams(q < 0 ? '' : url.slice(q + 1)), raw, controller.signal);
