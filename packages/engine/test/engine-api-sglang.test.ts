@@ -201,3 +201,18 @@ test('--api-key / --admin-api-key (auth.py decide_request_auth): /flush_cache is
   assert.equal((await keyed(admin.url, '/flush_cache', null)).status, 401);
   assert.equal((await keyed(admin.url, '/flush_cache', 'admin-key')).status, 200);
 });
+
+test('prompt logprobs: the reused prefix is capped at logprob_start_len (schedule_batch.py), so logprob_start_len 0 reads nothing from a warm cache', async (t) => {
+  const clean = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  const bad = await startSim(t, { seed: 6, cacheHitShift: 0.6 }, { api: 'sglang' });
+  const warmup = { input_ids: P, sampling_params: { max_new_tokens: 2, temperature: 0 } };
+  const scoring = { input_ids: P, sampling_params: { max_new_tokens: 1, temperature: 0 }, return_logprob: true, logprob_start_len: 0, top_logprobs_num: 2 };
+  const ref = (await post(clean.url, '/generate', scoring)).json.meta_info;
+  await post(bad.url, '/generate', warmup);
+  const cold = (await post(bad.url, '/generate', scoring)).json.meta_info;
+  assert.equal(cold.cached_tokens, 0, 'nothing read');
+  assert.deepEqual(cold.input_token_logprobs, ref.input_token_logprobs, 'no cache-hit fault: computed cold');
+  const late = (await post(bad.url, '/generate', { ...scoring, logprob_start_len: P.length - 2 })).json.meta_info;
+  assert.equal(late.cached_tokens, P.length - 2, 'a later start reads up to it');
+  assert.notDeepEqual(late.input_token_logprobs.slice(1), ref.input_token_logprobs.slice(P.length - 1), 'and the fault shows there');
+});
