@@ -216,3 +216,22 @@ test('prompt logprobs: the reused prefix is capped at logprob_start_len (schedul
   assert.equal(late.cached_tokens, P.length - 2, 'a later start reads up to it');
   assert.notDeepEqual(late.input_token_logprobs.slice(1), ref.input_token_logprobs.slice(P.length - 1), 'and the fault shows there');
 });
+
+test('/tokenize takes messages from 0.5.4 (TokenizeRequest): the ids the chat route feeds the model; 0.5.0 takes text only; /server_info reports the release', async (t) => {
+  const messages = [{ role: 'user', content: 'The model of the cache' }];
+  const now = await startSim(t, { seed: 6 }, { api: 'sglang', engineVersion: '0.5.4' });
+  assert.equal((await get(now.url, '/server_info')).json.version, '0.5.4');
+  const tok = await post(now.url, '/v1/tokenize', { messages });
+  assert.equal(tok.status, 200, tok.text);
+  const chat = await post(now.url, '/v1/chat/completions', { messages, max_tokens: 1 });
+  assert.equal(tok.json.count, chat.json.usage.prompt_tokens);
+  assert.equal(tok.json.tokens.length, tok.json.count);
+  const open = await post(now.url, '/tokenize', { messages, add_generation_prompt: false });
+  assert.ok(open.json.count < tok.json.count, 'without the generation prompt: fewer tokens');
+  assert.equal((await post(now.url, '/tokenize', { messages, prompt: 'x' })).status, 400);
+
+  const old = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  assert.equal((await get(old.url, '/get_server_info')).json.version, '0.5.0');
+  const refused = await post(old.url, '/v1/tokenize', { messages });
+  assert.equal(refused.status, 400, 'text only before');
+});
