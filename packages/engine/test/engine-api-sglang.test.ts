@@ -235,3 +235,16 @@ test('/tokenize takes messages from 0.5.4 (TokenizeRequest): the ids the chat ro
   const refused = await post(old.url, '/v1/tokenize', { messages });
   assert.equal(refused.status, 400, 'text only before');
 });
+
+test('--enable-deterministic-inference turns --batch-noise off: co-resident copies of a greedy request are bitwise the one alone', async (t) => {
+  const body = { input_ids: P, sampling_params: { max_new_tokens: 6, temperature: 0 }, return_logprob: true };
+  const lps = (r: { json: { meta_info: { output_token_logprobs: Array<[number, number, null]> } } }): number[] => r.json.meta_info.output_token_logprobs.map((e) => e[0]);
+  const noisy = await startSim(t, { seed: 6, batchNoise: 0.05 }, { api: 'sglang', tokenDelayMs: 2 });
+  const solo = lps(await post(noisy.url, '/generate', body));
+  assert.deepEqual(lps(await post(noisy.url, '/generate', body)), solo, 'alone: bit for bit');
+  const crowd = await Promise.all(Array.from({ length: 6 }, () => post(noisy.url, '/generate', body)));
+  assert.ok(crowd.filter((r) => JSON.stringify(lps(r)) !== JSON.stringify(solo)).length >= 3, 'batched: they move');
+  const det = await startSim(t, { seed: 6, batchNoise: 0.05 }, { api: 'sglang', tokenDelayMs: 2, batchInvariant: true });
+  assert.equal((await get(det.url, '/server_info')).json.enable_deterministic_inference, true);
+  for (const r of await Promise.all(Array.from({ length: 6 }, () => post(det.url, '/generate', body)))) assert.deepEqual(lps(r), solo);
+});
