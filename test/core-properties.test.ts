@@ -208,7 +208,8 @@ function reference(cs: TokenStep[], bs: TokenStep[]): { d: number; shifts: Array
     if (i === d) {
       const a = mb.get(bs[i]!.token)!;
       const b = mb.get(cs[i]!.token);
-      if (!Number.isNaN(a)) {
+      // B listed by the baseline with a placeholder: its value is unknown, there is no gap.
+      if (!Number.isNaN(a) && !(b !== undefined && Number.isNaN(b))) {
         if (b !== undefined && !Number.isNaN(b)) gap = a - b;
         else {
           lowerBound = true;

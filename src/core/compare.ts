@@ -143,7 +143,9 @@ function flipAt(d: number, ci: TokenStep, bi: TokenStep, t: Thresholds): Flip {
   const lpB = hitB >= 0 ? vb[hitB]! : Number.NaN;
   let gap: number | null = null;
   let lowerBound = false;
-  if (lpA === lpA) {
+  if (lpA === lpA && !(hitB >= 0 && lpB !== lpB)) {
+    // (B listed by the baseline with a placeholder (−9999, float lowest): its value is unknown and
+    // not bounded by the listed ones, so there is no gap.)
     if (lpB === lpB) {
       gap = lpA - lpB;
     } else {

@@ -1,5 +1,5 @@
 import type { TokenStep, TopEntry } from '../types.js';
-import { addFlag, finishTop, isObject, newStep, placeholderId, readBytes, readId, topValue } from './values.js';
+import { addFlag, finishTop, isObject, newStep, placeholderId, readBytes, readId, topValue, wireText } from './values.js';
 
 /**
  * Chat-shaped logprob items → steps. The same item shape serves OpenAI/vLLM/SGLang chat
@@ -34,14 +34,35 @@ function chatItem(item: unknown): TokenStep {
   }
   const entries: TopEntry[] = [];
   const ids: Array<number | undefined> = [];
+  let listsChosen = false;
   for (const e of rawTop) {
     if (!isObject(e)) continue;
-    const tok = typeof e.token === 'string' ? e.token : '';
+    const tok = typeof e.token === 'string' ? wireText(e.token) : '';
+    if (tok === step.token) listsChosen = true;
     entries.push([tok, topValue(step, probMode ? probToLog(e.prob) : e.logprob)]);
     ids.push(readId(e.id) ?? placeholderId(tok));
   }
+  if (!listsChosen && entries.length > 0) respellByteLevel(step.token, entries);
   finishTop(step, entries, ids);
   return step;
+}
+
+const BYTE_LEVEL = /[\u0120\u010a\u0109]/;
+
+/**
+ * LMDeploy's chat leaves the chosen token out of its alternatives and spells those as byte-level
+ * BPE pieces (`Ġthe`) while the chosen token is decoded (` the`). When the alternatives carry the
+ * byte-level whitespace markers and the chosen token does not, the markers are read as what they
+ * stand for (Ġ a space, Ċ a newline, ĉ a tab), so ` the` is found among them rather than taken
+ * for an unlisted token (whose value would bound a flip's gap from the wrong side). Other
+ * non-ASCII bytes stay as spelled: such alternatives match nothing.
+ */
+function respellByteLevel(chosen: string, entries: TopEntry[]): void {
+  if (BYTE_LEVEL.test(chosen)) return;
+  let marked = false;
+  for (const e of entries) if (BYTE_LEVEL.test(e[0])) marked = true;
+  if (!marked) return;
+  for (const e of entries) e[0] = e[0].replaceAll('\u0120', ' ').replaceAll('\u010a', '\n').replaceAll('\u0109', '\t');
 }
 
 /** log(p) for a probability in (0, 1]; anything else passes through to be flagged. */

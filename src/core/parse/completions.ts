@@ -1,5 +1,5 @@
 import type { TokenStep, TopEntry } from '../types.js';
-import { addFlag, finishTop, isObject, newStep, placeholderId, topValue } from './values.js';
+import { addFlag, finishTop, isObject, newStep, placeholderId, topValue, wireText } from './values.js';
 
 /**
  * Legacy completions logprobs (`tokens` / `token_logprobs` / `top_logprobs` dicts) → steps.
@@ -38,16 +38,20 @@ export function appendCompletions(steps: TokenStep[], sizes: DictSizes, logprobs
       const ids: Array<number | undefined> = [];
       let chosenValue = Number.NaN;
       let smallestOther = Infinity;
+      chosenAbsent = true;
       for (const key of Object.keys(dict)) {
         const v = topValue(step, dict[key]);
-        entries.push([key, v]);
+        const text = wireText(key);
+        entries.push([text, v]);
         ids.push(placeholderId(key));
-        if (key === step.token) chosenValue = v;
-        else if (v < smallestOther) smallestOther = v;
+        if (text === step.token) {
+          chosenValue = v;
+          chosenAbsent = false;
+        } else if (v !== -Infinity && v < smallestOther) smallestOther = v;
       }
-      chosenAbsent = !Object.hasOwn(dict, step.token);
       // vLLM adds the sampled token to the top-N when it is not among them: N+1 keys, the
-      // sampled one strictly the smallest.
+      // sampled one strictly the smallest of the values (placeholders compare with nothing). A
+      // dict of 20 with 16 at −9999 did not lose keys: every key counts.
       const plusOne = !chosenAbsent && entries.length >= 2 && chosenValue < smallestOther;
       effective = entries.length - (plusOne ? 1 : 0);
       finishTop(step, entries, ids);

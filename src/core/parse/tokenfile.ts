@@ -149,8 +149,12 @@ function readTop(step: TokenStep, raw: unknown, rawIds: unknown, rawTexts: unkno
   finishTop(step, entries, ids);
 }
 
-/** vLLM's `prompt_logprobs` (entry 0 null; then `{"<id>": {logprob, rank, decoded_token}}`) as steps from position 1. */
-function promptLogprobSteps(list: unknown[], promptIds: unknown): TokenSequence {
+/**
+ * vLLM's `prompt_logprobs` (entry 0 null; then `{"<id>": {logprob, rank, decoded_token}}`, the
+ * ids as string keys) as steps from position 1. A key that is not a token id is refused: the
+ * entries are matched by id, and a text key would match nothing.
+ */
+function promptLogprobSteps(list: unknown[], promptIds: unknown): TokenSequence | string {
   const ids = Array.isArray(promptIds) && promptIds.length === list.length ? promptIds : null;
   const steps: TokenStep[] = [];
   for (let i = 1; i < list.length; i++) {
@@ -159,9 +163,13 @@ function promptLogprobSteps(list: unknown[], promptIds: unknown): TokenSequence 
     const alts: Array<{ id: number | undefined; text: string; logprob: unknown }> = [];
     if (isObject(entry)) {
       for (const [k, v] of Object.entries(entry)) {
+        const altId = DIGITS.test(k) ? readId(Number(k)) : undefined;
+        if (altId === undefined) return `prompt_logprobs[${i}]: key ${JSON.stringify(k.slice(0, 40))} is not a token id`;
         const o = isObject(v) ? v : { logprob: v };
-        alts.push({ id: readId(Number(k)), text: typeof o.decoded_token === 'string' ? o.decoded_token : `token_id:${k}`, logprob: o.logprob });
+        alts.push({ id: altId, text: typeof o.decoded_token === 'string' ? o.decoded_token : `token_id:${k}`, logprob: o.logprob });
       }
+    } else if (entry !== null && entry !== undefined) {
+      return `prompt_logprobs[${i}]: expected an object keyed by token id, got ${Array.isArray(entry) ? 'a list' : typeof entry}`;
     }
     const own = id !== undefined ? alts.find((a) => a.id === id) : undefined;
     const step = newStep(own?.text ?? (id !== undefined ? `token_id:${id}` : ''), own?.logprob ?? null);

@@ -25,6 +25,15 @@ export function rejectionFlag(v: unknown): StepFlag {
   return typeof v === 'number' && (v <= -9999 || v === -Infinity) ? 'sentinel' : 'nullLogprob';
 }
 
+/**
+ * A token's text as the wire spells it, read as text: a SentencePiece piece's `▁` (U+2581) is
+ * the space it stands for. Older vLLM answered chat logprobs with raw pieces (`▁Hello`), newer
+ * ones and other servers with decoded text (` Hello`); read both ways, the same token matches.
+ */
+export function wireText(s: string): string {
+  return s.includes('\u2581') ? s.replaceAll('\u2581', ' ') : s;
+}
+
 const PLACEHOLDER = /^token_id:(\d+)$/;
 
 /** vLLM's `return_tokens_as_token_ids` placeholder `token_id:N` → N, else `undefined`. */
@@ -41,10 +50,20 @@ export function readId(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
 }
 
-/** A byte array when `v` is an array of integers 0..255. */
+/**
+ * A byte array when `v` is an array of integers 0..255. Bytes that hold U+FFFD (EF BF BD) are
+ * not the token's: SGLang and vLLM send the UTF-8 of the *decoded* text, and a byte-fallback
+ * fragment decodes to the replacement character (`" �"` → 32, 239, 191, 189), so two different
+ * fragments send the same bytes. Those are read as no bytes.
+ */
 export function readBytes(v: unknown): number[] | undefined {
   if (!Array.isArray(v)) return undefined;
-  for (const b of v) if (typeof b !== 'number' || !Number.isInteger(b) || b < 0 || b > 255) return undefined;
+  const n = v.length;
+  for (let i = 0; i < n; i++) {
+    const b: unknown = v[i];
+    if (typeof b !== 'number' || !Number.isInteger(b) || b < 0 || b > 255) return undefined;
+    if (b === 239 && v[i + 1] === 191 && v[i + 2] === 189) return undefined;
+  }
   return v as number[];
 }
 
@@ -56,12 +75,22 @@ export function addFlag(step: TokenStep, flag: StepFlag): void {
 
 /**
  * Sorts top entries by logprob, largest first (stable, so equal values keep the server's order),
- * keeping the ids index for index. Flags duplicate tokens (same text, or same id).
+ * keeping the ids index for index, and reads their texts with {@link wireText}. Flags duplicate
+ * tokens (same text, or same id).
+ *
+ * A placeholder (−9999, float32 lowest, null, NaN: read as `-Infinity` by {@link topValue}) stays
+ * in the list, last, as a token with no value: no figure reads a value off it (no top-1 − top-2
+ * gap, no shift, no KL mass), and a flip to that token has no gap — the server listed it, so its
+ * value is not bounded by the listed ones, and the placeholder says nothing about what it was.
  */
 export function finishTop(step: TokenStep, entries: TopEntry[], ids: Array<number | undefined>): void {
   const n = entries.length;
   let sorted = true;
-  for (let j = 1; j < n; j++) if (entries[j]![1] > entries[j - 1]![1]) sorted = false;
+  for (let j = 0; j < n; j++) {
+    const e = entries[j]!;
+    e[0] = wireText(e[0]);
+    if (j > 0 && e[1] > entries[j - 1]![1]) sorted = false;
+  }
   const allIds = n > 0 && ids.length === n && ids.every((x) => x !== undefined);
   if (sorted) {
     step.top = entries;
@@ -95,7 +124,7 @@ export function topValue(step: TokenStep, v: unknown): number {
 
 /** A new step with the chosen token and logprob read (and flagged) from the wire. */
 export function newStep(token: unknown, logprob: unknown): TokenStep {
-  const text = typeof token === 'string' ? token : token === null || token === undefined ? '' : String(token);
+  const text = wireText(typeof token === 'string' ? token : token === null || token === undefined ? '' : String(token));
   const lp = readLogprob(logprob);
   const step: TokenStep = { token: text, logprob: lp, top: [] };
   if (lp === null) addFlag(step, rejectionFlag(logprob));
