@@ -26,7 +26,7 @@ function issuesOf(fn: () => unknown): string[] {
 test('the defaults are the documented ones (config/logprobe.example.yaml)', () => {
   const c = buildConfig({});
   assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
-  assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9464 });
+  assert.deepEqual({ ...c.admin, allowedHosts: [...c.admin.allowedHosts] }, { host: '127.0.0.1', port: 9464, allowedHosts: [] });
   assert.equal(c.candidate.url, 'http://127.0.0.1:30000');
   assert.equal(c.candidate.timeoutMs, 120000);
   assert.equal(c.baseline.url, 'http://127.0.0.1:30001');
