@@ -115,8 +115,8 @@ test('invalid values are reported with their path and reason', () => {
 test('every invalid or unknown key is reported, not just the first', () => {
   const issues = issuesOf(() => buildConfig({ listen: { port: -1, hots: 'x' }, mirorr: {}, alert: { window: 0 } }));
   assert.ok(issues.includes('listen.port: expected a port number'), issues.join('\n'));
-  assert.ok(issues.includes('listen.hots: unknown key'), issues.join('\n'));
-  assert.ok(issues.includes('mirorr: unknown key'), issues.join('\n'));
+  assert.ok(issues.includes('listen.hots: unknown key (did you mean listen.host?)'), issues.join('\n'));
+  assert.ok(issues.includes('mirorr: unknown key (did you mean mirror?)'), issues.join('\n'));
   assert.ok(issues.includes('alert.window: expected a positive whole number'), issues.join('\n'));
 });
 
