@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Pool } from 'undici';
 import type { Config } from './config/schema.js';
 import { buildAdminApp } from './admin/app.js';
+import { AdminHosts } from './admin/hosts.js';
 import { createLogger, stdoutDestination, type LogDestination, type Logger } from './log/logger.js';
 import { Metrics } from './metrics/registry.js';
 import { buildApp } from './proxy/app.js';
@@ -76,6 +77,8 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
     logger,
     metricsText: mirror ? () => mirror.metricsText(metrics.registry) : () => metrics.registry.metrics(),
     contentType: metrics.registry.contentType,
+    hosts: new AdminHosts(config.admin.host, config.admin.allowedHosts),
+    misdirected: () => metrics.misdirected(),
     accepting: () => accepting,
     candidateReachable: () => probe(candidatePool, config.candidate.url),
     ...(mirror ? { live: (since: number, sinceT: number) => mirror.liveData(since, sinceT) } : {}),

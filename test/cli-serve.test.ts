@@ -57,10 +57,33 @@ test('a port in use: one line, exit 2, and no "logprobe stopped" after the error
   assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
 });
 
-test('--check-config validates and exits 0', async () => {
-  const r = await runCli(['serve', '--config', new URL('../config/logprobe.example.yaml', import.meta.url).pathname, '--check-config']);
+test('--check-config validates and exits 0, printing the effective config as YAML with each origin, secrets redacted, and warning of unknown LOGPROBE_* variables', async () => {
+  const example = new URL('../config/logprobe.example.yaml', import.meta.url).pathname;
+  const r = await runCli(['serve', '--config', example, '--check-config']);
   assert.equal(r.code, 0, r.stderr);
-  assert.match(r.stdout, /config ok/);
+  assert.match(r.stdout, /^# logprobe: config ok \(file .*logprobe\.example\.yaml, then LOGPROBE_\* environment\)/);
+  assert.match(r.stdout, /^ {2}port: 8080 # file$/m);
+
+  const file = configFile('baseline: { url: http://trusted:8000, apiKey: ${KEY} }\ncapture: { dir: 2024 }\n');
+  const env = { KEY: 'sk-file-secret-1', LOGPROBE_BASELINE_API_KEY: '12345678', LOGPROBE_CANDIDATE_URL: 'http://staging:8000', LOGPROBE_CANDIDATE: 'http://typo:1', LOGPROBE_CACHE_DIR: '/tmp/x' };
+  const c = await runCli(['serve', '--config', file, '--check-config', '--mode', 'shadow'], { env });
+  assert.equal(c.code, 0, c.stderr);
+  assert.ok(!c.stdout.includes('12345678') && !c.stdout.includes('sk-file-secret-1'), 'no secret is printed');
+  assert.match(c.stdout, /^ {2}apiKey: "\[redacted\]" # env LOGPROBE_BASELINE_API_KEY$/m);
+  assert.match(c.stdout, /^ {2}url: http:\/\/staging:8000 # env LOGPROBE_CANDIDATE_URL$/m);
+  assert.match(c.stdout, /^ {2}url: http:\/\/trusted:8000 # file$/m);
+  assert.match(c.stdout, /^ {2}dir: "2024" # file$/m);
+  assert.match(c.stdout, /^mode: shadow # --mode$/m);
+  assert.match(c.stdout, /^ {2}timeoutMs: 120000 # default$/m);
+  assert.equal(
+    c.stderr,
+    'logprobe: warning: unknown environment variable LOGPROBE_CANDIDATE, ignored: did you mean LOGPROBE_CANDIDATE_URL? (every LOGPROBE_* variable: config/logprobe.example.yaml)\n',
+    "one line for the typo, none for LOGPROBE_CACHE_DIR (the engines', not a config key)",
+  );
+
+  const typo = await runCli(['serve', '--config', configFile('mirror: { sampleRatio: 1 }\n'), '--check-config']);
+  assert.equal(typo.code, 2);
+  assert.match(typo.stderr, /mirror\.sampleRatio: unknown key \(did you mean mirror\.sampleRate\?\)/);
 });
 
 test('SIGTERM lets an in-flight request finish, then exits 0', async (t) => {
@@ -70,9 +93,11 @@ test('SIGTERM lets an in-flight request finish, then exits 0', async (t) => {
   });
   t.after(() => up.close());
   const file = configFile(`listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\ncapture: { enabled: false }\n`);
-  const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)"/);
+  const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)"/, { env: { LOGPROBE_SAMPLERATE: '1' } });
   t.after(() => proc.child.kill('SIGKILL'));
   const proxyUrl = proc.match[1]!;
+  // A mistyped variable is said at start, in the log.
+  assert.match(proc.output(), /"level":"warn".*unknown environment variable LOGPROBE_SAMPLERATE, ignored: did you mean LOGPROBE_SAMPLE_RATE\?/);
   const inflight = request(`${proxyUrl}/v1/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
   while (up.seen.length === 0) await new Promise((r) => setTimeout(r, 10));
   proc.child.kill('SIGTERM');

@@ -7,6 +7,7 @@ import { Client, request } from 'undici';
 import { startCli } from './helpers/cli.js';
 import { startUpstream } from './helpers/upstream.js';
 import { tempDir } from './helpers/capture.js';
+import { getWithHost } from './helpers/host.js';
 import { metricValue } from './helpers/sim.js';
 import { startEngineServer, createSimModel } from '@logprobe/engine';
 
@@ -102,10 +103,16 @@ test('listen.workers 2: both processes serve clients, the mirrored pairs of both
   const { candidate, baseline } = await sims(t);
   const p = await serve(
     t,
-    `listen: { host: 127.0.0.1, port: 0, workers: 2 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url} }\n` +
+    `listen: { host: 127.0.0.1, port: 0, workers: 2 }\nadmin: { host: 127.0.0.1, port: 0, allowedHosts: [lp-admin.test] }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url} }\n` +
       `mirror: { sampleRate: 1 }\ncapture: { enabled: true, dir: ${dir} }\nshutdown: { drainSeconds: 5 }\n`,
   );
   assert.equal(p.workerPids.length, 2);
+  // The primary's admin port enforces admin.allowedHosts as a single process does (test/admin-hosts.test.ts).
+  for (const path of ['/metrics', '/ui/data']) {
+    assert.equal((await getWithHost(p.adminUrl, path, 'attacker.example')).status, 421, path);
+    assert.equal((await getWithHost(p.adminUrl, path, '10.1.2.3:9464')).status, 200, path);
+    assert.equal((await getWithHost(p.adminUrl, path, 'lp-admin.test:80')).status, 200, path);
+  }
   assert.ok(!p.workerPids.includes(p.child.pid!), 'the workers are processes of their own');
 
   for (let i = 0; i < N; i++) assert.equal(await completion(p.proxyUrl, `r${i}`), 200);
@@ -115,6 +122,7 @@ test('listen.workers 2: both processes serve clients, the mirrored pairs of both
   assert.equal(metricValue(text, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }), N, 'the requests of both workers, summed');
   assert.equal(metricValue(text, 'logprobe_proxy_request_duration_seconds_count', { route: '/v1/completions' }), N);
   assert.equal(metricValue(text, 'logprobe_mirror_worker_up'), 1);
+  assert.equal(metricValue(text, 'logprobe_admin_misdirected_total'), 2, "the primary's count, once (the workers' zeros add nothing)");
   assert.equal(metricValue(text, 'logprobe_verdicts_total', { verdict: 'identical' }), N, 'one mirror compared them all');
   assert.equal(text.match(/^# TYPE logprobe_proxy_requests_total /gm)?.length, 1, 'one family, not one per process');
   assert.match(text, /^process_start_time_seconds /m);

@@ -26,7 +26,7 @@ function issuesOf(fn: () => unknown): string[] {
 test('the defaults are the documented ones (config/logprobe.example.yaml)', () => {
   const c = buildConfig({});
   assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
-  assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9464 });
+  assert.deepEqual({ ...c.admin, allowedHosts: [...c.admin.allowedHosts] }, { host: '127.0.0.1', port: 9464, allowedHosts: [] });
   assert.equal(c.candidate.url, 'http://127.0.0.1:30000');
   assert.equal(c.candidate.timeoutMs, 120000);
   assert.equal(c.baseline.url, 'http://127.0.0.1:30001');
@@ -115,8 +115,8 @@ test('invalid values are reported with their path and reason', () => {
 test('every invalid or unknown key is reported, not just the first', () => {
   const issues = issuesOf(() => buildConfig({ listen: { port: -1, hots: 'x' }, mirorr: {}, alert: { window: 0 } }));
   assert.ok(issues.includes('listen.port: expected a port number'), issues.join('\n'));
-  assert.ok(issues.includes('listen.hots: unknown key'), issues.join('\n'));
-  assert.ok(issues.includes('mirorr: unknown key'), issues.join('\n'));
+  assert.ok(issues.includes('listen.hots: unknown key (did you mean listen.host?)'), issues.join('\n'));
+  assert.ok(issues.includes('mirorr: unknown key (did you mean mirror?)'), issues.join('\n'));
   assert.ok(issues.includes('alert.window: expected a positive whole number'), issues.join('\n'));
 });
 

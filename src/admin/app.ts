@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { renderLivePage } from '../live/page.js';
 import type { LiveAnswer } from '../mirror/thread.js';
+import type { AdminHosts } from './hosts.js';
 
 /** What the admin server reports on. */
 export interface AdminDeps {
@@ -18,7 +19,14 @@ export interface AdminDeps {
   proxyListening?(): boolean;
   /** The live page's data after pair `since` and point `sinceT` (MirrorThread.liveData); absent without a mirror. */
   live?(since: number, sinceT: number): Promise<LiveAnswer>;
+  /** The `Host` values answered (admin.allowedHosts); any other gets 421 on every route. */
+  hosts: AdminHosts;
+  /** Counts one request refused for its `Host` (logprobe_admin_misdirected_total). */
+  misdirected(): void;
 }
+
+/** A refused `Host` is logged the first time, then at most once per this long, with the count since. */
+export const MISDIRECTED_LOG_MS = 60_000;
 
 /** A non-negative integer query parameter, 0 when absent or not one. */
 function count(v: unknown): number {
@@ -31,7 +39,29 @@ function count(v: unknown): number {
  * its own host and port so that metrics, health and the pairs never show on the public port.
  */
 export function buildAdminApp(deps: AdminDeps): FastifyInstance {
-  const app = Fastify({ loggerInstance: deps.logger.child({ module: 'admin' }) as unknown as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
+  const log = deps.logger.child({ module: 'admin' });
+  const app = Fastify({ loggerInstance: log as unknown as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
+
+  // DNS rebinding (src/admin/hosts.ts): before any route, the unknown ones included.
+  let refused = 0;
+  let loggedAt = -Infinity;
+  app.addHook('onRequest', async (request, reply) => {
+    const host = request.headers.host;
+    if (deps.hosts.allows(host)) return;
+    deps.misdirected();
+    refused++;
+    const now = performance.now();
+    if (now - loggedAt >= MISDIRECTED_LOG_MS) {
+      log.warn({ host: host?.slice(0, 256), refused }, 'admin port: request for a Host not in admin.allowedHosts answered 421 (add the name there if it is yours)');
+      loggedAt = now;
+      refused = 0;
+    }
+    return reply
+      .code(421)
+      .type('application/json; charset=utf-8')
+      .header('cache-control', 'no-store')
+      .send({ status: 'misdirected', error: 'this Host is not served by the admin port: add the name to admin.allowedHosts, or use localhost or an IP address' });
+  });
 
   app.get('/metrics', async (_request, reply) => {
     const body = await deps.metricsText();

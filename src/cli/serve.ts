@@ -1,7 +1,8 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { checkCaptureDir } from '../capture/sink.js';
-import { loadConfig } from '../config/load.js';
+import { resolveConfig, unknownEnvWarnings } from '../config/load.js';
+import { renderConfigYaml } from '../config/show.js';
 import { LogprobeError } from '../errors.js';
 import { createRuntime } from '../server.js';
 import { createClusterRuntime, workerCount } from '../cluster/primary.js';
@@ -12,11 +13,16 @@ export const serveCommand: CommandFactory = (setExit) =>
     .description('run the proxy (config from YAML, overridden by LOGPROBE_* env vars)')
     .option('-c, --config <file>', 'YAML config file (see config/logprobe.example.yaml)')
     .option('--mode <mode>', "inline (in the client path) or shadow (the target of an existing mirror: docs/operations.md#shadow-mode); overrides the config's mode")
-    .option('--check-config', 'validate the config, print it without secrets, and exit')
+    .option('--check-config', 'validate the config, print it as YAML (secrets redacted, where each value came from), and exit')
     .action(async (opts: { config?: string; mode?: string; checkConfig?: boolean }) => {
-      const config = loadConfig({ file: opts.config, ...(opts.mode !== undefined ? { overrides: { mode: opts.mode as 'inline' | 'shadow' } } : {}) });
+      const resolved = resolveConfig({ file: opts.config, ...(opts.mode !== undefined ? { overrides: { mode: opts.mode as 'inline' | 'shadow' }, overridesFrom: '--mode' } : {}) });
+      const config = resolved.config;
+      // A mistyped LOGPROBE_* name leaves its key at the default: said at once, on stderr, and in the log below.
+      const unknownEnv = unknownEnvWarnings();
       if (opts.checkConfig) {
-        process.stdout.write(`config ok${opts.config ? `: ${opts.config}` : ' (defaults and environment)'}\n`);
+        for (const w of unknownEnv) process.stderr.write(`logprobe: warning: ${w}\n`);
+        const header = [`logprobe: config ok (${opts.config ? `file ${opts.config}` : 'no file'}, then LOGPROBE_* environment); the effective values:`];
+        process.stdout.write(renderConfigYaml(resolved, header));
         setExit(0);
         return;
       }
@@ -25,6 +31,7 @@ export const serveCommand: CommandFactory = (setExit) =>
       // listen.workers > 1: a primary (the mirror, the admin port) and N proxy worker processes.
       const workers = workerCount(config);
       const runtime = workers > 1 ? createClusterRuntime(config, workers) : createRuntime(config);
+      for (const w of unknownEnv) runtime.logger.warn(w);
       try {
         await runtime.listen();
       } catch (err) {

@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Pool } from 'undici';
 import type { Config } from '../config/schema.js';
 import { buildAdminApp } from '../admin/app.js';
+import { AdminHosts } from '../admin/hosts.js';
 import { createLogger, stdoutDestination, type Logger } from '../log/logger.js';
 import { mergeProcesses, retiredPart, sumParts, type MetricsJSON } from '../metrics/merge.js';
 import { Metrics } from '../metrics/registry.js';
@@ -117,6 +118,8 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     logger,
     metricsText: () => metricsText(),
     contentType: metrics.registry.contentType,
+    hosts: new AdminHosts(config.admin.host, config.admin.allowedHosts),
+    misdirected: () => metrics.misdirected(),
     accepting: () => accepting,
     proxyListening: () => slots.some((s) => s.proc?.listening === true),
     candidateReachable: () => probe(probePool, config.candidate.url),

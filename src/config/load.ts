@@ -1,32 +1,59 @@
 import { readFileSync } from 'node:fs';
-import { parseDocument } from 'yaml';
+import { isPair, isScalar, parseDocument, visit, type Document, type Pair } from 'yaml';
 import { configSchema, type Config, type ConfigInput } from './schema.js';
+import { closest, coerceForKey, keysAt, schemaAt, valueKinds } from './keys.js';
 import { ConfigError, errnoReason } from '../errors.js';
 
 /**
  * Environment overrides, applied after the file. Empty strings count as unset, so that
- * `LOGPROBE_PORT=` in a compose file does not turn into port 0.
+ * `LOGPROBE_PORT=` in a compose file does not turn into port 0. Each value is coerced by its key's
+ * type in the schema (src/config/keys.ts): `LOGPROBE_BASELINE_API_KEY=12345` stays a string.
  */
-const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: string[]; kind: 'string' | 'number' | 'boolean' }> = [
-  { name: 'LOGPROBE_MODE', path: ['mode'], kind: 'string' },
-  { name: 'LOGPROBE_CANDIDATE_URL', path: ['candidate', 'url'], kind: 'string' },
-  { name: 'LOGPROBE_BASELINE_URL', path: ['baseline', 'url'], kind: 'string' },
-  { name: 'LOGPROBE_BASELINE_API_KEY', path: ['baseline', 'apiKey'], kind: 'string' },
-  { name: 'LOGPROBE_HOST', path: ['listen', 'host'], kind: 'string' },
-  { name: 'LOGPROBE_PORT', path: ['listen', 'port'], kind: 'number' },
-  { name: 'LOGPROBE_ADMIN_HOST', path: ['admin', 'host'], kind: 'string' },
-  { name: 'LOGPROBE_ADMIN_PORT', path: ['admin', 'port'], kind: 'number' },
-  { name: 'LOGPROBE_LOG_LEVEL', path: ['log', 'level'], kind: 'string' },
-  { name: 'LOGPROBE_SAMPLE_RATE', path: ['mirror', 'sampleRate'], kind: 'number' },
-  { name: 'LOGPROBE_NOISE_FLOOR', path: ['analysis', 'noiseFloor'], kind: 'string' },
-  { name: 'LOGPROBE_CAPTURE_DIR', path: ['capture', 'dir'], kind: 'string' },
-  { name: 'LOGPROBE_CAPTURE_ENABLED', path: ['capture', 'enabled'], kind: 'boolean' },
-  { name: 'LOGPROBE_ALERT_WEBHOOK_URL', path: ['alert', 'webhookUrl'], kind: 'string' },
+export const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: readonly string[] }> = [
+  { name: 'LOGPROBE_MODE', path: ['mode'] },
+  { name: 'LOGPROBE_CANDIDATE_URL', path: ['candidate', 'url'] },
+  { name: 'LOGPROBE_BASELINE_URL', path: ['baseline', 'url'] },
+  { name: 'LOGPROBE_BASELINE_API_KEY', path: ['baseline', 'apiKey'] },
+  { name: 'LOGPROBE_HOST', path: ['listen', 'host'] },
+  { name: 'LOGPROBE_PORT', path: ['listen', 'port'] },
+  { name: 'LOGPROBE_ADMIN_HOST', path: ['admin', 'host'] },
+  { name: 'LOGPROBE_ADMIN_PORT', path: ['admin', 'port'] },
+  { name: 'LOGPROBE_LOG_LEVEL', path: ['log', 'level'] },
+  { name: 'LOGPROBE_SAMPLE_RATE', path: ['mirror', 'sampleRate'] },
+  { name: 'LOGPROBE_NOISE_FLOOR', path: ['analysis', 'noiseFloor'] },
+  { name: 'LOGPROBE_CAPTURE_DIR', path: ['capture', 'dir'] },
+  { name: 'LOGPROBE_CAPTURE_ENABLED', path: ['capture', 'enabled'] },
+  { name: 'LOGPROBE_ALERT_WEBHOOK_URL', path: ['alert', 'webhookUrl'] },
 ];
+for (const o of ENV_OVERRIDES) if (schemaAt(o.path) === undefined) throw new Error(`${o.name}: no config key ${o.path.join('.')}`);
+
+/**
+ * `LOGPROBE_*` variables that are not config keys, so that they are not reported as unknown:
+ * the engine doubles' model cache (packages/engine), the live page test's screenshot path, and
+ * every `LOGPROBE_BENCH_*` variable of bench/.
+ */
+export const NON_CONFIG_ENV: readonly string[] = ['LOGPROBE_CACHE_DIR', 'LOGPROBE_UI_SCREENSHOT'];
+export const NON_CONFIG_ENV_PREFIXES: readonly string[] = ['LOGPROBE_BENCH_'];
+
+/**
+ * One line per set `LOGPROBE_*` variable that is neither a config override nor a known other one
+ * (a typo must not silently leave the default in force), with the nearest known name.
+ */
+export function unknownEnvWarnings(env: Env = process.env): string[] {
+  const overrides = ENV_OVERRIDES.map((o) => o.name);
+  const known = [...overrides, ...NON_CONFIG_ENV];
+  const out: string[] = [];
+  for (const name of Object.keys(env).sort()) {
+    if (!name.toUpperCase().startsWith('LOGPROBE_') || known.includes(name) || NON_CONFIG_ENV_PREFIXES.some((p) => name.startsWith(p))) continue;
+    const near = closest(name, overrides, 'LOGPROBE_') ?? closest(name, NON_CONFIG_ENV, 'LOGPROBE_');
+    out.push(`unknown environment variable ${name}, ignored${near ? `: did you mean ${near}?` : ''} (every LOGPROBE_* variable: config/logprobe.example.yaml)`);
+  }
+  return out;
+}
 
 type Env = Record<string, string | undefined>;
 
-function setPath(target: Record<string, unknown>, path: string[], value: unknown): void {
+function setPath(target: Record<string, unknown>, path: readonly string[], value: unknown): void {
   let node = target;
   for (const key of path.slice(0, -1)) {
     const next = node[key];
@@ -38,21 +65,10 @@ function setPath(target: Record<string, unknown>, path: string[], value: unknown
   node[path[path.length - 1] as string] = value;
 }
 
-function coerceEnv(raw: string, kind: 'string' | 'number' | 'boolean', name?: string): unknown {
+function coerceEnv(raw: string, path: readonly string[], name: string): unknown {
   // No baseline: the candidate's repeat probes alone (baseline-free mode).
   if (name === 'LOGPROBE_BASELINE_URL' && /^(none|null)$/i.test(raw.trim())) return null;
-  if (kind === 'number') {
-    const n = Number(raw);
-    return raw.trim() !== '' && Number.isFinite(n) ? n : raw;
-  }
-  if (kind === 'boolean') {
-    if (/^(1|true|yes|on)$/i.test(raw)) return true;
-    if (/^(0|false|no|off)$/i.test(raw)) return false;
-    return raw;
-  }
-  // A noise floor is a number or `auto`.
-  const n = Number(raw);
-  return raw.trim() !== '' && Number.isFinite(n) ? n : raw;
+  return coerceForKey(raw, path);
 }
 
 /**
@@ -70,18 +86,25 @@ function protectReferences(text: string): { text: string; names: string[] } {
   return { text: out, names };
 }
 
-function interpolate(value: unknown, names: string[], env: Env): unknown {
+/**
+ * Each placeholder takes its variable's value. A value that is only a reference takes its key's
+ * type (`port: ${ADMIN_PORT}` is a number, `apiKey: ${KEY}` a string whatever it looks like), or
+ * null when the variable is unset or empty; `refs` gets the variable of each such key.
+ */
+function interpolate(value: unknown, names: string[], env: Env, path: string[] = [], refs?: Map<string, string>): unknown {
   if (typeof value === 'string') {
     const whole = /^__LOGPROBE_ENV_(\d+)__$/.exec(value);
     if (whole) {
-      const v = env[names[Number(whole[1])] as string];
-      return v === undefined || v === '' ? null : v;
+      const name = names[Number(whole[1])] as string;
+      refs?.set(path.join('.'), name);
+      const v = env[name];
+      return v === undefined || v === '' ? null : coerceForKey(v, path);
     }
     return value.replace(/__LOGPROBE_ENV_(\d+)__/g, (_, i: string) => env[names[Number(i)] as string] ?? '');
   }
-  if (Array.isArray(value)) return value.map((v) => interpolate(v, names, env));
+  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, names, env, [...path, String(i)], refs));
   if (value !== null && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, names, env)]));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, names, env, [...path, k], refs)]));
   }
   return value;
 }
@@ -105,7 +128,13 @@ export function buildConfig(input: unknown = {}, source?: string, origins?: Read
     const issues = result.error.issues.map((issue) => {
       const path = issue.path.length > 0 ? issue.path.map(String).join('.') : '(root)';
       if (issue.code === 'unrecognized_keys') {
-        return issue.keys.map((k) => `${path === '(root)' ? '' : `${path}.`}${k}: unknown key`).join('; ');
+        return issue.keys
+          .map((k) => {
+            const near = closest(k, keysAt(issue.path.map(String)));
+            const prefix = path === '(root)' ? '' : `${path}.`;
+            return `${prefix}${k}: unknown key${near ? ` (did you mean ${prefix}${near}?)` : ''}`;
+          })
+          .join('; ');
       }
       const from = origins && [...origins].find(([key]) => path === key || path.startsWith(`${key}.`))?.[1];
       return `${path}${from ? ` (from ${from})` : ''}: ${issue.message}`;
@@ -115,8 +144,26 @@ export function buildConfig(input: unknown = {}, source?: string, origins?: Read
   return deepFreeze(result.data);
 }
 
+/**
+ * A plain YAML scalar that reads as a number or a boolean (`model: 2024`, `dir: 2024`,
+ * `apiKey: 0123`) is kept as its text when its key takes strings: the schema decides, not how the
+ * text looks (`1.10` would otherwise become the model `1.1`). Quoted values are strings already.
+ */
+function keepStringKeysText(doc: Document): void {
+  visit(doc, {
+    Pair(_, pair: Pair, ancestors) {
+      const v = pair.value;
+      if (!isScalar(v) || v.type !== 'PLAIN' || v.source === undefined || (typeof v.value !== 'number' && typeof v.value !== 'boolean')) return;
+      const keyOf = (p: Pair) => String(isScalar(p.key) ? p.key.value : p.key);
+      const schema = schemaAt([...ancestors.filter(isPair).map(keyOf), keyOf(pair)]);
+      const kinds = schema ? valueKinds(schema) : undefined;
+      if (kinds?.has('string') && !kinds.has(typeof v.value as 'number' | 'boolean')) v.value = v.source;
+    },
+  });
+}
+
 /** Reads and parses a YAML file into a plain object; throws ConfigError naming the file. */
-export function readConfigFile(file: string, env: Env = process.env): Record<string, unknown> {
+export function readConfigFile(file: string, env: Env = process.env, refs?: Map<string, string>): Record<string, unknown> {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -130,12 +177,13 @@ export function readConfigFile(file: string, env: Env = process.env): Record<str
     const line = e.linePos?.[0]?.line;
     throw new ConfigError([`YAML syntax error${line ? ` at line ${line}` : ''}: ${e.message.split('\n')[0]}`], file);
   }
+  keepStringKeysText(doc);
   const parsed: unknown = doc.toJS();
   if (parsed === null || parsed === undefined) return {};
   if (typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new ConfigError(['(root): expected a mapping of keys'], file);
   }
-  return interpolate(parsed, protectedText.names, env) as Record<string, unknown>;
+  return interpolate(parsed, protectedText.names, env, [], refs) as Record<string, unknown>;
 }
 
 /**
@@ -158,18 +206,61 @@ export function applyEnv(raw: Record<string, unknown>, env: Env = process.env): 
   for (const o of ENV_OVERRIDES) {
     const v = env[o.name];
     if (v === undefined || v === '') continue;
-    setPath(out, o.path, coerceEnv(v, o.kind, o.name));
+    setPath(out, o.path, coerceEnv(v, o.path, o.name));
   }
   return out;
 }
 
+/** A validated config and where each of its values came from. */
+export interface ResolvedConfig {
+  config: Config;
+  /**
+   * Where the value at `path` came from: `--mode` (a flag: `overridesFrom`), `env LOGPROBE_X`,
+   * `file` (`file ${VAR}` for a value that is only a reference), or `default`.
+   */
+  origin(path: readonly string[]): string;
+}
+
+/** Defaults ← YAML file ← env ← flags, validated and frozen, with each value's origin. */
+export function resolveConfig(options: { file?: string | undefined; env?: Env; overrides?: ConfigInput; overridesFrom?: string } = {}): ResolvedConfig {
+  const env = options.env ?? process.env;
+  const refs = new Map<string, string>();
+  const fromFile = options.file ? readConfigFile(options.file, env, refs) : {};
+  const merged = applyEnv(fromFile, env);
+  if (options.overrides) mergeInto(merged, structuredClone(options.overrides) as Record<string, unknown>);
+  const config = buildConfig(merged, options.file, envOrigins(env));
+
+  const flagPaths = options.overrides ? leafPaths(options.overrides) : [];
+  const envPaths = ENV_OVERRIDES.filter((o) => env[o.name] !== undefined && env[o.name] !== '');
+  // As the schema reads it: `baseline: null` is `baseline: { url: null }`.
+  const file = fromFile.baseline === null ? { ...fromFile, baseline: { url: null } } : fromFile;
+  const covers = (set: readonly string[], path: readonly string[]) => set.length <= path.length && set.every((k, i) => path[i] === k);
+  return {
+    config,
+    origin(path) {
+      if (flagPaths.some((f) => covers(f, path))) return options.overridesFrom ?? 'command line';
+      const e = envPaths.find((o) => covers(o.path, path));
+      if (e) return `env ${e.name}`;
+      let node: unknown = file;
+      for (const key of path) {
+        if (node === null || typeof node !== 'object' || !Object.hasOwn(node, key)) return 'default';
+        node = (node as Record<string, unknown>)[key];
+      }
+      const ref = refs.get(path.join('.'));
+      return ref !== undefined ? `file \${${ref}}` : 'file';
+    },
+  };
+}
+
+/** The paths of an object's leaves (scalars, arrays, empty objects). */
+function leafPaths(value: unknown, path: string[] = []): string[][] {
+  if (value === null || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).length === 0) return [path];
+  return Object.entries(value).flatMap(([k, v]) => leafPaths(v, [...path, k]));
+}
+
 /** Defaults ← YAML file ← env, validated and frozen. */
 export function loadConfig(options: { file?: string | undefined; env?: Env; overrides?: ConfigInput } = {}): Config {
-  const env = options.env ?? process.env;
-  const fromFile = options.file ? readConfigFile(options.file, env) : {};
-  const merged = applyEnv(fromFile, env);
-  if (options.overrides) mergeInto(merged, options.overrides as Record<string, unknown>);
-  return buildConfig(merged, options.file, envOrigins(env));
+  return resolveConfig(options).config;
 }
 
 function mergeInto(target: Record<string, unknown>, src: Record<string, unknown>): void {

@@ -58,6 +58,12 @@ const headerName = z
   .regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/, { error: "expected a header name (letters, digits and !#$%&'*+.^_`|~-)" })
   .transform((s) => s.toLowerCase());
 
+/** A host name as a `Host` header carries it, without a port; compared lower-cased, without a trailing dot. */
+const adminHostName = z
+  .string({ error: 'expected a host name' })
+  .regex(/^[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$/, { error: 'expected a host name without port or scheme (e.g. logprobe-admin.monitoring.svc)' })
+  .transform((s) => s.toLowerCase().replace(/\.$/, ''));
+
 export const configSchema = z.strictObject({
   /**
    * `inline`: logprobe is in the client path and forwards every request to the candidate.
@@ -76,7 +82,17 @@ export const configSchema = z.strictObject({
       workers: z.union([positiveInt, z.literal('auto')], { error: 'expected a positive whole number or auto' }).optional(),
     })
     .prefault({}),
-  admin: z.strictObject({ host: host.default('127.0.0.1'), port: port.default(9464) }).prefault({}),
+  admin: z
+    .strictObject({
+      host: host.default('127.0.0.1'),
+      port: port.default(9464),
+      /**
+       * Host names (any port) the admin port answers besides `localhost`, its bind address and IP
+       * literals; any other `Host` gets 421 (DNS rebinding: src/admin/hosts.ts).
+       */
+      allowedHosts: z.array(adminHostName, { error: 'expected a list of host names' }).default([]),
+    })
+    .prefault({}),
   candidate: upstream('http://127.0.0.1:30000')
     .extend({
       /** Most upstream connections the client path opens at once; null: as many as clients need. */

@@ -128,6 +128,13 @@ export const METRIC_CATALOG = [
     labelNames: ['reason'],
     owner: 'main',
   },
+  {
+    name: 'logprobe_admin_misdirected_total',
+    type: 'counter',
+    help: 'Admin-port requests answered 421 because their Host is not localhost, an IP address, the bind address or in admin.allowedHosts.',
+    labelNames: [],
+    owner: 'main',
+  },
   // Both: the proxy's thread has the client path's candidate pool, the worker the mirror's
   // candidate and baseline pools; a backend's figure is the sum.
   { name: 'logprobe_upstream_connections', type: 'gauge', help: 'Open connections to each upstream (the client path and the mirror together).', labelNames: ['backend'], owner: 'both' },

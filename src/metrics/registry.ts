@@ -79,6 +79,7 @@ export class Metrics {
       duration.zero({ route });
     }
     for (const reason of OVERFLOW_REASONS) this.counter('logprobe_proxy_overflow_total').inc({ reason }, 0);
+    this.counter('logprobe_admin_misdirected_total').inc(0);
     this.gauge('logprobe_upstream_connections').set({ backend: 'candidate' }, 0);
     for (const route of mirrorRoutes) for (const outcome of MAIN_MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
     // Until the worker has answered a scrape (src/mirror/thread.ts sets it).
@@ -119,6 +120,11 @@ export class Metrics {
   /** A client request refused at once by a configured candidate limit. */
   overflow(reason: OverflowReason): void {
     this.counter('logprobe_proxy_overflow_total').inc({ reason });
+  }
+
+  /** An admin-port request refused for its Host (421). */
+  misdirected(): void {
+    this.counter('logprobe_admin_misdirected_total').inc();
   }
 
   /** An upstream connection opened (+1) or closed (−1). */
