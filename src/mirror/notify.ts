@@ -1,6 +1,20 @@
 import { request } from 'undici';
 import type { Logger } from 'pino';
 import type { AlertTransition } from '../core/detector.js';
+import type { Config } from '../config/schema.js';
+
+/**
+ * Where an alert links back to (Alertmanager's `generatorURL`): `alert.generatorUrl` when set,
+ * else the live page on the admin address. A wildcard bind (0.0.0.0, ::) says nothing a reader
+ * can open, so it becomes `localhost` (what `kubectl port-forward` and a local run give, and a
+ * Host the admin port always allows); behind a Service or an ingress, set `alert.generatorUrl`.
+ */
+export function generatorUrl(config: Pick<Config, 'admin' | 'alert'>, port = config.admin.port): string {
+  if (config.alert.generatorUrl) return config.alert.generatorUrl;
+  const h = config.admin.host;
+  const host = h === '0.0.0.0' || h === '::' || h === '' ? 'localhost' : h.includes(':') ? `[${h}]` : h;
+  return `http://${host}:${port}/ui`;
+}
 
 const SUMMARY: Record<AlertTransition['alert'], string> = {
   LogprobGlobalShift: 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise',
@@ -34,7 +48,7 @@ export function evidenceText(t: AlertTransition): string {
 }
 
 /** One Alertmanager v2 alert (POST /api/v2/alerts takes an array of these). */
-export function toAlertmanager(t: AlertTransition, instance: string): Record<string, unknown> {
+export function toAlertmanager(t: AlertTransition, instance: string, generatorURL?: string): Record<string, unknown> {
   const startsAt = new Date(t.startsAt * 1000).toISOString();
   return {
     labels: { alertname: t.alert, severity: t.alert === 'LogprobSustainedShift' ? 'warning' : 'critical', service: 'logprobe', instance, ...(t.backend ? { backend: t.backend } : {}) },
@@ -49,6 +63,7 @@ export function toAlertmanager(t: AlertTransition, instance: string): Record<str
       example_request_id: t.evidence.exampleRequestId ?? 'n/a',
     },
     startsAt,
+    ...(generatorURL ? { generatorURL } : {}),
     // A firing alert gets no end; a resolved one ends now (Alertmanager's convention).
     ...(t.to === 'resolved' ? { endsAt: new Date(t.at * 1000).toISOString() } : {}),
   };
@@ -57,7 +72,12 @@ export function toAlertmanager(t: AlertTransition, instance: string): Record<str
 /** Logs every alert transition at warn with its evidence and POSTs it to the webhook, if any. */
 export class AlertNotifier {
   private pending: Promise<unknown> = Promise.resolve();
-  constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string }) {}
+  constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string; generatorUrl?: string }) {}
+
+  /** The link later alerts carry (the admin port is known once it listens: port 0 in tests). */
+  setGeneratorUrl(url: string): void {
+    this.options.generatorUrl = url;
+  }
 
   notify(t: AlertTransition): void {
     this.options.logger.warn(
@@ -66,7 +86,7 @@ export class AlertNotifier {
     );
     const url = this.options.webhookUrl;
     if (!url) return;
-    const payload = JSON.stringify([toAlertmanager(t, this.options.instance)]);
+    const payload = JSON.stringify([toAlertmanager(t, this.options.instance, this.options.generatorUrl)]);
     // Sent in order; a slow or failing receiver is logged, never retried in a loop, never thrown.
     this.pending = this.pending.then(async () => {
       try {
