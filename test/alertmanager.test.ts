@@ -116,3 +116,14 @@ test('generatorURL: the configured link, else the live page on the admin address
   assert.equal(generatorUrl(cfg('::1')), 'http://[::1]:9464/ui');
   assert.equal(generatorUrl(cfg('0.0.0.0', 'https://logprobe.example/ui')), 'https://logprobe.example/ui');
 });
+
+test('alert summaries: the global alert names both loci, "small" only near the floor', async () => {
+  const { alertSummary } = await import('../src/mirror/notify.js');
+  const evidence = { pooledShare: 0.9, requestsInWindow: 20, medianShift: 0.5, cusum: 6, cusumRequests: 21, medianX: 1.4, exampleRequestId: null };
+  const t = (alert: 'LogprobGlobalShift' | 'LogprobSustainedShift' | 'LogprobSelfInconsistency', medianX: number | null) =>
+    ({ alert, to: 'firing', at: 1, startsAt: 1, evidence: { ...evidence, medianX } }) as unknown as Parameters<typeof alertSummary>[0];
+  assert.match(alertSummary(t('LogprobSustainedShift', 1.4)), /^a small shift \(median 1\.40× the noise floor\)/);
+  assert.match(alertSummary(t('LogprobSustainedShift', 13.4)), /^a shift of 13\.40× the noise floor/);
+  assert.doesNotMatch(alertSummary(t('LogprobSustainedShift', 13.4)), /small/);
+  assert.match(alertSummary(t('LogprobGlobalShift', null)), /compute: the prompt moved too; decode state: only the continuation/);
+});

@@ -16,16 +16,33 @@ export function generatorUrl(config: Pick<Config, 'admin' | 'alert'>, port = con
   return `http://${host}:${port}/ui`;
 }
 
-const SUMMARY: Record<AlertTransition['alert'], string> = {
-  LogprobGlobalShift: 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise',
-  LogprobSustainedShift: 'a small shift above the noise floor persists across requests',
-  LogprobSelfInconsistency: 'the backend disagrees with itself between a cold and a warm run: suspect the cache path',
-};
+/** Below this many noise floors a sustained shift is called small. */
+const SMALL_X = 3;
+
+/**
+ * What an alert means, in one clause, from its evidence: the window's alert cannot know a pair's
+ * locus, so it names both and leaves the choice to each pair's (compute: the prompt moved too;
+ * decode state: only the continuation); "small" only where the shift is near the floor.
+ */
+export function alertSummary(t: AlertTransition): string {
+  switch (t.alert) {
+    case 'LogprobGlobalShift':
+      return "every decode step moved: not decode-time noise — each pair's locus says where (compute: the prompt moved too; decode state: only the continuation, suspect the KV cache / state)";
+    case 'LogprobSelfInconsistency':
+      return `the ${t.backend ?? 'backend'} disagrees with itself between a cold and a warm run: suspect the cache path`;
+    case 'LogprobSustainedShift': {
+      const x = t.evidence.medianX;
+      if (x === null) return 'a shift above the noise floor persists across requests';
+      return x <= SMALL_X ? `a small shift (median ${x.toFixed(2)}× the noise floor) persists across requests` : `a shift of ${x.toFixed(2)}× the noise floor (median) persists across requests`;
+    }
+  }
+}
 
 const DESCRIPTION: Record<AlertTransition['alert'], string> = {
   LogprobGlobalShift:
     'The pooled share of shifted comparable positions over the alert window is above alert.fireFraction. ' +
-    'Next, compare the state where it is written, in the cache medium and where it is read back.',
+    "Next, `logprobe analyze` the captures: a pair's locus is compute when its prompt positions moved too (weights, kernels, a layer: compare the computation) " +
+    'and decode state when only the continuation moved (compare the state where it is written, in the cache medium and where it is read back).',
   LogprobSustainedShift:
     'The CUSUM of per-request maxShift / noiseFloor exceeded alert.cusum.h: a sustained shift too small to move the pooled share. ' +
     'Check subtle corruptions (weights, quantisation) against a calibrated noise floor.',
@@ -53,7 +70,7 @@ export function toAlertmanager(t: AlertTransition, instance: string, generatorUR
   return {
     labels: { alertname: t.alert, severity: t.alert === 'LogprobSustainedShift' ? 'warning' : 'critical', service: 'logprobe', instance, ...(t.backend ? { backend: t.backend } : {}) },
     annotations: {
-      summary: SUMMARY[t.alert],
+      summary: alertSummary(t),
       description: DESCRIPTION[t.alert],
       pooled_share: t.evidence.pooledShare.toFixed(3),
       median_shift_nats: t.evidence.medianShift === null ? 'n/a' : t.evidence.medianShift.toFixed(4),
@@ -82,7 +99,7 @@ export class AlertNotifier {
   notify(t: AlertTransition): void {
     this.options.logger.warn(
       { alert: t.alert, ...(t.backend ? { backend: t.backend } : {}), state: t.to, evidence: t.evidence },
-      `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${SUMMARY[t.alert]} (${evidenceText(t)})`,
+      `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${alertSummary(t)} (${evidenceText(t)})`,
     );
     const url = this.options.webhookUrl;
     if (!url) return;
