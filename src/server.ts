@@ -96,6 +96,7 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
     async listen() {
       const proxyUrl = await proxy.listen({ host: config.listen.host, port: config.listen.port, backlog: config.limits.backlog });
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
+      mirror?.adminListening(Number(new URL(adminUrl).port));
       // Listening means ready: the worker's series exist on the first scrape (bounded wait).
       if (mirror && !(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
       logger.info({ proxyUrl, adminUrl, mode: config.mode, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');

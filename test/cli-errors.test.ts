@@ -57,3 +57,26 @@ test('a reader that leaves early (| head) ends any command quietly: no EPIPE sta
     assert.equal(result.code, 0, args.join(' '));
   }
 });
+
+test("each command's --out: an unwritable file is one line naming it, exit 2, for record as for replay", async (t) => {
+  const { startSim } = await import('./helpers/sim.js');
+  const engine = await startSim();
+  t.after(() => engine.close());
+  const prompts = new URL('../config/golden-prompts.example.jsonl', import.meta.url).pathname;
+  const outs: Array<[string, RegExp]> = [
+    // Opens for writing, then every write fails (EIO): the record case that printed a Node stack trace.
+    ['/proc/version', /^logprobe: \/proc\/version: input\/output error\n$/],
+    ['/nonexistent-dir/golden.jsonl', /^logprobe: \/nonexistent-dir\/golden\.jsonl: no such directory\n$/],
+    ['/tmp', /^logprobe: \/tmp: is a directory\n$/],
+  ];
+  for (const [out, expected] of outs) {
+    for (const args of [
+      ['record', prompts, '--backend', engine.url, '--out', out],
+      ['replay', prompts, '--candidate', engine.url, '--baseline', 'none', '--out', out],
+    ]) {
+      const r = await runCli(args);
+      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stderr, expected, args.join(' '));
+    }
+  }
+});

@@ -78,6 +78,9 @@ test('a compute fault (zeroed layer): an early shift free-running becomes global
   assert.match(r.explanation, /Global shift: 40 of 40 comparable positions/);
   assert.match(r.explanation, /teacher-forced positions/);
   assert.match(r.explanation, /Locus: compute — 8 of 8 prompt positions shifted/);
+  // The cause follows the locus: a compute fault never points at the cache.
+  assert.doesNotMatch(r.explanation, /KV cache|suspect the shared prefill/);
+  assert.match(r.explanation, /and the prompt with it/);
   // The free-running fields stay as they were.
   assert.equal(r.firstDivergence, 1);
   assert.equal(r.comparable, free.comparable);
@@ -92,6 +95,7 @@ test('a decode-state fault scored incrementally: prompt agrees, the continuation
   assert.equal(r.verdict, 'global_shift');
   assert.equal(r.locus, 'decode_state');
   assert.match(r.explanation, /Locus: decode state — 0 of 8 prompt positions shifted/);
+  assert.match(r.explanation, /while the prompt agrees: not decode-time noise — suspect the state carried into decode \(KV cache \/ state\)/);
   assert.deepEqual(detectorEvidence(r), { shifted: 30, comparable: 30, maxShift: Math.max(free.maxShift!, r.scored.maxShift!) }, 'the scored positions, and the largest shift of either');
 });
 

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { noInput, usageError } from '../errors.js';
+import { noInput, unwritableFile, usageError } from '../errors.js';
 import { parseNumberOption } from './options.js';
 import { startProgress } from './progress.js';
 import { writeOut } from './stdout.js';
@@ -81,14 +81,21 @@ export const recordCommand: CommandFactory = (setExit) =>
           scoring: { ...scoringOptions(config), when: config.analysis.scoring.when === 'never' ? 'never' : 'always' },
           thresholds,
           out: handle,
+          outFile: out,
           secrets: [config.baseline.apiKey],
           onSkip: (m) => process.stderr.write(`${m}\n`),
           onRecord: (done) => progress.update(done, {}),
         });
-      } finally {
+      } catch (err) {
+        // A close that fails after a failed write is the same failure, said once (the write's).
         progress.stop();
-        await handle.close();
+        await handle.close().catch(() => undefined);
+        throw err;
       }
+      progress.stop();
+      await handle.close().catch((err: unknown) => {
+        throw unwritableFile(out, err);
+      });
       if (result.records === 0) throw noInput(`nothing to record in ${inputs.join(', ')}`);
       const ok = result.outcomes.ok ?? 0;
       const s = result.scoring;

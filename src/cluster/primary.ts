@@ -290,6 +290,7 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
       }
       started = true;
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
+      mirror.adminListening(Number(new URL(adminUrl).port));
       if (!(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
       logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url, workers, pids: slots.map((s) => s.proc?.pid) }, 'logprobe listening');
       return { proxyUrl, adminUrl };

@@ -198,6 +198,8 @@ export const configSchema = z.strictObject({
       forSeconds: nonNegative.default(60),
       cusum: z.strictObject({ k: nonNegative.default(0.5), h: positiveNumber.default(5) }).prefault({}),
       webhookUrl: httpUrl.nullable().default(null),
+      /** The link each webhook alert carries back (Alertmanager's generatorURL); null: the live page on the admin address. */
+      generatorUrl: httpUrl.nullable().default(null),
     })
     .prefault({}),
   capture: z

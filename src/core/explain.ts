@@ -1,3 +1,4 @@
+import type { Locus } from './scored.js';
 import type { Flip, Thresholds, Verdict } from './types.js';
 
 /** What {@link explain} needs: the verdict and the numbers it quotes. */
@@ -11,6 +12,9 @@ export interface ExplainInput {
   reason?: string;
   /** Comparable positions whose shift is above the floor (local shifts quote a few). */
   shiftedAt: readonly number[];
+  /** Where the shift lives, when the pair was scored with its prompt (src/core/scored.ts): the
+   * global sentence then names that place only, never the cache for a compute locus. */
+  locus?: Locus | null;
 }
 
 /** A number of nats for prose: three decimals, or two significant digits when tiny. */
@@ -54,9 +58,7 @@ export function explain(e: ExplainInput, t: Thresholds): string {
       );
       break;
     case 'global_shift':
-      parts.push(
-        `Global shift: ${moved}. Every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise — next, compare the state where it is written, in the cache medium and where it is read back.`,
-      );
+      parts.push(`Global shift: ${moved}. ${globalCause(e.locus ?? null)}`);
       break;
     case 'local_shift':
       parts.push(`Local shift: ${moved}, at ${positionList(e.shiftedAt)}. Specific positions: suspect a token-specific path.`);
@@ -65,6 +67,18 @@ export function explain(e: ExplainInput, t: Thresholds): string {
   if (e.flip) parts.push(flipSentence(e.flip));
   if (e.verdict === 'noise') parts.push(NOISE_CAVEAT);
   return parts.join(' ');
+}
+
+/** The global verdict's cause: the seed's sentence where nothing says more, else the locus's place. */
+function globalCause(locus: Locus | null): string {
+  switch (locus) {
+    case 'compute':
+      return 'Every decode step moved, and the prompt with it: not decode-time noise, and not only the state carried into decode.';
+    case 'decode_state':
+      return 'Every decode step moved while the prompt agrees: not decode-time noise — suspect the state carried into decode (KV cache / state).';
+    default:
+      return 'Every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise — next, compare the state where it is written, in the cache medium and where it is read back.';
+  }
 }
 
 function flipSentence(f: Flip): string {

@@ -5,6 +5,7 @@ import type { AlertTransition } from '../core/detector.js';
 import { probeShape, type ProbeShape } from '../core/self.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { promptText } from '../report/strips.js';
+import { alertSummary } from '../mirror/notify.js';
 import { runTraffic } from './traffic.js';
 
 /**
@@ -83,12 +84,7 @@ export function pairLine(n: number, pair: MirroredPair): string {
 
 function alertLine(t: AlertTransition, mirrored: number, secs: number): string {
   const e = t.evidence;
-  const what =
-    t.alert === 'LogprobGlobalShift'
-      ? 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise'
-      : t.alert === 'LogprobSelfInconsistency'
-        ? `the ${t.backend ?? 'candidate'} disagrees with itself between a cold and a warm run: suspect the cache path`
-        : `a sustained shift above the noise floor over ${e.cusumRequests} requests (median maxShift ${e.medianX === null ? 'n/a' : e.medianX.toFixed(2)}× the floor)`;
+  const what = alertSummary(t);
   return `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert} at mirrored request ${mirrored} (${secs.toFixed(1)} s since start): pooled share ${e.pooledShare.toFixed(2)}, median shift ${fmt(e.medianShift)} nats, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`;
 }
 

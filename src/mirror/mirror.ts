@@ -11,7 +11,7 @@ import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
 import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from './limits.js';
 import { repeatOnce, type RepeatPair } from './repeat.js';
 import { bothCold, observeSelf, probeShape, selfEvidence, tickSelf } from '../core/self.js';
-import { AlertNotifier } from './notify.js';
+import { AlertNotifier, generatorUrl } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
 import { mirrorKind, requestKind, rewriteForMirror, skipReason } from './rewrite.js';
@@ -102,7 +102,12 @@ export class Mirror {
         this.log.info({ backend, profile, evidence }, `${backend} engine profile: ${profile} (${evidence})`);
       },
     });
-    this.notifier = new AlertNotifier({ logger: this.log, webhookUrl: config.alert.webhookUrl, instance: `${config.listen.host}:${config.listen.port}` });
+    this.notifier = new AlertNotifier({
+      logger: this.log,
+      webhookUrl: config.alert.webhookUrl,
+      instance: `${config.listen.host}:${config.listen.port}`,
+      generatorUrl: generatorUrl(config),
+    });
     const depth = deps.metrics.gauge('logprobe_mirror_queue_depth');
     this.queue = new WorkQueue<Job>({
       concurrency: config.mirror.concurrency,
@@ -493,6 +498,11 @@ export class Mirror {
    * no record), for up to `shutdown.drainSeconds`; what is still queued then is dropped and
    * counted. Closes the baseline pool.
    */
+  /** The admin server listens on `port` (0 in the config: known only now): alerts link to its live page. */
+  setAdminPort(port: number): void {
+    this.notifier.setGeneratorUrl(generatorUrl(this.deps.config, port));
+  }
+
   async close(): Promise<void> {
     clearInterval(this.ticker);
     const dropped = await this.queue.close(this.deps.config.shutdown.drainSeconds * 1000);

@@ -1,17 +1,48 @@
 import { request } from 'undici';
 import type { Logger } from 'pino';
 import type { AlertTransition } from '../core/detector.js';
+import type { Config } from '../config/schema.js';
 
-const SUMMARY: Record<AlertTransition['alert'], string> = {
-  LogprobGlobalShift: 'every decode step moved: suspect the shared prefill input (KV cache / state), not decode-time noise',
-  LogprobSustainedShift: 'a small shift above the noise floor persists across requests',
-  LogprobSelfInconsistency: 'the backend disagrees with itself between a cold and a warm run: suspect the cache path',
-};
+/**
+ * Where an alert links back to (Alertmanager's `generatorURL`): `alert.generatorUrl` when set,
+ * else the live page on the admin address. A wildcard bind (0.0.0.0, ::) says nothing a reader
+ * can open, so it becomes `localhost` (what `kubectl port-forward` and a local run give, and a
+ * Host the admin port always allows); behind a Service or an ingress, set `alert.generatorUrl`.
+ */
+export function generatorUrl(config: Pick<Config, 'admin' | 'alert'>, port = config.admin.port): string {
+  if (config.alert.generatorUrl) return config.alert.generatorUrl;
+  const h = config.admin.host;
+  const host = h === '0.0.0.0' || h === '::' || h === '' ? 'localhost' : h.includes(':') ? `[${h}]` : h;
+  return `http://${host}:${port}/ui`;
+}
+
+/** Below this many noise floors a sustained shift is called small. */
+const SMALL_X = 3;
+
+/**
+ * What an alert means, in one clause, from its evidence: the window's alert cannot know a pair's
+ * locus, so it names both and leaves the choice to each pair's (compute: the prompt moved too;
+ * decode state: only the continuation); "small" only where the shift is near the floor.
+ */
+export function alertSummary(t: AlertTransition): string {
+  switch (t.alert) {
+    case 'LogprobGlobalShift':
+      return "every decode step moved: not decode-time noise — each pair's locus says where (compute: the prompt moved too; decode state: only the continuation, suspect the KV cache / state)";
+    case 'LogprobSelfInconsistency':
+      return `the ${t.backend ?? 'backend'} disagrees with itself between a cold and a warm run: suspect the cache path`;
+    case 'LogprobSustainedShift': {
+      const x = t.evidence.medianX;
+      if (x === null) return 'a shift above the noise floor persists across requests';
+      return x <= SMALL_X ? `a small shift (median ${x.toFixed(2)}× the noise floor) persists across requests` : `a shift of ${x.toFixed(2)}× the noise floor (median) persists across requests`;
+    }
+  }
+}
 
 const DESCRIPTION: Record<AlertTransition['alert'], string> = {
   LogprobGlobalShift:
     'The pooled share of shifted comparable positions over the alert window is above alert.fireFraction. ' +
-    'Next, compare the state where it is written, in the cache medium and where it is read back.',
+    "Next, `logprobe analyze` the captures: a pair's locus is compute when its prompt positions moved too (weights, kernels, a layer: compare the computation) " +
+    'and decode state when only the continuation moved (compare the state where it is written, in the cache medium and where it is read back).',
   LogprobSustainedShift:
     'The CUSUM of per-request maxShift / noiseFloor exceeded alert.cusum.h: a sustained shift too small to move the pooled share. ' +
     'Check subtle corruptions (weights, quantisation) against a calibrated noise floor.',
@@ -34,12 +65,12 @@ export function evidenceText(t: AlertTransition): string {
 }
 
 /** One Alertmanager v2 alert (POST /api/v2/alerts takes an array of these). */
-export function toAlertmanager(t: AlertTransition, instance: string): Record<string, unknown> {
+export function toAlertmanager(t: AlertTransition, instance: string, generatorURL?: string): Record<string, unknown> {
   const startsAt = new Date(t.startsAt * 1000).toISOString();
   return {
     labels: { alertname: t.alert, severity: t.alert === 'LogprobSustainedShift' ? 'warning' : 'critical', service: 'logprobe', instance, ...(t.backend ? { backend: t.backend } : {}) },
     annotations: {
-      summary: SUMMARY[t.alert],
+      summary: alertSummary(t),
       description: DESCRIPTION[t.alert],
       pooled_share: t.evidence.pooledShare.toFixed(3),
       median_shift_nats: t.evidence.medianShift === null ? 'n/a' : t.evidence.medianShift.toFixed(4),
@@ -49,6 +80,7 @@ export function toAlertmanager(t: AlertTransition, instance: string): Record<str
       example_request_id: t.evidence.exampleRequestId ?? 'n/a',
     },
     startsAt,
+    ...(generatorURL ? { generatorURL } : {}),
     // A firing alert gets no end; a resolved one ends now (Alertmanager's convention).
     ...(t.to === 'resolved' ? { endsAt: new Date(t.at * 1000).toISOString() } : {}),
   };
@@ -57,16 +89,21 @@ export function toAlertmanager(t: AlertTransition, instance: string): Record<str
 /** Logs every alert transition at warn with its evidence and POSTs it to the webhook, if any. */
 export class AlertNotifier {
   private pending: Promise<unknown> = Promise.resolve();
-  constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string }) {}
+  constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string; generatorUrl?: string }) {}
+
+  /** The link later alerts carry (the admin port is known once it listens: port 0 in tests). */
+  setGeneratorUrl(url: string): void {
+    this.options.generatorUrl = url;
+  }
 
   notify(t: AlertTransition): void {
     this.options.logger.warn(
       { alert: t.alert, ...(t.backend ? { backend: t.backend } : {}), state: t.to, evidence: t.evidence },
-      `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${SUMMARY[t.alert]} (${evidenceText(t)})`,
+      `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${alertSummary(t)} (${evidenceText(t)})`,
     );
     const url = this.options.webhookUrl;
     if (!url) return;
-    const payload = JSON.stringify([toAlertmanager(t, this.options.instance)]);
+    const payload = JSON.stringify([toAlertmanager(t, this.options.instance, this.options.generatorUrl)]);
     // Sent in order; a slow or failing receiver is logged, never retried in a loop, never thrown.
     this.pending = this.pending.then(async () => {
       try {

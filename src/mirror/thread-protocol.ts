@@ -27,6 +27,8 @@ export type ToWorker =
   | { t: 'metrics'; id: number }
   /** The live page's poll (src/live/feed.ts): what changed after pair `since` and point `sinceT`. */
   | { t: 'live'; id: number; since: number; sinceT: number }
+  /** The admin server's port once it listens (alerts link to its live page). */
+  | { t: 'admin'; port: number }
   | { t: 'close' };
 
 export type FromWorker =

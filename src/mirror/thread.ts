@@ -268,6 +268,11 @@ export class MirrorThread implements MirrorTap {
    * serialised and encoded it (its buffer moved here, not copied): this thread only relays the bytes. At most {@link LIVE_TIMEOUT_MS} of waiting
    * and {@link LIVE_MAX_WAITING} polls at once, so pages never hold the proxy's thread.
    */
+  /** Tells the worker the admin server's port once it listens (the alerts' link to the live page). */
+  adminListening(port: number): void {
+    if (this.alive) this.worker.postMessage({ t: 'admin', port } satisfies ToWorker);
+  }
+
   liveData(since: number, sinceT: number): Promise<LiveAnswer> {
     if (!this.alive) return Promise.resolve({ worker: 'down' });
     if (this.liveWaiters.size >= LIVE_MAX_WAITING) return Promise.resolve({ worker: 'busy' });

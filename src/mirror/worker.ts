@@ -112,6 +112,8 @@ port.on('message', (m: ToWorker) => {
   } else if (m.t === 'live') {
     const body = new TextEncoder().encode(`{"worker":"up","data":${live.snapshot(m.since, m.sinceT)}}`);
     port.postMessage({ t: 'live', id: m.id, body } satisfies FromWorker, [body.buffer]);
+  } else if (m.t === 'admin') {
+    mirror.setAdminPort(m.port);
   } else if (m.t === 'close') {
     live.close();
     void (async () => {

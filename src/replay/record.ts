@@ -26,6 +26,8 @@ export interface RecordRunOptions {
   /** Thresholds in force, kept in the records as captures keep them. */
   thresholds: Omit<Thresholds, 'noiseFloor'>;
   out: FileHandle;
+  /** Its path, for the error when a write fails. */
+  outFile: string;
   secrets: Array<string | null>;
   onSkip?: (message: string) => void;
   onRecord?: (done: number) => void;
@@ -84,6 +86,7 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
   let queued = 0;
   let done = 0;
   let writing: Promise<void> = Promise.resolve();
+  let writeError: unknown = null;
 
   // Detected once up front: every copy then asks for the ids its engine can name (return_token_ids).
   if (o.scoring.when !== 'never') await scorer.profile('baseline', target).catch(() => undefined);
@@ -136,7 +139,16 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
     while (ready.has(next)) {
       const line = ready.get(next)!;
       ready.delete(next++);
-      writing = writing.then(() => o.out.write(line).then(() => undefined));
+      writing = writing.then(() =>
+        writeError !== null
+          ? undefined
+          : o.out.write(line).then(
+              () => undefined,
+              (err: unknown) => {
+                writeError ??= err;
+              },
+            ),
+      );
     }
     result.records++;
     o.onRecord?.(++done);
@@ -151,12 +163,15 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
           continue;
         }
         while (inflight.size >= o.concurrency) await Promise.race(inflight);
+        // A golden file that cannot be written stops the recording: nothing more is sent.
+        if (writeError !== null) break;
         const p = one(queued++, `${basename(file)}:${line.line}`, item).finally(() => inflight.delete(p));
         inflight.add(p);
       }
     }
     await Promise.all(inflight);
     await writing;
+    if (writeError !== null) throw unwritableFile(o.outFile, writeError);
   } finally {
     await pool.close();
   }

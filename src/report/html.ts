@@ -122,7 +122,7 @@ function similarBadge(s: Strip): string {
 /** What each verdict and flip class means, said once for the page (the cards and rows keep their own figures). */
 const VERDICT_MEANING: Record<string, string> = {
   global_shift:
-    'Most comparable positions moved above the noise floor: every decode step moved. Suspect the shared prefill input (KV cache / state), not decode-time noise — compare the state where it is written, in the cache medium and where it is read back.',
+    'Most comparable positions moved above the noise floor: every decode step moved, not decode-time noise. Where a pair was scored with its prompt, its locus says where: compute (the prompt moved too: weights, kernels, a layer — compare the computation) or decode state (only the continuation: suspect the KV cache / state — compare it where it is written, in the cache medium and where it is read back).',
   early_shift:
     'Diverged within the first few tokens with a real shift: too few positions to localise from one pair alone. Pooled over many pairs (the alert window online, the offline detectors here) it says whether every step moved.',
   local_shift: 'Specific positions moved above the noise floor: suspect a token-specific path (a vocabulary slice, an embedding row, a sampling-side change).',

@@ -1,15 +1,15 @@
 // A real Prometheus server (Debian's `prometheus` package) for integration tests: started on
 // loopback with a generated config and a temporary TSDB, queried through its HTTP API, stopped
 // and removed by the caller's `close()`.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import type { TestContext } from 'node:test';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { request } from 'undici';
+import { startDaemon, type RunningDaemon } from './daemon.js';
+
+export { freePort } from './daemon.js';
 
 export const PROMETHEUS_INSTALL_HINT = 'prometheus not installed: apt-get install -y prometheus';
 
@@ -27,19 +27,6 @@ export function needPrometheus(t: TestContext): boolean {
   return false;
 }
 
-/** A loopback port that was free a moment ago (Prometheus cannot listen on port 0 and report it). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr !== null ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
 /**
  * The rule file as a test loads it: every alert's `for:` replaced by `forDuration` and every
  * group's evaluation `interval:` set to `interval`. Expressions, labels, annotations and the
@@ -54,15 +41,7 @@ export function rulesForTest(text: string, options: { forDuration: string; inter
   return stringifyYaml(doc, { lineWidth: 0 });
 }
 
-export interface RunningPrometheus {
-  /** `http://127.0.0.1:PORT`. */
-  url: string;
-  child: ChildProcess;
-  /** Its stdout and stderr so far (logs), for failure messages. */
-  output(): string;
-  /** SIGTERM, SIGKILL after 5 s, then removes the temporary directory. Idempotent. */
-  close(): Promise<void>;
-}
+export type RunningPrometheus = RunningDaemon;
 
 export interface PrometheusFiles {
   /** prometheus.yml, as an object (written as YAML; JSON is YAML). */
@@ -77,78 +56,13 @@ export interface PrometheusFiles {
  * holds the config, the extra files and the TSDB; resolves when `/-/ready` answers 200. Retries
  * with another port when the chosen one was taken in between.
  */
-export async function startPrometheus(setup: PrometheusFiles, options: { timeoutMs?: number } = {}): Promise<RunningPrometheus> {
-  let lastError: unknown;
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      return await startOnce(setup, options.timeoutMs ?? 30_000);
-    } catch (err) {
-      lastError = err;
-      if (!(err instanceof PortTakenError)) throw err;
-    }
-  }
-  throw lastError;
-}
-
-class PortTakenError extends Error {}
-
-async function startOnce(setup: PrometheusFiles, timeoutMs: number): Promise<RunningPrometheus> {
-  const dir = mkdtempSync(join(tmpdir(), 'logprobe-prometheus-'));
-  const { config, files = {} } = setup;
-  for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
-  const configFile = join(dir, 'prometheus.yml');
-  writeFileSync(configFile, stringifyYaml(config));
-  const port = await freePort();
-  const url = `http://127.0.0.1:${port}`;
-  const child = spawn('prometheus', [`--config.file=${configFile}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], {
-    cwd: dir,
-    stdio: ['ignore', 'pipe', 'pipe'],
+export function startPrometheus(setup: PrometheusFiles, options: { timeoutMs?: number } = {}): Promise<RunningPrometheus> {
+  return startDaemon({
+    name: 'prometheus',
+    files: { ...(setup.files ?? {}), 'prometheus.yml': stringifyYaml(setup.config) },
+    args: (dir, port) => [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'],
+    ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
   });
-  let out = '';
-  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-  child.stderr?.on('data', (c: Buffer) => (out += c.toString()));
-  let exitCode: number | null | undefined;
-  const exited = new Promise<void>((resolve) => {
-    child.once('close', (code) => {
-      exitCode = code;
-      resolve();
-    });
-    child.once('error', (err) => {
-      out += `\n${String(err)}`;
-      exitCode = -1;
-      resolve();
-    });
-  });
-  let closing: Promise<void> | undefined;
-  const close = (): Promise<void> =>
-    (closing ??= (async () => {
-      if (exitCode === undefined) {
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
-        await exited;
-        clearTimeout(timer);
-      }
-      rmSync(dir, { recursive: true, force: true });
-    })());
-
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (exitCode !== undefined) {
-      await close();
-      if (/address already in use/i.test(out)) throw new PortTakenError(`port ${port} taken:\n${out}`);
-      throw new Error(`prometheus exited with ${exitCode} before it was ready:\n${out}`);
-    }
-    try {
-      const res = await request(`${url}/-/ready`, { headersTimeout: 2000, bodyTimeout: 2000 });
-      await res.body.text();
-      if (res.statusCode === 200) return { url, child, output: () => out, close };
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  await close();
-  throw new Error(`prometheus not ready in ${timeoutMs} ms:\n${out}`);
 }
 
 /** One element of an instant vector. */
