@@ -24,6 +24,7 @@ export const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: readonly string[
   { name: 'LOGPROBE_CAPTURE_DIR', path: ['capture', 'dir'] },
   { name: 'LOGPROBE_CAPTURE_ENABLED', path: ['capture', 'enabled'] },
   { name: 'LOGPROBE_ALERT_WEBHOOK_URL', path: ['alert', 'webhookUrl'] },
+  { name: 'LOGPROBE_ALERT_GENERATOR_URL', path: ['alert', 'generatorUrl'] },
 ];
 for (const o of ENV_OVERRIDES) if (schemaAt(o.path) === undefined) throw new Error(`${o.name}: no config key ${o.path.join('.')}`);
 
