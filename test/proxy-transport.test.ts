@@ -235,6 +235,35 @@ test('limits.bodyTimeoutMs is an idle timer, not a deadline: a body trickled in 
   assert.equal(metricValue(metrics, 'logprobe_proxy_refused_total', { reason: 'body_timeout' }), 0);
 });
 
+test('limits.bodyTimeoutMs times the client only: a streamed body waiting for a candidate connection (candidate.maxConnections) longer than the limit is served', async (t) => {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let bodyBytes = 0;
+  const up = await startUpstream(async (req, res, body) => {
+    if (req.url === '/v1/models') await gate;
+    else bodyBytes = body.length;
+    res.end('ok');
+  });
+  t.after(() => up.close());
+  const TIMEOUT = 400;
+  const lp = await startLogprobe({ candidate: { url: up.url, maxConnections: 1, maxPending: 1 }, mirror: { sampleRate: 0 }, limits: { bodyTimeoutMs: TIMEOUT } });
+  t.after(() => lp.close());
+  const port = Number(new URL(lp.proxyUrl).port);
+  // The one connection is held by a request the candidate answers only when released.
+  const held = request(`${lp.proxyUrl}/v1/models`);
+  await new Promise((r) => setTimeout(r, 200));
+  // The whole body is sent at once; the proxy reads it only once a connection is free.
+  const waiting = rawExchange(port, `POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: ${BIG}\r\nConnection: close\r\n\r\n${' '.repeat(BIG)}`, 8000);
+  await new Promise((r) => setTimeout(r, 3 * TIMEOUT));
+  release();
+  const r = await waiting;
+  assert.match(r.text, /^HTTP\/1\.1 200 /, JSON.stringify(r.text.slice(0, 80)));
+  assert.equal(bodyBytes, BIG, 'the body reached the candidate whole');
+  assert.equal((await held).statusCode, 200);
+  const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
+  assert.equal(metricValue(metrics, 'logprobe_proxy_refused_total', { reason: 'body_timeout' }), 0);
+});
+
 /**
  * Framing llhttp accepts, or hands over before refusing, that the edge still refuses as nginx
  * does; each with a second request hidden behind it.
