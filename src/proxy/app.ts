@@ -167,11 +167,9 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
    * Content-Length over limits.bodyMB, bad framing, a drain) never gets it.
    */
   const onRequest = (req: IncomingMessage, res: ServerResponse, expectContinue = false): void => {
-    if (refusedSockets.has(req.socket)) {
-      // Parsed after a refusal on the same connection, which closes after that answer.
-      res.destroy();
-      return;
-    }
+    // Parsed after a refusal on the same connection, which closes once that answer is out: left
+    // unanswered (destroying it could cut the refusal's bytes on their way).
+    if (refusedSockets.has(req.socket)) return;
     const framing = framingError(req);
     if (framing !== null) {
       refuse(req, res, framing);
