@@ -264,6 +264,31 @@ test('limits.bodyTimeoutMs times the client only: a streamed body waiting for a 
   assert.equal(metricValue(metrics, 'logprobe_proxy_refused_total', { reason: 'body_timeout' }), 0);
 });
 
+test('limits.bodyTimeoutMs times the client only: a streamed body held back by a candidate that reads slower than the limit is served', async (t) => {
+  const TIMEOUT = 400;
+  const SIZE = 16 * 1024 * 1024;
+  let received = 0;
+  const server = http.createServer((req, res) => {
+    // The candidate takes no byte for three times the limit: undici pauses the client's body.
+    req.pause();
+    setTimeout(() => {
+      req.on('data', (c: Buffer) => (received += c.length));
+      req.on('end', () => res.end('ok'));
+      req.resume();
+    }, 3 * TIMEOUT);
+  });
+  const { url } = await listenLocal(server);
+  t.after(() => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))));
+  const lp = await startLogprobe({ candidate: { url }, mirror: { sampleRate: 0 }, limits: { bodyTimeoutMs: TIMEOUT } });
+  t.after(() => lp.close());
+  const res = await request(`${lp.proxyUrl}/v1/embeddings`, { method: 'POST', body: Buffer.alloc(SIZE, 0x20), headers: { 'content-type': 'application/json' } });
+  assert.equal(res.statusCode, 200);
+  assert.equal(await res.body.text(), 'ok');
+  assert.equal(received, SIZE, 'the body reached the candidate whole');
+  const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
+  assert.equal(metricValue(metrics, 'logprobe_proxy_refused_total', { reason: 'body_timeout' }), 0);
+});
+
 /**
  * Framing llhttp accepts, or hands over before refusing, that the edge still refuses as nginx
  * does; each with a second request hidden behind it.
