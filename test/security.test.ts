@@ -14,7 +14,7 @@ import { startUpstream, type TestUpstream } from './helpers/upstream.js';
 import { allText, chatBody, tempDir } from './helpers/capture.js';
 import { buildConfig } from '../src/config/load.js';
 import { KNOWN_ROUTES } from '../src/proxy/routes.js';
-import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS, SCORING_OUTCOMES } from '../src/metrics/catalog.js';
+import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS, REFUSAL_REASONS, SCORING_OUTCOMES } from '../src/metrics/catalog.js';
 import { ENGINE_NAMES } from '../src/scoring/profile.js';
 import { VERDICTS } from '../src/core/types.js';
 import { SELF_VERDICTS } from '../src/core/self.js';
@@ -478,7 +478,7 @@ const ALLOWED: Record<string, ReadonlySet<string>> = {
   backend: new Set(['candidate', 'baseline']),
   class: new Set(['ambiguous', 'gray', 'systematic']),
   alert: new Set(ALERT_NAMES),
-  reason: new Set<string>([...CAPTURE_ERROR_REASONS, ...OVERFLOW_REASONS]),
+  reason: new Set<string>([...CAPTURE_ERROR_REASONS, ...OVERFLOW_REASONS, ...REFUSAL_REASONS]),
   le: new Set([...LATENCY_BUCKETS, ...NATS_BUCKETS, ...POSITION_BUCKETS, '+Inf'].map(String)),
 };
 

@@ -127,6 +127,8 @@ export const configSchema = z.strictObject({
       maxHeaderKB: positiveInt.max(1024, { error: 'expected a whole number of KB from 1 to 1024' }).default(64),
       /** A request head that has not fully arrived after this long is answered 408. */
       headTimeoutMs: positiveMs.default(30_000),
+      /** A request body with no byte for this long is answered 408 (nginx's client_body_timeout); an idle timer, not a deadline. */
+      bodyTimeoutMs: positiveMs.default(60_000),
       /** An idle client keep-alive connection is closed after this long. */
       keepAliveTimeoutMs: positiveMs.default(65_000),
       /** The listen backlog; the kernel caps it at net.core.somaxconn. */

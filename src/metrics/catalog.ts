@@ -135,6 +135,13 @@ export const METRIC_CATALOG = [
     labelNames: [],
     owner: 'main',
   },
+  {
+    name: 'logprobe_proxy_refused_total',
+    type: 'counter',
+    help: "Client requests the proxy answered itself and never forwarded, by the client limit or HTTP rule that refused them (body_timeout: limits.bodyTimeoutMs; body_too_large: limits.bodyMB; head_timeout: limits.headTimeoutMs; header_too_large: limits.maxHeaderKB; transfer_encoding, duplicate_host, connect, malformed: HTTP's framing).",
+    labelNames: ['reason'],
+    owner: 'main',
+  },
   // Both: the proxy's thread has the client path's candidate pool, the worker the mirror's
   // candidate and baseline pools; a backend's figure is the sum.
   { name: 'logprobe_upstream_connections', type: 'gauge', help: 'Open connections to each upstream (the client path and the mirror together).', labelNames: ['backend'], owner: 'both' },
@@ -201,5 +208,8 @@ export const SCORING_OUTCOMES = ['ok', 'unsupported', 'skipped', 'failed'] as co
 export const FLIP_CLASSES = ['ambiguous', 'gray', 'systematic'] as const satisfies readonly FlipClass[];
 /** `logprobe_proxy_requests_total{status_class}`: the status' hundreds, `aborted` for a client gone (499). */
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'aborted'] as const;
+/** `logprobe_proxy_refused_total{reason}`: the client-side limits and HTTP rules the proxy answers itself (src/proxy/app.ts). */
+export const REFUSAL_REASONS = ['body_timeout', 'body_too_large', 'head_timeout', 'header_too_large', 'transfer_encoding', 'duplicate_host', 'connect', 'malformed'] as const;
+export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 /** Every value of a client request's `route` label (src/proxy/routes.ts). */
 export const ROUTE_LABELS = [...KNOWN_ROUTES, 'other'] as const;

@@ -10,12 +10,14 @@ import {
   MAIN_MIRROR_OUTCOMES,
   METRIC_CATALOG,
   MIRROR_OUTCOMES,
+  REFUSAL_REASONS,
   ROUTE_LABELS,
   STATUS_CLASSES,
   metricsOf,
   type MetricName,
   type MetricSpec,
   type MetricThread,
+  type RefusalReason,
   SCORING_OUTCOMES,
 } from './catalog.js';
 import { ENGINE_NAMES } from '../scoring/profile.js';
@@ -80,6 +82,7 @@ export class Metrics {
     }
     for (const reason of OVERFLOW_REASONS) this.counter('logprobe_proxy_overflow_total').inc({ reason }, 0);
     this.counter('logprobe_admin_misdirected_total').inc(0);
+    for (const reason of REFUSAL_REASONS) this.counter('logprobe_proxy_refused_total').inc({ reason }, 0);
     this.gauge('logprobe_upstream_connections').set({ backend: 'candidate' }, 0);
     for (const route of mirrorRoutes) for (const outcome of MAIN_MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
     // Until the worker has answered a scrape (src/mirror/thread.ts sets it).
@@ -125,6 +128,11 @@ export class Metrics {
   /** An admin-port request refused for its Host (421). */
   misdirected(): void {
     this.counter('logprobe_admin_misdirected_total').inc();
+  }
+
+  /** A client request the proxy answered itself, refused by a client limit or an HTTP rule. */
+  refused(reason: RefusalReason): void {
+    this.counter('logprobe_proxy_refused_total').inc({ reason });
   }
 
   /** An upstream connection opened (+1) or closed (−1). */

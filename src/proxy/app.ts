@@ -10,6 +10,8 @@ import { ShadowExchange } from './shadow.js';
 import type { MirrorTap } from './tap.js';
 import { upstreamBasePath } from '../upstream/pool.js';
 import { ConnectionBudget, type OverflowReason } from './budget.js';
+import type { RefusalReason } from '../metrics/catalog.js';
+import { BadRequestError, PayloadTooLargeError, UnsupportedTransferEncodingError } from '../errors.js';
 
 /** What the proxy needs from the rest of the process. */
 export interface ProxyDeps {
@@ -22,6 +24,8 @@ export interface ProxyDeps {
     observeShadow?(route: string, status: number): void;
     /** A request refused at once because a configured candidate limit was reached. */
     overflow(reason: OverflowReason): void;
+    /** A request the proxy answered itself, refused by a client limit or an HTTP rule. */
+    refused(reason: RefusalReason): void;
   };
   /** The mirror's hook; absent when mirroring is off. */
   mirror?: MirrorTap | undefined;
@@ -43,31 +47,61 @@ function notFound(ctx: ExchangeContext, req: IncomingMessage, res: ServerRespons
   if (ctx.logRequests()) ctx.log.info({ method: req.method, route: 'other', status: 404, durationMs: 0, aborted: false }, 'request');
 }
 
-const CLIENT_ERRORS: Record<string, [number, string, string]> = {
-  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'request header fields too large'],
-  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'request not received in time'],
+const CLIENT_ERRORS: Record<string, [number, string, string, RefusalReason]> = {
+  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'request header fields too large', 'header_too_large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'request not received in time', 'head_timeout'],
+  // llhttp refuses a request whose last coding is not chunked, or that names chunked twice.
+  HPE_INVALID_TRANSFER_ENCODING: [501, 'Not Implemented', 'Transfer-Encoding other than chunked is not supported', 'transfer_encoding'],
 };
+const MALFORMED: [number, string, string, RefusalReason] = [400, 'Bad Request', 'malformed HTTP request', 'malformed'];
+
+/** Writes one answer of ours on a connection that is then closed (the parser cannot go on). */
+function answerAndClose(socket: Duplex, status: number, text: string, message: string, code: string | null): void {
+  const payload = JSON.stringify(openAIError(status, message, code));
+  if (socket.writable)
+    socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`);
+  else socket.destroy();
+}
 
 /**
  * A request node:http's parser refused (malformed head, header overflow, stalled head): answered
  * in the OpenAI envelope, like every error we make, and the connection closed — after the
  * answers to the requests pipelined before it, so a client reads them in order.
  */
-function onClientError(err: Error & { code?: string }, socket: Duplex, before: Promise<void> | undefined): void {
+function onClientError(err: Error & { code?: string; reason?: string }, socket: Duplex, before: Promise<void> | undefined, refused: (reason: RefusalReason) => void): void {
   if (!socket.writable || err.code === 'ECONNRESET') {
     socket.destroy();
     return;
   }
-  const [status, text, message] = CLIENT_ERRORS[err.code ?? ''] ?? [400, 'Bad Request', 'malformed HTTP request'];
-  const payload = JSON.stringify(openAIError(status, message, err.code ?? null));
-  const answer = () => {
-    if (socket.writable)
-      socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`);
-    else socket.destroy();
-  };
+  // Content-Length with Transfer-Encoding is a 400 (as nginx), whichever llhttp names.
+  const both = err.code === 'HPE_INVALID_TRANSFER_ENCODING' && /content-length/i.test(err.reason ?? '');
+  const [status, text, message, reason] = (both ? undefined : CLIENT_ERRORS[err.code ?? '']) ?? MALFORMED;
+  refused(reason);
+  const answer = () => answerAndClose(socket, status, text, message, err.code ?? null);
   if (before === undefined) answer();
   else void before.then(answer);
 }
+
+/**
+ * Why a request head llhttp accepted is refused anyway, or null: a Transfer-Encoding other than
+ * exactly `chunked` (llhttp takes `gzip, chunked`, where undici's re-framing would drop the
+ * gzip; nginx answers 501 to any other value) and two Host fields (RFC 9112 §3.2; node:http
+ * keeps the first and drops the others from `req.headers`, its list of raw fields has both).
+ */
+function framingError(req: IncomingMessage): (Error & { statusCode: number; code: string }) | null {
+  const te = req.headers['transfer-encoding'];
+  if (te !== undefined && (te.length !== 7 || te.toLowerCase() !== 'chunked')) return new UnsupportedTransferEncodingError();
+  const raw = req.rawHeaders;
+  let hosts = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 4 && raw[i]!.toLowerCase() === 'host' && ++hosts > 1) return new BadRequestError('two Host header fields (RFC 9112 §3.2)');
+  return null;
+}
+
+const REFUSAL_OF: Record<string, RefusalReason> = {
+  LOGPROBE_UNSUPPORTED_TRANSFER_ENCODING: 'transfer_encoding',
+  LOGPROBE_BAD_REQUEST: 'duplicate_host',
+  LOGPROBE_PAYLOAD_TOO_LARGE: 'body_too_large',
+};
 
 /**
  * Builds the client-facing proxy as an unstarted fastify instance. Every method and path goes to
@@ -91,6 +125,7 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     basePath: upstreamBasePath(config.candidate.url),
     limitBytes,
     limitMB: config.limits.bodyMB,
+    bodyTimeoutMs: config.limits.bodyTimeoutMs,
     log,
     logRequests: () => log.isLevelEnabled('info'),
     metrics: deps.metrics,
@@ -106,8 +141,40 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
    * promise its response's close settles, and the one of the request before it.
    */
   const inFlight = new WeakMap<object, { req: IncomingMessage; done: Promise<void>; before: Promise<void> | undefined }>();
+  /**
+   * Connections whose request was refused for its framing: answered, then closed after the
+   * answer ("connection: close"). Whatever the parser still reads there (a request hidden in a
+   * body we would not frame) is never served.
+   */
+  const refusedSockets = new WeakSet<object>();
 
-  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+  /** Answers a request we refuse for its framing, in the OpenAI envelope, and closes its connection. */
+  const refuse = (req: IncomingMessage, res: ServerResponse, err: Error & { statusCode: number; code: string }): void => {
+    const started = performance.now();
+    refusedSockets.add(req.socket);
+    deps.metrics.refused(REFUSAL_OF[err.code] ?? 'malformed');
+    const payload = JSON.stringify(openAIError(err.statusCode, err.message, err.code));
+    res.writeHead(err.statusCode, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload), connection: 'close' });
+    res.end(payload);
+    if (shadow) ctx.metrics.observeShadow?.('other', err.statusCode);
+    else ctx.metrics.observeRequest('other', err.statusCode, (performance.now() - started) / 1000);
+    if (ctx.logRequests()) ctx.log.info({ method: req.method, route: 'other', status: err.statusCode, durationMs: 0, aborted: false, code: err.code }, 'request');
+  };
+
+  /**
+   * `expectContinue`: the client waits for `100 Continue` before its body (node:http's
+   * `checkContinue`); it is sent only once the request is accepted, so a refused one (a
+   * Content-Length over limits.bodyMB, bad framing, a drain) never gets it.
+   */
+  const onRequest = (req: IncomingMessage, res: ServerResponse, expectContinue = false): void => {
+    // Parsed after a refusal on the same connection, which closes once that answer is out: left
+    // unanswered (destroying it could cut the refusal's bytes on their way).
+    if (refusedSockets.has(req.socket)) return;
+    const framing = framingError(req);
+    if (framing !== null) {
+      refuse(req, res, framing);
+      return;
+    }
     if (closing) {
       res.writeHead(503, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(CLOSING_BODY)), connection: 'close' });
       res.end(CLOSING_BODY);
@@ -118,6 +185,14 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     if (url === undefined || url.charCodeAt(0) !== 47 || !FORWARDED_METHODS.has(req.method ?? '')) {
       notFound(ctx, req, res, shadow);
       return;
+    }
+    if (expectContinue) {
+      const cl = req.headers['content-length'];
+      if (cl !== undefined && Number(cl) > limitBytes) {
+        refuse(req, res, new PayloadTooLargeError(config.limits.bodyMB));
+        return;
+      }
+      res.writeContinue();
     }
     // Shadow mode: a mirrored copy, answered 202 and handed to the mirror; nothing is forwarded.
     const exchange = shadow ? new ShadowExchange(ctx, req, res) : new ProxyExchange(ctx, req, res);
@@ -171,14 +246,30 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
       );
       server.setTimeout(0);
       server.keepAliveTimeout = limits.keepAliveTimeoutMs;
+      // Expect: 100-continue: the 100 goes out only for a request we accept (see onRequest).
+      server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, true));
+      // CONNECT asks for a tunnel: not something a reverse proxy of an API gives. Without this
+      // listener node:http closes the connection without a word.
+      server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+        deps.metrics.refused('connect');
+        if (shadow) ctx.metrics.observeShadow?.('other', 400);
+        else ctx.metrics.observeRequest('other', 400, 0);
+        const answer = () => answerAndClose(socket, 400, 'Bad Request', 'CONNECT is not supported: logprobe is a reverse proxy, not a tunnel', 'LOGPROBE_BAD_REQUEST');
+        const last = inFlight.get(socket);
+        if (last === undefined) answer();
+        else void last.done.then(answer);
+      });
       return server;
     },
     forceCloseConnections: false,
     // After the answers to what was pipelined before the broken bytes: all in flight when they
     // came in a new head, those before the last request when they broke its (chunked) body.
     clientErrorHandler: (err: Error, socket: Duplex) => {
+      // Its request was refused already (a Transfer-Encoding llhttp refuses only once the head
+      // has been handed over): that answer closes the connection.
+      if (refusedSockets.has(socket)) return;
       const last = inFlight.get(socket);
-      onClientError(err, socket, last === undefined ? undefined : last.req.complete ? last.done : last.before);
+      onClientError(err, socket, last === undefined ? undefined : last.req.complete ? last.done : last.before, deps.metrics.refused.bind(deps.metrics));
     },
   });
   // New requests during the drain get 503 and "connection: close" (fastify's return503OnClosing).

@@ -2,13 +2,14 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
-import { readBody } from './body.js';
-import { PayloadTooLargeError, UpstreamOverflowError } from '../errors.js';
+import { ClientAbortedError, readBody, watchStreamedBody } from './body.js';
+import { PayloadTooLargeError, RequestBodyTimeoutError, UpstreamOverflowError } from '../errors.js';
 import { mapUpstreamError, openAIError } from './errors.js';
 import { MIRROR_HEADER, clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import { pathOf, routeLabel } from './routes.js';
 import { parseMirrorHeader, type MirrorTap } from './tap.js';
 import type { ConnectionBudget, OverflowReason } from './budget.js';
+import type { RefusalReason } from '../metrics/catalog.js';
 
 /** What every exchange shares: built once per app. */
 export interface ExchangeContext {
@@ -18,6 +19,8 @@ export interface ExchangeContext {
   basePath: string;
   limitBytes: number;
   limitMB: number;
+  /** limits.bodyTimeoutMs: the longest silence of a client in the middle of its request body. */
+  bodyTimeoutMs: number;
   log: Logger;
   /** Whether the info-level request line is written (checked once per request, not per field). */
   logRequests: () => boolean;
@@ -25,6 +28,8 @@ export interface ExchangeContext {
     observeRequest(route: string, status: number, seconds: number): void;
     /** A copy received in shadow mode (`mode: shadow`), answered with `status` (499: the mirror source left first). */
     observeShadow?(route: string, status: number): void;
+    /** A request the proxy answered itself, refused by a client limit or an HTTP rule. */
+    refused(reason: RefusalReason): void;
   };
   mirror: MirrorTap | undefined;
   /** The configured candidate limits, or null when there are none (the default). */
@@ -109,6 +114,8 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
   private id: string | undefined;
   /** Holds a slot of the budget until the upstream exchange ends. */
   private admitted = false;
+  /** The streamed body went silent for limits.bodyTimeoutMs: answered 408, the upstream request aborted once it has gone. */
+  private bodyTimedOut = false;
 
   constructor(
     private readonly ctx: ExchangeContext,
@@ -144,7 +151,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
       return;
     }
     if (this.keepBody || cl === undefined || Number(cl) <= READ_AHEAD_BYTES) {
-      readBody(this.req, this.ctx.limitBytes, (err, buf) => {
+      readBody(this.req, this.ctx.limitBytes, this.ctx.bodyTimeoutMs, true, (err, buf) => {
         if (err) {
           this.fail(err);
           return;
@@ -154,7 +161,26 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
       });
       return;
     }
+    watchStreamedBody(this.req, this.ctx.bodyTimeoutMs, () => this.streamedBodyIdle());
     this.dispatch(this.req);
+  }
+
+  /**
+   * The client stopped sending a body that streams to the candidate: 408 when the candidate has
+   * not answered yet (the upstream request is aborted once the 408 has gone, so that undici does
+   * not destroy the client's connection under it), else the response is cut.
+   */
+  private streamedBodyIdle(): void {
+    if (this.done || this.res.destroyed) return;
+    this.ctx.metrics.refused('body_timeout');
+    this.bodyTimedOut = true;
+    if (this.res.headersSent) {
+      this.ctx.log.debug({ reqId: this.requestId() }, 'request body stalled after the response started: response cut');
+      this.controller?.abort(new RequestBodyTimeoutError(this.ctx.bodyTimeoutMs));
+      this.res.destroy();
+      return;
+    }
+    this.fail(new RequestBodyTimeoutError(this.ctx.bodyTimeoutMs), true);
   }
 
   private dispatch(body: Buffer | IncomingMessage | null): void {
@@ -190,7 +216,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
-    if (this.res.destroyed) {
+    if (this.res.destroyed || this.bodyTimedOut) {
       controller.abort(new ClientGoneError());
       return;
     }
@@ -229,7 +255,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
     this.settle();
-    if (err instanceof ClientGoneError || this.res.destroyed) return;
+    if (err instanceof ClientGoneError || this.res.destroyed || this.bodyTimedOut) return;
     if (!this.res.headersSent) {
       this.fail(mapUpstreamError(err, this.ctx.host));
       return;
@@ -244,19 +270,23 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
    * not read, so the connection cannot carry another request.
    */
   fail(err: Error & { statusCode?: number; code?: string }, unreadBody = false): void {
-    this.settle();
+    if (!this.bodyTimedOut) this.settle();
     const res = this.res;
-    if (res.destroyed || res.headersSent) {
+    if (res.destroyed || res.headersSent || err instanceof ClientAbortedError) {
+      // The client left in the middle of its upload: its doing, not ours (counted as aborted).
+      if (err instanceof ClientAbortedError) this.ctx.log.debug({ reqId: this.requestId(), reason: err.message }, 'client aborted the request');
       res.destroy();
       return;
     }
     const status = err.statusCode !== undefined && err.statusCode >= 400 ? err.statusCode : 500;
+    if (status === 413) this.ctx.metrics.refused('body_too_large');
+    else if (status === 408 && !this.bodyTimedOut) this.ctx.metrics.refused('body_timeout');
     // Refusals by the configured limits are logged by the budget's own rate-limited line.
     if (status >= 500 && !(err instanceof UpstreamOverflowError)) this.ctx.log.warn({ reqId: this.requestId(), err }, 'proxy error');
     const payload = JSON.stringify(openAIError(status, err.message, err.code ?? null));
     const headers: OutgoingHttpHeaders = { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload) };
     // The rest of an oversized body is never read: the connection cannot be reused.
-    if (status === 413 || unreadBody) headers.connection = 'close';
+    if (status === 413 || status === 408 || unreadBody) headers.connection = 'close';
     res.writeHead(status, headers);
     res.end(payload);
   }
@@ -266,7 +296,7 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     const res = this.res as TaggedResponse;
     res[kExchange] = undefined;
     const aborted = !res.writableFinished;
-    if (aborted && !this.done) this.controller?.abort(new ClientGoneError());
+    if ((aborted || this.bodyTimedOut) && !this.done) this.controller?.abort(new ClientGoneError());
     this.settle();
     const seconds = (performance.now() - this.start) / 1000;
     const { ctx, req } = this;

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { readBody } from './body.js';
+import { ClientAbortedError, readBody } from './body.js';
 import { PayloadTooLargeError } from '../errors.js';
 import { openAIError } from './errors.js';
 import { MIRROR_HEADER } from './headers.js';
@@ -12,7 +12,7 @@ import { clientRequestId, type ExchangeContext } from './exchange.js';
  * `request_mirror_policies`, Istio's `mirror`, Gateway API's `HTTPRequestMirrorFilter`, nginx's
  * `mirror`). The mirror source sends a copy of each production request and ignores the answer, so
  * each copy is answered at once — 202, empty body, once its body is read (under `limits.bodyMB`,
- * 413 beyond) — and never forwarded: the candidate is never called for it. The copy then goes to
+ * 413 beyond; 408 when it stalls for `limits.bodyTimeoutMs`) — and never forwarded: the candidate is never called for it. The copy then goes to
  * the mirror exactly as a finished inline exchange does (the same sampling, rewrite, both
  * backends, scoring, metrics, alerts, capture), with status 200: logprobe does not know what
  * production answered, and the mirror source only copies requests it routes, so each copy counts
@@ -31,38 +31,6 @@ export function stripShadowSuffix(host: string): string {
 }
 
 const NO_CONTENT_HEADERS = { 'content-length': '0' } as const;
-
-/**
- * Reads and discards a body (a copy the sampler did not keep), failing with 413 past
- * `limitBytes` like {@link readBody}, without holding its bytes.
- */
-function discardBody(stream: IncomingMessage, limitBytes: number, callback: (err: Error | null) => void): void {
-  let size = 0;
-  let done = false;
-  const finish = (err: Error | null) => {
-    if (done) return;
-    done = true;
-    stream.off('data', onData);
-    stream.off('end', onEnd);
-    stream.off('error', onError);
-    stream.off('aborted', onAborted);
-    callback(err);
-  };
-  const onData = (chunk: Buffer) => {
-    size += chunk.length;
-    if (size > limitBytes) {
-      stream.pause();
-      finish(new PayloadTooLargeError(Math.round(limitBytes / 1024 / 1024)));
-    }
-  };
-  const onEnd = () => finish(null);
-  const onError = (err: Error) => finish(err);
-  const onAborted = () => finish(Object.assign(new Error('client aborted the request body'), { code: 'ECONNRESET' }));
-  stream.on('data', onData);
-  stream.on('end', onEnd);
-  stream.on('error', onError);
-  stream.on('aborted', onAborted);
-}
 
 const kShadow = Symbol('logprobe.shadow');
 type TaggedResponse = ServerResponse & { [kShadow]?: ShadowExchange };
@@ -127,8 +95,8 @@ export class ShadowExchange {
       this.accept(null);
       return;
     }
-    if (this.keepBody) readBody(req, this.ctx.limitBytes, (err, buf) => (err ? this.fail(err) : this.accept(buf)));
-    else discardBody(req, this.ctx.limitBytes, (err) => (err ? this.fail(err) : this.accept(null)));
+    // Kept when the sampler wants it, else its bytes are dropped as they come.
+    readBody(req, this.ctx.limitBytes, this.ctx.bodyTimeoutMs, this.keepBody, (err, buf) => (err ? this.fail(err) : this.accept(this.keepBody ? buf : null)));
   }
 
   private accept(body: Buffer | null): void {
@@ -140,14 +108,17 @@ export class ShadowExchange {
 
   private fail(err: Error & { statusCode?: number; code?: string }): void {
     const res = this.res;
-    if (res.destroyed || res.headersSent || err.statusCode !== 413) {
+    const status = err.statusCode;
+    if (res.destroyed || res.headersSent || (status !== 413 && status !== 408)) {
       // The mirror source went away mid-body: nothing to answer, nothing to mirror.
+      if (err instanceof ClientAbortedError) this.ctx.log.debug({ reqId: this.requestId(), reason: err.message }, 'mirror source aborted the request');
       res.destroy();
       return;
     }
-    const payload = JSON.stringify(openAIError(413, err.message, err.code ?? null));
-    // The rest of an oversized body is never read: the connection cannot be reused.
-    res.writeHead(413, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload), connection: 'close' });
+    this.ctx.metrics.refused(status === 413 ? 'body_too_large' : 'body_timeout');
+    const payload = JSON.stringify(openAIError(status, err.message, err.code ?? null));
+    // The rest of the body is never read: the connection cannot be reused.
+    res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload), connection: 'close' });
     res.end(payload);
   }
 
