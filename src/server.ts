@@ -10,6 +10,7 @@ import type { MirrorTap } from './proxy/tap.js';
 import { createUpstreamPool } from './upstream/pool.js';
 import { MirrorThread } from './mirror/thread.js';
 import type { MirrorListeners } from './mirror/types.js';
+import { mirrorStartLine } from './config/summary.js';
 
 /** A part of the process that must be stopped cleanly (mirror queue, capture writer, …). */
 export interface Closeable {
@@ -100,6 +101,7 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
       // Listening means ready: the worker's series exist on the first scrape (bounded wait).
       if (mirror && !(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
       logger.info({ proxyUrl, adminUrl, mode: config.mode, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');
+      logger.info({ sampleRate: config.mirror.sampleRate, routes: config.mirror.routes, capture: config.capture.enabled ? config.capture.dir : null }, mirrorStartLine(config));
       return { proxyUrl, adminUrl };
     },
     close(closeOptions = {}) {

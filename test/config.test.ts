@@ -192,3 +192,18 @@ test('config/logprobe.example.yaml is valid, states every key, and its values ar
   assert.deepEqual(keysOf(raw).sort(), keysOf(defaults).sort(), 'the example names every key');
   assert.deepEqual(JSON.parse(JSON.stringify(example)), JSON.parse(JSON.stringify(defaults)));
 });
+
+test("serve's start line says what the mirror does: sample rate, routes, how to force a copy, the baseline, where captures go and that prompts are kept", async () => {
+  const { mirrorStartLine } = await import('../src/config/summary.js');
+  const { loadConfig } = await import('../src/config/load.js');
+  const line = mirrorStartLine(loadConfig({ env: {} }));
+  assert.equal(
+    line,
+    'mirroring 5% of /v1/completions, /v1/chat/completions — for a first try send header x-logprobe-mirror: 1, or set LOGPROBE_SAMPLE_RATE=1; against the baseline http://127.0.0.1:30001; captures to ./captures, prompts included (capture.includePrompts: false drops them)',
+  );
+  assert.equal(
+    mirrorStartLine(loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '1', LOGPROBE_BASELINE_URL: 'none', LOGPROBE_CAPTURE_ENABLED: 'false' } })),
+    "mirroring 100% of /v1/completions, /v1/chat/completions; baseline-free (the candidate's own repeats); captures off",
+  );
+  assert.match(mirrorStartLine(loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '0' } })), /^mirroring nothing by default .* x-logprobe-mirror: 1 is mirrored/);
+});

@@ -12,6 +12,7 @@ import { Metrics } from '../metrics/registry.js';
 import { MirrorThread, WORKER_METRICS_TIMEOUT_MS } from '../mirror/thread.js';
 import { createCandidatePool, probe } from '../server.js';
 import type { FromProxyWorker, ToProxyWorker } from './protocol.js';
+import { mirrorStartLine } from '../config/summary.js';
 
 /** How many proxy processes `listen.workers` asks for: absent 1, `auto` one per CPU the process may use. */
 export function workerCount(config: Config): number {
@@ -293,6 +294,7 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
       mirror.adminListening(Number(new URL(adminUrl).port));
       if (!(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
       logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url, workers, pids: slots.map((s) => s.proc?.pid) }, 'logprobe listening');
+      logger.info({ sampleRate: config.mirror.sampleRate, routes: config.mirror.routes, capture: config.capture.enabled ? config.capture.dir : null }, mirrorStartLine(config));
       return { proxyUrl, adminUrl };
     },
     close(closeOptions = {}) {
