@@ -1,8 +1,9 @@
 /**
  * `npm run soak:faults -- --minutes 10 --streams 1000` (issue #23, point 7): the fault soak, beside
- * the streaming lane and on demand (never in CI; root, for the tmpfs). For `--minutes`, `--streams`
- * clients each run 64-chunk SSE chat streams one after the other through `logprobe serve`
- * (sampleRate 1, captures on), while three faults go on at once:
+ * the streaming lane and on demand (never in CI; root, for the tmpfs). For `--warmup-s` (60) and
+ * then `--minutes` (10), `--streams` (1000) clients each run 64-chunk SSE chat streams one after
+ * the other through `logprobe serve` (sampleRate 1, captures on), while three faults go on at once
+ * from the start:
  *
  * - the **baseline** (a second bench/streams-upstream.ts) is killed with SIGKILL and started again
  *   on the same port every `--kill-every` s (10);
@@ -30,10 +31,13 @@
  *    `logprobe_capture_errors_total{reason="ENOSPC"}`); the records lost (pairs settled − complete
  *    lines on disk) are counted by `logprobe_capture_records_dropped_total` when the build has
  *    it (reported, not required, when it has not; `logprobe_capture_ok` read likewise);
- * 4. RSS flat: over the last 80 % of the run (the last 8 minutes of 10), every sample within ±10 %
- *    of their median;
+ * 4. RSS flat: over the last 80 % of the measured minutes (the last 8 of 10; the warm-up is not
+ *    judged: node's heap grows for a minute or two before its first major collections), every
+ *    sample within `--rss-band` ±10 % of their median;
  * 5. the faults happened: baseline kills and restarts, refused connections, the baseline's
  *    failures seen by the mirror, pairs compared.
+ *
+ * Short checks of the harness itself: `npm run soak:faults -- --minutes 1 --streams 100`.
  *
  * Prints a summary and PASS/FAIL per criterion, writes the "Fault soak" section of
  * bench/RESULTS.md; exit 0 PASS, 1 FAIL, 2 usage (or not root). On SIGINT/SIGTERM, and at any
