@@ -1,7 +1,7 @@
 /**
  * `npm run soak:faults -- --minutes 10 --streams 1000` (issue #23, point 7): the fault soak, beside
- * the streaming lane and on demand (never in CI; root, for the tmpfs). For `--warmup-s` (60) and
- * then `--minutes` (10), `--streams` (1000) clients each run 64-chunk SSE chat streams one after
+ * the streaming lane and on demand (never in CI; root, for the tmpfs). For `--warmup-s` (by default
+ * 0 at 10 minutes, 108 s at 1: see {@link UNJUDGED_S}) and then `--minutes` (10), `--streams` (1000) clients each run 64-chunk SSE chat streams one after
  * the other through `logprobe serve` (sampleRate 1, captures on), while three faults go on at once
  * from the start:
  *
@@ -73,14 +73,21 @@ const ROUTE = '/v1/chat/completions';
 /** The outcomes the mirror's worker counts once it has sent a pair (each one a capture record). */
 const SENT_OUTCOMES = ['ok', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'];
 const MAX_MINUTES = 120;
-/** The share of the run, at its end, over which RSS must stay flat. */
+/** The share of the measured minutes, at their end, over which RSS must stay flat. */
 const RSS_TAIL = 0.8;
+/**
+ * By default the warm-up makes the start that is not judged for RSS (warm-up + the first 20 % of
+ * the minutes) this long: the first 2 of 10 minutes, as issue #23 asks, and as long for a short
+ * run (1 minute: 108 s of warm-up). node's heap grows for a minute or two before its first major
+ * collections (at 300 streams: 105 → 255 MB in 115 s, then 200–235 MB).
+ */
+const UNJUDGED_S = 120;
 
 const log = (s: string) => process.stdout.write(`${s}\n`);
 
 interface Options {
   minutes: number;
-  warmupS: number;
+  warmupS?: number;
   streams: number;
   killEvery: number;
   downMs: number;
@@ -475,7 +482,7 @@ interface Summary {
   criteria: Criterion[];
 }
 
-async function soak(o: Options): Promise<boolean> {
+async function soak(o: Options & { warmupS: number }): Promise<boolean> {
   mkdirSync(OUT, { recursive: true });
   if (process.getuid?.() !== 0) throw new UsageError('the fault soak mounts a tmpfs for the capture directory: run it as root');
   if (o.build) {
@@ -763,7 +770,7 @@ function render(r: Summary): string {
   return [
     '## Fault soak (`npm run soak:faults`)',
     '',
-    `Run of ${r.info.date.slice(0, 16).replace('T', ' ')} UTC: \`--minutes ${o.minutes} --streams ${o.streams}\` (${r.elapsedS.toFixed(0)} s of load). Machine: ${r.info.nproc} CPUs (${r.info.cpu}), ${r.info.memoryGB} GB, ${r.info.kernel}; load average at the start ${r.info.load} (shared machine). Versions: node ${v.node}, logprobe ${v.logprobe}, undici ${v.undici}.`,
+    `Run of ${r.info.date.slice(0, 16).replace('T', ' ')} UTC: \`--minutes ${o.minutes} --streams ${o.streams}\` after ${o.warmupS ?? 0} s of warm-up (${r.elapsedS.toFixed(0)} s of load in all; RSS judged over the last ${RSS_TAIL * 100} % of the minutes). Machine: ${r.info.nproc} CPUs (${r.info.cpu}), ${r.info.memoryGB} GB, ${r.info.kernel}; load average at the start ${r.info.load} (shared machine). Versions: node ${v.node}, logprobe ${v.logprobe}, undici ${v.undici}.`,
     '',
     `Setup: \`logprobe serve\` at sampleRate 1 with captures on (\`maxFileMB: 1\`), log level warn; ${o.streams} clients each running ${CHUNKS}-chunk SSE chat streams (${GAP_MS} ms apart) back to back (bench/streams-load.ts, every stream compared byte for byte with what the candidate sends); ` +
       `the baseline SIGKILLed and started again on its port every ${o.killEvery} s; the candidate destroying ${o.refusePct} % of the connections it accepts at once and closing the others after ${o.maxRequests} answers; ` +
@@ -782,7 +789,11 @@ function render(r: Summary): string {
 const program = new Command('soak:faults')
   .description('fault soak of logprobe serve beside the streaming lane: baseline killed, candidate refusing connections, capture disk filling; streams cut/altered, mirror outcomes, RSS')
   .option('--minutes <n>', `how long the load runs, in minutes (0.2 … ${MAX_MINUTES})`, num(0.2, MAX_MINUTES, 'minutes'), 10)
-  .option('--warmup-s <s>', 'seconds of the same load and faults before the measured minutes (not judged for RSS)', num(0, 3600, 'seconds'), 60)
+  .option(
+    '--warmup-s <s>',
+    `seconds of the same load and faults before the measured minutes, not judged for RSS (default: what makes the unjudged start ${UNJUDGED_S} s, 0 at 10 minutes)`,
+    num(0, 3600, 'seconds'),
+  )
   .option('--streams <n>', 'concurrent streams (clients)', num(1, 5000, 'streams', true), 1000)
   .option('--kill-every <s>', 'seconds between two SIGKILLs of the baseline', num(1, 3600, 'seconds'), 10)
   .option('--down-ms <ms>', 'how long the baseline stays down after a kill before it is started again', num(0, 60_000, 'ms', true), 0)
@@ -797,7 +808,8 @@ const program = new Command('soak:faults')
   .option('--no-build', 'run the existing dist/ without building it first')
   .option('--no-write', 'do not update bench/RESULTS.md')
   .exitOverride((err) => process.exit(err.code === 'commander.helpDisplayed' || err.code === 'commander.help' || err.code === 'commander.version' ? 0 : 2))
-  .action(async (o: Options) => {
+  .action(async (opts: Options) => {
+    const o: Options & { warmupS: number } = { ...opts, warmupS: opts.warmupS ?? Math.max(0, Math.round(UNJUDGED_S - (1 - RSS_TAIL) * opts.minutes * 60)) };
     if (o.fullS >= o.fillEvery) {
       process.stderr.write('soak:faults: --full-s must be shorter than --fill-every\n');
       process.exit(2);
