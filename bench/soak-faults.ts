@@ -440,6 +440,20 @@ async function settled(adminUrl: string, ms: number): Promise<Scraped | null> {
 // ---------------------------------------------------------------------------------------------
 // The run.
 
+/**
+ * The lowest RSS of each `s`-second stretch of the samples, MB: the floor the heap's collections
+ * come back to (a leak raises it; the sawtooth between two major collections does not).
+ */
+function lowsPer(xs: Sample[], s: number): number[] {
+  const out: number[] = [];
+  const t0 = xs[0]?.t ?? 0;
+  for (const x of xs) {
+    const k = Math.floor((x.t - t0) / s);
+    out[k] = Math.min(out[k] ?? Infinity, x.rssMB);
+  }
+  return out.filter((v) => Number.isFinite(v));
+}
+
 /** Least-squares slope of RSS over time, MB per minute (as bench/soak.ts reports it). */
 function slopePerMinute(xs: Array<{ t: number; rssMB: number }>): number {
   if (xs.length < 2) return NaN;
@@ -476,7 +490,7 @@ interface Summary {
   killer: { kills: number; restarts: number; restartFailures: number; downP50: number; downMax: number };
   filler: { cycles: number; filled: number; fullSeconds: number; filledMBMedian: number; recordsDeleted: number; filesDeleted: number; errors: string[] };
   recordsOnDisk: number;
-  rss: { samples: number; median: number; min: number; max: number; dev: number; first: number; last: number; slope: number };
+  rss: { samples: number; median: number; min: number; max: number; dev: number; first: number; last: number; slope: number; lows: number[] };
   /** The proxy thread's heap in use over the RSS window: first and last scrape, MB. */
   heap: { first: number; last: number };
   criteria: Criterion[];
@@ -621,6 +635,7 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
     first: samples[0]?.rssMB ?? NaN,
     last: samples.at(-1)?.rssMB ?? NaN,
     slope: slopePerMinute(tail),
+    lows: lowsPer(tail, 30),
   };
   const heapTail = heaps.filter((h) => h.t >= (tail[0]?.t ?? Infinity));
   const downs = killer.downMs;
@@ -751,6 +766,7 @@ function rows(r: Summary): Array<[string, string]> {
       `logprobe RSS: first / last sample; over the last ${RSS_TAIL * 100} %: median, min–max, trend`,
       `${fmt(r.rss.first, 1)} / ${fmt(r.rss.last, 1)} MB; ${fmt(r.rss.median, 1)}, ${fmt(r.rss.min, 1)}–${fmt(r.rss.max, 1)} MB (±${fmt(r.rss.dev, 1)} %), ${r.rss.slope >= 0 ? '+' : ''}${fmt(r.rss.slope, 2)} MB/min`,
     ],
+    ['RSS lows per 30 s over that window (the floor after collections)', r.rss.lows.map((v) => fmt(v, 0)).join(' → ') + ' MB'],
     ['proxy thread heap in use over that window, first → last scrape', `${fmt(r.heap.first, 1)} → ${fmt(r.heap.last, 1)} MB`],
     [
       'verdict',
