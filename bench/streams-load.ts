@@ -14,8 +14,17 @@
  * chunk as seen here minus `gapMs` (the added inter-chunk delay; events that arrive together in
  * one read get the same time). A stream is cut when it errors, answers non-2xx, or ends with
  * fewer than `chunks` chunks or without `data: [DONE]`.
+ *
+ * For the fault soak (bench/soak-faults.ts): `durationMs` makes every client go on starting
+ * streams until that long after the start (instead of `streams` each; the added-delay figures
+ * are then not kept); `expect` names a file with the exact body every stream must carry
+ * (bench/streams-upstream.ts `--expect-out`): each 2xx stream's bytes are compared with it as
+ * they come, and a stream that differs anywhere, or ends complete but longer or shorter, is
+ * `altered` (counted apart from `cut`: a cut stream whose bytes so far are a prefix is only cut);
+ * `progressMs` prints a `progress {…}` line that often. The message of a non-2xx answer
+ * (the OpenAI envelope's `error.message`) is counted by status in `statusMessages`.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Client, type Dispatcher } from 'undici';
@@ -30,6 +39,12 @@ export interface LoadSpec {
   deadlineMs: number;
   out: string;
   headers?: Record<string, string>;
+  /** Clients start streams until this long after the start (then `streams` is not used). */
+  durationMs?: number;
+  /** A file with the exact body of every stream: each is compared with it byte for byte. */
+  expect?: string;
+  /** Print a `progress {…}` line on stdout this often. */
+  progressMs?: number;
 }
 
 export interface Pcts {
@@ -46,6 +61,10 @@ export interface LoadResult {
   cut: number;
   /** Why streams were cut: `error:<code or message>`, `status:<n>`, `short:<chunks seen>`, `no-done`, `deadline`. */
   cutReasons: Record<string, number>;
+  /** Streams whose bytes differ from `expect` (0 without it). */
+  altered: number;
+  /** Non-2xx answers by `<status> <error.message>` (at most 50 distinct; the rest as `<status> …`). */
+  statusMessages: Record<string, number>;
   /** ms. */
   ttfb: Pcts;
   /** TTFB of each client's first stream only (the first request on its connection), ms. */
@@ -137,8 +156,21 @@ async function preconnect(host: string, port: number, n: number, batch = 64): Pr
   return out;
 }
 
+/** The envelope's `error.message` of a non-2xx body, else its first 120 characters. */
+function errorMessage(body: string): string {
+  try {
+    const m = (JSON.parse(body) as { error?: { message?: unknown } }).error?.message;
+    if (typeof m === 'string') return m;
+  } catch {
+    /* not JSON */
+  }
+  return body.slice(0, 120);
+}
+
 async function run(spec: LoadSpec): Promise<LoadResult> {
   const u = new URL(spec.url);
+  const expect = spec.expect ? readFileSync(spec.expect) : null;
+  const timed = spec.durationMs !== undefined;
   const port = Number(u.port || 80);
   const c0 = performance.now();
   const sockets = await preconnect(u.hostname, port, spec.clients);
@@ -153,15 +185,19 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
     }),
   );
   const headers = { 'content-type': 'application/json', 'content-length': String(body.length), ...(spec.headers ?? {}) };
-  const planned = spec.clients * spec.streams;
-  const ttfb = new Float64Array(planned);
+  let planned = timed ? 0 : spec.clients * spec.streams;
+  // Timed: room for the TTFB of every stream a client can do in the time (bounded), no added delays.
+  const perClient = timed ? Math.ceil((spec.durationMs as number) / Math.max(1, spec.chunks * spec.gapMs)) + 2 : spec.streams;
+  const ttfb = new Float64Array(Math.min(4_000_000, spec.clients * perClient));
   const ttfbFirst = new Float64Array(spec.clients);
   let nFirst = 0;
-  const added = new Float64Array(planned * Math.max(0, spec.chunks - 1));
+  const added = new Float64Array(timed ? 0 : planned * Math.max(0, spec.chunks - 1));
   let nTtfb = 0;
   let nAdded = 0;
   let completed = 0;
   let cut = 0;
+  let altered = 0;
+  const statusMessages: Record<string, number> = {};
   let inFlight = 0;
   let peakInFlight = 0;
   let connections = 0;
@@ -178,9 +214,13 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
     let clientsDone = 0;
     let finished = false;
     let stopping = false;
+    const progress = spec.progressMs
+      ? setInterval(() => process.stdout.write(`progress ${JSON.stringify({ t: Math.round(performance.now() - t0), completed, cut, altered, inFlight, connections })}\n`), spec.progressMs)
+      : null;
     const finish = () => {
       if (finished) return;
       finished = true;
+      if (progress) clearInterval(progress);
       loop.disable();
       const wallMs = performance.now() - t0;
       const c = process.cpuUsage(cpu0);
@@ -191,6 +231,8 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
         completed,
         cut,
         cutReasons,
+        altered,
+        statusMessages,
         ttfb: pcts(ttfb, nTtfb),
         ttfbFirst: pcts(ttfbFirst, nFirst),
         added: pcts(added, nAdded),
@@ -219,6 +261,9 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
       let status = 0;
       let carry: Buffer | null = null;
       let over = false;
+      /** Bytes compared with `expect` so far; -1 once they differ. */
+      let off = 0;
+      let errorBody = '';
       let controller: Dispatcher.DispatchController | null = null;
       inFlight++;
       if (inFlight > peakInFlight) peakInFlight = inFlight;
@@ -237,6 +282,13 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
         inFlight--;
         if (reason === null) completed++;
         else cutOne(reason);
+        // Complete: every byte of `expect`; cut: a prefix of it.
+        if (expect !== null && status >= 200 && status < 300 && (off < 0 || (reason === null && off !== expect.length))) altered++;
+        if (status >= 300) {
+          const key = `${status} ${errorMessage(errorBody)}`;
+          const k = key in statusMessages || Object.keys(statusMessages).length < 50 ? key : `${status} …`;
+          statusMessages[k] = (statusMessages[k] ?? 0) + 1;
+        }
         next();
       };
       conn.dispatch(
@@ -250,9 +302,16 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
           },
           onResponseData(_c, data: Buffer) {
             const now = performance.now();
+            if (status >= 300) {
+              if (errorBody.length < 1024) errorBody += data.toString('utf8');
+              return;
+            }
+            if (expect !== null && off >= 0) {
+              off = off + data.length <= expect.length && expect.compare(data, 0, data.length, off, off + data.length) === 0 ? off + data.length : -1;
+            }
             if (first < 0) {
               first = now;
-              ttfb[nTtfb++] = now - start;
+              if (nTtfb < ttfb.length) ttfb[nTtfb++] = now - start;
               if (firstOfClient) ttfbFirst[nFirst++] = now - start;
             }
             let buf = data;
@@ -267,7 +326,7 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
               if (i - pos >= DONE.length && buf.compare(DONE, 0, DONE.length, pos, pos + DONE.length) === 0) done = true;
               else if (i > pos) {
                 chunks++;
-                if (last >= 0 && chunks <= spec.chunks) added[nAdded++] = now - last - spec.gapMs;
+                if (last >= 0 && chunks <= spec.chunks && nAdded < added.length) added[nAdded++] = now - last - spec.gapMs;
                 last = now;
               }
               pos = i + 2;
@@ -289,6 +348,7 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
 
     const client = () => {
       let left = spec.streams;
+      let firstDone = false;
       let pre = sockets[clientIndex++] ?? null;
       // The first connect is the socket opened above; a reconnect (the target closed it) is a new one.
       const connect = (_o: unknown, cb: (err: Error | null, sock: net.Socket | null) => void) => {
@@ -308,8 +368,12 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
       conns.push(conn);
       const next = () => {
         if (finished || stopping) return;
-        if (left-- > 0) stream(conn, left === spec.streams - 1, next);
-        else if (++clientsDone === spec.clients) finish();
+        if (timed ? performance.now() - t0 < (spec.durationMs as number) : left-- > 0) {
+          if (timed) planned++;
+          const firstOfClient = !firstDone;
+          firstDone = true;
+          stream(conn, firstOfClient, next);
+        } else if (++clientsDone === spec.clients) finish();
       };
       next();
     };

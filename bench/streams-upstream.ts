@@ -7,9 +7,19 @@
  * after the time the same tokens would take to stream (`--json-delay-ms`, default chunks × gap).
  *
  *   node --import tsx bench/streams-upstream.ts [--port N] [--chunks 64] [--gap-ms 20] [--json-delay-ms MS] [--keep-alive-ms 10000]
+ *     [--refuse-pct P] [--max-requests N] [--expect-out FILE]
  *
  * `--keep-alive-ms`: idle keep-alive connections are closed after this long (node's keepAliveTimeout,
  * announced in `Keep-Alive: timeout=…`, so clients close theirs first).
+ *
+ * Faults, for the fault soak (bench/soak-faults.ts): `--refuse-pct P` destroys P % of the
+ * connections it accepts at once, before reading anything (every (100 / P)-th one: the 100th,
+ * 200th … at 1 %), counted as `refused`; `--max-requests N` closes a connection after its N-th
+ * answer (`Connection: close`, node's maxRequestsPerSocket), so a busy client keeps opening new
+ * ones and meets the refusals all along the run. `--expect-out FILE` writes the exact body
+ * of every stream (the SSE events as a client reads them, without the HTTP chunk framing), for
+ * a load generator that checks each stream byte for byte. SIGUSR2 prints `stats {…}` (the
+ * counters of `GET /__stats`) on stdout: a way to read them that opens no connection.
  *
  * One shared ticker (every ~1 ms) writes every chunk that is due: stream k's chunk i is due at
  * start + i × gap on an absolute schedule (no drift), kept in 1-ms buckets, so 5,000 live
@@ -19,6 +29,7 @@
  * open at once at the peak, streams live at the peak, and how late chunks went out (its own
  * lateness: the proof that the upstream is not the bottleneck).
  */
+import { writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { arg } from './lib/args.js';
@@ -27,6 +38,9 @@ const CHUNKS = Number(arg('--chunks', '64'));
 const GAP = Number(arg('--gap-ms', '20'));
 const JSON_DELAY = arg('--json-delay-ms', '');
 const KEEP_ALIVE_MS = Number(arg('--keep-alive-ms', '10000'));
+const REFUSE_PCT = Number(arg('--refuse-pct', '0'));
+const MAX_REQUESTS = Number(arg('--max-requests', '0'));
+const EXPECT_OUT = arg('--expect-out', '');
 
 // ---------------------------------------------------------------------------------------------
 // The bodies: built once, the same bytes for every stream.
@@ -51,6 +65,7 @@ function chunk(i: number): Buffer {
 const frame = (b: Buffer) => Buffer.concat([Buffer.from(`${b.length.toString(16)}\r\n`), b, Buffer.from('\r\n')]);
 const DONE = Buffer.from('data: [DONE]\n\n');
 const EVENTS = Array.from({ length: CHUNKS }, (_, i) => frame(i === CHUNKS - 1 ? Buffer.concat([chunk(i), DONE]) : chunk(i)));
+if (EXPECT_OUT !== '') writeFileSync(EXPECT_OUT, Buffer.concat([...Array.from({ length: CHUNKS }, (_, i) => chunk(i)), DONE]));
 const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'transfer-encoding': 'chunked' };
 
 const bytes = (s: string) => `[${[...Buffer.from(s)].join(',')}]`;
@@ -97,6 +112,10 @@ const C = {
   peakLive: 0,
   jsonRequests: 0,
   chunksWritten: 0,
+  /** Connections destroyed at once by `--refuse-pct` (since the start: never reset). */
+  refused: 0,
+  /** Connections accepted since the start (the refusals' ordinals). */
+  acceptedTotal: 0,
 };
 /** Lateness of chunk writes against their schedule, in 0.1-ms bins up to 10 s. */
 const LATE_BINS = 100_000;
@@ -255,7 +274,14 @@ const server = http.createServer({ keepAliveTimeout: KEEP_ALIVE_MS, requestTimeo
     else send();
   });
 });
+if (MAX_REQUESTS > 0) server.maxRequestsPerSocket = MAX_REQUESTS;
 server.on('connection', (sock: Socket) => {
+  const k = ++C.acceptedTotal;
+  if (REFUSE_PCT > 0 && Math.floor((k * REFUSE_PCT) / 100) > Math.floor(((k - 1) * REFUSE_PCT) / 100)) {
+    C.refused++;
+    sock.destroy();
+    return;
+  }
   C.open++;
   if (C.open > C.peakOpen) C.peakOpen = C.open;
   sock.once('close', () => C.open--);
@@ -265,3 +291,4 @@ server.listen({ port: Number(arg('--port', '0')), host: '127.0.0.1', backlog: 81
   process.stdout.write(`streams upstream listening on http://127.0.0.1:${port}\n`);
 });
 process.on('SIGTERM', () => process.exit(0));
+process.on('SIGUSR2', () => process.stdout.write(`stats ${JSON.stringify(stats())}\n`));

@@ -24,9 +24,11 @@ export interface LogprobeTarget {
   nofile?: number;
   /** `listen.workers` (default: the key absent, one process). */
   workers?: number;
+  /** Captures on, into this directory (default: capture off). */
+  capture?: { dir: string; maxFileMB: number };
 }
 
-/** `logprobe serve` in its own process (and its proxy workers, with `workers`) with a generated config (capture off). */
+/** `logprobe serve` in its own process (and its proxy workers, with `workers`) with a generated config (capture off unless `capture`). */
 export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
   const port = await freePort();
   const adminPort = await freePort();
@@ -40,7 +42,7 @@ export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
       `baseline: { url: "${t.baseline}" }`,
       `log: { level: ${t.logLevel} }`,
       `mirror: { sampleRate: ${t.sampleRate} }`,
-      'capture: { enabled: false }',
+      t.capture ? `capture: { enabled: true, dir: ${JSON.stringify(t.capture.dir)}, maxFileMB: ${t.capture.maxFileMB} }` : 'capture: { enabled: false }',
       '',
     ].join('\n'),
   );
