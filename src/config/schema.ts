@@ -148,7 +148,8 @@ export const configSchema = z.strictObject({
     .prefault({}),
   analysis: z
     .strictObject({
-      noiseFloor: z.union([positiveNumber, z.literal('auto')], { error: 'expected a positive number of nats or auto' }).default(0.1),
+      /** `exact`: no floor at all, any difference is a shift (for engines that are deterministic: `logprobe probe`). */
+      noiseFloor: z.union([positiveNumber, z.literal('auto'), z.literal('exact')], { error: 'expected a positive number of nats, auto or exact' }).default(0.1),
       gapAmbiguous: nonNegative.default(0.3),
       gapSystematic: nonNegative.default(0.4),
       globalFraction: share.default(0.8),

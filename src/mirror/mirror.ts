@@ -123,10 +123,10 @@ export class Mirror {
     this.ticker.unref();
   }
 
-  /** The noise floor in force: the configured one, or the calibrated one for `auto`. */
+  /** The noise floor in force: the configured one, the calibrated one for `auto`, 0 for `exact` (any difference is a shift). */
   noiseFloor(): number {
     const f = this.deps.config.analysis.noiseFloor;
-    return f === 'auto' ? this.calibration.autoFloor() : f;
+    return f === 'auto' ? this.calibration.autoFloor() : f === 'exact' ? 0 : f;
   }
 
   /** The thresholds in force for the next comparison. */
