@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { createSimModel } from '../src/sim/model.js';
-import { get, post, startSim } from './helpers/engine-sim.js';
+import { get, post, postStream, startSim } from './helpers/engine-sim.js';
 
 const sim = createSimModel({ seed: 6 });
 const P = sim.tokenize('The model of the cache and the state');
@@ -117,4 +117,87 @@ test('the radix cache: meta_info.cached_tokens, never beyond logprob_start_len; 
   assert.equal(busy.status, 400);
   assert.match(busy.text, /When there are running or waiting requests, the operation will not be performed/);
   await running;
+});
+
+test('--enable-cache-report: usage.prompt_tokens_details.cached_tokens on the OpenAI routes only with the flag and only above 0; meta_info.cached_tokens on /generate always', async (t) => {
+  const prompt = sim.tokenize('The cache holds the key and the value of the model');
+  const body = { prompt, max_tokens: 2, temperature: 0 };
+  const report = await startSim(t, { seed: 6 }, { api: 'sglang', enableCacheReport: true });
+  assert.equal((await post(report.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'a cold 0 is not reported');
+  assert.deepEqual((await post(report.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: prompt.length - 1 });
+  const messages = [{ role: 'user', content: 'The cache holds the key' }];
+  assert.equal((await post(report.url, '/v1/chat/completions', { messages, max_tokens: 2 })).json.usage.prompt_tokens_details, null);
+  const warmChat = await postStream(report.url, '/v1/chat/completions', { messages, max_tokens: 2, stream_options: { include_usage: true } });
+  assert.ok(warmChat.chunks.at(-1).usage.prompt_tokens_details.cached_tokens > 0, 'streamed usage too');
+  assert.equal((await get(report.url, '/server_info')).json.enable_cache_report, true);
+
+  const quiet = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  await post(quiet.url, '/v1/completions', body);
+  const warm = await post(quiet.url, '/v1/completions', body);
+  assert.equal(warm.json.usage.prompt_tokens_details, null, 'no count without the flag');
+  const gen = await post(quiet.url, '/generate', { input_ids: prompt, sampling_params: { max_new_tokens: 1 } });
+  assert.equal(gen.json.meta_info.cached_tokens, prompt.length - 1, 'native /generate reports it regardless');
+});
+
+test('/flush_cache?timeout=S waits for idle up to S seconds, then flushes (200) — or answers 400 if the engine is still busy; a bad timeout is a 422', async (t) => {
+  const engine = await startSim(t, { seed: 6 }, { api: 'sglang', tokenDelayMs: 20 });
+  const body = { input_ids: P, sampling_params: { max_new_tokens: 2, temperature: 0 } };
+  const long = { ...body, sampling_params: { max_new_tokens: 15, temperature: 0 } };
+  const during = async (path: string): Promise<{ status: number; ms: number; runDone: boolean }> => {
+    let runDone = false;
+    const run = post(engine.url, '/generate', long).then(() => (runDone = true));
+    await new Promise((r) => setTimeout(r, 80));
+    const t0 = performance.now();
+    const res = await get(engine.url, path, 'POST');
+    const seen = { status: res.status, ms: performance.now() - t0, runDone };
+    await run;
+    return seen;
+  };
+  await post(engine.url, '/generate', body);
+  const short = await during('/flush_cache?timeout=0.05');
+  assert.equal(short.status, 400, 'still busy after 50 ms');
+  assert.equal((await post(engine.url, '/generate', body)).json.meta_info.cached_tokens, P.length - 1, 'nothing flushed');
+  const waited = await during('/flush_cache?timeout=5');
+  assert.equal(waited.status, 200);
+  assert.ok(waited.runDone, 'it answered once the running request was done');
+  assert.equal((await post(engine.url, '/generate', body)).json.meta_info.cached_tokens, 0, 'flushed');
+  assert.equal((await during('/flush_cache')).status, 400, 'no timeout: fail fast');
+  const bad = await get(engine.url, '/flush_cache?timeout=soon', 'POST');
+  assert.equal(bad.status, 422);
+  assert.equal(bad.json.detail[0].loc[1], 'timeout');
+});
+
+async function keyed(base: string, path: string, key: string | null, body?: unknown): Promise<{ status: number; json: unknown }> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (key !== null) headers.authorization = `Bearer ${key}`;
+  const res = await fetch(base + path, { method: 'POST', headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+  const text = await res.text();
+  try {
+    return { status: res.status, json: JSON.parse(text) as unknown };
+  } catch {
+    return { status: res.status, json: null }; // flush_cache's plain text
+  }
+}
+
+test('--api-key / --admin-api-key (auth.py decide_request_auth): /flush_cache is ADMIN_OPTIONAL — the admin key only when set, the plain key refused 401; other routes the plain key; /health open', async (t) => {
+  const gen = { input_ids: P, sampling_params: { max_new_tokens: 1 } };
+  const both = await startSim(t, { seed: 6 }, { api: 'sglang', apiKey: 'user-key', adminApiKey: 'admin-key' });
+  assert.deepEqual(await keyed(both.url, '/generate', null, gen), { status: 401, json: { error: 'Unauthorized' } });
+  assert.equal((await keyed(both.url, '/generate', 'admin-key', gen)).status, 401, 'the admin key does not open a normal route');
+  assert.equal((await keyed(both.url, '/generate', 'user-key', gen)).status, 200);
+  assert.deepEqual(await keyed(both.url, '/flush_cache', 'user-key'), { status: 401, json: { error: 'Unauthorized' } });
+  assert.equal((await keyed(both.url, '/flush_cache', 'admin-key')).status, 200);
+  assert.equal((await fetch(`${both.url}/health`)).status, 200, '/health needs no key');
+  assert.equal((await keyed(both.url, '/no_such_route', null)).status, 401, 'the key is checked before routing');
+  const x = await fetch(`${both.url}/flush_cache`, { method: 'POST', headers: { 'x-api-key': 'admin-key' } });
+  assert.equal(x.status, 200, 'x-api-key works as well');
+
+  const plain = await startSim(t, { seed: 6 }, { api: 'sglang', apiKey: 'user-key' });
+  assert.equal((await keyed(plain.url, '/flush_cache', null)).status, 401);
+  assert.equal((await keyed(plain.url, '/flush_cache', 'user-key')).status, 200, 'no admin key: the plain one opens it');
+
+  const admin = await startSim(t, { seed: 6 }, { api: 'sglang', adminApiKey: 'admin-key' });
+  assert.equal((await keyed(admin.url, '/generate', null, gen)).status, 200, 'admin key only: normal routes are open');
+  assert.equal((await keyed(admin.url, '/flush_cache', null)).status, 401);
+  assert.equal((await keyed(admin.url, '/flush_cache', 'admin-key')).status, 200);
 });

@@ -3,10 +3,11 @@
  * `/v1/tokenize`, `/detokenize` and `/v1/detokenize`, the info endpoints under their old and new
  * names, and `/flush_cache` (GET or POST; plain text; 400 while a request runs or waits).
  */
-import { badRequest } from '../errors.js';
+import type { IncomingHttpHeaders } from 'node:http';
+import { badRequest, type EngineHttpError } from '../errors.js';
 import { bool, parseJsonBody, type Body } from '../request.js';
-import { sendJson, type Route, type RouteContext } from '../route.js';
-import { decodeWithSpecials, textCells } from './profile.js';
+import { sendJson, type Route, type RouteContext, type ServerSettings } from '../route.js';
+import { decodeWithSpecials, RawHttpError, textCells } from './profile.js';
 import { serveGenerate } from './sglang-generate.js';
 
 /** The SGLang release this reports in `/get_server_info` (nominal: the shapes are the newest SGLang's). */
@@ -86,7 +87,8 @@ function serverInfo(ctx: RouteContext): void {
     pp_size: 1,
     page_size: 1,
     disable_radix_cache: !server.prefixCache,
-    enable_deterministic_inference: false,
+    enable_deterministic_inference: server.batchInvariant,
+    enable_cache_report: server.enableCacheReport,
     max_running_requests: 1,
     random_seed: 0,
     served_model_name: model.id,
@@ -94,14 +96,47 @@ function serverInfo(ctx: RouteContext): void {
   sendJson(ctx.res, 200, JSON.stringify({ ...args, max_total_num_tokens: ctx.maxContext, internal_states: [{ last_gen_throughput: 0 }], version: SGLANG_VERSION }));
 }
 
-/** `/flush_cache`: refused (400) while requests run or wait, as SGLang's scheduler does. */
+/**
+ * `/flush_cache`: refused (400) while requests run or wait, as SGLang's scheduler does; with
+ * `?timeout=S` (newer SGLang; float seconds, default 0: fail fast) it waits up to S seconds for
+ * the engine to go idle first, and answers 400 only if it never does.
+ */
 async function flushCache(ctx: RouteContext): Promise<void> {
-  const busy = ctx.server.queue.busy;
-  if (!busy) await ctx.model.flushCache?.();
+  const raw = ctx.query.get('timeout');
+  const timeout = raw === null ? 0 : Number(raw);
+  if (raw !== null && (raw.trim() === '' || !Number.isFinite(timeout))) {
+    throw new RawHttpError(
+      422,
+      JSON.stringify({ detail: [{ type: 'float_parsing', loc: ['query', 'timeout'], msg: 'Input should be a valid number, unable to parse string as a number', input: raw }] }),
+    );
+  }
+  const idle = timeout > 0 ? await ctx.server.queue.idle(timeout * 1000, ctx.signal) : !ctx.server.queue.busy;
+  if (idle) await ctx.model.flushCache?.();
   const res = ctx.res;
-  const status = busy ? 400 : 200;
+  const status = idle ? 200 : 400;
   res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(FLUSH_TEXT) });
   res.end(FLUSH_TEXT);
+}
+
+/**
+ * SGLang's API-key middleware (`srt/utils/auth.py` `decide_request_auth`): /health*, /ready*,
+ * /metrics* always open; an `ADMIN_OPTIONAL` route (`/flush_cache`) needs the admin key when one
+ * is set (the plain key is then refused), else the plain key when set; every other route needs
+ * the plain key when set. `Authorization: Bearer KEY` or `x-api-key: KEY`. A refusal is a 401
+ * `{"error": "Unauthorized"}`. Null: allowed.
+ */
+export function sglangAuth(server: ServerSettings, route: Route | undefined, method: string, path: string, headers: IncomingHttpHeaders): EngineHttpError | null {
+  if (method === 'OPTIONS' || path.startsWith('/health') || path.startsWith('/ready') || path.startsWith('/metrics')) return null;
+  const authz = headers.authorization;
+  const xKey = headers['x-api-key'];
+  const holds = (key: string): boolean => {
+    const parts = typeof authz === 'string' ? authz.split(' ') : [];
+    if (parts.length >= 2 && parts[0]!.toLowerCase() === 'bearer' && parts.slice(1).join(' ') === key) return true;
+    return typeof xKey === 'string' && xKey === key;
+  };
+  const want = route?.adminOptional ? (server.adminApiKey ?? server.apiKey) : server.apiKey;
+  if (want === null || holds(want)) return null;
+  return new RawHttpError(401, '{"error":"Unauthorized"}');
 }
 
 const generateRoute: Route = { methods: ['POST', 'PUT'], generation: true, idPrefix: '', serve: serveGenerate };
@@ -122,5 +157,5 @@ export const SGLANG_ROUTES: Readonly<Record<string, Route>> = {
   '/model_info': modelInfoRoute,
   '/get_server_info': serverInfoRoute,
   '/server_info': serverInfoRoute,
-  '/flush_cache': { methods: ['GET', 'POST'], serve: flushCache },
+  '/flush_cache': { methods: ['GET', 'POST'], adminOptional: true, serve: flushCache },
 };
