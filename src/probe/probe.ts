@@ -179,7 +179,7 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
 
   // The logprobs cap, asked: one above anything logprobe asks (mirror.topLogprobs ≤ 20).
   const ask = 21;
-  const above = await completion({ prompt: 'The cache holds key 3', max_tokens: 1, logprobs: ask }).catch(errAnswer);
+  const above = await completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, logprobs: ask }).catch(errAnswer);
   let cap: number | null = null;
   let capText: string;
   if (above.status === 200) {
@@ -192,7 +192,7 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   }
   if (engine === 'vllm') {
     // prompt_logprobs have their own check against the same cap (sampling_params.py _validate_logprobs).
-    const p = await completion({ prompt: 'The cache holds key 3', max_tokens: 1, prompt_logprobs: ask }).catch(errAnswer);
+    const p = await completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, prompt_logprobs: ask }).catch(errAnswer);
     if (p.status !== 200) {
       const pc = parseLogprobLimit(p.status, p.body, { prompt: true });
       if (pc !== null) cap = Math.min(cap ?? pc, pc);
