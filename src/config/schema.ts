@@ -146,6 +146,17 @@ export const configSchema = z.strictObject({
         .prefault({}),
     })
     .prefault({}),
+  /**
+   * `serve`'s start-up check of each backend (src/probe, in the mirror's worker, off the client
+   * path): `full` asks every capability `logprobe probe` asks, `reachability` only whether it
+   * answers and which engine it is, `off` nothing.
+   */
+  probe: z
+    .strictObject({
+      atStart: z.enum(['full', 'reachability', 'off'], { error: 'expected full, reachability or off' }).default('full'),
+      timeoutMs: positiveMs.default(10_000),
+    })
+    .prefault({}),
   analysis: z
     .strictObject({
       /** `exact`: no floor at all, any difference is a shift (for engines that are deterministic: `logprobe probe`). */

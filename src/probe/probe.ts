@@ -85,6 +85,8 @@ export interface ProbeOptions {
   copies?: number;
   /** What the configuration needs of this backend. */
   required: CapabilityName[];
+  /** Only whether it answers, the engine and its version (`probe.atStart: reachability`): no capability is asked. */
+  reachabilityOnly?: boolean;
 }
 
 /** The flag or setting behind each capability, per engine (docs/engines.md cites the sources). */
@@ -170,6 +172,7 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   const engine = detected.engine;
   const profile = PROFILES[engine];
   const version = await engineVersion(engine, get);
+  if (o.reachabilityOnly) return { url: o.url, engine, evidence: detected.evidence, version, model, capabilities: [], required: [], missing: [] };
   const caps = new Map<CapabilityName, Capability>();
   const set = (name: CapabilityName, ok: boolean | null, detail: string, enable?: string | null): void => {
     caps.set(name, { name, ok, detail, enable: enable === undefined ? (ENABLE[name]?.[engine] ?? null) : enable });
