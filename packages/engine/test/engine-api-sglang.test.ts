@@ -201,3 +201,50 @@ test('--api-key / --admin-api-key (auth.py decide_request_auth): /flush_cache is
   assert.equal((await keyed(admin.url, '/flush_cache', null)).status, 401);
   assert.equal((await keyed(admin.url, '/flush_cache', 'admin-key')).status, 200);
 });
+
+test('prompt logprobs: the reused prefix is capped at logprob_start_len (schedule_batch.py), so logprob_start_len 0 reads nothing from a warm cache', async (t) => {
+  const clean = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  const bad = await startSim(t, { seed: 6, cacheHitShift: 0.6 }, { api: 'sglang' });
+  const warmup = { input_ids: P, sampling_params: { max_new_tokens: 2, temperature: 0 } };
+  const scoring = { input_ids: P, sampling_params: { max_new_tokens: 1, temperature: 0 }, return_logprob: true, logprob_start_len: 0, top_logprobs_num: 2 };
+  const ref = (await post(clean.url, '/generate', scoring)).json.meta_info;
+  await post(bad.url, '/generate', warmup);
+  const cold = (await post(bad.url, '/generate', scoring)).json.meta_info;
+  assert.equal(cold.cached_tokens, 0, 'nothing read');
+  assert.deepEqual(cold.input_token_logprobs, ref.input_token_logprobs, 'no cache-hit fault: computed cold');
+  const late = (await post(bad.url, '/generate', { ...scoring, logprob_start_len: P.length - 2 })).json.meta_info;
+  assert.equal(late.cached_tokens, P.length - 2, 'a later start reads up to it');
+  assert.notDeepEqual(late.input_token_logprobs.slice(1), ref.input_token_logprobs.slice(P.length - 1), 'and the fault shows there');
+});
+
+test('/tokenize takes messages from 0.5.4 (TokenizeRequest): the ids the chat route feeds the model; 0.5.0 takes text only; /server_info reports the release', async (t) => {
+  const messages = [{ role: 'user', content: 'The model of the cache' }];
+  const now = await startSim(t, { seed: 6 }, { api: 'sglang', engineVersion: '0.5.4' });
+  assert.equal((await get(now.url, '/server_info')).json.version, '0.5.4');
+  const tok = await post(now.url, '/v1/tokenize', { messages });
+  assert.equal(tok.status, 200, tok.text);
+  const chat = await post(now.url, '/v1/chat/completions', { messages, max_tokens: 1 });
+  assert.equal(tok.json.count, chat.json.usage.prompt_tokens);
+  assert.equal(tok.json.tokens.length, tok.json.count);
+  const open = await post(now.url, '/tokenize', { messages, add_generation_prompt: false });
+  assert.ok(open.json.count < tok.json.count, 'without the generation prompt: fewer tokens');
+  assert.equal((await post(now.url, '/tokenize', { messages, prompt: 'x' })).status, 400);
+
+  const old = await startSim(t, { seed: 6 }, { api: 'sglang' });
+  assert.equal((await get(old.url, '/get_server_info')).json.version, '0.5.0');
+  const refused = await post(old.url, '/v1/tokenize', { messages });
+  assert.equal(refused.status, 400, 'text only before');
+});
+
+test('--enable-deterministic-inference turns --batch-noise off: co-resident copies of a greedy request are bitwise the one alone', async (t) => {
+  const body = { input_ids: P, sampling_params: { max_new_tokens: 6, temperature: 0 }, return_logprob: true };
+  const lps = (r: { json: { meta_info: { output_token_logprobs: Array<[number, number, null]> } } }): number[] => r.json.meta_info.output_token_logprobs.map((e) => e[0]);
+  const noisy = await startSim(t, { seed: 6, batchNoise: 0.05 }, { api: 'sglang', tokenDelayMs: 2 });
+  const solo = lps(await post(noisy.url, '/generate', body));
+  assert.deepEqual(lps(await post(noisy.url, '/generate', body)), solo, 'alone: bit for bit');
+  const crowd = await Promise.all(Array.from({ length: 6 }, () => post(noisy.url, '/generate', body)));
+  assert.ok(crowd.filter((r) => JSON.stringify(lps(r)) !== JSON.stringify(solo)).length >= 3, 'batched: they move');
+  const det = await startSim(t, { seed: 6, batchNoise: 0.05 }, { api: 'sglang', tokenDelayMs: 2, batchInvariant: true });
+  assert.equal((await get(det.url, '/server_info')).json.enable_deterministic_inference, true);
+  for (const r of await Promise.all(Array.from({ length: 6 }, () => post(det.url, '/generate', body)))) assert.deepEqual(lps(r), solo);
+});

@@ -5,18 +5,32 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { badRequest, type EngineHttpError } from '../errors.js';
-import { bool, parseJsonBody, type Body } from '../request.js';
-import { sendJson, type Route, type RouteContext, type ServerSettings } from '../route.js';
+import { applyChatTemplate } from '../chat-template.js';
+import { bool, parseJsonBody, parseMessages, type Body } from '../request.js';
+import { promptCells, sendJson, type Route, type RouteContext, type ServerSettings } from '../route.js';
 import { decodeWithSpecials, RawHttpError, textCells } from './profile.js';
+import { versionAtLeast } from './version.js';
 import { serveGenerate } from './sglang-generate.js';
 
-/** The SGLang release this reports in `/get_server_info` (nominal: the shapes are the newest SGLang's). */
+/** The SGLang release played by default, reported in `/server_info` (`version`); `engineVersion` picks another. */
 export const SGLANG_VERSION = '0.5.0';
 
 /** http_server.py `flush_cache`'s text, for success (200) and refusal (400) alike. */
 const FLUSH_TEXT = 'Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n';
 
-/** `{prompt: str | [str], add_special_tokens=true}` → `{tokens, count, max_model_len}` (lists for a list of prompts). */
+/**
+ * The first SGLang release whose `/tokenize` takes `messages` (`entrypoints/openai/protocol.py`
+ * `TokenizeRequest`, read @004c82e0; the 0.5.3rc2 read takes text only). Not dated from a tag: 0.5.4 is
+ * the pick, set `engineVersion` to play either side.
+ */
+export const SGLANG_TOKENIZE_MESSAGES_FROM = '0.5.4';
+
+/**
+ * `{prompt: str | [str], add_special_tokens=true}` → `{tokens, count, max_model_len}` (lists for a
+ * list of prompts); from {@link SGLANG_TOKENIZE_MESSAGES_FROM} also `{messages,
+ * add_generation_prompt=true, continue_final_message=false}` through the chat template, the ids
+ * the chat route feeds the model.
+ */
 function tokenize(ctx: RouteContext): void {
   const body = parseJsonBody(ctx.raw);
   const add = bool(body, 'add_special_tokens') ?? true;
@@ -24,13 +38,20 @@ function tokenize(ctx: RouteContext): void {
     if (typeof p !== 'string') throw badRequest("'prompt' must be a string or a list of strings", 'prompt');
     return textCells(ctx.model, p, add);
   };
+  const reply = (tokens: number[]): void => sendJson(ctx.res, 200, JSON.stringify({ tokens, count: tokens.length, max_model_len: ctx.maxContext }));
+  if (body.messages !== undefined && body.messages !== null && versionAtLeast(ctx.server.engineVersion ?? SGLANG_VERSION, SGLANG_TOKENIZE_MESSAGES_FROM)) {
+    if (body.prompt !== undefined && body.prompt !== null) throw badRequest('Either prompt or messages should be provided, not both.');
+    const addGenerationPrompt = bool(body, 'add_generation_prompt') ?? true;
+    const continueFinalMessage = bool(body, 'continue_final_message') ?? false;
+    reply(promptCells(ctx, { text: applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage }) }).cells);
+    return;
+  }
   // max_model_len is the tokenizer's model_max_length here, not the served context (serving_tokenize.py); here the two are the same.
   if (Array.isArray(body.prompt)) {
     const all = body.prompt.map(one);
     sendJson(ctx.res, 200, JSON.stringify({ tokens: all, count: all.map((t) => t.length), max_model_len: ctx.maxContext }));
   } else {
-    const tokens = one(body.prompt);
-    sendJson(ctx.res, 200, JSON.stringify({ tokens, count: tokens.length, max_model_len: ctx.maxContext }));
+    reply(one(body.prompt));
   }
 }
 
@@ -93,7 +114,7 @@ function serverInfo(ctx: RouteContext): void {
     random_seed: 0,
     served_model_name: model.id,
   };
-  sendJson(ctx.res, 200, JSON.stringify({ ...args, max_total_num_tokens: ctx.maxContext, internal_states: [{ last_gen_throughput: 0 }], version: SGLANG_VERSION }));
+  sendJson(ctx.res, 200, JSON.stringify({ ...args, max_total_num_tokens: ctx.maxContext, internal_states: [{ last_gen_throughput: 0 }], version: server.engineVersion ?? SGLANG_VERSION }));
 }
 
 /**
