@@ -61,6 +61,13 @@ describe('logprobe probe against the vLLM double', () => {
     assert.equal(cap(r, 'cache_path').ok, true);
   });
 
+  test('--engine-version 0.21.0: a cold 0 reported as 0 (older releases drop it)', async () => {
+    const s = await engine({ api: 'vllm', promptTokensDetails: true, engineVersion: '0.21.0' });
+    const r = await probe(s.url, { flush: false });
+    assert.equal(r.version, '0.21.0');
+    assert.match(cap(r, 'cache_counts').detail, /^reported: cold 0, warm \d+$/);
+  });
+
   test('--max-logprobs 4 below mirror.topLogprobs 5: the cap line fails and names the flag', async () => {
     const s = await engine({ api: 'vllm', maxLogprobs: 4 });
     const r = await probe(s.url, { required: ['top_k_cap'] });
@@ -125,6 +132,7 @@ describe('logprobe probe against the SGLang double', () => {
     const det = await engine({ api: 'sglang', prefixCache: false, concurrency: 0, tokenDelayMs: 2, batchNoise: 0.05, batchInvariant: true });
     const d = cap(await probe(det.url), 'determinism');
     assert.equal(d.ok, true, d.detail);
+    assert.match(d.detail, /server_info enable_deterministic_inference: true$/);
   });
 });
 
