@@ -112,6 +112,7 @@ async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
     mirror: { sampleRate: 1, concurrency: 1, queueSize: 1024, maxTokens },
     alert: { window: 20, minRequests: 10, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } },
     capture: { enabled: false },
+    probe: { atStart: 'off' },
     log: { level: 'error' },
   });
   const runtime = createRuntime(config, {

@@ -22,6 +22,8 @@ export const COMMAND_ERRORS = {
   LOGPROBE_UNWRITABLE_FILE: { exitCode: 2 },
   /** Inputs that hold nothing to work on (no record, no replayable line, no logprobs). */
   LOGPROBE_NO_INPUT: { exitCode: 2 },
+  /** `probe URL`: a URL that answers nothing (no HTTP answer at all). */
+  LOGPROBE_UNREACHABLE: { exitCode: 2 },
   /** A port that cannot be listened on. */
   LOGPROBE_LISTEN: { exitCode: 2 },
   /** `demo`/`engine` without the test engines (the published package, the Docker image). */

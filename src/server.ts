@@ -82,7 +82,7 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
     misdirected: () => metrics.misdirected(),
     accepting: () => accepting,
     candidateReachable: () => probe(candidatePool, config.candidate.url),
-    ...(mirror ? { live: (since: number, sinceT: number) => mirror.liveData(since, sinceT) } : {}),
+    ...(mirror ? { live: (since: number, sinceT: number) => mirror.liveData(since, sinceT), mirrorBackends: () => mirror.backendStates() } : {}),
   });
 
   let closing: Promise<void> | null = null;

@@ -100,7 +100,7 @@ test('invalid values are reported with their path and reason', () => {
   );
   assert.deepEqual(
     issuesOf(() => buildConfig({ analysis: { noiseFloor: 'loud' } })),
-    ['analysis.noiseFloor: expected a positive number of nats or auto'],
+    ['analysis.noiseFloor: expected a positive number of nats, auto or exact'],
   );
   assert.deepEqual(
     issuesOf(() => buildConfig({ analysis: { gapAmbiguous: 0.5, gapSystematic: 0.4 } })),

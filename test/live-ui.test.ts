@@ -183,6 +183,9 @@ test("the live page in Chromium: same origin only, a firing alert from a faulty 
   for (let i = 1; i < 8; i++) assert.equal(await send(lp.proxyUrl, i), 200);
   await page.waitForSelector('tr[data-alert="LogprobGlobalShift"][data-phase="firing"]', { timeout: 10_000 });
   assert.match((await page.textContent('tr[data-alert="LogprobGlobalShift"]'))!, /firing.*pooled share/s);
+  // Each backend's state (#26): both answered their copies.
+  assert.match((await page.textContent('tr[data-backend="candidate"]'))!, /candidate.*reachable.*no failure/s);
+  assert.equal(await page.getAttribute('tr[data-backend="baseline"]', 'data-state'), 'reachable');
   await page.waitForFunction("document.querySelectorAll('#pair-list .live-pair').length === 8", undefined, { timeout: 8000 });
   const shown = await page.$$eval('#mix-body tr', (rows) => Object.fromEntries(rows.map((r) => [r.getAttribute('data-verdict'), Number(r.querySelector('.count')!.textContent)])));
   const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { renderLivePage } from '../live/page.js';
 import type { LiveAnswer } from '../mirror/thread.js';
 import type { AdminHosts } from './hosts.js';
+import type { BackendStatus } from '../mirror/health.js';
 
 /** What the admin server reports on. */
 export interface AdminDeps {
@@ -17,6 +18,8 @@ export interface AdminDeps {
   accepting(): boolean;
   /** With proxy worker processes (listen.workers > 1): false while none of them is listening. */
   proxyListening?(): boolean;
+  /** Each backend's state as the mirror knows it (the body of /readyz names one it cannot reach). */
+  mirrorBackends?(): readonly BackendStatus[];
   /** The live page's data after pair `since` and point `sinceT` (MirrorThread.liveData); absent without a mirror. */
   live?(since: number, sinceT: number): Promise<LiveAnswer>;
   /** The `Host` values answered (admin.allowedHosts); any other gets 421 on every route. */
@@ -97,7 +100,13 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
     if (!deps.accepting()) return reply.code(503).send({ status: 'shutting down' });
     if (deps.proxyListening && !deps.proxyListening()) return reply.code(503).send({ status: 'no proxy worker listening' });
     const ok = await deps.candidateReachable();
-    return reply.code(ok ? 200 : 503).send({ status: ok ? 'ready' : 'candidate unreachable' });
+    // About the client path only; a backend the mirror cannot reach is named, never a 503.
+    const unreachable = (deps.mirrorBackends?.() ?? []).filter((b) => b.state === 'unreachable');
+    const mirror =
+      unreachable.length === 0
+        ? {}
+        : { mirror: unreachable.map((b) => ({ backend: b.backend, host: b.host, reason: b.lastError?.reason ?? 'unreachable', since: b.lastError ? new Date(b.lastError.at).toISOString() : null })) };
+    return reply.code(ok ? 200 : 503).send({ status: ok ? 'ready' : 'candidate unreachable', ...mirror });
   });
 
   return app;

@@ -6,9 +6,10 @@ import { demoCommand } from './demo.js';
 import { analyzeCommand } from './analyze.js';
 import { replayCommand } from './replay.js';
 import { recordCommand } from './record.js';
+import { probeCommand } from './probe.js';
 
 /** A command factory: builds the commander Command; `setExit` records the exit code. */
 export type CommandFactory = (setExit: (code: number) => void) => Command;
 
 /** Every subcommand of `logprobe`, in help order. */
-export const commands: CommandFactory[] = [serveCommand, compareCommand, analyzeCommand, replayCommand, recordCommand, demoCommand, engineCommand];
+export const commands: CommandFactory[] = [serveCommand, compareCommand, analyzeCommand, replayCommand, recordCommand, probeCommand, demoCommand, engineCommand];

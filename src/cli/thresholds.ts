@@ -41,7 +41,7 @@ export function thresholdOverrides(flags: ThresholdFlags, config: Config | null)
   if (config && flags.config) {
     const a = config.analysis;
     Object.assign(t, {
-      noiseFloor: a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor,
+      noiseFloor: configFloor(config),
       gapAmbiguous: a.gapAmbiguous,
       gapSystematic: a.gapSystematic,
       globalFraction: a.globalFraction,
@@ -58,10 +58,16 @@ export function thresholdOverrides(flags: ThresholdFlags, config: Config | null)
   return t;
 }
 
+/** The floor a config sets offline: `auto` → calibration.minFloor (nothing is calibrated offline), `exact` → 0. */
+export function configFloor(config: Config): number {
+  const f = config.analysis.noiseFloor;
+  return f === 'auto' ? config.calibration.minFloor : f === 'exact' ? 0 : f;
+}
+
 /** Thresholds from defaults ← config ← flags (replay: the pairs are new, nothing recorded to reuse). */
 export function resolveThresholds(flags: ThresholdFlags, config: Config): Thresholds {
   const a = config.analysis;
-  const fromConfig = pickThresholds({ ...a, noiseFloor: a.noiseFloor === 'auto' ? config.calibration.minFloor : a.noiseFloor });
+  const fromConfig = pickThresholds({ ...a, noiseFloor: configFloor(config) });
   return { ...fromConfig, ...thresholdOverrides({ ...flags, config: undefined }, null) };
 }
 

@@ -125,6 +125,7 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     proxyListening: () => slots.some((s) => s.proc?.listening === true),
     candidateReachable: () => probe(probePool, config.candidate.url),
     live: (since, sinceT) => mirror.liveData(since, sinceT),
+    mirrorBackends: () => mirror.backendStates(),
   });
 
   const send = (w: Worker, m: ToProxyWorker) => {

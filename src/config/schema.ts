@@ -164,9 +164,21 @@ export const configSchema = z.strictObject({
         .prefault({}),
     })
     .prefault({}),
+  /**
+   * `serve`'s start-up check of each backend (src/probe, in the mirror's worker, off the client
+   * path): `full` asks every capability `logprobe probe` asks, `reachability` only whether it
+   * answers and which engine it is, `off` nothing.
+   */
+  probe: z
+    .strictObject({
+      atStart: z.enum(['full', 'reachability', 'off'], { error: 'expected full, reachability or off' }).default('full'),
+      timeoutMs: positiveMs.default(10_000),
+    })
+    .prefault({}),
   analysis: z
     .strictObject({
-      noiseFloor: z.union([positiveNumber, z.literal('auto')], { error: 'expected a positive number of nats or auto' }).default(0.1),
+      /** `exact`: no floor at all, any difference is a shift (for engines that are deterministic: `logprobe probe`). */
+      noiseFloor: z.union([positiveNumber, z.literal('auto'), z.literal('exact')], { error: 'expected a positive number of nats, auto or exact' }).default(0.1),
       gapAmbiguous: nonNegative.default(0.3),
       gapSystematic: nonNegative.default(0.4),
       globalFraction: share.default(0.8),

@@ -196,7 +196,8 @@ export function cusumIncrement(x: number, cfg: Pick<AlertConfig, 'minRequests' |
  * back below `h` within about `2h/k` clean requests instead of paying back an unbounded excursion.
  */
 export function observe(state: DetectorState, obs: DetectorObservation, cfg: AlertConfig, now: number): { state: DetectorState; transitions: AlertTransition[] } {
-  const x = obs.maxShift !== null && obs.noiseFloor > 0 ? obs.maxShift / obs.noiseFloor : 0;
+  // A floor of 0 (`noiseFloor: exact`, a deterministic engine): any shift counts as a whole step (k + h, clipped below).
+  const x = obs.maxShift === null ? 0 : obs.noiseFloor > 0 ? obs.maxShift / obs.noiseFloor : obs.maxShift > 0 ? cfg.cusum.k + cfg.cusum.h : 0;
   const recent = [...state.recent, { shifted: obs.shifted, comparable: obs.comparable, maxShift: obs.maxShift, requestId: obs.requestId, x }];
   let shiftedSum = state.shiftedSum + obs.shifted;
   let comparableSum = state.comparableSum + obs.comparable;

@@ -33,7 +33,8 @@ const NOISE_CAVEAT = 'A noise verdict does not prove there is no bug: a large-ga
  * attributed; noise carries the caveat that it proves no absence of a bug.
  */
 export function explain(e: ExplainInput, t: Thresholds): string {
-  const floor = `the ${formatNats(t.noiseFloor)}-nat noise floor`;
+  // A floor of 0 is `noiseFloor: exact` (a deterministic engine): any difference at all is a shift.
+  const floor = t.noiseFloor === 0 ? 'a floor of 0 (noiseFloor: exact)' : `the ${formatNats(t.noiseFloor)}-nat noise floor`;
   const moved = `${e.shifted} of ${e.comparable} comparable positions moved more than ${floor} (max shift ${formatNats(e.maxShift)})`;
   const parts: string[] = [];
   switch (e.verdict) {

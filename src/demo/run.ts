@@ -124,6 +124,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       mirror: { sampleRate: 1, concurrency: engines.mirrorConcurrency, queueSize: 64, maxTokens: engines.maxTokens, ...(repeat ? { repeat } : {}) },
       alert: { ...alertCfg, cusum: { k: 0.5, h: 5 } },
       capture: { enabled: true, dir: options.captureDir },
+      // The demo's engines are its own: whether they answer is worth a line, the full probe's ~25
+      // generations per engine (llama.cpp at one thread) would only delay the alert.
+      probe: { atStart: 'reachability' },
       log: { level: 'error' },
     });
     const logDestination = process.stderr as unknown as NodeJS.WritableStream & { write: (s: string) => boolean };

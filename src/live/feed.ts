@@ -4,6 +4,7 @@ import { pooledShare, type AlertPhase, type AlertTransition, type DetectorState 
 import { SELF_VERDICTS, type SelfVerdict } from '../core/self.js';
 import { buildStrip, type Strip } from '../report/strips.js';
 import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
+import type { BackendStatus } from '../mirror/health.js';
 
 /**
  * The live page's state (GET /ui on the admin port, src/live/page.ts), kept in the mirror's
@@ -101,6 +102,8 @@ export interface LiveData {
     seconds: number;
   };
   noiseFloor: number | null;
+  /** Each backend's state: reachable or not, its engine, the last failed copy's cause (src/mirror/health.ts). */
+  backends: BackendStatus[];
   alerts: LiveAlert[];
   /** Since the start: pairs by outcome, compared pairs by verdict, repeats by backend and verdict. */
   outcomes: Partial<Record<MirrorOutcome, number>>;
@@ -172,6 +175,8 @@ export class LiveFeed {
     /** The mirror's detectors now. */
     private readonly detector: () => Readonly<DetectorState>,
     private readonly now: () => number = Date.now,
+    /** Each backend's state now. */
+    private readonly backends: () => BackendStatus[] = () => [],
   ) {
     this.timer = setInterval(() => this.sample(), 1000);
     this.timer.unref();
@@ -299,6 +304,7 @@ export class LiveFeed {
         seconds: LIVE_SECONDS,
       },
       noiseFloor: this.noiseFloor,
+      backends: this.backends(),
       alerts: this.alerts(),
       outcomes: this.outcomes,
       verdicts: this.verdicts,

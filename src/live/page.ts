@@ -65,6 +65,27 @@ ${STRIP_CLIENT}
     document.getElementById('settings').textContent = parts.join(' \u00b7 ');
   }
 
+  // Each backend the mirror sends to: reachable or not, its engine, the last failed copy and its cause.
+  function renderBackends(backends, now) {
+    var body = document.getElementById('backend-body');
+    clear(body);
+    (backends || []).forEach(function (b) {
+      var tr = el('tr');
+      tr.setAttribute('data-backend', b.backend);
+      tr.setAttribute('data-state', b.state);
+      var name = el('td');
+      name.appendChild(el('strong', null, b.backend));
+      name.appendChild(el('span', 'muted', ' ' + b.host));
+      tr.appendChild(name);
+      var st = el('td');
+      st.appendChild(el('span', 'badge ' + (b.state === 'unreachable' ? 'a-firing' : 'a-inactive'), b.state));
+      tr.appendChild(st);
+      tr.appendChild(el('td', 'muted', b.engine ? b.engine + (b.version ? ' ' + b.version : '') : ''));
+      tr.appendChild(el('td', 'evidence', b.lastError ? b.lastError.outcome + ': ' + b.lastError.reason + ' (' + ago(b.lastError.at, now) + '; ' + b.failures + ' failed copies since the start)' : 'no failure'));
+      body.appendChild(tr);
+    });
+  }
+
   function renderAlerts(alerts, now) {
     var body = document.getElementById('alert-body');
     clear(body);
@@ -211,6 +232,7 @@ ${STRIP_CLIENT}
     if (d.series.length) state.sinceT = d.series[d.series.length - 1].t;
     renderSettings(d.settings, d.noiseFloor);
     document.getElementById('pairs-bound').textContent = String(d.settings.pairs);
+    renderBackends(d.backends, d.now);
     renderAlerts(d.alerts, d.now);
     renderMix(d);
     chart('share-chart', 'pooled share of shifted positions (window of ' + d.settings.window + ')', 'share', d.settings.fireFraction, 'fires at ' + d.settings.fireFraction, 1, d.now);
@@ -245,6 +267,7 @@ export function renderLivePage(nonce: string): string {
 <title>logprobe live</title><link rel="icon" href="data:,"><style nonce="${n}">${HTML_STYLE}${LIVE_STYLE}</style></head>
 <body><header><h1>logprobe live</h1><p id="settings" class="muted"></p><p id="status">connecting…</p></header>
 <main>
+<section id="backends"><h2>Backends</h2><table class="alerts"><thead><tr><th>backend</th><th>state</th><th>engine</th><th>last error</th></tr></thead><tbody id="backend-body"></tbody></table></section>
 <section id="alerts"><h2>Alerts</h2><table class="alerts"><thead><tr><th>alert</th><th>state</th><th>since</th><th>last transition</th></tr></thead><tbody id="alert-body"></tbody></table></section>
 <div class="grid2">
 <section id="mix"><h2>Verdict mix</h2><p class="muted"><span id="pairs-total">0</span> mirrored pairs since the start</p><div id="mix-bar" class="mixbar"></div><table class="mix"><tbody id="mix-body"></tbody></table><p id="mix-notes" class="muted"></p></section>

@@ -177,6 +177,13 @@ export const METRIC_CATALOG = [
     owner: 'worker',
   },
   {
+    name: 'logprobe_engine_capability',
+    type: 'gauge',
+    help: "What each backend's engine offers logprobe, as serve's start-up probe found it (logprobe probe): 1 works, 0 does not; no series for a capability not asked (capability: logprobs, top_k_cap, token_ids, scoring, prompt_top_k, cache_counts, flush, cache_path, chat_rendering, determinism).",
+    labelNames: ['backend', 'capability'],
+    owner: 'worker',
+  },
+  {
     name: 'logprobe_mirror_worker_up',
     type: 'gauge',
     help: "1 when the mirror's worker thread answered the last scrape in time; 0 when it is gone or did not answer, and its series show their last known values.",

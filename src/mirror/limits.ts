@@ -52,12 +52,14 @@ function errorText(body: unknown): string {
  * The logprobs cap a backend stated when it refused a request for asking too many, or `null`
  * when the answer is not such a refusal (another status, another error, no number found).
  * Tolerant by design: any 400/422 whose text mentions logprobs and states a maximum in one of the
- * known phrasings counts. The caller still checks the cap is below what it asked for.
+ * known phrasings counts. The caller still checks the cap is below what it asked for. With
+ * `prompt`, only a refusal of prompt logprobs counts.
  */
-export function parseLogprobLimit(status: number, body: unknown): number | null {
+export function parseLogprobLimit(status: number, body: unknown, options: { prompt?: boolean } = {}): number | null {
   if (!REFUSAL.has(status)) return null;
   const text = errorText(body);
-  if (text.length === 0 || text.length > 64 * 1024 || !/logprob/i.test(text) || PROMPT_LOGPROBS.test(text)) return null;
+  // `prompt`: the cap of prompt logprobs instead (what `logprobe probe` asks of vLLM's scoring).
+  if (text.length === 0 || text.length > 64 * 1024 || !/logprob/i.test(text) || PROMPT_LOGPROBS.test(text) !== (options.prompt ?? false)) return null;
   for (const pattern of CAP_PATTERNS) {
     const m = pattern.exec(text);
     if (!m) continue;

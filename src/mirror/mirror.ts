@@ -19,6 +19,8 @@ import { Scorer, scoreComparison, scoringOptions, withCopyParams, type Backend }
 import type { ScoringTarget } from '../scoring/http.js';
 import { ENGINE_NAMES } from '../scoring/profile.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
+import { failureReason } from './failure.js';
+import type { BackendHealth } from './health.js';
 
 interface Job {
   id: string;
@@ -47,6 +49,8 @@ export interface MirrorDeps {
   random?: () => number;
   /** Called once per exchange handed to `accept` when it is over (the worker's acknowledgement). */
   onSettled?: () => void;
+  /** Each backend's state: failed copies are logged there, rate-limited, with the cause (src/mirror/health.ts). */
+  health?: BackendHealth;
 }
 
 /**
@@ -128,10 +132,10 @@ export class Mirror {
     this.ticker.unref();
   }
 
-  /** The noise floor in force: the configured one, or the calibrated one for `auto`. */
+  /** The noise floor in force: the configured one, the calibrated one for `auto`, 0 for `exact` (any difference is a shift). */
   noiseFloor(): number {
     const f = this.deps.config.analysis.noiseFloor;
-    return f === 'auto' ? this.calibration.autoFloor() : f;
+    return f === 'auto' ? this.calibration.autoFloor() : f === 'exact' ? 0 : f;
   }
 
   /** The thresholds in force for the next comparison. */
@@ -360,6 +364,7 @@ export class Mirror {
     }
     if (base === null && repeats[0]?.verdict === null && outcome === 'ok') outcome = 'candidate_error';
     metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
+    this.tellHealth(cand, base, base === null ? repeats[0]?.second : undefined);
     if (outcome !== 'ok')
       this.log.debug({ reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error }, 'mirror pair not compared');
 
@@ -386,6 +391,18 @@ export class Mirror {
     if (outcome === 'ok' && config.calibration.rate > 0 && this.random() < config.calibration.rate) {
       await this.calibrate(job, cand, base, targets);
     }
+  }
+
+  /** Each side's answer to the health record: a failure (logged rate-limited, with the cause) or a backend that answers. */
+  private tellHealth(cand: BackendResult, base: BackendResult | null, repeat: BackendResult | undefined): void {
+    const h = this.deps.health;
+    if (!h) return;
+    const one = (backend: 'candidate' | 'baseline', r: BackendResult) => {
+      if (r.error !== null || r.status >= 400) h.failed(backend, `${backend}_error`, failureReason(r), r.status === 0);
+      else h.answered(backend);
+    };
+    one('candidate', repeat && cand.error === null && cand.status < 400 ? repeat : cand);
+    if (base) one('baseline', base);
   }
 
   /** A repeat pair's metrics, detector and (for the trusted side) calibration. */

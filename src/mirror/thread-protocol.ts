@@ -3,6 +3,7 @@ import type { Config } from '../config/schema.js';
 import type { AlertTransition, DetectorState } from '../core/detector.js';
 import type { Exchange } from '../proxy/tap.js';
 import type { MirroredPair } from './types.js';
+import type { BackendStatus } from './health.js';
 
 /**
  * Messages between the proxy's thread and the mirror's worker thread (src/mirror/thread.ts and
@@ -47,6 +48,8 @@ export type FromWorker =
    * as UTF-8 bytes, serialised and encoded by the worker, its buffer transferred.
    */
   | { t: 'live'; id: number; body: Uint8Array }
+  /** Each backend's state after a change (src/mirror/health.ts): what /readyz names. */
+  | { t: 'backends'; backends: BackendStatus[] }
   | { t: 'closed' };
 
 export function summarize(s: Readonly<DetectorState>): DetectorSummary {

@@ -10,6 +10,7 @@ import { mirrorKind, skipReason } from './rewrite.js';
 import { Sampler } from './sampler.js';
 import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
 import type { MirrorListeners } from './types.js';
+import type { BackendStatus } from './health.js';
 
 type MetricsJSON = Array<MetricObjectWithValues<MetricValue<string>>>;
 
@@ -103,6 +104,8 @@ export class MirrorThread implements MirrorTap {
   private readonly started: Promise<boolean>;
   private markStarted: (ok: boolean) => void = () => {};
   private detector: DetectorSummary = summarize(initialDetectorState());
+  /** Each backend's state as the worker last told it (src/mirror/health.ts). */
+  private backends: BackendStatus[] = [];
   private readonly closed: Promise<void>;
   private closing: Promise<void> | null = null;
 
@@ -152,6 +155,11 @@ export class MirrorThread implements MirrorTap {
   /** False once the worker thread has exited. */
   get workerRunning(): boolean {
     return this.alive;
+  }
+
+  /** Each backend's state as the worker last told it: reachable or not, the last failure (for /readyz). */
+  backendStates(): readonly BackendStatus[] {
+    return this.backends;
   }
 
   /** The detectors' state as of the last settled pair (for the demo and tests). */
@@ -217,6 +225,9 @@ export class MirrorThread implements MirrorTap {
       case 'live':
         this.liveWaiters.get(m.id)?.(m.body);
         this.liveWaiters.delete(m.id);
+        break;
+      case 'backends':
+        this.backends = m.backends;
         break;
       case 'closed':
         break;

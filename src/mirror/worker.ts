@@ -7,6 +7,8 @@ import { createUpstreamPool } from '../upstream/pool.js';
 import { createCaptureWriter, withCapture } from '../capture/sink.js';
 import { Mirror } from './mirror.js';
 import { LiveFeed } from '../live/feed.js';
+import { BackendHealth } from './health.js';
+import { probeAtStart } from '../probe/startup.js';
 import type { MirrorListeners } from './types.js';
 import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
 
@@ -72,7 +74,19 @@ const forward: MirrorListeners = {
 const outer = capture ? withCapture(capture, forward) : forward;
 // The live page's state (GET /ui on the admin port): the last pairs as strips, built here from
 // the bodies this thread has just compared, and the detectors over the last minutes.
-const live = new LiveFeed(config, () => mirror.detectorState);
+// Each backend's state (#26): the start-up probe's answer, then every failed copy, logged at once
+// (rate-limited) and told to the proxy's thread for /readyz.
+const health = new BackendHealth(
+  logger.child({ module: 'mirror' }),
+  [{ backend: 'candidate', url: config.candidate.url }, ...(config.baseline.url !== null ? [{ backend: 'baseline' as const, url: config.baseline.url }] : [])],
+  (backends) => post({ t: 'backends', backends }),
+);
+const live = new LiveFeed(
+  config,
+  () => mirror.detectorState,
+  Date.now,
+  () => health.snapshot(),
+);
 const feed = (f: () => void) => {
   try {
     f();
@@ -101,6 +115,7 @@ const mirror: Mirror = new Mirror({
   candidatePool,
   listeners,
   onSettled: () => post({ t: 'settled', state: summarize(mirror.detectorState) }),
+  health,
 });
 
 port.on('message', (m: ToWorker) => {
@@ -116,6 +131,7 @@ port.on('message', (m: ToWorker) => {
     mirror.setAdminPort(m.port);
   } else if (m.t === 'close') {
     live.close();
+    health.close();
     void (async () => {
       try {
         await mirror.close();
@@ -132,3 +148,7 @@ port.on('message', (m: ToWorker) => {
 
 // Ready: the first snapshot tells the proxy's thread so, with every series at its start value.
 sendMetrics(null);
+// Then each backend is probed once (probe.atStart), in the background: nothing waits for it.
+void probeAtStart({ config, health, metrics, logger: logger.child({ module: 'probe' }) })
+  .then(() => sendMetrics(null))
+  .catch((err: unknown) => logger.error({ err }, 'start-up probe failed'));

@@ -1,4 +1,5 @@
 import { compare, parseResponse, recount, withScoring, type Comparison, type Health, type ParsedResponse, type PromptBlock, type ScoredBlock, type Thresholds } from '../core/index.js';
+import { clip, failureReason } from '../mirror/failure.js';
 import type { MirrorOutcome } from '../mirror/types.js';
 import { probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
 
@@ -90,20 +91,4 @@ function rescored(free: Comparison, s: CapturedScoring, t: Thresholds): Comparis
   return s.health?.over === 'scored' && block.outcome === 'ok' ? { ...c, health: s.health } : c;
 }
 
-const REASON_CHARS = 160;
-const clip = (s: string): string => (s.length > REASON_CHARS ? `${s.slice(0, REASON_CHARS - 1)}…` : s);
-
-/**
- * Why a backend's answer failed, as a gate or a report says it: the transport error without
- * undici's repetition (`ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:39999` → `ECONNREFUSED
- * 127.0.0.1:39999`), or the HTTP status with the error envelope's message.
- */
-export function failureReason(s: SideAnswer): string {
-  if (s.error !== undefined && s.error !== null) {
-    const m = /^([A-Z][A-Z0-9_]+): (?:connect |getaddrinfo |read |write )?\1 ?(.*)$/.exec(s.error);
-    return clip(m ? `${m[1]}${m[2] ? ` ${m[2]}` : ''}` : s.error);
-  }
-  const body = s.body as { error?: { message?: unknown } | string; message?: unknown } | null;
-  const message = typeof body === 'string' ? body : typeof body?.error === 'string' ? body.error : (body?.error?.message ?? body?.message);
-  return clip(`HTTP ${s.status}${typeof message === 'string' && message.trim() ? `: ${message.trim().split('\n')[0]}` : ''}`);
-}
+export { failureReason };

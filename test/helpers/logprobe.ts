@@ -55,6 +55,8 @@ export async function startLogprobe(
     admin: { host: '127.0.0.1', port: 0, ...(input.admin ?? {}) },
     log: { level: options.level ?? 'info', ...(input.log ?? {}) },
     capture: { enabled: false, ...(input.capture ?? {}) },
+    // The start-up probe's requests would reach the tests' upstreams; tests of it turn it on.
+    probe: { atStart: 'off', ...(input.probe ?? {}) },
   });
   const logs = new LogSink();
   const logger = createLogger({ level: config.log.level, redact: config.log.redact, destination: logs });

@@ -1,0 +1,84 @@
+import { Command } from 'commander';
+import type { CommandFactory } from './commands.js';
+import { LogprobeError, usageError } from '../errors.js';
+import { loadConfig } from '../config/load.js';
+import { ENGINE_SETTINGS, type EngineSetting } from '../scoring/detect.js';
+import { probeEngine, requiredCapabilities, UnreachableError } from '../probe/probe.js';
+import { missingText, probeJson, probeTable } from '../probe/format.js';
+import { parseNumberOption } from './options.js';
+import { writeOut } from './stdout.js';
+
+interface ProbeFlags {
+  apiKey?: string;
+  model?: string;
+  json?: boolean;
+  config?: string;
+  timeout: string;
+  engine?: string;
+  flush?: boolean;
+}
+
+const HELP = `
+Asks the server behind URL what logprobe needs of it, one request or a few per line: the engine
+and its version (as candidate.engine: auto detects it), the logprobs cap (a request above it, the
+refusal read), token ids on a mirrored copy, the engine's scoring method and whether it reads the
+cache, prompt logprobs with top-k, cache-hit counts (a new prompt, then the same again), the cache
+flush (only with mirror.repeat.flush: it empties the engine's prefix cache; --flush asks anyway),
+chat rendering for scoring, and determinism (one greedy request alone, then among 16 concurrent
+copies of itself: bitwise equal or not). Each line says what the server answered and the server
+flag or setting that turns the feature on. Lines marked * are what the configuration's features
+(--config, or the defaults) need: scoring, repeat probes, flush, noiseFloor: exact.
+
+Exit codes:
+  0  every feature the configuration uses works
+  1  some do not: the last line names them and what enables each
+  2  URL answers nothing (one line with the cause), or a usage error
+`;
+
+/** `logprobe probe URL`: what an engine server offers logprobe, and how to turn on what it lacks. */
+export const probeCommand: CommandFactory = (setExit) =>
+  new Command('probe')
+    .description('ask an engine server what logprobe needs of it (cap, ids, scoring, cache counts, flush, chat, determinism) and which flag enables what is missing')
+    .argument('<url>', 'the engine server (http(s)://host:port)')
+    .option('--api-key <key>', 'sent as Authorization: Bearer KEY (SGLang: the admin key for the flush)')
+    .option('--model <name>', "the served model (default: the first of the server's /v1/models)")
+    .option('-c, --config <file>', 'take the features to check (scoring, repeat, flush, noiseFloor) and mirror.topLogprobs from a YAML config')
+    .option('--engine <engine>', `the engine profile instead of detecting it: ${ENGINE_SETTINGS.join(', ')}`)
+    .option('--flush', "test the cache flush even when the configuration does not use it (empties the engine's prefix cache)")
+    .option('--timeout <ms>', 'per request', '10000')
+    .option('--json', 'one JSON object (docs/engines.md)')
+    .addHelpText('after', HELP)
+    .action(async (url: string, flags: ProbeFlags) => {
+      let u: URL;
+      try {
+        u = new URL(url);
+      } catch {
+        throw usageError(`URL: expected an http(s) URL, got '${url}'`);
+      }
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw usageError(`URL: expected an http(s) URL, got '${url}'`);
+      const timeoutMs = parseNumberOption('--timeout', flags.timeout, { min: 1, integer: true });
+      if (flags.engine !== undefined && !(ENGINE_SETTINGS as readonly string[]).includes(flags.engine))
+        throw usageError(`--engine: expected one of ${ENGINE_SETTINGS.join(', ')}, got '${flags.engine}'`);
+      const config = loadConfig({ file: flags.config });
+      const required = requiredCapabilities(config);
+      let report;
+      try {
+        report = await probeEngine({
+          url,
+          apiKey: flags.apiKey ?? null,
+          model: flags.model ?? null,
+          timeoutMs,
+          tlsInsecure: config.tlsInsecure,
+          engine: (flags.engine as EngineSetting | undefined) ?? 'auto',
+          topK: config.mirror.topLogprobs,
+          flush: Boolean(flags.flush) || required.includes('flush'),
+          required,
+        });
+      } catch (err) {
+        if (err instanceof UnreachableError) throw new LogprobeError('LOGPROBE_UNREACHABLE', `${url} answers nothing: ${err.message}`);
+        throw err;
+      }
+      await writeOut(flags.json ? probeJson(report) : probeTable(report));
+      if (report.missing.length > 0 && !flags.json) process.stderr.write(`logprobe: ${url} lacks what the configuration uses: ${report.missing.map((n) => missingText(report, n)).join('; ')}\n`);
+      setExit(report.missing.length > 0 ? 1 : 0);
+    });

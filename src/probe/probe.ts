@@ -1,0 +1,415 @@
+import { Pool } from 'undici';
+import type { Config } from '../config/schema.js';
+import { parseResponse } from '../core/parse/index.js';
+import { cachedPromptTokens } from '../core/self.js';
+import type { TokenStep } from '../core/types.js';
+import { failureReason } from '../mirror/failure.js';
+import { parseLogprobLimit } from '../mirror/limits.js';
+import { detectEngine } from '../scoring/detect.js';
+import { requestJson, type JsonAnswer, type ScoringTarget } from '../scoring/http.js';
+import type { EngineName } from '../scoring/profile.js';
+import { PROFILES } from '../scoring/score.js';
+
+/**
+ * `logprobe probe URL` and `serve`'s start-up check of each backend: what the engine behind a URL
+ * offers logprobe, each feature asked of the server itself (a request above the logprobs cap, a
+ * repeat that should be served from the cache, a flush, 1 + 16 copies of one greedy request), and
+ * the server flag or setting that turns on what is off. Nothing here is assumed from the engine's
+ * name except where the server cannot be asked (whether a scoring pass reads the cache is read in
+ * its source: docs/engines.md).
+ */
+
+/** What the probe reports on, one line each; `logprobe_engine_capability{capability}`. */
+export const CAPABILITIES = ['logprobs', 'top_k_cap', 'token_ids', 'scoring', 'prompt_top_k', 'cache_counts', 'flush', 'cache_path', 'chat_rendering', 'determinism'] as const;
+export type CapabilityName = (typeof CAPABILITIES)[number];
+
+/** The table's names for the capabilities. */
+export const CAPABILITY_LABELS: Readonly<Record<CapabilityName, string>> = {
+  logprobs: 'logprobs',
+  top_k_cap: 'top-k cap',
+  token_ids: 'token ids',
+  scoring: 'scoring',
+  prompt_top_k: 'prompt top-k',
+  cache_counts: 'cache counts',
+  flush: 'flush',
+  cache_path: 'cache path',
+  chat_rendering: 'chat rendering',
+  determinism: 'determinism',
+};
+
+/** One line of the probe: works (true), does not (false), or was not tried (null, with the reason). */
+export interface Capability {
+  name: CapabilityName;
+  ok: boolean | null;
+  /** What the server answered, in a few words. */
+  detail: string;
+  /** The server flag or setting that enables it (null: none known, or nothing to enable). */
+  enable: string | null;
+}
+
+export interface ProbeReport {
+  url: string;
+  engine: EngineName;
+  /** How the engine was told (detect.ts's evidence, or `configured`). */
+  evidence: string;
+  version: string | null;
+  model: string | null;
+  capabilities: Capability[];
+  /** The capabilities the configuration's features need (see {@link requiredCapabilities}). */
+  required: CapabilityName[];
+  /** Required capabilities that do not work (ok false or null). */
+  missing: CapabilityName[];
+}
+
+/** A URL that answers nothing at all: no HTTP answer to `GET /v1/models`. */
+export class UnreachableError extends Error {
+  override readonly name = 'UnreachableError';
+}
+
+export interface ProbeOptions {
+  url: string;
+  /** Sent as `Authorization: Bearer …` on every request. */
+  apiKey?: string | null;
+  /** The served model's name; default the first of `/v1/models`. */
+  model?: string | null;
+  /** Per request, ms. */
+  timeoutMs: number;
+  tlsInsecure?: boolean;
+  /** `auto` (detect.ts) or a profile name (candidate.engine / baseline.engine). */
+  engine?: 'auto' | EngineName;
+  /** Top logprobs logprobe asks for (`mirror.topLogprobs`). */
+  topK: number;
+  /** Empty the engine's cache to test the flush (false: the flush line says it was not tried). */
+  flush: boolean;
+  /** Concurrent copies of the greedy request in the determinism check (the issue's 16). */
+  copies?: number;
+  /** What the configuration needs of this backend. */
+  required: CapabilityName[];
+  /** Only whether it answers, the engine and its version (`probe.atStart: reachability`): no capability is asked. */
+  reachabilityOnly?: boolean;
+}
+
+/** The flag or setting behind each capability, per engine (docs/engines.md cites the sources). */
+const ENABLE: Partial<Record<CapabilityName, Partial<Record<EngineName, string>>>> = {
+  top_k_cap: { vllm: '--max-logprobs N (default 20)' },
+  token_ids: { vllm: 'vLLM 0.10.2+ (return_token_ids)' },
+  prompt_top_k: { vllm: 'VLLM_USE_V2_MODEL_RUNNER=0 (the V2 runner returns no prompt top-k)' },
+  cache_counts: { vllm: '--enable-prompt-tokens-details', sglang: '--enable-cache-report' },
+  flush: { vllm: 'VLLM_SERVER_DEV_MODE=1', sglang: 'the admin key (--admin-api-key) as --api-key', llamacpp: '--slot-save-path DIR' },
+  cache_path: { vllm: '--enable-prompt-tokens-details or VLLM_SERVER_DEV_MODE=1', sglang: '--enable-cache-report', llamacpp: '--slot-save-path DIR' },
+  chat_rendering: { sglang: 'an SGLang whose /tokenize takes messages (or returns prompt_token_ids)' },
+  determinism: {
+    vllm: 'VLLM_BATCH_INVARIANT=1 (vllm-project/vllm#51187: breaks near 44 co-resident sequences)',
+    sglang: '--enable-deterministic-inference',
+    llamacpp: '-np 1 (one slot: no batch)',
+  },
+};
+
+/** Whether the engine's scoring pass reads its prefix cache, as its source says (it cannot be asked). */
+const SCORING_READS_CACHE: Readonly<Record<EngineName, string>> = {
+  vllm: 'does not read the cache (prompt_logprobs set skip_reading_prefix_cache: sampling_params.py)',
+  sglang: 'does not read the cache (logprob_start_len 0 caps the reused prefix at 0: schedule_batch.py)',
+  llamacpp: 'reads the cache (continuation positions with cache_prompt: true)',
+  openai: 'cache use unknown',
+};
+
+/**
+ * The capabilities a configuration's features need of a backend: logprobs within its cap always;
+ * scoring (`analysis.scoring.when` not `never`) needs the scoring pass, prompt top-k and,
+ * with the chat route mirrored, chat rendering; repeat probes (`mirror.repeat.rate` > 0, or no
+ * baseline) need a visible cache path, and `mirror.repeat.flush` a flush; `noiseFloor: exact`
+ * needs determinism.
+ */
+export function requiredCapabilities(config: Config, backend: 'candidate' | 'baseline' = 'candidate'): CapabilityName[] {
+  const out: CapabilityName[] = ['logprobs', 'top_k_cap'];
+  if (config.analysis.scoring.when !== 'never') {
+    out.push('scoring', 'prompt_top_k');
+    if (config.mirror.routes.includes('/v1/chat/completions')) out.push('chat_rendering');
+  }
+  const r = config.mirror.repeat;
+  const repeats = config.baseline.url === null ? backend === 'candidate' : r.rate > 0 && r.backends.includes(backend);
+  if (repeats) {
+    out.push('cache_path');
+    if (r.flush) out.push('flush');
+  }
+  if (config.analysis.noiseFloor === 'exact') out.push('determinism');
+  return out;
+}
+
+/** A prompt long enough that a repeat is served from whole cache blocks (vLLM caches 16-token blocks only). */
+function longPrompt(nonce: string): string {
+  return `${nonce} The cache holds key 3 and value 7; the next line repeats it, so that a prefix cache has whole blocks to keep. `.repeat(3);
+}
+
+const GREEDY = { temperature: 0, top_p: 1, seed: 1234 };
+
+/** Runs the probe. Throws {@link UnreachableError} when the URL answers nothing. */
+export async function probeEngine(o: ProbeOptions): Promise<ProbeReport> {
+  const pool = new Pool(new URL(o.url).origin, { connections: null, pipelining: 1, connect: { rejectUnauthorized: !o.tlsInsecure, timeout: o.timeoutMs } });
+  try {
+    return await run(o, pool);
+  } finally {
+    await pool.close();
+  }
+}
+
+async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
+  const headers: Record<string, string> = o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {};
+  const target: ScoringTarget = { pool, url: o.url, headers, timeoutMs: o.timeoutMs, model: null };
+  const get = (path: string): Promise<JsonAnswer> => requestJson(target, 'GET', path, undefined, o.timeoutMs);
+  const post = (path: string, body: unknown): Promise<JsonAnswer> => requestJson(target, 'POST', path, body, o.timeoutMs);
+
+  let models: JsonAnswer;
+  try {
+    models = await get('/v1/models');
+  } catch (err) {
+    throw new UnreachableError(failureReason({ status: 0, body: null, error: transportError(err) }));
+  }
+  const listed = ((models.body as { data?: Array<{ id?: unknown }> } | null)?.data ?? []).map((m) => m?.id).find((id) => typeof id === 'string') as string | undefined;
+  const model = o.model ?? listed ?? null;
+  const detected =
+    o.engine && o.engine !== 'auto' ? { engine: o.engine, evidence: 'configured' } : await detectEngine(target).catch(() => ({ engine: 'openai' as const, evidence: 'detection failed' }));
+  const engine = detected.engine;
+  const profile = PROFILES[engine];
+  const version = await engineVersion(engine, get);
+  if (o.reachabilityOnly) return { url: o.url, engine, evidence: detected.evidence, version, model, capabilities: [], required: [], missing: [] };
+  const caps = new Map<CapabilityName, Capability>();
+  const set = (name: CapabilityName, ok: boolean | null, detail: string, enable?: string | null): void => {
+    caps.set(name, { name, ok, detail, enable: enable === undefined ? (ENABLE[name]?.[engine] ?? null) : enable });
+  };
+  const completion = (extra: Record<string, unknown>) => post('/v1/completions', { ...(model ? { model } : {}), ...GREEDY, ...extra });
+  const why = (a: JsonAnswer): string => failureReason({ status: a.status, body: a.body, error: null });
+
+  // The logprobs cap, asked: one above anything logprobe asks (mirror.topLogprobs ≤ 20).
+  const ask = 21;
+  const above = await completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, logprobs: ask }).catch(errAnswer);
+  let cap: number | null = null;
+  let capText: string;
+  if (above.status === 200) {
+    const got = topWidth(parseResponse(above.body).steps);
+    cap = got !== null && got < ask ? got : null;
+    capText = got === null ? `asked ${ask}: answered no top logprobs` : got < ask ? `asked ${ask}: answered ${got} per token` : `none at ${ask} (answered ${got} per token)`;
+  } else {
+    cap = parseLogprobLimit(above.status, above.body);
+    capText = cap !== null ? `${cap} (asked ${ask}: ${why(above)})` : `asked ${ask}: ${why(above)}`;
+  }
+  if (engine === 'vllm') {
+    // prompt_logprobs have their own check against the same cap (sampling_params.py _validate_logprobs).
+    const p = await completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, prompt_logprobs: ask }).catch(errAnswer);
+    if (p.status !== 200) {
+      const pc = parseLogprobLimit(p.status, p.body, { prompt: true });
+      if (pc !== null) cap = Math.min(cap ?? pc, pc);
+      capText += `; prompt_logprobs: ${pc !== null ? pc : why(p)}`;
+    }
+  }
+  const k = Math.min(o.topK, cap ?? o.topK);
+  set('top_k_cap', cap === null ? above.status === 200 : cap >= o.topK, `${capText}; logprobe asks ${o.topK}`);
+
+  // Logprobs and token ids on a mirrored copy (with the profile's own extra fields).
+  const copy = await completion({ prompt: 'The cache holds key 3 and value', max_tokens: 8, logprobs: k, ...profile.copyParams }).catch(errAnswer);
+  const parsed = copy.status === 200 ? parseResponse(copy.body) : null;
+  const steps = parsed?.steps ?? [];
+  const withLp = steps.filter((s) => s.logprob !== null).length;
+  set(
+    'logprobs',
+    steps.length > 0 && withLp === steps.length,
+    parsed === null
+      ? `/v1/completions: ${why(copy)}`
+      : steps.length === 0
+        ? `no logprobs in the answer (${parsed.error ?? parsed.format})`
+        : `${withLp} of ${steps.length} tokens with a logprob, top-${topWidth(steps) ?? 0}`,
+    null,
+  );
+  const ids = steps.filter((s) => s.id !== undefined).length;
+  const asked = Object.keys(profile.copyParams).length ? ` (asked with ${Object.keys(profile.copyParams).join(', ')})` : '';
+  set(
+    'token_ids',
+    steps.length > 0 && ids === steps.length,
+    steps.length === 0 ? 'no tokens to read' : `${ids} of ${steps.length} generated tokens with their id${asked}${ids < steps.length ? ': scoring re-tokenizes the text' : ''}`,
+  );
+
+  // Scoring: the profile's own method on the prompt + the answer's tokens.
+  let scored: { prompt: TokenStep[]; continuation: TokenStep[] } | null = null;
+  try {
+    const promptIds = await profile.promptIds(target, { kind: 'completions', body: { prompt: 'The cache holds key 3 and value', ...(model ? { model } : {}) } });
+    const cont = steps.every((s) => s.id !== undefined) && steps.length > 0 ? steps.map((s) => s.id!) : await profile.tokenize(target, parsed?.text ?? ' 7', model ?? undefined);
+    scored = await profile.score(target, { model: model ?? undefined, prompt: promptIds, continuation: cont.slice(0, 4), topK: k, promptPositions: 4 });
+    const forced = scored.continuation.filter((s) => s.logprob !== null).length;
+    set('scoring', forced === scored.continuation.length && forced > 0, `${profile.method}: ${forced} of ${scored.continuation.length} forced tokens scored; ${SCORING_READS_CACHE[engine]}`, null);
+  } catch (err) {
+    set('scoring', false, `${profile.method}: ${(err as Error).message}`, null);
+  }
+  if (scored === null || scored.prompt.length === 0) set('prompt_top_k', false, scored === null ? 'no scoring' : 'no prompt positions scored');
+  else {
+    const widths = scored.prompt.map((s) => s.top.length);
+    const min = Math.min(...widths);
+    set('prompt_top_k', min >= Math.min(k, 2), min <= 1 ? `prompt positions carry the prompt token only (top ${min})` : `top-${min} at each of ${widths.length} prompt positions`);
+  }
+
+  // Cache counts: a new prompt, then the same again (a prefix-cache hit on an engine that caches).
+  const nonce = `probe-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+  const cacheBody = { prompt: longPrompt(nonce), max_tokens: 1 };
+  const cold = await completion(cacheBody).catch(errAnswer);
+  const warm = await completion(cacheBody).catch(errAnswer);
+  const c1 = cold.status === 200 ? cachedPromptTokens(cold.body) : null;
+  const c2 = warm.status === 200 ? cachedPromptTokens(warm.body) : null;
+  const countsOk = c2 !== null && c2 > 0;
+  set(
+    'cache_counts',
+    countsOk,
+    cold.status !== 200
+      ? `/v1/completions: ${why(cold)}`
+      : c1 === null && c2 === null
+        ? 'not reported (no cached count in the answers)'
+        : c2 === 0 || c2 === null
+          ? `reported, but the repeat read ${c2 ?? 'nothing'} from the cache (prefix caching off?)`
+          : `reported: cold ${c1 ?? 'no count (a 0 is dropped: a cold run reads as not reported)'}, warm ${c2}`,
+  );
+
+  // Flush: the engine's cache reset, confirmed by the counts where they are reported.
+  let flushOk: boolean | null = null;
+  if (!o.flush) set('flush', null, 'not tried (mirror.repeat.flush is off: the probe does not empty the cache)');
+  else {
+    const f = await flushRequest(engine, post);
+    if (f === null) set('flush', false, 'no cache reset on an OpenAI-compatible server', null);
+    else if (f.status >= 200 && f.status < 300) {
+      let detail = `${f.path} answered ${f.status}`;
+      flushOk = true;
+      if (countsOk) {
+        const after = await completion(cacheBody).catch(errAnswer);
+        const c3 = after.status === 200 ? cachedPromptTokens(after.body) : null;
+        if (c3 !== null && c3 > 0) {
+          flushOk = false;
+          detail += `, but the next run still read ${c3} tokens from the cache`;
+        } else detail += '; confirmed: the next run read nothing from the cache';
+      }
+      set('flush', flushOk, detail, flushOk ? null : undefined);
+    } else {
+      const s = f.status;
+      const reason = s === 401 || s === 403 ? 'needs a key' : s === 400 ? 'refused (busy)' : 'not available';
+      set('flush', false, `${reason}: ${f.path} answered ${why(f)}`);
+    }
+  }
+  const pathOk = countsOk || flushOk === true;
+  set('cache_path', pathOk, countsOk ? 'visible: the engine reports its cache hits' : flushOk ? 'visible: the flush makes the first run cold' : 'not visible: no cache counts and no confirmed flush');
+
+  // Chat rendering: the prompt logprobe scores must be the prompt the chat generated from.
+  const messages = [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'Tell me about layer 3' },
+  ];
+  try {
+    const rendered = await profile.promptIds(target, { kind: 'chat', body: { messages, ...(model ? { model } : {}) } });
+    const chat = await post('/v1/chat/completions', { ...(model ? { model } : {}), messages, max_tokens: 1, ...GREEDY });
+    const used = (chat.body as { usage?: { prompt_tokens?: unknown } } | null)?.usage?.prompt_tokens;
+    if (chat.status !== 200 || typeof used !== 'number') set('chat_rendering', true, `${rendered.length} tokens (the chat generation did not say how many it read)`);
+    else set('chat_rendering', used === rendered.length, `${rendered.length} tokens rendered, the chat generation read ${used}${used === rendered.length ? '' : ': not the same prompt'}`);
+  } catch (err) {
+    set('chat_rendering', false, (err as Error).message);
+  }
+
+  // Determinism: one greedy request alone, then among concurrent copies of itself.
+  const copies = o.copies ?? 16;
+  const det = { prompt: 'Count the layers: one, two,', max_tokens: 16, logprobs: k };
+  const alone = await completion(det).catch(errAnswer);
+  if (alone.status !== 200) set('determinism', false, `/v1/completions: ${why(alone)}`);
+  else {
+    const ref = parseResponse(alone.body).steps;
+    const again = runDifference(ref, parseResponse((await completion(det).catch(errAnswer)).body).steps);
+    const batch = await Promise.all(Array.from({ length: copies }, () => completion(det).catch(errAnswer)));
+    const diffs = batch.map((a) => (a.status === 200 ? runDifference(ref, parseResponse(a.body).steps) : { equal: false, shift: 0, flipped: true }));
+    const differ = diffs.filter((d) => !d.equal).length;
+    const flipped = diffs.filter((d) => d.flipped).length;
+    const worst = Math.max(0, ...diffs.map((d) => d.shift));
+    const serverSays = engine === 'sglang' ? await deterministicFlag(get) : null;
+    set(
+      'determinism',
+      again.equal && differ === 0,
+      !again.equal
+        ? `two lone runs already differ (max ${worst.toPrecision(2)} nats)`
+        : differ === 0
+          ? `bitwise equal alone and in each of ${copies} concurrent copies`
+          : `${differ} of ${copies} concurrent copies differ from the lone run (max ${worst.toPrecision(2)} nats${flipped ? `, ${flipped} with another token` : ''})`,
+    );
+    if (serverSays !== null) caps.get('determinism')!.detail += `; server_info enable_deterministic_inference: ${serverSays}`;
+  }
+
+  const capabilities = CAPABILITIES.map((n) => caps.get(n)!).filter(Boolean);
+  const missing = o.required.filter((n) => caps.get(n)?.ok !== true);
+  return { url: o.url, engine, evidence: detected.evidence, version, model, capabilities, required: o.required, missing };
+}
+
+/** undici's error as the mirror records it (`CODE: message`). */
+function transportError(err: unknown): string {
+  const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+  const c = e.cause?.code ? e.cause : e;
+  return `${c.code ?? 'ERROR'}: ${c.message ?? String(err)}`;
+}
+
+/** A failed request as an answer (status 0), so that one check failing does not end the probe. */
+function errAnswer(err: unknown): JsonAnswer {
+  return { status: 0, body: transportError(err), server: null };
+}
+
+/** The narrowest top list of the steps (null without steps). */
+function topWidth(steps: readonly TokenStep[]): number | null {
+  return steps.length === 0 ? null : Math.min(...steps.map((s) => s.top.length));
+}
+
+/**
+ * How two generations of one greedy request differ: `equal` when they are bitwise the same
+ * (tokens, ids, logprobs, top lists); `shift` the largest |Δ logprob| of the chosen token before
+ * the first token that differs (0 when none moved); `flipped` when a token differs.
+ */
+export function runDifference(a: readonly TokenStep[], b: readonly TokenStep[]): { equal: boolean; shift: number; flipped: boolean } {
+  const key = (s: readonly TokenStep[]) => JSON.stringify(s.map((x) => [x.token, x.id ?? null, x.logprob, x.top]));
+  let shift = 0;
+  let flipped = a.length !== b.length;
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    const x = a[i]!;
+    const y = b[i]!;
+    if (x.token !== y.token || x.id !== y.id) {
+      flipped = true;
+      break;
+    }
+    if (x.logprob !== null && y.logprob !== null) shift = Math.max(shift, Math.abs(x.logprob - y.logprob));
+  }
+  return { equal: key(a) === key(b), shift, flipped };
+}
+
+async function engineVersion(engine: EngineName, get: (p: string) => Promise<JsonAnswer>): Promise<string | null> {
+  const read = async (path: string, key: string): Promise<string | null> => {
+    try {
+      const a = await get(path);
+      const v = a.status === 200 && typeof a.body === 'object' && a.body !== null ? (a.body as Record<string, unknown>)[key] : undefined;
+      return typeof v === 'string' ? v : null;
+    } catch {
+      return null;
+    }
+  };
+  if (engine === 'vllm') return read('/version', 'version');
+  if (engine === 'sglang') return (await read('/get_server_info', 'version')) ?? read('/server_info', 'version');
+  if (engine === 'llamacpp') return read('/props', 'build_info');
+  return null;
+}
+
+async function deterministicFlag(get: (p: string) => Promise<JsonAnswer>): Promise<boolean | null> {
+  for (const path of ['/get_server_info', '/server_info']) {
+    try {
+      const a = await get(path);
+      const v = (a.body as { enable_deterministic_inference?: unknown } | null)?.enable_deterministic_inference;
+      if (a.status === 200 && typeof v === 'boolean') return v;
+    } catch {
+      // the next path
+    }
+  }
+  return null;
+}
+
+/** The engine's cache reset as the profile's flush sends it, with the answer kept (null: the engine has none). */
+async function flushRequest(engine: EngineName, post: (p: string, b: unknown) => Promise<JsonAnswer>): Promise<(JsonAnswer & { path: string }) | null> {
+  const path = engine === 'vllm' ? '/reset_prefix_cache' : engine === 'sglang' ? '/flush_cache' : engine === 'llamacpp' ? '/slots/0?action=erase' : null;
+  if (path === null) return null;
+  const a = await post(path, {}).catch(errAnswer);
+  return { ...a, path };
+}

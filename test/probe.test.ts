@@ -1,0 +1,216 @@
+import assert from 'node:assert/strict';
+import { writeFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { createSimModel, startEngineServer, type EngineServerHandle, type EngineServerOptions } from '@logprobe/engine';
+import { probeEngine, UnreachableError, type CapabilityName, type ProbeOptions, type ProbeReport } from '../src/probe/probe.js';
+import { runCli } from './helpers/cli.js';
+import { startLlamaReplay } from './helpers/llama-replay.js';
+
+const servers: EngineServerHandle[] = [];
+after(async () => {
+  for (const s of servers) await s.close();
+});
+
+async function engine(options: Omit<EngineServerOptions, 'model'> & { batchNoise?: number } = {}): Promise<EngineServerHandle> {
+  const { batchNoise, ...rest } = options;
+  const s = await startEngineServer({ model: createSimModel({ seed: 11, ...(batchNoise !== undefined ? { batchNoise } : {}) }), ...rest });
+  servers.push(s);
+  return s;
+}
+
+const probe = (url: string, o: Partial<ProbeOptions> = {}): Promise<ProbeReport> => probeEngine({ url, timeoutMs: 5000, topK: 5, flush: true, required: [], ...o });
+const cap = (r: ProbeReport, name: CapabilityName) => {
+  const c = r.capabilities.find((x) => x.name === name);
+  assert.ok(c, `no ${name} line`);
+  return c;
+};
+
+describe('logprobe probe against the vLLM double', () => {
+  test('default flags: the cap asked (20), no cache counts, no flush, each with the flag that enables it', async () => {
+    const s = await engine({ api: 'vllm' });
+    const r = await probe(s.url);
+    assert.equal(r.engine, 'vllm');
+    assert.equal(r.version, '0.11.0');
+    const topk = cap(r, 'top_k_cap');
+    assert.equal(topk.ok, true);
+    assert.match(topk.detail, /^20 \(asked 21: HTTP 400: Requested sample logprobs of 21, which is greater than max allowed: 20/);
+    assert.match(topk.detail, /prompt_logprobs: 20/);
+    assert.equal(cap(r, 'token_ids').ok, true);
+    assert.equal(cap(r, 'scoring').ok, true);
+    assert.match(cap(r, 'scoring').detail, /does not read the cache/);
+    assert.equal(cap(r, 'prompt_top_k').ok, true);
+    assert.equal(cap(r, 'cache_counts').ok, false);
+    assert.equal(cap(r, 'cache_counts').enable, '--enable-prompt-tokens-details');
+    assert.equal(cap(r, 'flush').ok, false);
+    assert.match(cap(r, 'flush').detail, /not available: \/reset_prefix_cache answered HTTP 404/);
+    assert.equal(cap(r, 'flush').enable, 'VLLM_SERVER_DEV_MODE=1');
+    assert.equal(cap(r, 'cache_path').ok, false);
+    assert.equal(cap(r, 'chat_rendering').ok, true);
+    assert.equal(cap(r, 'determinism').ok, true);
+  });
+
+  test('--enable-prompt-tokens-details and --dev-mode: counts reported (the cold 0 dropped), flush confirmed by them', async () => {
+    const s = await engine({ api: 'vllm', promptTokensDetails: true, devMode: true });
+    const r = await probe(s.url);
+    assert.equal(cap(r, 'cache_counts').ok, true);
+    assert.match(cap(r, 'cache_counts').detail, /^reported: cold no count \(a 0 is dropped/);
+    assert.equal(cap(r, 'flush').ok, true);
+    assert.match(cap(r, 'flush').detail, /confirmed: the next run read nothing from the cache/);
+    assert.equal(cap(r, 'cache_path').ok, true);
+  });
+
+  test('--engine-version 0.21.0: a cold 0 reported as 0 (older releases drop it)', async () => {
+    const s = await engine({ api: 'vllm', promptTokensDetails: true, engineVersion: '0.21.0' });
+    const r = await probe(s.url, { flush: false });
+    assert.equal(r.version, '0.21.0');
+    assert.match(cap(r, 'cache_counts').detail, /^reported: cold 0, warm \d+$/);
+  });
+
+  test('--max-logprobs 4 below mirror.topLogprobs 5: the cap line fails and names the flag', async () => {
+    const s = await engine({ api: 'vllm', maxLogprobs: 4 });
+    const r = await probe(s.url, { required: ['top_k_cap'] });
+    const topk = cap(r, 'top_k_cap');
+    assert.equal(topk.ok, false);
+    assert.match(topk.detail, /^4 \(asked 21: .*max allowed: 4/);
+    assert.match(topk.enable ?? '', /--max-logprobs/);
+    assert.deepEqual(r.missing, ['top_k_cap']);
+  });
+
+  test('the V2 model runner: prompt logprobs without top-k', async () => {
+    const s = await engine({ api: 'vllm', v2ModelRunner: true });
+    const r = await probe(s.url);
+    assert.equal(cap(r, 'prompt_top_k').ok, false);
+    assert.match(cap(r, 'prompt_top_k').detail, /prompt token only/);
+    assert.match(cap(r, 'prompt_top_k').enable ?? '', /VLLM_USE_V2_MODEL_RUNNER=0/);
+  });
+
+  test('batch noise: 16 concurrent copies differ from the lone run; VLLM_BATCH_INVARIANT=1 makes them bitwise equal', async () => {
+    const noisy = await engine({ api: 'vllm', prefixCache: false, concurrency: 0, tokenDelayMs: 2, batchNoise: 0.05 });
+    const r = await probe(noisy.url, { required: ['determinism'] });
+    const d = cap(r, 'determinism');
+    assert.equal(d.ok, false, d.detail);
+    assert.match(d.detail, /of 16 concurrent copies differ from the lone run/);
+    assert.match(d.enable ?? '', /VLLM_BATCH_INVARIANT=1.*#51187/);
+    assert.deepEqual(r.missing, ['determinism']);
+    const invariant = await engine({ api: 'vllm', prefixCache: false, concurrency: 0, tokenDelayMs: 2, batchNoise: 0.05, batchInvariant: true });
+    const r2 = await probe(invariant.url, { required: ['determinism'] });
+    assert.equal(cap(r2, 'determinism').ok, true, cap(r2, 'determinism').detail);
+    assert.deepEqual(r2.missing, []);
+  });
+});
+
+describe('logprobe probe against the SGLang double', () => {
+  test('default flags: no cache report; the flush works while idle', async () => {
+    const s = await engine({ api: 'sglang' });
+    const r = await probe(s.url);
+    assert.equal(r.engine, 'sglang');
+    assert.equal(r.version, '0.5.0');
+    assert.equal(cap(r, 'cache_counts').ok, false);
+    assert.equal(cap(r, 'cache_counts').enable, '--enable-cache-report');
+    assert.equal(cap(r, 'flush').ok, true);
+    assert.match(cap(r, 'scoring').detail, /sglang \/generate input_token_logprobs.*does not read the cache/);
+  });
+
+  test('--enable-cache-report: counts above 0 only; --admin-api-key: the flush needs that key', async () => {
+    const s = await engine({ api: 'sglang', enableCacheReport: true, adminApiKey: 'admin-secret' });
+    const r = await probe(s.url);
+    assert.equal(cap(r, 'cache_counts').ok, true);
+    assert.match(cap(r, 'cache_counts').detail, /cold no count \(a 0 is dropped/);
+    const f = cap(r, 'flush');
+    assert.equal(f.ok, false);
+    assert.match(f.detail, /^needs a key: \/flush_cache answered HTTP 401/);
+    assert.match(f.enable ?? '', /admin-api-key/);
+    const withKey = await probe(s.url, { apiKey: 'admin-secret' });
+    assert.equal(cap(withKey, 'flush').ok, true, cap(withKey, 'flush').detail);
+  });
+
+  test('batch noise off under --enable-deterministic-inference', async () => {
+    const noisy = await engine({ api: 'sglang', prefixCache: false, concurrency: 0, tokenDelayMs: 2, batchNoise: 0.05 });
+    assert.equal(cap(await probe(noisy.url), 'determinism').ok, false);
+    const det = await engine({ api: 'sglang', prefixCache: false, concurrency: 0, tokenDelayMs: 2, batchNoise: 0.05, batchInvariant: true });
+    const d = cap(await probe(det.url), 'determinism');
+    assert.equal(d.ok, true, d.detail);
+    assert.match(d.detail, /server_info enable_deterministic_inference: true$/);
+  });
+});
+
+describe('logprobe probe against the llama-server double and recordings', () => {
+  test('--slot-save-path: the flush erases the slot, confirmed by timings; without it the flag is named', async () => {
+    const on = await engine({ api: 'llamacpp', slotSavePath: mkdtempSync(join(tmpdir(), 'probe-slots-')) });
+    const r = await probe(on.url);
+    assert.equal(r.engine, 'llamacpp');
+    assert.equal(cap(r, 'cache_counts').ok, true);
+    assert.match(cap(r, 'cache_counts').detail, /^reported: cold 0, warm \d+/);
+    assert.equal(cap(r, 'flush').ok, true);
+    assert.match(cap(r, 'scoring').detail, /reads the cache/);
+    const off = await engine({ api: 'llamacpp' });
+    const f = cap(await probe(off.url), 'flush');
+    assert.equal(f.ok, false);
+    assert.match(f.detail, /501/);
+    assert.equal(f.enable, '--slot-save-path DIR');
+  });
+
+  test("llama-server b4748's recorded answers: engine, build, logprobs with ids, top-k as recorded", async () => {
+    const replay = await startLlamaReplay();
+    try {
+      const r = await probe(replay.url, { flush: false });
+      assert.equal(r.engine, 'llamacpp');
+      assert.equal(r.evidence, 'server: llama.cpp');
+      assert.equal(r.version, 'b4748-c392e5094');
+      assert.equal(r.model, 'models/clean.gguf');
+      assert.equal(cap(r, 'logprobs').ok, true);
+      assert.match(cap(r, 'logprobs').detail, /^8 of 8 tokens with a logprob, top-5$/);
+      assert.equal(cap(r, 'token_ids').ok, true);
+      // The recording asked for 5: the replayed answer to 21 holds 5 per token, read as a cap of 5.
+      assert.match(cap(r, 'top_k_cap').detail, /^asked 21: answered 5 per token/);
+      // Nothing was recorded for the cache check's longer prompt: the replay says so (404), the line fails.
+      assert.equal(cap(r, 'cache_counts').ok, false);
+      assert.match(cap(r, 'cache_counts').detail, /HTTP 404: File Not Found/);
+      assert.equal(cap(r, 'flush').ok, null);
+      assert.ok(replay.requests.includes('GET /props'));
+    } finally {
+      await replay.close();
+    }
+  });
+
+  test('a URL that answers nothing', async () => {
+    await assert.rejects(probe('http://127.0.0.1:9'), (err: unknown) => err instanceof UnreachableError && /^ECONNREFUSED 127\.0\.0\.1:9$/.test(err.message));
+  });
+});
+
+describe('logprobe probe (the command)', () => {
+  test('exit 0 when the configuration works, 1 naming what is missing, 2 for a dead URL; --json', async () => {
+    const llama = await engine({ api: 'llamacpp' });
+    const ok = await runCli(['probe', llama.url]);
+    assert.equal(ok.code, 0, ok.stdout + ok.stderr);
+    assert.match(ok.stdout, /^http:\/\/127\.0\.0\.1:\d+: llamacpp b4748-c392e5094 \(server: llama\.cpp\)/);
+    assert.match(ok.stdout, /\ndeterminism +yes +bitwise equal alone and in each of 16 concurrent copies/);
+    assert.match(ok.stdout, /every feature the configuration uses works/);
+
+    // Baseline-free: repeat probes need a visible cache path; a default vLLM shows none.
+    const vllm = await engine({ api: 'vllm' });
+    const dir = mkdtempSync(join(tmpdir(), 'probe-cfg-'));
+    const cfg = join(dir, 'one.yaml');
+    writeFileSync(cfg, 'baseline: null\n');
+    const missing = await runCli(['probe', vllm.url, '--config', cfg]);
+    assert.equal(missing.code, 1, missing.stdout + missing.stderr);
+    assert.match(missing.stdout, /\ncache path \* +no +not visible/);
+    assert.match(missing.stderr, /^logprobe: http:\/\/127\.0\.0\.1:\d+ lacks what the configuration uses: cache path \(--enable-prompt-tokens-details or VLLM_SERVER_DEV_MODE=1\)\n$/);
+
+    const json = await runCli(['probe', vllm.url, '--config', cfg, '--json']);
+    assert.equal(json.code, 1);
+    const j = JSON.parse(json.stdout) as ProbeReport;
+    assert.deepEqual(Object.keys(j), ['url', 'engine', 'evidence', 'version', 'model', 'capabilities', 'required', 'missing']);
+    assert.equal(j.engine, 'vllm');
+    assert.deepEqual(j.missing, ['cache_path']);
+    assert.ok(j.required.includes('cache_path') && j.required.includes('scoring'));
+    for (const c of j.capabilities) assert.deepEqual(Object.keys(c), ['name', 'ok', 'detail', 'enable']);
+
+    const dead = await runCli(['probe', 'http://127.0.0.1:9']);
+    assert.equal(dead.code, 2);
+    assert.equal(dead.stdout, '');
+    assert.equal(dead.stderr, 'logprobe: http://127.0.0.1:9 answers nothing: ECONNREFUSED 127.0.0.1:9\n');
+  });
+});
