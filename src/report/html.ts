@@ -174,15 +174,15 @@ function worstSection(d: SummaryData, top: number): string {
     const f = s.flip
       ? `@${s.flip.index} ${esc(JSON.stringify(s.flip.baselineToken))}→${esc(JSON.stringify(s.flip.candidateToken))}, gap ${s.flip.gap === null ? '?' : `${s.flip.lowerBound ? '≥ ' : ''}${formatNats(s.flip.gap)}`} (${s.flip.class})`
       : '—';
-    return `<tr><td class="num">${i + 1}</td><td><span class="badge v-${s.verdict}">${s.verdict}</span>${similarBadge(s)}</td><td class="num">${formatNats(s.maxShift)}</td><td class="num">${s.shifted}/${s.comparable}</td><td>${f}</td><td class="prompt-cell">${promptCell(s)}</td><td><code>${esc(s.at)}</code><br><span class="muted">${esc(s.id)} ${esc(s.route)}</span></td></tr>`;
+    return `<tr><td class="num">${i + 1}</td><td><span class="badge v-${s.verdict}">${s.verdict}</span>${similarBadge(s)}</td><td class="num">${formatNats(s.maxShift)}</td><td class="num">${s.shifted}/${s.comparable}</td><td class="num">${s.forced ? formatNats(s.forced.maxShift) : '—'}</td><td class="num">${s.forced ? `${s.forced.shifted}/${s.forced.comparable}` : '—'}</td><td>${f}</td><td class="prompt-cell">${promptCell(s)}</td><td><code>${esc(s.at)}</code><br><span class="muted">${esc(s.id)} ${esc(s.route)}</span></td></tr>`;
   });
   if (rows.length === 0) {
     const s = d.worst[0];
     return s
-      ? `<section id="worst"><h2>Worst pairs</h2><p>None with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, <code>${esc(s.at)}</code>).</p></section>`
+      ? `<section id="worst"><h2>Worst pairs</h2><p>None with a shift, a tokenizer mismatch or a systematic flip (largest free-running max shift ${formatNats(s.maxShift)}, <code>${esc(s.at)}</code>).</p></section>`
       : '';
   }
-  return `<section id="worst"><h2>Worst pairs</h2><p class="muted">One row per prompt and verdict: ×N similar folds the pairs that asked the same and got the same verdict (the worst is shown). What each verdict means: above.</p><table class="worst"><thead><tr><th>#</th><th>verdict</th><th class="num">max shift</th><th class="num">shifted</th><th>flip</th><th>prompt</th><th>record</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
+  return `<section id="worst"><h2>Worst pairs</h2><p class="muted">One row per prompt and verdict: ×N similar folds the pairs that asked the same and got the same verdict (the worst is shown). What each verdict means: above.</p><table class="worst"><thead><tr><th>#</th><th>verdict</th><th class="num" title="up to the divergence">free-running max shift</th><th class="num">shifted</th><th class="num" title="the baseline's sequence scored on both backends: what the verdict counts">teacher-forced max shift</th><th class="num">shifted</th><th>flip gap</th><th>prompt</th><th>record</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
 }
 
 /**
