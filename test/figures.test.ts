@@ -148,6 +148,14 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   assert.deepEqual(after(worst, 'teacher-forced max shift'), [forcedMax]);
   assert.match(worst, new RegExp(`free-running max shift ${free} shifted ${counts.free}; teacher-forced max shift ${forcedMax} shifted ${counts.forced}`));
   assert.deepEqual(after(worst, 'gap'), [gap]);
+  assert.deepEqual(
+    after(
+      an.stdout.split('\n').find((l) => l.startsWith('per-pair free-running max shift'))!,
+      'max',
+    ),
+    [free],
+    'the per-pair distribution is the free-running one, and says so',
+  );
   const explanation = an.stdout.split('\n')[an.stdout.split('\n').indexOf(worst) + 1]!;
   assert.deepEqual(after(explanation, 'teacher-forced max shift'), [forcedMax]);
   assert.match(explanation, /12 of 12 teacher-forced positions moved/);

@@ -43,7 +43,7 @@ function shiftChart(h: HistogramData, floors: readonly number[]): string {
   const ticks = [-5, -4, -3, -2, -1, 0, 1].map((k) => ({ index: at(10 ** k), text: `1e${k}` }));
   ticks.unshift({ index: 0.5, text: '0' });
   const markers = floors.slice(0, 3).map((f) => ({ at: at(f), label: `floor ${formatNats(f)}` }));
-  return svgHistogram({ id: 'shift-hist', title: `Position shift over ${int(h.n)} comparable positions (log scale)`, bars, ticks, markers, xLabel: 'position shift, nats (log scale)' });
+  return svgHistogram({ id: 'shift-hist', title: `Position shift over ${int(h.n)} comparable free-running positions (log scale)`, bars, ticks, markers, xLabel: 'position shift, nats (log scale)' });
 }
 
 /** Flip-gap histogram: 0.1-nat bars up to 3 nats, stacked by class, the two gap thresholds marked. */
@@ -214,7 +214,7 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
 <body><header><h1>${esc(ctx.title)}</h1>
 <p class="muted">Inputs: ${ctx.inputs.map((f) => `<code>${esc(f)}</code>`).join(', ')}. Thresholds: ${esc(ctx.thresholds)}.</p></header>
 <main>${verdictSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}
-<section id="shift"><h2>Position shift</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable position (${int(d.positionShift.n)}).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
+<section id="shift"><h2>Position shift (free-running)</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable free-running position (${int(d.positionShift.n)}: up to each pair's divergence; the teacher-forced positions are in each strip and the worst table).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
 <section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>${flipCurveSection(d, ctx)}
 ${keySection(d, ctx)}${worstSection(d, ctx.top ?? 10)}
 <section id="strips"><h2>Token strips</h2><p id="strip-selection">${esc(selection)}</p>${nStrips > 0 ? legend() : ''}

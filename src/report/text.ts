@@ -118,7 +118,10 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     if (d.changed !== null) out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
 
     const ps = coarsen(d.positionShift, SHIFT_DECADES);
-    out.push('', `position shift, nats (${int(d.positionShift.n)} comparable positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`);
+    out.push(
+      '',
+      `position shift, nats (${int(d.positionShift.n)} comparable free-running positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`,
+    );
     const smax = Math.max(0, ...ps.counts);
     ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
     out.push(
@@ -129,7 +132,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
       ])}`,
     );
     out.push(
-      `per-pair max shift: ${quantiles(d.pairMaxShift, [
+      `per-pair free-running max shift: ${quantiles(d.pairMaxShift, [
         ['p50', 0.5],
         ['p90', 0.9],
       ])}`,
@@ -156,7 +159,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     for (const r of sc.reasons) out.push(`  ${int(r.count)}× ${r.reason}`);
     if (sc.positionShift.n > 0)
       out.push(
-        `  scored position shift (${int(sc.positionShift.n)} positions): ${quantiles(sc.positionShift, [
+        `  teacher-forced position shift (${int(sc.positionShift.n)} positions): ${quantiles(sc.positionShift, [
           ['p50', 0.5],
           ['p90', 0.9],
           ['p99', 0.99],
