@@ -25,10 +25,10 @@ test("the seed's two files: the appendix table, the flip line, global_shift, exi
   const r = await runCli(['compare', seedCandidate, seedBaseline]);
   assert.equal(r.code, 1, r.stderr);
   const lines = r.stdout.split('\n');
-  assert.match(lines[0]!, /^pos\s+token\s+candidate\s+baseline\s+diff\s+gap\s+shift$/);
+  assert.match(lines[0]!, /^pos\s+token\s+candidate\s+baseline\s+diff\s+top gap\s+shift$/);
   assert.match(lines[4]!, /^\s+3\s+" called"\s+-0\.790\s+-1\.300\s+\+0\.510\s+1\.200\s+0\.510\*$/);
   assert.match(r.stdout, /" Artificial"→" artificial"/);
-  assert.match(r.stdout, /flip at 5: baseline " Artificial" → candidate " artificial", gap 0\.450 nats \(systematic\), cross-path diff -0\.310/);
+  assert.match(r.stdout, /flip at 5: baseline " Artificial" → candidate " artificial", flip gap lp_b\(A\) − lp_b\(B\) 0\.450 nats \(systematic\), cross-path diff -0\.310/);
   assert.match(r.stdout, /^verdict: global_shift$/m);
   assert.match(r.stdout, /suspect the shared prefill input \(KV cache \/ state\)/);
   // eslint-disable-next-line no-control-regex -- an ANSI escape is what it looks for

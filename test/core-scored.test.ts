@@ -75,7 +75,7 @@ test('a compute fault (zeroed layer): an early shift free-running becomes global
   assert.equal(r.locus, 'compute');
   assert.equal(r.scored.shifted, 40);
   assert.equal(r.prompt?.shifted, 8);
-  assert.match(r.explanation, /Global shift: 40 of 40 comparable positions/);
+  assert.match(r.explanation, /Global shift: 40 of 40 teacher-forced positions moved .*\(teacher-forced max shift /);
   assert.match(r.explanation, /teacher-forced positions/);
   assert.match(r.explanation, /Locus: compute — 8 of 8 prompt positions shifted/);
   // The cause follows the locus: a compute fault never points at the cache.

@@ -18,16 +18,34 @@ test('demo --baseline none: one engine, its default fault a wrong restore on a c
   assert.equal(code, 0, stderr);
   assert.match(stdout, /^ {2}candidate .*\(fault: cache-hit\b/m, "without a baseline the default fault is the cache path's (a compute fault would agree with itself)");
   assert.match(stdout, /^ {2}baseline {2}none: the candidate against itself/m);
-  assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency at mirrored request \d+ .* the candidate disagrees with itself between a cold and a warm run/m);
+  assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency \(candidate\) at mirrored request \d+ .* the candidate disagrees with itself between a cold and a warm run/m);
+  // The live page's address comes with the banner, before the first pair (not only once it has exited).
+  const ui = /^ {2}live page (http:\/\/127\.0\.0\.1:\d+\/ui)\b/m.exec(stdout);
+  assert.ok(ui, 'the banner names the live page');
+  assert.ok(stdout.indexOf(ui[0]) < stdout.search(/^# +\d+ /m), 'printed at start');
   const lines = stdout.split('\n').filter((l) => /^# +\d+ /.test(l));
-  assert.ok(lines.length > 0 && lines.every((l) => /candidate (self_inconsistent|identical)/.test(l)), 'each printed line says what the repeat found');
-  const done = /^done \(simulated engines\): (\d+) client requests, (\d+) mirrored; verdicts (\{.*\}); alerts (.*)$/m.exec(stdout);
+  assert.ok(
+    lines.length > 0 && lines.every((l) => /candidate: (warm run differs from the cold run \(self_inconsistent\)|warm run agrees with the cold run \(identical\)|both runs (warm|cold) .*)/.test(l)),
+    'each printed line says in words what the repeat found, cold and warm',
+  );
+  assert.doesNotMatch(stdout, /cold=warm|cold≠warm|cand /, 'no shorthand');
+  const done = /^done \(simulated engines\): (\d+) client requests, (\d+) mirrored; outcomes (\{.*\}); verdicts (\{.*\}); repeats (\{.*\}); alerts (.*)$/m.exec(stdout);
   assert.ok(done, stdout);
-  const verdicts = JSON.parse(done[3]!) as Record<string, number>;
-  const inconsistent = verdicts['candidate self_inconsistent'] ?? 0;
+  const outcomes = JSON.parse(done[3]!) as Record<string, number>;
+  assert.equal(
+    Object.values(outcomes).reduce((a, b) => a + b, 0),
+    Number(done[2]),
+    'the outcomes count each mirrored pair once',
+  );
+  assert.deepEqual(JSON.parse(done[4]!), {}, 'baseline-free: no pair verdict');
+  const repeats = JSON.parse(done[5]!) as Record<string, Record<string, number>>;
+  assert.deepEqual(Object.keys(repeats), ['candidate']);
+  const inconsistent = repeats.candidate!.self_inconsistent ?? 0;
   assert.ok(inconsistent / Number(done[2]) >= 0.9, `self_inconsistent on ${inconsistent} of ${done[2]} repeat pairs`);
-  assert.match(done[4]!, /LogprobSelfInconsistency \(candidate\) firing/);
-  assert.doesNotMatch(done[4]!, /LogprobGlobalShift/, 'no pair without a baseline');
+  assert.match(done[6]!, /LogprobSelfInconsistency \(candidate\) firing/);
+  assert.doesNotMatch(done[6]!, /LogprobGlobalShift/, 'no pair without a baseline');
+  // The progress line keeps the tallies apart too.
+  assert.match(stdout, /^… \d+ s: .*\[outcomes: ok \d+(, [a-z_]+ \d+)*; candidate repeats: [a-z_]+ \d+/m);
   // The run's own folder, named in the banner and in the closing block.
   const [run] = readdirSync(root);
   assert.match(run ?? '', /^run-\d{8}-\d{6}$/);
@@ -53,8 +71,8 @@ test('demo --fault cache-hit with the baseline: the same prompt sometimes matche
   assert.match(stdout, /^#.*identical .*\(this prompt before: (global|early)_shift/m, 'and one that was shifted matches again');
   assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency/m);
   assert.match(stdout, /^▲ ALERT FIRING {2}LogprobGlobalShift/m);
-  assert.match(stdout, /^done .*"baseline identical":\d+/m);
-  assert.doesNotMatch(stdout, /"baseline self_inconsistent"/, 'the clean baseline agrees with itself');
+  assert.match(stdout, /^done .*; repeats \{.*"baseline":\{"identical":\d+/m);
+  assert.doesNotMatch(stdout, /"baseline":\{[^}]*"self_inconsistent"/, 'the clean baseline agrees with itself');
 });
 
 test('demo --baseline takes only none', async () => {

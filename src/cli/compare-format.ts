@@ -15,7 +15,7 @@ export function renderComparison(r: Comparison, t: Thresholds, color: boolean): 
   const paint = (s: string, code: string): string => (color ? `${code}${s}${RESET}` : s);
   const lines: string[] = [];
   if (r.positions.length > 0) {
-    const header = ['pos', 'token', 'candidate', 'baseline', 'diff', 'gap', 'shift'];
+    const header = ['pos', 'token', 'candidate', 'baseline', 'diff', 'top gap', 'shift'];
     const rows = r.positions.map((p) => {
       const token = p.candidateToken === undefined ? show(p.token) : `${show(p.token)}→${show(p.candidateToken)}`;
       const shifted = p.shift !== null && p.shift > t.noiseFloor;
@@ -34,29 +34,32 @@ export function renderComparison(r: Comparison, t: Thresholds, color: boolean): 
       if (row.flip) cells[1] = paint(cells[1]!, YELLOW);
       lines.push(cells.join('  '));
     }
+    lines.push("top gap: the baseline's top-1 − top-2 at the position (the flip's gap below is lp_b(A) − lp_b(B), its own token against the candidate's)");
     lines.push('');
   }
   const share = r.shiftedFraction === null ? 'n/a' : `${(r.shiftedFraction * 100).toFixed(0)}%`;
   lines.push(
-    `comparable ${r.comparable}, aligned ${r.aligned}, shifted ${r.shifted} (${share} above ${formatNats(t.noiseFloor)} nats), ` +
+    `free-running: comparable ${r.comparable}, aligned ${r.aligned}, shifted ${r.shifted} (${share} above ${formatNats(t.noiseFloor)} nats), ` +
       `max |diff| ${formatNats(r.maxAbsDiff)}, mean |diff| ${formatNats(r.meanAbsDiff)}, max shift ${formatNats(r.maxShift)}`,
   );
   const f = r.flip;
   if (f) {
     const gap = f.gap === null ? 'unknown' : `${f.lowerBound ? '≥ ' : ''}${formatNats(f.gap)}`;
     const cross = f.crossPathDiff === null ? 'n/a' : signed(f.crossPathDiff);
-    lines.push(`flip at ${f.index}: baseline ${show(f.baselineToken)} → candidate ${show(f.candidateToken)}, gap ${gap} nats (${f.class}), cross-path diff ${cross}`);
+    const top = r.positions.find((p) => p.i === f.index)?.gap ?? null;
+    const topNote = top === null || formatNats(top) === formatNats(f.gap) ? '' : ` (top gap there ${formatNats(top)}: the baseline's top-2 is not the candidate's token)`;
+    lines.push(`flip at ${f.index}: baseline ${show(f.baselineToken)} → candidate ${show(f.candidateToken)}, flip gap lp_b(A) − lp_b(B) ${gap} nats (${f.class})${topNote}, cross-path diff ${cross}`);
   } else {
     lines.push('flip: none');
   }
   const s = r.scored;
   if (s?.outcome === 'ok') {
     const sshare = s.shiftedFraction === null || s.shiftedFraction === undefined ? 'n/a' : `${(s.shiftedFraction * 100).toFixed(0)}%`;
-    lines.push(`scored ${s.comparable} teacher-forced positions (${s.method}, ${s.mode}): shifted ${s.shifted} (${sshare}), max shift ${formatNats(s.maxShift ?? null)}`);
+    lines.push(`scored ${s.comparable} teacher-forced positions (${s.method}, ${s.mode}): shifted ${s.shifted} (${sshare}), teacher-forced max shift ${formatNats(s.maxShift ?? null)}`);
   } else if (s) {
     lines.push(`scored: ${s.outcome} (${s.reason ?? 'no reason given'})`);
   }
-  if (r.prompt) lines.push(`prompt: ${r.prompt.comparable} positions from ${r.prompt.start}, shifted ${r.prompt.shifted}, max shift ${formatNats(r.prompt.maxShift)}`);
+  if (r.prompt) lines.push(`prompt: ${r.prompt.comparable} positions from ${r.prompt.start}, shifted ${r.prompt.shifted}, prompt max shift ${formatNats(r.prompt.maxShift)}`);
   if (r.locus) lines.push(`locus: ${r.locus}`);
   const h = r.health;
   if (h) {

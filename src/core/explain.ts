@@ -15,11 +15,22 @@ export interface ExplainInput {
   /** Where the shift lives, when the pair was scored with its prompt (src/core/scored.ts): the
    * global sentence then names that place only, never the cache for a compute locus. */
   locus?: Locus | null;
+  /** Which positions the counts cover: the free-running ones (`compare`, the default) or the
+   * teacher-forced ones (the scoring past the divergence, src/core/scored.ts). Said in the text,
+   * so that a figure beside another over other positions is not read as a contradiction. */
+  over?: PositionSet;
 }
 
-/** A number of nats for prose: three decimals, or two significant digits when tiny. */
-export function formatNats(x: number | null): string {
-  if (x === null) return 'n/a';
+/** The two sets of positions a pair's figures are taken over. */
+export type PositionSet = 'free-running' | 'teacher-forced';
+
+/**
+ * A number of nats as every surface prints it (compare, analyze text and HTML, the demo, the
+ * alerts, /ui): three decimals, or two significant digits when tiny — the one rounding, so that
+ * the same figure reads the same everywhere (the pages carry this function's source).
+ */
+export function formatNats(x: number | null | undefined): string {
+  if (x === null || x === undefined) return 'n/a';
   if (x === 0 || Math.abs(x) >= 0.001) return x.toFixed(3);
   return x.toExponential(1);
 }
@@ -35,7 +46,8 @@ const NOISE_CAVEAT = 'A noise verdict does not prove there is no bug: a large-ga
 export function explain(e: ExplainInput, t: Thresholds): string {
   // A floor of 0 is `noiseFloor: exact` (a deterministic engine): any difference at all is a shift.
   const floor = t.noiseFloor === 0 ? 'a floor of 0 (noiseFloor: exact)' : `the ${formatNats(t.noiseFloor)}-nat noise floor`;
-  const moved = `${e.shifted} of ${e.comparable} comparable positions moved more than ${floor} (max shift ${formatNats(e.maxShift)})`;
+  const over = e.over ?? 'free-running';
+  const moved = `${e.shifted} of ${e.comparable} ${over} positions moved more than ${floor} (${over} max shift ${formatNats(e.maxShift)})`;
   const parts: string[] = [];
   switch (e.verdict) {
     case 'incomparable':
@@ -51,11 +63,11 @@ export function explain(e: ExplainInput, t: Thresholds): string {
       parts.push(`Identical: every chosen token, logprob and top-k entry is exactly equal over ${e.comparable} positions.`);
       break;
     case 'noise':
-      parts.push(`Noise: no comparable position moved more than ${floor} (max shift ${formatNats(e.maxShift)} over ${e.comparable} positions).`);
+      parts.push(`Noise: no ${over} position moved more than ${floor} (max shift ${formatNats(e.maxShift)} over ${e.comparable} ${over} positions).`);
       break;
     case 'early_shift':
       parts.push(
-        `Early shift: diverged at once with a large shift (${moved}; fewer than ${t.minAligned} comparable positions): too few positions to localise from this pair alone — pool them over many pairs (the alert window does so over requests, analyze over a capture).`,
+        `Early shift: diverged at once with a large shift (${moved}; fewer than ${t.minAligned} comparable free-running positions): too few positions to localise from this pair alone — pool them over many pairs (the alert window does so over requests, analyze over a capture).`,
       );
       break;
     case 'global_shift':

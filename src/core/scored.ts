@@ -156,7 +156,7 @@ export function withScoring(free: Comparison, scored: ScoredBlock, prompt: Promp
   let explanation = free.explanation;
   if (!fixed && hasScored && !decodePathOnly) {
     const shiftedAt = (scored.shifts ?? []).flatMap((s, i) => (s !== null && s > t.noiseFloor ? [i] : []));
-    explanation = `${explain({ verdict, comparable: scored.comparable ?? 0, shifted: scoredShifted, maxShift: scored.maxShift ?? null, flip: free.flip, shiftedAt, locus }, t)} (Over ${scored.comparable} teacher-forced positions: the baseline's tokens scored on both backends, ${scored.method}.)`;
+    explanation = `${explain({ verdict, comparable: scored.comparable ?? 0, shifted: scoredShifted, maxShift: scored.maxShift ?? null, flip: free.flip, shiftedAt, locus, over: 'teacher-forced' }, t)} (Over ${scored.comparable} teacher-forced positions: the baseline's tokens scored on both backends, ${scored.method}.)`;
   } else if (!fixed && scored.outcome !== 'ok' && scored.reason) {
     explanation = `${free.explanation} Not scored past the divergence: ${scored.reason}.`;
   }

@@ -5,7 +5,8 @@ import type { AlertTransition } from '../core/detector.js';
 import { probeShape, type ProbeShape } from '../core/self.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { promptText } from '../report/strips.js';
-import { alertSummary } from '../mirror/notify.js';
+import { alertSummary, medianShiftText } from '../mirror/notify.js';
+import { formatNats } from '../core/explain.js';
 import { runTraffic } from './traffic.js';
 
 /**
@@ -59,33 +60,39 @@ export interface DemoSummary {
   /** Which engines ran. */
   engine: 'llama' | 'sim';
   mirrored: number;
+  /** Mirrored pairs by outcome (ok, baseline_error, …). */
+  outcomes: Record<string, number>;
+  /** Compared pairs by verdict (none baseline-free). */
   verdicts: Record<string, number>;
+  /** Repeat probes by backend and verdict (cold run against warm run). */
+  repeats: Partial<Record<'candidate' | 'baseline', Record<string, number>>>;
   alerts: AlertTransition[];
   /** Seconds from the start to each alert's first firing (engine start-up included). */
   firstFiring: Partial<Record<AlertTransition['alert'], number>>;
   sent: number;
 }
 
-function fmt(v: number | null | undefined, digits = 3): string {
-  return v === null || v === undefined ? '—' : v.toFixed(digits);
-}
-
-/** One live line per mirrored pair: verdict, aligned tokens, max shift, flip gap and class. */
+/**
+ * One live line per mirrored pair: verdict, aligned tokens, then each set of positions with its
+ * own figures — free-running (up to the divergence) and, when scored, teacher-forced (the
+ * baseline's sequence on both: what the verdict and the alerts count) — and the flip's gap.
+ */
 export function pairLine(n: number, pair: MirroredPair): string {
   const a = pair.analysis;
   if (!a) return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${pair.outcome}`;
-  const flip = a.flip ? `flip@${a.flip.index} gap ${fmt(a.flip.gap)}${a.flip.lowerBound ? '+' : ''} ${a.flip.class}` : 'no flip';
-  // The verdict is over every position when scoring ran past the divergence: say over how many.
+  const flip = a.flip ? `flip@${a.flip.index} gap ${a.flip.lowerBound ? '≥ ' : ''}${formatNats(a.flip.gap)} ${a.flip.class}` : 'no flip';
   const s = a.scored;
-  const over = s?.outcome === 'ok' ? `scored ${String(s.shifted).padStart(3)}/${String(s.comparable).padEnd(3)}` : `comparable ${String(a.comparable).padStart(3)}`;
+  const free = `free-running ${String(a.shifted).padStart(3)}/${String(a.comparable).padEnd(3)} max ${formatNats(a.maxShift)}`;
+  const forced = s?.outcome === 'ok' && (s.comparable ?? 0) > 0 ? `  teacher-forced ${String(s.shifted).padStart(3)}/${String(s.comparable).padEnd(3)} max ${formatNats(s.maxShift ?? null)}` : '';
   const where = a.locus ? `  locus ${a.locus}` : '';
-  return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${a.verdict.padEnd(18)} aligned ${String(a.aligned).padStart(3)}  ${over}  maxShift ${fmt(a.maxShift)}  ${flip}${where}`;
+  return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${a.verdict.padEnd(18)} aligned ${String(a.aligned).padStart(3)}  ${free}${forced}  ${flip}${where}`;
 }
 
-function alertLine(t: AlertTransition, mirrored: number, secs: number): string {
+/** An alert's live line: after the pair that caused it, numbered as that pair's line is. */
+export function alertLine(t: AlertTransition, mirrored: number, secs: number): string {
   const e = t.evidence;
   const what = alertSummary(t);
-  return `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert} at mirrored request ${mirrored} (${secs.toFixed(1)} s since start): pooled share ${e.pooledShare.toFixed(2)}, median shift ${fmt(e.medianShift)} nats, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`;
+  return `${t.to === 'firing' ? '▲ ALERT FIRING' : '▼ alert resolved'}  ${t.alert}${t.backend ? ` (${t.backend})` : ''} at mirrored request ${mirrored} (${secs.toFixed(1)} s since start): pooled share ${e.pooledShare.toFixed(2)} over the last ${e.requestsInWindow} compared request${e.requestsInWindow === 1 ? '' : 's'}, ${medianShiftText(e.medianShift)}, CUSUM ${e.cusum.toFixed(1)}, e.g. request ${e.exampleRequestId ?? '—'} — ${what}`;
 }
 
 /**
@@ -97,7 +104,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const out = options.out;
   const started = options.startedAt ?? Date.now();
   const engines = await options.engines();
+  const outcomes: Record<string, number> = {};
   const verdicts: Record<string, number> = {};
+  const repeatTally: DemoSummary['repeats'] = {};
   const alerts: AlertTransition[] = [];
   const firstFiring: DemoSummary['firstFiring'] = {};
   let mirrored = 0;
@@ -106,6 +115,13 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   let runtime: ReturnType<typeof createRuntime> | undefined;
   let urls: { proxyUrl: string; adminUrl: string } | null = null;
   const folder = new LineFolder();
+  const heldAlerts: Array<{ t: AlertTransition; secs: number }> = [];
+  let heldTimer: NodeJS.Timeout | undefined;
+  const flushAlerts = (): void => {
+    if (heldTimer) clearTimeout(heldTimer);
+    heldTimer = undefined;
+    for (const { t, secs } of heldAlerts.splice(0)) out(alertLine(t, mirrored, secs));
+  };
   try {
     // Baseline-free, every request is a repeat probe. With a baseline, one in five requests is:
     // their first copy runs cold (the cache emptied before it) and matches the baseline, the rest
@@ -137,18 +153,28 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       listeners: {
         onPair(pair) {
           mirrored++;
-          const key = pair.analysis?.verdict ?? pair.outcome;
-          verdicts[key] = (verdicts[key] ?? 0) + 1;
-          for (const r of pair.repeats ?? []) if (r.verdict) verdicts[`${r.backend} ${r.verdict}`] = (verdicts[`${r.backend} ${r.verdict}`] ?? 0) + 1;
+          // Outcomes, pair verdicts and repeat verdicts are three tallies: a pair has one outcome,
+          // at most one verdict (none baseline-free), and one verdict per repeat probe.
+          outcomes[pair.outcome] = (outcomes[pair.outcome] ?? 0) + 1;
+          if (pair.analysis && pair.baseline !== null) verdicts[pair.analysis.verdict] = (verdicts[pair.analysis.verdict] ?? 0) + 1;
+          for (const r of pair.repeats ?? []) {
+            const tally = (repeatTally[r.backend] ??= {});
+            const key = r.verdict ?? 'failed';
+            tally[key] = (tally[key] ?? 0) + 1;
+          }
           const line = folder.line(mirrored, pair);
           if (line !== null) out(line);
+          flushAlerts();
         },
         onAlert(t) {
           alerts.push(t);
           const secs = (Date.now() - started) / 1000;
           if (t.to === 'firing') firstFiring[t.alert] ??= secs;
-          // The mirror reports a transition before the pair that caused it: print after that pair.
-          queueMicrotask(() => out(alertLine(t, mirrored, secs)));
+          // The mirror reports a transition before the pair that caused it (from the mirror's
+          // thread, as a message of its own): printed after that pair's line, with its number. A
+          // transition of the detectors' clock (a resolve with no new pair) comes with no pair.
+          heldAlerts.push({ t, secs });
+          heldTimer ??= setTimeout(flushAlerts, 250);
         },
       },
     });
@@ -160,6 +186,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     if (options.repeats && !options.baselineFree) out('  repeats   1 in 5 mirrored requests once more to each backend: cold (cache emptied), then warm from its prefix cache');
     out(`  captures  ${options.captureDir}`);
     out(`  proxy     ${proxyUrl}   (every request mirrored: sampleRate 1)`);
+    out(`  live page ${adminUrl}/ui   (verdicts, alerts and token strips as they come; open it while the demo runs)`);
     out(`  metrics   ${adminUrl}/metrics`);
     out(`  try:      curl -s ${proxyUrl}/v1/chat/completions -H 'content-type: application/json' -d '{"messages":[{"role":"user","content":"hello"}],"max_tokens":16}'`);
     out(`  alert window ${alertCfg.window} requests, min ${alertCfg.minRequests}, for ${alertCfg.forSeconds} s; ${options.duration ? `running ${options.duration} s` : 'Ctrl-C to stop'}`);
@@ -173,9 +200,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     const live = runtime;
     const progress = setInterval(() => {
       const st = live.mirror?.detectorState;
-      const mix = Object.entries(verdicts)
-        .map(([k, v]) => `${k} ${v}`)
-        .join(', ');
+      const mix = tallyText(outcomes, verdicts, repeatTally);
       out(
         `… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${mirrored} mirrored${folder.folded ? ` (${folder.folded} repeats of a prompt's last line folded)` : ''} [${mix}]${options.baselineFree ? '' : `; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`}`,
       );
@@ -189,32 +214,49 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
     }
     await runtime.mirror?.idle();
   } finally {
+    flushAlerts();
     await runtime?.close();
     await engines.close();
   }
   out('');
   const which = engines.engine === 'llama' ? 'llama.cpp engines' : 'simulated engines';
   out(
-    `done (${which}): ${sent} client requests, ${mirrored} mirrored; verdicts ${JSON.stringify(verdicts)}; alerts ${alerts.map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} ${a.to}`).join(', ') || 'none'}`,
+    `done (${which}): ${sent} client requests, ${mirrored} mirrored; outcomes ${JSON.stringify(outcomes)}; verdicts ${JSON.stringify(verdicts)}; repeats ${JSON.stringify(repeatTally)}; alerts ${alerts.map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} ${a.to}`).join(', ') || 'none'}`,
   );
   for (const line of nextSteps(options.captureDir, urls)) out(line);
-  return { engine: engines.engine, mirrored, verdicts, alerts, firstFiring, sent };
+  return { engine: engines.engine, mirrored, outcomes, verdicts, repeats: repeatTally, alerts, firstFiring, sent };
+}
+
+/** The progress line's tallies, each named: pair outcomes, pair verdicts, repeat verdicts per backend. */
+export function tallyText(outcomes: Record<string, number>, verdicts: Record<string, number>, repeats: DemoSummary['repeats']): string {
+  const list = (r: Record<string, number>) =>
+    Object.entries(r)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ');
+  const parts = [`outcomes: ${list(outcomes) || 'none'}`];
+  if (Object.keys(verdicts).length > 0) parts.push(`verdicts: ${list(verdicts)}`);
+  for (const [backend, r] of Object.entries(repeats)) parts.push(`${backend} repeats: ${list(r)}`);
+  return parts.join('; ');
 }
 
 /** A repeat that probed no cold→warm path, as the engine reported its cache hits. */
-const PROBE_WORD: Partial<Record<ProbeShape, string>> = { not_cold: 'warm=warm', not_warm: 'cold=cold' };
-const PROBE_NOTE: Partial<Record<ProbeShape, string>> = {
-  not_cold: ' (first run not cold: another request left a shared prefix)',
-  not_warm: ' (second run not warm: the prefix was evicted)',
+const PROBE_WORDS: Partial<Record<ProbeShape, string>> = {
+  not_cold: 'both runs warm (the first was not cold: another request left a shared prefix)',
+  not_warm: 'both runs cold (the second was not warm: its prefix was evicted)',
 };
 
-/** What a pair said, in one word per comparison: the pair's verdict and each repeat's. */
+/** What a repeat found, in words: the cold run against the warm one. */
+function repeatWords(r: NonNullable<MirroredPair['repeats']>[number]): string {
+  if (r.verdict === null) return `${r.backend}: repeat failed`;
+  const probe = PROBE_WORDS[probeShape(r.cached)];
+  if (probe) return `${r.backend}: ${probe}, ${r.verdict}`;
+  return `${r.backend}: ${r.verdict === 'self_inconsistent' ? 'warm run differs from the cold run' : 'warm run agrees with the cold run'} (${r.verdict})`;
+}
+
+/** What a pair said: the pair's verdict and each repeat's, in words. */
 function summaryOf(pair: MirroredPair): string {
   const parts = [pair.analysis?.verdict ?? (pair.baseline === null ? '' : pair.outcome)];
-  for (const r of pair.repeats ?? [])
-    parts.push(
-      `${r.backend === 'candidate' ? 'cand' : 'base'} ${r.verdict === null ? 'failed' : (PROBE_WORD[probeShape(r.cached)] ?? (r.verdict === 'self_inconsistent' ? 'cold≠warm' : 'cold=warm'))}`,
-    );
+  for (const r of pair.repeats ?? []) parts.push(repeatWords(r));
   return parts.filter(Boolean).join(' · ');
 }
 
@@ -237,7 +279,7 @@ export class LineFolder {
       return null;
     }
     const again = before === undefined ? '' : `   (this prompt before: ${before})`;
-    const repeats = (pair.repeats ?? []).map((r) => `  ${r.backend} ${r.verdict ?? 'failed'}${PROBE_NOTE[probeShape(r.cached)] ?? ''}`).join('');
+    const repeats = (pair.repeats ?? []).map((r) => `  ${repeatWords(r)}`).join('');
     return `${pairLine(n, pair)}${repeats}${again}`;
   }
 }

@@ -104,8 +104,8 @@ ${STRIP_CLIENT}
       var ev = '';
       if (a.last) {
         var e = a.last.evidence;
-        ev = a.last.to + ' at ' + clock(a.last.at) + ': pooled share ' + e.pooledShare.toFixed(2) + ' over ' + e.requestsInWindow + ' requests, CUSUM ' + e.cusum.toFixed(1) +
-          (e.medianShift !== null ? ', median shift ' + nats(e.medianShift) : '') + (e.exampleRequestId ? ', e.g. request ' + e.exampleRequestId : '');
+        ev = a.last.to + ' at ' + clock(a.last.at) + ': pooled share ' + e.pooledShare.toFixed(2) + ' over the last ' + e.requestsInWindow + ' compared requests, CUSUM ' + e.cusum.toFixed(1) +
+          (e.medianShift !== null ? ', median per-request max shift ' + nats(e.medianShift) + ' nats (free-running and teacher-forced positions)' : '') + (e.exampleRequestId ? ', e.g. request ' + e.exampleRequestId : '');
       }
       tr.appendChild(el('td', 'evidence', ev));
       body.appendChild(tr);

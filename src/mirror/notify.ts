@@ -2,6 +2,7 @@ import { request } from 'undici';
 import type { Logger } from 'pino';
 import type { AlertTransition } from '../core/detector.js';
 import type { Config } from '../config/schema.js';
+import { formatNats } from '../core/explain.js';
 
 /**
  * Where an alert links back to (Alertmanager's `generatorURL`): `alert.generatorUrl` when set,
@@ -61,7 +62,16 @@ export function evidenceText(t: AlertTransition): string {
   if (t.alert === 'LogprobSustainedShift') {
     return `CUSUM ${e.cusum.toFixed(1)} over ${e.cusumRequests} request${e.cusumRequests === 1 ? '' : 's'} in a row, median maxShift ${e.medianX === null ? 'n/a' : e.medianX.toFixed(2)}× the noise floor`;
   }
-  return `pooled share ${e.pooledShare.toFixed(2)} over ${e.requestsInWindow} request${e.requestsInWindow === 1 ? '' : 's'}, median max shift ${e.medianShift === null ? 'n/a' : e.medianShift.toFixed(3)} nats`;
+  return `pooled share ${e.pooledShare.toFixed(2)} over the last ${e.requestsInWindow} compared request${e.requestsInWindow === 1 ? '' : 's'}, ${medianShiftText(e.medianShift)}`;
+}
+
+/**
+ * The window's median shift, named for what it covers: each request's largest shift over the
+ * positions the detector counts (src/core/scored.ts `detectorEvidence`: free-running and, when
+ * scored, teacher-forced), the median over the window; formatted as every surface does.
+ */
+export function medianShiftText(m: number | null): string {
+  return `median per-request max shift ${formatNats(m)} nats (free-running and teacher-forced positions)`;
 }
 
 /** One Alertmanager v2 alert (POST /api/v2/alerts takes an array of these). */
@@ -73,7 +83,8 @@ export function toAlertmanager(t: AlertTransition, instance: string, generatorUR
       summary: alertSummary(t),
       description: DESCRIPTION[t.alert],
       pooled_share: t.evidence.pooledShare.toFixed(3),
-      median_shift_nats: t.evidence.medianShift === null ? 'n/a' : t.evidence.medianShift.toFixed(4),
+      median_shift_nats: formatNats(t.evidence.medianShift),
+      median_shift_covers: 'per-request max shift over free-running and teacher-forced positions, median over the window',
       cusum: t.evidence.cusum.toFixed(2),
       cusum_requests: String(t.evidence.cusumRequests),
       median_x: t.evidence.medianX === null ? 'n/a' : t.evidence.medianX.toFixed(2),

@@ -31,7 +31,7 @@ table.worst td { font-size: 13px; }
 .tok.scored { border-bottom: 2px dashed rgba(0,0,0,0.35); }
 .tok.flip { outline: 2px solid #c0392b; outline-offset: 1px; padding: 1px 2px; }
 .flip-arrow { color: #c0392b; padding: 0 2px; } .flip-c { text-decoration: underline wavy #c0392b; }
-.gap { color: #c0392b; font-size: 10px; padding-left: 2px; }
+.gap { color: #fff; background: #6e1a10; font-size: 10px; padding: 0 3px; margin-left: 2px; border-radius: 3px; }
 .tokens .muted { font-family: system-ui, sans-serif; font-size: 12px; }
 .prompt { margin: 4px 0; font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space: pre-wrap; word-break: break-word; max-height: 4.2em; overflow: hidden; border-left: 3px solid var(--line); padding-left: 6px; }
 .prompt .muted { font-family: system-ui, sans-serif; }

@@ -198,8 +198,10 @@ export function svgShareChart(o: {
   if (line.length > 1) parts.push(`<polyline class="curve" fill="none" stroke="currentColor" stroke-width="1.5" points="${line.join(' ')}"/>`);
   if (o.marker) {
     const x = left + o.marker.at * bw;
+    // Right of the line where it fits inside the viewBox, else left of it (a stop near the last bucket).
+    const end = x + 3 + o.marker.label.length * LABEL_CHAR_PX > width - 2;
     parts.push(
-      `<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top - 12}" y2="${top + plotH}"/><text class="marker-label" x="${(x + 3).toFixed(1)}" y="${top - 14}">${esc(o.marker.label)}</text>`,
+      `<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top - 12}" y2="${top + plotH}"/><text class="marker-label" x="${(end ? x - 3 : x + 3).toFixed(1)}" y="${top - 14}" text-anchor="${end ? 'end' : 'start'}">${esc(o.marker.label)}</text>`,
     );
   }
   parts.push(`<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text></svg>`);

@@ -43,7 +43,7 @@ function shiftChart(h: HistogramData, floors: readonly number[]): string {
   const ticks = [-5, -4, -3, -2, -1, 0, 1].map((k) => ({ index: at(10 ** k), text: `1e${k}` }));
   ticks.unshift({ index: 0.5, text: '0' });
   const markers = floors.slice(0, 3).map((f) => ({ at: at(f), label: `floor ${formatNats(f)}` }));
-  return svgHistogram({ id: 'shift-hist', title: `Position shift over ${int(h.n)} comparable positions (log scale)`, bars, ticks, markers, xLabel: 'position shift, nats (log scale)' });
+  return svgHistogram({ id: 'shift-hist', title: `Position shift over ${int(h.n)} comparable free-running positions (log scale)`, bars, ticks, markers, xLabel: 'position shift, nats (log scale)' });
 }
 
 /** Flip-gap histogram: 0.1-nat bars up to 3 nats, stacked by class, the two gap thresholds marked. */
@@ -174,15 +174,15 @@ function worstSection(d: SummaryData, top: number): string {
     const f = s.flip
       ? `@${s.flip.index} ${esc(JSON.stringify(s.flip.baselineToken))}→${esc(JSON.stringify(s.flip.candidateToken))}, gap ${s.flip.gap === null ? '?' : `${s.flip.lowerBound ? '≥ ' : ''}${formatNats(s.flip.gap)}`} (${s.flip.class})`
       : '—';
-    return `<tr><td class="num">${i + 1}</td><td><span class="badge v-${s.verdict}">${s.verdict}</span>${similarBadge(s)}</td><td class="num">${formatNats(s.maxShift)}</td><td class="num">${s.shifted}/${s.comparable}</td><td>${f}</td><td class="prompt-cell">${promptCell(s)}</td><td><code>${esc(s.at)}</code><br><span class="muted">${esc(s.id)} ${esc(s.route)}</span></td></tr>`;
+    return `<tr><td class="num">${i + 1}</td><td><span class="badge v-${s.verdict}">${s.verdict}</span>${similarBadge(s)}</td><td class="num">${formatNats(s.maxShift)}</td><td class="num">${s.shifted}/${s.comparable}</td><td class="num">${s.forced ? formatNats(s.forced.maxShift) : '—'}</td><td class="num">${s.forced ? `${s.forced.shifted}/${s.forced.comparable}` : '—'}</td><td>${f}</td><td class="prompt-cell">${promptCell(s)}</td><td><code>${esc(s.at)}</code><br><span class="muted">${esc(s.id)} ${esc(s.route)}</span></td></tr>`;
   });
   if (rows.length === 0) {
     const s = d.worst[0];
     return s
-      ? `<section id="worst"><h2>Worst pairs</h2><p>None with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, <code>${esc(s.at)}</code>).</p></section>`
+      ? `<section id="worst"><h2>Worst pairs</h2><p>None with a shift, a tokenizer mismatch or a systematic flip (largest free-running max shift ${formatNats(s.maxShift)}, <code>${esc(s.at)}</code>).</p></section>`
       : '';
   }
-  return `<section id="worst"><h2>Worst pairs</h2><p class="muted">One row per prompt and verdict: ×N similar folds the pairs that asked the same and got the same verdict (the worst is shown). What each verdict means: above.</p><table class="worst"><thead><tr><th>#</th><th>verdict</th><th class="num">max shift</th><th class="num">shifted</th><th>flip</th><th>prompt</th><th>record</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
+  return `<section id="worst"><h2>Worst pairs</h2><p class="muted">One row per prompt and verdict: ×N similar folds the pairs that asked the same and got the same verdict (the worst is shown). What each verdict means: above.</p><table class="worst"><thead><tr><th>#</th><th>verdict</th><th class="num" title="up to the divergence">free-running max shift</th><th class="num">shifted</th><th class="num" title="the baseline's sequence scored on both backends: what the verdict counts">teacher-forced max shift</th><th class="num">shifted</th><th>flip gap</th><th>prompt</th><th>record</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
 }
 
 /**
@@ -214,7 +214,7 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
 <body><header><h1>${esc(ctx.title)}</h1>
 <p class="muted">Inputs: ${ctx.inputs.map((f) => `<code>${esc(f)}</code>`).join(', ')}. Thresholds: ${esc(ctx.thresholds)}.</p></header>
 <main>${verdictSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}
-<section id="shift"><h2>Position shift</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable position (${int(d.positionShift.n)}).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
+<section id="shift"><h2>Position shift (free-running)</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable free-running position (${int(d.positionShift.n)}: up to each pair's divergence; the teacher-forced positions are in each strip and the worst table).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
 <section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>${flipCurveSection(d, ctx)}
 ${keySection(d, ctx)}${worstSection(d, ctx.top ?? 10)}
 <section id="strips"><h2>Token strips</h2><p id="strip-selection">${esc(selection)}</p>${nStrips > 0 ? legend() : ''}

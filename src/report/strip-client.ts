@@ -1,3 +1,5 @@
+import { formatNats } from '../core/explain.js';
+
 /**
  * The browser side of a token strip (src/report/strips.ts `Strip`), shared by the HTML report's
  * script (html-client.ts) and the admin port's live page (src/live/page.ts): plain browser
@@ -12,11 +14,7 @@ export const STRIP_CLIENT = String.raw`
     if (text !== undefined && text !== null) e.textContent = String(text);
     return e;
   }
-  function nats(x) {
-    if (x === null || x === undefined) return 'n/a';
-    if (x === 0 || Math.abs(x) >= 0.001) return x.toFixed(3);
-    return x.toExponential(1);
-  }
+  var nats = ${formatNats.toString()};
   function lp(x) { return x === null ? '-inf' : x.toFixed(4); }
   function show(t) { return t.replace(/\n/g, '\u21b5').replace(/\t/g, '\u21e5').replace(/\r/g, '\u240d') || '\u2205'; }
   // Shift relative to the pair's noise floor: pale green below it (opaque, so dark text reads in
@@ -41,10 +39,12 @@ export const STRIP_CLIENT = String.raw`
     head.appendChild(el('span', 'badge v-' + s.verdict, s.verdict));
     head.appendChild(el('span', 'pair-id', '#' + s.n + ' ' + s.id));
     head.appendChild(el('span', 'muted', s.at + ' ' + s.route));
-    head.appendChild(el('span', null, 'max shift ' + nats(s.maxShift) + ' \u00b7 shifted ' + s.shifted + '/' + s.comparable + ' \u00b7 floor ' + nats(s.noiseFloor)));
+    head.appendChild(el('span', 'figures-free', 'free-running max shift ' + nats(s.maxShift) + ' \u00b7 shifted ' + s.shifted + '/' + s.comparable));
+    if (s.forced) head.appendChild(el('span', 'figures-forced', 'teacher-forced max shift ' + nats(s.forced.maxShift) + ' \u00b7 shifted ' + s.forced.shifted + '/' + s.forced.comparable));
+    head.appendChild(el('span', 'muted', 'floor ' + nats(s.noiseFloor)));
     if (s.flip) {
       var g = s.flip.gap === null ? '?' : (s.flip.lowerBound ? '\u2265 ' : '') + nats(s.flip.gap);
-      head.appendChild(el('span', 'flip-info c-' + s.flip.class, 'flip @' + s.flip.index + ': gap ' + g + ' (' + s.flip.class + ')'));
+      head.appendChild(el('span', 'flip-info c-' + s.flip.class, 'flip @' + s.flip.index + ': flip gap ' + g + ' (' + s.flip.class + ')'));
     }
     if (s.similar) {
       var similar = el('span', 'similar', '\u00d7' + (s.similar + 1) + ' similar');
@@ -79,7 +79,7 @@ export const STRIP_CLIENT = String.raw`
         span.appendChild(el('span', 'flip-b', show(t.t)));
         span.appendChild(el('span', 'flip-arrow', '\u2192'));
         span.appendChild(el('span', 'flip-c', show(t.c)));
-        if (s.flip) span.appendChild(el('sup', 'gap', 'gap ' + (s.flip.gap === null ? '?' : nats(s.flip.gap))));
+        if (s.flip) span.appendChild(el('sup', 'gap', 'gap ' + (s.flip.gap === null ? '?' : (s.flip.lowerBound ? '\u2265 ' : '') + nats(s.flip.gap))));
       } else {
         span.textContent = show(t.t);
       }
@@ -96,7 +96,7 @@ export const STRIP_CLIENT = String.raw`
     if (rest > 0) toks.appendChild(el('span', 'muted', ' +' + rest + ' tokens after the divergence (not compared)'));
     if (s.locus || s.prompt) {
       var where = [];
-      if (s.prompt) where.push('prompt: ' + s.prompt.shifted + ' of ' + s.prompt.comparable + ' positions shifted (max ' + nats(s.prompt.maxShift) + ')');
+      if (s.prompt) where.push('prompt: ' + s.prompt.shifted + ' of ' + s.prompt.comparable + ' positions shifted (prompt max shift ' + nats(s.prompt.maxShift) + ')');
       if (s.locus) where.push('locus: ' + s.locus.replace('_', ' '));
       box.appendChild(el('p', 'muted', where.join(' \u00b7 ')));
     }

@@ -25,9 +25,12 @@ export interface Strip {
   at: string;
   route: string;
   verdict: Verdict;
+  /** The free-running positions (up to the divergence): largest shift, shifted, comparable. */
   maxShift: number | null;
   shifted: number;
   comparable: number;
+  /** The teacher-forced positions (the baseline's sequence scored on both), when the pair was scored: the figures its verdict is taken over. */
+  forced?: { comparable: number; shifted: number; maxShift: number | null };
   noiseFloor: number;
   flip: { index: number; baselineToken: string; candidateToken: string; gap: number | null; lowerBound: boolean; class: FlipClass } | null;
   explanation: string;
@@ -110,6 +113,8 @@ export const MAX_STRIP_TOKENS = 256;
 const TOP_K = 5;
 
 const round = (x: number | null): number | null => (x === null || !Number.isFinite(x) ? null : Number(x.toPrecision(5)));
+/** A figure a report prints (max shift, flip gap): kept whole, so that its one rounding (formatNats) gives the number every other surface prints. */
+const figure = (x: number | null | undefined): number | null => (x === null || x === undefined || !Number.isFinite(x) ? null : x);
 const top = (entries: readonly TopEntry[] | undefined): Array<[string, number | null]> => (entries ?? []).slice(0, TOP_K).map(([tok, lp]) => [tok, round(lp)]);
 
 /** Builds a pair's strip from its comparison and the parsed bodies. */
@@ -119,10 +124,10 @@ export function buildStrip(meta: { n: number; id: string; at: string; route: str
   return {
     ...meta,
     verdict: c.verdict,
-    maxShift: round(c.maxShift),
+    maxShift: figure(c.maxShift),
     shifted: c.shifted,
     comparable: c.comparable,
-    flip: f ? { index: f.index, baselineToken: f.baselineToken, candidateToken: f.candidateToken, gap: round(f.gap), lowerBound: f.lowerBound, class: f.class } : null,
+    flip: f ? { index: f.index, baselineToken: f.baselineToken, candidateToken: f.candidateToken, gap: figure(f.gap), lowerBound: f.lowerBound, class: f.class } : null,
     explanation: c.explanation,
     after: Math.max(cand.steps.length, base.steps.length) - c.comparable,
     cut: c.positions.length - shown.length,
@@ -139,14 +144,16 @@ export function buildStrip(meta: { n: number; id: string; at: string; route: str
 }
 
 /** The teacher-forced positions past the compared ones, the locus and the prompt block, for the strip. */
-function scoredTail(c: Comparison, base: ParsedResponse, from: number): Pick<Strip, 'scored' | 'locus' | 'prompt'> {
-  const out: Pick<Strip, 'scored' | 'locus' | 'prompt'> = {};
+function scoredTail(c: Comparison, base: ParsedResponse, from: number): Pick<Strip, 'scored' | 'locus' | 'prompt' | 'forced'> {
+  const out: Pick<Strip, 'scored' | 'locus' | 'prompt' | 'forced'> = {};
+  const sc = c.scored;
+  if (sc?.outcome === 'ok' && (sc.comparable ?? 0) > 0) out.forced = { comparable: sc.comparable ?? 0, shifted: sc.shifted ?? 0, maxShift: figure(sc.maxShift) };
   const shifts = c.scored?.outcome === 'ok' ? (c.scored.shifts ?? []) : [];
   if (shifts.length > from) {
     out.scored = shifts.slice(from, MAX_STRIP_TOKENS).map((s, k) => ({ t: base.steps[from + k]?.token ?? '', s: round(s) }));
   }
   if (c.locus) out.locus = c.locus;
-  if (c.prompt) out.prompt = { comparable: c.prompt.comparable, shifted: c.prompt.shifted, maxShift: round(c.prompt.maxShift) };
+  if (c.prompt) out.prompt = { comparable: c.prompt.comparable, shifted: c.prompt.shifted, maxShift: figure(c.prompt.maxShift) };
   return out;
 }
 

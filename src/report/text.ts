@@ -86,6 +86,12 @@ function describeFlip(s: Strip): string {
   return `flip@${f.index} ${JSON.stringify(f.baselineToken)}→${JSON.stringify(f.candidateToken)} gap ${f.gap === null ? '?' : `${f.lowerBound ? '≥ ' : ''}${formatNats(f.gap)}`} (${f.class})`;
 }
 
+/** A pair's figures, each set of positions named: free-running, and teacher-forced when scored (the verdict's). */
+export function stripFigures(s: Pick<Strip, 'maxShift' | 'shifted' | 'comparable' | 'forced'>): string {
+  const free = `free-running max shift ${formatNats(s.maxShift)} shifted ${s.shifted}/${s.comparable}`;
+  return s.forced ? `${free}; teacher-forced max shift ${formatNats(s.forced.maxShift)} shifted ${s.forced.shifted}/${s.forced.comparable}` : free;
+}
+
 /** The worst pairs worth reading: a shift, a tokenizer mismatch or a systematic flip (ten noise pairs say nothing). */
 export function notableWorst(d: SummaryData, top: number): Strip[] {
   return d.worst.filter((s) => NOTABLE.has(s.verdict) || s.flip?.class === 'systematic').slice(0, top);
@@ -112,7 +118,10 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     if (d.changed !== null) out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
 
     const ps = coarsen(d.positionShift, SHIFT_DECADES);
-    out.push('', `position shift, nats (${int(d.positionShift.n)} comparable positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`);
+    out.push(
+      '',
+      `position shift, nats (${int(d.positionShift.n)} comparable free-running positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`,
+    );
     const smax = Math.max(0, ...ps.counts);
     ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
     out.push(
@@ -123,7 +132,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
       ])}`,
     );
     out.push(
-      `per-pair max shift: ${quantiles(d.pairMaxShift, [
+      `per-pair free-running max shift: ${quantiles(d.pairMaxShift, [
         ['p50', 0.5],
         ['p90', 0.9],
       ])}`,
@@ -150,7 +159,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     for (const r of sc.reasons) out.push(`  ${int(r.count)}× ${r.reason}`);
     if (sc.positionShift.n > 0)
       out.push(
-        `  scored position shift (${int(sc.positionShift.n)} positions): ${quantiles(sc.positionShift, [
+        `  teacher-forced position shift (${int(sc.positionShift.n)} positions): ${quantiles(sc.positionShift, [
           ['p50', 0.5],
           ['p90', 0.9],
           ['p99', 0.99],
@@ -204,14 +213,12 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   if (top.length > 0) {
     out.push('', 'worst pairs');
     top.forEach((s, i) => {
-      out.push(
-        `  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  max shift ${formatNats(s.maxShift)}  shifted ${s.shifted}/${s.comparable}  ${describeFlip(s)}${s.similar ? `  (×${s.similar + 1} with this prompt and verdict)` : ''}`,
-      );
+      out.push(`  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  ${stripFigures(s)}  ${describeFlip(s)}${s.similar ? `  (×${s.similar + 1} with this prompt and verdict)` : ''}`);
       out.push(`     ${s.explanation}`);
     });
   } else if (d.worst[0] && (ctx.top ?? 10) > 0) {
     const s = d.worst[0];
-    out.push('', `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest max shift ${formatNats(s.maxShift)}, ${s.at})`);
+    out.push('', `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest free-running max shift ${formatNats(s.maxShift)}, ${s.at})`);
   }
   if (ctx.health) out.push('', ...healthLines(ctx.health));
   if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (reported on stderr)`);
