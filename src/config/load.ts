@@ -12,6 +12,8 @@ const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: string[]; kind: 'string
   { name: 'LOGPROBE_CANDIDATE_URL', path: ['candidate', 'url'], kind: 'string' },
   { name: 'LOGPROBE_BASELINE_URL', path: ['baseline', 'url'], kind: 'string' },
   { name: 'LOGPROBE_BASELINE_API_KEY', path: ['baseline', 'apiKey'], kind: 'string' },
+  { name: 'LOGPROBE_CANDIDATE_ADMIN_API_KEY', path: ['candidate', 'adminApiKey'], kind: 'string' },
+  { name: 'LOGPROBE_BASELINE_ADMIN_API_KEY', path: ['baseline', 'adminApiKey'], kind: 'string' },
   { name: 'LOGPROBE_HOST', path: ['listen', 'host'], kind: 'string' },
   { name: 'LOGPROBE_PORT', path: ['listen', 'port'], kind: 'number' },
   { name: 'LOGPROBE_ADMIN_HOST', path: ['admin', 'host'], kind: 'string' },

@@ -2,7 +2,7 @@ import { buildConfig } from '../config/load.js';
 import { createLogger } from '../log/logger.js';
 import { createRuntime } from '../server.js';
 import type { AlertTransition } from '../core/detector.js';
-import { probeShape, type ProbeShape } from '../core/self.js';
+import type { ProbeShape } from '../core/self.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { promptText } from '../report/strips.js';
 import { runTraffic } from './traffic.js';
@@ -203,10 +203,11 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
 }
 
 /** A repeat that probed no cold→warm path, as the engine reported its cache hits. */
-const PROBE_WORD: Partial<Record<ProbeShape, string>> = { not_cold: 'warm=warm', not_warm: 'cold=cold' };
+const PROBE_WORD: Partial<Record<ProbeShape, string>> = { not_cold: 'warm=warm', not_warm: 'cold=cold', unprobed: 'unprobed' };
 const PROBE_NOTE: Partial<Record<ProbeShape, string>> = {
   not_cold: ' (first run not cold: another request left a shared prefix)',
   not_warm: ' (second run not warm: the prefix was evicted)',
+  unprobed: ' (unprobed: the engine reports no cache hits and no flush was confirmed)',
 };
 
 /** What a pair said, in one word per comparison: the pair's verdict and each repeat's. */
@@ -214,7 +215,7 @@ function summaryOf(pair: MirroredPair): string {
   const parts = [pair.analysis?.verdict ?? (pair.baseline === null ? '' : pair.outcome)];
   for (const r of pair.repeats ?? [])
     parts.push(
-      `${r.backend === 'candidate' ? 'cand' : 'base'} ${r.verdict === null ? 'failed' : (PROBE_WORD[probeShape(r.cached)] ?? (r.verdict === 'self_inconsistent' ? 'cold≠warm' : 'cold=warm'))}`,
+      `${r.backend === 'candidate' ? 'cand' : 'base'} ${r.verdict === null ? 'failed' : (PROBE_WORD[r.probe] ?? (r.verdict === 'self_inconsistent' ? 'cold≠warm' : 'cold=warm'))}`,
     );
   return parts.filter(Boolean).join(' · ');
 }
@@ -238,7 +239,7 @@ export class LineFolder {
       return null;
     }
     const again = before === undefined ? '' : `   (this prompt before: ${before})`;
-    const repeats = (pair.repeats ?? []).map((r) => `  ${r.backend} ${r.verdict ?? 'failed'}${PROBE_NOTE[probeShape(r.cached)] ?? ''}`).join('');
+    const repeats = (pair.repeats ?? []).map((r) => `  ${r.backend} ${r.verdict ?? 'failed'}${PROBE_NOTE[r.probe] ?? ''}`).join('');
     return `${pairLine(n, pair)}${repeats}${again}`;
   }
 }

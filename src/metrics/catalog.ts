@@ -156,10 +156,31 @@ export const METRIC_CATALOG = [
     buckets: NATS_BUCKETS,
   },
   {
+    name: 'logprobe_self_probes_total',
+    type: 'counter',
+    help: 'Repeat pairs by what they probed, as the engine told (probe: cold_warm, not_cold, not_warm, unprobed); only cold_warm feeds LogprobSelfInconsistency.',
+    labelNames: ['backend', 'probe'],
+    owner: 'worker',
+  },
+  {
     name: 'logprobe_engine_profile',
     type: 'gauge',
     help: 'The engine profile in force for each backend (1 for the profile, 0 for the others): configured, or detected once under engine: auto.',
     labelNames: ['backend', 'profile'],
+    owner: 'worker',
+  },
+  {
+    name: 'logprobe_engine_capability',
+    type: 'gauge',
+    help: 'What a backend can do for logprobe: 1 it can, 0 it cannot, NaN not known yet (capability="cache_path": its repeat probes can tell a cold run from a warm one, by cache-hit counts or a confirmed flush).',
+    labelNames: ['backend', 'capability'],
+    owner: 'worker',
+  },
+  {
+    name: 'logprobe_logprobs_capped_total',
+    type: 'counter',
+    help: "Requests a backend refused for asking more logprobs than its cap (vLLM's --max-logprobs), resent within the cap it stated, by field (top_logprobs, logprobs: mirrored copies; prompt_logprobs, top_logprobs_num, n_probs: scoring).",
+    labelNames: ['backend', 'field'],
     owner: 'worker',
   },
   {
