@@ -8,7 +8,7 @@ import { applyChatTemplate } from './chat-template.js';
 import { chatBody, chatFinishChunk, chatFirstChunk, chatLogprobItem, chatLogprobs, chatTokenChunk, chatUsageChunk, type TokenRender } from './format.js';
 import { generate, type TokenStep } from './generate.js';
 import type { ChatRequest } from './request.js';
-import { defaultCache, promptCells, samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
+import { cacheReport, defaultCache, promptCells, samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
 import { SseWriter } from './sse.js';
 import { vllmChatBody } from './api/vllm-format.js';
 
@@ -45,7 +45,7 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest, style: Chat
             refusal,
           )
         : null;
-      const usage = { promptTokens: cells.length, completionTokens: result.completionTokens };
+      const usage = { promptTokens: cells.length, completionTokens: result.completionTokens, details: cacheReport(ctx, seq) };
       if (style.vllm) sendJson(ctx.res, 200, vllmChatBody(ctx, seq, content, logprobs, result, usage, style.returnTokenIds ? { tokenIds: steps.map((s) => s.id), promptTokenIds: cells } : null));
       else sendJson(ctx.res, 200, chatBody(ctx.meta, content, logprobs, result.finishReason, usage));
       return;
@@ -64,7 +64,7 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest, style: Chat
     };
     const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit });
     await sse.send(chatFinishChunk(ctx.meta, result.finishReason));
-    if (req.includeUsage) await sse.send(chatUsageChunk(ctx.meta, { promptTokens: cells.length, completionTokens: result.completionTokens }));
+    if (req.includeUsage) await sse.send(chatUsageChunk(ctx.meta, { promptTokens: cells.length, completionTokens: result.completionTokens, details: cacheReport(ctx, seq) }));
     sse.done();
   } finally {
     await seq.dispose();

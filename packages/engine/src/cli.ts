@@ -2,6 +2,7 @@ import { Command, CommanderError } from 'commander';
 import type { EngineModel } from './model.js';
 import { isServerFault, parseServerFaults, SERVER_FAULT_FORMS, type ServerFaults } from './faults.js';
 import { ENGINE_APIS, type EngineApi } from './api/profile.js';
+import { parseEngineVersion } from './api/version.js';
 import { startEngineServer, type EngineLog, type EngineServerHandle } from './openai-server.js';
 import { createSimModel } from './sim/model.js';
 
@@ -40,6 +41,15 @@ interface EngineOptions {
   devMode?: boolean;
   slotSavePath?: string;
   enablePromptTokensDetails?: boolean;
+  engineVersion?: string;
+  maxLogprobs?: string;
+  v2ModelRunner?: boolean;
+  batchNoise?: string;
+  batchInvariant?: boolean;
+  enableCacheReport?: boolean;
+  enableDeterministicInference?: boolean;
+  apiKey?: string;
+  adminApiKey?: string;
   fault: string[];
   requestLog?: string;
   concurrency?: string;
@@ -70,8 +80,11 @@ APIs (--api): what the engine pretends to be — its /v1/models owned_by, server
 endpoints and shapes:
   logprobe  OpenAI's shapes only (the default)      openai    legacy echo + max_tokens 0, owned_by system
   vllm      /tokenize, /detokenize, /version, prompt_logprobs, return_tokens_as_token_ids,
-            /reset_prefix_cache with --dev-mode (or VLLM_SERVER_DEV_MODE=1)
-  sglang    /generate, /tokenize, /detokenize, /get_server_info, /get_model_info, /flush_cache
+            /reset_prefix_cache with --dev-mode (or VLLM_SERVER_DEV_MODE=1); --max-logprobs,
+            --v2-model-runner (VLLM_USE_V2_MODEL_RUNNER=1), --batch-invariant (VLLM_BATCH_INVARIANT=1)
+  sglang    /generate, /tokenize, /detokenize, /get_server_info, /get_model_info, /flush_cache;
+            --enable-cache-report, --enable-deterministic-inference, --api-key, --admin-api-key
+  --engine-version (vllm, sglang) picks the release whose behaviour the double plays.
   llamacpp  /completion, /tokenize, /detokenize, /apply-template, /props, llama-server's /v1 shapes,
             /slots/0?action=erase with --slot-save-path
 The prefix cache (--prefix-cache on|off) is on by default for vllm, sglang and llamacpp, off for
@@ -133,6 +146,7 @@ function simModel(opts: EngineOptions, modelFaults: string[]): EngineModel {
     localShiftRate: knob('--local-shift-rate', opts.localShiftRate, { min: 0, max: 1 }),
     decodeShift: knob('--decode-shift', opts.decodeShift),
     cacheHitShift: knob('--cache-hit-shift', opts.cacheHitShift),
+    batchNoise: knob('--batch-noise', opts.batchNoise),
     tokenizerSplit: opts.tokenizerSplit ?? false,
     ...(opts.modelId ? { id: opts.modelId } : {}),
     ...(opts.cacheSlots !== undefined ? { cacheSlots: knob('--cache-slots', opts.cacheSlots, { min: 1, max: 4096, integer: true }) } : {}),
@@ -185,6 +199,15 @@ function engineProgram(setExit: (code: number) => void): Command {
     .option('--dev-mode', 'vllm: serve POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 does the same)')
     .option('--slot-save-path <dir>', 'llamacpp: enable the /slots actions (erase drops the prefix cache)')
     .option('--enable-prompt-tokens-details', 'vllm: report usage.prompt_tokens_details.cached_tokens')
+    .option('--engine-version <x.y.z>', 'vllm, sglang: the release to play (GET /version, /server_info); default vllm 0.11.0, sglang 0.5.0')
+    .option('--max-logprobs <n>', 'vllm: the most logprobs / top_logprobs / prompt_logprobs a request may ask (default 20; -1: the vocabulary)')
+    .option('--v2-model-runner', 'vllm: the V2 model runner: prompt logprobs of the prompt token only, no top-k (VLLM_USE_V2_MODEL_RUNNER=1 does the same)')
+    .option('--batch-invariant', 'vllm: batch-invariant kernels: --batch-noise off (VLLM_BATCH_INVARIANT=1 does the same)')
+    .option('--enable-cache-report', 'sglang: report usage.prompt_tokens_details.cached_tokens (when above 0)')
+    .option('--enable-deterministic-inference', 'sglang: deterministic inference: --batch-noise off')
+    .option('--api-key <key>', 'sglang: every route but /health and /metrics needs Authorization: Bearer KEY')
+    .option('--admin-api-key <key>', 'sglang: /flush_cache needs this key (the --api-key is refused there)')
+    .option('--batch-noise <nats>', "sim: σ of jitter on a request's logits while 2 or more requests are in flight (batch variance)")
     .option('--fault <fault>', 'inject a fault (repeatable; see below)', collect, [] as string[])
     .option('--request-log <file>', 'append one JSON line per request (method, path, headers, body)')
     .option('--concurrency <n>', 'generations at once, the rest queue (default: sim unlimited, llama 1)')
@@ -207,8 +230,29 @@ function engineProgram(setExit: (code: number) => void): Command {
       if (opts.devMode && api !== 'vllm') throw new UsageError('--dev-mode applies to --api vllm only');
       if (opts.slotSavePath !== undefined && api !== 'llamacpp') throw new UsageError('--slot-save-path applies to --api llamacpp only');
       if (opts.enablePromptTokensDetails && api !== 'vllm') throw new UsageError('--enable-prompt-tokens-details applies to --api vllm only');
+      for (const [flag, set] of [
+        ['--max-logprobs', opts.maxLogprobs !== undefined],
+        ['--v2-model-runner', opts.v2ModelRunner],
+        ['--batch-invariant', opts.batchInvariant],
+      ] as const) {
+        if (set && api !== 'vllm') throw new UsageError(`${flag} applies to --api vllm only`);
+      }
+      for (const [flag, set] of [
+        ['--enable-cache-report', opts.enableCacheReport],
+        ['--enable-deterministic-inference', opts.enableDeterministicInference],
+        ['--api-key', opts.apiKey !== undefined],
+        ['--admin-api-key', opts.adminApiKey !== undefined],
+      ] as const) {
+        if (set && api !== 'sglang') throw new UsageError(`${flag} applies to --api sglang only`);
+      }
+      if (opts.engineVersion !== undefined) {
+        if (api !== 'vllm' && api !== 'sglang') throw new UsageError('--engine-version applies to --api vllm and sglang only');
+        if (parseEngineVersion(opts.engineVersion) === null) throw new UsageError(`--engine-version: expected a release number such as 0.11.0, got '${opts.engineVersion}'`);
+      }
+      const maxLogprobs = knob('--max-logprobs', opts.maxLogprobs, { min: -1, integer: true });
+      const env = (name: string): boolean => api === 'vllm' && process.env[name] === '1';
       if (!opts.sim) {
-        for (const flag of ['noise', 'stateShift', 'localShift', 'localShiftRate', 'decodeShift', 'cacheHitShift', 'tokenizerSplit'] as const) {
+        for (const flag of ['noise', 'stateShift', 'localShift', 'localShiftRate', 'decodeShift', 'cacheHitShift', 'batchNoise', 'tokenizerSplit'] as const) {
           if (opts[flag] !== undefined) throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
         }
       }
@@ -229,6 +273,13 @@ function engineProgram(setExit: (code: number) => void): Command {
           devMode: (opts.devMode ?? false) || process.env['VLLM_SERVER_DEV_MODE'] === '1',
           ...(opts.slotSavePath !== undefined ? { slotSavePath: opts.slotSavePath } : {}),
           promptTokensDetails: opts.enablePromptTokensDetails ?? false,
+          ...(opts.engineVersion !== undefined ? { engineVersion: opts.engineVersion } : {}),
+          ...(maxLogprobs !== undefined ? { maxLogprobs } : {}),
+          v2ModelRunner: (opts.v2ModelRunner ?? false) || env('VLLM_USE_V2_MODEL_RUNNER'),
+          batchInvariant: (opts.batchInvariant ?? false) || env('VLLM_BATCH_INVARIANT') || (opts.enableDeterministicInference ?? false),
+          enableCacheReport: opts.enableCacheReport ?? false,
+          ...(opts.apiKey !== undefined ? { apiKey: opts.apiKey } : {}),
+          ...(opts.adminApiKey !== undefined ? { adminApiKey: opts.adminApiKey } : {}),
           ...(tokenDelayMs !== undefined ? { tokenDelayMs } : {}),
           ...(opts.requestLog ? { requestLog: opts.requestLog } : {}),
           ...(maxContext !== undefined ? { maxContext } : {}),

@@ -8,7 +8,7 @@ import { completionBody, completionChunk, completionLogprobs, completionRows, co
 import { generate, topEntries, type TokenStep } from './generate.js';
 import type { ModelSequence } from './model.js';
 import type { CompletionRequest } from './request.js';
-import { defaultCache, promptCells, samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
+import { cacheReport, defaultCache, promptCells, samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
 import { SseWriter } from './sse.js';
 
 /** Logprob rows for an echoed prompt: the first token has no conditional (null), as on vLLM. */
@@ -52,7 +52,7 @@ export async function serveCompletion(ctx: RouteContext, req: CompletionRequest)
       const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
       const text = (req.echo ? promptText : '') + steps.map((s) => s.text).join('');
       const logprobs = n === null ? null : completionLogprobs(ctx.tokens, [...(echoed ?? []), ...completionRows(steps, base)]);
-      const usage = { promptTokens: promptIds.length, completionTokens: result.completionTokens };
+      const usage = { promptTokens: promptIds.length, completionTokens: result.completionTokens, details: cacheReport(ctx, seq) };
       sendJson(ctx.res, 200, completionBody(ctx.meta, text, logprobs, result.finishReason, usage));
       return;
     }
@@ -78,7 +78,7 @@ export async function serveCompletion(ctx: RouteContext, req: CompletionRequest)
     const last = pending as TokenStep | null;
     if (last) await sse.send(chunkOf(last, result.finishReason));
     await sse.send(completionChunk(ctx.meta, '', n === null ? null : EMPTY_COMPLETION_LOGPROBS, result.finishReason));
-    if (req.includeUsage) await sse.send(completionUsageChunk(ctx.meta, { promptTokens: promptIds.length, completionTokens: result.completionTokens }));
+    if (req.includeUsage) await sse.send(completionUsageChunk(ctx.meta, { promptTokens: promptIds.length, completionTokens: result.completionTokens, details: cacheReport(ctx, seq) }));
     sse.done();
   } finally {
     await seq.dispose();

@@ -19,6 +19,12 @@ export interface ResponseMeta {
 export interface Usage {
   readonly promptTokens: number;
   readonly completionTokens: number;
+  /** `prompt_tokens_details` as JSON (SGLang's cache report), or absent: no such field. */
+  readonly details?: string | undefined;
+}
+
+function detailsJson(u: Usage): string {
+  return u.details === undefined ? '' : `,"prompt_tokens_details":${u.details}`;
 }
 
 /** A logprob as JSON: -Infinity becomes OpenAI's -9999.0 sentinel, NaN (or none) null. */
@@ -112,7 +118,7 @@ export function completionRows(steps: readonly TokenStep[], base: number): Compl
 }
 
 function usageJson(u: Usage): string {
-  return `{"prompt_tokens":${u.promptTokens},"completion_tokens":${u.completionTokens},"total_tokens":${u.promptTokens + u.completionTokens}}`;
+  return `{"prompt_tokens":${u.promptTokens},"completion_tokens":${u.completionTokens},"total_tokens":${u.promptTokens + u.completionTokens}${detailsJson(u)}}`;
 }
 
 function finishJson(f: FinishReason | null): string {
@@ -164,7 +170,7 @@ export function chatBody(m: ResponseMeta, content: string, logprobs: string | nu
   return (
     `{"id":${JSON.stringify(m.id)},"object":"chat.completion","created":${m.created},"model":${JSON.stringify(m.model)},` +
     `"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(content)}},"logprobs":${logprobs ?? 'null'},"finish_reason":${finishJson(finish)}}],` +
-    `"usage":{"prompt_tokens":${usage.promptTokens},"completion_tokens":${usage.completionTokens},"total_tokens":${usage.promptTokens + usage.completionTokens},` +
+    `"usage":{"prompt_tokens":${usage.promptTokens},"completion_tokens":${usage.completionTokens},"total_tokens":${usage.promptTokens + usage.completionTokens}${detailsJson(usage)},` +
     `"completion_tokens_details":{"reasoning_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},` +
     `"system_fingerprint":${JSON.stringify(m.fingerprint)}}`
   );
@@ -194,6 +200,6 @@ export function chatFinishChunk(m: ResponseMeta, finish: FinishReason): string {
 export function chatUsageChunk(m: ResponseMeta, usage: Usage): string {
   return (
     `${chatChunkHead(m)},"choices":[],"usage":{"prompt_tokens":${usage.promptTokens},"completion_tokens":${usage.completionTokens},` +
-    `"total_tokens":${usage.promptTokens + usage.completionTokens},"completion_tokens_details":{"reasoning_tokens":0}}}`
+    `"total_tokens":${usage.promptTokens + usage.completionTokens}${detailsJson(usage)},"completion_tokens_details":{"reasoning_tokens":0}}}`
   );
 }

@@ -54,6 +54,12 @@ export interface StartOptions {
    * prepares them only when `promptDistributions()` is called first).
    */
   readonly promptLogprobsFrom?: number;
+  /**
+   * How many sequences are in flight beside and including this one, asked at every step (a real
+   * engine batches them, and batch composition moves logits unless its kernels are batch-invariant).
+   * Absent: alone. The simulated model's `batchNoise` reads it; other models ignore it.
+   */
+  readonly coResident?: () => number;
 }
 
 /** What a request took from and left in the prefix-cache slot. */

@@ -12,6 +12,10 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { apiProfile, RawHttpError } from './api/profile.js';
 import { routeFor } from './api/routes.js';
+import { SGLANG_VERSION, sglangAuth } from './api/sglang.js';
+import { parseEngineVersion } from './api/version.js';
+import { VLLM_VERSION } from './api/vllm.js';
+import { VLLM_MAX_LOGPROBS } from './api/vllm-completions.js';
 import { EngineHttpError } from './errors.js';
 import { NO_FAULTS, parseServerFaults, type ServerFaults } from './faults.js';
 import { TokenJson } from './format.js';
@@ -72,11 +76,24 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   const seedBase = options.requestSeedBase ?? randomInt(0, 2 ** 31);
   const idBase = randomBytes(6).toString('hex');
   const fingerprint = options.systemFingerprint ?? 'fp_logprobe';
+  if (options.engineVersion !== undefined && parseEngineVersion(options.engineVersion) === null) {
+    throw new RangeError(`engineVersion must be a release number such as 0.11.0, got '${options.engineVersion}'`);
+  }
+  if (options.maxLogprobs !== undefined && !(Number.isInteger(options.maxLogprobs) && options.maxLogprobs >= -1)) {
+    throw new RangeError(`maxLogprobs must be an integer ≥ -1, got ${options.maxLogprobs}`);
+  }
   const settings: ServerSettings = {
     prefixCache,
     devMode: options.devMode ?? false,
     slotSavePath: options.slotSavePath ?? null,
     promptTokensDetails: options.promptTokensDetails ?? false,
+    engineVersion: options.engineVersion ?? (api.api === 'vllm' ? VLLM_VERSION : api.api === 'sglang' ? SGLANG_VERSION : null),
+    maxLogprobs: options.maxLogprobs ?? VLLM_MAX_LOGPROBS,
+    v2ModelRunner: options.v2ModelRunner ?? false,
+    batchInvariant: options.batchInvariant ?? false,
+    enableCacheReport: options.enableCacheReport ?? false,
+    apiKey: options.apiKey ?? null,
+    adminApiKey: options.adminApiKey ?? null,
     queue,
     host: options.host ?? '127.0.0.1',
     port: 0,
@@ -167,6 +184,9 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       const record: RecordedRequest = { method, path, headers: req.headers, body: raw, receivedAt: Date.now() };
       recorder.record(record);
       events.emit('request', record);
+      // SGLang's key middleware runs before routing: an unknown path without the key is a 401 too.
+      const denied = api.api === 'sglang' ? sglangAuth(settings, route, method, path, req.headers) : null;
+      if (denied) throw denied;
       if (route === undefined) throw api.notFound(method, path);
       if (!route.methods.includes(method)) throw api.wrongMethod(method, path);
       const ctx = context(req, res, route, path, new URLSearchParams(q < 0 ? '' : url.slice(q + 1)), raw, controller.signal);

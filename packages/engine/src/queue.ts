@@ -23,6 +23,26 @@ export class RequestQueue {
     return this.running > 0 || this.waiting.length > 0;
   }
 
+  /** Requests running now. */
+  get active(): number {
+    return this.running;
+  }
+
+  /** Requests running or waiting: what a batching engine would hold at once. */
+  get inFlight(): number {
+    return this.running + this.waiting.length;
+  }
+
+  /** Resolves true once nothing runs or waits, or false after `ms` (or when `signal` aborts). */
+  async idle(ms: number, signal: AbortSignal): Promise<boolean> {
+    const until = performance.now() + ms;
+    while (this.busy) {
+      if (signal.aborted || performance.now() >= until) return false;
+      await new Promise((r) => setTimeout(r, Math.min(10, Math.max(1, until - performance.now()))));
+    }
+    return true;
+  }
+
   /** Requests waiting for a slot. */
   get depth(): number {
     return this.waiting.length;

@@ -21,6 +21,8 @@ export interface Route {
   readonly generation?: boolean;
   /** Response ids start with this (`cmpl`, `chatcmpl`). */
   readonly idPrefix?: string;
+  /** SGLang's `@auth_level(AuthLevel.ADMIN_OPTIONAL)`: with an admin key set, only it opens the route. */
+  readonly adminOptional?: boolean;
   serve(ctx: RouteContext): Promise<void> | void;
 }
 
@@ -34,6 +36,18 @@ export interface ServerSettings {
   readonly slotSavePath: string | null;
   /** vLLM's `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`. */
   readonly promptTokensDetails: boolean;
+  /** The release played (null for the engines without a version endpoint). */
+  readonly engineVersion: string | null;
+  /** vLLM's `--max-logprobs` (-1: the vocabulary). */
+  readonly maxLogprobs: number;
+  /** vLLM's V2 model runner: prompt logprobs without top-k. */
+  readonly v2ModelRunner: boolean;
+  /** Batch-invariant kernels: no batch noise. */
+  readonly batchInvariant: boolean;
+  /** SGLang's `--enable-cache-report`. */
+  readonly enableCacheReport: boolean;
+  readonly apiKey: string | null;
+  readonly adminApiKey: string | null;
   /** Generation admission: the flush routes look at it. */
   readonly queue: RequestQueue;
   readonly host: string;
@@ -122,6 +136,19 @@ export async function startSequence(
   if (prompt.length >= ctx.maxContext) {
     throw new EngineHttpError(400, `This model's maximum context length is ${ctx.maxContext} tokens; the prompt has ${prompt.length}.`, 'prompt', 'invalid_request_error', 'context_length_exceeded');
   }
-  const seq = await ctx.model.start(prompt, { requestSeed: ctx.requestSeed, ...start });
+  // Batch variance: the requests in flight share the engine's batch, unless its kernels are batch-invariant.
+  const coResident = ctx.server.batchInvariant ? undefined : () => ctx.server.queue.inFlight;
+  const seq = await ctx.model.start(prompt, { requestSeed: ctx.requestSeed, ...start, ...(coResident ? { coResident } : {}) });
   return { seq, maxTokens: Math.min(maxTokens, ctx.maxContext - prompt.length) };
+}
+
+/**
+ * SGLang's `usage.prompt_tokens_details` on its OpenAI routes (`usage_processor.py`
+ * `_details_if_cached`): `{cached_tokens}` only with `--enable-cache-report` and only when above
+ * 0, else null. Other APIs: undefined (their usage has no such field here).
+ */
+export function cacheReport(ctx: RouteContext, seq: ModelSequence): string | undefined {
+  if (ctx.api.api !== 'sglang') return undefined;
+  const cached = seq.cacheState?.().reused ?? 0;
+  return ctx.server.enableCacheReport && cached > 0 ? `{"cached_tokens":${cached}}` : 'null';
 }

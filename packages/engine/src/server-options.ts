@@ -45,6 +45,26 @@ export interface EngineServerOptions {
   readonly slotSavePath?: string;
   /** vLLM's `--enable-prompt-tokens-details`: report `usage.prompt_tokens_details.cached_tokens`. Default false. */
   readonly promptTokensDetails?: boolean;
+  /**
+   * The release the double plays (`GET /version` on vLLM, `version` in SGLang's `/server_info`);
+   * behaviours that changed between releases follow it. Default: vLLM 0.11.0, SGLang 0.5.0.
+   */
+  readonly engineVersion?: string;
+  /** vLLM's `--max-logprobs`: the most `logprobs`, `top_logprobs`, `prompt_logprobs` (-1: the vocabulary). Default 20. */
+  readonly maxLogprobs?: number;
+  /** vLLM's `VLLM_USE_V2_MODEL_RUNNER=1`: prompt logprobs carry the prompt token only, no top-k. Default false. */
+  readonly v2ModelRunner?: boolean;
+  /**
+   * vLLM's `VLLM_BATCH_INVARIANT=1`, SGLang's `--enable-deterministic-inference`: a request's
+   * logits do not depend on what runs beside it (the sim's `batchNoise` is off). Default false.
+   */
+  readonly batchInvariant?: boolean;
+  /** SGLang's `--enable-cache-report`: `usage.prompt_tokens_details.cached_tokens` when above 0. Default false. */
+  readonly enableCacheReport?: boolean;
+  /** SGLang's `--api-key`: every route but /health*, /metrics needs `Authorization: Bearer KEY`. */
+  readonly apiKey?: string;
+  /** SGLang's `--admin-api-key`: the admin routes (`/flush_cache`) need it, and the plain key is refused there. */
+  readonly adminApiKey?: string;
   /** Requests allowed to wait for a slot before new ones get a 503. Default 1024. */
   readonly maxQueue?: number;
   /** Largest prompt + completion, in tokens. Default 32768. */

@@ -182,3 +182,144 @@ test('chat with return_token_ids (vLLM ≥ 0.10.2): choices[0].token_ids are the
   assert.equal('token_ids' in plain.json.choices[0], false, 'only when asked');
   assert.equal('prompt_token_ids' in plain.json, false);
 });
+
+test('cached_tokens: only with --enable-prompt-tokens-details; a 0 dropped before 0.21.0 (`and num_cached_tokens:`), reported from it (`is not None`); /version says the release', async (t) => {
+  const long = sim.tokenize('The cache holds the key and the value of the model, and the state of the model is the cache');
+  const body = { prompt: long, max_tokens: 2, temperature: 0 };
+  const warmCount = Math.floor((long.length - 1) / 16) * 16;
+  const old = await startSim(t, { seed: 5 }, { api: 'vllm', promptTokensDetails: true });
+  assert.deepEqual((await get(old.url, '/version')).json, { version: '0.11.0' });
+  assert.equal((await post(old.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'a cold 0 is dropped');
+  assert.deepEqual((await post(old.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: warmCount });
+  const chatOld = await post(old.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1 });
+  assert.equal(chatOld.json.usage.prompt_tokens_details, null, 'chat: a short prompt never fills a block, 0 dropped');
+
+  const now = await startSim(t, { seed: 5 }, { api: 'vllm', promptTokensDetails: true, engineVersion: '0.21.0' });
+  assert.deepEqual((await get(now.url, '/version')).json, { version: '0.21.0' });
+  assert.deepEqual((await post(now.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: 0 });
+  assert.deepEqual((await post(now.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: warmCount });
+  const scored = await post(now.url, '/v1/completions', { ...body, max_tokens: 1, prompt_logprobs: 1 });
+  assert.deepEqual(scored.json.usage.prompt_tokens_details, { cached_tokens: 0 }, 'prompt logprobs read no cache: a reported 0');
+  const chat = await post(now.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1 });
+  assert.deepEqual(chat.json.usage.prompt_tokens_details, { cached_tokens: 0 });
+  const s = await postStream(now.url, '/v1/completions', { prompt: [1, 2, 3], max_tokens: 1, stream_options: { include_usage: true } });
+  assert.deepEqual(s.chunks.at(-1).usage.prompt_tokens_details, { cached_tokens: 0 });
+
+  const off = await startSim(t, { seed: 5 }, { api: 'vllm', engineVersion: '0.21.0' });
+  await post(off.url, '/v1/completions', body);
+  assert.equal((await post(off.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'never without the flag');
+});
+
+test('--max-logprobs N: logprobs, chat top_logprobs and prompt_logprobs above N refused in vLLM words and envelope; -1 lets the whole vocabulary through', async (t) => {
+  const five = await startSim(t, { seed: 5 }, { api: 'vllm', maxLogprobs: 5 });
+  const refused: Array<[string, Record<string, unknown>, string, string]> = [
+    ['/v1/completions', { prompt: P, max_tokens: 1, logprobs: 6 }, 'Requested sample logprobs of 6, which is greater than max allowed: 5 (parameter=logprobs, value=6)', 'logprobs'],
+    [
+      '/v1/completions',
+      { prompt: P, max_tokens: 1, prompt_logprobs: 6 },
+      'Requested prompt logprobs of 6, which is greater than max allowed: 5 (parameter=prompt_logprobs, value=6)',
+      'prompt_logprobs',
+    ],
+    [
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 6 },
+      'Requested sample logprobs of 6, which is greater than max allowed: 5 (parameter=logprobs, value=6)',
+      'logprobs',
+    ],
+  ];
+  for (const [path, body, message, param] of refused) {
+    const res = await post(five.url, path, body);
+    assert.equal(res.status, 400, JSON.stringify(body));
+    assert.deepEqual(res.json, { error: { message, type: 'BadRequestError', param, code: 400 } });
+  }
+  const ok = await post(five.url, '/v1/completions', { prompt: P, max_tokens: 1, logprobs: 5, prompt_logprobs: 5 });
+  assert.equal(ok.status, 200);
+  assert.equal((await post(five.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1, logprobs: true, top_logprobs: 5 })).status, 200);
+
+  const wide = await startSim(t, { seed: 5 }, { api: 'vllm', maxLogprobs: -1 });
+  const all = await post(wide.url, '/v1/completions', { prompt: P, max_tokens: 1, prompt_logprobs: -1, logprobs: 30 });
+  assert.equal(all.status, 200, all.text.slice(0, 200));
+  const chat = await post(wide.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1, logprobs: true, top_logprobs: 25 });
+  assert.equal(chat.status, 200, chat.text.slice(0, 200));
+  // The default is vLLM's 20.
+  const dflt = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  assert.match((await post(dflt.url, '/v1/completions', { prompt: P, max_tokens: 1, logprobs: 21 })).json.error.message, /max allowed: 20 /);
+});
+
+test('/reset_prefix_cache (dev mode) answers 200 while a running request keeps it from resetting; ?reset_running_requests=true resets', async (t) => {
+  const long = sim.tokenize('The cache holds the key and the value of the model, and the state of the model is the cache');
+  const warmCount = Math.floor((long.length - 1) / 16) * 16;
+  const engine = await startSim(t, { seed: 5 }, { api: 'vllm', devMode: true, promptTokensDetails: true, tokenDelayMs: 20 });
+  const body = { prompt: long, max_tokens: 2, temperature: 0 };
+  const running = { ...body, max_tokens: 20 };
+  await post(engine.url, '/v1/completions', body);
+  const during = async (path: string): Promise<{ status: number; text: string }> => {
+    const run = post(engine.url, '/v1/completions', running);
+    await new Promise((r) => setTimeout(r, 100));
+    const reset = await post(engine.url, path, '');
+    await run;
+    return reset;
+  };
+  const refused = await during('/reset_prefix_cache');
+  assert.deepEqual([refused.status, refused.text], [200, ''], 'a 200 with nothing to say');
+  assert.deepEqual((await post(engine.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: warmCount }, 'the cache was not reset');
+  const forced = await during('/reset_prefix_cache?reset_running_requests=true');
+  assert.equal(forced.status, 200);
+  assert.equal((await post(engine.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'reset: cold again');
+  assert.equal((await post(engine.url, '/reset_prefix_cache?reset_running_requests=maybe', '')).status, 422);
+  assert.deepEqual((await get(engine.url, '/reset_prefix_cache')).json, { detail: 'Method Not Allowed' });
+});
+
+test('prompt_logprobs skip reading the prefix cache (skip_reading_prefix_cache) but still write it; echo with logprobs likewise', async (t) => {
+  const long = sim.tokenize('The cache holds the key and the value of the model, and the state of the model is the cache');
+  const warmCount = Math.floor((long.length - 1) / 16) * 16;
+  const clean = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const bad = await startSim(t, { seed: 5, cacheHitShift: 0.6 }, { api: 'vllm', promptTokensDetails: true });
+  const scoring = { prompt: long, max_tokens: 1, temperature: 0, prompt_logprobs: 2 };
+  const ref = (await post(clean.url, '/v1/completions', scoring)).json.choices[0].prompt_logprobs;
+  assert.deepEqual((await post(bad.url, '/v1/completions', scoring)).json.choices[0].prompt_logprobs, ref);
+  const plain = await post(bad.url, '/v1/completions', { prompt: long, max_tokens: 2, temperature: 0 });
+  assert.deepEqual(plain.json.usage.prompt_tokens_details, { cached_tokens: warmCount }, 'the scoring request wrote the cache');
+  const again = await post(bad.url, '/v1/completions', scoring);
+  assert.deepEqual(again.json.choices[0].prompt_logprobs, ref, 'a warm cache is not read: no cache-hit fault');
+  assert.equal(again.json.usage.prompt_tokens_details, null, 'no cached tokens counted');
+  const echo = await post(bad.url, '/v1/completions', { prompt: long, max_tokens: 0, echo: true, logprobs: 1 });
+  assert.equal(echo.json.usage.prompt_tokens_details, null, 'echo + logprobs asks for prompt logprobs: cold too');
+});
+
+test('the V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1): prompt logprobs of the prompt token only, no top-k; sample logprobs keep theirs', async (t) => {
+  const v1 = await startSim(t, { seed: 5 }, { api: 'vllm' });
+  const v2 = await startSim(t, { seed: 5 }, { api: 'vllm', v2ModelRunner: true });
+  const body = { prompt: P, max_tokens: 1, temperature: 0, prompt_logprobs: 3 };
+  const full = (await post(v1.url, '/v1/completions', body)).json.choices[0].prompt_logprobs;
+  const bare = (await post(v2.url, '/v1/completions', body)).json.choices[0].prompt_logprobs;
+  assert.equal(bare[0], null);
+  for (let i = 1; i < P.length; i++) {
+    assert.deepEqual(Object.keys(bare[i]), [String(P[i])], `position ${i}: the prompt token alone`);
+    assert.deepEqual(bare[i][String(P[i])], full[i][String(P[i])]);
+    assert.ok(Object.keys(full[i]).length >= 3, 'V1 lists the top 3 beside it');
+  }
+  const echo = (await post(v2.url, '/v1/completions', { prompt: P, max_tokens: 2, temperature: 0, echo: true, logprobs: 3 })).json.choices[0].logprobs;
+  for (const d of echo.top_logprobs.slice(1, P.length)) assert.equal(Object.keys(d).length, 1, 'echoed prompt positions: one entry');
+  for (const d of echo.top_logprobs.slice(P.length)) assert.ok(Object.keys(d).length >= 3, 'generated positions: the top 3');
+});
+
+test('--batch-noise: a request alone is bitwise the same every time, among co-resident ones it moves; VLLM_BATCH_INVARIANT=1 (--batch-invariant) keeps it exact', async (t) => {
+  const body = { prompt: P, max_tokens: 8, temperature: 0, logprobs: 1 };
+  const lps = (r: { json: { choices: Array<{ logprobs: { token_logprobs: number[] } }> } }): number[] => r.json.choices[0]!.logprobs.token_logprobs;
+  for (const [name, options] of [
+    ['cache on (served in turn, the waiting ones batched)', {}],
+    ['cache off, all at once', { prefixCache: false, concurrency: 0 }],
+  ] as const) {
+    const noisy = await startSim(t, { seed: 5, batchNoise: 0.05 }, { api: 'vllm', tokenDelayMs: 2, ...options });
+    const solo = lps(await post(noisy.url, '/v1/completions', body));
+    assert.deepEqual(lps(await post(noisy.url, '/v1/completions', body)), solo, `${name}: alone, bit for bit`);
+    const crowd = await Promise.all(Array.from({ length: 8 }, () => post(noisy.url, '/v1/completions', body)));
+    const moved = crowd.filter((r) => JSON.stringify(lps(r)) !== JSON.stringify(solo)).length;
+    assert.ok(moved >= 4, `${name}: ${moved} of 8 co-resident copies moved`);
+
+    const exact = await startSim(t, { seed: 5, batchNoise: 0.05 }, { api: 'vllm', tokenDelayMs: 2, batchInvariant: true, ...options });
+    const crowd2 = await Promise.all(Array.from({ length: 8 }, () => post(exact.url, '/v1/completions', body)));
+    for (const r of crowd2) assert.deepEqual(lps(r), solo, `${name}: batch-invariant`);
+  }
+});

@@ -74,6 +74,33 @@ async function usage(argv: string[]): Promise<{ code: number; err: string }> {
   }
 }
 
+test('--help lists the engines\u2019 switches', async () => {
+  let out = '';
+  const write = process.stdout.write.bind(process.stdout);
+  process.stdout.write = ((chunk: string | Uint8Array) => {
+    out += String(chunk);
+    return true;
+  }) as typeof process.stdout.write;
+  try {
+    assert.equal(await runEngineCli(['--help']), 0);
+  } finally {
+    process.stdout.write = write;
+  }
+  for (const flag of [
+    '--engine-version',
+    '--max-logprobs',
+    '--v2-model-runner',
+    '--batch-invariant',
+    '--batch-noise',
+    '--enable-cache-report',
+    '--enable-deterministic-inference',
+    '--api-key',
+    '--admin-api-key',
+  ]) {
+    assert.ok(out.includes(flag), flag);
+  }
+});
+
 test('the CLI refuses a bad --api, a bad --prefix-cache and the engines\u2019 switches under another api', async () => {
   const cases: Array<[string[], RegExp]> = [
     [['--sim', '--api', 'tgi'], /--api: expected one of logprobe, vllm, sglang, llamacpp, openai, got 'tgi'/],
@@ -82,6 +109,18 @@ test('the CLI refuses a bad --api, a bad --prefix-cache and the engines\u2019 sw
     [['--sim', '--slot-save-path', '/tmp'], /--slot-save-path applies to --api llamacpp only/],
     [['--sim', '--api', 'llamacpp', '--enable-prompt-tokens-details'], /applies to --api vllm only/],
     [['--sim', '--decode-shift', 'x'], /--decode-shift: expected a number/],
+    [['--sim', '--api', 'sglang', '--max-logprobs', '5'], /--max-logprobs applies to --api vllm only/],
+    [['--sim', '--api', 'vllm', '--max-logprobs', '-2'], /--max-logprobs: must be ≥ -1/],
+    [['--sim', '--api', 'sglang', '--v2-model-runner'], /--v2-model-runner applies to --api vllm only/],
+    [['--sim', '--api', 'sglang', '--batch-invariant'], /--batch-invariant applies to --api vllm only/],
+    [['--sim', '--api', 'vllm', '--enable-cache-report'], /--enable-cache-report applies to --api sglang only/],
+    [['--sim', '--api', 'vllm', '--enable-deterministic-inference'], /--enable-deterministic-inference applies to --api sglang only/],
+    [['--sim', '--api', 'vllm', '--api-key', 'k'], /--api-key applies to --api sglang only/],
+    [['--sim', '--api', 'llamacpp', '--admin-api-key', 'k'], /--admin-api-key applies to --api sglang only/],
+    [['--sim', '--api', 'llamacpp', '--engine-version', '0.11.0'], /--engine-version applies to --api vllm and sglang only/],
+    [['--sim', '--api', 'vllm', '--engine-version', 'latest'], /--engine-version: expected a release number such as 0.11.0, got 'latest'/],
+    [['--llama', '--batch-noise', '0.1'], /--batch-noise applies to --sim only/],
+    [['--sim', '--batch-noise', '-1'], /--batch-noise: must be ≥ 0/],
   ];
   for (const [argv, message] of cases) {
     const { code, err } = await usage(argv);

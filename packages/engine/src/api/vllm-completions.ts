@@ -15,7 +15,7 @@ import { SseWriter } from '../sse.js';
 import { textCells } from './profile.js';
 import { cachedTokens, stopReason, vllmCompletionBody, vllmCompletionChunk, vllmCompletionLogprobs, vllmPromptLogprobs, vllmUsage, vllmUsageChunk, type VllmRow } from './vllm-format.js';
 
-/** vLLM's `--max-logprobs` default (`ModelConfig.max_logprobs = 20`); fixed here. */
+/** vLLM's `--max-logprobs` default (`ModelConfig.max_logprobs = 20`); the server's `maxLogprobs` sets another. */
 export const VLLM_MAX_LOGPROBS = 20;
 /** vLLM's KV block size: the prefix cache serves whole blocks only. */
 export const VLLM_BLOCK_SIZE = 16;
@@ -25,14 +25,19 @@ export function vllmValidation(message: string, param: string, value?: unknown):
   return badRequest(value === undefined ? message : `${message} (parameter=${param}, value=${String(value)})`, param);
 }
 
-/** `logprobs` / `prompt_logprobs` / chat `top_logprobs`: an integer ≥ 0 or -1 (the vocabulary), at most 20. */
-export function vllmLogprobCount(body: Body, field: string, kind: 'sample' | 'prompt', vocabSize: number): number | null {
+/**
+ * `logprobs` / `prompt_logprobs` / chat `top_logprobs`: an integer ≥ 0 or -1 (the vocabulary), at
+ * most `--max-logprobs` (`max`, -1: the vocabulary), as `SamplingParams._validate_logprobs`
+ * (a 0 is never checked: `if num_logprobs := self.logprobs`).
+ */
+export function vllmLogprobCount(body: Body, field: string, kind: 'sample' | 'prompt', vocabSize: number, max = VLLM_MAX_LOGPROBS, param = field): number | null {
   const v = body[field];
   if (v === undefined || v === null) return null;
   if (typeof v !== 'number' || !Number.isInteger(v)) throw vllmValidation(`\`${field}\` must be an integer.`, field);
   if (v < 0 && v !== -1) throw vllmValidation(`\`${field}\` must be a positive value or -1.`, field);
   const n = v === -1 ? vocabSize : v;
-  if (n > VLLM_MAX_LOGPROBS) throw vllmValidation(`Requested ${kind} logprobs of ${n}, which is greater than max allowed: ${VLLM_MAX_LOGPROBS}`, field, n);
+  const cap = max === -1 ? vocabSize : max;
+  if (n > cap) throw vllmValidation(`Requested ${kind} logprobs of ${n}, which is greater than max allowed: ${cap}`, param, n);
   return n;
 }
 
@@ -45,9 +50,9 @@ export interface VllmCompletionRequest extends CompletionRequest {
 }
 
 /** Validates a vLLM `/v1/completions` body, with vLLM's rules and messages first. */
-export function parseVllmCompletion(body: Body, vocabSize: number): VllmCompletionRequest {
-  const logprobs = vllmLogprobCount(body, 'logprobs', 'sample', vocabSize);
-  const promptLogprobs = vllmLogprobCount(body, 'prompt_logprobs', 'prompt', vocabSize);
+export function parseVllmCompletion(body: Body, vocabSize: number, maxLogprobs = VLLM_MAX_LOGPROBS): VllmCompletionRequest {
+  const logprobs = vllmLogprobCount(body, 'logprobs', 'sample', vocabSize, maxLogprobs);
+  const promptLogprobs = vllmLogprobCount(body, 'prompt_logprobs', 'prompt', vocabSize, maxLogprobs);
   const echo = bool(body, 'echo') ?? false;
   if (promptLogprobs !== null && body.stream === true) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
   const maxTokens = body.max_tokens;
@@ -55,9 +60,11 @@ export function parseVllmCompletion(body: Body, vocabSize: number): VllmCompleti
   if (typeof maxTokens === 'number' && Number.isInteger(maxTokens) && (maxTokens < 0 || (maxTokens === 0 && !echo))) {
     throw vllmValidation(`max_tokens must be at least 1, got ${maxTokens}.`, 'max_tokens', maxTokens);
   }
-  const base = parseCompletionRequest({ ...body, logprobs }, vocabSize);
+  // The cap is vLLM's, checked above; the generic parser's OpenAI maximum (20) does not apply.
+  const base = parseCompletionRequest({ ...body, logprobs: null }, vocabSize);
   return {
     ...base,
+    logprobs,
     promptLogprobs,
     tokenIds: bool(body, 'return_tokens_as_token_ids') ?? false,
     returnTokenIds: bool(body, 'return_token_ids') ?? false,
@@ -83,6 +90,9 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
   // to_sampling_params: echo with logprobs asks for prompt logprobs of the same size.
   const promptK = ctx.faults.nologprobs ? null : (req.promptLogprobs ?? (req.echo && req.logprobs !== null ? req.logprobs : null));
   const echoOnly = req.echo && req.maxTokens === 0;
+  // The V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1, v1/worker/gpu/sample/prompt_logprob.py): "only
+  // support prompt logprobs for the prompt tokens (not top-k)" — each position carries its own token alone.
+  const promptTop = promptK === null ? 0 : ctx.server.v2ModelRunner ? 0 : promptK;
   const render: TokenRender = req.tokenIds ? TOKEN_ID_RENDER : ctx.tokens;
   const { seq, maxTokens } = await startSequence(ctx, cells, echoOnly ? 1 : req.maxTokens, {
     addBos: false,
@@ -96,7 +106,7 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
     const promptText = req.returnTokenIds ? '' : 'text' in req.prompt ? req.prompt.text : model.detokenize(cells);
     const params = { ...req, maxTokens };
     const rng = samplingRng(req, ctx.requestSeed);
-    const echoRows = req.echo && dists ? promptRows(cells, dists, promptK ?? 0) : [];
+    const echoRows = req.echo && dists ? promptRows(cells, dists, promptTop) : [];
 
     if (!req.stream) {
       const steps: TokenStep[] = [];
@@ -115,7 +125,7 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
             finish: result.finishReason,
             stopReason: stopReason(result),
             tokenIds: req.returnTokenIds ? steps.map((s) => s.id) : null,
-            promptLogprobs: dists && promptK !== null ? vllmPromptLogprobs(ctx, cells, dists, promptK) : null,
+            promptLogprobs: dists && promptK !== null ? vllmPromptLogprobs(ctx, cells, dists, promptTop) : null,
             promptTokenIds: req.returnTokenIds ? cells : null,
           },
           vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq)),

@@ -8,6 +8,8 @@ import type { TokenRender } from '../format.js';
 import type { FinishReason, GenerateResult, TopEntry } from '../generate.js';
 import type { ModelSequence, NextTokenDistribution } from '../model.js';
 import type { RouteContext } from '../route.js';
+import { versionAtLeast } from './version.js';
+import { VLLM_VERSION } from './vllm.js';
 
 /** vLLM clamps -inf to -9999.0 in sample and prompt logprobs (`max(lp, -9999.0)`, `clamp_prompt_logprobs`). */
 export function vllmLp(x: number): string {
@@ -15,9 +17,21 @@ export function vllmLp(x: number): string {
   return x === -Infinity || x < -9999 ? '-9999.0' : String(x);
 }
 
-/** `usage`, with `prompt_tokens_details` only under `--enable-prompt-tokens-details` and a cache hit (else null). */
+/**
+ * The first vLLM release whose serving code reports a zero count: vllm-project/vllm#44383
+ * (June 2026, after v0.20.2) turned `and num_cached_tokens:` into `is not None` in the chat and
+ * completions serving; the release carrying it is taken to be 0.21.0 (not confirmed from a tag).
+ */
+export const VLLM_ZERO_CACHED_FROM = '0.21.0';
+
+/**
+ * `usage`, with `prompt_tokens_details` only under `--enable-prompt-tokens-details` (else null);
+ * a count of 0 is dropped (null) before {@link VLLM_ZERO_CACHED_FROM}, as the older serving code's
+ * truthiness test does.
+ */
 export function vllmUsage(ctx: RouteContext, promptTokens: number, completionTokens: number, cached: number): string {
-  const details = ctx.server.promptTokensDetails && cached > 0 ? `{"cached_tokens":${cached}}` : 'null';
+  const zeroReported = versionAtLeast(ctx.server.engineVersion ?? VLLM_VERSION, VLLM_ZERO_CACHED_FROM);
+  const details = ctx.server.promptTokensDetails && (cached > 0 || zeroReported) ? `{"cached_tokens":${cached}}` : 'null';
   return `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens},"prompt_tokens_details":${details}}`;
 }
 

@@ -10,10 +10,10 @@ import { badRequest } from '../errors.js';
 import { TOKEN_ID_RENDER } from '../format.js';
 import { bool, parseChatRequest, parseJsonBody, parseMessages, type Body } from '../request.js';
 import { sendJson, type Route, type RouteContext } from '../route.js';
-import { decodeWithSpecials, textCells, tokenIdList } from './profile.js';
+import { decodeWithSpecials, RawHttpError, textCells, tokenIdList } from './profile.js';
 import { parseVllmCompletion, serveVllmCompletion, vllmLogprobCount, vllmValidation } from './vllm-completions.js';
 
-/** The vLLM release whose API this reproduces (V1 engine; `GET /version`). */
+/** The vLLM release played by default (V1 engine; `GET /version`); `engineVersion` picks another. */
 export const VLLM_VERSION = '0.11.0';
 
 /** `POST /tokenize`: `{prompt, add_special_tokens=true}` or `{messages, add_generation_prompt=true, add_special_tokens=false}`. */
@@ -45,26 +45,42 @@ function detokenize(ctx: RouteContext): void {
   sendJson(ctx.res, 200, JSON.stringify({ prompt: decodeWithSpecials(ctx.model, tokenIdList(body, 'tokens', ctx.model.vocabSize)) }));
 }
 
+/** A FastAPI `bool` query parameter (`true`/`1`/`yes`/`on`, `false`/`0`/`no`/`off`), else its 422. */
+function queryBool(ctx: RouteContext, name: string): boolean {
+  const v = ctx.query.get(name);
+  if (v === null) return false;
+  const low = v.toLowerCase();
+  if (['true', '1', 'yes', 'on', 't', 'y'].includes(low)) return true;
+  if (['false', '0', 'no', 'off', 'f', 'n'].includes(low)) return false;
+  throw new RawHttpError(422, JSON.stringify({ detail: [{ type: 'bool_parsing', loc: ['query', name], msg: 'Input should be a valid boolean, unable to interpret input', input: v }] }));
+}
+
 /**
- * `POST /reset_prefix_cache`: only with `VLLM_SERVER_DEV_MODE=1` (else 404). Always 200 with an
- * empty body — vLLM answers 200 even when the engine refused because blocks are in use, so a 200
- * does not prove the cache was cleared; here a request still running keeps the cache.
+ * `POST /reset_prefix_cache` (`entrypoints/serve/cache/api_router.py`): only with
+ * `VLLM_SERVER_DEV_MODE=1` (else 404). Always 200 with an empty body — "we currently do not check
+ * if the prefix cache is successfully reset": the block pool refuses while running requests hold
+ * blocks, and the 200 comes all the same, so here a request running keeps the cache (one only
+ * waiting holds no blocks). `?reset_running_requests=true` preempts the running ones first and
+ * the reset happens.
  */
 async function resetPrefixCache(ctx: RouteContext): Promise<void> {
   if (!ctx.server.devMode) throw ctx.api.notFound(ctx.method, ctx.path);
   if (ctx.method !== 'POST') throw ctx.api.wrongMethod(ctx.method, ctx.path);
-  if (!ctx.server.queue.busy) await ctx.model.flushCache?.();
+  const preempt = queryBool(ctx, 'reset_running_requests');
+  queryBool(ctx, 'reset_external');
+  if (preempt || ctx.server.queue.active === 0) await ctx.model.flushCache?.();
   ctx.res.writeHead(200, { 'content-length': 0 });
   ctx.res.end();
 }
 
-function parseVllmChat(body: Body, vocabSize: number): ReturnType<typeof parseChatRequest> {
+function parseVllmChat(body: Body, vocabSize: number, maxLogprobs: number): ReturnType<typeof parseChatRequest> {
   const top = body.top_logprobs;
   if (typeof top === 'number' && top < 0 && top !== -1) throw vllmValidation('`top_logprobs` must be a positive value or -1.', 'top_logprobs');
   if (top !== undefined && top !== null && top !== 0 && body.logprobs !== true) throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
-  // The chat request's top_logprobs become the sampling params' logprobs, capped as such.
-  const n = body.logprobs === true ? (vllmLogprobCount({ logprobs: top ?? 0 }, 'logprobs', 'sample', vocabSize) ?? 0) : 0;
-  return parseChatRequest({ ...body, top_logprobs: n });
+  // The chat request's top_logprobs become the sampling params' logprobs, capped as such
+  // (to_sampling_params: `logprobs=self.top_logprobs if self.logprobs else None`; the error names `logprobs`).
+  const n = body.logprobs === true ? (vllmLogprobCount({ top_logprobs: top ?? 0 }, 'top_logprobs', 'sample', vocabSize, maxLogprobs, 'logprobs') ?? 0) : 0;
+  return { ...parseChatRequest({ ...body, top_logprobs: 0 }), topLogprobs: n };
 }
 
 /** vLLM's routes (added to the OpenAI ones). */
@@ -73,7 +89,7 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
     methods: ['POST'],
     generation: true,
     idPrefix: 'cmpl',
-    serve: (ctx) => serveVllmCompletion(ctx, parseVllmCompletion(parseJsonBody(ctx.raw), ctx.model.vocabSize)),
+    serve: (ctx) => serveVllmCompletion(ctx, parseVllmCompletion(parseJsonBody(ctx.raw), ctx.model.vocabSize, ctx.server.maxLogprobs)),
   },
   '/v1/chat/completions': {
     methods: ['POST'],
@@ -83,12 +99,12 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
       const body = parseJsonBody(ctx.raw);
       const asIds = bool(body, 'return_tokens_as_token_ids') ?? false;
       const returnTokenIds = bool(body, 'return_token_ids') ?? false;
-      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize), { vllm: true, returnTokenIds, ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}) });
+      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize, ctx.server.maxLogprobs), { vllm: true, returnTokenIds, ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}) });
     },
   },
   '/tokenize': { methods: ['POST'], serve: tokenize },
   '/detokenize': { methods: ['POST'], serve: detokenize },
-  '/version': { methods: ['GET'], serve: (ctx) => sendJson(ctx.res, 200, JSON.stringify({ version: VLLM_VERSION })) },
+  '/version': { methods: ['GET'], serve: (ctx) => sendJson(ctx.res, 200, JSON.stringify({ version: ctx.server.engineVersion ?? VLLM_VERSION })) },
   // Every method reaches it, so that without dev mode the path is a 404 whatever the method.
   '/reset_prefix_cache': { methods: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD'], serve: resetPrefixCache },
 };

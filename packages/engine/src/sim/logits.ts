@@ -10,6 +10,7 @@ export interface SimKnobs {
   readonly localShiftRate: number;
   readonly decodeShift: number;
   readonly cacheHitShift: number;
+  readonly batchNoise: number;
 }
 
 // Salts keep the independent random streams (scale, shifts, noise, length) apart.
@@ -22,6 +23,7 @@ const SALT_NOISE = 0x51a7e006;
 const SALT_EOS = 0x51a7e007;
 const SALT_DECODE = 0x51a7e008;
 const SALT_CACHE_HIT = 0x51a7e009;
+const SALT_BATCH = 0x51a7e00a;
 
 /**
  * Per-step scale of the Gumbel logits, log-uniform in [SCALE_MIN, SCALE_MAX]: the top-1/top-2
@@ -116,8 +118,9 @@ export class SimCore {
    * @param requestSeed varies per request: the source of run-to-run noise
    * @param state the prompt's state perturbation, or null
    * @param eosStart from `eosStart`
+   * @param coResident sequences in flight with this one: at 2 or more, `batchNoise` is added
    */
-  logits(ctxHash: number, genPos: number, absPos: number, requestSeed: number, state: Float64Array | null, eosStart: number): Float64Array {
+  logits(ctxHash: number, genPos: number, absPos: number, requestSeed: number, state: Float64Array | null, eosStart: number, coResident = 1): Float64Array {
     const n = VOCAB.size;
     const out = new Float64Array(n);
     const h = ctxHash;
@@ -133,6 +136,12 @@ export class SimCore {
     if (noise !== 0) {
       const nh = combine(combine(this.seedHash ^ SALT_NOISE, requestSeed), absPos);
       for (let t = 0; t < n; t++) out[t] = (out[t] as number) + noise * (GAUSS[tableIndex(nh, t)] as number);
+    }
+    const batch = this.knobs.batchNoise;
+    if (batch !== 0 && coResident >= 2) {
+      // Batch variance: another reduction order for another batch; alone, the same bits every time.
+      const bh = combine(combine(combine(this.seedHash ^ SALT_BATCH, requestSeed), absPos), coResident);
+      for (let t = 0; t < n; t++) out[t] = (out[t] as number) + batch * (GAUSS[tableIndex(bh, t)] as number);
     }
     return out;
   }

@@ -34,6 +34,11 @@ export interface SimOptions {
    */
   cacheHitShift?: number;
   /**
+   * σ (nats) of jitter added to a request's logits at each step while 2 or more sequences are in
+   * flight (`StartOptions.coResident`): batch variance. Alone, a request is bit-for-bit the same.
+   */
+  batchNoise?: number;
+  /**
    * Tokenizes the same text into other tokens: single bytes instead of multi-byte chunks. Greedy
    * decoding yields the same text as the unsplit model (until `max_tokens` cuts it earlier).
    */
@@ -106,6 +111,7 @@ class SimSequence implements ModelSequence {
     private readonly prompt: readonly number[],
     private readonly requestSeed: number,
     private readonly run: SimRun,
+    private readonly coResident: () => number = () => 1,
   ) {
     let h = core.initialHash();
     for (const id of prompt) {
@@ -123,7 +129,7 @@ class SimSequence implements ModelSequence {
 
   next(): Promise<NextTokenDistribution> {
     const state = this.genPos === 0 ? this.first : this.later;
-    const logits = this.core.logits(this.hash, this.genPos, this.absPos, this.requestSeed, state, this.eosStart);
+    const logits = this.core.logits(this.hash, this.genPos, this.absPos, this.requestSeed, state, this.eosStart, this.coResident());
     return Promise.resolve(new LogitDistribution(logits));
   }
 
@@ -144,10 +150,11 @@ class SimSequence implements ModelSequence {
     const out: NextTokenDistribution[] = [];
     let h = this.core.initialHash();
     const n = this.prompt.length;
+    const batch = this.coResident();
     for (let i = 0; i < n - 1; i++) {
       h = this.core.extend(h, this.prompt[i] as number);
       if (i + 1 < this.run.from) continue;
-      out.push(new LogitDistribution(this.core.logits(h, i + 1 - n, i + 1, this.requestSeed, this.run.prompt, Infinity)));
+      out.push(new LogitDistribution(this.core.logits(h, i + 1 - n, i + 1, this.requestSeed, this.run.prompt, Infinity, batch)));
     }
     return Promise.resolve(out);
   }
@@ -178,6 +185,7 @@ export function createSimModel(options: SimOptions = {}): SimModel {
     localShiftRate: options.localShiftRate ?? 0.1,
     decodeShift: options.decodeShift ?? 0,
     cacheHitShift: options.cacheHitShift ?? 0,
+    batchNoise: options.batchNoise ?? 0,
     tokenizerSplit: options.tokenizerSplit ?? false,
     id: options.id ?? 'logprobe-sim',
     cacheSlots: options.cacheSlots ?? 1,
@@ -190,6 +198,7 @@ export function createSimModel(options: SimOptions = {}): SimModel {
   checkKnob('localShiftRate', resolved.localShiftRate, 1);
   checkKnob('decodeShift', resolved.decodeShift);
   checkKnob('cacheHitShift', resolved.cacheHitShift);
+  checkKnob('batchNoise', resolved.batchNoise);
   const knobs: SimKnobs = { ...resolved, seed: resolved.seed | 0 };
   const core = new SimCore(knobs);
   const decodeVec = core.faultVector('decode');
@@ -237,7 +246,7 @@ export function createSimModel(options: SimOptions = {}): SimModel {
       reused,
       slot,
     };
-    const seq = new SimSequence(core, prompt, o.requestSeed, run);
+    const seq = new SimSequence(core, prompt, o.requestSeed, run, o.coResident);
     if (slot) {
       slot.cells = [...prompt];
       slot.corrupt = decodeVec !== null;
@@ -264,7 +273,7 @@ export function createSimModel(options: SimOptions = {}): SimModel {
       // The split model thinks in the canonical tokens of the same text, and spells them out
       // (no prefix cache: its slot would hold canonical tokens the client never sent).
       const canonical = tokenizeLongest(decoder.decode(concatBytes(prompt)));
-      return Promise.resolve(new SplitSequence(startBase(canonical, { requestSeed: o.requestSeed })));
+      return Promise.resolve(new SplitSequence(startBase(canonical, { requestSeed: o.requestSeed, ...(o.coResident ? { coResident: o.coResident } : {}) })));
     },
     flushCache: () => {
       const n = slots.reduce((sum, s) => sum + s.cells.length, 0);
