@@ -129,8 +129,13 @@ class SimSequence implements ModelSequence {
 
   next(): Promise<NextTokenDistribution> {
     const state = this.genPos === 0 ? this.first : this.later;
-    const logits = this.core.logits(this.hash, this.genPos, this.absPos, this.requestSeed, state, this.eosStart, this.coResident());
+    const logits = this.core.logits(this.hash, this.genPos, this.absPos, this.requestSeed, state, this.eosStart, this.batch());
     return Promise.resolve(new LogitDistribution(logits));
+  }
+
+  /** Sequences in flight now, asked only when batch noise is on. */
+  private batch(): number {
+    return this.core.knobs.batchNoise === 0 ? 1 : this.coResident();
   }
 
   push(id: number): Promise<void> {
@@ -150,7 +155,7 @@ class SimSequence implements ModelSequence {
     const out: NextTokenDistribution[] = [];
     let h = this.core.initialHash();
     const n = this.prompt.length;
-    const batch = this.coResident();
+    const batch = this.batch();
     for (let i = 0; i < n - 1; i++) {
       h = this.core.extend(h, this.prompt[i] as number);
       if (i + 1 < this.run.from) continue;
