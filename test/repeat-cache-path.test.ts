@@ -208,7 +208,8 @@ test('probes with flush run one at a time under concurrent traffic: every second
 test('cachedPromptTokens reads what each engine reports of its cache hit; probeShape says what a pair probed; a second run served cold is cold↔cold offline too', async () => {
   const { cachedPromptTokens, probeShape, bothCold } = await import('../src/core/self.js');
   assert.equal(probeShape({ first: 0, second: 30 }), 'cold_warm');
-  assert.equal(probeShape({ first: null, second: null }), 'cold_warm', 'an engine that does not say: taken as the probe it was meant to be');
+  assert.equal(probeShape({ first: null, second: null }), 'unprobed', 'an engine that does not say, no flush confirmed: unknown is unknown (#22)');
+  assert.equal(probeShape({ first: null, second: null }, true), 'cold_warm', 'a confirmed flush made the first run cold');
   assert.equal(probeShape({ first: 4, second: 30 }), 'cold_warm', 'the first run reused a shared template prefix, the second the whole prompt');
   assert.equal(probeShape({ first: 30, second: 30 }), 'not_cold', 'both runs equally warm');
   assert.equal(probeShape({ first: 0, second: 0 }), 'not_warm');

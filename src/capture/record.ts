@@ -1,7 +1,7 @@
 import type { Comparison, Thresholds } from '../core/index.js';
 import type { BackendResult } from '../mirror/dispatch.js';
 import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
-import type { RepeatCache, SelfVerdict } from '../core/self.js';
+import type { ProbeShape, RepeatCache, RepeatSides, SelfVerdict } from '../core/self.js';
 import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, scrub, secretValues } from './redact.js';
 
 /**
@@ -70,6 +70,10 @@ export interface CapturedRepeat {
   second: CaptureSide;
   /** Prompt tokens each run took from the cache, as the engine reported them (null: not reported). */
   cached?: RepeatCache;
+  /** What the pair probed, judged online (the counts as known, the flush confirmed or not); absent in records before it. */
+  probe?: ProbeShape;
+  /** How each side was obtained (generation, or a scoring method) and whether that read the cache; absent in records before it. */
+  sides?: RepeatSides;
   /** The two runs compared (second vs first), without positions; null when a run failed. */
   analysis: Omit<Comparison, 'positions'> | null;
   verdict: SelfVerdict | null;
@@ -157,6 +161,8 @@ function assemble(pair: MirroredPair, options: RecordOptions, secrets: readonly 
             ...(r.flushError ? { flushError: scrub(r.flushError, secrets) as string } : {}),
             second: scrubSide(side(r.second, options.includePrompts), secrets, byName),
             cached: r.cached,
+            probe: r.probe,
+            sides: r.sides,
             analysis: r.analysis === null ? null : (scrub(withoutPositions(r.analysis), secrets, { byName: false }) as Omit<Comparison, 'positions'>),
             verdict: r.verdict,
           })),

@@ -51,7 +51,7 @@ export function createCaptureWriter(deps: { config: Config; logger: Logger; metr
     record: {
       includePrompts: config.capture.includePrompts,
       thresholds: { gapAmbiguous: config.analysis.gapAmbiguous, gapSystematic: config.analysis.gapSystematic, globalFraction: config.analysis.globalFraction, minAligned: config.analysis.minAligned },
-      secrets: [config.baseline.apiKey],
+      secrets: [config.baseline.apiKey, config.candidate.adminApiKey, config.baseline.adminApiKey],
       redactFields: config.log.redact,
     },
     logger: deps.logger,

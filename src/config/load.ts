@@ -14,6 +14,8 @@ export const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: readonly string[
   { name: 'LOGPROBE_CANDIDATE_URL', path: ['candidate', 'url'] },
   { name: 'LOGPROBE_BASELINE_URL', path: ['baseline', 'url'] },
   { name: 'LOGPROBE_BASELINE_API_KEY', path: ['baseline', 'apiKey'] },
+  { name: 'LOGPROBE_CANDIDATE_ADMIN_API_KEY', path: ['candidate', 'adminApiKey'] },
+  { name: 'LOGPROBE_BASELINE_ADMIN_API_KEY', path: ['baseline', 'adminApiKey'] },
   { name: 'LOGPROBE_HOST', path: ['listen', 'host'] },
   { name: 'LOGPROBE_PORT', path: ['listen', 'port'] },
   { name: 'LOGPROBE_ADMIN_HOST', path: ['admin', 'host'] },

@@ -99,6 +99,8 @@ export const configSchema = z.strictObject({
       maxConnections: z.union([positiveInt, z.null()], { error: 'expected a positive whole number or null' }).default(null),
       /** With maxConnections: most requests that may wait for a busy connection; null: no limit. */
       maxPending: optionalLimit,
+      /** The engine's admin key (SGLang `--admin-api-key`), sent to its cache flush only (`mirror.repeat.flush`). */
+      adminApiKey: optionalSecret,
     })
     .refine((c) => c.maxPending === null || c.maxConnections !== null, {
       error: 'applies only with candidate.maxConnections (without it no request waits for a connection)',
@@ -113,6 +115,8 @@ export const configSchema = z.strictObject({
       .extend({
         url: upstreamUrl.nullable().default('http://127.0.0.1:30001'),
         apiKey: optionalSecret,
+        /** The engine's admin key (SGLang `--admin-api-key`), sent to its cache flush only (`mirror.repeat.flush`). */
+        adminApiKey: optionalSecret,
         forwardAuth: z.boolean({ error: 'expected true or false' }).default(false),
         /** Client request headers the baseline's copy may carry besides content-type, accept and apiKey. */
         forwardHeaders: z.array(headerName, { error: 'expected a list of header names' }).default([]),

@@ -30,7 +30,9 @@ export function selfVerdict(c: Comparison): SelfVerdict {
 export function selfEvidence(c: Comparison): { shifted: number; comparable: number; maxShift: number | null } {
   const free = { shifted: c.shifted, comparable: c.comparable, maxShift: c.maxShift };
   const s = c.scored;
-  if (!s || s.outcome !== 'ok' || !s.comparable) return free;
+  // A scoring that did not read the cache (vLLM's prompt logprobs, SGLang's logprob_start_len 0)
+  // is a fresh prefill: no evidence of the warm path, never in place of the warm run's own.
+  if (!s || s.outcome !== 'ok' || !s.comparable || s.readsCache === false) return free;
   const share = (x: { shifted: number; comparable: number }) => (x.comparable > 0 ? x.shifted / x.comparable : 0);
   const scored = { shifted: s.shifted ?? 0, comparable: s.comparable, maxShift: Math.max(s.maxShift ?? -1, c.maxShift ?? -1) };
   return share(scored) > share(free) ? scored : free;
@@ -86,6 +88,23 @@ export function cachedPromptTokens(body: unknown): number | null {
   return total !== null && evaluated !== null ? Math.max(0, total - evaluated) : null;
 }
 
+/** How one side of a repeat's comparison was obtained (`generation`, or the scoring method) and whether that read the engine's prefix cache (null: not known). */
+export interface RepeatSide {
+  by: string;
+  readCache: boolean | null;
+}
+
+/**
+ * The sides of a repeat's comparison: the first run and the second, as generated, and the
+ * teacher-forced scoring when one was made or considered — `counted` false when it did not read
+ * the cache and so stands for nothing (vLLM's and SGLang's prompt logprobs).
+ */
+export interface RepeatSides {
+  first: RepeatSide;
+  second: RepeatSide;
+  scored?: RepeatSide & { counted: boolean };
+}
+
 /** What an engine said of a repeat's two runs: the prompt tokens each took from its cache (null: not reported). */
 export interface RepeatCache {
   first: number | null;
@@ -95,17 +114,48 @@ export interface RepeatCache {
 /**
  * What a repeat pair probed, as far as the engine tells: `cold_warm` (the probe: the second run
  * took more of its prompt from the cache than the first — all of a prompt the first computed, or
- * the rest of one whose shared chat-template prefix the first already reused — or the engine does
- * not say), `not_cold` (the first run reused as much as the second: both equally warm, nothing
- * between them differs in the cache path), `not_warm` (the second run found its prefix evicted:
- * cold↔cold). Only `cold_warm` is evidence about the cache path.
+ * the rest of one whose shared chat-template prefix the first already reused — or, with no counts,
+ * a first run made cold by a confirmed flush), `not_cold` (the first run reused as much as the
+ * second: both equally warm, nothing between them differs in the cache path), `not_warm` (the
+ * second run found its prefix evicted: cold↔cold), `unprobed` (no counts and no confirmed flush:
+ * nothing says either run touched the cache, or that the first did not). Only `cold_warm` is
+ * evidence about the cache path; the others are counted and shown, never fed to the self alert.
  */
-export type ProbeShape = 'cold_warm' | 'not_cold' | 'not_warm';
+export const PROBE_SHAPES = ['cold_warm', 'not_cold', 'not_warm', 'unprobed'] as const;
+export type ProbeShape = (typeof PROBE_SHAPES)[number];
 
-export function probeShape(c: RepeatCache): ProbeShape {
+/**
+ * The shape of a repeat pair from its cache counts (as {@link CacheCounts.read} gives them) and
+ * whether a flush before the first run is confirmed (an engine whose flush answer proves the cache
+ * was emptied: SGLang's 200, llama-server's erase; vLLM's 200 does not, its server does not check).
+ */
+export function probeShape(c: RepeatCache, confirmedFlush = false): ProbeShape {
+  if (c.first === null && c.second === null) return confirmedFlush ? 'cold_warm' : 'unprobed';
   if (c.second === 0) return 'not_warm';
   if (c.first !== null && c.first > 0 && (c.second === null || c.first >= c.second)) return 'not_cold';
   return 'cold_warm';
+}
+
+/**
+ * Whether each backend reports its cache hits, learned from its answers: SGLang
+ * (`--enable-cache-report`) and older vLLM (`--enable-prompt-tokens-details`) send a count only
+ * above 0, so once a backend has sent one, a missing count means 0 (a cold run). Until then a
+ * missing count is unknown.
+ */
+export class CacheCounts {
+  private readonly reports = new Set<string>();
+
+  /** True once `backend` has reported a count. */
+  reported(backend: string): boolean {
+    return this.reports.has(backend);
+  }
+
+  /** A repeat's counts as they are known: learned from, then a missing count read as 0 where the backend reports. */
+  read(backend: string, raw: RepeatCache): RepeatCache {
+    if (raw.first !== null || raw.second !== null) this.reports.add(backend);
+    if (!this.reports.has(backend)) return raw;
+    return { first: raw.first ?? 0, second: raw.second ?? 0 };
+  }
 }
 
 /** Both runs computed the prompt afresh: a pair of cold runs, trusted noise for the floor. */

@@ -2,7 +2,7 @@ import { buildConfig } from '../config/load.js';
 import { createLogger } from '../log/logger.js';
 import { createRuntime } from '../server.js';
 import type { AlertTransition } from '../core/detector.js';
-import { probeShape, type ProbeShape } from '../core/self.js';
+import type { ProbeShape } from '../core/self.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { promptText } from '../report/strips.js';
 import { alertSummary, medianShiftText } from '../mirror/notify.js';
@@ -243,12 +243,13 @@ export function tallyText(outcomes: Record<string, number>, verdicts: Record<str
 const PROBE_WORDS: Partial<Record<ProbeShape, string>> = {
   not_cold: 'both runs warm (the first was not cold: another request left a shared prefix)',
   not_warm: 'both runs cold (the second was not warm: its prefix was evicted)',
+  unprobed: 'unprobed (the engine reports no cache hits and no flush was confirmed: cold and warm cannot be told apart)',
 };
 
 /** What a repeat found, in words: the cold run against the warm one. */
 function repeatWords(r: NonNullable<MirroredPair['repeats']>[number]): string {
   if (r.verdict === null) return `${r.backend}: repeat failed`;
-  const probe = PROBE_WORDS[probeShape(r.cached)];
+  const probe = PROBE_WORDS[r.probe];
   if (probe) return `${r.backend}: ${probe}, ${r.verdict}`;
   return `${r.backend}: ${r.verdict === 'self_inconsistent' ? 'warm run differs from the cold run' : 'warm run agrees with the cold run'} (${r.verdict})`;
 }

@@ -1,7 +1,7 @@
 import type { Config } from '../config/schema.js';
 import { parseResponse, VERDICTS, type Verdict } from '../core/index.js';
 import { pooledShare, type AlertPhase, type AlertTransition, type DetectorState } from '../core/detector.js';
-import { SELF_VERDICTS, type SelfVerdict } from '../core/self.js';
+import { PROBE_SHAPES, SELF_VERDICTS, type ProbeShape, type SelfVerdict } from '../core/self.js';
 import { buildStrip, type Strip } from '../report/strips.js';
 import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
 import type { BackendStatus } from '../mirror/health.js';
@@ -57,7 +57,7 @@ export interface LivePair {
   strip: LiveStrip | null;
   /** True when the strip was not built: the pair came while no page was open and is no longer among the last {@link PENDING_PAIRS}. */
   unbuilt?: true;
-  repeats: Array<{ backend: Backend; verdict: SelfVerdict | null }>;
+  repeats: Array<{ backend: Backend; verdict: SelfVerdict | null; probe: ProbeShape }>;
 }
 
 /** One second of the detectors. `t`: epoch ms. */
@@ -109,6 +109,8 @@ export interface LiveData {
   outcomes: Partial<Record<MirrorOutcome, number>>;
   verdicts: Record<Verdict, number>;
   self: Record<Backend, Record<SelfVerdict, number>>;
+  /** Since the start: repeats by backend and what they probed (only cold_warm feeds the self alert). */
+  probes: Record<Backend, Record<ProbeShape, number>>;
   window: LivePoint;
   /** Points after `sinceT`, oldest first. */
   series: LivePoint[];
@@ -166,6 +168,7 @@ export class LiveFeed {
   private readonly outcomes: Partial<Record<MirrorOutcome, number>> = {};
   private readonly verdicts = zeros(VERDICTS);
   private readonly self: Record<Backend, Record<SelfVerdict, number>> = { candidate: zeros(SELF_VERDICTS), baseline: zeros(SELF_VERDICTS) };
+  private readonly probes: Record<Backend, Record<ProbeShape, number>> = { candidate: zeros(PROBE_SHAPES), baseline: zeros(PROBE_SHAPES) };
   private readonly selfAlerts: Record<Backend, { firing: boolean; since: number | null }> = { candidate: { firing: false, since: null }, baseline: { firing: false, since: null } };
   private readonly lastTransition = new Map<string, LiveAlert['last']>();
   private readonly timer: NodeJS.Timeout;
@@ -200,8 +203,9 @@ export class LiveFeed {
     this.noiseFloor = pair.noiseFloor;
     const verdict = pair.analysis && pair.outcome !== 'unparseable' ? pair.analysis.verdict : null;
     if (verdict !== null && pair.baseline !== null) this.verdicts[verdict]++;
-    const repeats = (pair.repeats ?? []).map((r) => ({ backend: r.backend, verdict: r.verdict }));
+    const repeats = (pair.repeats ?? []).map((r) => ({ backend: r.backend, verdict: r.verdict, probe: r.probe }));
     for (const r of repeats) if (r.verdict !== null) this.self[r.backend][r.verdict]++;
+    for (const r of repeats) if (r.verdict !== null) this.probes[r.backend][r.probe]++;
     // A page is open: the strip now (the worker has the bodies at hand). None is: later, if asked.
     const watched = this.now() - this.lastPoll < VIEWER_MS;
     this.pairs.push({
@@ -309,6 +313,7 @@ export class LiveFeed {
       outcomes: this.outcomes,
       verdicts: this.verdicts,
       self: this.self,
+      probes: this.probes,
       window: this.point(),
       series: this.series.filter((p) => p.t > sinceT),
       pairs,

@@ -139,7 +139,9 @@ ${STRIP_CLIENT}
     var self = ['candidate', 'baseline'].map(function (b) {
       var s = d.self[b];
       var n = Object.keys(s).reduce(function (m, k) { return m + s[k]; }, 0);
-      return n ? b + ' repeats: ' + Object.keys(s).filter(function (k) { return s[k]; }).map(function (k) { return k + ' ' + s[k]; }).join(', ') : null;
+      var pr = d.probes[b];
+      var off = ['not_cold', 'not_warm', 'unprobed'].filter(function (k) { return pr[k]; }).map(function (k) { return k + ' ' + pr[k]; });
+      return n ? b + ' repeats: ' + Object.keys(s).filter(function (k) { return s[k]; }).map(function (k) { return k + ' ' + s[k]; }).join(', ') + (off.length ? ' (not seen by the alert: ' + off.join(', ') + ')' : '') : null;
     }).filter(Boolean);
     document.getElementById('pairs-total').textContent = String(Object.keys(d.outcomes).reduce(function (n, k) { return n + d.outcomes[k]; }, 0));
     document.getElementById('mix-notes').textContent = [total + ' compared'].concat(out.length ? ['not compared: ' + out.join(', ')] : []).concat(self).join(' \u00b7 ');
@@ -194,7 +196,7 @@ ${STRIP_CLIENT}
       card.appendChild(head);
     }
     if (p.prompt) card.insertBefore(el('p', 'live-prompt', p.prompt), card.children[1] || null);
-    if (p.repeats.length) card.appendChild(el('p', 'repeats muted', p.repeats.map(function (r) { return r.backend + ' repeat: ' + (r.verdict || 'failed'); }).join(' \u00b7 ')));
+    if (p.repeats.length) card.appendChild(el('p', 'repeats muted', p.repeats.map(function (r) { return r.backend + ' repeat: ' + (r.verdict || 'failed') + (r.verdict && r.probe !== 'cold_warm' ? ' (' + r.probe + ')' : ''); }).join(' \u00b7 ')));
     wrap.appendChild(card);
     return wrap;
   }

@@ -1,7 +1,7 @@
 import { pino, type Logger, type DestinationStream } from 'pino';
 
 /** Header and body keys that never reach a log line, whatever a caller passes. */
-export const SECRET_KEYS = ['authorization', 'x-api-key', 'api-key', 'cookie', 'set-cookie', 'proxy-authorization', 'apiKey'];
+export const SECRET_KEYS = ['authorization', 'x-api-key', 'api-key', 'cookie', 'set-cookie', 'proxy-authorization', 'apiKey', 'adminApiKey'];
 
 /**
  * pino redact paths for the secret keys, at every place this code logs request headers or
@@ -10,7 +10,7 @@ export const SECRET_KEYS = ['authorization', 'x-api-key', 'api-key', 'cookie', '
  */
 export function redactPaths(extra: readonly string[] = []): string[] {
   const keys = [...SECRET_KEYS, ...extra];
-  const paths: string[] = ['apiKey', 'baseline.apiKey', 'config.baseline.apiKey'];
+  const paths: string[] = ['apiKey', 'baseline.apiKey', 'config.baseline.apiKey', 'candidate.adminApiKey', 'baseline.adminApiKey', 'config.candidate.adminApiKey', 'config.baseline.adminApiKey'];
   for (const k of keys) {
     const key = /^[A-Za-z_$][\w$]*$/.test(k) ? `.${k}` : `["${k}"]`;
     const top = key.startsWith('.') ? key.slice(1) : key;

@@ -170,6 +170,13 @@ export const METRIC_CATALOG = [
     buckets: NATS_BUCKETS,
   },
   {
+    name: 'logprobe_self_probes_total',
+    type: 'counter',
+    help: 'Repeat pairs by what they probed, as the engine told (probe: cold_warm, not_cold, not_warm, unprobed); only cold_warm feeds LogprobSelfInconsistency.',
+    labelNames: ['backend', 'probe'],
+    owner: 'worker',
+  },
+  {
     name: 'logprobe_engine_profile',
     type: 'gauge',
     help: 'The engine profile in force for each backend (1 for the profile, 0 for the others): configured, or detected once under engine: auto.',
@@ -179,8 +186,15 @@ export const METRIC_CATALOG = [
   {
     name: 'logprobe_engine_capability',
     type: 'gauge',
-    help: "What each backend's engine offers logprobe, as serve's start-up probe found it (logprobe probe): 1 works, 0 does not; no series for a capability not asked (capability: logprobs, top_k_cap, token_ids, scoring, prompt_top_k, cache_counts, flush, cache_path, chat_rendering, determinism).",
+    help: "What each backend's engine offers logprobe, as serve's start-up probe found it (logprobe probe): 1 works, 0 does not; no series for a capability not asked (capability: logprobs, top_k_cap, token_ids, scoring, prompt_top_k, cache_counts, flush, cache_path, chat_rendering, determinism). The repeat probes also set cache_path to 0 when a backend's repeat pairs cannot tell a cold run from a warm one (no counts, no confirmed flush).",
     labelNames: ['backend', 'capability'],
+    owner: 'worker',
+  },
+  {
+    name: 'logprobe_logprobs_capped_total',
+    type: 'counter',
+    help: "Requests a backend refused for asking more logprobs than its cap (vLLM's --max-logprobs), resent within the cap it stated, by field (top_logprobs, logprobs: mirrored copies; prompt_logprobs, top_logprobs_num, n_probs: scoring).",
+    labelNames: ['backend', 'field'],
     owner: 'worker',
   },
   {

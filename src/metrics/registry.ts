@@ -21,7 +21,8 @@ import {
   SCORING_OUTCOMES,
 } from './catalog.js';
 import { ENGINE_NAMES } from '../scoring/profile.js';
-import { SELF_VERDICTS } from '../core/self.js';
+import { PROBE_SHAPES, SELF_VERDICTS } from '../core/self.js';
+import { CAPPED_FIELDS } from '../mirror/limits.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
@@ -114,6 +115,10 @@ export class Metrics {
       else this.gauge('logprobe_alert_firing').set({ alert }, 0);
     }
     for (const backend of BACKENDS) this.histogram('logprobe_self_shift_nats').zero({ backend });
+    for (const backend of BACKENDS) for (const probe of PROBE_SHAPES) this.counter('logprobe_self_probes_total').inc({ backend, probe }, 0);
+    // Not known until the backend's first repeat probe: NaN, not 0.
+    for (const backend of BACKENDS) this.gauge('logprobe_engine_capability').set({ backend, capability: 'cache_path' }, Number.NaN);
+    for (const backend of BACKENDS) for (const field of CAPPED_FIELDS) this.counter('logprobe_logprobs_capped_total').inc({ backend, field }, 0);
     this.gauge('logprobe_window_global_shift_ratio').set(0);
     this.gauge('logprobe_cusum_statistic').set(0);
     this.gauge('logprobe_mirror_queue_depth').set(0);

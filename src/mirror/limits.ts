@@ -69,8 +69,40 @@ export function parseLogprobLimit(status: number, body: unknown, options: { prom
   return null;
 }
 
+/**
+ * The logprobs cap of a scoring request (vLLM's `prompt_logprobs`: `Requested prompt logprobs of
+ * 25, which is greater than max allowed: 20`, `sampling_params.py` `_validate_logprobs`), or
+ * `null` when the answer is no such refusal. The prompt-logprob counterpart of
+ * {@link parseLogprobLimit}, which leaves these out on purpose (a copy's sample logprobs are not
+ * what was refused).
+ */
+export function parsePromptLogprobLimit(status: number, body: unknown): number | null {
+  if (!REFUSAL.has(status)) return null;
+  const text = errorText(body);
+  if (text.length === 0 || text.length > 64 * 1024 || !PROMPT_LOGPROBS.test(text)) return null;
+  for (const pattern of CAP_PATTERNS) {
+    const m = pattern.exec(text);
+    if (!m) continue;
+    const n = Number(m[1]);
+    if (Number.isSafeInteger(n) && n >= 0) return n;
+  }
+  return null;
+}
+
+/** The cap a refusal states for `field`: prompt logprobs by {@link parsePromptLogprobLimit}, any other by {@link parseLogprobLimit}. */
+export function parseCapFor(field: CappedField, status: number, body: unknown): number | null {
+  return field === 'prompt_logprobs' ? parsePromptLogprobLimit(status, body) : parseLogprobLimit(status, body);
+}
+
 /** The field that carries the count: chat's `top_logprobs`, completions' integer `logprobs`. */
 export type LogprobsField = 'top_logprobs' | 'logprobs';
+
+/**
+ * Every field whose count a backend may cap: the copies' two, and the scoring calls' (vLLM's
+ * `prompt_logprobs`, SGLang's `top_logprobs_num`, llama-server's `n_probs`).
+ */
+export const CAPPED_FIELDS = ['top_logprobs', 'logprobs', 'prompt_logprobs', 'top_logprobs_num', 'n_probs'] as const;
+export type CappedField = (typeof CAPPED_FIELDS)[number];
 
 /**
  * How many top logprobs a mirrored body asks for, and in which field; `null` when it asks for
@@ -99,12 +131,12 @@ export class LogprobLimits {
   private readonly caps = new Map<string, number>();
 
   /** The cap learned for a backend's field, if any. */
-  get(backend: Backend, field: LogprobsField): number | undefined {
+  get(backend: Backend, field: CappedField): number | undefined {
     return this.caps.get(`${backend} ${field}`);
   }
 
   /** Records a cap; true when it is new or lower than the one known (worth a log line). */
-  learn(backend: Backend, field: LogprobsField, cap: number): boolean {
+  learn(backend: Backend, field: CappedField, cap: number): boolean {
     const known = this.get(backend, field);
     if (known !== undefined && known <= cap) return false;
     this.caps.set(`${backend} ${field}`, cap);
@@ -112,7 +144,7 @@ export class LogprobLimits {
   }
 
   /** The most both backends accept for `requested` in `field`: the request capped by both backends' caps. */
-  effective(field: LogprobsField, requested: number): number {
+  effective(field: CappedField, requested: number): number {
     const c = this.get('candidate', field) ?? Infinity;
     const b = this.get('baseline', field) ?? Infinity;
     return Math.min(requested, c, b);
@@ -130,6 +162,8 @@ export interface LimitedSend {
   send(backend: Backend, payload: string): Promise<BackendResult>;
   /** Called when a cap is learned or lowered (once per new cap, however many copies raced). */
   onLearned?(backend: Backend, field: LogprobsField, cap: number, requested: number): void;
+  /** Called for every refusal resent within the cap (`logprobe_logprobs_capped_total`). */
+  onRefused?(backend: Backend, field: LogprobsField): void;
 }
 
 /** Both answers, and the body both backends finally got (the one the pair should record). */
@@ -156,6 +190,7 @@ export async function sendOneWithinLimits(opts: LimitedSend, backend: Backend): 
   const result = await opts.send(backend, k < asked.k || opts.payload === undefined ? JSON.stringify(body) : opts.payload);
   const cap = parseLogprobLimit(result.status, result.body);
   if (cap === null || cap >= k) return { result, body };
+  opts.onRefused?.(backend, asked.field);
   if (opts.limits.learn(backend, asked.field, cap)) opts.onLearned?.(backend, asked.field, cap, k);
   const lowered = withinLogprobs(body, cap);
   return { result: await opts.send(backend, JSON.stringify(lowered)), body: lowered };
@@ -185,6 +220,7 @@ export async function sendWithinLimits(opts: LimitedSend): Promise<LimitedPair> 
     const result = await opts.send(backend, firstPayload);
     const cap = parseLogprobLimit(result.status, result.body);
     if (cap === null || cap >= k) return { result, k };
+    opts.onRefused?.(backend, field);
     if (limits.learn(backend, field, cap)) opts.onLearned?.(backend, field, cap, k);
     return { result: await opts.send(backend, JSON.stringify(withinLogprobs(first, cap))), k: cap };
   };

@@ -10,7 +10,7 @@ import { Calibration } from './calibration.js';
 import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
 import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from './limits.js';
 import { repeatOnce, type RepeatPair } from './repeat.js';
-import { bothCold, observeSelf, probeShape, selfEvidence, tickSelf } from '../core/self.js';
+import { bothCold, CacheCounts, observeSelf, selfEvidence, tickSelf } from '../core/self.js';
 import { AlertNotifier, generatorUrl } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
@@ -77,6 +77,10 @@ export class Mirror {
   private readonly limits = new LogprobLimits();
   /** Teacher-forced scoring through each backend's engine profile (src/scoring). */
   private readonly scorer: Scorer;
+  /** Which backends report their cache hits (a missing count then means 0). */
+  private readonly cacheCounts = new CacheCounts();
+  /** Backends whose repeat probes were said once to probe nothing (the log line is written once). */
+  private readonly unprobedSaid = new Set<Backend>();
 
   constructor(private readonly deps: MirrorDeps) {
     const { config } = deps;
@@ -104,6 +108,10 @@ export class Mirror {
         const g = deps.metrics.gauge('logprobe_engine_profile');
         for (const p of ENGINE_NAMES) g.set({ backend, profile: p }, p === profile ? 1 : 0);
         this.log.info({ backend, profile, evidence }, `${backend} engine profile: ${profile} (${evidence})`);
+      },
+      onCap: (backend, field, cap, requested, learned) => {
+        deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend, field });
+        if (learned) this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: scoring now asks for at most ${cap} alternatives`);
       },
     });
     this.notifier = new AlertNotifier({
@@ -208,6 +216,7 @@ export class Mirror {
         headers: mirrorHeaders(job.headers, { role: 'candidate' }),
         timeoutMs: config.candidate.timeoutMs,
         model: config.candidate.model,
+        adminApiKey: config.candidate.adminApiKey,
       },
       baseline: {
         // Baseline-free: never called (no copy, no scoring goes to a baseline that is not there).
@@ -216,6 +225,7 @@ export class Mirror {
         headers: mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth, forwardHeaders: config.baseline.forwardHeaders }),
         timeoutMs: config.baseline.timeoutMs,
         model: config.baseline.model,
+        adminApiKey: config.baseline.adminApiKey,
       },
     };
   }
@@ -233,6 +243,7 @@ export class Mirror {
           ? callBackend(this.deps.candidatePool, config.candidate, job.path, targets.candidate.headers as Record<string, string>, withCopyParams(p, cExtra))
           : callBackend(targets.baseline.pool, { ...config.baseline, url: targets.baseline.url }, job.path, targets.baseline.headers as Record<string, string>, withCopyParams(p, bExtra)),
       onLearned: (backend, field, cap, requested) => this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
+      onRefused: (backend, field) => this.deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend, field }),
     });
     job.body = sent.body;
     return [sent.candidate, sent.baseline];
@@ -250,6 +261,7 @@ export class Mirror {
         limits: this.limits,
         send: (_b, p) => callBackend(t.pool, upstream, job.path, t.headers as Record<string, string>, withCopyParams(p, extra)),
         onLearned: (b, field, cap, requested) => this.log.info({ backend: b, field, limit: cap, requested }, `${b} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
+        onRefused: (b, field) => this.deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend: b, field }),
       },
       backend,
     );
@@ -358,6 +370,7 @@ export class Mirror {
         source: { kind, body: job.body },
         busy: this.busy,
         when: config.analysis.scoring.when,
+        counts: this.cacheCounts,
       });
       repeats.push(rp);
       this.recordRepeat(job, rp, floor);
@@ -416,21 +429,58 @@ export class Mirror {
     const shifts = c.positions.map((p) => p.shift);
     for (const s of shifts) if (s !== null && s !== undefined) h.observe({ backend: rp.backend }, s);
     // Only a cold→warm pair says anything about the cache path (as far as the engine tells): a
-    // first run that reused a prefix, or a second that found it evicted, is not seen by the alert.
-    const probe = probeShape(rp.cached) === 'cold_warm';
-    if (probe && c.verdict !== 'incomparable' && c.comparable > 0) {
+    // first run that reused a prefix, a second that found it evicted, or a pair of which nothing
+    // says whether either touched the cache (`unprobed`), is counted and never seen by the alert.
+    metrics.counter('logprobe_self_probes_total').inc({ backend: rp.backend, probe: rp.probe });
+    this.cachePathCapability(rp);
+    if (rp.probe === 'cold_warm' && c.verdict !== 'incomparable' && c.comparable > 0) {
       this.advanceSelf(rp.backend, observeSelf(this.selfDetectors[rp.backend], { ...selfEvidence(c), noiseFloor: floor, requestId: job.id }, config.alert, this.now(), rp.backend));
     }
     // The floor learns from the trusted side only: the baseline's repeats, or (baseline-free) the
     // candidate's when both runs were cold — never the candidate's warm-vs-cold disagreement,
     // which is what a cache bug looks like.
-    const trusted = rp.backend === 'baseline' || (this.baselinePool === null && bothCold(rp.cached, rp.flushed));
+    const trusted = rp.backend === 'baseline' || (this.baselinePool === null && bothCold(rp.counts, rp.confirmedFlush));
     this.calibration.add(
       rp.backend,
       shifts.filter((s): s is number => typeof s === 'number'),
       { trusted },
     );
     this.publishCalibration(rp.backend);
+  }
+
+  /**
+   * `logprobe_engine_capability{capability="cache_path"}` of a backend from its repeat pairs: 1 once
+   * it has reported a cache count or confirmed a flush; 0, said once in the log with the server
+   * flag that fixes it, when a pair could not be judged (`unprobed`) and the backend has never
+   * reported a count.
+   */
+  private cachePathCapability(rp: RepeatPair): void {
+    const g = this.deps.metrics.gauge('logprobe_engine_capability');
+    if (this.cacheCounts.reported(rp.backend) || rp.confirmedFlush) {
+      g.set({ backend: rp.backend, capability: 'cache_path' }, 1);
+      return;
+    }
+    if (rp.probe !== 'unprobed') return;
+    g.set({ backend: rp.backend, capability: 'cache_path' }, 0);
+    if (this.unprobedSaid.has(rp.backend)) return;
+    this.unprobedSaid.add(rp.backend);
+    void this.scorer
+      .profile(rp.backend, this.targetsFor(rp.backend))
+      .then(
+        (p) => p.name,
+        () => null,
+      )
+      .then((engine) => {
+        this.log.warn(
+          { backend: rp.backend, engine, fix: unprobedFix(engine) },
+          `${rp.backend} cannot probe its cache path: ${unprobedFix(engine)}; its repeat pairs are counted as unprobed and never fed to LogprobSelfInconsistency`,
+        );
+      });
+  }
+
+  /** A backend's scoring target without a job's client headers (for profile lookups). */
+  private targetsFor(backend: Backend): ScoringTarget {
+    return this.targets({ id: '', route: '', path: '', headers: {}, body: {}, payload: '' })[backend];
   }
 
   /**
@@ -532,4 +582,13 @@ export class Mirror {
     await this.notifier.flush();
     if (this.ownsBaselinePool) await this.baselinePool?.close();
   }
+}
+
+/** What makes a backend's repeat pairs judgeable, by engine: the server flag that reports its cache hits. */
+export function unprobedFix(engine: string | null): string {
+  if (engine === 'vllm')
+    return 'the engine reports no cache hits and its /reset_prefix_cache 200 does not prove the cache was emptied (vLLM does not check): start vLLM with --enable-prompt-tokens-details';
+  if (engine === 'sglang')
+    return 'the engine reports no cache hits and no flush succeeded: start SGLang with --enable-cache-report (and set mirror.repeat.flush with the admin key, candidate.adminApiKey, where --admin-api-key is set)';
+  return 'the engine reports no cache hits (usage.prompt_tokens_details.cached_tokens) and no flush was confirmed';
 }

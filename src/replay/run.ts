@@ -10,7 +10,7 @@ import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js
 import type { ScoringTarget } from '../scoring/http.js';
 import { analyzePair, type PairResult } from '../report/pair.js';
 import { repeatOnce } from '../mirror/repeat.js';
-import { probeShape } from '../core/self.js';
+import { CacheCounts } from '../core/self.js';
 import type { Summary } from '../report/summary.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
 import { replayedPair, toReplayItem, type ReplayItem } from './input.js';
@@ -78,6 +78,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   let started = 0;
   let done = 0;
   const scorer = new Scorer(o.scoring);
+  const counts = new CacheCounts();
   const targets: Record<'candidate' | 'baseline', ScoringTarget> = {
     candidate: { pool: candidatePool, url: o.candidate.url, headers: cHeaders, timeoutMs: o.candidate.timeoutMs, model: o.candidate.model ?? null },
     baseline: { pool: baselinePool ?? candidatePool, url: baseline.url, headers: bHeaders, timeoutMs: baseline.timeoutMs, model: baseline.model ?? null },
@@ -103,6 +104,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
       source: { kind: item.kind, body: request },
       busy: false,
       when: o.scoring.when,
+      counts,
     });
     const cand = first.result;
     const outcome = cand.error !== null || cand.status >= 400 ? 'candidate_error' : 'ok';
@@ -116,7 +118,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
       route: item.route,
       result,
       noiseFloor: o.thresholds.noiseFloor,
-      repeats: [{ backend: 'candidate', flushed: false, probe: probeShape(rp.cached), comparison: rp.analysis, verdict: rp.verdict }],
+      repeats: [{ backend: 'candidate', flushed: false, probe: rp.probe, comparison: rp.analysis, verdict: rp.verdict }],
     });
     o.onPair?.(++done);
   };

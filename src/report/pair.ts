@@ -1,7 +1,7 @@
 import { compare, parseResponse, recount, withScoring, type Comparison, type Health, type ParsedResponse, type PromptBlock, type ScoredBlock, type Thresholds } from '../core/index.js';
 import { clip, failureReason } from '../mirror/failure.js';
 import type { MirrorOutcome } from '../mirror/types.js';
-import { probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
+import { PROBE_SHAPES, probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
 
 /** What a backend answered, as far as the comparison is concerned (a capture side or a live result). */
 export interface SideAnswer {
@@ -59,10 +59,13 @@ export interface RepeatResult {
 /** Re-analyses a captured repeat probe: second run vs first (the record's side of that backend). */
 export function analyzeRepeat(
   first: SideAnswer | null,
-  r: { backend: 'candidate' | 'baseline'; flushed: boolean; second: SideAnswer & { body?: unknown }; analysis?: CapturedScoring | null },
+  r: { backend: 'candidate' | 'baseline'; flushed: boolean; probe?: unknown; second: SideAnswer & { body?: unknown }; analysis?: CapturedScoring | null },
   t: Thresholds,
 ): RepeatResult {
-  const base = { backend: r.backend, flushed: r.flushed, probe: probeShape(repeatCache(first?.body, r.second.body)) };
+  // As judged online (the counts as the backend was known to report them, the flush confirmed or
+  // not); a record before it: from its own counts, a flush taken as confirmed.
+  const probe = PROBE_SHAPES.includes(r.probe as ProbeShape) ? (r.probe as ProbeShape) : probeShape(repeatCache(first?.body, r.second.body), r.flushed);
+  const base = { backend: r.backend, flushed: r.flushed, probe };
   if (first === null || failed(first) || failed(r.second)) return { ...base, comparison: null, verdict: null };
   const free = compare(parseResponse(r.second.body), parseResponse(first.body), t);
   const comparison = r.analysis?.scored && free.verdict !== 'incomparable' ? rescored(free, { scored: r.analysis.scored, prompt: null }, t) : free;

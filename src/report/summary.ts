@@ -67,7 +67,16 @@ export interface SummaryData {
   /** Pairs without a baseline (baseline-free mode): only their repeats say anything. */
   baselineFree: number;
   /** Repeat probes per backend: self verdicts, the shift between the runs, and how many had their first run cold for sure. */
-  repeats: Array<{ backend: 'candidate' | 'baseline'; pairs: number; flushed: number; notCold: number; notWarm: number; verdicts: Record<SelfVerdict, number>; positionShift: HistogramData }>;
+  repeats: Array<{
+    backend: 'candidate' | 'baseline';
+    pairs: number;
+    flushed: number;
+    notCold: number;
+    notWarm: number;
+    unprobed: number;
+    verdicts: Record<SelfVerdict, number>;
+    positionShift: HistogramData;
+  }>;
   /** Teacher-forced scoring: pairs by outcome (pairs that needed none are not counted), the most frequent reasons, and the loci found. */
   scoring: {
     outcomes: Record<ScoringOutcome, number>;
@@ -137,7 +146,7 @@ export class Summary {
   private baselineFree = 0;
   private readonly selfStats = new Map<
     'candidate' | 'baseline',
-    { pairs: number; flushed: number; notCold: number; notWarm: number; verdicts: Record<SelfVerdict, number>; shift: Histogram; detector: DetectorState }
+    { pairs: number; flushed: number; notCold: number; notWarm: number; unprobed: number; verdicts: Record<SelfVerdict, number>; shift: Histogram; detector: DetectorState }
   >();
 
   constructor(private readonly options: SummaryOptions = {}) {
@@ -212,6 +221,7 @@ export class Summary {
         flushed: 0,
         notCold: 0,
         notWarm: 0,
+        unprobed: 0,
         verdicts: Object.fromEntries(SELF_VERDICTS.map((v) => [v, 0])) as Record<SelfVerdict, number>,
         shift: new Histogram(logEdges(-6, 2, 10)),
         detector: initialDetectorState(),
@@ -222,6 +232,7 @@ export class Summary {
     if (r.flushed) s.flushed++;
     if (r.probe === 'not_cold') s.notCold++;
     if (r.probe === 'not_warm') s.notWarm++;
+    if (r.probe === 'unprobed') s.unprobed++;
     const c = r.comparison;
     if (c === null || r.verdict === null) return;
     s.verdicts[r.verdict]++;
@@ -315,6 +326,7 @@ export class Summary {
         flushed: s.flushed,
         notCold: s.notCold,
         notWarm: s.notWarm,
+        unprobed: s.unprobed,
         verdicts: { ...s.verdicts },
         positionShift: s.shift.toJSON(),
       })),

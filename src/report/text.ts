@@ -185,7 +185,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
         .join(', ') || 'none compared';
     out.push(
       '',
-      `repeats on the ${r.backend} (the same request twice: cold, then warm from its cache): ${int(r.pairs)} pairs, ${int(r.flushed)} with the cache emptied first${r.notCold > 0 ? `, ${int(r.notCold)} whose first run already reused a cached prefix (warm↔warm)` : ''}${r.notWarm > 0 ? `, ${int(r.notWarm)} whose second run found its prefix evicted (cold↔cold)` : ''}${r.notCold + r.notWarm > 0 ? ' — the engine said so; the alert counts only cold→warm pairs' : ''}; ${mix}`,
+      `repeats on the ${r.backend} (the same request twice: cold, then warm from its cache): ${int(r.pairs)} pairs, ${int(r.flushed)} with the cache emptied first${r.notCold > 0 ? `, ${int(r.notCold)} whose first run already reused a cached prefix (warm↔warm)` : ''}${r.notWarm > 0 ? `, ${int(r.notWarm)} whose second run found its prefix evicted (cold↔cold)` : ''}${r.unprobed > 0 ? `, ${int(r.unprobed)} unprobed (the engine reported no cache hits and no flush was confirmed: nothing says either run touched the cache)` : ''}${r.notCold + r.notWarm + r.unprobed > 0 ? ' — the alert counts only cold→warm pairs' : ''}; ${mix}`,
     );
     if (r.positionShift.n > 0)
       out.push(

@@ -9,11 +9,20 @@ export interface ScoringTarget {
   timeoutMs: number;
   /** `candidate.model` / `baseline.model`: the backend's served name, put in place of a body's `model`; null or absent: unchanged. */
   model?: string | null;
+  /** `candidate.adminApiKey` / `baseline.adminApiKey`: sent instead of the API key to the cache flush (SGLang's `--admin-api-key`). */
+  adminApiKey?: string | null;
 }
 
 /** An engine answered something the profile cannot use: the pair is `failed`, with this message. */
 export class ScoringError extends Error {
   override readonly name = 'ScoringError';
+  constructor(
+    message: string,
+    /** The engine's answer, when it refused the request (a logprobs cap is read from it). */
+    readonly answer?: { status: number; body: unknown },
+  ) {
+    super(message);
+  }
 }
 
 /** An engine does not offer what the profile needs: the pair is `unsupported`, with this message. */
@@ -60,7 +69,7 @@ export async function requestJson(target: ScoringTarget, method: 'GET' | 'POST',
 export async function postOk(target: ScoringTarget, path: string, body: unknown): Promise<Record<string, unknown>> {
   const a = await requestJson(target, 'POST', path, body);
   if (a.status === 404 || a.status === 405 || a.status === 501) throw new UnsupportedError(`${path} answered ${a.status}${errorText(a.body)}`);
-  if (a.status < 200 || a.status >= 300) throw new ScoringError(`${path} answered ${a.status}${errorText(a.body)}`);
+  if (a.status < 200 || a.status >= 300) throw new ScoringError(`${path} answered ${a.status}${errorText(a.body)}`, { status: a.status, body: a.body });
   if (typeof a.body !== 'object' || a.body === null || Array.isArray(a.body)) throw new ScoringError(`${path} answered a body that is not a JSON object`);
   return a.body as Record<string, unknown>;
 }

@@ -18,6 +18,9 @@ export const llamacppProfile: EngineProfile = {
   method: 'llamacpp /completion per position (cache_prompt)',
   mode: 'incremental',
   copyParams: {},
+  readsCache: true,
+  flushConfirms: true,
+  capField: 'n_probs',
 
   async promptIds(target: ScoringTarget, source: PromptSource): Promise<number[]> {
     if (source.kind === 'completions') {

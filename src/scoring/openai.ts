@@ -15,6 +15,9 @@ export const openaiProfile: EngineProfile = {
   method: 'openai /v1/completions echo',
   mode: 'prefill',
   copyParams: {},
+  readsCache: false,
+  flushConfirms: false,
+  capField: 'logprobs',
 
   async promptIds(_target: ScoringTarget, source: PromptSource): Promise<number[]> {
     if (source.kind === 'chat') throw new UnsupportedError('an OpenAI-compatible server scores completions prompts only (echo), not chat');

@@ -1,6 +1,7 @@
 import type { ScoredSide, ScoringMode } from '../core/scored.js';
 import { readId } from '../core/parse/values.js';
 import { requestJson, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
+import type { CappedField } from '../mirror/limits.js';
 
 /** The engines logprobe knows how to score on (`candidate.engine` / `baseline.engine`, besides `auto`). */
 export const ENGINE_NAMES = ['vllm', 'sglang', 'llamacpp', 'openai'] as const;
@@ -24,7 +25,11 @@ export interface ScoreSpec {
 }
 
 /** One side's scoring and where its prompt block starts. */
-export type ProfileScore = ScoredSide & { promptStart: number };
+export type ProfileScore = ScoredSide & {
+  promptStart: number;
+  /** The engine returned the forced tokens' own logprobs and no alternatives (vLLM's V2 model runner at some versions). */
+  topless?: boolean;
+};
 
 /**
  * How to get token ids from an engine and score a fixed sequence on it (docs/engines.md). Each
@@ -42,6 +47,18 @@ export interface EngineProfile {
    * token ids (they change no token and no logprob).
    */
   readonly copyParams: Readonly<Record<string, unknown>>;
+  /**
+   * Whether scoring reads the engine's prefix cache: llama-server's continuation calls do
+   * (`cache_prompt: true`, the decode path over the cached prefix); vLLM's prompt logprobs do not
+   * (`skip_reading_prefix_cache`), nor SGLang's (`logprob_start_len: 0` caps the reused prefix at
+   * 0). A scoring that does not read it says nothing of the warm path and never stands in for a
+   * warm run's own positions (mirror/repeat.ts).
+   */
+  readonly readsCache: boolean;
+  /** Whether a 2xx from {@link flush} proves the cache was emptied (vLLM's does not: its server does not check). */
+  readonly flushConfirms: boolean;
+  /** The request field of {@link score} whose count the engine may cap (vLLM's `--max-logprobs` on `prompt_logprobs`). */
+  readonly capField: CappedField;
   /** The request's prompt as the engine tokenizes it (chat through its own template). */
   promptIds(target: ScoringTarget, source: PromptSource): Promise<number[]>;
   /** Token ids of a piece of generated text, no special tokens (when the answer carried no ids). */
@@ -54,7 +71,10 @@ export interface EngineProfile {
 
 /** POSTs a cache-reset endpoint: 2xx is done; `unsupported` (status → why) is an UnsupportedError, anything else a ScoringError. */
 export async function postFlush(target: ScoringTarget, path: string, unsupported: Readonly<Record<number, string>>): Promise<void> {
-  const a = await requestJson(target, 'POST', path, {});
+  // The admin key (`candidate.adminApiKey` / `baseline.adminApiKey`) where one is configured:
+  // SGLang's admin endpoints refuse the plain API key once `--admin-api-key` is set.
+  const t = target.adminApiKey ? { ...target, headers: { ...target.headers, authorization: `Bearer ${target.adminApiKey}` } } : target;
+  const a = await requestJson(t, 'POST', path, {});
   if (a.status >= 200 && a.status < 300) return;
   const why = unsupported[a.status];
   if (why !== undefined) throw new UnsupportedError(why);

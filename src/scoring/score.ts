@@ -2,6 +2,7 @@ import type { Comparison, ParsedResponse, Thresholds } from '../core/types.js';
 import { notScored, scoredBlocks, withScoring, type PromptBlock, type ScoredBlock, type ScoredPair } from '../core/scored.js';
 import { detectEngine, type EngineSetting } from './detect.js';
 import { ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
+import { LogprobLimits, parseCapFor, type CappedField } from '../mirror/limits.js';
 import { modelOf, type EngineName, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
 import { vllmProfile } from './vllm.js';
 import { sglangProfile } from './sglang.js';
@@ -71,11 +72,22 @@ export class Scorer {
    * `-np 1`) and turn them into cold prefills.
    */
   private readonly turns = new Map<Backend, Promise<unknown>>();
+  /** The scoring calls' logprobs caps each backend stated (vLLM's `--max-logprobs` on `prompt_logprobs`). */
+  private readonly caps = new LogprobLimits();
 
   constructor(
     private readonly options: ScoringOptions,
-    private readonly hooks: { onProfile?: (backend: Backend, profile: EngineName, evidence: string) => void } = {},
+    private readonly hooks: {
+      onProfile?: (backend: Backend, profile: EngineName, evidence: string) => void;
+      /** A scoring call was refused for asking more than the backend's cap and resent within it (`learned`: the cap is new or lower). */
+      onCap?: (backend: Backend, field: CappedField, cap: number, requested: number, learned: boolean) => void;
+    } = {},
   ) {}
+
+  /** The cap learned for a backend's scoring field, if any. */
+  cap(backend: Backend, field: CappedField): number | undefined {
+    return this.caps.get(backend, field);
+  }
 
   /** The profile of a backend: configured, or detected once (a failed detection is retried on the next pair). */
   profile(backend: Backend, target: ScoringTarget): Promise<EngineProfile> {
@@ -167,9 +179,27 @@ export class Scorer {
     await this.inTurn(backend, { ...profile, mode: 'incremental' }, () => profile.flush(target));
   }
 
-  /** Scores a prepared sequence on one backend (in its turn, for incremental profiles). */
-  scoreSide(backend: Backend, target: ScoringTarget, profile: EngineProfile, spec: ScoreSpec): Promise<ProfileScore> {
-    return this.inTurn(backend, profile, () => profile.score(target, spec));
+  /**
+   * Scores a prepared sequence on one backend (in its turn, for incremental profiles), within the
+   * cap it stated: asked for more alternatives than it allows (vLLM: `Requested prompt logprobs of
+   * N, which is greater than max allowed: M`), the cap is learned for that backend and field, and
+   * the call is made once more within it; later calls ask within it from the start. `topK`: the
+   * alternatives it was scored with.
+   */
+  scoreSide(backend: Backend, target: ScoringTarget, profile: EngineProfile, spec: ScoreSpec): Promise<ProfileScore & { topK: number }> {
+    return this.inTurn(backend, profile, async () => {
+      const known = this.caps.get(backend, profile.capField);
+      const k = known !== undefined ? Math.min(spec.topK, known) : spec.topK;
+      try {
+        return { ...(await profile.score(target, { ...spec, topK: k })), topK: k };
+      } catch (err) {
+        const cap = err instanceof ScoringError && err.answer ? parseCapFor(profile.capField, err.answer.status, err.answer.body) : null;
+        if (cap === null || cap >= k) throw err;
+        const learned = this.caps.learn(backend, profile.capField, cap);
+        this.hooks.onCap?.(backend, profile.capField, cap, k, learned);
+        return { ...(await profile.score(target, { ...spec, topK: cap })), topK: cap };
+      }
+    });
   }
 
   private async scorePair(p: PairToScore): Promise<ScoredPair> {
@@ -178,18 +208,28 @@ export class Scorer {
     if (!sameIds(cPrompt, spec.prompt)) {
       throw new ScoringError(`the backends tokenize the prompt differently (${cPrompt.length} and ${spec.prompt.length} tokens): tokenizers or chat templates differ`);
     }
-    const [c, b] = await Promise.all([this.scoreSide('candidate', p.targets.candidate, cp, spec), this.scoreSide('baseline', p.targets.baseline, bp, spec)]);
+    const within = { ...spec, topK: Math.min(spec.topK, this.caps.get('candidate', cp.capField) ?? Infinity, this.caps.get('baseline', bp.capField) ?? Infinity) };
+    let [c, b] = await Promise.all([this.scoreSide('candidate', p.targets.candidate, cp, within), this.scoreSide('baseline', p.targets.baseline, bp, within)]);
+    // One side was lowered to its cap here: the other is scored again as wide, so both sides
+    // are compared over the same number of alternatives (as the mirrored copies are).
+    if (c.topK < b.topK) b = await this.scoreSide('baseline', p.targets.baseline, bp, { ...spec, topK: c.topK });
+    else if (b.topK < c.topK) c = await this.scoreSide('candidate', p.targets.candidate, cp, { ...spec, topK: b.topK });
     return pairOf(c, b, cp, bp);
   }
 }
 
 /** Two sides' scorings as a pair: the prompt blocks line up only from the later of the two starts. */
 export function pairOf(c: ProfileScore, b: ProfileScore, cp: Pick<EngineProfile, 'name' | 'method' | 'mode'>, bp: Pick<EngineProfile, 'name' | 'method' | 'mode'>): ScoredPair {
-  const method = cp.name === bp.name ? bp.method : `${cp.method} vs ${bp.method}`;
+  const method = withTopless(cp.name === bp.name ? bp.method : `${cp.method} vs ${bp.method}`, c.topless === true || b.topless === true);
   const mode = cp.mode === 'incremental' && bp.mode === 'incremental' ? 'incremental' : 'prefill';
   const start = Math.max(c.promptStart, b.promptStart);
   const trim = (side: ProfileScore) => side.prompt.slice(start - side.promptStart);
   return { candidate: { prompt: trim(c), continuation: c.continuation }, baseline: { prompt: trim(b), continuation: b.continuation }, method, mode, promptStart: start };
+}
+
+/** The method's name, saying so when a side returned no alternatives (vLLM's V2 model runner: the prompt token only). */
+export function withTopless(method: string, topless: boolean): string {
+  return topless ? `${method} (chosen tokens only: the engine returned no top-k, gaps and flips unknown)` : method;
 }
 
 /** A mirrored payload with an engine profile's extra fields merged in (none: the payload as it is). */

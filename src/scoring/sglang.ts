@@ -1,8 +1,21 @@
 import { readId } from '../core/parse/values.js';
 import type { TokenStep } from '../core/types.js';
-import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
+import { postOk, requestJson, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
 import { idPrompt, modelOf, postFlush, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
 import { forcedStep, tupleAlternatives } from './steps.js';
+
+/** Backends (by URL) whose `/tokenize` takes no `messages`. */
+const noChatTokenize = new Set<string>();
+
+/** Fields of a chat request that shape its rendered prompt; sampling and output fields are left out. */
+const RENDER_FIELDS = ['messages', 'tools', 'tool_choice', 'response_format', 'reasoning_effort', 'chat_template_kwargs', 'continue_final_message', 'add_generation_prompt'];
+
+/** The fields of a chat request that shape its prompt. */
+function chatFields(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const k of RENDER_FIELDS) if (body[k] !== undefined && body[k] !== null) out[k] = body[k];
+  return out;
+}
 
 /**
  * SGLang (sgl-project/sglang, `srt/entrypoints/http_server.py`, `srt/managers/io_struct.py`,
@@ -10,15 +23,20 @@ import { forcedStep, tupleAlternatives } from './steps.js';
  * `return_logprob: true`, `logprob_start_len: 0`, `top_logprobs_num: K`; `meta_info`'s
  * `input_token_logprobs` are `[logprob, id, text]` tuples and `input_top_logprobs` lists of them.
  * Their alignment changed between versions (the first entry is null in new ones), so positions are
- * counted from the end of the input. `/tokenize` takes text only: SGLang has no chat-template
- * endpoint, so a chat prompt's ids come from `return_prompt_token_ids` on a one-token chat
- * request (newer SGLang), else chat is not scored. One prefill pass.
+ * counted from the end of the input. A chat prompt's ids: `/tokenize` with `messages` (newer
+ * SGLang, `entrypoints/openai/protocol.py` `TokenizeRequest`), else `return_prompt_token_ids` on a
+ * one-token chat request with the request's own rendering inputs, else chat is not scored. One
+ * prefill pass, which does not read the prefix cache: `logprob_start_len` caps the reused prefix
+ * (`managers/schedule_batch.py`), 0 reuses nothing.
  */
 export const sglangProfile: EngineProfile = {
   name: 'sglang',
   method: 'sglang /generate input_token_logprobs',
   mode: 'prefill',
   copyParams: { return_token_ids: true },
+  readsCache: false,
+  flushConfirms: true,
+  capField: 'top_logprobs_num',
 
   async promptIds(target: ScoringTarget, source: PromptSource): Promise<number[]> {
     const model = modelOf(source.body);
@@ -28,8 +46,18 @@ export const sglangProfile: EngineProfile = {
       if (typeof source.body.prompt !== 'string') throw new UnsupportedError('the completions prompt is neither a string nor token ids');
       return tokenIds(await postOk(target, '/tokenize', { model, prompt: source.body.prompt, add_special_tokens: true }));
     }
-    const chat: Record<string, unknown> = { model, messages: source.body.messages, max_tokens: 1, temperature: 0, stream: false, return_prompt_token_ids: true };
-    for (const k of ['chat_template_kwargs', 'tools']) if (source.body[k] !== undefined) chat[k] = source.body[k];
+    // Newer SGLang tokenizes messages through the chat template (`/tokenize` with `messages`).
+    if (!noChatTokenize.has(target.url)) {
+      const a = await requestJson(target, 'POST', '/tokenize', { ...chatFields(source.body), model, add_special_tokens: false });
+      const tokens = (a.body as { tokens?: unknown } | null)?.tokens;
+      if (a.status === 200 && Array.isArray(tokens) && tokens.length > 0 && tokens.every((x) => readId(x) !== undefined)) return tokens as number[];
+      // An older /tokenize (prompt only: a 400/422 for the missing prompt), or none: the chat
+      // generation below, from now on (another failure is tried again next time).
+      if (a.status === 400 || a.status === 422 || a.status === 404 || a.status === 200) noChatTokenize.add(target.url);
+    }
+    // Else a one-token chat generation with the request's own inputs (tools, tool_choice,
+    // response_format, reasoning_effort, chat_template_kwargs, …), its prompt ids returned.
+    const chat: Record<string, unknown> = { ...chatFields(source.body), model, max_tokens: 1, temperature: 0, stream: false, return_prompt_token_ids: true };
     const answer = await postOk(target, '/v1/chat/completions', chat);
     const ids = ((answer.choices as unknown[] | undefined)?.[0] as { prompt_token_ids?: unknown } | undefined)?.prompt_token_ids;
     if (!Array.isArray(ids) || !ids.every((x) => readId(x) !== undefined))
@@ -37,8 +65,10 @@ export const sglangProfile: EngineProfile = {
     return ids as number[];
   },
 
-  // GET or POST; 400 while requests run (http_server.py): the repeat then goes without a flush.
-  flush: (target) => postFlush(target, '/flush_cache', { 404: 'this SGLang has no /flush_cache' }),
+  // GET or POST; 400 while requests run (http_server.py), unless `?timeout=` (seconds) lets it
+  // wait for idle: half the backend's timeout, so that the answer comes within it. Older SGLang
+  // ignores the parameter; a 400 then means the repeat goes without a flush.
+  flush: (target) => postFlush(target, `/flush_cache?timeout=${Math.max(1, Math.floor(target.timeoutMs / 2000))}`, { 404: 'this SGLang has no /flush_cache' }),
 
   async tokenize(target, text, model) {
     return tokenIds(await postOk(target, '/tokenize', { model, prompt: text, add_special_tokens: false }));
