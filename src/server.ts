@@ -62,7 +62,7 @@ export interface LogprobeRuntime {
  */
 export function createRuntime(config: Config, options: RuntimeOptions = {}): LogprobeRuntime {
   const logDestination = options.logDestination ?? (options.logger ? process.stdout : stdoutDestination());
-  const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination });
+  const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact, keys: [config.baseline.apiKey], destination: logDestination });
   // The proxy's thread's metrics; the worker has its own (src/metrics/catalog.ts says which).
   // Custom parts run on this thread: they get every metric.
   const metrics = new Metrics({ thread: options.makeParts ? undefined : 'main', mirrorRoutes: config.mirror.routes });

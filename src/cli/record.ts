@@ -82,6 +82,7 @@ export const recordCommand: CommandFactory = (setExit) =>
           thresholds,
           out: handle,
           secrets: [config.baseline.apiKey],
+          redactFields: config.log.redact,
           onSkip: (m) => process.stderr.write(`${m}\n`),
           onRecord: (done) => progress.update(done, {}),
         });

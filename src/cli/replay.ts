@@ -110,6 +110,7 @@ export const replayCommand: CommandFactory = (setExit) =>
         file: out,
         thresholds,
         secrets: [config.baseline.apiKey],
+        redactFields: config.log.redact,
         onError: (reason) => {
           if (!lost.has(reason)) process.stderr.write(`logprobe: writing ${out} failed (${reason}); pairs are missing from it\n`);
           lost.add(reason);

@@ -90,7 +90,7 @@ export interface ClusterRuntime {
 export function createClusterRuntime(config: Config, workers: number): ClusterRuntime {
   if (!cluster.isPrimary) throw new Error('createClusterRuntime runs in the primary process only');
   const logDestination = stdoutDestination();
-  const logger = createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination });
+  const logger = createLogger({ level: config.log.level, redact: config.log.redact, keys: [config.baseline.apiKey], destination: logDestination });
   const log = logger.child({ module: 'cluster' });
   // The primary's own: the mirror's hand-over (skipped, dropped), logprobe_mirror_worker_up, the
   // readiness probe's connection, its process metrics; the client path's families stay at 0 here.

@@ -45,7 +45,7 @@ export function runProxyWorker(): void {
 
 async function serveWorker(config: Config, index: number, send: (m: FromProxyWorker, cb?: (err: Error | null) => void) => void): Promise<void> {
   const logDestination = stdoutDestination();
-  const logger = createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination }).child({ worker: index, pid: process.pid });
+  const logger = createLogger({ level: config.log.level, redact: config.log.redact, keys: [config.baseline.apiKey], destination: logDestination }).child({ worker: index, pid: process.pid });
   // The client path's metrics (thread `main`): requests, durations, overflow, the candidate
   // pool's connections, the hand-over's skipped and dropped copies.
   const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });

@@ -50,6 +50,7 @@ if (process.platform === 'linux') {
 const logger = createLogger({
   level: config.log.level,
   redact: config.log.redact,
+  keys: [config.baseline.apiKey],
   destination: { write: (line: string) => post({ t: 'log', line }) },
 });
 // The metrics this thread owns (src/metrics/catalog.ts), every known series at 0.

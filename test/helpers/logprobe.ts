@@ -57,7 +57,7 @@ export async function startLogprobe(
     capture: { enabled: false, ...(input.capture ?? {}) },
   });
   const logs = new LogSink();
-  const logger = createLogger({ level: config.log.level, redact: config.log.redact, destination: logs });
+  const logger = createLogger({ level: config.log.level, redact: config.log.redact, keys: [config.baseline.apiKey], destination: logs });
   const runtime = createRuntime(config, {
     logger,
     logDestination: logs,
