@@ -11,6 +11,7 @@ import { createUpstreamPool } from './upstream/pool.js';
 import { MirrorThread } from './mirror/thread.js';
 import type { MirrorListeners } from './mirror/types.js';
 import { mirrorStartLine } from './config/summary.js';
+import { configuredKeys } from './capture/redact.js';
 
 /** A part of the process that must be stopped cleanly (mirror queue, capture writer, …). */
 export interface Closeable {
@@ -64,7 +65,7 @@ export interface LogprobeRuntime {
  */
 export function createRuntime(config: Config, options: RuntimeOptions = {}): LogprobeRuntime {
   const logDestination = options.logDestination ?? (options.logger ? process.stdout : stdoutDestination());
-  const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination });
+  const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact, keys: configuredKeys(config), destination: logDestination });
   // The proxy's thread's metrics; the worker has its own (src/metrics/catalog.ts says which).
   // Custom parts run on this thread: they get every metric.
   const metrics = new Metrics({ thread: options.makeParts ? undefined : 'main', mirrorRoutes: config.mirror.routes });

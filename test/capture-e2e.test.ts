@@ -101,3 +101,50 @@ test('serve: SIGTERM right after the last pair flushes the buffered records and 
   for (const l of lines) assert.doesNotThrow(() => JSON.parse(l), 'every record complete');
   assert.ok(!allText(dir).includes(SECRET) && !proc.output().includes(SECRET), 'no secret in captures or logs');
 });
+
+test('a capture directory that fails mid-run: clients and /readyz unaffected, every lost record counted, logprobe_capture_ok 0 then 1 when it is back', async (t) => {
+  const sim = await startSim();
+  t.after(() => sim.close());
+  const dir = join(tempDir(t), 'captures');
+  const lp = await startLogprobe({ candidate: { url: sim.url }, baseline: { url: sim.url }, mirror: { sampleRate: 1 }, capture: { enabled: true, dir, maxFileMB: 0.001 } });
+  t.after(() => lp.close());
+  // One record per file (maxFileMB under a record): each flush opens a file in the directory.
+  const scrape = async () => (await (await request(`${lp.adminUrl}/metrics`)).body.text()) as string;
+  const captureFiles = () => {
+    try {
+      return readdirSync(dir).length;
+    } catch {
+      return 0;
+    }
+  };
+  /** Waits until the worker's writer has flushed (its timer is 1 s) and the merged /metrics shows it. */
+  const until = async (ok: (m: string) => boolean): Promise<string> => {
+    for (let i = 0; i < 100; i++) {
+      const m = await scrape();
+      if (ok(m)) return m;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return scrape();
+  };
+  assert.equal(await send(lp.proxyUrl, 0), 200);
+  await lp.runtime.mirror!.idle();
+  const first = await until((m) => metricValue(m, 'logprobe_capture_records_dropped_total', { reason: 'write' }) === 0 && captureFiles() > 0);
+  assert.equal(metricValue(first, 'logprobe_capture_ok'), 1);
+  // The directory becomes a file: every open in it fails (ENOTDIR, reason `write`).
+  const { rmSync } = await import('node:fs');
+  rmSync(dir, { recursive: true });
+  writeFileSync(dir, 'not a directory any more');
+  for (let i = 1; i <= 6; i++) assert.equal(await send(lp.proxyUrl, i), 200, 'the client is served');
+  await lp.runtime.mirror!.idle();
+  const failing = await until((m) => metricValue(m, 'logprobe_capture_records_dropped_total', { reason: 'write' }) === 6);
+  assert.equal(metricValue(failing, 'logprobe_capture_records_dropped_total', { reason: 'write' }), 6, 'the 6 pairs mirrored meanwhile are counted as lost');
+  assert.equal(metricValue(failing, 'logprobe_capture_ok'), 0);
+  assert.equal((await request(`${lp.adminUrl}/readyz`)).statusCode, 200, '/readyz stays 200: captures never cut clients off');
+  // Back: the next records are written, the gauge says so.
+  rmSync(dir);
+  assert.equal(await send(lp.proxyUrl, 7), 200);
+  await lp.runtime.mirror!.idle();
+  const back = await until((m) => metricValue(m, 'logprobe_capture_ok') === 1);
+  assert.equal(metricValue(back, 'logprobe_capture_ok'), 1);
+  assert.equal(metricValue(back, 'logprobe_capture_records_dropped_total', { reason: 'write' }), 6);
+});

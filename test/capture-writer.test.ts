@@ -104,14 +104,16 @@ test('writes are buffered: nothing reaches the disk before the interval, everyth
 
 test('ENOSPC on write: the batch is dropped and counted, logged once per burst, the file abandoned; writing resumes in a new file', async (t) => {
   const dir = tempDir(t);
-  let failWrites = 2;
+  let failWrites = 3;
+  let failAfter = 1;
   const fs: CaptureFs = {
     mkdir: nodeCaptureFs.mkdir,
+    remove: nodeCaptureFs.remove,
     async open(path, o) {
       const f = await nodeCaptureFs.open(path, o);
       return {
         async write(data) {
-          if (failWrites > 0) {
+          if (failAfter-- <= 0 && failWrites > 0) {
             failWrites--;
             // A short write first: the partial line must stay the last line of its file.
             await f.write(data.subarray(0, 10));
@@ -124,20 +126,35 @@ test('ENOSPC on write: the batch is dropped and counted, logged once per burst, 
     },
   };
   const { w, logs, errors } = writer(dir, { fs, flushBytes: 1 });
-  for (let i = 0; i < 6; i++) {
+  for (let i = 0; i < 7; i++) {
     assert.doesNotThrow(() => w.write(makePair(i)));
     await w.flush();
   }
   await w.close();
-  assert.deepEqual(errors, ['ENOSPC', 'ENOSPC']);
-  assert.deepEqual(w.stats, { written: 4, dropped: 2 });
+  assert.deepEqual(errors, ['ENOSPC', 'ENOSPC', 'ENOSPC']);
+  assert.deepEqual(w.stats, { written: 4, dropped: 3 });
   const failures = logs.lines.filter((l) => l.msg === 'capture write failed: records are dropped until it recovers');
   assert.equal(failures.length, 1, 'one log line for the burst');
   assert.equal(failures[0]!.reason, 'ENOSPC');
   assert.ok(logs.lines.some((l) => l.msg === 'capture writes recovered'));
-  // Each failed file holds one partial line and nothing after it.
+  // The first file failed after a whole record: kept, its partial line last. The next two failed
+  // from their first write, holding no whole record: removed. Writing resumed in a third.
   const files = readdirSync(dir).sort();
-  assert.equal(files.length, 3);
+  assert.equal(files.length, 2, files.join(', '));
+  assert.deepEqual(
+    w.files.map((f) => Number(/-(\d+)\.jsonl$/.exec(f)![1])),
+    [1, 2],
+    'numbers are used again',
+  );
+  const first = readFileSync(
+    join(
+      dir,
+      files.find((f) => f.endsWith('-1.jsonl'))!,
+    ),
+    'utf8',
+  ).split('\n');
+  assert.equal(first.length, 2, 'a whole record, then the partial line of the failed one');
+  assert.ok(!first[1]!.endsWith('}'));
   const complete = files
     .flatMap((f) =>
       readFileSync(join(dir, f), 'utf8')
@@ -147,8 +164,59 @@ test('ENOSPC on write: the batch is dropped and counted, logged once per burst, 
     .filter((l) => l.endsWith('}'));
   assert.deepEqual(
     complete.map((l) => (JSON.parse(l) as { id: string }).id),
-    ['req-2', 'req-3', 'req-4', 'req-5'],
+    ['req-0', 'req-4', 'req-5', 'req-6'],
   );
+});
+
+test('a full disk, then freed: every lost record counted in logprobe_capture_records_dropped_total, no empty file left per retry, logprobe_capture_ok 0 then 1', async (t) => {
+  const dir = tempDir(t);
+  // As a full disk does: open() creates the file, every write fails with ENOSPC.
+  let full = true;
+  const disk: CaptureFs = {
+    ...nodeCaptureFs,
+    async open(path, o) {
+      const f = await nodeCaptureFs.open(path, o);
+      return {
+        write: (d) => (full ? Promise.reject(errno('ENOSPC')) : f.write(d)),
+        close: () => f.close(),
+      };
+    },
+  };
+  const metrics = new Metrics({ defaultMetrics: false });
+  const logs = new LogSink();
+  const w = createCaptureWriter({ config: buildConfig({ capture: { dir } }), logger: createLogger({ level: 'info', destination: logs }), metrics, fs: disk });
+  const read = async () => {
+    const text = await metrics.registry.metrics();
+    return {
+      ok: metricValue(text, 'logprobe_capture_ok'),
+      dropped: metricValue(text, 'logprobe_capture_records_dropped_total', { reason: 'ENOSPC' }),
+      errors: metricValue(text, 'logprobe_capture_errors_total', { reason: 'ENOSPC' }),
+      overflow: metricValue(text, 'logprobe_capture_records_dropped_total', { reason: 'overflow' }),
+    };
+  };
+  assert.deepEqual(await read(), { ok: 1, dropped: 0, errors: 0, overflow: 0 }, 'before anything: working, series at zero');
+  // 15 retries on the full disk (one per flush, as the 1 s timer does), 1 to 3 records each.
+  let sent = 0;
+  for (let i = 0; i < 15; i++) {
+    for (let k = 0; k <= i % 3; k++) w.write(makePair(sent++));
+    await w.flush();
+    assert.deepEqual(readdirSync(dir), [], `retry ${i + 1}: no file left behind`);
+  }
+  assert.deepEqual(await read(), { ok: 0, dropped: sent, errors: 15, overflow: 0 }, `all ${sent} records counted, the gauge says it`);
+  // The disk is freed: the next flush writes, the gauge is back.
+  full = false;
+  for (let k = 0; k < 4; k++) w.write(makePair(100 + k));
+  await w.flush();
+  assert.deepEqual(await read(), { ok: 1, dropped: sent, errors: 15, overflow: 0 });
+  await w.close();
+  assert.equal(readdirSync(dir).length, 1, 'one file, the one that worked');
+  assert.deepEqual(
+    captureLines(dir).map((l) => (JSON.parse(l) as { id: string }).id),
+    ['req-100', 'req-101', 'req-102', 'req-103'],
+  );
+  assert.match(w.files[0]!, /-1\.jsonl$/, 'numbered 1: the failed attempts left no gaps');
+  assert.deepEqual(w.stats, { written: 4, dropped: sent });
+  assert.equal(logs.lines.filter((l) => l.msg === 'capture write failed: records are dropped until it recovers').length, 1, 'logged once for the burst');
 });
 
 test('EACCES on open and ENOTDIR from the real file system are counted in logprobe_capture_errors_total and never thrown', async (t) => {
@@ -156,7 +224,7 @@ test('EACCES on open and ENOTDIR from the real file system are counted in logpro
   const metrics = new Metrics({ defaultMetrics: false });
   const logs = new LogSink();
   const logger = createLogger({ level: 'info', destination: logs });
-  const denied: CaptureFs = { mkdir: async () => {}, open: async () => Promise.reject(errno('EACCES')) };
+  const denied: CaptureFs = { mkdir: async () => {}, open: async () => Promise.reject(errno('EACCES')), remove: async () => {} };
   const config = buildConfig({ capture: { dir: join(root, 'a') } });
   const w1 = createCaptureWriter({ config, logger, metrics, fs: denied });
   w1.write(makePair(1));
@@ -173,6 +241,8 @@ test('EACCES on open and ENOTDIR from the real file system are counted in logpro
   assert.equal(metricValue(text, 'logprobe_capture_errors_total', { reason: 'write' }), 1, 'ENOTDIR is an other error');
   assert.equal(metricValue(text, 'logprobe_capture_errors_total', { reason: 'ENOSPC' }), 0, 'series exist at zero');
   assert.deepEqual(w1.stats, { written: 0, dropped: 2 });
+  assert.equal(metricValue(text, 'logprobe_capture_records_dropped_total', { reason: 'EACCES' }), 2, 'both records lost, counted');
+  assert.equal(metricValue(text, 'logprobe_capture_ok'), 0);
   assert.ok(!logs.text().includes('question'), 'logs never quote a record');
 });
 
@@ -182,6 +252,7 @@ test('a disk slower than the mirror: past maxPendingBytes records are dropped as
   const gate = new Promise<void>((r) => (release = r));
   const slow: CaptureFs = {
     mkdir: nodeCaptureFs.mkdir,
+    remove: nodeCaptureFs.remove,
     async open(path, o) {
       const f = await nodeCaptureFs.open(path, o);
       return {

@@ -20,6 +20,8 @@ export interface CaptureFs {
   mkdir(dir: string): Promise<void>;
   /** Opens a file for writing, created 0600; `truncate` empties an existing one instead of appending. */
   open(path: string, options: { truncate: boolean }): Promise<CaptureFile>;
+  /** Removes a file (one that failed before it held a whole record). */
+  remove(path: string): Promise<void>;
 }
 
 /**
@@ -72,6 +74,9 @@ export const nodeCaptureFs: CaptureFs = {
       },
       close: () => handle.close(),
     };
+  },
+  async remove(path) {
+    await unlink(path);
   },
 };
 

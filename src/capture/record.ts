@@ -2,7 +2,7 @@ import type { Comparison, Thresholds } from '../core/index.js';
 import type { BackendResult } from '../mirror/dispatch.js';
 import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
 import type { ProbeShape, RepeatCache, RepeatSides, SelfVerdict } from '../core/self.js';
-import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, scrub, secretValues } from './redact.js';
+import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, Redaction } from './redact.js';
 
 /**
  * The capture format's version. 2 added the teacher-forced `scored` and `prompt` blocks and the
@@ -107,75 +107,93 @@ function withoutPositions(c: Comparison): Omit<Comparison, 'positions'> {
   return rest;
 }
 
+const rules = new WeakMap<RecordOptions, Redaction>();
+
+/** The redaction rule of these options (built once per options object). */
+export function redactionFor(options: RecordOptions): Redaction {
+  let r = rules.get(options);
+  if (r === undefined) rules.set(options, (r = new Redaction({ fields: options.redactFields, keys: options.secrets ?? [] })));
+  return r;
+}
+
+/** The secret values a pair's record is scrubbed of: its request's credential headers and the configured keys. */
+export function recordSecrets(pair: Pick<MirroredPair, 'clientHeaders'>, options: RecordOptions): string[] {
+  return redactionFor(options).secrets(pair.clientHeaders);
+}
+
 /**
  * The capture record of a mirrored pair. Client headers are dropped except a harmless
- * allow-list; every field named like a credential and every occurrence of a secret the client
- * sent (or `baseline.apiKey`) is replaced by `[redacted]`; prompts are hashed unless
+ * allow-list; every field named like a credential (or in `log.redact`) and every occurrence of a
+ * secret the request carried (or `baseline.apiKey`) is replaced by `[redacted]`, in the request,
+ * both answers and the repeat probes (src/capture/redact.ts); prompts are hashed unless
  * `includePrompts`.
  */
 export function buildRecord(pair: MirroredPair, options: RecordOptions): CaptureRecord {
-  return assemble(pair, options, secretValues(pair.clientHeaders, options.secrets ?? []));
+  return assemble(pair, options, redactionFor(options), recordSecrets(pair, options));
 }
 
 /**
  * The record as one JSON line (no newline), the same as `JSON.stringify(buildRecord(…))` but
- * cheaper: secret values are searched for once in the serialised line, and the structural scrub
- * runs only when one turns up. JSON escapes character by character, so a string holds a secret
- * exactly when the line holds the secret's escaped form.
+ * cheaper: the record is serialised unredacted, searched once for secret values and credential
+ * field names, and scrubbed only when one turns up. JSON escapes character by character, so a
+ * string holds a secret exactly when the line holds the secret's escaped form.
  */
 export function recordLine(pair: MirroredPair, options: RecordOptions): string {
-  const secrets = secretValues(pair.clientHeaders, options.secrets ?? []);
-  const line = JSON.stringify(assemble(pair, options, []));
-  if (!secrets.some((secret) => line.includes(JSON.stringify(secret).slice(1, -1)))) return line;
-  return JSON.stringify(assemble(pair, options, secrets));
+  const rule = redactionFor(options);
+  const secrets = rule.secrets(pair.clientHeaders);
+  const line = JSON.stringify(assemble(pair, options, null, []));
+  if (!rule.touches(line, secrets)) return line;
+  return JSON.stringify(assemble(pair, options, rule, secrets));
 }
 
-function assemble(pair: MirroredPair, options: RecordOptions, secrets: readonly string[]): CaptureRecord {
+/** The record, redacted by `rule` (null: not redacted, for {@link recordLine}'s first look). */
+function assemble(pair: MirroredPair, options: RecordOptions, rule: Redaction | null, secrets: readonly string[]): CaptureRecord {
+  const clean = <T>(v: T, byName = true): T => (rule === null ? v : (rule.scrub(v, secrets, { byName }) as T));
   const clientHeaders: Record<string, string> = {};
   for (const name of HARMLESS_HEADERS) {
     const v = pair.clientHeaders[name];
-    if (v !== undefined) clientHeaders[name] = Array.isArray(v) ? v.join(', ') : v;
+    if (v !== undefined && !rule?.isSecretName(name)) clientHeaders[name] = clean(Array.isArray(v) ? v.join(', ') : v);
   }
-  const byName = { extraFields: options.redactFields };
-  const request = scrub(options.includePrompts ? pair.request : hashPrompts(pair.request), secrets, byName) as Record<string, unknown>;
+  const request = clean(options.includePrompts ? pair.request : hashPrompts(pair.request));
   const analysis: CapturedAnalysis | null =
     pair.analysis === null ? null : { ...withoutPositions(pair.analysis), noiseFloor: pair.noiseFloor, thresholds: { ...options.thresholds, noiseFloor: pair.noiseFloor } };
+  const sideOf = (r: BackendResult): CaptureSide => {
+    const s = side(r, options.includePrompts);
+    if (rule === null) return s;
+    // The body by name and value: an upstream's error page may quote the request's headers.
+    const out: CaptureSide = { ...s, body: clean(s.body) };
+    if (s.serverHeaders !== undefined) out.serverHeaders = rule.headers(s.serverHeaders, secrets);
+    for (const k of ['error', 'model', 'system_fingerprint'] as const) if (s[k] !== undefined) out[k] = clean(s[k]);
+    return out;
+  };
   return {
     v: CAPTURE_VERSION,
-    id: scrub(pair.id, secrets) as string,
+    id: clean(pair.id),
     ts: pair.ts,
     route: pair.route,
     ...(pair.path !== pair.route ? { path: pair.path } : {}),
     outcome: pair.outcome,
     request,
     ...(options.includePrompts ? {} : { promptsHashed: true as const }),
-    ...(Object.keys(clientHeaders).length > 0 ? { clientHeaders: scrub(clientHeaders, secrets, byName) as Record<string, string> } : {}),
-    candidate: scrubSide(side(pair.candidate, options.includePrompts), secrets, byName),
-    baseline: pair.baseline === null ? null : scrubSide(side(pair.baseline, options.includePrompts), secrets, byName),
-    analysis: scrub(analysis, secrets, { byName: false }) as CapturedAnalysis | null,
+    ...(Object.keys(clientHeaders).length > 0 ? { clientHeaders } : {}),
+    candidate: sideOf(pair.candidate),
+    baseline: pair.baseline === null ? null : sideOf(pair.baseline),
+    // Numbers and tokens only: by value (a token spelled like a credential field stays).
+    analysis: clean(analysis, false),
     ...(pair.repeats && pair.repeats.length > 0
       ? {
           repeats: pair.repeats.map((r) => ({
             backend: r.backend,
             flushed: r.flushed,
-            ...(r.flushError ? { flushError: scrub(r.flushError, secrets) as string } : {}),
-            second: scrubSide(side(r.second, options.includePrompts), secrets, byName),
+            ...(r.flushError ? { flushError: clean(r.flushError) } : {}),
+            second: sideOf(r.second),
             cached: r.cached,
             probe: r.probe,
             sides: r.sides,
-            analysis: r.analysis === null ? null : (scrub(withoutPositions(r.analysis), secrets, { byName: false }) as Omit<Comparison, 'positions'>),
+            analysis: r.analysis === null ? null : clean(withoutPositions(r.analysis), false),
             verdict: r.verdict,
           })),
         }
       : {}),
   };
-}
-
-/** Headers and the error text by name and value; the body by value only (see {@link scrub}). */
-function scrubSide(s: CaptureSide, secrets: readonly string[], byName: { extraFields?: readonly string[] }): CaptureSide {
-  const out: CaptureSide = { ...s, body: secrets.length > 0 ? scrub(s.body, secrets, { byName: false }) : s.body };
-  if (s.error !== undefined) out.error = scrub(s.error, secrets) as string;
-  if (s.serverHeaders !== undefined) out.serverHeaders = scrub(s.serverHeaders, secrets, byName) as Record<string, string>;
-  for (const k of ['model', 'system_fingerprint'] as const) if (s[k] !== undefined) out[k] = scrub(s[k], secrets) as string;
-  return out;
 }

@@ -38,12 +38,21 @@ export async function checkCaptureDir(dir: string): Promise<void> {
 
 /**
  * The capture writer of a `serve` process, from `capture.*`: every failure counted in
- * `logprobe_capture_errors_total{reason}` (series zero-initialised, so `rate()` sees the first).
+ * `logprobe_capture_errors_total{reason}`, every record it lost in
+ * `logprobe_capture_records_dropped_total{reason}` (series zero-initialised, so `rate()` sees the
+ * first), and `logprobe_capture_ok` 0 from a loss until a write succeeds again. Clients never see
+ * it: `/readyz` does not depend on captures.
  */
 export function createCaptureWriter(deps: { config: Config; logger: Logger; metrics: Metrics; fs?: CaptureFs }): CaptureWriter {
   const { config, metrics } = deps;
   const errors = metrics.counter('logprobe_capture_errors_total');
-  for (const reason of CAPTURE_ERROR_REASONS) errors.inc({ reason }, 0);
+  const dropped = metrics.counter('logprobe_capture_records_dropped_total');
+  const ok = metrics.gauge('logprobe_capture_ok');
+  for (const reason of CAPTURE_ERROR_REASONS) {
+    errors.inc({ reason }, 0);
+    dropped.inc({ reason }, 0);
+  }
+  ok.set(1);
   return new CaptureWriter({
     dir: config.capture.dir,
     maxFileBytes: config.capture.maxFileMB * 1024 * 1024,
@@ -55,7 +64,11 @@ export function createCaptureWriter(deps: { config: Config; logger: Logger; metr
       redactFields: config.log.redact,
     },
     logger: deps.logger,
-    onError: (reason) => errors.inc({ reason }),
+    onError: (reason, records) => {
+      errors.inc({ reason });
+      if (records > 0) dropped.inc({ reason }, records);
+    },
+    onHealth: (healthy) => ok.set(healthy ? 1 : 0),
     fs: deps.fs,
   });
 }

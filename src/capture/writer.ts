@@ -21,6 +21,8 @@ export interface CaptureWriterOptions {
   logger: Logger;
   /** Called once per failure (a failed open, write, compression, or a record refused), with the records it lost. */
   onError?: (reason: CaptureErrorReason, records: number) => void;
+  /** Called when writing starts failing (records lost) and when it works again: `logprobe_capture_ok`. */
+  onHealth?: (ok: boolean) => void;
   /** File names, numbered from 1 (default {@link captureFileName}). */
   fileName?: (n: number) => string;
   /** Empty an existing file instead of appending (replay's `--out`). */
@@ -55,6 +57,8 @@ export class CaptureWriter {
   private closed = false;
   private readonly gzips = new Set<Promise<void>>();
   private readonly failing = new Map<CaptureErrorReason, number>();
+  /** False from a failure that lost records until a write succeeds. */
+  private ok = true;
   /** Files opened so far, in order (their final names may gain `.gz`). */
   readonly files: string[] = [];
   /** Records written and records lost. */
@@ -146,7 +150,7 @@ export class CaptureWriter {
         this.recovered();
       } catch (err) {
         this.fail(errorReason(err), err, count);
-        await this.closeFile(false);
+        await this.abandonFile();
       }
     }
   }
@@ -158,15 +162,45 @@ export class CaptureWriter {
     }
     const n = ++this.fileCount;
     const path = join(this.options.dir, (this.options.fileName ?? captureFileName)(n));
+    const open = () => this.fs.open(path, { truncate: this.options.truncate === true });
     try {
-      this.file = await this.fs.open(path, { truncate: this.options.truncate === true });
+      this.file = await open();
     } catch (err) {
-      // The directory may have been removed meanwhile: make it again next time.
-      if ((err as { code?: string }).code === 'ENOENT') this.dirReady = false;
-      throw err;
+      try {
+        if ((err as { code?: string }).code !== 'ENOENT') throw err;
+        // The directory was removed meanwhile: made again, and the file opened in it, now.
+        this.dirReady = false;
+        await this.fs.mkdir(this.options.dir);
+        this.dirReady = true;
+        this.file = await open();
+      } catch (again) {
+        // No file was made: its number goes to the next attempt.
+        this.fileCount--;
+        throw again;
+      }
     }
     this.fileSize = 0;
     this.files.push(path);
+  }
+
+  /**
+   * Closes the current file after a failed write. One that holds no whole record (the disk was
+   * full from its first write) is removed and its number used again, so that a directory that
+   * keeps failing is retried without leaving an empty file per attempt; replay's `--out` (the
+   * user's own path) stays.
+   */
+  private async abandonFile(): Promise<void> {
+    const empty = this.file !== null && this.fileSize === 0 && this.options.truncate !== true;
+    const path = this.files[this.files.length - 1]!;
+    await this.closeFile(false);
+    if (!empty) return;
+    try {
+      await this.fs.remove(path);
+      this.files.pop();
+      this.fileCount--;
+    } catch (err) {
+      this.log.debug({ path, error: (err as Error).message }, 'capture: cannot remove a failed empty file');
+    }
   }
 
   /** Closes the current file; a full one is compressed in the background when asked. */
@@ -203,6 +237,10 @@ export class CaptureWriter {
   private fail(reason: CaptureErrorReason, err: unknown, records: number): void {
     this.stats.dropped += records;
     this.options.onError?.(reason, records);
+    if (records > 0 && this.ok) {
+      this.ok = false;
+      this.options.onHealth?.(false);
+    }
     const lost = this.failing.get(reason);
     this.failing.set(reason, (lost ?? 0) + records);
     if (lost !== undefined) return;
@@ -211,6 +249,10 @@ export class CaptureWriter {
   }
 
   private recovered(): void {
+    if (!this.ok) {
+      this.ok = true;
+      this.options.onHealth?.(true);
+    }
     if (this.failing.size === 0) return;
     this.log.warn({ recordsLost: Object.fromEntries(this.failing) }, 'capture writes recovered');
     this.failing.clear();

@@ -9,6 +9,7 @@ import { configFrom, resolveThresholds } from './thresholds.js';
 import { resolveInputs } from '../capture/reader.js';
 import { openGoldenFile, runRecord } from '../replay/record.js';
 import { scoringOptions } from '../scoring/score.js';
+import { configuredKeys } from '../capture/redact.js';
 
 interface RecordFlags {
   backend?: string;
@@ -82,7 +83,8 @@ export const recordCommand: CommandFactory = (setExit) =>
           thresholds,
           out: handle,
           outFile: out,
-          secrets: [config.baseline.apiKey],
+          secrets: configuredKeys(config),
+          redactFields: config.log.redact,
           onSkip: (m) => process.stderr.write(`${m}\n`),
           onRecord: (done) => progress.update(done, {}),
         });

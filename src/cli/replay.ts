@@ -16,6 +16,7 @@ import { runGoldenReplay } from '../replay/golden-run.js';
 import { scoringOptions } from '../scoring/score.js';
 import type { UpstreamOptions } from '../upstream/pool.js';
 import { renderSummaryText } from '../report/text.js';
+import { configuredKeys } from '../capture/redact.js';
 
 interface ReplayFlags extends ThresholdFlags, GateFlags {
   candidate?: string;
@@ -109,7 +110,8 @@ export const replayCommand: CommandFactory = (setExit) =>
       const writer = await openReplayCapture({
         file: out,
         thresholds,
-        secrets: [config.baseline.apiKey],
+        secrets: configuredKeys(config),
+        redactFields: config.log.redact,
         onError: (reason) => {
           if (!lost.has(reason)) process.stderr.write(`logprobe: writing ${out} failed (${reason}); pairs are missing from it\n`);
           lost.add(reason);

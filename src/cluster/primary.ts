@@ -13,6 +13,7 @@ import { MirrorThread, WORKER_METRICS_TIMEOUT_MS } from '../mirror/thread.js';
 import { createCandidatePool, probe } from '../server.js';
 import type { FromProxyWorker, ToProxyWorker } from './protocol.js';
 import { mirrorStartLine } from '../config/summary.js';
+import { configuredKeys } from '../capture/redact.js';
 
 /** How many proxy processes `listen.workers` asks for: absent 1, `auto` one per CPU the process may use. */
 export function workerCount(config: Config): number {
@@ -92,7 +93,7 @@ export interface ClusterRuntime {
 export function createClusterRuntime(config: Config, workers: number): ClusterRuntime {
   if (!cluster.isPrimary) throw new Error('createClusterRuntime runs in the primary process only');
   const logDestination = stdoutDestination();
-  const logger = createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination });
+  const logger = createLogger({ level: config.log.level, redact: config.log.redact, keys: configuredKeys(config), destination: logDestination });
   const log = logger.child({ module: 'cluster' });
   // The primary's own: the mirror's hand-over (skipped, dropped), logprobe_mirror_worker_up, the
   // readiness probe's connection, its process metrics; the client path's families stay at 0 here.

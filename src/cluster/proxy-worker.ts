@@ -5,6 +5,7 @@ import { buildApp } from '../proxy/app.js';
 import { createCandidatePool, drainProxy } from '../server.js';
 import { HandOver } from './handover.js';
 import type { FromProxyWorker, ToProxyWorker } from './protocol.js';
+import { configuredKeys } from '../capture/redact.js';
 
 /**
  * How long a draining worker waits for the primary to acknowledge the jobs it sent last (the
@@ -45,7 +46,7 @@ export function runProxyWorker(): void {
 
 async function serveWorker(config: Config, index: number, send: (m: FromProxyWorker, cb?: (err: Error | null) => void) => void): Promise<void> {
   const logDestination = stdoutDestination();
-  const logger = createLogger({ level: config.log.level, redact: config.log.redact, destination: logDestination }).child({ worker: index, pid: process.pid });
+  const logger = createLogger({ level: config.log.level, redact: config.log.redact, keys: configuredKeys(config), destination: logDestination }).child({ worker: index, pid: process.pid });
   // The client path's metrics (thread `main`): requests, durations, overflow, the candidate
   // pool's connections, the hand-over's skipped and dropped copies.
   const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });

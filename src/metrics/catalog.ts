@@ -147,6 +147,14 @@ export const METRIC_CATALOG = [
   { name: 'logprobe_upstream_connections', type: 'gauge', help: 'Open connections to each upstream (the client path and the mirror together).', labelNames: ['backend'], owner: 'both' },
   { name: 'logprobe_capture_errors_total', type: 'counter', help: 'Capture write failures, by reason.', labelNames: ['reason'], owner: 'worker' },
   {
+    name: 'logprobe_capture_records_dropped_total',
+    type: 'counter',
+    help: 'Capture records lost, by reason (ENOSPC, EACCES, EROFS, write, overflow): every mirrored pair that is in no capture file.',
+    labelNames: ['reason'],
+    owner: 'worker',
+  },
+  { name: 'logprobe_capture_ok', type: 'gauge', help: 'Captures enabled and working: 0 from a record lost until a write succeeds again, then 1.', labelNames: [], owner: 'worker' },
+  {
     name: 'logprobe_scoring_total',
     type: 'counter',
     help: 'Teacher-forced scoring of mirrored pairs by outcome (ok, unsupported, skipped, failed); pairs that needed none are not counted.',

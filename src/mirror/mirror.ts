@@ -4,6 +4,8 @@ import type { Config } from '../config/schema.js';
 import { compare, detectorEvidence, parseResponse, pickThresholds, type Comparison, type Thresholds } from '../core/index.js';
 import { initialDetectorState, observe, pooledShare, tick, type AlertTransition, type DetectorState } from '../core/detector.js';
 import type { Metrics } from '../metrics/registry.js';
+import { redactionOf, type Redaction } from '../capture/redact.js';
+import { scrubFields } from '../log/logger.js';
 import type { Exchange } from '../proxy/tap.js';
 import { createUpstreamPool } from '../upstream/pool.js';
 import { Calibration } from './calibration.js';
@@ -81,10 +83,13 @@ export class Mirror {
   private readonly cacheCounts = new CacheCounts();
   /** Backends whose repeat probes were said once to probe nothing (the log line is written once). */
   private readonly unprobedSaid = new Set<Backend>();
+  /** What a line about one request is scrubbed of (src/capture/redact.ts): the captures' rule. */
+  private readonly redaction: Redaction;
 
   constructor(private readonly deps: MirrorDeps) {
     const { config } = deps;
     this.log = deps.logger.child({ module: 'mirror' });
+    this.redaction = redactionOf(config);
     this.now = deps.now ?? (() => Date.now() / 1000);
     this.random = deps.random ?? Math.random;
     this.ownsBaselinePool = !deps.baselinePool;
@@ -126,7 +131,7 @@ export class Mirror {
       size: config.mirror.queueSize,
       run: (job) =>
         this.process(job)
-          .catch((err: unknown) => this.log.error({ err, reqId: job.id }, 'mirror pair failed'))
+          .catch((err: unknown) => this.log.error(this.jobFields(job, { err, reqId: job.id }), 'mirror pair failed'))
           .finally(() => job.settle?.()),
       onDepth: (d) => depth.set(d),
     });
@@ -140,7 +145,12 @@ export class Mirror {
     this.ticker.unref();
   }
 
-  /** The noise floor in force: the configured one, the calibrated one for `auto`, 0 for `exact` (any difference is a shift). */
+  /** Log fields about one job, scrubbed of the secret values its request carried (an upstream's error may quote them). */
+  private jobFields(job: Job, fields: Record<string, unknown>): Record<string, unknown> {
+    return scrubFields(fields, this.redaction, this.redaction.secrets(job.headers));
+  }
+
+  /** The noise floor in force: the configured one, or the calibrated one for `auto`. */
   noiseFloor(): number {
     const f = this.deps.config.analysis.noiseFloor;
     return f === 'auto' ? this.calibration.autoFloor() : f === 'exact' ? 0 : f;
@@ -209,6 +219,7 @@ export class Mirror {
   /** Where a job's copies and scoring calls go: each backend's pool, URL, headers and timeout. */
   private targets(job: Job): Record<Backend, ScoringTarget> {
     const { config } = this.deps;
+    const secrets = this.redaction.secrets(job.headers);
     return {
       candidate: {
         pool: this.deps.candidatePool,
@@ -217,6 +228,7 @@ export class Mirror {
         timeoutMs: config.candidate.timeoutMs,
         model: config.candidate.model,
         adminApiKey: config.candidate.adminApiKey,
+        secrets,
       },
       baseline: {
         // Baseline-free: never called (no copy, no scoring goes to a baseline that is not there).
@@ -226,6 +238,7 @@ export class Mirror {
         timeoutMs: config.baseline.timeoutMs,
         model: config.baseline.model,
         adminApiKey: config.baseline.adminApiKey,
+        secrets,
       },
     };
   }
@@ -315,7 +328,7 @@ export class Mirror {
           await this.scorer.flush(b, targets[b]);
         } catch (err) {
           flushErrors.set(b, (err as Error).message);
-          this.log.debug({ reqId: job.id, backend: b, err }, 'cache flush before a repeat failed: the first run may be warm');
+          this.log.debug(this.jobFields(job, { reqId: job.id, backend: b, err }), 'cache flush before a repeat failed: the first run may be warm');
         }
       }
     }
@@ -343,7 +356,7 @@ export class Mirror {
         if (outcome === 'ok') {
           const scoring = await scoreComparison(this.scorer, { source: { kind, body: job.body }, free: analysis, baseline: { parsed: pb, body: base.body }, targets, thresholds: t, busy: this.busy });
           if (scoring.counted) metrics.counter('logprobe_scoring_total').inc({ route: job.route, outcome: scoring.outcome });
-          if (scoring.outcome === 'failed') this.log.warn({ reqId: job.id, reason: scoring.reason }, 'scoring failed');
+          if (scoring.outcome === 'failed') this.log.warn(this.jobFields(job, { reqId: job.id, reason: scoring.reason }), 'scoring failed');
           analysis = scoring.comparison;
         }
         recordComparison(metrics, job.route, analysis);
@@ -379,7 +392,10 @@ export class Mirror {
     metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
     this.tellHealth(cand, base, base === null ? repeats[0]?.second : undefined);
     if (outcome !== 'ok')
-      this.log.debug({ reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error }, 'mirror pair not compared');
+      this.log.debug(
+        this.jobFields(job, { reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error }),
+        'mirror pair not compared',
+      );
 
     const pair: MirroredPair = {
       id: job.id,

@@ -11,6 +11,7 @@ import { BackendHealth } from './health.js';
 import { probeAtStart } from '../probe/startup.js';
 import type { MirrorListeners } from './types.js';
 import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
+import { configuredKeys } from '../capture/redact.js';
 
 /**
  * The mirror's worker thread: everything after the sampling decision — JSON parsing, rewrite,
@@ -52,6 +53,7 @@ if (process.platform === 'linux') {
 const logger = createLogger({
   level: config.log.level,
   redact: config.log.redact,
+  keys: configuredKeys(config),
   destination: { write: (line: string) => post({ t: 'log', line }) },
 });
 // The metrics this thread owns (src/metrics/catalog.ts), every known series at 0.

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readJsonLines } from '../capture/reader.js';
-import { buildRecord, type CaptureRecord, type CaptureSide, type RecordOptions } from '../capture/record.js';
+import { buildRecord, recordSecrets, redactionFor, type CaptureRecord, type CaptureSide, type RecordOptions } from '../capture/record.js';
 import type { Comparison, Thresholds, TokenStep } from '../core/types.js';
 import { notScored, scoredBlocks, type PromptBlock, type ScoredBlock, type ScoredPair, type ScoringMode, type ScoringOutcome } from '../core/scored.js';
 import type { BackendResult } from '../mirror/dispatch.js';
@@ -124,13 +124,16 @@ export function goldenScore(g: GoldenScoring): ProfileScore {
 
 /**
  * The golden record of one answer: the capture record's fields (redacted as a capture is), the
- * candidate side null, the key, and the scoring.
+ * candidate side null, the key, and the scoring — its reason and token texts scrubbed of the same
+ * secrets by value (a scoring call's error may quote what the backend was sent).
  */
 export function buildGoldenRecord(pair: Omit<MirroredPair, 'candidate' | 'analysis'> & { baseline: BackendResult }, key: string, scored: GoldenScoring | null, options: RecordOptions): GoldenRecord {
   // The candidate slot is filled for the shared builder and emptied after: a golden record has one side.
-  const record = buildRecord({ ...pair, candidate: pair.baseline, analysis: null } as MirroredPair, options);
+  const full = { ...pair, candidate: pair.baseline, analysis: null } as MirroredPair;
+  const record = buildRecord(full, options);
   const { v, candidate: _c, analysis: _a, ...rest } = record;
-  return { v, golden: true, ...rest, key, candidate: null, analysis: null, scored };
+  const clean = redactionFor(options).scrub(scored, recordSecrets(full, options), { byName: false }) as GoldenScoring | null;
+  return { v, golden: true, ...rest, key, candidate: null, analysis: null, scored: clean };
 }
 
 /** A golden file loaded for lookups. */

@@ -31,14 +31,20 @@ function unlessInvalid(err: unknown): void {
  * sent ({@link probeWrite}), so an unwritable path is a usage error (exit 2), not a gate that
  * passed on nothing.
  */
-export async function openReplayCapture(o: { file: string; thresholds: Thresholds; secrets: Array<string | null>; onError: (reason: CaptureErrorReason) => void }): Promise<CaptureWriter> {
+export async function openReplayCapture(o: {
+  file: string;
+  thresholds: Thresholds;
+  secrets: Array<string | null>;
+  redactFields?: readonly string[];
+  onError: (reason: CaptureErrorReason) => void;
+}): Promise<CaptureWriter> {
   const writer = new CaptureWriter({
     dir: dirname(o.file),
     fileName: () => basename(o.file),
     truncate: true,
     maxFileBytes: Infinity,
     gzip: false,
-    record: { includePrompts: true, thresholds: o.thresholds, secrets: o.secrets },
+    record: { includePrompts: true, thresholds: o.thresholds, secrets: o.secrets, redactFields: o.redactFields ?? [] },
     logger: pino({ level: 'silent' }),
     onError: o.onError,
   });

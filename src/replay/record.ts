@@ -11,6 +11,7 @@ import { UnsupportedError, type ScoringTarget } from '../scoring/http.js';
 import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
 import { unwritableFile } from '../errors.js';
+import { recordSecrets, redactionFor } from '../capture/record.js';
 import { buildGoldenRecord, encodeSteps, goldenKey, type GoldenScoring } from './golden.js';
 import { toReplayItem, type ReplayItem } from './input.js';
 
@@ -29,6 +30,8 @@ export interface RecordRunOptions {
   /** Its path, for the error when a write fails. */
   outFile: string;
   secrets: Array<string | null>;
+  /** Extra names redacted (`log.redact`), as captures redact them. */
+  redactFields?: readonly string[];
   onSkip?: (message: string) => void;
   onRecord?: (done: number) => void;
 }
@@ -76,9 +79,11 @@ function mirroredBody(item: ReplayItem, rewrite: RewriteOptions, maxTokens: numb
 export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
   const pool = createUpstreamPool(o.backend, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
   const headers = mirrorHeaders({}, { role: 'baseline', apiKey: o.backend.apiKey, forwardAuth: false });
-  const target: ScoringTarget = { pool, url: o.backend.url, headers, timeoutMs: o.backend.timeoutMs };
+  const target: ScoringTarget = { pool, url: o.backend.url, headers, timeoutMs: o.backend.timeoutMs, secrets: o.secrets.filter((s): s is string => typeof s === 'string' && s.length > 0) };
   const scorer = new Scorer(o.scoring);
   const limits = new LogprobLimits();
+  // One options object for every record: the redaction rule is built once (src/capture/record.ts).
+  const recordOptions = { includePrompts: true, thresholds: o.thresholds, secrets: o.secrets, redactFields: o.redactFields ?? [] };
   const result: RecordRunResult = { records: 0, outcomes: {}, scoring: { ok: 0, unsupported: 0, skipped: 0, failed: 0 }, methods: [], problems: [], definition: [] };
   const inflight = new Set<Promise<void>>();
   const ready = new Map<number, string>();
@@ -91,8 +96,11 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
   // Detected once up front: every copy then asks for the ids its engine can name (return_token_ids).
   if (o.scoring.when !== 'never') await scorer.profile('baseline', target).catch(() => undefined);
 
+  // Printed by the CLI: an answer or a scoring error may quote the key the backend was sent.
+  const rule = redactionFor(recordOptions);
+  const secrets = recordSecrets({ clientHeaders: {} }, recordOptions);
   const problem = (m: string) => {
-    if (result.problems.length < 20) result.problems.push(m);
+    if (result.problems.length < 20) result.problems.push(rule.scrub(m, secrets) as string);
   };
 
   const one = async (n: number, id: string, item: ReplayItem): Promise<void> => {
@@ -132,7 +140,7 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
       { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, request: sent.body, clientHeaders: {}, baseline: answer, outcome, noiseFloor: 0 },
       goldenKey(item.route, item.body),
       scored,
-      { includePrompts: true, thresholds: o.thresholds, secrets: o.secrets },
+      recordOptions,
     );
     ready.set(n, `${JSON.stringify(record)}\n`);
     // In input order: a golden file diffs cleanly from one recording to the next.

@@ -81,7 +81,14 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   const counts = new CacheCounts();
   const targets: Record<'candidate' | 'baseline', ScoringTarget> = {
     candidate: { pool: candidatePool, url: o.candidate.url, headers: cHeaders, timeoutMs: o.candidate.timeoutMs, model: o.candidate.model ?? null },
-    baseline: { pool: baselinePool ?? candidatePool, url: baseline.url, headers: bHeaders, timeoutMs: baseline.timeoutMs, model: baseline.model ?? null },
+    baseline: {
+      pool: baselinePool ?? candidatePool,
+      url: baseline.url,
+      headers: bHeaders,
+      timeoutMs: baseline.timeoutMs,
+      model: baseline.model ?? null,
+      secrets: baseline.apiKey ? [baseline.apiKey] : [],
+    },
   };
 
   const one = (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => (o.baseline === null ? alone(id, item, at) : paired(id, item, at));

@@ -1,5 +1,6 @@
 import type { Dispatcher } from 'undici';
 import { readJsonOrText } from '../mirror/dispatch.js';
+import { REDACTED } from '../capture/redact.js';
 
 /** A backend as the scoring calls reach it: its pool, base URL, headers (credentials) and timeouts. */
 export interface ScoringTarget {
@@ -11,6 +12,12 @@ export interface ScoringTarget {
   model?: string | null;
   /** `candidate.adminApiKey` / `baseline.adminApiKey`: sent instead of the API key to the cache flush (SGLang's `--admin-api-key`). */
   adminApiKey?: string | null;
+  /**
+   * The credential values this backend is sent (src/capture/redact.ts `Redaction.secrets`): an
+   * error message it answers is scrubbed of them before it is cut to one line, so that no part
+   * of one survives the cut.
+   */
+  secrets?: readonly string[];
 }
 
 /** An engine answered something the profile cannot use: the pair is `failed`, with this message. */
@@ -68,18 +75,23 @@ export async function requestJson(target: ScoringTarget, method: 'GET' | 'POST',
 /** POSTs and insists on a 2xx JSON object; anything else is a {@link ScoringError} naming the path and the engine's message. */
 export async function postOk(target: ScoringTarget, path: string, body: unknown): Promise<Record<string, unknown>> {
   const a = await requestJson(target, 'POST', path, body);
-  if (a.status === 404 || a.status === 405 || a.status === 501) throw new UnsupportedError(`${path} answered ${a.status}${errorText(a.body)}`);
-  if (a.status < 200 || a.status >= 300) throw new ScoringError(`${path} answered ${a.status}${errorText(a.body)}`, { status: a.status, body: a.body });
+  if (a.status === 404 || a.status === 405 || a.status === 501) throw new UnsupportedError(`${path} answered ${a.status}${errorText(a.body, target.secrets)}`);
+  if (a.status < 200 || a.status >= 300) throw new ScoringError(`${path} answered ${a.status}${errorText(a.body, target.secrets)}`, { status: a.status, body: a.body });
   if (typeof a.body !== 'object' || a.body === null || Array.isArray(a.body)) throw new ScoringError(`${path} answered a body that is not a JSON object`);
   return a.body as Record<string, unknown>;
 }
 
-/** `: message` of an OpenAI/vLLM/SGLang/llama.cpp error body, for one-line reasons. */
-function errorText(body: unknown): string {
-  if (typeof body === 'string') return body.trim() === '' ? '' : `: ${body.trim().slice(0, 200)}`;
+/** `: message` of an OpenAI/vLLM/SGLang/llama.cpp error body, for one-line reasons, scrubbed of `secrets` before the cut. */
+function errorText(body: unknown, secrets: readonly string[] = []): string {
+  const cut = (s: string) => {
+    let out = s;
+    for (const secret of secrets) if (out.includes(secret)) out = out.split(secret).join(REDACTED);
+    return out.slice(0, 200);
+  };
+  if (typeof body === 'string') return body.trim() === '' ? '' : `: ${cut(body.trim())}`;
   if (typeof body !== 'object' || body === null) return '';
   const b = body as { error?: unknown; message?: unknown; detail?: unknown };
   const e = b.error;
   const msg = typeof e === 'object' && e !== null ? (e as { message?: unknown }).message : typeof e === 'string' ? e : (b.message ?? b.detail);
-  return typeof msg === 'string' ? `: ${msg.slice(0, 200)}` : '';
+  return typeof msg === 'string' ? `: ${cut(msg)}` : '';
 }
