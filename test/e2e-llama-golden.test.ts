@@ -276,9 +276,19 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     const missing = await runCli(['replay', more, '--candidate', baseline.url, '--baseline-from', golden]);
     assert.equal(missing.code, 2);
     assert.match(missing.stderr, /has no golden record for 1 input: .*more\.jsonl:7 \(\/v1\/completions "not recorded"\)/);
-    const top5 = join(dir, 'golden5.jsonl');
-    const r = await runCli(['record', prompts, '--backend', baseline.url, '--out', top5, '--max-tokens', '4'], { timeoutMs: 60_000 });
+    // record asks for the top-10 the logits gate compares even where the config says 5 (the default)…
+    const top10 = join(dir, 'golden10.jsonl');
+    const r = await runCli(['record', prompts, '--backend', baseline.url, '--out', top10, '--max-tokens', '4'], { timeoutMs: 60_000 });
     assert.equal(r.code, 0, r.stderr);
+    const recorded = readFileSync(top10, 'utf8');
+    assert.match(recorded, /"(top_)?logprobs":10\b/);
+    assert.doesNotMatch(recorded, /"(top_)?logprobs":5\b/);
+    // …so a golden file with fewer is one written otherwise (an older logprobe, a backend capped below 10).
+    const top5 = join(dir, 'golden5.jsonl');
+    writeFileSync(
+      top5,
+      recorded.replace(/"(top_)?logprobs":10\b/g, (_m, p: string | undefined) => `"${p ?? ''}logprobs":5`),
+    );
     const refused = await runCli(['replay', prompts, '--candidate', baseline.url, '--baseline-from', top5, '--gate', 'logits']);
     assert.equal(refused.code, 2);
     assert.match(refused.stderr, /--gate logits:0\.01 compares each side's top-10: the golden records .* asked for 5 top logprobs .*mirror\.topLogprobs/);

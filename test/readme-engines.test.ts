@@ -7,27 +7,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BIN } from './helpers/cli.js';
 import { llamaSkip } from './helpers/llama-e2e.js';
-
-const README = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-
-/** The fenced block after the marker, one command a line, comments dropped. */
-function readmeBlock(marker: string): string[] {
-  const at = README.indexOf(`<!-- readme-test: ${marker} -->`);
-  assert.ok(at >= 0, `README has the ${marker} block`);
-  const fence = /```sh\n([\s\S]*?)```/.exec(README.slice(at));
-  assert.ok(fence, `a sh block follows the ${marker} marker`);
-  return fence[1]!
-    .split('\n')
-    .map((l) => l.replace(/\s+#\s.*$/, '').trim())
-    .filter((l) => l !== '');
-}
-
-const asHere = (line: string) => line.replaceAll('npx logprobe', `"${process.execPath}" "${BIN}"`);
+import { asHere, readmeBlock, runLine } from './helpers/readme.js';
 
 interface Bg {
   child: ChildProcess;
@@ -40,16 +24,6 @@ function background(cmd: string, cwd: string): Bg {
   child.stdout!.on('data', (c: Buffer) => (bg.out += c.toString()));
   child.stderr!.on('data', (c: Buffer) => (bg.out += c.toString()));
   return bg;
-}
-
-function run(cmd: string, cwd: string): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn('bash', ['-c', cmd], { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
-    child.on('close', (code) => resolve({ code, out }));
-  });
 }
 
 async function until(what: string, ok: () => boolean | Promise<boolean>, ms: number, detail: () => string): Promise<void> {
@@ -84,7 +58,7 @@ test("the README's engine and serve commands, run as written, give the demo's ve
       await until(
         'a scored global_shift pair in the metrics',
         async () => {
-          last = (await run(asHere(line), cwd)).out;
+          last = (await runLine(asHere(line), cwd)).out;
           return /verdict="global_shift",kind="pair"\} [1-9]/.test(last) && /^logprobe_scoring_total\{route="\/v1\/completions",outcome="ok"\} [1-9]/m.test(last);
         },
         120_000,
@@ -92,7 +66,7 @@ test("the README's engine and serve commands, run as written, give the demo's ve
       );
       outputs.push(last);
     } else {
-      const r = await run(asHere(line), cwd);
+      const r = await runLine(asHere(line), cwd);
       assert.equal(r.code, 0, `${line}:\n${r.out}`);
       outputs.push(r.out);
     }

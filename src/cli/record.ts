@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { noInput, unwritableFile, usageError } from '../errors.js';
+import { LOGITS_TOP } from '../core/index.js';
 import { parseNumberOption } from './options.js';
 import { startProgress } from './progress.js';
 import { writeOut } from './stdout.js';
@@ -30,7 +31,7 @@ scoring of its tokens — prompt and continuation steps — so that
   logprobe replay INPUT --candidate URL --baseline-from GOLDEN
 
 compares a new build with it, free-running and teacher-forced, without a live baseline.
-Record with the top-k and length the gates need: mirror.topLogprobs >= 10 for --gate logits,
+Records at least the top-10 alternatives --gate logits compares (mirror.topLogprobs when higher);
 --max-tokens N for --gate tokens:N. Definition warnings of the backend's own numbers (a
 renormalised subset, probabilities, ...) are printed: a golden file of such numbers gates nothing.
 
@@ -75,7 +76,8 @@ export const recordCommand: CommandFactory = (setExit) =>
             apiKey: config.baseline.apiKey,
           },
           tlsInsecure: config.tlsInsecure,
-          rewrite: config.mirror,
+          // The logits gate compares each side's top-10: a golden file recorded with fewer could not be gated.
+          rewrite: { ...config.mirror, topLogprobs: Math.max(config.mirror.topLogprobs, LOGITS_TOP) },
           maxTokens,
           concurrency,
           // The backend is scored whatever the verdict would be: a golden record must hold its scoring for any later candidate.

@@ -126,7 +126,7 @@ export function judge(spec: GateSpec, p: GatePair): GateCase {
       if (!l || l.max === null) return { status: 'error', figure: null, message: 'no position with a top list on both sides: the logits gate needs top logprobs (mirror.topLogprobs ≥ 10)' };
       const where = l.at ? `${l.at.block} position ${l.at.i}` : 'n/a';
       const note = l.topK !== null && l.topK < LOGITS_TOP ? `top lists of ${l.topK} (fewer than the ${LOGITS_TOP} asked)` : undefined;
-      const msg = `max |Δ logprob| over each side's top-${Math.min(l.topK ?? LOGITS_TOP, LOGITS_TOP)} ${l.lowerBound ? '≥ ' : ''}${formatNats(l.max)} ${l.max <= t ? '≤' : '>'} ${t} nats at ${where} (${l.n} positions)`;
+      const msg = `max |Δ logprob| over each side's top-${LOGITS_TOP}${shortest(l.topK)} ${l.lowerBound ? '≥ ' : ''}${formatNats(l.max)} ${l.max <= t ? '≤' : '>'} ${t} nats at ${where} (${l.n} positions)`;
       return { status: l.max <= t ? 'passed' : 'failed', figure: l.max, message: msg, ...(note ? { note } : {}) };
     }
     case 'kl': {
@@ -248,12 +248,17 @@ function rankOf(kind: GateKind, r: GateCase): number {
   }
 }
 
+/** What the logits gate read when a top list was shorter than the 10 asked: said beside the 10, never instead of it. */
+function shortest(topK: number | null): string {
+  return topK !== null && topK < LOGITS_TOP ? ` (the shortest list read: ${topK})` : '';
+}
+
 function summaryLine(spec: GateSpec, r: Pick<GateResult, 'passed' | 'prompts' | 'failed' | 'errors' | 'figure'>, pooled: number | null): string {
   const failing = r.failed > 0 ? `${r.failed} of ${r.prompts} prompts fail${r.errors > 0 ? ` (${r.errors} not judged)` : ''}` : `all ${r.prompts} prompts pass`;
   const verb = r.passed ? 'PASS' : 'FAIL';
   switch (spec.kind) {
     case 'logits':
-      return `${verb} ${spec.name}: largest |Δ logprob| over each side's top-${Math.min(pooled ?? LOGITS_TOP, LOGITS_TOP)} ${formatNats(r.figure)} against ${spec.threshold} nats; ${failing}`;
+      return `${verb} ${spec.name}: largest |Δ logprob| over each side's top-${LOGITS_TOP}${shortest(pooled)} ${formatNats(r.figure)} against ${spec.threshold} nats; ${failing}`;
     case 'kl':
       return `${verb} ${spec.name}: worst prompt's mean KL ${formatNats(r.figure)} against ${spec.threshold} nats (run mean ${formatNats(pooled)}); ${failing}`;
     case 'tokens':
