@@ -197,7 +197,10 @@ describe('logprobe probe (the command)', () => {
     const missing = await runCli(['probe', vllm.url, '--config', cfg]);
     assert.equal(missing.code, 1, missing.stdout + missing.stderr);
     assert.match(missing.stdout, /\ncache path \* +no +not visible/);
-    assert.match(missing.stderr, /^logprobe: http:\/\/127\.0\.0\.1:\d+ lacks what the configuration uses: cache path \(--enable-prompt-tokens-details or VLLM_SERVER_DEV_MODE=1\)\n$/);
+    assert.match(
+      missing.stderr,
+      /^logprobe: http:\/\/127\.0\.0\.1:\d+ lacks what the configuration uses: cache path \(--enable-prompt-tokens-details \(dev mode alone does not do: its flush answers 200 without proof\)\)\n$/,
+    );
 
     const json = await runCli(['probe', vllm.url, '--config', cfg, '--json']);
     assert.equal(json.code, 1);

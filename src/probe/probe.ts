@@ -96,7 +96,7 @@ const ENABLE: Partial<Record<CapabilityName, Partial<Record<EngineName, string>>
   prompt_top_k: { vllm: 'VLLM_USE_V2_MODEL_RUNNER=0 (the V2 runner returns no prompt top-k)' },
   cache_counts: { vllm: '--enable-prompt-tokens-details', sglang: '--enable-cache-report' },
   flush: { vllm: 'VLLM_SERVER_DEV_MODE=1', sglang: 'the admin key (--admin-api-key) as --api-key', llamacpp: '--slot-save-path DIR' },
-  cache_path: { vllm: '--enable-prompt-tokens-details or VLLM_SERVER_DEV_MODE=1', sglang: '--enable-cache-report', llamacpp: '--slot-save-path DIR' },
+  cache_path: { vllm: '--enable-prompt-tokens-details (dev mode alone does not do: its flush answers 200 without proof)', sglang: '--enable-cache-report', llamacpp: '--slot-save-path DIR' },
   chat_rendering: { sglang: 'an SGLang whose /tokenize takes messages (or returns prompt_token_ids)' },
   determinism: {
     vllm: 'VLLM_BATCH_INVARIANT=1 (vllm-project/vllm#51187: breaks near 44 co-resident sequences)',
