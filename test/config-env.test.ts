@@ -1,32 +1,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { ENV_OVERRIDES, NON_CONFIG_ENV, NON_CONFIG_ENV_PREFIXES, buildConfig, loadConfig, resolveConfig, unknownEnvWarnings } from '../src/config/load.js';
 import { closest, coerceForKey, schemaAt, valueKinds } from '../src/config/keys.js';
 import { REDACTED, renderConfigYaml } from '../src/config/show.js';
-import { ConfigError } from '../src/errors.js';
+import { issuesOf, yamlFile } from './helpers/config.js';
 
 // #23 / #26: environment values take their key's type, --check-config says where each value came
 // from, mistyped variables and keys are named with the one meant.
-
-function yamlFile(text: string): string {
-  const file = join(mkdtempSync(join(tmpdir(), 'logprobe-config-env-')), 'logprobe.yaml');
-  writeFileSync(file, text);
-  return file;
-}
-
-function issuesOf(fn: () => unknown): string[] {
-  try {
-    fn();
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, `expected a ConfigError, got ${String(err)}`);
-    return err.issues;
-  }
-  assert.fail('expected the config to be rejected');
-}
 
 test('environment values keep the type of their key: numeric API keys, paths and names stay strings, numbers and booleans still parse', () => {
   const c = loadConfig({

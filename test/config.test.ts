@@ -1,27 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { buildConfig, envOrigins, loadConfig, readConfigFile } from '../src/config/load.js';
 import { ConfigError } from '../src/errors.js';
-
-function yamlFile(text: string): string {
-  const dir = mkdtempSync(join(tmpdir(), 'logprobe-config-'));
-  const file = join(dir, 'logprobe.yaml');
-  writeFileSync(file, text);
-  return file;
-}
-
-function issuesOf(fn: () => unknown): string[] {
-  try {
-    fn();
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, `expected a ConfigError, got ${String(err)}`);
-    return err.issues;
-  }
-  assert.fail('expected the config to be rejected');
-}
+import { issuesOf, yamlFile } from './helpers/config.js';
 
 test('the defaults are the documented ones (config/logprobe.example.yaml)', () => {
   const c = buildConfig({});

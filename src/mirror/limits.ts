@@ -77,16 +77,7 @@ export function parseLogprobLimit(status: number, body: unknown, options: { prom
  * what was refused).
  */
 export function parsePromptLogprobLimit(status: number, body: unknown): number | null {
-  if (!REFUSAL.has(status)) return null;
-  const text = errorText(body);
-  if (text.length === 0 || text.length > 64 * 1024 || !PROMPT_LOGPROBS.test(text)) return null;
-  for (const pattern of CAP_PATTERNS) {
-    const m = pattern.exec(text);
-    if (!m) continue;
-    const n = Number(m[1]);
-    if (Number.isSafeInteger(n) && n >= 0) return n;
-  }
-  return null;
+  return parseLogprobLimit(status, body, { prompt: true });
 }
 
 /** The cap a refusal states for `field`: prompt logprobs by {@link parsePromptLogprobLimit}, any other by {@link parseLogprobLimit}. */
