@@ -123,6 +123,9 @@ export class Metrics {
     this.gauge('logprobe_cusum_statistic').set(0);
     this.gauge('logprobe_mirror_queue_depth').set(0);
     for (const reason of CAPTURE_ERROR_REASONS) this.counter('logprobe_capture_errors_total').inc({ reason }, 0);
+    for (const reason of CAPTURE_ERROR_REASONS) this.counter('logprobe_capture_records_dropped_total').inc({ reason }, 0);
+    // 0 until a capture writer says it works (captures off: none does).
+    this.gauge('logprobe_capture_ok').set(0);
   }
 
   /** A client request refused at once by a configured candidate limit. */
