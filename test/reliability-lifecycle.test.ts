@@ -23,7 +23,9 @@ function writeConfig(t: { after(fn: () => void): void }, yaml: string): string {
 }
 
 async function serve(t: { after(fn: () => void): void }, yaml: string) {
-  const proc = await startCli(['serve', '--config', writeConfig(t, yaml)], READY);
+  // No start-up probe: these tests count and time the upstreams' requests (the probe's own
+  // shutdown is tested in test/serve-backends.test.ts).
+  const proc = await startCli(['serve', '--config', writeConfig(t, `${yaml}probe: { atStart: off }\n`)], READY);
   t.after(() => {
     if (proc.child.exitCode === null && proc.child.signalCode === null) proc.child.kill('SIGKILL');
   });

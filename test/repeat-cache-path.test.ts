@@ -78,7 +78,7 @@ test('a cache-hit fault: the candidate disagrees with itself on its warm repeats
   assert.equal(metricValue(r.metrics, 'logprobe_verdicts_total', { kind: 'self', backend: 'candidate', verdict: 'self_inconsistent' }), inconsistent);
   assert.ok((metricValue(r.metrics, 'logprobe_self_shift_nats_count', { backend: 'candidate' }) ?? 0) > 0);
   assert.ok(
-    r.lp.logs.lines.some((l) => String(l.msg).startsWith('LogprobSelfInconsistency (candidate) firing: the backend disagrees with itself between a cold and a warm run')),
+    r.lp.logs.lines.some((l) => String(l.msg).startsWith('LogprobSelfInconsistency (candidate) firing: the candidate disagrees with itself between a cold and a warm run')),
     'the warn line says what it means',
   );
 });

@@ -17,7 +17,9 @@ import { KNOWN_ROUTES } from '../src/proxy/routes.js';
 import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS, REFUSAL_REASONS, SCORING_OUTCOMES } from '../src/metrics/catalog.js';
 import { ENGINE_NAMES } from '../src/scoring/profile.js';
 import { VERDICTS } from '../src/core/types.js';
-import { SELF_VERDICTS } from '../src/core/self.js';
+import { PROBE_SHAPES, SELF_VERDICTS } from '../src/core/self.js';
+import { CAPPED_FIELDS } from '../src/mirror/limits.js';
+import { CAPABILITIES } from '../src/probe/probe.js';
 import { CAPTURE_ERROR_REASONS } from '../src/capture/writer.js';
 import { OVERFLOW_REASONS } from '../src/proxy/budget.js';
 
@@ -64,7 +66,10 @@ test('the admin port binds 127.0.0.1 by default, and /metrics, /healthz, /readyz
   });
   t.after(() => cand.close());
   // No admin.host: the default applies. Port 0 only to avoid clashes.
-  const p = await serve(t, `listen: { host: 127.0.0.1, port: 0 }\nadmin: { port: 0 }\ncandidate: { url: ${cand.url} }\nmirror: { sampleRate: 0 }\ncapture: { enabled: false }\n`);
+  const p = await serve(
+    t,
+    `listen: { host: 127.0.0.1, port: 0 }\nadmin: { port: 0 }\ncandidate: { url: ${cand.url} }\nmirror: { sampleRate: 0 }\ncapture: { enabled: false }\nprobe: { atStart: off }\n`,
+  );
   const admin = new URL(p.adminUrl);
   assert.equal(admin.hostname, '127.0.0.1', `bound address: ${p.adminUrl}`);
   const adminPort = Number(admin.port);
@@ -479,6 +484,9 @@ const ALLOWED: Record<string, ReadonlySet<string>> = {
   class: new Set(['ambiguous', 'gray', 'systematic']),
   alert: new Set(ALERT_NAMES),
   reason: new Set<string>([...CAPTURE_ERROR_REASONS, ...OVERFLOW_REASONS, ...REFUSAL_REASONS]),
+  probe: new Set<string>(PROBE_SHAPES),
+  capability: new Set<string>(CAPABILITIES),
+  field: new Set<string>(CAPPED_FIELDS),
   le: new Set([...LATENCY_BUCKETS, ...NATS_BUCKETS, ...POSITION_BUCKETS, '+Inf'].map(String)),
 };
 

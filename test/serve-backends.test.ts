@@ -119,3 +119,29 @@ test('failure lines: the first at once, then at most one a minute with the count
   h.answered('baseline');
   assert.equal(h.snapshot()[0]!.state, 'reachable');
 });
+
+test('a shutdown never waits for the start-up probe: a candidate that never answers, SIGTERM, the process exits within drainSeconds', async () => {
+  const { startCli } = await import('./helpers/cli.js');
+  const { startUpstream } = await import('./helpers/upstream.js');
+  const { mkdtempSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  // Holds every request open (the probe's too) until the test ends.
+  const hung = await startUpstream(() => undefined);
+  started.push(hung);
+  const file = join(mkdtempSync(join(tmpdir(), 'logprobe-probe-stop-')), 'logprobe.yaml');
+  writeFileSync(
+    file,
+    `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${hung.url} }\nbaseline: null\ncapture: { enabled: false }\n` +
+      `shutdown: { drainSeconds: 1 }\nprobe: { atStart: full, timeoutMs: 60000 }\n`,
+  );
+  const p = await startCli(['serve', '--config', file], /"msg":"logprobe listening"/);
+  await until(() => hung.seen.length > 0, 'the probe to reach the candidate');
+  const signalled = performance.now();
+  p.child.kill('SIGTERM');
+  const code = await Promise.race([p.exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), 8000))]);
+  const after = performance.now() - signalled;
+  if (code === 'still running') p.child.kill('SIGKILL');
+  assert.equal(code, 0, `exit after ${Math.round(after)} ms:\n${p.output()}`);
+  assert.ok(after < 4000, `exited ${Math.round(after)} ms after SIGTERM (drainSeconds 1, the probe's requests hung for 60 s)`);
+});

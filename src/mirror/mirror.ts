@@ -390,7 +390,7 @@ export class Mirror {
     }
     if (base === null && repeats[0]?.verdict === null && outcome === 'ok') outcome = 'candidate_error';
     metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
-    this.tellHealth(cand, base, base === null ? repeats[0]?.second : undefined);
+    this.tellHealth(job, cand, base, base === null ? repeats[0]?.second : undefined);
     if (outcome !== 'ok')
       this.log.debug(
         this.jobFields(job, { reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error }),
@@ -423,11 +423,13 @@ export class Mirror {
   }
 
   /** Each side's answer to the health record: a failure (logged rate-limited, with the cause) or a backend that answers. */
-  private tellHealth(cand: BackendResult, base: BackendResult | null, repeat: BackendResult | undefined): void {
+  private tellHealth(job: Job, cand: BackendResult, base: BackendResult | null, repeat: BackendResult | undefined): void {
     const h = this.deps.health;
     if (!h) return;
+    // The cause is logged and shown on /ui: an answer may quote the request's credentials.
+    const secrets = this.redaction.secrets(job.headers);
     const one = (backend: 'candidate' | 'baseline', r: BackendResult) => {
-      if (r.error !== null || r.status >= 400) h.failed(backend, `${backend}_error`, failureReason(r), r.status === 0);
+      if (r.error !== null || r.status >= 400) h.failed(backend, `${backend}_error`, this.redaction.scrub(failureReason(r), secrets, { byName: false }) as string, r.status === 0);
       else h.answered(backend);
     };
     one('candidate', repeat && cand.error === null && cand.status < 400 ? repeat : cand);

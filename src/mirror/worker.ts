@@ -120,6 +120,9 @@ const mirror: Mirror = new Mirror({
   health,
 });
 
+/** The start-up probe's, aborted at close: a shutdown never waits for it. */
+const probing = new AbortController();
+
 port.on('message', (m: ToWorker) => {
   if (m.t === 'job') {
     const { body } = m.exchange;
@@ -132,6 +135,7 @@ port.on('message', (m: ToWorker) => {
   } else if (m.t === 'admin') {
     mirror.setAdminPort(m.port);
   } else if (m.t === 'close') {
+    probing.abort();
     live.close();
     health.close();
     void (async () => {
@@ -151,6 +155,6 @@ port.on('message', (m: ToWorker) => {
 // Ready: the first snapshot tells the proxy's thread so, with every series at its start value.
 sendMetrics(null);
 // Then each backend is probed once (probe.atStart), in the background: nothing waits for it.
-void probeAtStart({ config, health, metrics, logger: logger.child({ module: 'probe' }) })
+void probeAtStart({ config, health, metrics, logger: logger.child({ module: 'probe' }), signal: probing.signal })
   .then(() => sendMetrics(null))
   .catch((err: unknown) => logger.error({ err }, 'start-up probe failed'));

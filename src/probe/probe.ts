@@ -87,6 +87,8 @@ export interface ProbeOptions {
   required: CapabilityName[];
   /** Only whether it answers, the engine and its version (`probe.atStart: reachability`): no capability is asked. */
   reachabilityOnly?: boolean;
+  /** Aborts the probe (serve shutting down): its connections are destroyed, the probe rejects. */
+  signal?: AbortSignal;
 }
 
 /** The flag or setting behind each capability, per engine (docs/engines.md cites the sources). */
@@ -146,10 +148,15 @@ const GREEDY = { temperature: 0, top_p: 1, seed: 1234 };
 /** Runs the probe. Throws {@link UnreachableError} when the URL answers nothing. */
 export async function probeEngine(o: ProbeOptions): Promise<ProbeReport> {
   const pool = new Pool(new URL(o.url).origin, { connections: null, pipelining: 1, connect: { rejectUnauthorized: !o.tlsInsecure, timeout: o.timeoutMs } });
+  // A shutdown must not wait for a probe's requests (each may take probe.timeoutMs).
+  const abort = () => void pool.destroy(new Error('probe aborted: shutting down')).catch(() => undefined);
+  if (o.signal?.aborted) abort();
+  o.signal?.addEventListener('abort', abort, { once: true });
   try {
     return await run(o, pool);
   } finally {
-    await pool.close();
+    o.signal?.removeEventListener('abort', abort);
+    await pool.close().catch(() => undefined);
   }
 }
 

@@ -16,14 +16,14 @@ type Backend = 'candidate' | 'baseline';
  * credentials (the mirror's copies carry the client's; at start there is no client), the baseline
  * with `baseline.apiKey`. The flush is tried only where `mirror.repeat.flush` will flush anyway.
  */
-export async function probeAtStart(o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger }): Promise<Array<ProbeReport | null>> {
+export async function probeAtStart(o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger; signal?: AbortSignal }): Promise<Array<ProbeReport | null>> {
   const { config } = o;
   if (config.probe.atStart === 'off') return [];
   const backends: Backend[] = config.baseline.url === null ? ['candidate'] : ['candidate', 'baseline'];
   return Promise.all(backends.map((b) => one(o, b)));
 }
 
-async function one(o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger }, backend: Backend): Promise<ProbeReport | null> {
+async function one(o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger; signal?: AbortSignal }, backend: Backend): Promise<ProbeReport | null> {
   const { config } = o;
   const side = backend === 'candidate' ? config.candidate : config.baseline;
   const url = side.url!;
@@ -41,8 +41,10 @@ async function one(o: { config: Config; health: BackendHealth; metrics: Metrics;
       flush: required.includes('flush'),
       required,
       reachabilityOnly: config.probe.atStart === 'reachability',
+      ...(o.signal ? { signal: o.signal } : {}),
     });
   } catch (err) {
+    if (o.signal?.aborted) return null;
     o.health.probed(backend, { reachable: false, reason: err instanceof UnreachableError ? err.message : (err as Error).message });
     return null;
   }
