@@ -2,26 +2,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { compare, DEFAULT_THRESHOLDS, detectorEvidence, forcedStats, notScored, recount, scoredBlocks, withScoring, type ScoredPair, type TokenStep } from '../src/core/index.js';
 import { chatBody, step, type Spec } from './core-bodies.js';
+import { forced } from './helpers/steps.js';
 
 // Past the first divergence (docs/format.md §7): the verdict over teacher-forced positions, the prompt
 // block, and the locus — table-driven over hand-made pairs.
 
 const T = DEFAULT_THRESHOLDS;
 
-/** A forced step: token id `i`, its logprob `lp`, two alternatives (moved by `alt`). */
-function forced(i: number, lp: number, alt = 0): TokenStep {
-  return {
-    token: ` t${i}`,
-    id: i,
-    logprob: lp,
-    top: [
-      [` t${i}`, lp],
-      [' x', -2 + alt],
-      [' y', -3],
-    ],
-    topIds: [i, 1000, 1001],
-  };
-}
 /** n forced steps, each moved by `move(i)` on this side. */
 const side = (n: number, move: (i: number) => number, base = 0): TokenStep[] => Array.from({ length: n }, (_, i) => forced(base + i, -0.3 + move(i), move(i)));
 

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { compare, DEFAULT_THRESHOLDS, detectorEvidence, formatNats, scoredBlocks, withScoring, type TokenStep } from '../src/core/index.js';
+import { compare, DEFAULT_THRESHOLDS, detectorEvidence, formatNats, scoredBlocks, withScoring } from '../src/core/index.js';
 import { initialDetectorState, observe, type AlertTransition } from '../src/core/detector.js';
 import { buildConfig } from '../src/config/load.js';
 import { recordLine } from '../src/capture/record.js';
@@ -21,23 +21,9 @@ import type { MirroredPair } from '../src/mirror/types.js';
 import { chatBody, step, type Spec } from './core-bodies.js';
 import { tempDir } from './helpers/capture.js';
 import { runCli } from './helpers/cli.js';
+import { forced } from './helpers/steps.js';
 
 const T = DEFAULT_THRESHOLDS;
-
-/** A forced step: token ` t<i>` at `lp`, two alternatives. */
-function forced(i: number, lp: number): TokenStep {
-  return {
-    token: ` t${i}`,
-    id: i,
-    logprob: lp,
-    top: [
-      [` t${i}`, lp],
-      [' x', -2],
-      [' y', -3],
-    ],
-    topIds: [i, 1000, 1001],
-  };
-}
 
 /**
  * Three free-running positions, two moved (0.41 and 0.62 nats), then the candidate picks the

@@ -14,21 +14,7 @@ import { metricValue } from './helpers/sim.js';
 
 /** Writes bytes on a raw socket and collects everything until the proxy closes it. */
 function rawExchange(port: number, bytes: Buffer | string, timeoutMs = 5000): Promise<{ text: string; closed: boolean; ms: number }> {
-  const started = performance.now();
-  return new Promise((resolve) => {
-    const sock = net.connect(port, '127.0.0.1', () => sock.write(bytes));
-    let text = '';
-    const timer = setTimeout(() => {
-      sock.destroy();
-      resolve({ text, closed: false, ms: performance.now() - started });
-    }, timeoutMs);
-    sock.on('data', (d: Buffer) => (text += d.toString('latin1')));
-    sock.on('error', () => undefined);
-    sock.on('close', () => {
-      clearTimeout(timer);
-      resolve({ text, closed: true, ms: performance.now() - started });
-    });
-  });
+  return paced(port, [bytes], 0, timeoutMs);
 }
 
 const SMUGGLED = 'GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n';
@@ -128,7 +114,7 @@ async function startHeadRecorder(t: { after(fn: () => unknown): void }): Promise
 }
 
 /** Writes `parts` on a raw socket, one every `everyMs`, and collects the answer until the proxy closes the connection. */
-function paced(port: number, parts: string[], everyMs: number, timeoutMs = 8000): Promise<{ text: string; closed: boolean; ms: number }> {
+function paced(port: number, parts: Array<Buffer | string>, everyMs: number, timeoutMs = 8000): Promise<{ text: string; closed: boolean; ms: number }> {
   const started = performance.now();
   return new Promise((resolve) => {
     const sock = net.connect(port, '127.0.0.1');
