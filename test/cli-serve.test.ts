@@ -92,14 +92,15 @@ test('SIGTERM lets an in-flight request finish, then exits 0', async (t) => {
     res.end('{"done":true}');
   });
   t.after(() => up.close());
-  const file = configFile(`listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\ncapture: { enabled: false }\n`);
+  const file = configFile(`listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\ncapture: { enabled: false }\nprobe: { atStart: off }\n`);
   const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)"/, { env: { LOGPROBE_SAMPLERATE: '1' } });
   t.after(() => proc.child.kill('SIGKILL'));
   const proxyUrl = proc.match[1]!;
   // A mistyped variable is said at start, in the log.
   assert.match(proc.output(), /"level":"warn".*unknown environment variable LOGPROBE_SAMPLERATE, ignored: did you mean LOGPROBE_SAMPLE_RATE\?/);
   const inflight = request(`${proxyUrl}/v1/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
-  while (up.seen.length === 0) await new Promise((r) => setTimeout(r, 10));
+  // Wait for this request at the candidate (not a probe's: the probe is off, and only this path counts).
+  while (!up.seen.some((r) => r.url === '/v1/completions' && r.body.toString() === '{}')) await new Promise((r) => setTimeout(r, 10));
   proc.child.kill('SIGTERM');
   const res = await inflight;
   assert.equal(res.statusCode, 200);
