@@ -75,6 +75,29 @@ test('the hand-over sends what the sampler chose, at most queueSize + concurrenc
   assert.equal(await count('dropped'), 3, 'the primary gone: dropped, never waited for');
 });
 
+test('a full hand-over keeps no body: a request that arrives while it is full is counted dropped at once (random, forced), but kept for sampleBy hash', async () => {
+  for (const sampleBy of ['random', 'hash'] as const) {
+    const config = buildConfig({ mirror: { sampleRate: 1, sampleBy, queueSize: 1, concurrency: 1 } });
+    const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });
+    const sent: FromProxyWorker[] = [];
+    const h = new HandOver(config, metrics, { send: (m) => sent.push(m), connected: () => true });
+    const count = async (outcome: string) => metricValue(await metrics.registry.metrics(), 'logprobe_mirror_total', { outcome, route: '/v1/completions' }) ?? 0;
+    h.onExchange(exchange(0));
+    h.onExchange(exchange(1));
+    assert.equal(h.inFlight, 2, 'full: queueSize 1 + concurrency 1');
+    const random = sampleBy === 'random';
+    assert.equal(h.wantsBody('POST', '/v1/completions', undefined), !random, `${sampleBy}: keep the body only when its bytes decide`);
+    assert.equal(h.wantsBody('POST', '/v1/completions', true), false, `${sampleBy}: forced, full: not kept`);
+    assert.equal(await count('dropped'), random ? 2 : 1, `${sampleBy}: each refusal counted once, at once`);
+    assert.equal(h.wantsBody('POST', '/v1/completions', false), false);
+    assert.equal(h.wantsBody('POST', '/v1/other', undefined), false);
+    assert.equal(await count('dropped'), random ? 2 : 1, 'not eligible: nothing counted');
+    h.acked(1);
+    assert.equal(h.wantsBody('POST', '/v1/completions', undefined), true, 'room again: kept');
+    assert.equal(sent.length, 2);
+  }
+});
+
 test('the hand-over with sampleBy hash decides as a single process does: the same body always or never', () => {
   const config = buildConfig({ mirror: { sampleRate: 0.5, sampleBy: 'hash' } });
   const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });

@@ -1,6 +1,6 @@
 import type { Config } from '../config/schema.js';
 import type { Metrics } from '../metrics/registry.js';
-import { mirrorChoice } from '../mirror/thread.js';
+import { keepBodyFor, mirrorChoice } from '../mirror/thread.js';
 import { Sampler } from '../mirror/sampler.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
 import type { FromProxyWorker } from './protocol.js';
@@ -41,13 +41,18 @@ export class HandOver implements MirrorTap {
   }
 
   wantsBody(method: string, path: string, forced: boolean | undefined): boolean {
-    return this.sampler.wantsBody(method, path, forced);
+    return keepBodyFor(this.sampler, method, path, forced, this.full(), this.metrics);
+  }
+
+  /** No room for another copy: the primary gone, or as many jobs on their way as the mirror holds. */
+  private full(): boolean {
+    return !this.channel.connected() || this.outstanding >= this.cap;
   }
 
   onExchange(ex: Exchange): void {
     const choice = mirrorChoice(this.sampler, ex);
     if (choice === 'no') return;
-    if (choice === 'skipped' || !this.channel.connected() || this.outstanding >= this.cap) {
+    if (choice === 'skipped' || this.full()) {
       this.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome: choice === 'skipped' ? 'skipped' : 'dropped' });
       return;
     }

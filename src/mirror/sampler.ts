@@ -43,6 +43,11 @@ export class Sampler {
     return this.random() < this.options.sampleRate;
   }
 
+  /** True when `wantsBody`'s yes is already the decision (no hash of the bytes to come). */
+  finalBeforeBody(forced: boolean | undefined): boolean {
+    return forced === true || this.options.sampleBy === 'random';
+  }
+
   /** After the body: mirror it? Only called for bodies `wantsBody` kept. */
   decide(body: Uint8Array, forced: boolean | undefined): boolean {
     if (forced === true) return true;

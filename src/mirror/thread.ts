@@ -6,6 +6,7 @@ import { initialDetectorState } from '../core/detector.js';
 import type { LogDestination } from '../log/logger.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
+import { routeLabel } from '../proxy/routes.js';
 import { mirrorKind, skipReason } from './rewrite.js';
 import { Sampler } from './sampler.js';
 import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
@@ -45,6 +46,21 @@ export const LIVE_MAX_WAITING = 8;
 
 /** A live poll's answer: the body of GET /ui/data as the worker encoded it, or why there is none. */
 export type LiveAnswer = { worker: 'up'; body: Uint8Array } | { worker: 'late' | 'down' | 'busy' };
+
+/**
+ * The tap's answer before a body is read: keep it? When the sampler's choice is already final
+ * (`sampleBy: random`, or forced by `x-logprobe-mirror: 1`) and the hand-over is full (`full`),
+ * the copy is counted `dropped` now and its body never kept: a proxy at sample rate 1 with the
+ * mirror saturated would otherwise hold every in-flight body only to drop it at the end (the
+ * fault soak's RSS swing, #23). With `sampleBy: hash` the choice needs the bytes: the body is kept
+ * and a full hand-over drops it after the response, as before.
+ */
+export function keepBodyFor(sampler: Sampler, method: string, path: string, forced: boolean | undefined, full: boolean, metrics: Metrics): boolean {
+  if (!sampler.wantsBody(method, path, forced)) return false;
+  if (!full || !sampler.finalBeforeBody(forced)) return true;
+  metrics.counter('logprobe_mirror_total').inc({ route: routeLabel(path), outcome: 'dropped' });
+  return false;
+}
 
 /**
  * What becomes of a finished exchange whose body the sampler kept: not mirrored (`no`: a hash
@@ -168,7 +184,12 @@ export class MirrorThread implements MirrorTap {
   }
 
   wantsBody(method: string, path: string, forced: boolean | undefined): boolean {
-    return this.sampler.wantsBody(method, path, forced);
+    return keepBodyFor(this.sampler, method, path, forced, this.full(), this.deps.metrics);
+  }
+
+  /** No room for another copy: the worker gone or closing, or `queueSize + concurrency` handed over and unsettled. */
+  private full(): boolean {
+    return !this.alive || this.closing !== null || this.outstanding >= this.cap;
   }
 
   onExchange(ex: Exchange): void {
@@ -185,7 +206,7 @@ export class MirrorThread implements MirrorTap {
    * worker thread; when the mirror is full, gone or closing, it is dropped and counted instead.
    */
   handOver(ex: Exchange): void {
-    if (!this.alive || this.closing !== null || this.outstanding >= this.cap) {
+    if (this.full()) {
       this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome: 'dropped' });
       return;
     }
