@@ -23,6 +23,19 @@ export function mergeProcesses(parts: readonly MetricsJSON[]): Registry {
 }
 
 /**
+ * The registries of one process's two threads as one (src/mirror/thread.ts): the main thread's
+ * and the mirror worker's. Each thread registers only the metrics it owns (src/metrics/catalog.ts),
+ * so a family is on both sides only when owned by both (`logprobe_mirror_total`,
+ * `logprobe_upstream_connections`), each side counting its own part: adding them is exact. Every
+ * other family comes from one side and a sum of one is itself, hence `sum` for every family
+ * (prom-client's own aggregators, made for cluster workers, would omit or average some process
+ * metrics).
+ */
+export function mergeThreads(parts: readonly [MetricsJSON, MetricsJSON]): Registry {
+  return AggregatorRegistry.aggregate(parts.map((list) => list.map((m) => ({ ...m, aggregator: 'sum' as const }))));
+}
+
+/**
  * What a process that has exited leaves in the cluster's figures: its counters and histograms
  * (they only grow, so the sum over processes never goes back, which Prometheus would read as a
  * reset), not its gauges (its connections are closed, its heap is gone).

@@ -1,8 +1,9 @@
 import type { Dispatcher, Pool } from 'undici';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
-import { compare, detectorEvidence, parseResponse, pickThresholds, type Comparison, type Thresholds } from '../core/index.js';
-import { initialDetectorState, observe, pooledShare, tick, type AlertTransition, type DetectorState } from '../core/detector.js';
+import { compare, detectorEvidence, pickThresholds, type Comparison, type ParsedResponse, type Thresholds } from '../core/index.js';
+import { classifyPair } from '../core/pair.js';
+import { initialDetectorState, observe as observeDetector, pooledShare, tick, type AlertPhase, type AlertTransition, type DetectorState } from '../core/detector.js';
 import type { Metrics } from '../metrics/registry.js';
 import { redactionOf, type Redaction } from '../capture/redact.js';
 import { scrubFields } from '../log/logger.js';
@@ -23,6 +24,12 @@ import { ENGINE_NAMES } from '../scoring/profile.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
 import { failureReason } from './failure.js';
 import type { BackendHealth } from './health.js';
+
+/** Which backends a job probes with a repeat (cold → warm), and whether their caches are emptied first. */
+interface RepeatPlan {
+  backends: Backend[];
+  flush: boolean;
+}
 
 interface Job {
   id: string;
@@ -211,11 +218,6 @@ export class Mirror {
     if (!accepted) count('dropped');
   }
 
-  /**
-   * Sends a mirrored copy to both backends at once, within the logprobs caps learned so far (a
-   * backend refusing the copy for asking too many is retried once within its cap: limits.ts).
-   * `job.body` becomes what both backends finally got, so the pair records what was sent.
-   */
   /** Where a job's copies and scoring calls go: each backend's pool, URL, headers and timeout. */
   private targets(job: Job): Record<Backend, ScoringTarget> {
     const { config } = this.deps;
@@ -243,6 +245,11 @@ export class Mirror {
     };
   }
 
+  /**
+   * Sends a mirrored copy to both backends at once, within the logprobs caps learned so far (a
+   * backend refusing the copy for asking too many is retried once within its cap: limits.ts).
+   * `job.body` becomes what both backends finally got, so the pair records what was sent.
+   */
   private async sendPair(job: Job, payload: string, targets: Record<Backend, ScoringTarget>): Promise<[BackendResult, BackendResult]> {
     const { config } = this.deps;
     // Fields an engine profile adds so its answer names the generated token ids (vLLM, SGLang).
@@ -287,7 +294,7 @@ export class Mirror {
    * emptied first; none for most jobs. Baseline-free, every mirrored request is a probe of the
    * candidate (there is nothing else to compare).
    */
-  private repeatPlan(): { backends: Backend[]; flush: boolean } | null {
+  private repeatPlan(): RepeatPlan | null {
     const r = this.deps.config.mirror.repeat;
     if (this.baselinePool === null) return { backends: ['candidate'], flush: r.flush };
     if (r.rate <= 0 || this.random() >= r.rate) return null;
@@ -318,85 +325,111 @@ export class Mirror {
     }
   }
 
-  private async run(job: Job, plan: { backends: Backend[]; flush: boolean } | null): Promise<void> {
-    const { metrics, config } = this.deps;
+  /**
+   * A pair's way through the mirror, one named step each: the caches emptied first (a repeat with
+   * `flush`), send, classify ({@link classifyPair}, as `analyze` and `replay` do), score, observe,
+   * repeats, emit; then, for a share of compared pairs, calibration.
+   */
+  private async run(job: Job, plan: RepeatPlan | null): Promise<void> {
     const targets = this.targets(job);
-    const flushErrors = new Map<Backend, string>();
-    if (plan?.flush) {
-      for (const b of plan.backends) {
-        try {
-          await this.scorer.flush(b, targets[b]);
-        } catch (err) {
-          flushErrors.set(b, (err as Error).message);
-          this.log.debug(this.jobFields(job, { reqId: job.id, backend: b, err }), 'cache flush before a repeat failed: the first run may be warm');
-        }
+    const flushErrors = plan?.flush ? await this.flushFirst(job, plan.backends, targets) : new Map<Backend, string>();
+    const [cand, base] = await this.send(job, targets);
+    const floor = this.noiseFloor();
+    const t = pickThresholds(this.deps.config.analysis, floor);
+    const classed = classifyPair(cand, base, t);
+    let analysis = classed.comparison;
+    if (analysis !== null && classed.outcome === 'ok') analysis = await this.score(job, analysis, { parsed: classed.baseline!, body: base!.body }, targets, t);
+    if (analysis !== null) this.observe(job, analysis, floor);
+    const repeats = plan ? await this.repeats(job, plan, { candidate: cand, baseline: base }, flushErrors, targets, t) : [];
+    // Baseline-free, the repeat is the comparison: a second run that failed leaves nothing compared.
+    const outcome: MirrorOutcome = base === null && repeats[0]?.verdict === null && classed.outcome === 'ok' ? 'candidate_error' : classed.outcome;
+    this.emit(job, { candidate: cand, baseline: base, outcome, analysis, noiseFloor: floor, repeats });
+    const rate = this.deps.config.calibration.rate;
+    if (outcome === 'ok' && rate > 0 && this.random() < rate) await this.calibrate(job, cand, base, targets);
+  }
+
+  /** Empties the caches of the backends a repeat probes, so the first run is cold; what failed is kept (the probe is then not `flushed`). */
+  private async flushFirst(job: Job, backends: readonly Backend[], targets: Record<Backend, ScoringTarget>): Promise<Map<Backend, string>> {
+    const errors = new Map<Backend, string>();
+    for (const b of backends) {
+      try {
+        await this.scorer.flush(b, targets[b]);
+      } catch (err) {
+        errors.set(b, (err as Error).message);
+        this.log.debug(this.jobFields(job, { reqId: job.id, backend: b, err }), 'cache flush before a repeat failed: the first run may be warm');
       }
     }
-    const hasBaseline = this.baselinePool !== null;
-    const [cand, base] = hasBaseline ? await this.sendPair(job, job.payload, targets) : [await this.sendOne(job, 'candidate', targets), null];
-    const dur = metrics.histogram('logprobe_upstream_duration_seconds');
+    return errors;
+  }
+
+  /** Step send: the copy to both backends at once (to the candidate alone baseline-free), each one's latency observed. */
+  private async send(job: Job, targets: Record<Backend, ScoringTarget>): Promise<[BackendResult, BackendResult | null]> {
+    const [cand, base] = this.baselinePool !== null ? await this.sendPair(job, job.payload, targets) : [await this.sendOne(job, 'candidate', targets), null];
+    const dur = this.deps.metrics.histogram('logprobe_upstream_duration_seconds');
     dur.observe({ backend: 'candidate', route: job.route }, cand.latencyMs / 1000);
     if (base) dur.observe({ backend: 'baseline', route: job.route }, base.latencyMs / 1000);
+    return [cand, base];
+  }
 
-    const floor = this.noiseFloor();
-    const t = pickThresholds(config.analysis, floor);
-    const kind = requestKind(job.path) ?? 'completions';
-    let outcome: MirrorOutcome;
-    let analysis: Comparison | null = null;
-    if (cand.error !== null || cand.status >= 400) outcome = 'candidate_error';
-    else if (base === null) outcome = 'ok';
-    else if (base.error !== null || base.status >= 400) outcome = 'baseline_error';
-    else {
-      const pc = parseResponse(cand.body);
-      const pb = parseResponse(base.body);
-      if (pc.format === 'unknown' || pb.format === 'unknown' || pc.format === 'error' || pb.format === 'error') outcome = 'unparseable';
-      else {
-        analysis = compare(pc, pb, t);
-        outcome = analysis.verdict === 'incomparable' ? 'incomparable' : 'ok';
-        if (outcome === 'ok') {
-          const scoring = await scoreComparison(this.scorer, { source: { kind, body: job.body }, free: analysis, baseline: { parsed: pb, body: base.body }, targets, thresholds: t, busy: this.busy });
-          if (scoring.counted) metrics.counter('logprobe_scoring_total').inc({ route: job.route, outcome: scoring.outcome });
-          if (scoring.outcome === 'failed') this.log.warn(this.jobFields(job, { reqId: job.id, reason: scoring.reason }), 'scoring failed');
-          analysis = scoring.comparison;
-        }
-        recordComparison(metrics, job.route, analysis);
-        if (analysis.verdict !== 'incomparable' && analysis.comparable > 0) {
-          this.advance(observe(this.detector, { ...detectorEvidence(analysis), noiseFloor: floor, requestId: job.id }, config.alert, this.now()));
-        }
-      }
-    }
+  /** Step score: teacher-forced scoring past the divergence (src/scoring), counted; the comparison with it. */
+  private async score(job: Job, free: Comparison, baseline: { parsed: ParsedResponse; body: unknown }, targets: Record<Backend, ScoringTarget>, t: Thresholds): Promise<Comparison> {
+    const source = { kind: requestKind(job.path) ?? 'completions', body: job.body };
+    const scoring = await scoreComparison(this.scorer, { source, free, baseline, targets, thresholds: t, busy: this.busy });
+    if (scoring.counted) this.deps.metrics.counter('logprobe_scoring_total').inc({ route: job.route, outcome: scoring.outcome });
+    if (scoring.outcome === 'failed') this.log.warn(this.jobFields(job, { reqId: job.id, reason: scoring.reason }), 'scoring failed');
+    return scoring.comparison;
+  }
 
+  /** Step observe: a compared pair's metrics, and its evidence to the window and CUSUM detectors. */
+  private observe(job: Job, analysis: Comparison, floor: number): void {
+    recordComparison(this.deps.metrics, job.route, analysis);
+    if (analysis.verdict === 'incomparable' || analysis.comparable === 0) return;
+    this.advance(observeDetector(this.detector, { ...detectorEvidence(analysis), noiseFloor: floor, requestId: job.id }, this.deps.config.alert, this.now()));
+  }
+
+  /** Step repeats: each probed backend's second run, compared with its first, recorded; in the plan's order. */
+  private async repeats(
+    job: Job,
+    plan: RepeatPlan,
+    firsts: Record<Backend, BackendResult | null>,
+    flushErrors: ReadonlyMap<Backend, string>,
+    targets: Record<Backend, ScoringTarget>,
+    t: Thresholds,
+  ): Promise<RepeatPair[]> {
     const repeats: RepeatPair[] = [];
-    for (const b of plan?.backends ?? []) {
-      const first = b === 'candidate' ? cand : base;
+    for (const b of plan.backends) {
+      const first = firsts[b];
       if (first === null) continue;
       const flushError = flushErrors.get(b);
       const rp = await repeatOnce({
         backend: b,
         first,
         send: () => this.sendOne(job, b, targets),
-        flushed: plan!.flush && flushError === undefined,
+        flushed: plan.flush && flushError === undefined,
         ...(flushError !== undefined ? { flushError } : {}),
         thresholds: t,
         scorer: this.scorer,
         target: targets[b],
-        source: { kind, body: job.body },
+        source: { kind: requestKind(job.path) ?? 'completions', body: job.body },
         busy: this.busy,
-        when: config.analysis.scoring.when,
+        when: this.deps.config.analysis.scoring.when,
         counts: this.cacheCounts,
       });
       repeats.push(rp);
-      this.recordRepeat(job, rp, floor);
+      this.recordRepeat(job, rp, t.noiseFloor);
     }
-    if (base === null && repeats[0]?.verdict === null && outcome === 'ok') outcome = 'candidate_error';
-    metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
-    this.tellHealth(job, cand, base, base === null ? repeats[0]?.second : undefined);
-    if (outcome !== 'ok')
-      this.log.debug(
-        this.jobFields(job, { reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error }),
-        'mirror pair not compared',
-      );
+    return repeats;
+  }
 
+  /** Step emit: the outcome counted, each backend's health told, a pair not compared logged, the pair handed to the listeners. */
+  private emit(job: Job, r: Pick<MirroredPair, 'candidate' | 'baseline' | 'outcome' | 'analysis' | 'noiseFloor'> & { repeats: RepeatPair[] }): void {
+    const { candidate: cand, baseline: base, outcome, repeats } = r;
+    this.deps.metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
+    this.tellHealth(job, cand, base, base === null ? repeats[0]?.second : undefined);
+    if (outcome !== 'ok') {
+      const fields = { reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error };
+      this.log.debug(this.jobFields(job, fields), 'mirror pair not compared');
+    }
     const pair: MirroredPair = {
       id: job.id,
       ts: new Date().toISOString(),
@@ -407,18 +440,14 @@ export class Mirror {
       candidate: cand,
       baseline: base,
       outcome,
-      analysis,
-      noiseFloor: floor,
+      analysis: r.analysis,
+      noiseFloor: r.noiseFloor,
       ...(repeats.length > 0 ? { repeats } : {}),
     };
     try {
       this.deps.listeners?.onPair?.(pair);
     } catch (err) {
       this.log.error({ err }, 'mirror listener failed');
-    }
-
-    if (outcome === 'ok' && config.calibration.rate > 0 && this.random() < config.calibration.rate) {
-      await this.calibrate(job, cand, base, targets);
     }
   }
 
@@ -549,16 +578,15 @@ export class Mirror {
     metrics.gauge('logprobe_window_global_shift_ratio').set(pooledShare(this.detector));
     metrics.gauge('logprobe_cusum_statistic').set(this.detector.cusum);
     const firing = metrics.gauge('logprobe_alert_firing');
-    firing.set({ alert: 'LogprobGlobalShift' }, this.detector.global.phase === 'firing' || this.detector.global.phase === 'resolving' ? 1 : 0);
-    firing.set({ alert: 'LogprobSustainedShift' }, this.detector.sustained.phase === 'firing' || this.detector.sustained.phase === 'resolving' ? 1 : 0);
+    firing.set({ alert: 'LogprobGlobalShift' }, firingValue(this.detector.global.phase));
+    firing.set({ alert: 'LogprobSustainedShift' }, firingValue(this.detector.sustained.phase));
     this.announce(result.transitions);
   }
 
   /** A backend's self-consistency detector moved: its alert gauge and transitions. */
   private advanceSelf(backend: Backend, result: { state: DetectorState; transitions: AlertTransition[] }): void {
     this.selfDetectors[backend] = result.state;
-    const g = this.selfDetectors[backend].global.phase;
-    this.deps.metrics.gauge('logprobe_alert_firing').set({ alert: 'LogprobSelfInconsistency', backend }, g === 'firing' || g === 'resolving' ? 1 : 0);
+    this.deps.metrics.gauge('logprobe_alert_firing').set({ alert: 'LogprobSelfInconsistency', backend }, firingValue(result.state.global.phase));
     this.announce(result.transitions);
   }
 
@@ -578,16 +606,16 @@ export class Mirror {
     return this.queue.idle();
   }
 
-  /**
-   * Stops taking copies and lets the queued and running pairs finish (so a graceful stop loses
-   * no record), for up to `shutdown.drainSeconds`; what is still queued then is dropped and
-   * counted. Closes the baseline pool.
-   */
   /** The admin server listens on `port` (0 in the config: known only now): alerts link to its live page. */
   setAdminPort(port: number): void {
     this.notifier.setGeneratorUrl(generatorUrl(this.deps.config, port));
   }
 
+  /**
+   * Stops taking copies and lets the queued and running pairs finish (so a graceful stop loses
+   * no record), for up to `shutdown.drainSeconds`; what is still queued then is dropped and
+   * counted. Closes the baseline pool.
+   */
   async close(): Promise<void> {
     clearInterval(this.ticker);
     const dropped = await this.queue.close(this.deps.config.shutdown.drainSeconds * 1000);
@@ -600,6 +628,11 @@ export class Mirror {
     await this.notifier.flush();
     if (this.ownsBaselinePool) await this.baselinePool?.close();
   }
+}
+
+/** `logprobe_alert_firing`'s value in an alert's phase: 1 from firing until it has resolved (`resolving` still fires), else 0. */
+function firingValue(phase: AlertPhase): 0 | 1 {
+  return phase === 'firing' || phase === 'resolving' ? 1 : 0;
 }
 
 /** What makes a backend's repeat pairs judgeable, by engine: the server flag that reports its cache hits. */

@@ -1,9 +1,10 @@
 import { Worker } from 'node:worker_threads';
-import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { initialDetectorState } from '../core/detector.js';
 import type { LogDestination } from '../log/logger.js';
+import { mergeThreads, type MetricsJSON } from '../metrics/merge.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
 import { routeLabel } from '../proxy/routes.js';
@@ -12,8 +13,6 @@ import { Sampler } from './sampler.js';
 import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
 import type { MirrorListeners } from './types.js';
 import type { BackendStatus } from './health.js';
-
-type MetricsJSON = Array<MetricObjectWithValues<MetricValue<string>>>;
 
 /**
  * The worker's young generation: V8's default (up to 32 MB of semi-spaces per isolate) is sized for
@@ -38,6 +37,18 @@ export const WORKER_METRICS_TIMEOUT_MS = 500;
  * anyway and the metrics say the worker is down.
  */
 export const WORKER_START_TIMEOUT_MS = 10_000;
+
+/**
+ * After `shutdown.drainSeconds`, how long a draining worker — a cluster's proxy worker process
+ * (src/cluster/supervisor.ts), the mirror's worker thread — has left to exit before it is killed:
+ * its last answers, the hand-over's or the capture's flush, the exit.
+ */
+export const EXIT_GRACE_MS = 10_000;
+
+/** How long a draining worker may take in all before it is killed: `shutdown.drainSeconds`, then {@link EXIT_GRACE_MS}. */
+export function exitDeadlineMs(config: Config): number {
+  return config.shutdown.drainSeconds * 1000 + EXIT_GRACE_MS;
+}
 
 /** How long a live page's poll (GET /ui/data) waits for the worker; the page keeps what it has. */
 export const LIVE_TIMEOUT_MS = 1000;
@@ -323,21 +334,13 @@ export class MirrorThread implements MirrorTap {
   }
 
   /**
-   * The exposition text of `main` and the worker's registry together, within
-   * {@link WORKER_METRICS_TIMEOUT_MS} whatever the worker does. When the worker is gone or does
-   * not answer in time, its series keep their last known values (counters do not reset, a firing
-   * alert stays firing) and `logprobe_mirror_worker_up` is 0: stale, and saying so.
-   *
-   * Each thread registers only the metrics it owns (src/metrics/catalog.ts), so a family is on
-   * both sides only when owned by both (`logprobe_mirror_total`, `logprobe_upstream_connections`),
-   * each side counting its own part: adding them is exact. Every other family comes from one side
-   * and a sum of one is itself, hence `sum` for every family (prom-client's own aggregators, made
-   * for cluster workers, would omit or average some process metrics).
+   * The exposition text of `main` and the worker's registry together ({@link mergeThreads}),
+   * within {@link WORKER_METRICS_TIMEOUT_MS} whatever the worker does. When the worker is gone or
+   * does not answer in time, its series keep their last known values (counters do not reset, a
+   * firing alert stays firing) and `logprobe_mirror_worker_up` is 0: stale, and saying so.
    */
   async metricsText(main: Registry): Promise<string> {
-    const [a, w] = await this.metricsParts(main);
-    const summed = (list: MetricsJSON) => list.map((m) => ({ ...m, aggregator: 'sum' as const }));
-    return AggregatorRegistry.aggregate([summed(a), summed(w)]).metrics();
+    return mergeThreads(await this.metricsParts(main)).metrics();
   }
 
   /**
@@ -359,7 +362,7 @@ export class MirrorThread implements MirrorTap {
     this.closing ??= (async () => {
       if (this.alive) {
         this.worker.postMessage({ t: 'close' } satisfies ToWorker);
-        const grace = (this.deps.config.shutdown.drainSeconds + 10) * 1000;
+        const grace = exitDeadlineMs(this.deps.config);
         const timer = setTimeout(() => {
           this.deps.logger.warn('mirror worker did not stop in time: terminated');
           void this.worker.terminate();

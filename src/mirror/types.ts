@@ -1,10 +1,11 @@
 import type { Comparison } from '../core/index.js';
 import type { AlertTransition } from '../core/detector.js';
+import type { PairOutcome } from '../core/pair.js';
 import type { BackendResult } from './dispatch.js';
 import type { RepeatPair } from './repeat.js';
 
-/** Outcomes of `logprobe_mirror_total` (docs/format.md). */
-export type MirrorOutcome = 'ok' | 'dropped' | 'skipped' | 'candidate_error' | 'baseline_error' | 'unparseable' | 'incomparable';
+/** Outcomes of `logprobe_mirror_total` (docs/format.md): a pair's ({@link PairOutcome}, src/core/pair.ts), or never sent. */
+export type MirrorOutcome = PairOutcome | 'dropped' | 'skipped';
 
 /** One mirrored pair, complete: what was sent, what each side answered, what the comparison found. */
 export interface MirroredPair {

@@ -9,6 +9,7 @@ import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
 import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
 import type { ScoringTarget } from '../scoring/http.js';
 import { analyzePair, type PairResult } from '../report/pair.js';
+import { classifyPair } from '../core/pair.js';
 import { repeatOnce } from '../mirror/repeat.js';
 import { CacheCounts } from '../core/self.js';
 import type { Summary } from '../report/summary.js';
@@ -114,7 +115,7 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
       counts,
     });
     const cand = first.result;
-    const outcome = cand.error !== null || cand.status >= 400 ? 'candidate_error' : 'ok';
+    const { outcome } = classifyPair(cand, null, o.thresholds);
     const pair = replayedPair(id, item, { request, candidate: cand, baseline: null, outcome, analysis: null, noiseFloor: o.thresholds.noiseFloor, repeats: [rp] });
     o.writer.write(pair);
     const result: PairResult = { outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };

@@ -1,14 +1,8 @@
 import { compare, parseResponse, recount, withScoring, type Comparison, type Health, type ParsedResponse, type PromptBlock, type ScoredBlock, type Thresholds } from '../core/index.js';
+import { classifyPair, failedAnswer, type SideAnswer } from '../core/pair.js';
 import { clip, failureReason } from '../mirror/failure.js';
 import type { MirrorOutcome } from '../mirror/types.js';
 import { PROBE_SHAPES, probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
-
-/** What a backend answered, as far as the comparison is concerned (a capture side or a live result). */
-export interface SideAnswer {
-  status: number;
-  body: unknown;
-  error?: string | null;
-}
 
 /** One pair analysed: the mirror's outcome and, when both sides were usable, the comparison and the parsed bodies. */
 export interface PairResult {
@@ -22,28 +16,22 @@ export interface PairResult {
   baselineFree?: true;
 }
 
-function failed(s: SideAnswer): boolean {
-  return (s.error !== undefined && s.error !== null) || s.status >= 400;
-}
-
 /**
- * The mirror's own classification and comparison of a pair (src/mirror/mirror.ts `process`),
- * for `analyze` and `replay`: an error on a side, then an unparseable body, then `compare`, whose
- * `incomparable` verdict is an outcome of its own. Pure; the same inputs and thresholds give the
+ * A pair classified as the mirror classifies it ({@link classifyPair}, src/core/pair.ts), for
+ * `analyze` and `replay`, with the reason a pair was not compared; captured scoring is re-counted
+ * against `thresholds` before the verdict is read. Pure; the same inputs and thresholds give the
  * online result exactly.
  */
 export function analyzePair(candidate: SideAnswer, baseline: SideAnswer, thresholds: Thresholds, scoring?: CapturedScoring): PairResult {
-  if (failed(candidate)) return { outcome: 'candidate_error', reason: failureReason(candidate), comparison: null, candidate: null, baseline: null };
-  if (failed(baseline)) return { outcome: 'baseline_error', reason: failureReason(baseline), comparison: null, candidate: null, baseline: null };
-  const pc = parseResponse(candidate.body);
-  const pb = parseResponse(baseline.body);
-  if (pc.format === 'unknown' || pb.format === 'unknown' || pc.format === 'error' || pb.format === 'error') {
-    const side = pc.format === 'unknown' || pc.format === 'error' ? (['candidate', pc] as const) : (['baseline', pb] as const);
-    return { outcome: 'unparseable', reason: clip(`${side[0]}: ${side[1].error ?? `a ${side[1].format} body`}`), comparison: null, candidate: pc, baseline: pb };
+  const c = classifyPair(candidate, baseline, thresholds, scoring?.scored ? (free) => rescored(free, scoring, thresholds) : undefined);
+  const { outcome, comparison } = c;
+  if (outcome === 'candidate_error' || outcome === 'baseline_error')
+    return { outcome, reason: failureReason(outcome === 'candidate_error' ? candidate : baseline), comparison, candidate: null, baseline: null };
+  if (outcome === 'unparseable') {
+    const p = (c.side === 'candidate' ? c.candidate : c.baseline)!;
+    return { outcome, reason: clip(`${c.side}: ${p.error ?? `a ${p.format} body`}`), comparison, candidate: c.candidate, baseline: c.baseline };
   }
-  const free = compare(pc, pb, thresholds);
-  const comparison = scoring?.scored ? rescored(free, scoring, thresholds) : free;
-  return { outcome: comparison.verdict === 'incomparable' ? 'incomparable' : 'ok', comparison, candidate: pc, baseline: pb };
+  return { outcome, comparison, candidate: c.candidate, baseline: c.baseline };
 }
 
 /** A repeat probe analysed offline: the two runs of one backend compared again, its captured scoring re-counted. */
@@ -66,7 +54,7 @@ export function analyzeRepeat(
   // not); a record before it: from its own counts, a flush taken as confirmed.
   const probe = PROBE_SHAPES.includes(r.probe as ProbeShape) ? (r.probe as ProbeShape) : probeShape(repeatCache(first?.body, r.second.body), r.flushed);
   const base = { backend: r.backend, flushed: r.flushed, probe };
-  if (first === null || failed(first) || failed(r.second)) return { ...base, comparison: null, verdict: null };
+  if (first === null || failedAnswer(first) || failedAnswer(r.second)) return { ...base, comparison: null, verdict: null };
   const free = compare(parseResponse(r.second.body), parseResponse(first.body), t);
   const comparison = r.analysis?.scored && free.verdict !== 'incomparable' ? rescored(free, { scored: r.analysis.scored, prompt: null }, t) : free;
   return { ...base, comparison, verdict: selfVerdict(comparison) };
@@ -94,4 +82,4 @@ function rescored(free: Comparison, s: CapturedScoring, t: Thresholds): Comparis
   return s.health?.over === 'scored' && block.outcome === 'ok' ? { ...c, health: s.health } : c;
 }
 
-export { failureReason };
+export { failureReason, type SideAnswer };
