@@ -1,5 +1,5 @@
 import type { FlipClass } from '../core/index.js';
-import { KNOWN_ROUTES } from '../proxy/routes.js';
+import { KNOWN_ROUTES } from './labels.js';
 
 /**
  * Every metric logprobe exports: docs/format.md's metrics table, a contract that dashboards and

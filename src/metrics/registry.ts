@@ -1,8 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERDICTS } from '../core/index.js';
-import { CAPTURE_ERROR_REASONS } from '../capture/writer.js';
-import { OVERFLOW_REASONS, type OverflowReason } from '../proxy/budget.js';
-import { routeLabel } from '../proxy/routes.js';
+import { CAPPED_FIELDS, CAPTURE_ERROR_REASONS, ENGINE_NAMES, OVERFLOW_REASONS, routeLabel, type OverflowReason } from './labels.js';
 import {
   ALERT_NAMES,
   BACKENDS,
@@ -20,9 +18,7 @@ import {
   type RefusalReason,
   SCORING_OUTCOMES,
 } from './catalog.js';
-import { ENGINE_NAMES } from '../scoring/profile.js';
 import { PROBE_SHAPES, SELF_VERDICTS } from '../core/self.js';
-import { CAPPED_FIELDS } from '../mirror/limits.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
