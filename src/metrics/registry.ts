@@ -12,7 +12,9 @@ import {
   ROUTE_LABELS,
   STATUS_CLASSES,
   metricsOf,
+  type LabelOf,
   type MetricName,
+  type MetricNameOf,
   type MetricSpec,
   type MetricThread,
   type RefusalReason,
@@ -144,16 +146,19 @@ export class Metrics {
     this.gauge('logprobe_upstream_connections').inc({ backend }, delta);
   }
 
-  counter(name: MetricName): Counter<string> {
-    return this.get(name) as Counter<string>;
+  /** A counter of the catalogue, typed by it: another type's name or an unknown label fails `tsc` (test/types/metrics.ts). */
+  counter<N extends MetricNameOf<'counter'>>(name: N): Counter<LabelOf<N>> {
+    return this.get(name) as Counter<LabelOf<N>>;
   }
 
-  gauge(name: MetricName): Gauge<string> {
-    return this.get(name) as Gauge<string>;
+  /** A gauge of the catalogue, typed by it. */
+  gauge<N extends MetricNameOf<'gauge'>>(name: N): Gauge<LabelOf<N>> {
+    return this.get(name) as Gauge<LabelOf<N>>;
   }
 
-  histogram(name: MetricName): Histogram<string> {
-    return this.get(name) as Histogram<string>;
+  /** A histogram of the catalogue, typed by it. */
+  histogram<N extends MetricNameOf<'histogram'>>(name: N): Histogram<LabelOf<N>> {
+    return this.get(name) as Histogram<LabelOf<N>>;
   }
 
   /** One client request through the proxy; status 499 stands for a client that went away. */
