@@ -5,10 +5,12 @@
  * printed. Runs the built CLI (`npm test` builds first).
  */
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from './helpers/capture.js';
 import { runCli } from './helpers/cli.js';
+import { createSimModel, startEngineServer } from '@logprobe/engine';
 
 test('demo --baseline none: one engine, its default fault a wrong restore on a cache hit, every request twice, LogprobSelfInconsistency; the next steps run on its captures', async (t) => {
   const root = tempDir(t, 'logprobe-demo-');
@@ -51,13 +53,38 @@ test('demo --baseline none: one engine, its default fault a wrong restore on a c
   assert.match(run ?? '', /^run-\d{8}-\d{6}$/);
   const dir = `${root}/${run}`;
   assert.ok(stdout.includes(`  captures  ${dir}`));
-  const analyze = new RegExp(`^ {2}npx logprobe (analyze ${dir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} --html demo-report\\.html)`, 'm').exec(stdout);
-  assert.ok(analyze, 'the closing block prints the analyze command');
-  const html = `${root}/report.html`;
-  const report = await runCli(['analyze', dir, '--html', html]);
-  assert.equal(report.code, 0, report.stderr);
-  assert.match(report.stdout, /repeats on the candidate \(the same request twice: cold, then warm from its cache\): \d+ pairs, \d+ with the cache emptied first.*self_inconsistent \d+/);
-  assert.match(report.stdout, /LogprobSelfInconsistency \(candidate\) would fire/);
+  // The closing block's commands, run as printed (`npx logprobe` is bin/logprobe.js, `| head -1`
+  // the first line, the placeholder servers a simulated engine), in a folder of their own.
+  const printed = [...stdout.matchAll(/^ {2}npx logprobe (.+?)\s+# /gm)].map((m) => m[1]!.trim());
+  assert.deepEqual(
+    printed.map((c) => c.split(' ').slice(0, 2)),
+    [
+      ['analyze', dir],
+      ['analyze', dir],
+      ['record', dir],
+      ['replay', dir],
+    ],
+    stdout,
+  );
+  const cwd = tempDir(t, 'logprobe-next-');
+  const trusted = await startEngineServer({ model: createSimModel({ seed: 7, id: 'demo' }) });
+  t.after(() => trusted.close());
+  const results = [];
+  for (const command of printed) {
+    const [args, head] = command.split(' | ');
+    const argv = args!.split(' ').map((a) => a.replace(/^http:\/\/(TRUSTED|NEW):8000$/, trusted.url));
+    const r = await runCli(argv, { cwd, timeoutMs: 60_000 });
+    assert.equal(r.code, 0, `${command}: ${r.stderr}`);
+    results.push(head === 'head -1' ? r.stdout.split('\n')[0]! : r.stdout);
+  }
+  const [report, json] = results;
+  assert.match(readFileSync(join(cwd, 'demo-report.html'), 'utf8'), /^<!doctype html>/i, 'the report is where the command says');
+  assert.match(report!, /repeats on the candidate \(the same request twice: cold, then warm from its cache\): \d+ pairs, \d+ with the cache emptied first.*self_inconsistent \d+/);
+  assert.match(report!, /LogprobSelfInconsistency \(candidate\) would fire/);
+  const pair = JSON.parse(json!) as { file: string; line: number; id: unknown; outcome: string; verdict: unknown };
+  assert.ok(pair.file.startsWith(dir) && pair.line === 1 && typeof pair.id === 'string', `one pair, where it is: ${json}`);
+  assert.deepEqual([pair.outcome, pair.verdict], ['ok', null], 'baseline-free: the pair was not compared');
+  assert.ok(existsSync(join(cwd, 'golden.jsonl')), 'record wrote the golden file the replay reads');
 });
 
 test('demo --fault cache-hit with the baseline: the same prompt sometimes matches (cold) and sometimes not (warm); both alerts fire', async (t) => {

@@ -91,7 +91,10 @@ test(
       assert.ok(fired.evidence.requestsInWindow <= ALERT.minRequests + 2, `fired on ${fired.evidence.requestsInWindow} repeat pairs`);
       if (analysis.noiseFloor === 'auto') {
         const floor = metricValue(r.metrics, 'logprobe_noise_floor_nats')!;
-        assert.ok(floor < 0.1, `the floor (${floor}) comes from the baseline's repeats, not the candidate's`);
+        const base = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' })!;
+        const cand = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'candidate' })!;
+        assert.ok(Number.isFinite(base), `the baseline's repeats were measured (observed p99 ${base})`);
+        assert.ok(Math.abs(floor - Math.max(0.02, base * 3)) < 1e-9, `the floor (${floor}) = max(minFloor, baseline p99 ${base} × margin), never from the candidate's ${cand}`);
       }
     }
   },
@@ -109,7 +112,6 @@ test('cache-hit:2 on llama.cpp with one engine alone (baseline-free): every mirr
 
 test('clean, flash attention and f16 weights with the prompt cache on: no self_inconsistent verdict over 200 repeat pairs, no alert', { skip }, async (t) => {
   const baseline = await engine(t, null);
-  let total = 0;
   // 100 clean requests (candidate and baseline probed: 200 pairs), then 25 each for flash attention and f16 (50 each).
   for (const [fault, n] of [
     [null, 100],
@@ -127,13 +129,11 @@ test('clean, flash attention and f16 weights with the prompt cache on: no self_i
       `${fault ?? 'clean'}: ${all.length} repeat pairs, verdicts ${JSON.stringify(Object.fromEntries(['identical', 'noise', 'self_inconsistent', 'incomparable'].map((v) => [v, all.filter((x) => x.verdict === v).length])))}, largest shift between runs ${Math.max(...shifts).toExponential(2)}`,
     );
     assert.deepEqual(
-      all.filter((x) => x.verdict === 'self_inconsistent').map((x) => x.analysis?.maxShift),
+      all.filter((x) => x.verdict !== 'identical' && x.verdict !== 'noise').map((x) => [x.verdict, x.analysis?.maxShift]),
       [],
-      fault ?? 'clean',
+      `${fault ?? 'clean'}: no self_inconsistent and no incomparable repeat pair`,
     );
     assert.ok(!r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency'), `${fault ?? 'clean'}: no self alert`);
-    total += all.length;
     await candidate.stop();
   }
-  assert.ok(total >= 300);
 });

@@ -93,7 +93,6 @@ for (const [fault, api, locus] of [
 
 test('clean, flash attention, f16 weights and batch size 8 with scoring always: no shifted verdict over 200 pairs', { skip }, async (t) => {
   const baseline = await engine(t, null, 'vllm');
-  let total = 0;
   for (const [fault, n] of [
     [null, 80],
     ['flash-attention', 40],
@@ -111,8 +110,6 @@ test('clean, flash attention, f16 weights and batch size 8 with scoring always: 
     assert.equal(pairs.length, n);
     assert.equal(scored, n, `${fault ?? 'clean'}: scored (or identical) ${scored} of ${n}`);
     for (const v of ['global_shift', 'local_shift', 'early_shift', 'tokenizer_mismatch', 'incomparable']) assert.equal(verdicts[v] ?? 0, 0, `${fault ?? 'clean'}: ${v} ${JSON.stringify(verdicts)}`);
-    total += n;
     await candidate.stop();
   }
-  assert.ok(total >= 200);
 });

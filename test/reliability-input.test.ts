@@ -592,7 +592,10 @@ test('a 100 KB head gets the same answer whether it arrives in one write or in 1
     });
     setTimeout(() => reject(new Error('no answer')), 5000).unref();
   });
-  assert.equal(trickled.responses[0]?.status, whole.responses[0]?.status, `one write: ${whole.responses[0]?.status}, trickled: ${trickled.responses[0]?.status}`);
+  const statuses = `one write: ${whole.responses[0]?.status}, trickled: ${trickled.responses[0]?.status}`;
+  assert.equal(whole.responses.length, 1, `the one write is answered (${statuses})`);
+  assert.equal(trickled.responses.length, 1, `the trickled head is answered (${statuses})`);
+  assert.equal(trickled.responses[0]!.status, whole.responses[0]!.status, statuses);
 });
 
 test('a 431 or 400 made for an unparseable head is in the OpenAI envelope', {}, async () => {

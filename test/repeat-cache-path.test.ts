@@ -83,18 +83,30 @@ test('a cache-hit fault: the candidate disagrees with itself on its warm repeats
   );
 });
 
-test('clean engines with the prefix cache on: no self_inconsistent verdict over 200 repeat pairs, no alert', async (t) => {
-  const cand = await engine();
-  const base = await engine();
+test('clean engines with run-to-run noise and the prefix cache on: 200 repeat pairs, cold → warm probes that differ by noise only, no self_inconsistent verdict, no alert', async (t) => {
+  // Noise on every logit (σ 0.002 nats, as a real engine's kernels give): the two runs of a probe
+  // differ at every position, by far less than the floor (0.1). The slot is erased before each
+  // first run, so the pairs are cache probes, not two cold runs.
+  const cand = await engine({ noise: 0.002 });
+  const base = await engine({ noise: 0.002 });
   t.after(() => Promise.all([cand.close(), base.close()]));
-  const r = await run(t, cand, base, { mirror: { repeat: { rate: 1, backends: ['candidate', 'baseline'], flush: false } } }, 100);
+  const r = await run(t, cand, base, { mirror: { repeat: { rate: 1, backends: ['candidate', 'baseline'], flush: true } } }, 100);
   const all = [...r.self('candidate'), ...r.self('baseline')];
   assert.equal(all.length, 200);
+  const shapes = JSON.stringify(all.map((x) => [x.probe, x.cached, x.verdict]));
+  const probes = all.filter((x) => x.flushed && x.probe === 'cold_warm' && x.cached.first === 0 && (x.cached.second ?? 0) > 0);
+  assert.ok(probes.length >= 180, `${probes.length} of 200 fully cold → warm: ${shapes}`);
+  assert.ok(
+    probes.every((x) => x.verdict === 'noise' && (x.analysis?.maxShift ?? 0) > 0 && x.analysis!.maxShift! < 0.1),
+    `every cold → warm probe differs by noise, under the floor: ${JSON.stringify(probes.map((x) => [x.verdict, x.analysis?.maxShift]))}`,
+  );
   assert.deepEqual(
-    all.filter((x) => x.verdict === 'self_inconsistent'),
+    all.filter((x) => x.verdict !== 'noise' && x.verdict !== 'identical').map((x) => [x.backend, x.verdict, x.cached]),
     [],
+    'no self_inconsistent and no incomparable repeat pair',
   );
   assert.ok(!r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency'));
+  assert.equal(metricValue(r.metrics, 'logprobe_alert_firing', { alert: 'LogprobSelfInconsistency', backend: 'candidate' }), 0);
 });
 
 test("noiseFloor auto learns from the baseline's repeats only: a cache bug on the candidate cannot raise the floor over itself", async (t) => {
@@ -105,12 +117,19 @@ test("noiseFloor auto learns from the baseline's repeats only: a cache bug on th
     t,
     cand,
     base,
-    { analysis: { noiseFloor: 'auto' }, calibration: { rate: 1, minSamples: 5, margin: 3, minFloor: 0.05 }, mirror: { repeat: { rate: 1, backends: ['candidate', 'baseline'], flush: true } } },
+    { analysis: { noiseFloor: 'auto' }, calibration: { rate: 1, minSamples: 5, margin: 3, minFloor: 0.01 }, mirror: { repeat: { rate: 1, backends: ['candidate', 'baseline'], flush: true } } },
     24,
   );
   const floor = metricValue(r.metrics, 'logprobe_noise_floor_nats')!;
   const candObserved = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'candidate' })!;
   assert.ok(candObserved > 0.3, `the candidate's repeats disagree (observed p99 ${candObserved})`);
+  const baseObserved = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' })!;
+  // minFloor under the baseline's p99 × margin: a floor that never calibrated stays at 0.01 and fails.
+  assert.ok(baseObserved * 3 > 0.01, `the baseline's repeats were calibrated on (observed p99 ${baseObserved})`);
+  assert.ok(
+    Math.abs(floor - Math.max(0.01, baseObserved * 3)) < 1e-9,
+    `the floor in force (${floor}) = max(minFloor, baseline p99 ${baseObserved} × margin), never from the candidate's ${candObserved}`,
+  );
   assert.ok(floor < 0.1, `the floor in force (${floor}) comes from the baseline's noise, not the candidate's ${candObserved}`);
   const late = r.self('candidate').slice(-10);
   assert.ok(late.filter((x) => x.verdict === 'self_inconsistent').length >= 9, 'still detected under auto');

@@ -13,15 +13,11 @@ import { metricValue, startSim } from './helpers/sim.js';
 import { startUpstream, type TestUpstream } from './helpers/upstream.js';
 import { allText, chatBody, tempDir } from './helpers/capture.js';
 import { buildConfig } from '../src/config/load.js';
-import { KNOWN_ROUTES } from '../src/proxy/routes.js';
 import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS, REFUSAL_REASONS, SCORING_OUTCOMES } from '../src/metrics/catalog.js';
-import { ENGINE_NAMES } from '../src/scoring/profile.js';
 import { VERDICTS } from '../src/core/types.js';
 import { PROBE_SHAPES, SELF_VERDICTS } from '../src/core/self.js';
-import { CAPPED_FIELDS } from '../src/mirror/limits.js';
 import { CAPABILITIES } from '../src/probe/probe.js';
-import { CAPTURE_ERROR_REASONS } from '../src/capture/writer.js';
-import { OVERFLOW_REASONS } from '../src/proxy/budget.js';
+import { CAPPED_FIELDS, CAPTURE_ERROR_REASONS, ENGINE_NAMES, KNOWN_ROUTES, OVERFLOW_REASONS } from '../src/metrics/labels.js';
 
 // What must hold whatever a client sends: the admin surface is private, no secret leaks to any
 // output, TLS is verified unless told otherwise, the mirror header cannot reach the baseline,

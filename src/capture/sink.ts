@@ -5,7 +5,8 @@ import type { Config } from '../config/schema.js';
 import { errnoReason, LogprobeError } from '../errors.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { MirrorListeners } from '../mirror/types.js';
-import { CAPTURE_ERROR_REASONS, CaptureWriter } from './writer.js';
+import { CaptureWriter } from './writer.js';
+import { CAPTURE_ERROR_REASONS } from '../metrics/labels.js';
 import { makeDir, type CaptureFs } from './files.js';
 
 /**

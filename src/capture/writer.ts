@@ -1,14 +1,9 @@
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import type { CaptureErrorReason } from '../metrics/labels.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { captureFileName, errorReason, gzipFile, nodeCaptureFs, type CaptureFile, type CaptureFs } from './files.js';
 import { recordLine, type RecordOptions } from './record.js';
-
-/** Reasons of `logprobe_capture_errors_total`: the disk's codes, `write` for anything else, `overflow` when the disk cannot keep up. */
-export type CaptureErrorReason = 'ENOSPC' | 'EACCES' | 'EROFS' | 'write' | 'overflow';
-
-/** Every reason, for zero-initialised series. */
-export const CAPTURE_ERROR_REASONS: readonly CaptureErrorReason[] = ['ENOSPC', 'EACCES', 'EROFS', 'write', 'overflow'];
 
 /** How a {@link CaptureWriter} writes. */
 export interface CaptureWriterOptions {

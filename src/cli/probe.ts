@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { LogprobeError, usageError } from '../errors.js';
 import { loadConfig } from '../config/load.js';
-import { ENGINE_SETTINGS, type EngineSetting } from '../scoring/detect.js';
+import { ENGINE_SETTINGS, type EngineSetting } from '../metrics/labels.js';
 import { probeEngine, requiredCapabilities, UnreachableError } from '../probe/probe.js';
 import { missingText, probeJson, probeTable } from '../probe/format.js';
 import { parseNumberOption } from './options.js';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ENGINE_SETTINGS } from '../scoring/detect.js';
+import { ENGINE_SETTINGS } from '../metrics/labels.js';
 
 /**
  * The configuration schema: every key and its default (config/logprobe.example.yaml). Every object is strict, so an unknown

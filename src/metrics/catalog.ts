@@ -1,5 +1,5 @@
 import type { FlipClass } from '../core/index.js';
-import { KNOWN_ROUTES } from '../proxy/routes.js';
+import { KNOWN_ROUTES } from './labels.js';
 
 /**
  * Every metric logprobe exports: docs/format.md's metrics table, a contract that dashboards and
@@ -214,7 +214,16 @@ export const METRIC_CATALOG = [
   },
 ] as const satisfies readonly MetricSpec[];
 
-export type MetricName = (typeof METRIC_CATALOG)[number]['name'];
+type CatalogEntry = (typeof METRIC_CATALOG)[number];
+export type MetricName = CatalogEntry['name'];
+/** The catalogue's metrics of one type: `Metrics.counter` takes only a counter's name, and so on. */
+export type MetricNameOf<T extends MetricType> = Extract<CatalogEntry, { type: T }>['name'];
+/**
+ * The label names of a metric, as the catalogue lists them: a typo in a label fails `tsc`. A
+ * metric without labels gets one name no caller writes (prom-client's label type for none is
+ * `{}`, which takes any object), so a label given to it fails too.
+ */
+export type LabelOf<N extends MetricName> = [Extract<CatalogEntry, { name: N }>['labelNames'][number]] extends [never] ? '(no labels)' : Extract<CatalogEntry, { name: N }>['labelNames'][number];
 
 /** The catalogue's metrics a thread registers: its own and those owned by both. */
 export function metricsOf(thread: MetricThread): MetricSpec[] {

@@ -1,8 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERDICTS } from '../core/index.js';
-import { CAPTURE_ERROR_REASONS } from '../capture/writer.js';
-import { OVERFLOW_REASONS, type OverflowReason } from '../proxy/budget.js';
-import { routeLabel } from '../proxy/routes.js';
+import { CAPPED_FIELDS, CAPTURE_ERROR_REASONS, ENGINE_NAMES, OVERFLOW_REASONS, routeLabel, type OverflowReason } from './labels.js';
 import {
   ALERT_NAMES,
   BACKENDS,
@@ -14,15 +12,15 @@ import {
   ROUTE_LABELS,
   STATUS_CLASSES,
   metricsOf,
+  type LabelOf,
   type MetricName,
+  type MetricNameOf,
   type MetricSpec,
   type MetricThread,
   type RefusalReason,
   SCORING_OUTCOMES,
 } from './catalog.js';
-import { ENGINE_NAMES } from '../scoring/profile.js';
 import { PROBE_SHAPES, SELF_VERDICTS } from '../core/self.js';
-import { CAPPED_FIELDS } from '../mirror/limits.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
@@ -148,16 +146,19 @@ export class Metrics {
     this.gauge('logprobe_upstream_connections').inc({ backend }, delta);
   }
 
-  counter(name: MetricName): Counter<string> {
-    return this.get(name) as Counter<string>;
+  /** A counter of the catalogue, typed by it: another type's name or an unknown label fails `tsc` (test/types/metrics.ts). */
+  counter<N extends MetricNameOf<'counter'>>(name: N): Counter<LabelOf<N>> {
+    return this.get(name) as Counter<LabelOf<N>>;
   }
 
-  gauge(name: MetricName): Gauge<string> {
-    return this.get(name) as Gauge<string>;
+  /** A gauge of the catalogue, typed by it. */
+  gauge<N extends MetricNameOf<'gauge'>>(name: N): Gauge<LabelOf<N>> {
+    return this.get(name) as Gauge<LabelOf<N>>;
   }
 
-  histogram(name: MetricName): Histogram<string> {
-    return this.get(name) as Histogram<string>;
+  /** A histogram of the catalogue, typed by it. */
+  histogram<N extends MetricNameOf<'histogram'>>(name: N): Histogram<LabelOf<N>> {
+    return this.get(name) as Histogram<LabelOf<N>>;
   }
 
   /** One client request through the proxy; status 499 stands for a client that went away. */

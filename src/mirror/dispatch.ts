@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { CONNECTION_FIELDS } from '../proxy/headers.js';
+import { readJsonOrText } from '../upstream/body.js';
 
 /** The client's API credentials, which `baseline.forwardAuth: true` lets through to the baseline. */
 const AUTH_HEADERS = ['authorization', 'x-api-key', 'api-key'] as const;
@@ -74,30 +75,6 @@ export interface BackendResult {
 
 const SERVER_HEADER = /^(server|x-.*version.*|x-.*model.*|x-.*engine.*|openai-.*|x-request-id)$/;
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
-
-/**
- * A backend's answer body, read up to `limit` bytes (over it: the body is destroyed and `over()`
- * thrown), parsed as JSON, or kept as text when it is not JSON. Shared by the mirror's copies and
- * the scoring calls.
- */
-export async function readJsonOrText(body: Dispatcher.ResponseData['body'], limit: number, over: () => Error): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += (chunk as Buffer).length;
-    if (size > limit) {
-      body.destroy();
-      throw over();
-    }
-    chunks.push(chunk as Buffer);
-  }
-  const text = Buffer.concat(chunks).toString('utf8');
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
-}
 
 /** Sends one mirrored copy through a long-lived pool and reads the whole answer. */
 export async function callBackend(

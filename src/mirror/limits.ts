@@ -1,3 +1,4 @@
+import type { CappedField } from '../metrics/labels.js';
 import type { BackendResult } from './dispatch.js';
 
 /**
@@ -87,13 +88,6 @@ export function parseCapFor(field: CappedField, status: number, body: unknown): 
 
 /** The field that carries the count: chat's `top_logprobs`, completions' integer `logprobs`. */
 export type LogprobsField = 'top_logprobs' | 'logprobs';
-
-/**
- * Every field whose count a backend may cap: the copies' two, and the scoring calls' (vLLM's
- * `prompt_logprobs`, SGLang's `top_logprobs_num`, llama-server's `n_probs`).
- */
-export const CAPPED_FIELDS = ['top_logprobs', 'logprobs', 'prompt_logprobs', 'top_logprobs_num', 'n_probs'] as const;
-export type CappedField = (typeof CAPPED_FIELDS)[number];
 
 /**
  * How many top logprobs a mirrored body asks for, and in which field; `null` when it asks for

@@ -20,7 +20,7 @@ import { recordComparison } from './record.js';
 import { mirrorKind, requestKind, rewriteForMirror, skipReason } from './rewrite.js';
 import { Scorer, scoreComparison, scoringOptions, withCopyParams, type Backend } from '../scoring/score.js';
 import type { ScoringTarget } from '../scoring/http.js';
-import { ENGINE_NAMES } from '../scoring/profile.js';
+import { ENGINE_NAMES } from '../metrics/labels.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
 import { failureReason } from './failure.js';
 import type { BackendHealth } from './health.js';

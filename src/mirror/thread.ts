@@ -7,7 +7,7 @@ import type { LogDestination } from '../log/logger.js';
 import { mergeThreads, type MetricsJSON } from '../metrics/merge.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
-import { routeLabel } from '../proxy/routes.js';
+import { routeLabel } from '../metrics/labels.js';
 import { mirrorKind, skipReason } from './rewrite.js';
 import { Sampler } from './sampler.js';
 import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';

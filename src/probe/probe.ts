@@ -7,7 +7,7 @@ import { failureReason } from '../mirror/failure.js';
 import { parseLogprobLimit } from '../mirror/limits.js';
 import { detectEngine } from '../scoring/detect.js';
 import { requestJson, type JsonAnswer, type ScoringTarget } from '../scoring/http.js';
-import type { EngineName } from '../scoring/profile.js';
+import type { EngineName } from '../metrics/labels.js';
 import { PROFILES } from '../scoring/score.js';
 
 /**

@@ -9,7 +9,8 @@ import { ProxyExchange, ReuseWindow, type ExchangeContext } from './exchange.js'
 import { ShadowExchange } from './shadow.js';
 import type { MirrorTap } from './tap.js';
 import { upstreamBasePath } from '../upstream/pool.js';
-import { ConnectionBudget, type OverflowReason } from './budget.js';
+import { ConnectionBudget } from './budget.js';
+import type { OverflowReason } from '../metrics/labels.js';
 import type { RefusalReason } from '../metrics/catalog.js';
 import { BadRequestError, PayloadTooLargeError, UnsupportedTransferEncodingError } from '../errors.js';
 

@@ -1,7 +1,4 @@
-/** Why a request was refused at once instead of waiting: `logprobe_proxy_overflow_total{reason}`. */
-export type OverflowReason = 'connections' | 'pending';
-
-export const OVERFLOW_REASONS: readonly OverflowReason[] = ['connections', 'pending'];
+import type { OverflowReason } from '../metrics/labels.js';
 
 /**
  * The client path's configured limits on the candidate (`candidate.maxConnections`,

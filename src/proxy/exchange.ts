@@ -6,9 +6,11 @@ import { ClientAbortedError, readBody, watchStreamedBody } from './body.js';
 import { PayloadTooLargeError, RequestBodyTimeoutError, UpstreamOverflowError } from '../errors.js';
 import { mapUpstreamError, openAIError } from './errors.js';
 import { MIRROR_HEADER, clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
-import { pathOf, routeLabel } from './routes.js';
+import { pathOf } from './routes.js';
+import { routeLabel } from '../metrics/labels.js';
 import { parseMirrorHeader, type MirrorTap } from './tap.js';
-import type { ConnectionBudget, OverflowReason } from './budget.js';
+import type { ConnectionBudget } from './budget.js';
+import type { OverflowReason } from '../metrics/labels.js';
 import type { RefusalReason } from '../metrics/catalog.js';
 
 /** What every exchange shares: built once per app. */

@@ -3,7 +3,8 @@ import { ClientAbortedError, readBody } from './body.js';
 import { PayloadTooLargeError } from '../errors.js';
 import { openAIError } from './errors.js';
 import { MIRROR_HEADER } from './headers.js';
-import { pathOf, routeLabel } from './routes.js';
+import { pathOf } from './routes.js';
+import { routeLabel } from '../metrics/labels.js';
 import { parseMirrorHeader } from './tap.js';
 import { clientRequestId, type ExchangeContext } from './exchange.js';
 

@@ -8,7 +8,8 @@ import { requestedLogprobs } from '../mirror/limits.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { forcedStep } from '../scoring/steps.js';
 import { ScoringError, UnsupportedError, type ScoringTarget } from '../scoring/http.js';
-import { modelOf, type EngineName, type EngineProfile, type ProfileScore, type PromptSource } from '../scoring/profile.js';
+import type { EngineName } from '../metrics/labels.js';
+import { modelOf, type EngineProfile, type ProfileScore, type PromptSource } from '../scoring/profile.js';
 import { pairOf, PROMPT_POSITIONS, type Scorer, type ScoringOptions } from '../scoring/score.js';
 import type { ReplayItem } from './input.js';
 

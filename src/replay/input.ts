@@ -2,7 +2,7 @@ import { captureRecordError } from '../capture/reader.js';
 import type { CaptureRecord } from '../capture/record.js';
 import { requestKind, type RequestKind } from '../mirror/rewrite.js';
 import type { MirroredPair } from '../mirror/types.js';
-import { routeLabel } from '../proxy/routes.js';
+import { routeLabel } from '../metrics/labels.js';
 
 /** One request to replay: where it goes and the body before the mirror's rewrite. */
 export interface ReplayItem {

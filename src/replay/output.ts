@@ -1,7 +1,8 @@
 import { open } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import { pino } from 'pino';
-import { CaptureWriter, type CaptureErrorReason } from '../capture/writer.js';
+import { CaptureWriter } from '../capture/writer.js';
+import type { CaptureErrorReason } from '../metrics/labels.js';
 import type { Thresholds } from '../core/index.js';
 import { unwritableFile } from '../errors.js';
 

@@ -6,7 +6,7 @@ import { callBackend, mirrorHeaders, type BackendResult } from '../mirror/dispat
 import { LogprobLimits, sendOneWithinLimits } from '../mirror/limits.js';
 import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
 import type { MirrorOutcome } from '../mirror/types.js';
-import { routeLabel } from '../proxy/routes.js';
+import { routeLabel } from '../metrics/labels.js';
 import { UnsupportedError, type ScoringTarget } from '../scoring/http.js';
 import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';

@@ -1,9 +1,5 @@
 import { requestJson, type ScoringTarget } from './http.js';
-import { ENGINE_NAMES, type EngineName } from './profile.js';
-
-/** What `candidate.engine` / `baseline.engine` may say. */
-export type EngineSetting = 'auto' | EngineName;
-export const ENGINE_SETTINGS = ['auto', ...ENGINE_NAMES] as const;
+import type { EngineName } from '../metrics/labels.js';
 
 /** How long one detection probe may take: detection runs once per backend, off the client path. */
 const PROBE_MS = 3000;

@@ -1,5 +1,5 @@
 import type { Dispatcher } from 'undici';
-import { readJsonOrText } from '../mirror/dispatch.js';
+import { readJsonOrText } from '../upstream/body.js';
 import { REDACTED } from '../capture/redact.js';
 
 /** A backend as the scoring calls reach it: its pool, base URL, headers (credentials) and timeouts. */

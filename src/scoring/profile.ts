@@ -1,11 +1,7 @@
 import type { ScoredSide, ScoringMode } from '../core/scored.js';
 import { readId } from '../core/parse/values.js';
 import { requestJson, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import type { CappedField } from '../mirror/limits.js';
-
-/** The engines logprobe knows how to score on (`candidate.engine` / `baseline.engine`, besides `auto`). */
-export const ENGINE_NAMES = ['vllm', 'sglang', 'llamacpp', 'openai'] as const;
-export type EngineName = (typeof ENGINE_NAMES)[number];
+import type { CappedField, EngineName } from '../metrics/labels.js';
 
 /** The mirrored request a prompt comes from. */
 export interface PromptSource {

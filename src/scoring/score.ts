@@ -1,9 +1,10 @@
 import type { Comparison, ParsedResponse, Thresholds } from '../core/types.js';
 import { notScored, scoredBlocks, withScoring, type PromptBlock, type ScoredBlock, type ScoredPair } from '../core/scored.js';
-import { detectEngine, type EngineSetting } from './detect.js';
+import { detectEngine } from './detect.js';
+import type { CappedField, EngineName, EngineSetting } from '../metrics/labels.js';
 import { ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import { LogprobLimits, parseCapFor, type CappedField } from '../mirror/limits.js';
-import { modelOf, type EngineName, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
+import { LogprobLimits, parseCapFor } from '../mirror/limits.js';
+import { modelOf, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
 import { vllmProfile } from './vllm.js';
 import { sglangProfile } from './sglang.js';
 import { llamacppProfile } from './llamacpp.js';

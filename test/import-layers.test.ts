@@ -1,0 +1,112 @@
+/**
+ * The direction of src/'s imports (ARCHITECTURE.md "Layers" refers to this list): a module
+ * imports only from its own layer or the ones below it. The layers, bottom first; an entry is a
+ * folder (`core/`) or one file (`capture/redact.ts`), the most specific entry naming a file
+ * places it. Type-only imports count too: a type is a dependency as much as a value.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, normalize, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const LAYERS: readonly (readonly string[])[] = [
+  // The pure core and the leaves: they import nothing of src/ outside themselves.
+  ['errors.ts', 'core/', 'metrics/labels.ts', 'capture/redact.ts', 'upstream/'],
+  // Parts every runtime piece uses: the config, the metrics, the logger.
+  ['config/', 'metrics/', 'log/'],
+  // The client path, and the mirror's transport (a copy sent, its failure named, its caps learned, backend health).
+  ['proxy/', 'mirror/dispatch.ts', 'mirror/failure.ts', 'mirror/limits.ts', 'mirror/health.ts'],
+  // Teacher-forced scoring, on the transport.
+  ['scoring/'],
+  // The mirror: sampling, the pair, the repeats, the detectors' state, its thread.
+  ['mirror/'],
+  // What reads and writes mirrored pairs: captures, the start-up probe, the offline report.
+  ['capture/', 'probe/', 'report/'],
+  // The live page's feed and page, the replay gate.
+  ['live/', 'replay/'],
+  // The admin port, and the mirror worker thread's entry (it wires capture, the live feed, the probe).
+  ['admin/', 'mirror/worker.ts'],
+  // One process of serve.
+  ['server.ts'],
+  // Several processes (the cluster), the demo.
+  ['cluster/', 'demo/'],
+  // The commands.
+  ['cli/'],
+];
+
+const SRC = fileURLToPath(new URL('../src/', import.meta.url));
+
+/** The layer of a file under src/ (its path relative to src/), by the most specific entry; -1 when none names it. */
+export function layerOf(path: string): number {
+  let best = -1;
+  let bestLength = -1;
+  LAYERS.forEach((entries, i) => {
+    for (const e of entries) {
+      const hit = e.endsWith('/') ? path.startsWith(e) : path === e;
+      if (hit && e.length > bestLength) {
+        best = i;
+        bestLength = e.length;
+      }
+    }
+  });
+  return best;
+}
+
+/** The relative imports of a TypeScript source (static, re-exports, dynamic with a literal). */
+export function importsOf(source: string): string[] {
+  const out: string[] = [];
+  const re = /(?:^|[;\s])(?:import|export)\s(?:[^'";]*?\sfrom\s)?['"](\.{1,2}\/[^'"]+)['"]|\bimport\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
+  for (const m of source.matchAll(re)) out.push((m[1] ?? m[2])!);
+  return out;
+}
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? sources(join(dir, d.name)) : d.name.endsWith('.ts') ? [join(dir, d.name)] : []));
+}
+
+/** Every import of src/ that goes up a layer, as `from → to (layer → layer)`. */
+export function upwardImports(files: readonly { path: string; source: string }[]): string[] {
+  const bad: string[] = [];
+  for (const { path, source } of files) {
+    const from = layerOf(path);
+    for (const spec of importsOf(source)) {
+      const target = normalize(join(dirname(path), spec)).replace(/\.js$/, '.ts');
+      if (target.startsWith('..')) continue;
+      const to = layerOf(target);
+      if (to > from) bad.push(`${path} → ${target} (layer ${from + 1} imports layer ${to + 1})`);
+    }
+  }
+  return bad;
+}
+
+const files = sources(SRC).map((f) => ({ path: relative(SRC, f).split('\\').join('/'), source: readFileSync(f, 'utf8') }));
+
+test('every module of src/ is in a layer', () => {
+  assert.ok(files.length > 100, `${files.length} sources read`);
+  assert.deepEqual(
+    files.filter((f) => layerOf(f.path) < 0).map((f) => f.path),
+    [],
+  );
+});
+
+test('no module imports from a layer above its own', () => {
+  const edges = files.reduce((n, f) => n + importsOf(f.source).length, 0);
+  assert.ok(edges > 300, `${edges} relative imports read`);
+  assert.deepEqual(upwardImports(files), []);
+});
+
+test('the check sees an upward import, a re-export, a type-only and a dynamic import, across lines', () => {
+  const bad = upwardImports([
+    { path: 'core/x.ts', source: "import {\n  a,\n  b,\n} from '../mirror/mirror.js';" },
+    { path: 'metrics/y.ts', source: "export { c } from '../proxy/budget.js';\nimport type { D } from '../cli/main.js';" },
+    { path: 'config/z.ts', source: "const m = await import('../server.js');" },
+    { path: 'cli/ok.ts', source: "import { e } from '../core/index.js';\nimport { f } from './options.js';" },
+  ]);
+  assert.deepEqual(bad, [
+    'core/x.ts → mirror/mirror.ts (layer 1 imports layer 5)',
+    'metrics/y.ts → proxy/budget.ts (layer 2 imports layer 3)',
+    'metrics/y.ts → cli/main.ts (layer 2 imports layer 11)',
+    'config/z.ts → server.ts (layer 2 imports layer 9)',
+  ]);
+});
