@@ -211,11 +211,6 @@ export class Mirror {
     if (!accepted) count('dropped');
   }
 
-  /**
-   * Sends a mirrored copy to both backends at once, within the logprobs caps learned so far (a
-   * backend refusing the copy for asking too many is retried once within its cap: limits.ts).
-   * `job.body` becomes what both backends finally got, so the pair records what was sent.
-   */
   /** Where a job's copies and scoring calls go: each backend's pool, URL, headers and timeout. */
   private targets(job: Job): Record<Backend, ScoringTarget> {
     const { config } = this.deps;
@@ -243,6 +238,11 @@ export class Mirror {
     };
   }
 
+  /**
+   * Sends a mirrored copy to both backends at once, within the logprobs caps learned so far (a
+   * backend refusing the copy for asking too many is retried once within its cap: limits.ts).
+   * `job.body` becomes what both backends finally got, so the pair records what was sent.
+   */
   private async sendPair(job: Job, payload: string, targets: Record<Backend, ScoringTarget>): Promise<[BackendResult, BackendResult]> {
     const { config } = this.deps;
     // Fields an engine profile adds so its answer names the generated token ids (vLLM, SGLang).
