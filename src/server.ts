@@ -18,7 +18,7 @@ export interface Closeable {
   close(): Promise<void>;
 }
 
-/** Optional parts wired in by later stages (the mirror, the capture writer). */
+/** Parts a caller builds in place of the runtime's own (`makeParts`): the mirror tap. */
 export interface RuntimeParts {
   mirror?: MirrorTap & Closeable;
 }

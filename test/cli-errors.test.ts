@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { BIN, runCli } from './helpers/cli.js';
 import { COMMAND_ERRORS, LogprobeError, errnoReason } from '../src/errors.js';
 
@@ -79,4 +81,12 @@ test("each command's --out: an unwritable file is one line naming it, exit 2, fo
       assert.match(r.stderr, expected, args.join(' '));
     }
   }
+});
+
+test("--version is package.json's version, from the build and from the sources (npm run dev)", async () => {
+  const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+  const built = await runCli(['--version']);
+  assert.deepEqual([built.code, built.stdout], [0, `${version}\n`]);
+  const source = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('../src/cli/run.ts', import.meta.url)), '--version'], { encoding: 'utf8' });
+  assert.deepEqual([source.status, source.stdout], [0, `${version}\n`], source.stderr);
 });

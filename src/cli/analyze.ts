@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { noInput } from '../errors.js';
-import { parseNumberOption } from './options.js';
+import { numberArg } from './options.js';
 import { startProgress } from './progress.js';
 import { configFrom, describeThresholds, parseFailOn, thresholdOptions, thresholdOverrides, thresholdsNote, type ThresholdFlags } from './thresholds.js';
 import { DEFAULT_THRESHOLDS, HealthAccumulator, type Thresholds } from '../core/index.js';
@@ -17,7 +17,7 @@ interface AnalyzeFlags extends ThresholdFlags {
   json?: boolean;
   html?: string;
   failOn?: string;
-  top: string;
+  top: number;
 }
 
 const HELP = `
@@ -49,11 +49,11 @@ export const analyzeCommand: CommandFactory = (setExit) =>
       .option('--json', 'one JSON object per pair on stdout (docs/format.md fields)')
       .option('--html <file>', 'write a self-contained HTML report')
       .option('--fail-on <list>', 'exit 1 when any of these verdicts/outcomes occurs (comma-separated; also error, alert)')
-      .option('--top <n>', 'worst pairs listed', '10'),
+      .option('--top <n>', 'worst pairs listed', numberArg('--top', { min: 0, integer: true }), 10),
   )
     .addHelpText('after', HELP)
     .action(async (inputs: string[], flags: AnalyzeFlags) => {
-      const top = parseNumberOption('--top', flags.top, { min: 0, integer: true });
+      const top = flags.top;
       const failOn = flags.failOn === undefined ? new Set<string>() : parseFailOn(flags.failOn);
       const config = configFrom(flags);
       const overrides = thresholdOverrides(flags, config);

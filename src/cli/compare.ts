@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { errnoReason, noInput, unreadableFile } from '../errors.js';
-import { thresholdOverrides, type ThresholdFlags } from './thresholds.js';
+import { THRESHOLD_ARGS, thresholdOverrides, type ThresholdFlags } from './thresholds.js';
 import { renderComparison } from './compare-format.js';
 import { compareFiles, isTokenFile, readSequenceFile, renderTraining, trainerFirst } from './compare-training.js';
 import { loadConfig } from '../config/load.js';
@@ -46,11 +46,11 @@ export const compareCommand: CommandFactory = (setExit) =>
     .argument('<baseline>', "the baseline's response body (JSON or SSE)")
     .option('--json', 'print the comparison object (docs/format.md field list) instead of the table')
     .option('-c, --config <file>', 'take analysis.* thresholds from a YAML config')
-    .option('--noise-floor <nats>', `a position shift above this is not float noise (default ${DEFAULT_THRESHOLDS.noiseFloor})`)
-    .option('--gap-ambiguous <nats>', `flips below this gap are near-ties (default ${DEFAULT_THRESHOLDS.gapAmbiguous})`)
-    .option('--gap-systematic <nats>', `flips above this gap need a systematic shift (default ${DEFAULT_THRESHOLDS.gapSystematic})`)
-    .option('--global-fraction <share>', `shifted share for a global shift (default ${DEFAULT_THRESHOLDS.globalFraction})`)
-    .option('--min-aligned <n>', `fewer comparable positions make an early shift (default ${DEFAULT_THRESHOLDS.minAligned})`)
+    .option('--noise-floor <nats>', `a position shift above this is not float noise (default ${DEFAULT_THRESHOLDS.noiseFloor})`, THRESHOLD_ARGS.noiseFloor)
+    .option('--gap-ambiguous <nats>', `flips below this gap are near-ties (default ${DEFAULT_THRESHOLDS.gapAmbiguous})`, THRESHOLD_ARGS.gapAmbiguous)
+    .option('--gap-systematic <nats>', `flips above this gap need a systematic shift (default ${DEFAULT_THRESHOLDS.gapSystematic})`, THRESHOLD_ARGS.gapSystematic)
+    .option('--global-fraction <share>', `shifted share for a global shift (default ${DEFAULT_THRESHOLDS.globalFraction})`, THRESHOLD_ARGS.globalFraction)
+    .option('--min-aligned <n>', `fewer comparable positions make an early shift (default ${DEFAULT_THRESHOLDS.minAligned})`, THRESHOLD_ARGS.minAligned)
     .addHelpText('after', EXIT_HELP)
     .action(async (candidateFile: string, baselineFile: string, opts: CompareOptions) => {
       const thresholds = resolveThresholds(opts);

@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { LogprobeError, usageError } from '../errors.js';
-import { parseNumberOption } from './options.js';
+import { numberArg } from './options.js';
 import { stopOnSignal } from './signals.js';
 import { stdoutGone, writeOut } from './stdout.js';
 import { runDemo } from '../demo/run.js';
@@ -14,11 +14,11 @@ import { loadEngines, type DemoFaultPlan, type EnginePackage } from './engines.j
 interface DemoCliOptions {
   fault: string;
   engine: string;
-  duration?: string;
-  rate: string;
-  port: string;
-  adminPort: string;
-  seed: string;
+  duration?: number;
+  rate: number;
+  port: number;
+  adminPort: number;
+  seed: number;
   baseline?: string;
   captures: string;
 }
@@ -72,11 +72,11 @@ export const demoCommand: CommandFactory = (setExit) =>
     .description('the main job on an embedded default: two engines (the candidate with a fault), the proxy in front, live traffic, verdicts and alerts')
     .option('--fault <fault>', 'candidate fault (see below)', 'zero-layer:1')
     .option('--engine <engine>', 'which engines: auto, llama, sim', 'auto')
-    .option('--duration <seconds>', 'seconds of traffic, then exit 0 (default: until Ctrl-C)')
-    .option('--rate <rps>', 'client requests per second', '4')
-    .option('--port <n>', 'proxy port (0: any free port)', '8080')
-    .option('--admin-port <n>', 'admin port for /metrics (0: any free port)', '9464')
-    .option('--seed <n>', 'llama.cpp: seed of the generated model', '1')
+    .option('--duration <seconds>', 'seconds of traffic, then exit 0 (default: until Ctrl-C)', numberArg('--duration', { min: 1 }))
+    .option('--rate <rps>', 'client requests per second', numberArg('--rate', { min: 0.1, max: 1000 }), 4)
+    .option('--port <n>', 'proxy port (0: any free port)', numberArg('--port', { min: 0, max: 65535, integer: true }), 8080)
+    .option('--admin-port <n>', 'admin port for /metrics (0: any free port)', numberArg('--admin-port', { min: 0, max: 65535, integer: true }), 9464)
+    .option('--seed <n>', 'llama.cpp: seed of the generated model', numberArg('--seed', { min: 0, max: 0xffffffff, integer: true }), 1)
     .option('--baseline <none>', "'none': no baseline, the candidate against itself (each request twice: cold, then warm; the default fault becomes cache-hit:3)")
     .option('--captures <dir>', 'where the captures go (a folder per run inside it)', 'captures-demo')
     .addHelpText('after', () => help(installed))
@@ -96,13 +96,11 @@ export const demoCommand: CommandFactory = (setExit) =>
         if (err instanceof UnknownDemoFaultError) throw usageError(`--fault: ${err.message}`);
         throw err;
       }
-      const duration = opts.duration === undefined ? undefined : parseNumberOption('--duration', opts.duration, { min: 1 });
-      const rate = parseNumberOption('--rate', opts.rate, { min: 0.1, max: 1000 });
-      const seed = parseNumberOption('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true });
+      const { duration, rate, seed } = opts;
       // Piped into `head`: when the reader goes away, the demo (and its engines) stops quietly.
       const out = (line: string): void => void writeOut(`${line}\n`);
-      const port = await pickPort(cmd, 'port', '--port', parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true }), out);
-      const adminPort = await pickPort(cmd, 'adminPort', '--admin-port', parseNumberOption('--admin-port', opts.adminPort, { min: 0, max: 65535, integer: true }), out);
+      const port = await pickPort(cmd, 'port', '--port', opts.port, out);
+      const adminPort = await pickPort(cmd, 'adminPort', '--admin-port', opts.adminPort, out);
       const captureDir = captureFolder(opts.captures, startedAt);
       // The engines play llama-server: the proxy scores past a divergence through /completion and
       // empties the cache through the slot actions before a repeat's first (cold) run. The

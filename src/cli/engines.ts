@@ -5,7 +5,7 @@ import type { DemoEngines } from '../demo/run.js';
  * What `logprobe demo` and `logprobe engine` use of the test engines' package, `@logprobe/engine`
  * (a workspace of the repository, a dev dependency). Declared here rather than imported so that
  * the product builds without the engines (the Docker image has none);
- * test/cli-engines-contract.test.ts type-checks the real package against it.
+ * test/cli-engines-contract.unit.test.ts type-checks the real package against it.
  */
 export interface EnginePackage {
   runEngineCli(argv: readonly string[]): Promise<number>;

@@ -1,10 +1,12 @@
+import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { LogprobeError } from '../errors.js';
 import { commands } from './commands.js';
 import { guardStdout } from './stdout.js';
 import { prepareDemoHelp } from './demo.js';
 
-const VERSION = '0.1.0';
+/** The package's version, from its package.json (two folders up from src/cli and from dist/cli alike). */
+const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /**
  * The CLI entry: parses argv, runs one command, returns the exit code. Commands never call
@@ -33,7 +35,7 @@ export async function main(argv: string[]): Promise<number> {
     return exitCode;
   } catch (err) {
     if (err instanceof CommanderError) {
-      // --help and --version end here with exit code 0; usage mistakes with 1 from commander.
+      // --help and --version end here with exit code 0; commander's usage mistakes are user errors: 2.
       return err.exitCode === 0 ? 0 : 2;
     }
     // Every user-facing error of every command (src/errors.ts), mapped here once.

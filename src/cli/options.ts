@@ -1,3 +1,4 @@
+import { isHttpUrl } from '../config/values.js';
 import { usageError } from '../errors.js';
 
 /** Parses a CLI number option, naming the flag when it is not a number or out of range. */
@@ -8,4 +9,27 @@ export function parseNumberOption(flag: string, raw: string, opts: { min?: numbe
   if (opts.min !== undefined && n < opts.min) throw usageError(`${flag}: must be ≥ ${opts.min}, got ${raw}`);
   if (opts.max !== undefined && n > opts.max) throw usageError(`${flag}: must be ≤ ${opts.max}, got ${raw}`);
   return n;
+}
+
+/**
+ * Commander's argParser for a number flag: `.option('--top <n>', '…', numberArg('--top', { min: 0 }), 10)`.
+ * A bad value is a usage error naming the flag (exit 2), raised while the arguments are parsed.
+ */
+export function numberArg(flag: string, opts: { min?: number; max?: number; integer?: boolean } = {}): (raw: string) => number {
+  return (raw) => parseNumberOption(flag, raw, opts);
+}
+
+/** A required http(s) URL flag, as the config schema checks its URLs. */
+export function httpUrlFlag(flag: string, raw: string | undefined): string {
+  if (raw === undefined) throw usageError(`${flag} URL is required`);
+  if (isHttpUrl(raw)) return raw;
+  throw usageError(`${flag}: expected an http(s) URL, got '${raw}'`);
+}
+
+/** Commander's argParser for a flag that takes one of `choices`: anything else is a usage error naming the flag and the choices. */
+export function choiceArg<T extends string>(flag: string, choices: readonly T[]): (raw: string) => T {
+  return (raw) => {
+    if ((choices as readonly string[]).includes(raw)) return raw as T;
+    throw usageError(`${flag}: expected one of ${choices.join(', ')}, got '${raw}'`);
+  };
 }

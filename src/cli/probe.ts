@@ -1,11 +1,11 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { LogprobeError, usageError } from '../errors.js';
+import { LogprobeError } from '../errors.js';
 import { loadConfig } from '../config/load.js';
 import { ENGINE_SETTINGS, type EngineSetting } from '../metrics/labels.js';
 import { probeEngine, requiredCapabilities, UnreachableError } from '../probe/probe.js';
 import { missingText, probeJson, probeTable } from '../probe/format.js';
-import { parseNumberOption } from './options.js';
+import { choiceArg, httpUrlFlag, numberArg } from './options.js';
 import { writeOut } from './stdout.js';
 
 interface ProbeFlags {
@@ -13,8 +13,8 @@ interface ProbeFlags {
   model?: string;
   json?: boolean;
   config?: string;
-  timeout: string;
-  engine?: string;
+  timeout: number;
+  engine?: EngineSetting;
   flush?: boolean;
 }
 
@@ -43,22 +43,14 @@ export const probeCommand: CommandFactory = (setExit) =>
     .option('--api-key <key>', 'sent as Authorization: Bearer KEY (SGLang: the admin key for the flush)')
     .option('--model <name>', "the served model (default: the first of the server's /v1/models)")
     .option('-c, --config <file>', 'take the features to check (scoring, repeat, flush, noiseFloor) and mirror.topLogprobs from a YAML config')
-    .option('--engine <engine>', `the engine profile instead of detecting it: ${ENGINE_SETTINGS.join(', ')}`)
+    .option('--engine <engine>', `the engine profile instead of detecting it: ${ENGINE_SETTINGS.join(', ')}`, choiceArg('--engine', ENGINE_SETTINGS))
     .option('--flush', "test the cache flush even when the configuration does not use it (empties the engine's prefix cache)")
-    .option('--timeout <ms>', 'per request', '10000')
+    .option('--timeout <ms>', 'per request', numberArg('--timeout', { min: 1, integer: true }), 10000)
     .option('--json', 'one JSON object (docs/engines.md)')
     .addHelpText('after', HELP)
     .action(async (url: string, flags: ProbeFlags) => {
-      let u: URL;
-      try {
-        u = new URL(url);
-      } catch {
-        throw usageError(`URL: expected an http(s) URL, got '${url}'`);
-      }
-      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw usageError(`URL: expected an http(s) URL, got '${url}'`);
-      const timeoutMs = parseNumberOption('--timeout', flags.timeout, { min: 1, integer: true });
-      if (flags.engine !== undefined && !(ENGINE_SETTINGS as readonly string[]).includes(flags.engine))
-        throw usageError(`--engine: expected one of ${ENGINE_SETTINGS.join(', ')}, got '${flags.engine}'`);
+      httpUrlFlag('URL', url);
+      const timeoutMs = flags.timeout;
       const config = loadConfig({ file: flags.config });
       const required = requiredCapabilities(config);
       let report;
@@ -69,7 +61,7 @@ export const probeCommand: CommandFactory = (setExit) =>
           model: flags.model ?? null,
           timeoutMs,
           tlsInsecure: config.tlsInsecure,
-          engine: (flags.engine as EngineSetting | undefined) ?? 'auto',
+          engine: flags.engine ?? 'auto',
           topK: config.mirror.topLogprobs,
           flush: Boolean(flags.flush) || required.includes('flush'),
           required,

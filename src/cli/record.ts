@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { noInput, unwritableFile, usageError } from '../errors.js';
 import { LOGITS_TOP } from '../core/index.js';
-import { parseNumberOption } from './options.js';
+import { httpUrlFlag, numberArg } from './options.js';
 import { startProgress } from './progress.js';
 import { writeOut } from './stdout.js';
 import { configFrom, resolveThresholds } from './thresholds.js';
@@ -16,8 +16,8 @@ interface RecordFlags {
   backend?: string;
   out?: string;
   config?: string;
-  maxTokens?: string;
-  concurrency: string;
+  maxTokens?: number;
+  concurrency: number;
 }
 
 const HELP = `
@@ -50,14 +50,13 @@ export const recordCommand: CommandFactory = (setExit) =>
     .option('--backend <url>', 'the trusted build to record')
     .option('--out <file>', 'the golden file to write (JSONL; emptied if it exists)')
     .option('-c, --config <file>', 'take mirror.*, analysis.scoring, baseline.apiKey/engine and timeouts from a YAML config')
-    .option('--max-tokens <n>', "tokens to generate per prompt (default: the input's, capped by mirror.maxTokens)")
-    .option('--concurrency <n>', 'prompts in flight at once', '4')
+    .option('--max-tokens <n>', "tokens to generate per prompt (default: the input's, capped by mirror.maxTokens)", numberArg('--max-tokens', { min: 1, integer: true }))
+    .option('--concurrency <n>', 'prompts in flight at once', numberArg('--concurrency', { min: 1, max: 1024, integer: true }), 4)
     .addHelpText('after', HELP)
     .action(async (args: string[], flags: RecordFlags) => {
-      const backend = httpUrl('--backend', flags.backend);
+      const backend = httpUrlFlag('--backend', flags.backend);
       if (flags.out === undefined) throw usageError('--out FILE is required (the golden file to write)');
-      const concurrency = parseNumberOption('--concurrency', flags.concurrency, { min: 1, max: 1024, integer: true });
-      const maxTokens = flags.maxTokens === undefined ? undefined : parseNumberOption('--max-tokens', flags.maxTokens, { min: 1, integer: true });
+      const { concurrency, maxTokens } = flags;
       const config = configFrom(flags);
       const thresholds = resolveThresholds({}, config);
       const { files: inputs } = await resolveInputs(args);
@@ -116,14 +115,3 @@ export const recordCommand: CommandFactory = (setExit) =>
       void writeOut(`${lines.join('\n')}\n`);
       setExit(ok < result.records || s.failed > 0 ? 1 : 0);
     });
-
-function httpUrl(flag: string, raw: string | undefined): string {
-  if (raw === undefined) throw usageError(`${flag} URL is required`);
-  try {
-    const u = new URL(raw);
-    if (u.protocol === 'http:' || u.protocol === 'https:') return raw;
-  } catch {
-    // reported below
-  }
-  throw usageError(`${flag}: expected an http(s) URL, got '${raw}'`);
-}

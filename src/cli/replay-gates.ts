@@ -8,6 +8,7 @@ import type { HealthReport } from '../report/health-text.js';
 import { loadGolden, maxTokensOf, type GoldenIndex } from '../replay/golden.js';
 import { missingFromGolden, type AnalysedPair } from '../replay/golden-run.js';
 import { JUnitReport } from '../replay/junit.js';
+import { isNone } from '../config/values.js';
 import { checkWritable } from './report-file.js';
 
 /**
@@ -101,7 +102,7 @@ export class ReplayGates {
       throw usageError((err as Error).message);
     }
     if (flags.baselineFrom && o.baselineGiven) throw usageError('--baseline and --baseline-from are exclusive: compare with a live baseline or with a golden file');
-    const baselineFree = !flags.baselineFrom && o.baselineGiven && /^(none|null)$/i.test((flags as { baseline?: string }).baseline ?? '');
+    const baselineFree = !flags.baselineFrom && o.baselineGiven && isNone((flags as { baseline?: string }).baseline ?? '');
     if (baselineFree && specs.length > 0)
       throw usageError(
         `--gate ${specs.map((g) => g.name).join(',')} compares a candidate with a baseline: give --baseline URL or --baseline-from GOLDEN (--baseline none compares the candidate with itself only)`,

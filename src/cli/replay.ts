@@ -1,8 +1,9 @@
 import { resolve } from 'node:path';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { LogprobeError, noInput, usageError } from '../errors.js';
-import { parseNumberOption } from './options.js';
+import { LogprobeError, noInput } from '../errors.js';
+import { httpUrlFlag, numberArg } from './options.js';
+import { isNone } from '../config/values.js';
 import { startProgress } from './progress.js';
 import { checkWritable, writeHtmlReport } from './report-file.js';
 import { writeOut } from './stdout.js';
@@ -21,11 +22,11 @@ import { configuredKeys } from '../capture/redact.js';
 interface ReplayFlags extends ThresholdFlags, GateFlags {
   candidate?: string;
   baseline?: string;
-  concurrency: string;
-  rps?: string;
+  concurrency: number;
+  rps?: number;
   out?: string;
   failOn: string;
-  maxTokens?: string;
+  maxTokens?: number;
   html?: string;
 }
 
@@ -60,17 +61,6 @@ Exit codes (the CI gate):
      a prompt missing from --baseline-from, a gate the run cannot measure (logits with top-k < 10)
 `;
 
-function url(flag: string, raw: string | undefined): string {
-  if (raw === undefined) throw usageError(`${flag} URL is required`);
-  try {
-    const u = new URL(raw);
-    if (u.protocol === 'http:' || u.protocol === 'https:') return raw;
-  } catch {
-    // reported below
-  }
-  throw usageError(`${flag}: expected an http(s) URL, got '${raw}'`);
-}
-
 /** `logprobe replay INPUT… --candidate URL --baseline URL`: the CI gate. */
 export const replayCommand: CommandFactory = (setExit) =>
   gateOptions(
@@ -80,23 +70,22 @@ export const replayCommand: CommandFactory = (setExit) =>
         .argument('<inputs...>', 'captures or prompt sets (.jsonl or .jsonl.gz), or directories of captures')
         .option('--candidate <url>', 'the build under test')
         .option('--baseline <url>', 'the trusted build, or none: repeat each request on the candidate (cold, then warm) and compare it with itself')
-        .option('--concurrency <n>', 'pairs in flight at once', '4')
-        .option('--rps <r>', 'pairs started per second at most (default: no limit)')
+        .option('--concurrency <n>', 'pairs in flight at once', numberArg('--concurrency', { min: 1, max: 1024, integer: true }), 4)
+        .option('--rps <r>', 'pairs started per second at most (default: no limit)', numberArg('--rps', { min: 0.001 }))
         .option('--out <file>', 'the new capture (default replay-<time>.jsonl in the current directory)')
         .option('--fail-on <list>', 'verdicts (or outcomes, error, alert) that fail the gate; none for never', DEFAULT_FAIL_ON)
-        .option('--max-tokens <n>', "tokens to generate per request (default: the input's, capped by mirror.maxTokens)")
+        .option('--max-tokens <n>', "tokens to generate per request (default: the input's, capped by mirror.maxTokens)", numberArg('--max-tokens', { min: 1, integer: true }))
         .option('--html <file>', 'also write the HTML report'),
     ),
   )
     .addHelpText('after', HELP)
     .action(async (args: string[], flags: ReplayFlags) => {
-      const candidateUrl = url('--candidate', flags.candidate);
+      const candidateUrl = httpUrlFlag('--candidate', flags.candidate);
       // `--baseline none`: baseline-free, each input probes the candidate against itself (cold → warm).
       const baselineUrl =
-        flags.baselineFrom !== undefined && flags.baseline === undefined ? null : flags.baseline !== undefined && /^(none|null)$/i.test(flags.baseline) ? null : url('--baseline', flags.baseline);
-      const concurrency = parseNumberOption('--concurrency', flags.concurrency, { min: 1, max: 1024, integer: true });
-      const rps = flags.rps === undefined ? null : parseNumberOption('--rps', flags.rps, { min: 0.001 });
-      const maxTokens = flags.maxTokens === undefined ? undefined : parseNumberOption('--max-tokens', flags.maxTokens, { min: 1, integer: true });
+        flags.baselineFrom !== undefined && flags.baseline === undefined ? null : flags.baseline !== undefined && isNone(flags.baseline) ? null : httpUrlFlag('--baseline', flags.baseline);
+      const { concurrency, maxTokens } = flags;
+      const rps = flags.rps ?? null;
       const failOn = parseFailOn(flags.failOn);
       const config = configFrom(flags);
       const thresholds = resolveThresholds(flags, config);

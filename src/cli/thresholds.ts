@@ -4,27 +4,36 @@ import type { Config } from '../config/schema.js';
 import { DEFAULT_THRESHOLDS, formatNats, pickThresholds, VERDICTS, type Thresholds } from '../core/index.js';
 import { UNCOMPARED } from '../report/summary.js';
 import { usageError } from '../errors.js';
-import { parseNumberOption } from './options.js';
+import { numberArg } from './options.js';
 
 /** The threshold flags `analyze` and `replay` share with `compare`. */
 export interface ThresholdFlags {
   config?: string;
-  noiseFloor?: string;
-  gapAmbiguous?: string;
-  gapSystematic?: string;
-  globalFraction?: string;
-  minAligned?: string;
+  noiseFloor?: number;
+  gapAmbiguous?: number;
+  gapSystematic?: number;
+  globalFraction?: number;
+  minAligned?: number;
 }
+
+/** The threshold flags' parsers (commander's argParser), shared with `compare`'s own help texts. */
+export const THRESHOLD_ARGS = {
+  noiseFloor: numberArg('--noise-floor', { min: 0 }),
+  gapAmbiguous: numberArg('--gap-ambiguous', { min: 0 }),
+  gapSystematic: numberArg('--gap-systematic', { min: 0 }),
+  globalFraction: numberArg('--global-fraction', { min: 0, max: 1 }),
+  minAligned: numberArg('--min-aligned', { min: 1, integer: true }),
+} as const;
 
 /** Adds `--config` and the threshold flags to a command. */
 export function thresholdOptions(cmd: Command): Command {
   return cmd
     .option('-c, --config <file>', 'take analysis.* (and for replay mirror.*, baseline.apiKey, timeouts) from a YAML config')
-    .option('--noise-floor <nats>', 'a position shift above this is not float noise')
-    .option('--gap-ambiguous <nats>', 'flips below this gap are near-ties')
-    .option('--gap-systematic <nats>', 'flips above this gap need a systematic shift')
-    .option('--global-fraction <share>', 'shifted share of comparable positions for a global shift')
-    .option('--min-aligned <n>', 'fewer comparable positions make an early shift');
+    .option('--noise-floor <nats>', 'a position shift above this is not float noise', THRESHOLD_ARGS.noiseFloor)
+    .option('--gap-ambiguous <nats>', 'flips below this gap are near-ties', THRESHOLD_ARGS.gapAmbiguous)
+    .option('--gap-systematic <nats>', 'flips above this gap need a systematic shift', THRESHOLD_ARGS.gapSystematic)
+    .option('--global-fraction <share>', 'shifted share of comparable positions for a global shift', THRESHOLD_ARGS.globalFraction)
+    .option('--min-aligned <n>', 'fewer comparable positions make an early shift', THRESHOLD_ARGS.minAligned);
 }
 
 /** The config named by `--config` (defaults and `LOGPROBE_*` otherwise). */
@@ -48,11 +57,10 @@ export function thresholdOverrides(flags: ThresholdFlags, config: Config | null)
       minAligned: a.minAligned,
     });
   }
-  if (flags.noiseFloor !== undefined) t.noiseFloor = parseNumberOption('--noise-floor', flags.noiseFloor, { min: 0 });
-  if (flags.gapAmbiguous !== undefined) t.gapAmbiguous = parseNumberOption('--gap-ambiguous', flags.gapAmbiguous, { min: 0 });
-  if (flags.gapSystematic !== undefined) t.gapSystematic = parseNumberOption('--gap-systematic', flags.gapSystematic, { min: 0 });
-  if (flags.globalFraction !== undefined) t.globalFraction = parseNumberOption('--global-fraction', flags.globalFraction, { min: 0, max: 1 });
-  if (flags.minAligned !== undefined) t.minAligned = parseNumberOption('--min-aligned', flags.minAligned, { min: 1, integer: true });
+  for (const key of ['noiseFloor', 'gapAmbiguous', 'gapSystematic', 'globalFraction', 'minAligned'] as const) {
+    const value = flags[key];
+    if (value !== undefined) t[key] = value;
+  }
   const full = { ...DEFAULT_THRESHOLDS, ...t };
   if (full.gapSystematic < full.gapAmbiguous) throw usageError(`--gap-systematic (${full.gapSystematic}) must be ≥ --gap-ambiguous (${full.gapAmbiguous})`);
   return t;

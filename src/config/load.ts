@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { isPair, isScalar, parseDocument, visit, type Document, type Pair } from 'yaml';
 import { configSchema, type Config, type ConfigInput } from './schema.js';
 import { closest, coerceForKey, keysAt, schemaAt, valueKinds } from './keys.js';
+import { isNone } from './values.js';
 import { ConfigError, errnoReason } from '../errors.js';
 
 /**
@@ -70,7 +71,7 @@ function setPath(target: Record<string, unknown>, path: readonly string[], value
 
 function coerceEnv(raw: string, path: readonly string[], name: string): unknown {
   // No baseline: the candidate's repeat probes alone (baseline-free mode).
-  if (name === 'LOGPROBE_BASELINE_URL' && /^(none|null)$/i.test(raw.trim())) return null;
+  if (name === 'LOGPROBE_BASELINE_URL' && isNone(raw)) return null;
   return coerceForKey(raw, path);
 }
 

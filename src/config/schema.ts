@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ENGINE_SETTINGS } from '../metrics/labels.js';
+import { isHttpUrl } from './values.js';
 
 /**
  * The configuration schema: every key and its default (config/logprobe.example.yaml). Every object is strict, so an unknown
@@ -10,17 +11,7 @@ const port = z.number({ error: 'expected a port number' }).int({ error: 'expecte
 
 const host = z.string({ error: 'expected a host name or address' }).min(1, { error: 'expected a host name or address' });
 
-const httpUrl = z.string({ error: 'expected an http(s) URL' }).refine(
-  (s) => {
-    try {
-      const u = new URL(s);
-      return u.protocol === 'http:' || u.protocol === 'https:';
-    } catch {
-      return false;
-    }
-  },
-  { error: 'expected an http(s) URL' },
-);
+const httpUrl = z.string({ error: 'expected an http(s) URL' }).refine(isHttpUrl, { error: 'expected an http(s) URL' });
 
 const positiveMs = z.number({ error: 'expected milliseconds' }).int({ error: 'expected whole milliseconds' }).positive({ error: 'expected a positive number of milliseconds' });
 const share = z.number({ error: 'expected a number from 0 to 1' }).min(0, { error: 'expected a number from 0 to 1' }).max(1, { error: 'expected a number from 0 to 1' });
@@ -77,7 +68,7 @@ export const configSchema = z.strictObject({
       port: port.default(8080),
       /**
        * Proxy processes (node:cluster) serving the port; `auto`: os.availableParallelism(). Absent
-       * means 1, today's single process (the key stays out of the defaults so that they read as before).
+       * means 1, a single process (the key is not among the defaults).
        */
       workers: z.union([positiveInt, z.literal('auto')], { error: 'expected a positive whole number or auto' }).optional(),
     })

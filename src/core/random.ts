@@ -1,7 +1,7 @@
 /**
- * mulberry32: a small, fast seeded PRNG returning uniforms in [0, 1). The one implementation
- * the simulated engine, the llama.cpp model generator, the report's sampling and the benchmarks
- * share, so the same seed means the same draws everywhere.
+ * mulberry32: a small, fast seeded PRNG returning uniforms in [0, 1), for the report's sampling
+ * and the benchmarks. packages/engine keeps its own copy (the engines do not import the product):
+ * the same function, so a seed means the same draws in both.
  */
 export function mulberry32(seed: number): () => number {
   let a = seed >>> 0;

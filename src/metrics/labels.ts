@@ -1,7 +1,7 @@
 /**
  * The bounded values of metric labels, and the names config and metrics share: a leaf module
  * (it imports nothing), so the catalogue, the registry and the config schema read them without
- * importing the parts that use them (test/import-layers.test.ts holds that).
+ * importing the parts that use them (test/import-layers.unit.test.ts holds that).
  */
 
 /**

@@ -82,8 +82,8 @@ export function mirrorChoice(sampler: Sampler, ex: Exchange): 'no' | 'skipped' |
   return mirrorKind(ex) === null ? 'skipped' : 'mirror';
 }
 
-/** The worker's entry: the compiled worker.js next to this file. */
-export const DEFAULT_WORKER_URL = new URL('./worker.js', import.meta.url);
+/** The worker's entry: the compiled worker.js next to this file; from the sources (under tsx), worker-tsx.mjs, which loads worker.ts. */
+export const DEFAULT_WORKER_URL = new URL(import.meta.url.endsWith('.ts') ? './worker-tsx.mjs' : './worker.js', import.meta.url);
 
 /** What a {@link MirrorThread} is built from. */
 export interface MirrorThreadDeps {

@@ -30,13 +30,13 @@ export interface EngineServerOptions {
   readonly concurrency?: number;
   /**
    * The engine to pretend to be: its identity, native endpoints and shapes. Default `logprobe`:
-   * OpenAI's shapes and nothing else, as before.
+   * OpenAI's shapes and nothing else.
    */
   readonly api?: EngineApi;
   /**
    * The one-slot prefix cache (llama-server `-np 1`): a request whose prompt shares a prefix
    * with the previous request's tokens reuses their state. Default: on for vllm, sglang and
-   * llamacpp (as the real engines), off for logprobe and openai (every request cold, as before).
+   * llamacpp (as the real engines), off for logprobe and openai (every request cold).
    */
   readonly prefixCache?: boolean;
   /** vLLM's `VLLM_SERVER_DEV_MODE=1`: serve `POST /reset_prefix_cache`. Default false (404, as vLLM). */

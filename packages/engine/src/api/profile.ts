@@ -9,7 +9,7 @@ import type { EngineModel } from '../model.js';
 
 /** The engines the server can pretend to be. */
 export const ENGINE_APIS = ['logprobe', 'vllm', 'sglang', 'llamacpp', 'openai'] as const;
-/** `logprobe` (the default: OpenAI's shapes, as before), or one real engine's API. */
+/** `logprobe` (the default: OpenAI's shapes), or one real engine's API. */
 export type EngineApi = (typeof ENGINE_APIS)[number];
 
 /** An error whose body is already the engine's own (FastAPI's `{"detail"}`, plain text, …). */
