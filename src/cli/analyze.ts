@@ -52,100 +52,115 @@ export const analyzeCommand: CommandFactory = (setExit) =>
       .option('--top <n>', 'worst pairs listed', numberArg('--top', { min: 0, integer: true }), 10),
   )
     .addHelpText('after', HELP)
-    .action(async (inputs: string[], flags: AnalyzeFlags) => {
-      const top = flags.top;
-      const failOn = flags.failOn === undefined ? new Set<string>() : parseFailOn(flags.failOn);
-      const config = configFrom(flags);
-      const overrides = thresholdOverrides(flags, config);
-      const { files, bytes: totalBytes } = await resolveInputs(inputs);
-      if (flags.html) await checkWritable(flags.html);
+    .action(async (inputs: string[], flags: AnalyzeFlags) => setExit(await analyze(inputs, flags)));
 
-      const summary = new Summary({ alert: config.alert });
-      const json = flags.json === true;
-      // Two token-logprob files, or one against engine responses: the training comparison (docs/training.md).
-      if (files.length === 2 && ((await isTokenFile(files[0]!)) || (await isTokenFile(files[1]!)))) {
-        const t: Thresholds = { ...DEFAULT_THRESHOLDS, ...overrides };
-        const sides = trainerFirst(await readSequenceFile(files[0]!), await readSequenceFile(files[1]!));
-        const pairs = comparePairs(sides.train, sides.infer, t);
-        const where = { train: sides.train.file, infer: sides.infer.file };
-        for (const [k, p] of pairs.entries()) {
-          const id = p.comparison.id ?? String(k + 1);
-          summary.add({
-            file: sides.train.file,
-            line: k + 1,
-            id,
-            route: 'tokens',
-            result: { outcome: 'ok', comparison: p.comparison, candidate: p.candidate, baseline: p.baseline },
-            noiseFloor: t.noiseFloor,
-          });
-          if (json) await writeOut(`${JSON.stringify({ ...p.comparison, ...where })}\n`);
-        }
-        const results = pairs.map((p) => p.comparison);
-        if (!json) await writeOut(renderTraining(results, { ...where, swapped: sides.swapped }, t));
-        if (flags.html) {
-          const h = new HealthAccumulator();
-          for (const r of results) h.add(r, r.id ?? '', r.id ?? '');
-          await writeHtmlReport(flags.html, summary.data(), {
-            title: `logprobe analyze: ${where.train} (train) vs ${where.infer} (infer)`,
-            inputs: files,
-            thresholds: describeThresholds(t),
-            gapAmbiguous: t.gapAmbiguous,
-            gapSystematic: t.gapSystematic,
-            top,
-            health: { health: h.health(), definition: h.definition() },
-          });
-          process.stderr.write(`report: ${flags.html}\n`);
-        }
-        setExit(summary.count(failOn) > 0 ? 1 : 0);
-        return;
-      }
-      // Large inputs only: a few MB finish before a progress line would help.
-      const progress = startProgress({ label: 'analyze', total: totalBytes, unit: 'bytes', lines: totalBytes >= 64 * 1024 * 1024 });
-      let consumed = 0;
-      let first: Thresholds | null = null;
-      let varied = false;
-      const health = new HealthAccumulator();
-      const { records, golden } = await analyzeFiles({
-        files,
-        overrides,
-        summary,
-        onBytes: (n) => {
-          consumed += n;
-          progress.update(consumed, { detail: `${summary.total.toLocaleString('en-US')} pairs` });
-        },
-        onSkip: (m) => process.stderr.write(`${m}\n`),
-        onPair: (r) => {
-          if (r.result.comparison) health.add(r.result.comparison, `${r.file}:${r.line}`, String(r.record.id));
-          if (first === null) first = r.thresholds;
-          else if (!varied && !sameThresholds(first, r.thresholds)) varied = true;
-          return json ? writeOut(`${JSON.stringify(pairJson(r))}\n`) : undefined;
-        },
-        // Without --html or --fail-on, nobody needs the rest once the reader of --json has gone.
-        signal: json && !flags.html && failOn.size === 0 ? stdoutGone : undefined,
-      });
-      progress.stop();
-      if (records === 0)
-        throw noInput(
-          golden > 0 ? `${files.join(', ')}: golden records only (logprobe record: one side, no pair to compare); use them with replay --baseline-from` : `no capture records in ${files.join(', ')}`,
-        );
+/** What both kinds of input are analysed with, from the flags and config. */
+interface AnalyzeSettings {
+  files: string[];
+  totalBytes: number;
+  top: number;
+  failOn: Set<string>;
+  config: ReturnType<typeof configFrom>;
+  overrides: ReturnType<typeof thresholdOverrides>;
+  json: boolean;
+  summary: Summary;
+}
 
-      const data = summary.data();
-      const t: Thresholds = first!;
-      const ctx = {
-        thresholds: describeThresholds(t, thresholdsNote(overrides, varied)),
-        gapAmbiguous: t.gapAmbiguous,
-        gapSystematic: t.gapSystematic,
-        top,
-        health: { health: health.health(), definition: health.definition() },
-      };
-      if (!json) await writeOut(renderSummaryText(data, ctx));
-      if (flags.html) {
-        await writeHtmlReport(flags.html, data, { title: `logprobe analyze: ${files.length === 1 ? files[0] : `${files.length} files`}`, inputs: files, ...ctx });
-        process.stderr.write(`report: ${flags.html}\n`);
-      }
-      const failed = summary.count(failOn) + (failOn.has('alert') ? summary.alertsFired : 0);
-      setExit(failed > 0 ? 1 : 0);
+/** `analyze`: captures, or two token-logprob files (the training comparison); the exit code. */
+async function analyze(inputs: string[], flags: AnalyzeFlags): Promise<number> {
+  const top = flags.top;
+  const failOn = flags.failOn === undefined ? new Set<string>() : parseFailOn(flags.failOn);
+  const config = configFrom(flags);
+  const overrides = thresholdOverrides(flags, config);
+  const { files, bytes: totalBytes } = await resolveInputs(inputs);
+  if (flags.html) await checkWritable(flags.html);
+  const s: AnalyzeSettings = { files, totalBytes, top, failOn, config, overrides, json: flags.json === true, summary: new Summary({ alert: config.alert }) };
+  // Two token-logprob files, or one against engine responses: the training comparison (docs/training.md).
+  if (files.length === 2 && ((await isTokenFile(files[0]!)) || (await isTokenFile(files[1]!)))) return analyzeTraining(s, flags);
+  return analyzeCaptures(s, flags);
+}
+
+/** Two token-logprob files (or one against an engine's responses) lined up and compared: the training report. */
+async function analyzeTraining(s: AnalyzeSettings, flags: AnalyzeFlags): Promise<number> {
+  const { files, summary, json } = s;
+  const t: Thresholds = { ...DEFAULT_THRESHOLDS, ...s.overrides };
+  const sides = trainerFirst(await readSequenceFile(files[0]!), await readSequenceFile(files[1]!));
+  const pairs = comparePairs(sides.train, sides.infer, t);
+  const where = { train: sides.train.file, infer: sides.infer.file };
+  for (const [k, p] of pairs.entries()) {
+    const id = p.comparison.id ?? String(k + 1);
+    const result = { outcome: 'ok' as const, comparison: p.comparison, candidate: p.candidate, baseline: p.baseline };
+    summary.add({ file: sides.train.file, line: k + 1, id, route: 'tokens', result, noiseFloor: t.noiseFloor });
+    if (json) await writeOut(`${JSON.stringify({ ...p.comparison, ...where })}\n`);
+  }
+  const results = pairs.map((p) => p.comparison);
+  if (!json) await writeOut(renderTraining(results, { ...where, swapped: sides.swapped }, t));
+  if (flags.html) {
+    const h = new HealthAccumulator();
+    for (const r of results) h.add(r, r.id ?? '', r.id ?? '');
+    await writeHtmlReport(flags.html, summary.data(), {
+      title: `logprobe analyze: ${where.train} (train) vs ${where.infer} (infer)`,
+      inputs: files,
+      thresholds: describeThresholds(t),
+      gapAmbiguous: t.gapAmbiguous,
+      gapSystematic: t.gapSystematic,
+      top: s.top,
+      health: { health: h.health(), definition: h.definition() },
     });
+    process.stderr.write(`report: ${flags.html}\n`);
+  }
+  return summary.count(s.failOn) > 0 ? 1 : 0;
+}
+
+/** Capture files re-analysed record by record (--json: each pair as it comes), then the report. */
+async function analyzeCaptures(s: AnalyzeSettings, flags: AnalyzeFlags): Promise<number> {
+  const { files, summary, json } = s;
+  // Large inputs only: a few MB finish before a progress line would help.
+  const progress = startProgress({ label: 'analyze', total: s.totalBytes, unit: 'bytes', lines: s.totalBytes >= 64 * 1024 * 1024 });
+  let consumed = 0;
+  let first: Thresholds | null = null;
+  let varied = false;
+  const health = new HealthAccumulator();
+  const { records, golden } = await analyzeFiles({
+    files,
+    overrides: s.overrides,
+    summary,
+    onBytes: (n) => {
+      consumed += n;
+      progress.update(consumed, { detail: `${summary.total.toLocaleString('en-US')} pairs` });
+    },
+    onSkip: (m) => process.stderr.write(`${m}\n`),
+    onPair: (r) => {
+      if (r.result.comparison) health.add(r.result.comparison, `${r.file}:${r.line}`, String(r.record.id));
+      if (first === null) first = r.thresholds;
+      else if (!varied && !sameThresholds(first, r.thresholds)) varied = true;
+      return json ? writeOut(`${JSON.stringify(pairJson(r))}\n`) : undefined;
+    },
+    // Without --html or --fail-on, nobody needs the rest once the reader of --json has gone.
+    signal: json && !flags.html && s.failOn.size === 0 ? stdoutGone : undefined,
+  });
+  progress.stop();
+  if (records === 0)
+    throw noInput(
+      golden > 0 ? `${files.join(', ')}: golden records only (logprobe record: one side, no pair to compare); use them with replay --baseline-from` : `no capture records in ${files.join(', ')}`,
+    );
+  const data = summary.data();
+  const t: Thresholds = first!;
+  const ctx = {
+    thresholds: describeThresholds(t, thresholdsNote(s.overrides, varied)),
+    gapAmbiguous: t.gapAmbiguous,
+    gapSystematic: t.gapSystematic,
+    top: s.top,
+    health: { health: health.health(), definition: health.definition() },
+  };
+  if (!json) await writeOut(renderSummaryText(data, ctx));
+  if (flags.html) {
+    await writeHtmlReport(flags.html, data, { title: `logprobe analyze: ${files.length === 1 ? files[0] : `${files.length} files`}`, inputs: files, ...ctx });
+    process.stderr.write(`report: ${flags.html}\n`);
+  }
+  const failed = summary.count(s.failOn) + (s.failOn.has('alert') ? summary.alertsFired : 0);
+  return failed > 0 ? 1 : 0;
+}
 
 function sameThresholds(a: Thresholds, b: Thresholds): boolean {
   return a.noiseFloor === b.noiseFloor && a.gapAmbiguous === b.gapAmbiguous && a.gapSystematic === b.gapSystematic && a.globalFraction === b.globalFraction && a.minAligned === b.minAligned;

@@ -18,6 +18,8 @@ import { scoringOptions } from '../scoring/score.js';
 import type { UpstreamOptions } from '../upstream/pool.js';
 import { renderSummaryText } from '../report/text.js';
 import { configuredKeys } from '../capture/redact.js';
+import type { CaptureWriter } from '../capture/writer.js';
+import type { Summary } from '../report/summary.js';
 
 interface ReplayFlags extends ThresholdFlags, GateFlags {
   candidate?: string;
@@ -79,115 +81,149 @@ export const replayCommand: CommandFactory = (setExit) =>
     ),
   )
     .addHelpText('after', HELP)
-    .action(async (args: string[], flags: ReplayFlags) => {
-      const candidateUrl = httpUrlFlag('--candidate', flags.candidate);
-      // `--baseline none`: baseline-free, each input probes the candidate against itself (cold → warm).
-      const baselineUrl =
-        flags.baselineFrom !== undefined && flags.baseline === undefined ? null : flags.baseline !== undefined && isNone(flags.baseline) ? null : httpUrlFlag('--baseline', flags.baseline);
-      const { concurrency, maxTokens } = flags;
-      const rps = flags.rps ?? null;
-      const failOn = parseFailOn(flags.failOn);
-      const config = configFrom(flags);
-      const thresholds = resolveThresholds(flags, config);
-      const { files: inputs } = await resolveInputs(args);
-      if (flags.html) await checkWritable(flags.html);
-      const gates = await ReplayGates.setup(flags, { config, inputs, maxTokens, baselineGiven: flags.baseline !== undefined, failOn });
-      for (const n of gates.notes) process.stderr.write(`logprobe: ${n}\n`);
-      const out = resolve(flags.out ?? `replay-${new Date().toISOString().replace(/:/g, '')}.jsonl`);
-      // Said once per reason (a failed write and the close after it are one failure to the user).
-      const lost = new Set<string>();
-      const writer = await openReplayCapture({
-        file: out,
-        thresholds,
-        secrets: configuredKeys(config),
-        redactFields: config.log.redact,
-        onError: (reason) => {
-          if (!lost.has(reason)) process.stderr.write(`logprobe: writing ${out} failed (${reason}); pairs are missing from it\n`);
-          lost.add(reason);
-        },
+    .action(async (args: string[], flags: ReplayFlags) => setExit(await replay(args, flags)));
+
+/** What a replay runs with, from its flags and config, checked before anything is sent. */
+interface ReplaySettings {
+  inputs: string[];
+  candidateUrl: string;
+  /** null: baseline-free (`--baseline none`) or against a golden file. */
+  baselineUrl: string | null;
+  concurrency: number;
+  rps: number | null;
+  maxTokens: number | undefined;
+  failOn: ReturnType<typeof parseFailOn>;
+  config: ReturnType<typeof configFrom>;
+  thresholds: ReturnType<typeof resolveThresholds>;
+  gates: ReplayGates;
+  out: string;
+}
+
+/** The replay: settings, the new capture, every input sent and compared, the report; the exit code. */
+async function replay(args: string[], flags: ReplayFlags): Promise<number> {
+  const s = await replaySettings(args, flags);
+  // Said once per reason (a failed write and the close after it are one failure to the user).
+  const lost = new Set<string>();
+  const writer = await openReplayCapture({
+    file: s.out,
+    thresholds: s.thresholds,
+    secrets: configuredKeys(s.config),
+    redactFields: s.config.log.redact,
+    onError: (reason) => {
+      if (!lost.has(reason)) process.stderr.write(`logprobe: writing ${s.out} failed (${reason}); pairs are missing from it\n`);
+      lost.add(reason);
+    },
+  });
+  const summary = s.gates.summary({ alert: s.config.alert });
+  await sendAll(s, writer, summary);
+  if (summary.total === 0) throw noInput(`nothing to replay in ${s.inputs.join(', ')}`);
+  // The capture is the gate's record: one that lost pairs does not let a gate pass or fail on what is missing.
+  if (writer.stats.dropped > 0)
+    throw new LogprobeError(
+      'LOGPROBE_UNWRITABLE_FILE',
+      `${s.out}: ${writer.stats.dropped} of ${summary.total} pairs could not be written (${[...lost].join(', ')}): the capture is incomplete, no gate decided`,
+    );
+  return reportReplay(s, flags, summary);
+}
+
+async function replaySettings(args: string[], flags: ReplayFlags): Promise<ReplaySettings> {
+  const candidateUrl = httpUrlFlag('--candidate', flags.candidate);
+  // `--baseline none`: baseline-free, each input probes the candidate against itself (cold → warm).
+  const baselineUrl =
+    flags.baselineFrom !== undefined && flags.baseline === undefined ? null : flags.baseline !== undefined && isNone(flags.baseline) ? null : httpUrlFlag('--baseline', flags.baseline);
+  const { concurrency, maxTokens } = flags;
+  const rps = flags.rps ?? null;
+  const failOn = parseFailOn(flags.failOn);
+  const config = configFrom(flags);
+  const thresholds = resolveThresholds(flags, config);
+  const { files: inputs } = await resolveInputs(args);
+  if (flags.html) await checkWritable(flags.html);
+  const gates = await ReplayGates.setup(flags, { config, inputs, maxTokens, baselineGiven: flags.baseline !== undefined, failOn });
+  for (const n of gates.notes) process.stderr.write(`logprobe: ${n}\n`);
+  const out = resolve(flags.out ?? `replay-${new Date().toISOString().replace(/:/g, '')}.jsonl`);
+  return { inputs, candidateUrl, baselineUrl, concurrency, rps, maxTokens, failOn, config, thresholds, gates, out };
+}
+
+/** Every input through `runReplay` (or `runGoldenReplay` against a golden file), a progress bar on a terminal; the capture closed. */
+async function sendAll(s: ReplaySettings, writer: CaptureWriter, summary: Summary): Promise<void> {
+  const { config } = s;
+  const total = process.stderr.isTTY ? await countLines(s.inputs) : 0;
+  const progress = startProgress({ label: 'replay', total, unit: 'items', lines: false });
+  const upstream = (u: string, base: Omit<UpstreamOptions, 'url'>) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
+  // What both runs take alike: the inputs, the pacing, the thresholds, where results go.
+  const common = {
+    inputs: s.inputs,
+    tlsInsecure: config.tlsInsecure,
+    concurrency: s.concurrency,
+    rps: s.rps,
+    thresholds: s.thresholds,
+    scoring: scoringOptions(config),
+    writer,
+    summary,
+    onSkip: (m: string) => process.stderr.write(`${m}\n`),
+    onPair: (done: number) => progress.update(done, { detail: `${summary.count(s.failOn)} failing` }),
+  };
+  try {
+    if (s.gates.golden) {
+      await runGoldenReplay({ ...common, candidate: upstream(s.candidateUrl, config.candidate), golden: s.gates.golden, maxTokens: s.maxTokens, onAnalysed: s.gates.onAnalysed });
+    } else
+      await runReplay({
+        ...common,
+        candidate: { ...upstream(s.candidateUrl, config.candidate), model: config.candidate.model },
+        baseline: s.baselineUrl === null ? null : { ...upstream(s.baselineUrl, config.baseline), apiKey: config.baseline.apiKey, model: config.baseline.model },
+        rewrite: config.mirror,
+        maxTokens: s.gates.maxTokens,
       });
+  } finally {
+    progress.stop();
+    await writer.close();
+  }
+}
 
-      const total = process.stderr.isTTY ? await countLines(inputs) : 0;
-      const progress = startProgress({ label: 'replay', total, unit: 'items', lines: false });
-      const summary = gates.summary({ alert: config.alert });
-      const upstream = (u: string, base: Omit<UpstreamOptions, 'url'>) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
-      // What both runs take alike: the inputs, the pacing, the thresholds, where results go.
-      const common = {
-        inputs,
-        tlsInsecure: config.tlsInsecure,
-        concurrency,
-        rps,
-        thresholds,
-        scoring: scoringOptions(config),
-        writer,
-        summary,
-        onSkip: (m: string) => process.stderr.write(`${m}\n`),
-        onPair: (done: number) => progress.update(done, { detail: `${summary.count(failOn)} failing` }),
-      };
-      try {
-        if (gates.golden) {
-          await runGoldenReplay({ ...common, candidate: upstream(candidateUrl, config.candidate), golden: gates.golden, maxTokens, onAnalysed: gates.onAnalysed });
-        } else
-          await runReplay({
-            ...common,
-            candidate: { ...upstream(candidateUrl, config.candidate), model: config.candidate.model },
-            baseline: baselineUrl === null ? null : { ...upstream(baselineUrl, config.baseline), apiKey: config.baseline.apiKey, model: config.baseline.model },
-            rewrite: config.mirror,
-            maxTokens: gates.maxTokens,
-          });
-      } finally {
-        progress.stop();
-        await writer.close();
-      }
-      if (summary.total === 0) throw noInput(`nothing to replay in ${inputs.join(', ')}`);
-      // The capture is the gate's record: one that lost pairs does not let a gate pass or fail on what is missing.
-      if (writer.stats.dropped > 0)
-        throw new LogprobeError(
-          'LOGPROBE_UNWRITABLE_FILE',
-          `${out}: ${writer.stats.dropped} of ${summary.total} pairs could not be written (${[...lost].join(', ')}): the capture is incomplete, no gate decided`,
-        );
-
-      const data = summary.data();
-      const { results, report } = gates.outcome();
-      const ctx = { thresholds: describeThresholds(thresholds), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic, health: report };
-      // --json: the summary alone on stdout (docs/format.md, "replay --json"); the lines below go to stderr.
-      const say = (line: string) => (flags.json ? process.stderr.write(line) : writeOut(line));
-      if (!flags.json) void writeOut(renderSummaryText(data, ctx));
-      void say(`capture: ${out}\n`);
-      const against = gates.golden ? `golden ${flags.baselineFrom}` : (baselineUrl ?? 'itself');
-      if (flags.html) {
-        await writeHtmlReport(flags.html, data, { title: `logprobe replay: ${candidateUrl} vs ${against}`, inputs, ...ctx });
-        void say(`report: ${flags.html}\n`);
-      }
-      if (flags.junit) {
-        await gates.writeJunit(flags.junit, results, data, { alertsFired: summary.alertsFired });
-        void say(`junit: ${flags.junit}\n`);
-      }
-      const gate = decideGate(summary, data, failOn, results);
-      if (flags.json) {
-        const json = {
-          pairs: data.pairs,
-          compared: data.compared,
-          verdicts: data.verdicts,
-          uncompared: data.uncompared,
-          candidate: candidateUrl,
-          baseline: gates.golden ? null : baselineUrl,
-          baselineFrom: flags.baselineFrom ?? null,
-          health: report.health,
-          definition: report.definition,
-          gates: results,
-          failOn: [...failOn],
-          passed: gate.passed,
-          line: gate.line,
-          capture: out,
-          report: flags.html ?? null,
-          junit: flags.junit ?? null,
-        };
-        void writeOut(`${JSON.stringify(json)}\n`);
-      }
-      void say(`${gate.line}\n`);
-      setExit(gate.passed ? 0 : 1);
-    });
+/** The report (text, --html, --junit, --json) and the gate's line; the exit code the gate decides. */
+async function reportReplay(s: ReplaySettings, flags: ReplayFlags, summary: Summary): Promise<number> {
+  const { thresholds, gates } = s;
+  const data = summary.data();
+  const { results, report } = gates.outcome();
+  const ctx = { thresholds: describeThresholds(thresholds), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic, health: report };
+  // --json: the summary alone on stdout (docs/format.md, "replay --json"); the lines below go to stderr.
+  const say = (line: string) => (flags.json ? process.stderr.write(line) : writeOut(line));
+  if (!flags.json) void writeOut(renderSummaryText(data, ctx));
+  void say(`capture: ${s.out}\n`);
+  const against = gates.golden ? `golden ${flags.baselineFrom}` : (s.baselineUrl ?? 'itself');
+  if (flags.html) {
+    await writeHtmlReport(flags.html, data, { title: `logprobe replay: ${s.candidateUrl} vs ${against}`, inputs: s.inputs, ...ctx });
+    void say(`report: ${flags.html}\n`);
+  }
+  if (flags.junit) {
+    await gates.writeJunit(flags.junit, results, data, { alertsFired: summary.alertsFired });
+    void say(`junit: ${flags.junit}\n`);
+  }
+  const gate = decideGate(summary, data, s.failOn, results);
+  if (flags.json) {
+    const json = {
+      pairs: data.pairs,
+      compared: data.compared,
+      verdicts: data.verdicts,
+      uncompared: data.uncompared,
+      candidate: s.candidateUrl,
+      baseline: gates.golden ? null : s.baselineUrl,
+      baselineFrom: flags.baselineFrom ?? null,
+      health: report.health,
+      definition: report.definition,
+      gates: results,
+      failOn: [...s.failOn],
+      passed: gate.passed,
+      line: gate.line,
+      capture: s.out,
+      report: flags.html ?? null,
+      junit: flags.junit ?? null,
+    };
+    void writeOut(`${JSON.stringify(json)}\n`);
+  }
+  void say(`${gate.line}\n`);
+  return gate.passed ? 0 : 1;
+}
 
 /** Input lines, for the progress bar's total (terminals only: it reads the inputs twice). */
 async function countLines(files: readonly string[]): Promise<number> {

@@ -104,127 +104,156 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const out = options.out;
   const started = options.startedAt ?? Date.now();
   const engines = await options.engines();
-  const outcomes: Record<string, number> = {};
-  const verdicts: Record<string, number> = {};
-  const repeatTally: DemoSummary['repeats'] = {};
-  const alerts: AlertTransition[] = [];
-  const firstFiring: DemoSummary['firstFiring'] = {};
-  let mirrored = 0;
-  let sent = 0;
   const alertCfg = options.alert ?? { window: 20, minRequests: 10, forSeconds: 5 };
+  const tally = new DemoTally(out, started);
   let runtime: ReturnType<typeof createRuntime> | undefined;
   let urls: { proxyUrl: string; adminUrl: string } | null = null;
-  const folder = new LineFolder();
-  const heldAlerts: Array<{ t: AlertTransition; secs: number }> = [];
-  let heldTimer: NodeJS.Timeout | undefined;
-  const flushAlerts = (): void => {
-    if (heldTimer) clearTimeout(heldTimer);
-    heldTimer = undefined;
-    for (const { t, secs } of heldAlerts.splice(0)) out(alertLine(t, mirrored, secs));
-  };
+  let sent = 0;
   try {
-    // Baseline-free, every request is a repeat probe. With a baseline, one in five requests is:
-    // their first copy runs cold (the cache emptied before it) and matches the baseline, the rest
-    // reuse the client's prefix and show a cache fault in the pair — the "sometimes yes, sometimes
-    // no" of a cache bug, and both alerts.
-    const repeat = options.baselineFree
-      ? { rate: 1, backends: ['candidate' as const], flush: true }
-      : options.repeats
-        ? { rate: 0.2, backends: ['candidate' as const, 'baseline' as const], flush: true }
-        : undefined;
-    const config = buildConfig({
-      listen: { host: '127.0.0.1', port: options.port },
-      admin: { host: '127.0.0.1', port: options.adminPort },
-      candidate: { url: engines.candidateUrl },
-      baseline: options.baselineFree ? null : { url: engines.baselineUrl },
-      mirror: { sampleRate: 1, concurrency: engines.mirrorConcurrency, queueSize: 64, maxTokens: engines.maxTokens, ...(repeat ? { repeat } : {}) },
-      alert: { ...alertCfg, cusum: { k: 0.5, h: 5 } },
-      capture: { enabled: true, dir: options.captureDir },
-      // The demo's engines are its own: whether they answer is worth a line, the full probe's ~25
-      // generations per engine (llama.cpp at one thread) would only delay the alert.
-      probe: { atStart: 'reachability' },
-      log: { level: 'error' },
-    });
     const logDestination = process.stderr as unknown as NodeJS.WritableStream & { write: (s: string) => boolean };
-    runtime = createRuntime(config, {
+    runtime = createRuntime(demoConfig(options, engines, alertCfg), {
       // The live lines own stdout: the proxy's and the mirror worker's log lines go to stderr.
       logger: createLogger({ level: 'error', destination: logDestination }),
       logDestination,
-      listeners: {
-        onPair(pair) {
-          mirrored++;
-          // Outcomes, pair verdicts and repeat verdicts are three tallies: a pair has one outcome,
-          // at most one verdict (none baseline-free), and one verdict per repeat probe.
-          outcomes[pair.outcome] = (outcomes[pair.outcome] ?? 0) + 1;
-          if (pair.analysis && pair.baseline !== null) verdicts[pair.analysis.verdict] = (verdicts[pair.analysis.verdict] ?? 0) + 1;
-          for (const r of pair.repeats ?? []) {
-            const tally = (repeatTally[r.backend] ??= {});
-            const key = r.verdict ?? 'failed';
-            tally[key] = (tally[key] ?? 0) + 1;
-          }
-          const line = folder.line(mirrored, pair);
-          if (line !== null) out(line);
-          flushAlerts();
-        },
-        onAlert(t) {
-          alerts.push(t);
-          const secs = (Date.now() - started) / 1000;
-          if (t.to === 'firing') firstFiring[t.alert] ??= secs;
-          // The mirror reports a transition before the pair that caused it (from the mirror's
-          // thread, as a message of its own): printed after that pair's line, with its number. A
-          // transition of the detectors' clock (a resolve with no new pair) comes with no pair.
-          heldAlerts.push({ t, secs });
-          heldTimer ??= setTimeout(flushAlerts, 250);
-        },
-      },
+      listeners: { onPair: (pair) => tally.pair(pair), onAlert: (t) => tally.alert(t) },
     });
-    const { proxyUrl, adminUrl } = await runtime.listen();
-    urls = { proxyUrl, adminUrl };
-    out(`logprobe demo — ${engines.kind}`);
-    out(`  candidate ${engines.candidateUrl}  (${engines.candidateLabel})`);
-    out(options.baselineFree ? '  baseline  none: the candidate against itself (each request twice: cold, then warm from its cache)' : `  baseline  ${engines.baselineUrl}  (clean)`);
-    if (options.repeats && !options.baselineFree) out('  repeats   1 in 5 mirrored requests once more to each backend: cold (cache emptied), then warm from its prefix cache');
-    out(`  captures  ${options.captureDir}`);
-    out(`  proxy     ${proxyUrl}   (every request mirrored: sampleRate 1)`);
-    out(`  live page ${adminUrl}/ui   (verdicts, alerts and token strips as they come; open it while the demo runs)`);
-    out(`  metrics   ${adminUrl}/metrics`);
-    out(`  try:      curl -s ${proxyUrl}/v1/chat/completions -H 'content-type: application/json' -d '{"messages":[{"role":"user","content":"hello"}],"max_tokens":16}'`);
-    out(`  alert window ${alertCfg.window} requests, min ${alertCfg.minRequests}, for ${alertCfg.forSeconds} s; ${options.duration ? `running ${options.duration} s` : 'Ctrl-C to stop'}`);
-    out('');
-    const stop = new AbortController();
-    const onAbort = () => stop.abort();
-    if (options.signal.aborted) stop.abort();
-    options.signal.addEventListener('abort', onAbort, { once: true });
-    const timer = options.duration ? setTimeout(() => stop.abort(), options.duration * 1000) : undefined;
-    let answered = 0;
-    const live = runtime;
-    const progress = setInterval(() => {
-      const st = live.mirror?.detectorState;
-      const mix = tallyText(outcomes, verdicts, repeatTally);
-      out(
-        `… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${mirrored} mirrored${folder.folded ? ` (${folder.folded} repeats of a prompt's last line folded)` : ''} [${mix}]${options.baselineFree ? '' : `; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`}`,
-      );
-    }, 5000);
-    try {
-      sent = await runTraffic({ proxyUrl, rate: options.rate, maxTokens: engines.maxTokens, signal: stop.signal, onResponse: () => answered++ });
-    } finally {
-      clearInterval(progress);
-      if (timer) clearTimeout(timer);
-      options.signal.removeEventListener('abort', onAbort);
-    }
+    urls = await runtime.listen();
+    banner(options, engines, urls, alertCfg);
+    sent = await driveTraffic(options, engines, urls.proxyUrl, runtime, tally);
     await runtime.mirror?.idle();
   } finally {
-    flushAlerts();
+    tally.flushAlerts();
     await runtime?.close();
     await engines.close();
   }
+  const { mirrored, outcomes, verdicts, repeats, alerts, firstFiring } = tally;
   out('');
   const which = engines.engine === 'llama' ? 'llama.cpp engines' : 'simulated engines';
   out(
-    `done (${which}): ${sent} client requests, ${mirrored} mirrored; outcomes ${JSON.stringify(outcomes)}; verdicts ${JSON.stringify(verdicts)}; repeats ${JSON.stringify(repeatTally)}; alerts ${alerts.map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} ${a.to}`).join(', ') || 'none'}`,
+    `done (${which}): ${sent} client requests, ${mirrored} mirrored; outcomes ${JSON.stringify(outcomes)}; verdicts ${JSON.stringify(verdicts)}; repeats ${JSON.stringify(repeats)}; alerts ${alerts.map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} ${a.to}`).join(', ') || 'none'}`,
   );
   for (const line of nextSteps(options.captureDir, urls)) out(line);
-  return { engine: engines.engine, mirrored, outcomes, verdicts, repeats: repeatTally, alerts, firstFiring, sent };
+  return { engine: engines.engine, mirrored, outcomes, verdicts, repeats, alerts, firstFiring, sent };
+}
+
+/** The demo's config: the engines behind the proxy at sampleRate 1, the capture on, a short alert window. */
+function demoConfig(options: DemoOptions, engines: DemoEngines, alertCfg: NonNullable<DemoOptions['alert']>): ReturnType<typeof buildConfig> {
+  // Baseline-free, every request is a repeat probe. With a baseline, one in five requests is:
+  // their first copy runs cold (the cache emptied before it) and matches the baseline, the rest
+  // reuse the client's prefix and show a cache fault in the pair — the "sometimes yes, sometimes
+  // no" of a cache bug, and both alerts.
+  const repeat = options.baselineFree
+    ? { rate: 1, backends: ['candidate' as const], flush: true }
+    : options.repeats
+      ? { rate: 0.2, backends: ['candidate' as const, 'baseline' as const], flush: true }
+      : undefined;
+  return buildConfig({
+    listen: { host: '127.0.0.1', port: options.port },
+    admin: { host: '127.0.0.1', port: options.adminPort },
+    candidate: { url: engines.candidateUrl },
+    baseline: options.baselineFree ? null : { url: engines.baselineUrl },
+    mirror: { sampleRate: 1, concurrency: engines.mirrorConcurrency, queueSize: 64, maxTokens: engines.maxTokens, ...(repeat ? { repeat } : {}) },
+    alert: { ...alertCfg, cusum: { k: 0.5, h: 5 } },
+    capture: { enabled: true, dir: options.captureDir },
+    // The demo's engines are its own: whether they answer is worth a line, the full probe's ~25
+    // generations per engine (llama.cpp at one thread) would only delay the alert.
+    probe: { atStart: 'reachability' },
+    log: { level: 'error' },
+  });
+}
+
+/** The opening block: what runs where, what to open, how to try it. */
+function banner(options: DemoOptions, engines: DemoEngines, urls: { proxyUrl: string; adminUrl: string }, alertCfg: NonNullable<DemoOptions['alert']>): void {
+  const { out } = options;
+  const { proxyUrl, adminUrl } = urls;
+  out(`logprobe demo — ${engines.kind}`);
+  out(`  candidate ${engines.candidateUrl}  (${engines.candidateLabel})`);
+  out(options.baselineFree ? '  baseline  none: the candidate against itself (each request twice: cold, then warm from its cache)' : `  baseline  ${engines.baselineUrl}  (clean)`);
+  if (options.repeats && !options.baselineFree) out('  repeats   1 in 5 mirrored requests once more to each backend: cold (cache emptied), then warm from its prefix cache');
+  out(`  captures  ${options.captureDir}`);
+  out(`  proxy     ${proxyUrl}   (every request mirrored: sampleRate 1)`);
+  out(`  live page ${adminUrl}/ui   (verdicts, alerts and token strips as they come; open it while the demo runs)`);
+  out(`  metrics   ${adminUrl}/metrics`);
+  out(`  try:      curl -s ${proxyUrl}/v1/chat/completions -H 'content-type: application/json' -d '{"messages":[{"role":"user","content":"hello"}],"max_tokens":16}'`);
+  out(`  alert window ${alertCfg.window} requests, min ${alertCfg.minRequests}, for ${alertCfg.forSeconds} s; ${options.duration ? `running ${options.duration} s` : 'Ctrl-C to stop'}`);
+  out('');
+}
+
+/** The client's traffic until the signal or the duration, a progress line every 5 s; how many requests were sent. */
+async function driveTraffic(options: DemoOptions, engines: DemoEngines, proxyUrl: string, live: ReturnType<typeof createRuntime>, tally: DemoTally): Promise<number> {
+  const stop = new AbortController();
+  const onAbort = () => stop.abort();
+  if (options.signal.aborted) stop.abort();
+  options.signal.addEventListener('abort', onAbort, { once: true });
+  const timer = options.duration ? setTimeout(() => stop.abort(), options.duration * 1000) : undefined;
+  let answered = 0;
+  const started = tally.started;
+  const progress = setInterval(() => {
+    const st = live.mirror?.detectorState;
+    const mix = tallyText(tally.outcomes, tally.verdicts, tally.repeats);
+    const folded = tally.folder.folded;
+    options.out(
+      `… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${tally.mirrored} mirrored${folded ? ` (${folded} repeats of a prompt's last line folded)` : ''} [${mix}]${options.baselineFree ? '' : `; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`}`,
+    );
+  }, 5000);
+  try {
+    return await runTraffic({ proxyUrl, rate: options.rate, maxTokens: engines.maxTokens, signal: stop.signal, onResponse: () => answered++ });
+  } finally {
+    clearInterval(progress);
+    if (timer) clearTimeout(timer);
+    options.signal.removeEventListener('abort', onAbort);
+  }
+}
+
+/** What the demo has seen (outcomes, verdicts, repeats, alerts) and its live lines, an alert printed after the pair that caused it. */
+class DemoTally {
+  mirrored = 0;
+  readonly outcomes: Record<string, number> = {};
+  readonly verdicts: Record<string, number> = {};
+  readonly repeats: DemoSummary['repeats'] = {};
+  readonly alerts: AlertTransition[] = [];
+  readonly firstFiring: DemoSummary['firstFiring'] = {};
+  readonly folder = new LineFolder();
+  private readonly heldAlerts: Array<{ t: AlertTransition; secs: number }> = [];
+  private heldTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly out: (line: string) => void,
+    readonly started: number,
+  ) {}
+
+  pair(pair: MirroredPair): void {
+    this.mirrored++;
+    // Outcomes, pair verdicts and repeat verdicts are three tallies: a pair has one outcome,
+    // at most one verdict (none baseline-free), and one verdict per repeat probe.
+    this.outcomes[pair.outcome] = (this.outcomes[pair.outcome] ?? 0) + 1;
+    if (pair.analysis && pair.baseline !== null) this.verdicts[pair.analysis.verdict] = (this.verdicts[pair.analysis.verdict] ?? 0) + 1;
+    for (const r of pair.repeats ?? []) {
+      const tally = (this.repeats[r.backend] ??= {});
+      const key = r.verdict ?? 'failed';
+      tally[key] = (tally[key] ?? 0) + 1;
+    }
+    const line = this.folder.line(this.mirrored, pair);
+    if (line !== null) this.out(line);
+    this.flushAlerts();
+  }
+
+  alert(t: AlertTransition): void {
+    this.alerts.push(t);
+    const secs = (Date.now() - this.started) / 1000;
+    if (t.to === 'firing') this.firstFiring[t.alert] ??= secs;
+    // The mirror reports a transition before the pair that caused it (from the mirror's
+    // thread, as a message of its own): printed after that pair's line, with its number. A
+    // transition of the detectors' clock (a resolve with no new pair) comes with no pair.
+    this.heldAlerts.push({ t, secs });
+    this.heldTimer ??= setTimeout(() => this.flushAlerts(), 250);
+  }
+
+  flushAlerts(): void {
+    if (this.heldTimer) clearTimeout(this.heldTimer);
+    this.heldTimer = undefined;
+    for (const { t, secs } of this.heldAlerts.splice(0)) this.out(alertLine(t, this.mirrored, secs));
+  }
 }
 
 /** The progress line's tallies, each named: pair outcomes, pair verdicts, repeat verdicts per backend. */

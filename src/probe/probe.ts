@@ -181,15 +181,58 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   const version = await engineVersion(engine, get);
   if (o.reachabilityOnly) return { url: o.url, engine, evidence: detected.evidence, version, model, capabilities: [], required: [], missing: [] };
   const caps = new Map<CapabilityName, Capability>();
-  const set = (name: CapabilityName, ok: boolean | null, detail: string, enable?: string | null): void => {
-    caps.set(name, { name, ok, detail, enable: enable === undefined ? (ENABLE[name]?.[engine] ?? null) : enable });
+  const c: ProbeContext = {
+    target,
+    engine,
+    profile,
+    model,
+    get,
+    post,
+    set: (name, ok, detail, enable) => void caps.set(name, { name, ok, detail, enable: enable === undefined ? (ENABLE[name]?.[engine] ?? null) : enable }),
+    completion: (extra) => post('/v1/completions', { ...(model ? { model } : {}), ...GREEDY, ...extra }),
+    why: (a) => failureReason({ status: a.status, body: a.body, error: null }),
   };
-  const completion = (extra: Record<string, unknown>) => post('/v1/completions', { ...(model ? { model } : {}), ...GREEDY, ...extra });
-  const why = (a: JsonAnswer): string => failureReason({ status: a.status, body: a.body, error: null });
+  const k = await probeTopK(c, o.topK);
+  const steps = await probeCopy(c, k);
+  await probeScoring(c, k, steps);
+  const { countsOk, cacheBody } = await probeCacheCounts(c);
+  const flushOk = o.flush ? await probeFlush(c, countsOk, cacheBody) : null;
+  if (!o.flush) c.set('flush', null, 'not tried (mirror.repeat.flush is off: the probe does not empty the cache)');
 
+  const pathOk = countsOk || flushOk === true;
+  c.set(
+    'cache_path',
+    pathOk,
+    countsOk ? 'visible: the engine reports its cache hits' : flushOk ? 'visible: the flush makes the first run cold' : 'not visible: no cache counts and no confirmed flush',
+  );
+
+  await probeChat(c);
+  await probeDeterminism(c, k, o.copies ?? 16, caps);
+  const capabilities = CAPABILITIES.map((n) => caps.get(n)!).filter(Boolean);
+  const missing = o.required.filter((n) => caps.get(n)?.ok !== true);
+  return { url: o.url, engine, evidence: detected.evidence, version, model, capabilities, required: o.required, missing };
+}
+
+/** What every check of a probe asks with: the server, its engine and profile, and where results go. */
+interface ProbeContext {
+  target: ScoringTarget;
+  engine: EngineName;
+  profile: (typeof PROFILES)[EngineName];
+  model: string | null;
+  get(path: string): Promise<JsonAnswer>;
+  post(path: string, body: unknown): Promise<JsonAnswer>;
+  /** A capability's result (`enable`: how to turn it on; default the engine's flag for it). */
+  set(name: CapabilityName, ok: boolean | null, detail: string, enable?: string | null): void;
+  /** A greedy /v1/completions request with these fields. */
+  completion(extra: Record<string, unknown>): Promise<JsonAnswer>;
+  why(a: JsonAnswer): string;
+}
+
+/** top_k_cap: the logprobs cap asked with one above anything logprobe asks; the top-k the other checks then use. */
+async function probeTopK(c: ProbeContext, topK: number): Promise<number> {
   // The logprobs cap, asked: one above anything logprobe asks (mirror.topLogprobs ≤ 20).
   const ask = 21;
-  const above = await completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, logprobs: ask }).catch(errAnswer);
+  const above = await c.completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, logprobs: ask }).catch(errAnswer);
   let cap: number | null = null;
   let capText: string;
   if (above.status === 200) {
@@ -198,74 +241,91 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
     capText = got === null ? `asked ${ask}: answered no top logprobs` : got < ask ? `asked ${ask}: answered ${got} per token` : `none at ${ask} (answered ${got} per token)`;
   } else {
     cap = parseLogprobLimit(above.status, above.body);
-    capText = cap !== null ? `${cap} (asked ${ask}: ${why(above)})` : `asked ${ask}: ${why(above)}`;
+    capText = cap !== null ? `${cap} (asked ${ask}: ${c.why(above)})` : `asked ${ask}: ${c.why(above)}`;
   }
-  if (engine === 'vllm') {
+  if (c.engine === 'vllm') {
     // prompt_logprobs have their own check against the same cap (sampling_params.py _validate_logprobs).
-    const p = await completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, prompt_logprobs: ask }).catch(errAnswer);
+    const p = await c.completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, prompt_logprobs: ask }).catch(errAnswer);
     if (p.status !== 200) {
       const pc = parseLogprobLimit(p.status, p.body, { prompt: true });
       if (pc !== null) cap = Math.min(cap ?? pc, pc);
-      capText += `; prompt_logprobs: ${pc !== null ? pc : why(p)}`;
+      capText += `; prompt_logprobs: ${pc !== null ? pc : c.why(p)}`;
     }
   }
-  const k = Math.min(o.topK, cap ?? o.topK);
-  set('top_k_cap', cap === null ? above.status === 200 : cap >= o.topK, `${capText}; logprobe asks ${o.topK}`);
+  c.set('top_k_cap', cap === null ? above.status === 200 : cap >= topK, `${capText}; logprobe asks ${topK}`);
+  return Math.min(topK, cap ?? topK);
+}
 
+/** logprobs and token_ids: a mirrored copy (with the profile's own fields); its steps. */
+async function probeCopy(c: ProbeContext, k: number): Promise<{ steps: TokenStep[]; text: string | undefined }> {
   // Logprobs and token ids on a mirrored copy (with the profile's own extra fields).
-  const copy = await completion({ prompt: 'The cache holds key 3 and value', max_tokens: 8, logprobs: k, ...profile.copyParams }).catch(errAnswer);
+  const copy = await c.completion({ prompt: 'The cache holds key 3 and value', max_tokens: 8, logprobs: k, ...c.profile.copyParams }).catch(errAnswer);
   const parsed = copy.status === 200 ? parseResponse(copy.body) : null;
   const steps = parsed?.steps ?? [];
   const withLp = steps.filter((s) => s.logprob !== null).length;
-  set(
+  c.set(
     'logprobs',
     steps.length > 0 && withLp === steps.length,
     parsed === null
-      ? `/v1/completions: ${why(copy)}`
+      ? `/v1/completions: ${c.why(copy)}`
       : steps.length === 0
         ? `no logprobs in the answer (${parsed.error ?? parsed.format})`
         : `${withLp} of ${steps.length} tokens with a logprob, top-${topWidth(steps) ?? 0}`,
     null,
   );
   const ids = steps.filter((s) => s.id !== undefined).length;
-  const asked = Object.keys(profile.copyParams).length ? ` (asked with ${Object.keys(profile.copyParams).join(', ')})` : '';
-  set(
+  const asked = Object.keys(c.profile.copyParams).length ? ` (asked with ${Object.keys(c.profile.copyParams).join(', ')})` : '';
+  c.set(
     'token_ids',
     steps.length > 0 && ids === steps.length,
     steps.length === 0 ? 'no tokens to read' : `${ids} of ${steps.length} generated tokens with their id${asked}${ids < steps.length ? ': scoring re-tokenizes the text' : ''}`,
   );
 
+  return { steps, text: parsed?.text };
+}
+
+/** scoring and prompt_top_k: the profile's own method on the prompt and the copy's tokens. */
+async function probeScoring(c: ProbeContext, k: number, copy: { steps: TokenStep[]; text: string | undefined }): Promise<void> {
+  const { steps } = copy;
   // Scoring: the profile's own method on the prompt + the answer's tokens.
   let scored: { prompt: TokenStep[]; continuation: TokenStep[] } | null = null;
   try {
-    const promptIds = await profile.promptIds(target, { kind: 'completions', body: { prompt: 'The cache holds key 3 and value', ...(model ? { model } : {}) } });
-    const cont = steps.every((s) => s.id !== undefined) && steps.length > 0 ? steps.map((s) => s.id!) : await profile.tokenize(target, parsed?.text ?? ' 7', model ?? undefined);
-    scored = await profile.score(target, { model: model ?? undefined, prompt: promptIds, continuation: cont.slice(0, 4), topK: k, promptPositions: 4 });
+    const promptIds = await c.profile.promptIds(c.target, { kind: 'completions', body: { prompt: 'The cache holds key 3 and value', ...(c.model ? { model: c.model } : {}) } });
+    const cont = steps.every((s) => s.id !== undefined) && steps.length > 0 ? steps.map((s) => s.id!) : await c.profile.tokenize(c.target, copy.text ?? ' 7', c.model ?? undefined);
+    scored = await c.profile.score(c.target, { model: c.model ?? undefined, prompt: promptIds, continuation: cont.slice(0, 4), topK: k, promptPositions: 4 });
     const forced = scored.continuation.filter((s) => s.logprob !== null).length;
-    set('scoring', forced === scored.continuation.length && forced > 0, `${profile.method}: ${forced} of ${scored.continuation.length} forced tokens scored; ${SCORING_READS_CACHE[engine]}`, null);
+    c.set(
+      'scoring',
+      forced === scored.continuation.length && forced > 0,
+      `${c.profile.method}: ${forced} of ${scored.continuation.length} forced tokens scored; ${SCORING_READS_CACHE[c.engine]}`,
+      null,
+    );
   } catch (err) {
-    set('scoring', false, `${profile.method}: ${(err as Error).message}`, null);
+    c.set('scoring', false, `${c.profile.method}: ${(err as Error).message}`, null);
   }
-  if (scored === null || scored.prompt.length === 0) set('prompt_top_k', false, scored === null ? 'no scoring' : 'no prompt positions scored');
+  if (scored === null || scored.prompt.length === 0) c.set('prompt_top_k', false, scored === null ? 'no scoring' : 'no prompt positions scored');
   else {
     const widths = scored.prompt.map((s) => s.top.length);
     const min = Math.min(...widths);
-    set('prompt_top_k', min >= Math.min(k, 2), min <= 1 ? `prompt positions carry the prompt token only (top ${min})` : `top-${min} at each of ${widths.length} prompt positions`);
+    c.set('prompt_top_k', min >= Math.min(k, 2), min <= 1 ? `prompt positions carry the prompt token only (top ${min})` : `top-${min} at each of ${widths.length} prompt positions`);
   }
+}
 
-  // Cache counts: a new prompt, then the same again (a prefix-cache hit on an engine that caches).
+/** cache_counts: a new prompt, then the same again (a prefix-cache hit on an engine that caches). */
+async function probeCacheCounts(c: ProbeContext): Promise<{ countsOk: boolean; cacheBody: Record<string, unknown> }> {
+  // Cache counts: a new prompt, then the same again (a prefix-cache hit on an c.engine that caches).
   const nonce = `probe-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
   const cacheBody = { prompt: longPrompt(nonce), max_tokens: 1 };
-  const cold = await completion(cacheBody).catch(errAnswer);
-  const warm = await completion(cacheBody).catch(errAnswer);
+  const cold = await c.completion(cacheBody).catch(errAnswer);
+  const warm = await c.completion(cacheBody).catch(errAnswer);
   const c1 = cold.status === 200 ? cachedPromptTokens(cold.body) : null;
   const c2 = warm.status === 200 ? cachedPromptTokens(warm.body) : null;
   const countsOk = c2 !== null && c2 > 0;
-  set(
+  c.set(
     'cache_counts',
     countsOk,
     cold.status !== 200
-      ? `/v1/completions: ${why(cold)}`
+      ? `/v1/completions: ${c.why(cold)}`
       : c1 === null && c2 === null
         ? 'not reported (no cached count in the answers)'
         : c2 === 0 || c2 === null
@@ -273,63 +333,68 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
           : `reported: cold ${c1 ?? 'no count (a 0 is dropped: a cold run reads as not reported)'}, warm ${c2}`,
   );
 
-  // Flush: the engine's cache reset, confirmed by the counts where they are reported.
-  let flushOk: boolean | null = null;
-  if (!o.flush) set('flush', null, 'not tried (mirror.repeat.flush is off: the probe does not empty the cache)');
-  else {
-    const f = await flushRequest(engine, post);
-    if (f === null) set('flush', false, 'no cache reset on an OpenAI-compatible server', null);
-    else if (f.status >= 200 && f.status < 300) {
-      let detail = `${f.path} answered ${f.status}`;
-      flushOk = true;
-      if (countsOk) {
-        const after = await completion(cacheBody).catch(errAnswer);
-        const c3 = after.status === 200 ? cachedPromptTokens(after.body) : null;
-        if (c3 !== null && c3 > 0) {
-          flushOk = false;
-          detail += `, but the next run still read ${c3} tokens from the cache`;
-        } else detail += '; confirmed: the next run read nothing from the cache';
-      }
-      set('flush', flushOk, detail, flushOk ? null : undefined);
-    } else {
-      const s = f.status;
-      const reason = s === 401 || s === 403 ? 'needs a key' : s === 400 ? 'refused (busy)' : 'not available';
-      set('flush', false, `${reason}: ${f.path} answered ${why(f)}`);
-    }
-  }
-  const pathOk = countsOk || flushOk === true;
-  set('cache_path', pathOk, countsOk ? 'visible: the engine reports its cache hits' : flushOk ? 'visible: the flush makes the first run cold' : 'not visible: no cache counts and no confirmed flush');
+  return { countsOk, cacheBody };
+}
 
-  // Chat rendering: the prompt logprobe scores must be the prompt the chat generated from.
+/** flush: the engine's cache reset, confirmed by the counts where they are reported; whether it worked. */
+async function probeFlush(c: ProbeContext, countsOk: boolean, cacheBody: Record<string, unknown>): Promise<boolean | null> {
+  const f = await flushRequest(c.engine, c.post);
+  if (f === null) {
+    c.set('flush', false, 'no cache reset on an OpenAI-compatible server', null);
+    return null;
+  }
+  if (f.status < 200 || f.status >= 300) {
+    const s = f.status;
+    const reason = s === 401 || s === 403 ? 'needs a key' : s === 400 ? 'refused (busy)' : 'not available';
+    c.set('flush', false, `${reason}: ${f.path} answered ${c.why(f)}`);
+    return null;
+  }
+  let detail = `${f.path} answered ${f.status}`;
+  let flushOk = true;
+  if (countsOk) {
+    const after = await c.completion(cacheBody).catch(errAnswer);
+    const c3 = after.status === 200 ? cachedPromptTokens(after.body) : null;
+    if (c3 !== null && c3 > 0) {
+      flushOk = false;
+      detail += `, but the next run still read ${c3} tokens from the cache`;
+    } else detail += '; confirmed: the next run read nothing from the cache';
+  }
+  c.set('flush', flushOk, detail, flushOk ? null : undefined);
+  return flushOk;
+}
+
+/** chat_rendering: the prompt logprobe scores must be the prompt the chat generated from. */
+async function probeChat(c: ProbeContext): Promise<void> {
   const messages = [
     { role: 'system', content: 'Be brief.' },
     { role: 'user', content: 'Tell me about layer 3' },
   ];
   try {
-    const rendered = await profile.promptIds(target, { kind: 'chat', body: { messages, ...(model ? { model } : {}) } });
-    const chat = await post('/v1/chat/completions', { ...(model ? { model } : {}), messages, max_tokens: 1, ...GREEDY });
+    const rendered = await c.profile.promptIds(c.target, { kind: 'chat', body: { messages, ...(c.model ? { model: c.model } : {}) } });
+    const chat = await c.post('/v1/chat/completions', { ...(c.model ? { model: c.model } : {}), messages, max_tokens: 1, ...GREEDY });
     const used = (chat.body as { usage?: { prompt_tokens?: unknown } } | null)?.usage?.prompt_tokens;
-    if (chat.status !== 200 || typeof used !== 'number') set('chat_rendering', true, `${rendered.length} tokens (the chat generation did not say how many it read)`);
-    else set('chat_rendering', used === rendered.length, `${rendered.length} tokens rendered, the chat generation read ${used}${used === rendered.length ? '' : ': not the same prompt'}`);
+    if (chat.status !== 200 || typeof used !== 'number') c.set('chat_rendering', true, `${rendered.length} tokens (the chat generation did not say how many it read)`);
+    else c.set('chat_rendering', used === rendered.length, `${rendered.length} tokens rendered, the chat generation read ${used}${used === rendered.length ? '' : ': not the same prompt'}`);
   } catch (err) {
-    set('chat_rendering', false, (err as Error).message);
+    c.set('chat_rendering', false, (err as Error).message);
   }
+}
 
-  // Determinism: one greedy request alone, then among concurrent copies of itself.
-  const copies = o.copies ?? 16;
+/** determinism: one greedy request alone, then among `copies` concurrent copies of itself. */
+async function probeDeterminism(c: ProbeContext, k: number, copies: number, caps: Map<CapabilityName, Capability>): Promise<void> {
   const det = { prompt: 'Count the layers: one, two,', max_tokens: 16, logprobs: k };
-  const alone = await completion(det).catch(errAnswer);
-  if (alone.status !== 200) set('determinism', false, `/v1/completions: ${why(alone)}`);
+  const alone = await c.completion(det).catch(errAnswer);
+  if (alone.status !== 200) c.set('determinism', false, `/v1/completions: ${c.why(alone)}`);
   else {
     const ref = parseResponse(alone.body).steps;
-    const again = runDifference(ref, parseResponse((await completion(det).catch(errAnswer)).body).steps);
-    const batch = await Promise.all(Array.from({ length: copies }, () => completion(det).catch(errAnswer)));
+    const again = runDifference(ref, parseResponse((await c.completion(det).catch(errAnswer)).body).steps);
+    const batch = await Promise.all(Array.from({ length: copies }, () => c.completion(det).catch(errAnswer)));
     const diffs = batch.map((a) => (a.status === 200 ? runDifference(ref, parseResponse(a.body).steps) : { equal: false, shift: 0, flipped: true }));
     const differ = diffs.filter((d) => !d.equal).length;
     const flipped = diffs.filter((d) => d.flipped).length;
     const worst = Math.max(0, ...diffs.map((d) => d.shift));
-    const serverSays = engine === 'sglang' ? await deterministicFlag(get) : null;
-    set(
+    const serverSays = c.engine === 'sglang' ? await deterministicFlag(c.get) : null;
+    c.set(
       'determinism',
       again.equal && differ === 0,
       !again.equal
@@ -340,10 +405,6 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
     );
     if (serverSays !== null) caps.get('determinism')!.detail += `; server_info enable_deterministic_inference: ${serverSays}`;
   }
-
-  const capabilities = CAPABILITIES.map((n) => caps.get(n)!).filter(Boolean);
-  const missing = o.required.filter((n) => caps.get(n)?.ok !== true);
-  return { url: o.url, engine, evidence: detected.evidence, version, model, capabilities, required: o.required, missing };
 }
 
 /** undici's error as the mirror records it (`CODE: message`). */

@@ -1,5 +1,5 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
@@ -115,16 +115,32 @@ const REFUSAL_OF: Record<string, RefusalReason> = {
  * quarters of the proxy's CPU per request (see bench/RESULTS.md).
  */
 export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
-  const limitBytes = Math.floor(config.limits.bodyMB * 1024 * 1024);
-  const candidateUrl = new URL(config.candidate.url);
   const log = deps.logger.child({ module: 'proxy' });
+  const path = new ClientPath(config, exchangeContext(config, deps, log));
+  const app = Fastify({
+    loggerInstance: log as unknown as FastifyBaseLogger,
+    serverFactory: () => path.createServer(),
+    forceCloseConnections: false,
+    clientErrorHandler: (err: Error, socket: Duplex) => path.onClientError(err, socket),
+  });
+  // New requests during the drain get 503 and "connection: close" (fastify's return503OnClosing).
+  app.addHook('preClose', (done) => {
+    path.closing = true;
+    done();
+  });
+  return app;
+}
+
+/** What every exchange shares: the candidate, its limits, the log, the metrics, the mirror's tap. */
+function exchangeContext(config: Config, deps: ProxyDeps, log: Logger): ExchangeContext {
+  const candidateUrl = new URL(config.candidate.url);
   const { maxConnections, maxPending } = config.candidate;
-  const ctx: ExchangeContext = {
+  return {
     candidate: deps.candidate,
     origin: candidateUrl.origin,
     host: candidateUrl.host,
     basePath: upstreamBasePath(config.candidate.url),
-    limitBytes,
+    limitBytes: Math.floor(config.limits.bodyMB * 1024 * 1024),
     limitMB: config.limits.bodyMB,
     bodyTimeoutMs: config.limits.bodyTimeoutMs,
     log,
@@ -135,48 +151,129 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     overflowed: overflowLogger(log, deps.metrics, config),
     reuse: new ReuseWindow(),
   };
-  const shadow = config.mode === 'shadow';
-  let closing = false;
+}
+
+/** The node:http server's options: the limits, the same on every request (ARCHITECTURE.md, "The proxy"). */
+function serverOptions(limits: Config['limits']): ServerOptions {
+  return {
+    // One head limit for the client's request and (in the pool) the upstream's response.
+    maxHeaderSize: limits.maxHeaderKB * 1024,
+    // A head still incomplete after headTimeoutMs is answered 408 (slowloris); once the head
+    // is in, nothing cuts the request: a generation may take minutes.
+    headersTimeout: limits.headTimeoutMs,
+    requestTimeout: 0,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    // How often node checks heads against headersTimeout (its default, 30 s, would let a
+    // stalled head live up to twice the limit).
+    connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(limits.headTimeoutMs / 4))),
+    noDelay: true,
+    // TCP keep-alive probes find clients that vanished mid-stream without a FIN.
+    keepAlive: true,
+    keepAliveInitialDelay: 60_000,
+    // llhttp's strict defaults stay: no lenient parsing, Host required on HTTP/1.1.
+    insecureHTTPParser: false,
+    requireHostHeader: true,
+  };
+}
+
+/**
+ * The client path's server and its connections: each request refused, answered 503 while
+ * closing, or handed to its exchange — pipelined ones in order, one at a time per connection —
+ * and the parser's refusals answered after what was pipelined before them.
+ */
+class ClientPath {
+  /** The drain began: new requests are answered 503, idle connections closed. */
+  closing = false;
+  private readonly shadow: boolean;
+  private server: Server | null = null;
   /**
    * The last request on each connection while an exchange is in flight there: its request, the
    * promise its response's close settles, and the one of the request before it.
    */
-  const inFlight = new WeakMap<object, { req: IncomingMessage; done: Promise<void>; before: Promise<void> | undefined }>();
+  private readonly inFlight = new WeakMap<object, { req: IncomingMessage; done: Promise<void>; before: Promise<void> | undefined }>();
   /**
    * Connections whose request was refused for its framing: answered, then closed after the
    * answer ("connection: close"). Whatever the parser still reads there (a request hidden in a
    * body we would not frame) is never served.
    */
-  const refusedSockets = new WeakSet<object>();
+  private readonly refusedSockets = new WeakSet<object>();
+
+  constructor(
+    private readonly config: Config,
+    private readonly ctx: ExchangeContext,
+  ) {
+    this.shadow = config.mode === 'shadow';
+  }
+
+  createServer(): Server {
+    const { limits } = this.config;
+    const server = createServer(serverOptions(limits), this.onRequest);
+    this.server = server;
+    server.setTimeout(0);
+    server.keepAliveTimeout = limits.keepAliveTimeoutMs;
+    // Expect: 100-continue: the 100 goes out only for a request we accept (see onRequest).
+    server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => this.onRequest(req, res, true));
+    // CONNECT asks for a tunnel: not something a reverse proxy of an API gives. Without this
+    // listener node:http closes the connection without a word.
+    server.on('connect', (_req: IncomingMessage, socket: Duplex) => this.onConnect(socket));
+    return server;
+  }
+
+  private readonly closeIdle = (): void => this.server?.closeIdleConnections();
+
+  private onConnect(socket: Duplex): void {
+    const { metrics } = this.ctx;
+    metrics.refused('connect');
+    if (this.shadow) metrics.observeShadow?.('other', 400);
+    else metrics.observeRequest('other', 400, 0);
+    const answer = () => answerAndClose(socket, 400, 'Bad Request', 'CONNECT is not supported: logprobe is a reverse proxy, not a tunnel', 'LOGPROBE_BAD_REQUEST');
+    const last = this.inFlight.get(socket);
+    if (last === undefined) answer();
+    else void last.done.then(answer);
+  }
+
+  /**
+   * After the answers to what was pipelined before the broken bytes: all in flight when they
+   * came in a new head, those before the last request when they broke its (chunked) body.
+   */
+  onClientError(err: Error, socket: Duplex): void {
+    // Its request was refused already (a Transfer-Encoding llhttp refuses only once the head
+    // has been handed over): that answer closes the connection.
+    if (this.refusedSockets.has(socket)) return;
+    const last = this.inFlight.get(socket);
+    const metrics = this.ctx.metrics;
+    onClientError(err, socket, last === undefined ? undefined : last.req.complete ? last.done : last.before, metrics.refused.bind(metrics));
+  }
 
   /** Answers a request we refuse for its framing, in the OpenAI envelope, and closes its connection. */
-  const refuse = (req: IncomingMessage, res: ServerResponse, err: Error & { statusCode: number; code: string }): void => {
+  private refuse(req: IncomingMessage, res: ServerResponse, err: Error & { statusCode: number; code: string }): void {
+    const { ctx } = this;
     const started = performance.now();
-    refusedSockets.add(req.socket);
-    deps.metrics.refused(REFUSAL_OF[err.code] ?? 'malformed');
+    this.refusedSockets.add(req.socket);
+    ctx.metrics.refused(REFUSAL_OF[err.code] ?? 'malformed');
     const payload = JSON.stringify(openAIError(err.statusCode, err.message, err.code));
     res.writeHead(err.statusCode, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload), connection: 'close' });
     res.end(payload);
-    if (shadow) ctx.metrics.observeShadow?.('other', err.statusCode);
+    if (this.shadow) ctx.metrics.observeShadow?.('other', err.statusCode);
     else ctx.metrics.observeRequest('other', err.statusCode, (performance.now() - started) / 1000);
     if (ctx.logRequests()) ctx.log.info({ method: req.method, route: 'other', status: err.statusCode, durationMs: 0, aborted: false, code: err.code }, 'request');
-  };
+  }
 
   /**
    * `expectContinue`: the client waits for `100 Continue` before its body (node:http's
    * `checkContinue`); it is sent only once the request is accepted, so a refused one (a
    * Content-Length over limits.bodyMB, bad framing, a drain) never gets it.
    */
-  const onRequest = (req: IncomingMessage, res: ServerResponse, expectContinue = false): void => {
+  private readonly onRequest = (req: IncomingMessage, res: ServerResponse, expectContinue = false): void => {
     // Parsed after a refusal on the same connection, which closes once that answer is out: left
     // unanswered (destroying it could cut the refusal's bytes on their way).
-    if (refusedSockets.has(req.socket)) return;
+    if (this.refusedSockets.has(req.socket)) return;
     const framing = framingError(req);
     if (framing !== null) {
-      refuse(req, res, framing);
+      this.refuse(req, res, framing);
       return;
     }
-    if (closing) {
+    if (this.closing) {
       res.writeHead(503, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(CLOSING_BODY)), connection: 'close' });
       res.end(CLOSING_BODY);
       return;
@@ -184,101 +281,43 @@ export function buildApp(config: Config, deps: ProxyDeps): FastifyInstance {
     const url = req.url;
     // Origin-form only ("/…"): absolute-form and "*" are not requests for the candidate.
     if (url === undefined || url.charCodeAt(0) !== 47 || !FORWARDED_METHODS.has(req.method ?? '')) {
-      notFound(ctx, req, res, shadow);
+      notFound(this.ctx, req, res, this.shadow);
       return;
     }
     if (expectContinue) {
       const cl = req.headers['content-length'];
-      if (cl !== undefined && Number(cl) > limitBytes) {
-        refuse(req, res, new PayloadTooLargeError(config.limits.bodyMB));
+      if (cl !== undefined && Number(cl) > this.ctx.limitBytes) {
+        this.refuse(req, res, new PayloadTooLargeError(this.config.limits.bodyMB));
         return;
       }
       res.writeContinue();
     }
     // Shadow mode: a mirrored copy, answered 202 and handed to the mirror; nothing is forwarded.
-    const exchange = shadow ? new ShadowExchange(ctx, req, res) : new ProxyExchange(ctx, req, res);
-    // Pipelined requests reach the candidate one at a time, in order, as they were sent: node:http
-    // emits the next before the previous response is done.
+    this.start(req, res, this.shadow ? new ShadowExchange(this.ctx, req, res) : new ProxyExchange(this.ctx, req, res));
+  };
+
+  /**
+   * Pipelined requests reach the candidate one at a time, in order, as they were sent: node:http
+   * emits the next before the previous response is done.
+   */
+  private start(req: IncomingMessage, res: ServerResponse, exchange: { run(): void }): void {
     const sock = req.socket;
-    const before = inFlight.get(sock)?.done;
+    const before = this.inFlight.get(sock)?.done;
     const entry = { req, done: undefined as unknown as Promise<void>, before };
     entry.done = new Promise<void>((resolve) =>
       res.once('close', () => {
-        if (inFlight.get(sock) === entry) inFlight.delete(sock);
+        if (this.inFlight.get(sock) === entry) this.inFlight.delete(sock);
         // Draining: a keep-alive connection whose last answer just went out is closed now rather
         // than at its keep-alive timeout, so the stop ends when the last request does.
-        if (closing) setImmediate(closeIdle);
+        if (this.closing) setImmediate(this.closeIdle);
         resolve();
       }),
     );
-    inFlight.set(sock, entry);
+    this.inFlight.set(sock, entry);
     if (before === undefined) exchange.run();
     // A client gone meanwhile: nothing to forward.
     else void before.then(() => (res.destroyed ? undefined : exchange.run()));
-  };
-
-  const { limits } = config;
-  let server: Server | null = null;
-  const closeIdle = () => server?.closeIdleConnections();
-  const app = Fastify({
-    loggerInstance: log as unknown as FastifyBaseLogger,
-    serverFactory: () => {
-      server = createServer(
-        {
-          // One head limit for the client's request and (in the pool) the upstream's response.
-          maxHeaderSize: limits.maxHeaderKB * 1024,
-          // A head still incomplete after headTimeoutMs is answered 408 (slowloris); once the head
-          // is in, nothing cuts the request: a generation may take minutes.
-          headersTimeout: limits.headTimeoutMs,
-          requestTimeout: 0,
-          keepAliveTimeout: limits.keepAliveTimeoutMs,
-          // How often node checks heads against headersTimeout (its default, 30 s, would let a
-          // stalled head live up to twice the limit).
-          connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(limits.headTimeoutMs / 4))),
-          noDelay: true,
-          // TCP keep-alive probes find clients that vanished mid-stream without a FIN.
-          keepAlive: true,
-          keepAliveInitialDelay: 60_000,
-          // llhttp's strict defaults stay: no lenient parsing, Host required on HTTP/1.1.
-          insecureHTTPParser: false,
-          requireHostHeader: true,
-        },
-        onRequest,
-      );
-      server.setTimeout(0);
-      server.keepAliveTimeout = limits.keepAliveTimeoutMs;
-      // Expect: 100-continue: the 100 goes out only for a request we accept (see onRequest).
-      server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, true));
-      // CONNECT asks for a tunnel: not something a reverse proxy of an API gives. Without this
-      // listener node:http closes the connection without a word.
-      server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
-        deps.metrics.refused('connect');
-        if (shadow) ctx.metrics.observeShadow?.('other', 400);
-        else ctx.metrics.observeRequest('other', 400, 0);
-        const answer = () => answerAndClose(socket, 400, 'Bad Request', 'CONNECT is not supported: logprobe is a reverse proxy, not a tunnel', 'LOGPROBE_BAD_REQUEST');
-        const last = inFlight.get(socket);
-        if (last === undefined) answer();
-        else void last.done.then(answer);
-      });
-      return server;
-    },
-    forceCloseConnections: false,
-    // After the answers to what was pipelined before the broken bytes: all in flight when they
-    // came in a new head, those before the last request when they broke its (chunked) body.
-    clientErrorHandler: (err: Error, socket: Duplex) => {
-      // Its request was refused already (a Transfer-Encoding llhttp refuses only once the head
-      // has been handed over): that answer closes the connection.
-      if (refusedSockets.has(socket)) return;
-      const last = inFlight.get(socket);
-      onClientError(err, socket, last === undefined ? undefined : last.req.complete ? last.done : last.before, deps.metrics.refused.bind(deps.metrics));
-    },
-  });
-  // New requests during the drain get 503 and "connection: close" (fastify's return503OnClosing).
-  app.addHook('preClose', (done) => {
-    closing = true;
-    done();
-  });
-  return app;
+  }
 }
 
 /** Counts each refusal and logs at most one warn line per 10 s, with how many were refused. */

@@ -1,4 +1,3 @@
-import { basename } from 'node:path';
 import { readJsonLines } from '../capture/reader.js';
 import type { CaptureWriter } from '../capture/writer.js';
 import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
@@ -10,8 +9,7 @@ import type { ScoringTarget } from '../scoring/http.js';
 import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
 import { goldenSide, itemKey, scoreAgainstGolden, type GoldenIndex } from './golden.js';
-import { replayedPair, toReplayItem, type ReplayItem } from './input.js';
-import { RateLimiter } from './limit.js';
+import { forEachItem, replayedPair, toReplayItem, type ReplayItem } from './input.js';
 
 /** One analysed pair as a replay saw it (the gates read these). */
 export interface AnalysedPair {
@@ -68,13 +66,10 @@ export function goldenBody(request: Readonly<Record<string, unknown>>, maxTokens
  */
 export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: number }> {
   const pool = createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
-  const limiter = new RateLimiter(o.rps);
   const limits = new LogprobLimits();
-  const inflight = new Set<Promise<void>>();
   const headers = mirrorHeaders({}, { role: 'candidate' });
   const scorer = new Scorer(o.scoring);
   const target: ScoringTarget = { pool, url: o.candidate.url, headers, timeoutMs: o.candidate.timeoutMs };
-  let started = 0;
   let done = 0;
 
   const one = async (id: string, item: ReplayItem, at: { file: string; line: number }, key: string): Promise<void> => {
@@ -99,36 +94,11 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
   };
 
   try {
-    for (const file of o.inputs) {
-      for await (const line of readJsonLines(file)) {
-        if (o.signal?.aborted) break;
-        const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
-        if ('error' in item) {
-          const message = `${line.file}:${line.line}: ${item.error}`;
-          o.summary.skip(message);
-          o.onSkip?.(message);
-          continue;
-        }
-        const key = itemKey(item, line.value);
-        if (!o.golden.byKey.has(key)) {
-          const message = `${line.file}:${line.line}: no golden record for this prompt in ${o.golden.file}`;
-          o.summary.skip(message);
-          o.onSkip?.(message);
-          continue;
-        }
-        while (inflight.size >= o.concurrency) await Promise.race(inflight);
-        await limiter.take();
-        started++;
-        const id = `${basename(file)}:${line.line}`;
-        const p = one(id, item, { file, line: line.line }, key).finally(() => inflight.delete(p));
-        inflight.add(p);
-      }
-    }
-    await Promise.all(inflight);
+    const missing = (item: ReplayItem, value: unknown) => (o.golden.byKey.has(itemKey(item, value)) ? null : `no golden record for this prompt in ${o.golden.file}`);
+    return { pairs: await forEachItem(o, (id, item, at, value) => one(id, item, at, itemKey(item, value)), missing) };
   } finally {
     await pool.close();
   }
-  return { pairs: started };
 }
 
 /** A short description of a prompt for messages: its route and the start of its text. */

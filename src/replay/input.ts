@@ -1,8 +1,11 @@
-import { captureRecordError } from '../capture/reader.js';
+import { basename } from 'node:path';
+import { captureRecordError, readJsonLines } from '../capture/reader.js';
 import type { CaptureRecord } from '../capture/record.js';
 import { requestKind, type RequestKind } from '../mirror/rewrite.js';
 import type { MirroredPair } from '../mirror/types.js';
 import { routeLabel } from '../metrics/labels.js';
+import type { Summary } from '../report/summary.js';
+import { RateLimiter } from './limit.js';
 
 /** One request to replay: where it goes and the body before the mirror's rewrite. */
 export interface ReplayItem {
@@ -54,4 +57,53 @@ export function toReplayItem(value: unknown): ReplayItem | { error: string } {
  */
 export function replayedPair(id: string, item: ReplayItem, p: Pick<MirroredPair, 'request' | 'candidate' | 'baseline' | 'outcome' | 'analysis' | 'noiseFloor' | 'repeats'>): MirroredPair {
   return { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, clientHeaders: {}, ...p };
+}
+
+/** Where an input line came from. */
+export interface InputPlace {
+  file: string;
+  line: number;
+}
+
+/**
+ * Streams the replay's inputs line by line and starts `run` for each item, at most `concurrency`
+ * in flight and `rps` started a second; a line that is no item, or that `refuse` names a reason
+ * for, is skipped (counted in the summary and said through `onSkip`). The id of a pair is its
+ * input's place, `basename:line`: the replay capture points back at what was replayed. Returns how
+ * many were started, once all have finished.
+ */
+export async function forEachItem(
+  o: { inputs: readonly string[]; concurrency: number; rps: number | null; summary: Summary; onSkip?: (message: string) => void; signal?: AbortSignal },
+  run: (id: string, item: ReplayItem, at: InputPlace, value: unknown) => Promise<void>,
+  refuse: (item: ReplayItem, value: unknown) => string | null = () => null,
+): Promise<number> {
+  const limiter = new RateLimiter(o.rps);
+  const inflight = new Set<Promise<void>>();
+  let started = 0;
+  const skip = (message: string) => {
+    o.summary.skip(message);
+    o.onSkip?.(message);
+  };
+  for (const file of o.inputs) {
+    for await (const line of readJsonLines(file)) {
+      if (o.signal?.aborted) break;
+      const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
+      if ('error' in item) {
+        skip(`${line.file}:${line.line}: ${item.error}`);
+        continue;
+      }
+      const refused = refuse(item, line.value);
+      if (refused !== null) {
+        skip(`${line.file}:${line.line}: ${refused}`);
+        continue;
+      }
+      while (inflight.size >= o.concurrency) await Promise.race(inflight);
+      await limiter.take();
+      started++;
+      const p = run(`${basename(file)}:${line.line}`, item, { file, line: line.line }, line.value).finally(() => inflight.delete(p));
+      inflight.add(p);
+    }
+  }
+  await Promise.all(inflight);
+  return started;
 }

@@ -1,6 +1,4 @@
-import { basename } from 'node:path';
 import type { Pool } from 'undici';
-import { readJsonLines } from '../capture/reader.js';
 import type { CaptureWriter } from '../capture/writer.js';
 import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
 import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
@@ -14,8 +12,7 @@ import { repeatOnce } from '../mirror/repeat.js';
 import { CacheCounts } from '../core/self.js';
 import type { Summary } from '../report/summary.js';
 import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
-import { replayedPair, toReplayItem, type ReplayItem } from './input.js';
-import { RateLimiter } from './limit.js';
+import { forEachItem, replayedPair, type InputPlace, type ReplayItem } from './input.js';
 
 /** What a replay needs: inputs, the two backends, pacing, thresholds, and where results go. */
 export interface ReplayOptions {
@@ -67,38 +64,57 @@ const REPLAY_MAX_HEADER = 64 * 1024;
  * at most `concurrency` pairs are in flight.
  */
 export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
-  const candidatePool = createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER });
-  const baselinePool = o.baseline === null ? null : createUpstreamPool(o.baseline, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER });
-  const pools: Pool[] = baselinePool === null ? [candidatePool] : [candidatePool, baselinePool];
-  const baseline = o.baseline ?? { ...o.candidate, apiKey: null };
-  const limiter = new RateLimiter(o.rps);
-  const limits = new LogprobLimits();
-  const inflight = new Set<Promise<void>>();
-  const cHeaders = mirrorHeaders({}, { role: 'candidate' });
-  const bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: baseline.apiKey, forwardAuth: false });
-  let started = 0;
-  let done = 0;
-  const scorer = new Scorer(o.scoring);
-  const counts = new CacheCounts();
-  const targets: Record<'candidate' | 'baseline', ScoringTarget> = {
-    candidate: { pool: candidatePool, url: o.candidate.url, headers: cHeaders, timeoutMs: o.candidate.timeoutMs, model: o.candidate.model ?? null },
-    baseline: {
-      pool: baselinePool ?? candidatePool,
-      url: baseline.url,
-      headers: bHeaders,
-      timeoutMs: baseline.timeoutMs,
-      model: baseline.model ?? null,
-      secrets: baseline.apiKey ? [baseline.apiKey] : [],
-    },
-  };
+  const r = new PairReplay(o);
+  try {
+    return { pairs: await forEachItem(o, (id, item, at) => (o.baseline === null ? r.alone(id, item, at) : r.paired(id, item, at))) };
+  } finally {
+    await r.close();
+  }
+}
 
-  const one = (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => (o.baseline === null ? alone(id, item, at) : paired(id, item, at));
+/** A replay's backends (pools, headers, scoring targets) and what it learns of them as it goes (logprobs caps, cache counts). */
+class PairReplay {
+  private readonly candidatePool: Pool;
+  private readonly baselinePool: Pool | null;
+  private readonly baseline: UpstreamOptions & { apiKey: string | null; model?: string | null };
+  private readonly limits = new LogprobLimits();
+  private readonly cHeaders = mirrorHeaders({}, { role: 'candidate' });
+  private readonly bHeaders: Record<string, string>;
+  private readonly scorer: Scorer;
+  private readonly counts = new CacheCounts();
+  private readonly targets: Record<'candidate' | 'baseline', ScoringTarget>;
+  private done = 0;
+
+  constructor(private readonly o: ReplayOptions) {
+    const pool = (u: UpstreamOptions) => createUpstreamPool(u, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER });
+    this.candidatePool = pool(o.candidate);
+    this.baselinePool = o.baseline === null ? null : pool(o.baseline);
+    const baseline = (this.baseline = o.baseline ?? { ...o.candidate, apiKey: null });
+    this.bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: baseline.apiKey, forwardAuth: false });
+    this.scorer = new Scorer(o.scoring);
+    this.targets = {
+      candidate: { pool: this.candidatePool, url: o.candidate.url, headers: this.cHeaders, timeoutMs: o.candidate.timeoutMs, model: o.candidate.model ?? null },
+      baseline: {
+        pool: this.baselinePool ?? this.candidatePool,
+        url: baseline.url,
+        headers: this.bHeaders,
+        timeoutMs: baseline.timeoutMs,
+        model: baseline.model ?? null,
+        secrets: baseline.apiKey ? [baseline.apiKey] : [],
+      },
+    };
+  }
+
+  close(): Promise<unknown> {
+    return Promise.all([this.candidatePool, this.baselinePool].map((p) => p?.close()));
+  }
 
   /** Baseline-free: the candidate twice (cold, then warm from its cache), compared with itself. */
-  const alone = async (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => {
-    const cExtra = await scorer.copyParams('candidate', targets.candidate);
+  async alone(id: string, item: ReplayItem, at: InputPlace): Promise<void> {
+    const { o, targets } = this;
+    const cExtra = await this.scorer.copyParams('candidate', targets.candidate);
     const sendIt = async (body: Record<string, unknown>) =>
-      sendOneWithinLimits({ body, limits, send: (_b, p) => callBackend(candidatePool, o.candidate, item.route, cHeaders, withCopyParams(p, cExtra)) }, 'candidate');
+      sendOneWithinLimits({ body, limits: this.limits, send: (_b, p) => callBackend(this.candidatePool, o.candidate, item.route, this.cHeaders, withCopyParams(p, cExtra)) }, 'candidate');
     const first = await sendIt(mirroredBody(item, o));
     const request = first.body;
     const rp = await repeatOnce({
@@ -107,40 +123,33 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
       send: async () => (await sendIt(request)).result,
       flushed: false,
       thresholds: o.thresholds,
-      scorer,
+      scorer: this.scorer,
       target: targets.candidate,
       source: { kind: item.kind, body: request },
       busy: false,
       when: o.scoring.when,
-      counts,
+      counts: this.counts,
     });
     const cand = first.result;
     const { outcome } = classifyPair(cand, null, o.thresholds);
-    const pair = replayedPair(id, item, { request, candidate: cand, baseline: null, outcome, analysis: null, noiseFloor: o.thresholds.noiseFloor, repeats: [rp] });
-    o.writer.write(pair);
+    o.writer.write(replayedPair(id, item, { request, candidate: cand, baseline: null, outcome, analysis: null, noiseFloor: o.thresholds.noiseFloor, repeats: [rp] }));
     const result: PairResult = { outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };
-    o.summary.add({
-      file: at.file,
-      line: at.line,
-      id,
-      route: item.route,
-      result,
-      noiseFloor: o.thresholds.noiseFloor,
-      repeats: [{ backend: 'candidate', flushed: false, probe: rp.probe, comparison: rp.analysis, verdict: rp.verdict }],
-    });
-    o.onPair?.(++done);
-  };
+    const repeats = [{ backend: 'candidate' as const, flushed: false, probe: rp.probe, comparison: rp.analysis, verdict: rp.verdict }];
+    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, repeats });
+    o.onPair?.(++this.done);
+  }
 
-  const paired = async (id: string, item: ReplayItem, at: { file: string; line: number }): Promise<void> => {
-    // Within the logprobs caps the backends told us about, like the live mirror (limits.ts).
+  /** Both backends at once, within the logprobs caps they told us about (like the live mirror: limits.ts); compared, scored. */
+  async paired(id: string, item: ReplayItem, at: InputPlace): Promise<void> {
+    const { o, targets, scorer } = this;
     const [cExtra, bExtra] = await Promise.all([scorer.copyParams('candidate', targets.candidate), scorer.copyParams('baseline', targets.baseline)]);
     const sent = await sendWithinLimits({
       body: mirroredBody(item, o),
-      limits,
+      limits: this.limits,
       send: (backend, p) =>
         backend === 'candidate'
-          ? callBackend(candidatePool, o.candidate, item.route, cHeaders, withCopyParams(p, cExtra))
-          : callBackend(targets.baseline.pool, baseline, item.route, bHeaders, withCopyParams(p, bExtra)),
+          ? callBackend(this.candidatePool, o.candidate, item.route, this.cHeaders, withCopyParams(p, cExtra))
+          : callBackend(targets.baseline.pool, this.baseline, item.route, this.bHeaders, withCopyParams(p, bExtra)),
     });
     const request = sent.body;
     const [cand, base] = [sent.candidate, sent.baseline];
@@ -151,35 +160,8 @@ export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
       // The health of a scored pair is taken over its teacher-forced positions (docs/format.md, `health`).
       result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
     }
-    const pair = replayedPair(id, item, { request, candidate: cand, baseline: base, outcome: result.outcome, analysis: result.comparison, noiseFloor: o.thresholds.noiseFloor });
-    o.writer.write(pair);
+    o.writer.write(replayedPair(id, item, { request, candidate: cand, baseline: base, outcome: result.outcome, analysis: result.comparison, noiseFloor: o.thresholds.noiseFloor }));
     o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, request });
-    o.onPair?.(++done);
-  };
-
-  try {
-    for (const file of o.inputs) {
-      for await (const line of readJsonLines(file)) {
-        if (o.signal?.aborted) break;
-        const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
-        if ('error' in item) {
-          const message = `${line.file}:${line.line}: ${item.error}`;
-          o.summary.skip(message);
-          o.onSkip?.(message);
-          continue;
-        }
-        while (inflight.size >= o.concurrency) await Promise.race(inflight);
-        await limiter.take();
-        started++;
-        // The input's place names the pair: the replay capture points back at what was replayed.
-        const id = `${basename(file)}:${line.line}`;
-        const p = one(id, item, { file, line: line.line }).finally(() => inflight.delete(p));
-        inflight.add(p);
-      }
-    }
-    await Promise.all(inflight);
-  } finally {
-    await Promise.all(pools.map((p) => p.close()));
+    o.onPair?.(++this.done);
   }
-  return { pairs: started };
 }

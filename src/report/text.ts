@@ -101,54 +101,83 @@ const NOTABLE = new Set<string>(['global_shift', 'early_shift', 'local_shift', '
 
 /** The human-readable report of `analyze` and `replay`: verdict mix, shift distribution, flips, alerts, worst pairs. */
 export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
+  const out = headerLines(d, ctx);
+  // Baseline-free: no pair was compared, the repeats below are the report.
+  if (!(d.compared === 0 && d.baselineFree > 0)) out.push(...verdictLines(d), ...shiftLines(d), ...flipLines(d, ctx));
+  out.push(...flipCurveLines(d, ctx), ...scoringLines(d), ...repeatLines(d), ...alertLines(d), ...worstLines(d, ctx));
+  if (ctx.health) out.push('', ...healthLines(ctx.health));
+  if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (reported on stderr)`);
+  out.push('', `note: ${ABSENCE_NOTE}`);
+  return `${out.join('\n')}\n`;
+}
+
+/** What was read and compared, why the rest was not, the thresholds. */
+function headerLines(d: SummaryData, ctx: ReportContext): string[] {
   const out: string[] = [];
   const unc = Object.entries(d.uncompared).filter(([, n]) => (n ?? 0) > 0);
   out.push(`pairs ${int(d.pairs)}, compared ${int(d.compared)}${unc.length ? `; not compared: ${unc.map(([k, n]) => `${k} ${int(n ?? 0)}`).join(', ')}` : ''}`);
   // Why they were not compared: the causes are in the capture's records, and said here.
   for (const [k] of unc) for (const r of d.uncomparedReasons[k as keyof SummaryData['uncomparedReasons']] ?? []) out.push(`  ${k}: ${r.reason} (${int(r.count)})`);
   out.push(`thresholds: ${ctx.thresholds}`);
-  // Baseline-free: no pair was compared, the repeats below are the report.
-  if (!(d.compared === 0 && d.baselineFree > 0)) {
-    out.push('', 'verdicts');
-    const vmax = Math.max(0, ...Object.values(d.verdicts));
-    for (const v of VERDICT_ORDER) {
-      const n = d.verdicts[v];
-      out.push(`  ${v.padEnd(19)}${int(n).padStart(9)}  ${pct(n, d.compared).padStart(6)}  ${bar(n, vmax)}`);
-    }
-    if (d.changed !== null) out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
+  return out;
+}
 
-    const ps = coarsen(d.positionShift, SHIFT_DECADES);
-    out.push(
-      '',
-      `position shift, nats (${int(d.positionShift.n)} comparable free-running positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`,
-    );
-    const smax = Math.max(0, ...ps.counts);
-    ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
-    out.push(
-      `  ${quantiles(d.positionShift, [
-        ['p50', 0.5],
-        ['p90', 0.9],
-        ['p99', 0.99],
-      ])}`,
-    );
-    out.push(
-      `per-pair free-running max shift: ${quantiles(d.pairMaxShift, [
-        ['p50', 0.5],
-        ['p90', 0.9],
-      ])}`,
-    );
-
-    const flips = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
-    out.push('', `flips: ${int(flips)} pairs diverged (gap = lp_b(A) − lp_b(B), the force a flip needs)`);
-    const bounds: Record<string, string> = { ambiguous: `gap < ${ctx.gapAmbiguous}`, gray: `${ctx.gapAmbiguous}–${ctx.gapSystematic}`, systematic: `gap > ${ctx.gapSystematic}` };
-    for (const c of FLIP_CLASSES) {
-      const h = d.flips[c];
-      out.push(`  ${c.padEnd(11)} ${`(${bounds[c]})`.padEnd(14)}${int(h.n).padStart(8)}  ${h.n > 0 ? `median ${quantiles(h, [['', 0.5]]).replace(/^ /, '')}` : ''}`.trimEnd());
-    }
-    if (d.flips.lowerBound > 0) out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
+/** The verdict mix over the compared pairs, and how many differ from the online verdicts. */
+function verdictLines(d: SummaryData): string[] {
+  const out: string[] = [];
+  out.push('', 'verdicts');
+  const vmax = Math.max(0, ...Object.values(d.verdicts));
+  for (const v of VERDICT_ORDER) {
+    const n = d.verdicts[v];
+    out.push(`  ${v.padEnd(19)}${int(n).padStart(9)}  ${pct(n, d.compared).padStart(6)}  ${bar(n, vmax)}`);
   }
-  out.push(...flipCurveLines(d, ctx));
+  if (d.changed !== null) out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
+  return out;
+}
 
+/** The free-running position shift by decade, its quantiles, and each pair's largest. */
+function shiftLines(d: SummaryData): string[] {
+  const out: string[] = [];
+  const ps = coarsen(d.positionShift, SHIFT_DECADES);
+  out.push(
+    '',
+    `position shift, nats (${int(d.positionShift.n)} comparable free-running positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`,
+  );
+  const smax = Math.max(0, ...ps.counts);
+  ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
+  out.push(
+    `  ${quantiles(d.positionShift, [
+      ['p50', 0.5],
+      ['p90', 0.9],
+      ['p99', 0.99],
+    ])}`,
+  );
+  out.push(
+    `per-pair free-running max shift: ${quantiles(d.pairMaxShift, [
+      ['p50', 0.5],
+      ['p90', 0.9],
+    ])}`,
+  );
+  return out;
+}
+
+/** The first divergences by the class of their gap. */
+function flipLines(d: SummaryData, ctx: ReportContext): string[] {
+  const out: string[] = [];
+  const flips = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
+  out.push('', `flips: ${int(flips)} pairs diverged (gap = lp_b(A) − lp_b(B), the force a flip needs)`);
+  const bounds: Record<string, string> = { ambiguous: `gap < ${ctx.gapAmbiguous}`, gray: `${ctx.gapAmbiguous}–${ctx.gapSystematic}`, systematic: `gap > ${ctx.gapSystematic}` };
+  for (const c of FLIP_CLASSES) {
+    const h = d.flips[c];
+    out.push(`  ${c.padEnd(11)} ${`(${bounds[c]})`.padEnd(14)}${int(h.n).padStart(8)}  ${h.n > 0 ? `median ${quantiles(h, [['', 0.5]]).replace(/^ /, '')}` : ''}`.trimEnd());
+  }
+  if (d.flips.lowerBound > 0) out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
+  return out;
+}
+
+/** Teacher-forced scoring past the divergence, the prompt's positions, the locus. */
+function scoringLines(d: SummaryData): string[] {
+  const out: string[] = [];
   const sc = d.scoring;
   const scoredPairs = sc.outcomes.ok + sc.outcomes.unsupported + sc.outcomes.skipped + sc.outcomes.failed;
   if (scoredPairs > 0) {
@@ -176,7 +205,12 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   }
   const loci = (['compute', 'decode_state', 'unknown'] as const).filter((l) => sc.loci[l] > 0);
   if (loci.length > 0) out.push(`locus: ${loci.map((l) => `${l} ${int(sc.loci[l])}`).join(', ')} (compute: the prompt already moved; decode_state: the prompt agrees, the continuation moved)`);
+  return out;
+}
 
+/** The repeat probes of each backend (cold, then warm), and the baseline-free note. */
+function repeatLines(d: SummaryData): string[] {
+  const out: string[] = [];
   if (d.baselineFree > 0) out.push('', `baseline-free: ${int(d.baselineFree)} pairs had no baseline; their repeats below are the comparison`);
   for (const r of d.repeats) {
     const mix =
@@ -200,7 +234,12 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
         `  self_inconsistent: the ${r.backend} disagrees with itself between a cold and a warm run: suspect the cache path — compare the state where it is written, in the medium and where it is read back`,
       );
   }
+  return out;
+}
 
+/** What the detectors would have raised over the pairs in input order. */
+function alertLines(d: SummaryData): string[] {
+  const out: string[] = [];
   if (d.alerts.length > 0) {
     out.push('', 'offline detectors (pairs in input order, forSeconds not applied):');
     for (const a of d.alerts)
@@ -208,7 +247,12 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
         `  ${a.alert}${a.backend ? ` (${a.backend})` : ''} would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}${a.alert === 'LogprobSelfInconsistency' ? ' of the repeat pairs' : `, CUSUM ${a.cusum.toFixed(1)}`})`,
       );
   }
+  return out;
+}
 
+/** The worst notable pairs with their explanation (or the largest shift when none is notable). */
+function worstLines(d: SummaryData, ctx: ReportContext): string[] {
+  const out: string[] = [];
   const top = notableWorst(d, ctx.top ?? 10);
   if (top.length > 0) {
     out.push('', 'worst pairs');
@@ -220,8 +264,5 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
     const s = d.worst[0];
     out.push('', `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest free-running max shift ${formatNats(s.maxShift)}, ${s.at})`);
   }
-  if (ctx.health) out.push('', ...healthLines(ctx.health));
-  if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (reported on stderr)`);
-  out.push('', `note: ${ABSENCE_NOTE}`);
-  return `${out.join('\n')}\n`;
+  return out;
 }
