@@ -227,6 +227,13 @@ const sections = z.strictObject({
           falseAlarmPairs: z.number({ error: 'expected a number of pairs > 1' }).gt(1, { error: 'expected a number of pairs > 1' }).nullable().default(null),
         })
         .prefault({}),
+      /** The permutation test beside the alerts, over the last `window` pairs (src/core/permutation.ts). */
+      permutation: z
+        .strictObject({
+          permutations: positiveInt.default(999),
+          seed: z.number({ error: 'expected a whole number' }).int({ error: 'expected a whole number' }).default(1),
+        })
+        .prefault({}),
       webhookUrl: httpUrl.nullable().default(null),
       /** The link each webhook alert carries back (Alertmanager's generatorURL); null: the live page on the admin address. */
       generatorUrl: httpUrl.nullable().default(null),
