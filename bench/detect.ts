@@ -56,14 +56,17 @@ const { values } = parseArgs({
     cap: { type: 'string', default: '500' },
     alpha: { type: 'string', default: '0.001' },
     'repeat-every': { type: 'string', default: '10' },
+    /** With --arl: the confirmation on llama.cpp numerics instead, this many pairs per class. */
+    'llama-pairs': { type: 'string', default: '0' },
     /** A config to measure instead of the defaults, as JSON (`{"alert":{"minRequests":10}}`). */
     'config-json': { type: 'string', default: '{}' },
   },
 });
 if (values.arl) {
-  const { runArl } = await import('./arl.js');
+  const { runArl, runLlamaConfirm } = await import('./arl.js');
+  const run = Number(values['llama-pairs']) > 0 ? (o: Parameters<typeof runArl>[0]) => runLlamaConfirm({ ...o, llamaPairs: Number(values['llama-pairs']) }) : runArl;
   console.log(
-    await runArl({
+    await run({
       pairs: Number(values.pairs),
       maxTokens: Number(values['max-tokens']),
       seed: Number(values.seed),
