@@ -375,9 +375,12 @@ export async function runArl(o: ArlOptions): Promise<string> {
     '',
     ...conv,
     '',
-    svg,
+    '![Median pairs to fire against the state shift, one line per alert](detection-arl.svg)',
   ].join('\n');
-  if (o.write) await writeBlock('bench:arl', out);
+  if (o.write) {
+    await writeFile(fileURLToPath(new URL('../docs/detection-arl.svg', import.meta.url)), `${svg}\n`);
+    await writeBlock('bench:arl', out);
+  }
   return out;
 }
 
@@ -451,7 +454,7 @@ export async function runLlamaConfirm(o: ArlOptions & { llamaPairs: number }): P
   return out;
 }
 
-/** Run length against shift size, one line per alert (log-log), as an inline SVG. */
+/** Run length against shift size, one line per alert (log-log): docs/detection-arl.svg, linked from the block. */
 function chartSvg(lines: Record<AlertKey, Array<[number, number]>>, cap: number): string {
   const W = 560;
   const H = 300;
