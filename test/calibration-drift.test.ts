@@ -44,7 +44,7 @@ test('a slow 0.01-nat/hour candidate drift cannot raise the auto floor: it learn
   });
   t.after(() => lp.close());
   const floors: number[] = [];
-  const maxShifts: number[] = [];
+  const cusums: number[] = [];
   let n = 0;
   for (phase = 0; phase < hours.length; phase++) {
     for (let i = 0; i < 15; i++) assert.equal(await send(lp.proxyUrl, n++), 200);
@@ -54,12 +54,12 @@ test('a slow 0.01-nat/hour candidate drift cannot raise the auto floor: it learn
     const base = metricValue(m, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' })!;
     assert.ok(Math.abs(floor - Math.max(0.005, 3 * base)) < 1e-9, `hour ${hours[phase]}: floor ${floor} = max(minFloor, 3 × the baseline's p99 ${base})`);
     floors.push(floor);
-    maxShifts.push(metricValue(m, 'logprobe_cusum_statistic') ?? 0);
+    cusums.push(metricValue(m, 'logprobe_cusum_statistic') ?? 0);
   }
   // The candidate moved by 0.24 nats; the floor did not follow it.
   assert.ok(Math.max(...floors) <= 1.5 * Math.min(...floors), `floors over the drift: ${floors.join(', ')}`);
   assert.ok(Math.max(...floors) < 0.05, `the floor stays at the baseline's noise, far below the 0.24-nat drift: ${floors.join(', ')}`);
   const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   const fired = (metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobSustainedShift' }) ?? 0) + (metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }) ?? 0);
-  assert.ok(fired >= 1, `the drift is caught by the end (CUSUM by phase: ${maxShifts.join(', ')})`);
+  assert.ok(fired >= 1, `the drift is caught by the end (CUSUM by phase: ${cusums.join(', ')})`);
 });
