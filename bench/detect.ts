@@ -49,8 +49,37 @@ const { values } = parseArgs({
     'no-write': { type: 'boolean', default: false },
     /** The API the engines play (`vllm`: scoring by prompt_logprobs; `logprobe`: none, free-running only). */
     api: { type: 'string', default: 'vllm' },
+    /** Run lengths in-process on the simulated engines (bench/arl.ts) instead of the llama table. */
+    arl: { type: 'boolean', default: false },
+    pairs: { type: 'string', default: '20000' },
+    runs: { type: 'string', default: '20' },
+    cap: { type: 'string', default: '500' },
+    alpha: { type: 'string', default: '0.001' },
+    'repeat-every': { type: 'string', default: '10' },
+    /** With --arl: the confirmation on llama.cpp numerics instead, this many pairs per class. */
+    'llama-pairs': { type: 'string', default: '0' },
+    /** A config to measure instead of the defaults, as JSON (`{"alert":{"minRequests":10}}`). */
+    'config-json': { type: 'string', default: '{}' },
   },
 });
+if (values.arl) {
+  const { runArl, runLlamaConfirm } = await import('./arl.js');
+  const run = Number(values['llama-pairs']) > 0 ? (o: Parameters<typeof runArl>[0]) => runLlamaConfirm({ ...o, llamaPairs: Number(values['llama-pairs']) }) : runArl;
+  console.log(
+    await run({
+      pairs: Number(values.pairs),
+      maxTokens: Number(values['max-tokens']),
+      seed: Number(values.seed),
+      runs: Number(values.runs),
+      cap: Number(values.cap),
+      alpha: Number(values.alpha),
+      repeatEvery: Number(values['repeat-every']),
+      write: !values['no-write'],
+      config: JSON.parse(values['config-json']) as ConfigInput,
+    }),
+  );
+  process.exit(0);
+}
 const api = values.api as 'vllm' | 'llamacpp' | 'sglang' | 'logprobe';
 const requests = Number(values.requests);
 const seed = Number(values.seed);

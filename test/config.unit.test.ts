@@ -42,7 +42,7 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
   assert.equal(c.alert.minRequests, 20);
   assert.equal(c.alert.fireFraction, 0.5);
   assert.equal(c.alert.forSeconds, 60);
-  assert.deepEqual({ ...c.alert.cusum }, { k: 0.5, h: 5 });
+  assert.deepEqual({ ...c.alert.cusum }, { k: 0.5, h: 5, targetShift: null, falseAlarmPairs: null });
   assert.equal(c.alert.webhookUrl, null);
   assert.deepEqual({ ...c.capture }, { enabled: true, dir: './captures', maxFileMB: 100, gzip: false, includePrompts: true });
   assert.equal(c.log.level, 'info');

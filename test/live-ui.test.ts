@@ -192,6 +192,11 @@ test("the live page in Chromium: same origin only, a firing alert from a faulty 
   for (const v of ['global_shift', 'early_shift']) assert.equal(shown[v], metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: v }) ?? 0, v);
   assert.ok((await page.locator('#share-chart polyline').count()) === 1, 'the pooled share over time');
   assert.ok((await page.locator('#cusum-chart polyline').count()) === 1, 'the CUSUM over time');
+  // The permutation test's p-value (#25): the page shows the gauge's value.
+  const pvalue = metricValue(m, 'logprobe_alert_test_pvalue');
+  assert.ok(pvalue !== undefined && pvalue > 0 && pvalue <= 1, `logprobe_alert_test_pvalue ${pvalue}`);
+  const shownP = pvalue < 0.01 ? pvalue.toExponential(1) : pvalue.toFixed(2);
+  await page.waitForFunction(`document.getElementById('window-now')?.textContent?.includes(${JSON.stringify(`permutation test p = ${shownP} over `)})`, undefined, { timeout: 8000 });
   assert.ok((await page.locator('#pair-list .tok.flip').count()) > 0, 'the flip is boxed');
 
   await page.locator('#pair-list .tok').first().hover();

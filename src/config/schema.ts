@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ENGINE_SETTINGS } from '../metrics/labels.js';
 import { isHttpUrl } from './values.js';
+import { cusumUnit, resolveCusum } from '../core/arl.js';
 
 /**
  * The configuration schema: every key and its default (config/logprobe.example.yaml). Every object is strict, so an unknown
@@ -55,7 +56,7 @@ const adminHostName = z
   .regex(/^[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$/, { error: 'expected a host name without port or scheme (e.g. logprobe-admin.monitoring.svc)' })
   .transform((s) => s.toLowerCase().replace(/\.$/, ''));
 
-export const configSchema = z.strictObject({
+const sections = z.strictObject({
   /**
    * `inline`: logprobe is in the client path and forwards every request to the candidate.
    * `shadow`: logprobe is the target of an existing mirror (Envoy, Istio, Gateway API, nginx):
@@ -205,7 +206,25 @@ export const configSchema = z.strictObject({
       minRequests: positiveInt.default(20),
       fireFraction: share.default(0.5),
       forSeconds: nonNegative.default(60),
-      cusum: z.strictObject({ k: nonNegative.default(0.5), h: positiveNumber.default(5) }).prefault({}),
+      /**
+       * Raw `k`/`h` (floor units) override what `targetShift` (nats) and `falseAlarmPairs` (ARL0)
+       * derive (src/core/arl.ts); the config's output always holds the k and h in force.
+       */
+      cusum: z
+        .strictObject({
+          k: nonNegative.nullable().optional(),
+          h: positiveNumber.nullable().optional(),
+          targetShift: positiveNumber.nullable().default(null),
+          falseAlarmPairs: z.number({ error: 'expected a number of pairs > 1' }).gt(1, { error: 'expected a number of pairs > 1' }).nullable().default(null),
+        })
+        .prefault({}),
+      /** The permutation test beside the alerts, over the last `window` pairs (src/core/permutation.ts). */
+      permutation: z
+        .strictObject({
+          permutations: positiveInt.default(999),
+          seed: z.number({ error: 'expected a whole number' }).int({ error: 'expected a whole number' }).default(1),
+        })
+        .prefault({}),
       webhookUrl: httpUrl.nullable().default(null),
       /** The link each webhook alert carries back (Alertmanager's generatorURL); null: the live page on the admin address. */
       generatorUrl: httpUrl.nullable().default(null),
@@ -231,6 +250,15 @@ export const configSchema = z.strictObject({
       redact: z.array(z.string(), { error: 'expected a list of keys' }).default([]),
     })
     .prefault({}),
+});
+
+/**
+ * The whole config: the sections, then `alert.cusum`'s k and h resolved from its targets and the
+ * floor (src/core/arl.ts), so every reader sees the k and h in force.
+ */
+export const configSchema = sections.transform((c) => {
+  const unit = cusumUnit(c.analysis.noiseFloor, c.calibration.minFloor);
+  return { ...c, alert: { ...c.alert, cusum: { ...c.alert.cusum, ...resolveCusum(c.alert.cusum, unit) } } };
 });
 
 /** The validated, frozen configuration. */

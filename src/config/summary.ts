@@ -1,3 +1,4 @@
+import { cusumUnit, impliedRunLengths, runLengthLine } from '../core/arl.js';
 import type { Config } from './schema.js';
 
 /** A share as people say it: 5%, 0.5%, 100%. */
@@ -26,4 +27,17 @@ export function mirrorStartLine(config: Config): string {
     ? 'captures off'
     : `captures to ${config.capture.dir}${config.capture.includePrompts ? ', prompts included (capture.includePrompts: false drops them)' : ', prompts hashed'}`;
   return `${how}; ${against}; ${capture}`;
+}
+
+/**
+ * The run lengths the alert configuration implies, in the line `serve` logs at start: the CUSUM's
+ * ARL0 (pairs between false alarms) and ARL1 at `alert.cusum.targetShift` (src/core/arl.ts).
+ */
+export function runLengthStart(config: Config): { fields: Record<string, number>; line: string } {
+  const unit = cusumUnit(config.analysis.noiseFloor, config.calibration.minFloor);
+  const r = impliedRunLengths(config.alert.cusum, unit, config.alert.minRequests);
+  return {
+    fields: { cusumK: r.k, cusumH: r.h, floorUnit: r.unit, arl0: Math.round(r.arl0), arl1: Number(r.arl1.toFixed(1)), arl1Shift: r.shift },
+    line: runLengthLine(r, config.alert.minRequests),
+  };
 }

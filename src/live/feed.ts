@@ -67,6 +67,9 @@ export interface LivePoint {
   cusum: number;
   /** Comparable requests in the window. */
   requests: number;
+  /** The permutation test's p-value over the window (src/core/permutation.ts), and the pairs it had; absent without one. */
+  pvalue?: number;
+  pvaluePairs?: number;
 }
 
 export interface LiveAlert {
@@ -180,6 +183,8 @@ export class LiveFeed {
     private readonly now: () => number = Date.now,
     /** Each backend's state now. */
     private readonly backends: () => BackendStatus[] = () => [],
+    /** The permutation test now (null: none). */
+    private readonly permutation: () => { pValue(): number; readonly pairs: number } | null = () => null,
   ) {
     this.timer = setInterval(() => this.sample(), 1000);
     this.timer.unref();
@@ -188,7 +193,8 @@ export class LiveFeed {
   /** The window now, as a point of the chart. */
   private point(): LivePoint {
     const d = this.detector();
-    return { t: this.now(), share: pooledShare(d as DetectorState), cusum: d.cusum, requests: d.recent.length };
+    const p = this.permutation();
+    return { t: this.now(), share: pooledShare(d as DetectorState), cusum: d.cusum, requests: d.recent.length, ...(p ? { pvalue: p.pValue(), pvaluePairs: p.pairs } : {}) };
   }
 
   /** One point a second; the oldest beyond {@link LIVE_SECONDS} go. */

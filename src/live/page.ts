@@ -239,7 +239,8 @@ ${STRIP_CLIENT}
     renderMix(d);
     chart('share-chart', 'pooled share of shifted positions (window of ' + d.settings.window + ')', 'share', d.settings.fireFraction, 'fires at ' + d.settings.fireFraction, 1, d.now);
     chart('cusum-chart', 'CUSUM of maxShift / noise floor', 'cusum', d.settings.cusumH, 'h = ' + d.settings.cusumH, null, d.now);
-    document.getElementById('window-now').textContent = 'now: pooled share ' + d.window.share.toFixed(2) + ' over ' + d.window.requests + ' requests, CUSUM ' + d.window.cusum.toFixed(1);
+    document.getElementById('window-now').textContent = 'now: pooled share ' + d.window.share.toFixed(2) + ' over ' + d.window.requests + ' requests, CUSUM ' + d.window.cusum.toFixed(1) +
+      (d.window.pvalue === undefined ? '' : ', permutation test p = ' + (d.window.pvalue < 0.01 ? d.window.pvalue.toExponential(1) : d.window.pvalue.toFixed(2)) + ' over ' + d.window.pvaluePairs + ' pairs');
     renderPairs();
     statusEl.className = '';
     statusEl.textContent = 'updated ' + clock(d.now) + ' \u00b7 every ' + (POLL_MS / 1000) + ' s';

@@ -111,6 +111,13 @@ export const METRIC_CATALOG = [
     owner: 'worker',
   },
   { name: 'logprobe_cusum_statistic', type: 'gauge', help: 'One-sided CUSUM of per-request maxShift / noiseFloor.', labelNames: [], owner: 'worker' },
+  {
+    name: 'logprobe_alert_test_pvalue',
+    type: 'gauge',
+    help: "Permutation test's p-value: candidate vs baseline logprobs of the same greedy tokens over the alert window (1 with no evidence).",
+    labelNames: [],
+    owner: 'worker',
+  },
   { name: 'logprobe_alert_firing', type: 'gauge', help: 'In-process alert state: 1 firing, 0 not (LogprobSelfInconsistency per backend).', labelNames: ['alert', 'backend'], owner: 'worker' },
   { name: 'logprobe_noise_floor_nats', type: 'gauge', help: 'Noise floor in force, nats.', labelNames: [], owner: 'worker' },
   {

@@ -10,6 +10,7 @@ import { scrubFields } from '../log/logger.js';
 import type { Exchange } from '../proxy/tap.js';
 import { createUpstreamPool } from '../upstream/pool.js';
 import { Calibration } from './calibration.js';
+import { PermutationWindow } from '../core/permutation.js';
 import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
 import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from './limits.js';
 import { repeatOnce, type RepeatPair } from './repeat.js';
@@ -80,6 +81,8 @@ export class Mirror {
   private readonly random: () => number;
   private readonly ticker: NodeJS.Timeout;
   private detector: DetectorState = initialDetectorState();
+  /** The permutation test beside the alerts (src/core/permutation.ts): its p-value is a gauge and on /ui. */
+  readonly permutation: PermutationWindow;
   /** The self-consistency detectors, one per backend probed with repeats. */
   private readonly selfDetectors: Record<Backend, DetectorState> = { candidate: initialDetectorState(), baseline: initialDetectorState() };
   /** The logprobs caps the backends told us about (limits.ts). */
@@ -115,6 +118,8 @@ export class Mirror {
             },
           ));
     this.calibration = new Calibration(config.calibration);
+    this.permutation = new PermutationWindow({ window: config.alert.window, ...config.alert.permutation });
+    deps.metrics.gauge('logprobe_alert_test_pvalue').set(1);
     this.scorer = new Scorer(scoringOptions(config), {
       onProfile: (backend, profile, evidence) => {
         const g = deps.metrics.gauge('logprobe_engine_profile');
@@ -385,6 +390,8 @@ export class Mirror {
     recordComparison(this.deps.metrics, job.route, analysis);
     if (analysis.verdict === 'incomparable' || analysis.comparable === 0) return;
     this.advance(observeDetector(this.detector, { ...detectorEvidence(analysis), noiseFloor: floor, requestId: job.id }, this.deps.config.alert, this.now()));
+    this.permutation.add(analysis);
+    this.deps.metrics.gauge('logprobe_alert_test_pvalue').set(this.permutation.pValue());
   }
 
   /** Step repeats: each probed backend's second run, compared with its first, recorded; in the plan's order. */

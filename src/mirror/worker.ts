@@ -88,6 +88,7 @@ const live = new LiveFeed(
   () => mirror.detectorState,
   Date.now,
   () => health.snapshot(),
+  () => mirror.permutation,
 );
 const feed = (f: () => void) => {
   try {
