@@ -75,7 +75,10 @@ function mirroredBody(item: ReplayItem, rewrite: RewriteOptions, maxTokens: numb
  * allows, its own teacher-forced scoring of the tokens it generated (prompt and continuation
  * steps), which `replay --baseline-from` compares a candidate's scoring with. Records are written
  * in input order.
+ *
+ * Long on purpose: the input-order writer (ready, next, writing, the first write error) is shared by every record in flight and by the loop that stops on that error.
  */
+// eslint-disable-next-line max-lines-per-function -- the input-order writer
 export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
   const pool = createUpstreamPool(o.backend, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
   const headers = mirrorHeaders({}, { role: 'baseline', apiKey: o.backend.apiKey, forwardAuth: false });
