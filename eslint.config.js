@@ -36,6 +36,17 @@ export default tseslint.config(
     },
   },
   {
+    // No function in the product over 60 lines (blank lines and comments aside) without a reason:
+    // a longer one says why in its doc comment and disables the rule on its line (#24).
+    files: ['src/**/*.ts'],
+    rules: { 'max-lines-per-function': ['error', { max: 60, skipBlankLines: true, skipComments: true, IIFEs: true }] },
+  },
+  {
+    // compare() (106 lines) is being optimised for speed on another branch: split after that lands.
+    files: ['src/core/compare.ts'],
+    rules: { 'max-lines-per-function': 'off' },
+  },
+  {
     // Tests read engines' JSON loosely, as a client would; the product never does.
     files: ['test/**/*.ts', 'packages/engine/test/**/*.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off' },

@@ -72,7 +72,10 @@ export async function resolveInputs(paths: readonly string[]): Promise<{ files: 
  * that is not JSON is `truncated record (incomplete JSON)` (a crash mid-write), and a gzip stream
  * cut short is reported once, after the lines it held. `onBytes` gets the file bytes consumed
  * (compressed bytes for gzip), for progress.
+ *
+ * Long on purpose: one generator: the line splitter's state (the parts of the line so far, its size, whether it is over the limit, the line number) lives across its yields.
  */
+// eslint-disable-next-line max-lines-per-function -- one generator
 export async function* readJsonLines(file: string, options: { onBytes?: (n: number) => void; maxLineBytes?: number } = {}): AsyncGenerator<LineItem> {
   const { gzip } = await probeFile(file);
   const maxLine = options.maxLineBytes ?? MAX_LINE_BYTES;

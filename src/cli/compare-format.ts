@@ -10,7 +10,10 @@ const RESET = '\u001b[0m';
  * candidate and baseline logprob, diff, baseline top-1/top-2 gap, shift) with shifted cells
  * marked `*` (and red when `color`), then the summary, the flip line, the verdict and its
  * explanation.
+ *
+ * Long on purpose: the table's columns and the summary lines below it share the widths and the painting.
  */
+// eslint-disable-next-line max-lines-per-function -- the table's columns and the summary lines below it share the widths and the painting
 export function renderComparison(r: Comparison, t: Thresholds, color: boolean): string {
   const paint = (s: string, code: string): string => (color ? `${code}${s}${RESET}` : s);
   const lines: string[] = [];

@@ -100,7 +100,12 @@ export function comparePairs(train: SequenceInput, infer: SequenceInput, t: Thre
 const f = (x: number | null, digits = 4) => (x === null ? '—' : Math.abs(x) >= 1e-3 || x === 0 ? x.toFixed(digits) : x.toExponential(1));
 const mark = (ok: boolean | null) => (ok === null ? 'n/a' : ok ? 'ok' : 'ABOVE');
 
-/** The text report of a training comparison: the per-token table (one sequence) or a line per sequence, then the summary. */
+/**
+ * The text report of a training comparison: the per-token table (one sequence) or a line per sequence, then the summary.
+ *
+ * Long on purpose: the report's two layouts (a table for one sequence, a line per sequence) share its columns and the summary.
+ */
+// eslint-disable-next-line max-lines-per-function -- the report's two layouts
 export function renderTraining(results: readonly TrainingComparison[], files: { train: string; infer: string; swapped: boolean }, t: Thresholds): string {
   const out: string[] = [];
   out.push(`train (candidate): ${files.train}`, `infer (baseline):  ${files.infer}${files.swapped ? '  (the token-logprob file is the trainer: sides swapped from the command line)' : ''}`, '');

@@ -42,7 +42,12 @@ Exit codes:
   2  usage error: a missing or bad flag, an unreadable INPUT, an unwritable --out, nothing to record
 `;
 
-/** `logprobe record INPUT… --backend URL --out GOLDEN.jsonl`: a golden file for replay --baseline-from. */
+/**
+ * `logprobe record INPUT… --backend URL --out GOLDEN.jsonl`: a golden file for replay --baseline-from.
+ *
+ * Long on purpose: commander's declaration of the flags and the action that reads them, one chain.
+ */
+// eslint-disable-next-line max-lines-per-function -- commander's declaration of the flags and the action that reads them, one chain
 export const recordCommand: CommandFactory = (setExit) =>
   new Command('record')
     .description('send a prompt set or capture to one backend and write a golden file (baseline side and its own scoring) for replay --baseline-from')

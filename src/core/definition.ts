@@ -38,11 +38,20 @@ const pct = (n: number, of: number) => `${Math.round((100 * n) / of)}%`;
 
 /** The checks of one side's steps alone (`renormalised_subset`, `single_survivor`, `probabilities`). */
 export function sideChecks(steps: readonly TokenStep[], side: DefinitionWarning['side'], other?: readonly TokenStep[]): DefinitionWarning[] {
+  if (steps.length === 0) return [];
+  const p = probabilitiesCheck(steps, side);
+  // The other checks read logprobs.
+  if ('check' in p) return [p];
   const out: DefinitionWarning[] = [];
-  const n = steps.length;
-  if (n === 0) return out;
+  const r = renormalisedCheck(steps, side);
+  if (r) out.push(r);
+  const s = singleSurvivorCheck(steps, side, p.known, other);
+  if (s) out.push(s);
+  return out;
+}
 
-  // probabilities: every value in [0, 1] and a real share of them positive (no logprob is).
+/** probabilities: every value in [0, 1] and a real share of them positive (no logprob is); else how many chosen values are known. */
+function probabilitiesCheck(steps: readonly TokenStep[], side: DefinitionWarning['side']): DefinitionWarning | { known: number } {
   let known = 0;
   let negative = 0;
   let positive = 0;
@@ -53,15 +62,17 @@ export function sideChecks(steps: readonly TokenStep[], side: DefinitionWarning[
     else if (s.logprob > 1e-6) positive++;
   }
   if (known >= 2 && negative === 0 && positive >= Math.max(1, known / 4)) {
-    out.push({
+    return {
       check: 'probabilities',
       side,
       detail: `the ${side}'s values are probabilities, not logprobs: all ${known} chosen values lie in [0, 1] and ${positive} are above 0 (a logprob is never positive) — take the log (log_softmax, not softmax), or the engine's logprobs rather than its probabilities`,
-    });
-    return out; // the other checks read logprobs
+    };
   }
+  return { known };
+}
 
-  // renormalised_subset
+/** renormalised_subset: top lists that sum above 1, or hold the whole mass although they have not decayed. */
+function renormalisedCheck(steps: readonly TokenStep[], side: DefinitionWarning['side']): DefinitionWarning | null {
   let over = 0;
   let whole = 0;
   let masked = 0;
@@ -90,20 +101,25 @@ export function sideChecks(steps: readonly TokenStep[], side: DefinitionWarning[
     else if (minusInf > 0 && finite >= 1 && sum >= 1 - NO_TAIL) masked++;
   }
   if (over > 0) {
-    out.push({
+    return {
       check: 'renormalised_subset',
       side,
       detail: `normalisation domain differs: full vocabulary vs a truncated subset — the ${side}'s top-k probabilities sum above 1 (up to ${maxSum.toFixed(3)}) at ${over} of ${listed} positions: a renormalised subset (top-p/top-k applied), not one full-vocabulary distribution`,
-    });
-  } else if (whole + masked >= 2 && whole + masked >= 0.2 * listed) {
-    out.push({
+    };
+  }
+  if (whole + masked >= 2 && whole + masked >= 0.2 * listed) {
+    return {
       check: 'renormalised_subset',
       side,
       detail: `normalisation domain differs: full vocabulary vs a truncated subset — at ${whole + masked} of ${listed} positions the ${side}'s listed tokens hold the whole probability mass (no tail${masked > 0 ? `, the rest at -inf` : ''}) although the list has not decayed: a renormalised subset (top-p/top-k applied before the logprobs were taken)`,
-    });
+    };
   }
+  return null;
+}
 
-  // single_survivor: exactly 0 where a full softmax would leave something to the other tokens.
+/** single_survivor: exactly 0 where a full softmax would leave something to the other tokens. */
+function singleSurvivorCheck(steps: readonly TokenStep[], side: DefinitionWarning['side'], known: number, other?: readonly TokenStep[]): DefinitionWarning | null {
+  const n = steps.length;
   let zeros = 0;
   let otherMass = 0;
   let otherSeen = 0;
@@ -119,13 +135,13 @@ export function sideChecks(steps: readonly TokenStep[], side: DefinitionWarning[
   }
   const otherMean = otherSeen > 0 ? otherMass / otherSeen : null;
   if (zeros >= 3 && (zeros >= 0.5 * known || (otherMean !== null && otherSeen >= 3 && otherMean < 0.99))) {
-    out.push({
+    return {
       check: 'single_survivor',
       side,
       detail: `normalisation domain differs: full vocabulary vs a truncated subset — the ${side}'s chosen logprob is exactly 0 (probability 1) at ${zeros} of ${known} positions (${pct(zeros, known)})${otherMean !== null ? `, where the other side gives the same token ${otherMean.toFixed(3)} on average` : ''}: a single survivor after top-k/top-p truncation`,
-    });
+    };
   }
-  return out;
+  return null;
 }
 
 /**

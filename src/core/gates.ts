@@ -115,7 +115,12 @@ export interface GateResult {
   notes: string[];
 }
 
-/** Judges one pair under one gate. */
+/**
+ * Judges one pair under one gate.
+ *
+ * Long on purpose: one case per gate kind, each a few lines reading the same pair: a switch, not a sequence of steps.
+ */
+// eslint-disable-next-line max-lines-per-function -- one case per gate kind, each a few lines reading the same pair
 export function judge(spec: GateSpec, p: GatePair): GateCase {
   const c = p.comparison;
   if (c === null) return { status: 'error', figure: null, message: `not compared (${p.outcome}): a gate does not pass on no evidence` };

@@ -77,92 +77,12 @@ function mirroredBody(item: ReplayItem, rewrite: RewriteOptions, maxTokens: numb
  * in input order.
  */
 export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
-  const pool = createUpstreamPool(o.backend, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
-  const headers = mirrorHeaders({}, { role: 'baseline', apiKey: o.backend.apiKey, forwardAuth: false });
-  const target: ScoringTarget = { pool, url: o.backend.url, headers, timeoutMs: o.backend.timeoutMs, secrets: o.secrets.filter((s): s is string => typeof s === 'string' && s.length > 0) };
-  const scorer = new Scorer(o.scoring);
-  const limits = new LogprobLimits();
-  // One options object for every record: the redaction rule is built once (src/capture/record.ts).
-  const recordOptions = { includePrompts: true, thresholds: o.thresholds, secrets: o.secrets, redactFields: o.redactFields ?? [] };
-  const result: RecordRunResult = { records: 0, outcomes: {}, scoring: { ok: 0, unsupported: 0, skipped: 0, failed: 0 }, methods: [], problems: [], definition: [] };
+  const r = new GoldenRecorder(o);
   const inflight = new Set<Promise<void>>();
-  const ready = new Map<number, string>();
-  let next = 0;
   let queued = 0;
-  let done = 0;
-  let writing: Promise<void> = Promise.resolve();
-  let writeError: unknown = null;
-
-  // Detected once up front: every copy then asks for the ids its engine can name (return_token_ids).
-  if (o.scoring.when !== 'never') await scorer.profile('baseline', target).catch(() => undefined);
-
-  // Printed by the CLI: an answer or a scoring error may quote the key the backend was sent.
-  const rule = redactionFor(recordOptions);
-  const secrets = recordSecrets({ clientHeaders: {} }, recordOptions);
-  const problem = (m: string) => {
-    if (result.problems.length < 20) result.problems.push(rule.scrub(m, secrets) as string);
-  };
-
-  const one = async (n: number, id: string, item: ReplayItem): Promise<void> => {
-    const extra = await scorer.copyParams('baseline', target);
-    const sent = await sendOneWithinLimits(
-      { body: mirroredBody(item, o.rewrite, o.maxTokens), limits, send: (_b, p) => callBackend(pool, o.backend, item.route, headers, withCopyParams(p, extra)) },
-      'baseline',
-    );
-    const answer: BackendResult = sent.result;
-    let outcome: MirrorOutcome = 'ok';
-    let scored: GoldenScoring | null = null;
-    if (answer.error !== null || answer.status >= 400) {
-      outcome = 'baseline_error';
-      problem(`${id}: the backend answered ${answer.error ?? `HTTP ${answer.status}`}`);
-    } else {
-      const parsed = parseResponse(answer.body);
-      if (parsed.format === 'unknown' || parsed.format === 'error') {
-        outcome = 'unparseable';
-        problem(`${id}: ${parsed.error ?? 'not a completion response'}`);
-      } else if (parsed.steps.length === 0) {
-        outcome = 'incomparable';
-        problem(`${id}: the answer has no logprobs (${parsed.error ?? 'no tokens'})`);
-      } else {
-        for (const w of sideChecks(parsed.steps, 'baseline')) {
-          const known = result.definition.find((d) => d.check === w.check);
-          if (known) known.records++;
-          else result.definition.push({ ...w, at: id, records: 1 });
-        }
-        scored = await scoreOwn(scorer, target, item, sent.body, parsed, answer.body, o.scoring);
-        result.scoring[scored.outcome]++;
-        if (scored.method && !result.methods.includes(scored.method)) result.methods.push(scored.method);
-        if (scored.outcome === 'failed') problem(`${id}: scoring failed: ${scored.reason}`);
-      }
-    }
-    result.outcomes[outcome] = (result.outcomes[outcome] ?? 0) + 1;
-    const record = buildGoldenRecord(
-      { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, request: sent.body, clientHeaders: {}, baseline: answer, outcome, noiseFloor: 0 },
-      goldenKey(item.route, item.body),
-      scored,
-      recordOptions,
-    );
-    ready.set(n, `${JSON.stringify(record)}\n`);
-    // In input order: a golden file diffs cleanly from one recording to the next.
-    while (ready.has(next)) {
-      const line = ready.get(next)!;
-      ready.delete(next++);
-      writing = writing.then(() =>
-        writeError !== null
-          ? undefined
-          : o.out.write(line).then(
-              () => undefined,
-              (err: unknown) => {
-                writeError ??= err;
-              },
-            ),
-      );
-    }
-    result.records++;
-    o.onRecord?.(++done);
-  };
-
   try {
+    // Detected once up front: every copy then asks for the ids its engine can name (return_token_ids).
+    if (o.scoring.when !== 'never') await r.scorer.profile('baseline', r.target).catch(() => undefined);
     for (const file of o.inputs) {
       for await (const line of readJsonLines(file)) {
         const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
@@ -172,18 +92,143 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
         }
         while (inflight.size >= o.concurrency) await Promise.race(inflight);
         // A golden file that cannot be written stops the recording: nothing more is sent.
-        if (writeError !== null) break;
-        const p = one(queued++, `${basename(file)}:${line.line}`, item).finally(() => inflight.delete(p));
+        if (r.out.error !== null) break;
+        const p = r.one(queued++, `${basename(file)}:${line.line}`, item).finally(() => inflight.delete(p));
         inflight.add(p);
       }
     }
     await Promise.all(inflight);
-    await writing;
-    if (writeError !== null) throw unwritableFile(o.outFile, writeError);
+    await r.out.settled();
+    if (r.out.error !== null) throw unwritableFile(o.outFile, r.out.error);
   } finally {
-    await pool.close();
+    await r.close();
   }
-  return result;
+  return r.result;
+}
+
+/** Lines written in the order of their numbers, whatever order they come in; after the first failed write, none. */
+class InOrderLines {
+  private readonly ready = new Map<number, string>();
+  private next = 0;
+  private writing: Promise<void> = Promise.resolve();
+  /** The first write error, if any. */
+  error: unknown = null;
+
+  constructor(private readonly write: (line: string) => Promise<unknown>) {}
+
+  put(n: number, line: string): void {
+    this.ready.set(n, line);
+    while (this.ready.has(this.next)) {
+      const text = this.ready.get(this.next)!;
+      this.ready.delete(this.next++);
+      this.writing = this.writing.then(() =>
+        this.error !== null
+          ? undefined
+          : this.write(text).then(
+              () => undefined,
+              (err: unknown) => {
+                this.error ??= err;
+              },
+            ),
+      );
+    }
+  }
+
+  settled(): Promise<void> {
+    return this.writing;
+  }
+}
+
+/** The recording's backend (pool, headers, scoring), what it found, and the golden file's writer in input order. */
+class GoldenRecorder {
+  readonly scorer: Scorer;
+  readonly target: ScoringTarget;
+  readonly result: RecordRunResult = { records: 0, outcomes: {}, scoring: { ok: 0, unsupported: 0, skipped: 0, failed: 0 }, methods: [], problems: [], definition: [] };
+  /** In input order: a golden file diffs cleanly from one recording to the next. */
+  readonly out: InOrderLines;
+  private readonly pool: ReturnType<typeof createUpstreamPool>;
+  private readonly headers: Record<string, string>;
+  private readonly limits = new LogprobLimits();
+  private readonly recordOptions: Parameters<typeof buildGoldenRecord>[3];
+  private done = 0;
+  private readonly problem: (m: string) => void;
+
+  constructor(private readonly o: RecordRunOptions) {
+    this.pool = createUpstreamPool(o.backend, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
+    this.headers = mirrorHeaders({}, { role: 'baseline', apiKey: o.backend.apiKey, forwardAuth: false });
+    const secretValues = o.secrets.filter((s): s is string => typeof s === 'string' && s.length > 0);
+    this.target = { pool: this.pool, url: o.backend.url, headers: this.headers, timeoutMs: o.backend.timeoutMs, secrets: secretValues };
+    this.scorer = new Scorer(o.scoring);
+    // One options object for every record: the redaction rule is built once (src/capture/record.ts).
+    this.recordOptions = { includePrompts: true, thresholds: o.thresholds, secrets: o.secrets, redactFields: o.redactFields ?? [] };
+    this.out = new InOrderLines((line) => o.out.write(line));
+    // Printed by the CLI: an answer or a scoring error may quote the key the backend was sent.
+    const rule = redactionFor(this.recordOptions);
+    const secrets = recordSecrets({ clientHeaders: {} }, this.recordOptions);
+    this.problem = (m) => {
+      if (this.result.problems.length < 20) this.result.problems.push(rule.scrub(m, secrets) as string);
+    };
+  }
+
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+
+  /** One input: sent within the backend's logprobs cap, judged, scored, written as the `n`-th golden record. */
+  async one(n: number, id: string, item: ReplayItem): Promise<void> {
+    const { o, result } = this;
+    const extra = await this.scorer.copyParams('baseline', this.target);
+    const sent = await sendOneWithinLimits(
+      { body: mirroredBody(item, o.rewrite, o.maxTokens), limits: this.limits, send: (_b, p) => callBackend(this.pool, o.backend, item.route, this.headers, withCopyParams(p, extra)) },
+      'baseline',
+    );
+    const answer: BackendResult = sent.result;
+    const { outcome, parsed } = this.judge(id, answer);
+    const scored = parsed === null ? null : await this.scored(id, item, sent.body, parsed, answer.body);
+    result.outcomes[outcome] = (result.outcomes[outcome] ?? 0) + 1;
+    const record = buildGoldenRecord(
+      { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, request: sent.body, clientHeaders: {}, baseline: answer, outcome, noiseFloor: 0 },
+      goldenKey(item.route, item.body),
+      scored,
+      this.recordOptions,
+    );
+    this.out.put(n, `${JSON.stringify(record)}\n`);
+    result.records++;
+    o.onRecord?.(++this.done);
+  }
+
+  /** The answer's outcome (an error, an unreadable body, no logprobs, or usable: then its steps), each problem said. */
+  private judge(id: string, answer: BackendResult): { outcome: MirrorOutcome; parsed: ReturnType<typeof parseResponse> | null } {
+    if (answer.error !== null || answer.status >= 400) {
+      this.problem(`${id}: the backend answered ${answer.error ?? `HTTP ${answer.status}`}`);
+      return { outcome: 'baseline_error', parsed: null };
+    }
+    const parsed = parseResponse(answer.body);
+    if (parsed.format === 'unknown' || parsed.format === 'error') {
+      this.problem(`${id}: ${parsed.error ?? 'not a completion response'}`);
+      return { outcome: 'unparseable', parsed: null };
+    }
+    if (parsed.steps.length === 0) {
+      this.problem(`${id}: the answer has no logprobs (${parsed.error ?? 'no tokens'})`);
+      return { outcome: 'incomparable', parsed: null };
+    }
+    return { outcome: 'ok', parsed };
+  }
+
+  /** A usable answer's definition warnings counted, and the backend's scoring of it. */
+  private async scored(id: string, item: ReplayItem, request: Record<string, unknown>, parsed: ReturnType<typeof parseResponse>, body: unknown): Promise<GoldenScoring> {
+    const { result } = this;
+    for (const w of sideChecks(parsed.steps, 'baseline')) {
+      const known = result.definition.find((d) => d.check === w.check);
+      if (known) known.records++;
+      else result.definition.push({ ...w, at: id, records: 1 });
+    }
+    const scored = await scoreOwn(this.scorer, this.target, item, request, parsed, body, this.o.scoring);
+    result.scoring[scored.outcome]++;
+    if (scored.method && !result.methods.includes(scored.method)) result.methods.push(scored.method);
+    if (scored.outcome === 'failed') this.problem(`${id}: scoring failed: ${scored.reason}`);
+    return scored;
+  }
 }
 
 /** The backend's scoring of its own answer (docs/engines.md), as the golden record keeps it. */

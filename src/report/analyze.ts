@@ -50,7 +50,10 @@ export const PROBE_LINES = 5;
  * captured bodies, and feeds the summary. Bad lines are reported and skipped, never fatal: up to
  * {@link LISTED_PER_FILE} per file, then how many more; a file that starts with
  * {@link PROBE_LINES} bad lines (a README, a log) is said once not to be a capture file.
+ *
+ * Long on purpose: a file's bad lines are held until its first good one says whether it is a capture file at all: that state spans the loop.
  */
+// eslint-disable-next-line max-lines-per-function -- a file's bad lines are held until its first good one says whether it is a capture file at all
 export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: number; golden: number }> {
   let records = 0;
   let goldenTotal = 0;
