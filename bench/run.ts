@@ -13,8 +13,10 @@
  * with --quick N = 100 and 1,000, one round; writes bench/out/streams.json and the "Streaming
  * lane" section of bench/RESULTS.md), `--lane all` (both). Streaming-lane options:
  *   --n 100,1000        the Ns (default 100,1000,5000; quick 100,1000)
- *   --rounds R          rounds per N (default 3; quick 1)
- *   --targets a,b       of direct,nginx,node-floor,logprobe-off,logprobe-0.1,nginx-w2,logprobe-off-w2,logprobe-0.1-w2
+ *   --rounds R          rounds per N (default 5; quick 1): each figure is reported as median (min–max) over the
+ *                       rounds, and a target gets PASS/FAIL only when every round is on the same side of it
+ *   --targets a,b       of direct,nginx,node-floor,logprobe-off,logprobe-0.1,nginx-w2,logprobe-off-w2,logprobe-0.1-w2,nginx-shadow
+ *   --shadow            the targets nginx and nginx-shadow (nginx with `mirror` to logprobe in shadow mode, sampleRate 1)
  *                       (node-floor: bench/node-floor.ts, node:http + undici and nothing else)
  *                       (default all but logprobe-0.1-w2; -w2: nginx with 2 workers, logprobe with listen.workers 2)
  *   --logprobe-root DIR run (and build, unless --no-build) the logprobe of another checkout
@@ -42,7 +44,7 @@ import { coreBench } from './core.js';
 import { summarize, verdicts, type Summary } from './figures.js';
 import { quickLines, writeResults } from './report.js';
 import { profileTop } from './lib/profile.js';
-import { DEFAULT_TARGETS, FULL_NS, QUICK_NS, runStreams, TARGET_KEYS } from './streams.js';
+import { DEFAULT_TARGETS, FULL_NS, QUICK_NS, runStreams, SHADOW_TARGETS, TARGET_KEYS } from './streams.js';
 import { streamsChecks, streamsMarkdown, streamsText, writeStreamsSection } from './streams-report.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -56,6 +58,8 @@ const flag = (name: string): string | undefined => {
   const i = argv.indexOf(name);
   return i >= 0 ? argv[i + 1] : undefined;
 };
+/** Rounds per N of the streaming lane: with 3, two runs on a shared 2-core machine disagreed (#27); a verdict needs every round on one side of the target. */
+const STREAMS_ROUNDS = 5;
 const lane = flag('--lane') ?? 'json';
 if (!['json', 'streams', 'all'].includes(lane)) {
   process.stderr.write(`--lane ${lane}: expected json, streams or all\n`);
@@ -191,10 +195,10 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
       .map((x) => x.trim())
       .filter(Boolean);
   const ns = list(flag('--n'))?.map(Number) ?? (quick ? QUICK_NS : FULL_NS);
-  const targets = list(flag('--targets')) ?? [...DEFAULT_TARGETS];
+  const targets = list(flag('--targets')) ?? (argv.includes('--shadow') ? [...SHADOW_TARGETS] : [...DEFAULT_TARGETS]);
   const bad = [...ns.filter((n) => !Number.isInteger(n) || n < 1 || n > 5000).map(String), ...targets.filter((t) => !(TARGET_KEYS as readonly string[]).includes(t))];
   if (bad.length > 0) throw new Error(`streams lane: bad --n or --targets value(s): ${bad.join(', ')} (N from 1 to 5000; targets ${TARGET_KEYS.join(', ')})`);
-  const rounds = Number(flag('--rounds') ?? (quick ? 1 : 3));
+  const rounds = Number(flag('--rounds') ?? (quick ? 1 : STREAMS_ROUNDS));
   const delay = flag('--mirror-delay-ms');
   const info = machine();
   const commit = commitOf(logprobeRoot);

@@ -34,7 +34,12 @@ export const QUICK_NS = [100, 1000];
  * sampleRate 0.1, each as one process and with `listen.workers: 2` (the
  * `-w2` ones, compared with nginx-w2: equal worker counts).
  */
-export const TARGET_KEYS = ['direct', 'nginx', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2'] as const;
+export const TARGET_KEYS = ['direct', 'nginx', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2', 'nginx-shadow'] as const;
+/**
+ * `--shadow`: nginx alone beside nginx with `mirror` to a logprobe in shadow mode comparing every
+ * copy it gets (sampleRate 1): what the clients of an nginx pay for a logprobe behind it.
+ */
+export const SHADOW_TARGETS: readonly string[] = ['nginx', 'nginx-shadow'];
 /** What a run without --targets measures (logprobe-0.1-w2 on request: it adds a fifth of the run's time). */
 export const DEFAULT_TARGETS: readonly string[] = ['direct', 'nginx', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2'];
 /** The worker count a target key names (`-w2`: 2), 1 otherwise. */
@@ -54,6 +59,8 @@ export const HARNESS_NICE_DEFAULT = -5;
  * of whichever target ran next. {@link quiesce} waits for room before each run.
  */
 export const UPSTREAM_KEEPALIVE_MS = 10_000;
+/** How long after a run the mirror's queue may take to drain before its counters are read anyway. */
+export const MIRROR_DRAIN_MAX_MS = 180_000;
 /** Other processes' CPU (cores) above which a run is done again. */
 export const FOREIGN_MAX_CORES = 0.3;
 
@@ -256,6 +263,7 @@ async function startTargets(o: StreamsOptions, up: Upstream, base: Upstream, n: 
     if (key === 'direct') out.push({ key, label: 'upstream directly', url: up.url, headers: {}, pids: async () => [up.pid], stop: async () => undefined });
     else if (key === 'nginx' || key === 'nginx-w2') out.push(await startNginx({ upstream: up.url, outDir: dir, key, workers: workersOf(key), workerConnections: 12_000, nofile: NOFILE }));
     else if (key === 'node-floor') out.push(await startNodeFloor({ upstream: up.url, outDir: dir, nofile: NOFILE }));
+    else if (key === 'nginx-shadow') out.push(await startShadow(o, up, base, dir));
     else if (/^logprobe-(off|0\.1)(-w2)?$/.test(key)) {
       const rate = key.startsWith('logprobe-off') ? 0 : 0.1;
       const workers = workersOf(key);
@@ -280,6 +288,54 @@ async function startTargets(o: StreamsOptions, up: Upstream, base: Upstream, n: 
     } else out.push({ key, label: key, reason: 'unknown target' });
   }
   return out;
+}
+
+/**
+ * nginx in front of the upstream with `mirror` to logprobe in shadow mode (sampleRate 1, both
+ * upstreams as candidate and baseline). The clients' figures, CPU and RSS are nginx's (the client
+ * path); the mirror counters are logprobe's (its admin port).
+ */
+async function startShadow(o: StreamsOptions, up: Upstream, base: Upstream, dir: string): Promise<Running | Unavailable> {
+  const key = 'nginx-shadow';
+  let lp: Running;
+  try {
+    lp = await startLogprobe({
+      key: 'logprobe-shadow',
+      label: 'logprobe (shadow mode, sampleRate 1)',
+      candidate: up.url,
+      baseline: base.url,
+      sampleRate: 1,
+      mode: 'shadow',
+      logLevel: 'warn',
+      outDir: dir,
+      root: o.logprobeRoot,
+      nofile: NOFILE,
+    });
+  } catch (err) {
+    return { key, label: key, reason: `logprobe (shadow) did not start: ${(err as Error).message.split('\n')[0]}` };
+  }
+  const ng = await startNginx({
+    upstream: up.url,
+    outDir: dir,
+    key,
+    label: 'nginx (1 worker) mirroring to logprobe in shadow mode',
+    workers: 1,
+    workerConnections: 12_000,
+    nofile: NOFILE,
+    mirrorTo: lp.url,
+  });
+  if (!isRunning(ng)) {
+    await lp.stop();
+    return ng;
+  }
+  return {
+    ...ng,
+    adminUrl: lp.adminUrl,
+    stop: async () => {
+      await ng.stop();
+      await lp.stop();
+    },
+  };
 }
 
 /** One load-generator process against one target; resolves with its result. */
@@ -363,7 +419,21 @@ async function oneRun(o: StreamsOptions, t: Running, up: Upstream, base: Upstrea
   const upstream = await upstreamCall(up, 'stats');
   let mirror: RunResult['mirror'];
   if (mirrorBefore && t.adminUrl) {
-    const after = await mirrorCounters(t.adminUrl).catch(() => null);
+    // The mirror's queue drains after the clients are done (the copies wait for the candidate's
+    // answers): its counters are read once it is empty, and the next run does not start under
+    // its backlog (in shadow mode the backlog is logprobe's, beside nginx alone's next run).
+    const drainEnd = Date.now() + MIRROR_DRAIN_MAX_MS;
+    // Drained: the queue empty and no outcome counted for 2 s (the copies in flight answered).
+    const total = (m: MirrorCounters) => m.ok + m.dropped + m.other;
+    let after = await mirrorCounters(t.adminUrl).catch(() => null);
+    let stableSince = Date.now();
+    while (after && Date.now() < drainEnd && (after.queueDepth > 0 || Date.now() - stableSince < 2000)) {
+      await sleep(250);
+      const next = await mirrorCounters(t.adminUrl).catch(() => null);
+      if (!next || total(next) !== total(after) || next.queueDepth > 0) stableSince = Date.now();
+      after = next;
+    }
+    if (after && after.queueDepth > 0) o.log(`  ${t.key}: the mirror's queue still held ${after.queueDepth} copies ${MIRROR_DRAIN_MAX_MS / 1000} s after the run`);
     if (after) mirror = { ok: after.ok - mirrorBefore.ok, dropped: after.dropped - mirrorBefore.dropped, other: after.other - mirrorBefore.other, queueDepth: after.queueDepth };
   }
   const tick = 1000 / ticksPerSecond(); // ms per /proc/stat tick

@@ -26,6 +26,8 @@ export interface LogprobeTarget {
   workers?: number;
   /** Captures on, into this directory (default: capture off). */
   capture?: { dir: string; maxFileMB: number };
+  /** `mode` (default inline): `shadow` answers each copy 202 at once and only mirrors it (docs/operations.md). */
+  mode?: 'inline' | 'shadow';
 }
 
 /** `logprobe serve` in its own process (and its proxy workers, with `workers`) with a generated config (capture off unless `capture`). */
@@ -41,6 +43,7 @@ export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
       `candidate: { url: "${t.candidate}" }`,
       `baseline: { url: "${t.baseline}" }`,
       `log: { level: ${t.logLevel} }`,
+      ...(t.mode ? [`mode: ${t.mode}`] : []),
       `mirror: { sampleRate: ${t.sampleRate} }`,
       t.capture ? `capture: { enabled: true, dir: ${JSON.stringify(t.capture.dir)}, maxFileMB: ${t.capture.maxFileMB} }` : 'capture: { enabled: false }',
       '',

@@ -27,6 +27,11 @@ export async function startNginx(o: {
   label?: string;
   workerConnections?: number;
   nofile?: number;
+  /**
+   * A logprobe in shadow mode to `mirror` every request to (docs/operations.md, "Shadow mode":
+   * the same `mirror` block, with its short timeouts on the mirror location).
+   */
+  mirrorTo?: string;
 }): Promise<Running | Unavailable> {
   const key = o.key ?? 'nginx';
   const label = o.label ?? `nginx (${o.workers} worker${o.workers === 1 ? '' : 's'})`;
@@ -51,18 +56,31 @@ http {
   uwsgi_temp_path ${dir}/uwsgi;
   scgi_temp_path ${dir}/scgi;
   upstream candidate { server ${up.host}; keepalive 256; }
-  server {
+${o.mirrorTo ? `  upstream logprobe { server ${new URL(o.mirrorTo).host}; keepalive 256; }\n` : ''}  server {
     listen 127.0.0.1:${port};
     keepalive_requests 1000000;
     location / {
-      proxy_pass http://candidate;
+${o.mirrorTo ? '      mirror /_logprobe_mirror;\n      mirror_request_body on;\n' : ''}      proxy_pass http://candidate;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
       proxy_request_buffering off;
       proxy_read_timeout 120s;
     }
-  }
+${
+  o.mirrorTo
+    ? `    location = /_logprobe_mirror {
+      internal;
+      proxy_pass http://logprobe$request_uri;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $host;
+      proxy_connect_timeout 1s;
+      proxy_read_timeout 5s;
+    }
+`
+    : ''
+}  }
 }
 `,
   );

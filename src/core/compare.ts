@@ -1,8 +1,8 @@
-import { definitionChecks } from './definition.js';
+import { definitionFrom, GapSum, SideTally } from './definition.js';
 import { explain } from './explain.js';
-import { healthOf } from './health.js';
+import { FigureSum, LOGITS_TOP, LogitsSum, relativeError, smallest, type Health } from './health.js';
 import { klAtMatchedPosition } from './kl.js';
-import { matchPosition, scratch } from './match.js';
+import { matchPosition, scratch, topSums } from './match.js';
 import { parseResponse } from './parse/index.js';
 import { boundariesDiffer, chooseVerdict, flipClass } from './verdict.js';
 import { DEFAULT_THRESHOLDS, type Comparison, type Flip, type ParsedResponse, type PositionRow, type Thresholds, type TokenStep } from './types.js';
@@ -61,21 +61,60 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
   let sumShift = 0;
   let shifts = 0;
   let flip: Flip | null = null;
-  const { vc, vb, mc } = scratch;
+  // The health and definition figures are fed from this one pass: each position is matched once,
+  // and the exponentials the matching took serve the KL estimate and the top lists' sums alike.
+  const klSum = new FigureSum();
+  const relSum = new FigureSum();
+  const logits = new LogitsSum('free');
+  const gaps = new GapSum();
+  const tc = new SideTally();
+  const tb = new SideTally();
 
   for (let i = 0; i < comparable; i++) {
     const ci = cs[i]!;
     const bi = bs[i]!;
     matchPosition(ci, bi, topById);
-    const nc = scratch.nc;
+    // (Read after the match: it may have grown the scratch's arrays.)
+    const { vc, vb, mc, nc } = S;
+    const kc = ci.top.length;
+    const kb = bi.top.length;
+    // The shift over every pair both sides list, and in the same loop the candidate's side of the
+    // logits figure (its top-10 entries against the baseline, in list order: LogitsSum.add).
+    const topC = kb === 0 ? 0 : kc < LOGITS_TOP ? kc : LOGITS_TOP;
+    const topB = kb < LOGITS_TOP ? kb : LOGITS_TOP;
+    let paired = 0; // candidate top-10 entries paired with a baseline top-10 entry
     let s = -1;
+    let here = -1;
+    let bound = false;
+    let minB = Number.NaN;
     for (let j = 0; j < nc; j++) {
       const l = mc[j]!;
-      if (l < 0) continue;
-      const x = vc[j]! - vb[l]!;
-      const ax = x < 0 ? -x : x;
-      if (ax > s) s = ax; // NaN (an unknown side) never compares greater
+      const x = vc[j]!;
+      if (l >= 0) {
+        const y = vb[l]!;
+        const dx = x - y;
+        const ax = dx < 0 ? -dx : dx;
+        if (ax > s) s = ax; // NaN (an unknown side) never compares greater
+        if (j < topC) {
+          if (l < topB) paired++;
+          if (ax > here) {
+            here = x > y ? x - y : y - x;
+            bound = false;
+          }
+        }
+      } else if (j < topC && x === x) {
+        // Not listed by the baseline: there it is at most its smallest listed value.
+        if (minB !== minB) minB = smallest(vb, kb);
+        if (minB !== Infinity) {
+          const lb = x > minB ? x - minB : 0;
+          if (lb > here) {
+            here = lb;
+            bound = true;
+          }
+        }
+      }
     }
+    logits.addMeasured(i, kc, kb, here, bound, paired === topB);
     const shift = s >= 0 ? s : null;
     if (shift !== null) {
       sumShift += shift;
@@ -90,8 +129,16 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
       sumAbsDiff += ad;
       diffs++;
       if (ad > maxAbsDiff) maxAbsDiff = ad;
+      relSum.add(relativeError(diff));
     }
     if (identical && !sameStep(ci, bi)) identical = false;
+    const kl = klAtMatchedPosition();
+    klSum.add(kl);
+    gaps.add(kc, kb);
+    tc.chosen(ci);
+    tc.top(ci, topSums.c);
+    tb.chosen(bi);
+    tb.top(bi, topSums.b);
     const row: PositionRow = {
       i,
       token: bi.token,
@@ -100,7 +147,7 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
       diff,
       shift,
       gap: topGap(bi),
-      kl: klAtMatchedPosition(),
+      kl,
     };
     if (i === d) {
       row.candidateToken = ci.token;
@@ -108,12 +155,22 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
     }
     positions[i] = row;
   }
+  // The definition checks read every step of each side, past the comparable ones too.
+  for (let i = comparable; i < cs.length; i++) {
+    tc.chosen(cs[i]!);
+    tc.top(cs[i]!);
+  }
+  for (let i = comparable; i < bs.length; i++) {
+    tb.chosen(bs[i]!);
+    tb.top(bs[i]!);
+  }
 
   const shifted = shiftedAt.length;
   const tokenizerMismatch = d >= 0 && boundariesDiffer(cs, bs, d);
   const verdict = chooseVerdict({ incomparable: false, tokenizerMismatch, identical, comparable, shifted, flipClass: flip ? flip.class : null }, t);
   const maxShiftOut = maxShift >= 0 ? maxShift : null;
   const shiftedFraction = comparable > 0 ? shifted / comparable : null;
+  const health: Health = { over: 'free', positions: comparable, kl: klSum.figure(), relErr: relSum.figure(), logits: logits.figure() };
   return {
     verdict,
     aligned: d >= 0 ? d : n,
@@ -129,10 +186,13 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
     explanation: explain({ verdict, comparable, shifted, maxShift: maxShiftOut, flip, shiftedAt }, t),
     notes: notesFor(c, b, d, topById),
     positions,
-    health: healthOf(positions, cs, bs, topById),
-    definition: definitionChecks(cs, bs, comparable, topById),
+    health,
+    definition: definitionFrom(tc, tb, gaps, cs, bs, comparable),
   };
 }
+
+/** The scratch object itself (its fields change, the object never does). */
+const S = scratch;
 
 /** Reads the flip at `d` off the scratch of the position just matched. */
 function flipAt(d: number, ci: TokenStep, bi: TokenStep, t: Thresholds): Flip {
@@ -174,10 +234,10 @@ function flipAt(d: number, ci: TokenStep, bi: TokenStep, t: Thresholds): Flip {
 
 /** The baseline's top-1 − top-2 gap, when it reports two finite values. */
 function topGap(s: TokenStep): number | null {
-  if (s.top.length < 2) return null;
-  const a = s.top[0]![1];
-  const g = a - s.top[1]![1];
-  return Number.isFinite(g) ? g : null;
+  const top = s.top;
+  if (top.length < 2) return null;
+  const g = top[0]![1] - top[1]![1];
+  return g - g === 0 ? g : null; // finite
 }
 
 /** Exactly equal chosen token, logprob and top list (order, texts, values, ids). */

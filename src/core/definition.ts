@@ -1,4 +1,4 @@
-import { matchPosition, scratch } from './match.js';
+import { matchPosition, scratch, type TopSums } from './match.js';
 import type { TokenStep } from './types.js';
 
 /**
@@ -36,112 +36,145 @@ const RATIO_OFF = 0.05;
 
 const pct = (n: number, of: number) => `${Math.round((100 * n) / of)}%`;
 
-/** The checks of one side's steps alone (`renormalised_subset`, `single_survivor`, `probabilities`). */
-export function sideChecks(steps: readonly TokenStep[], side: DefinitionWarning['side'], other?: readonly TokenStep[]): DefinitionWarning[] {
-  if (steps.length === 0) return [];
-  const p = probabilitiesCheck(steps, side);
-  // The other checks read logprobs.
-  if ('check' in p) return [p];
-  const out: DefinitionWarning[] = [];
-  const r = renormalisedCheck(steps, side);
-  if (r) out.push(r);
-  const s = singleSurvivorCheck(steps, side, p.known, other);
-  if (s) out.push(s);
-  return out;
+/**
+ * What the one-side checks count over a side's steps, fed one step at a time ({@link SideTally.chosen}
+ * and {@link SideTally.top}), so that `compare` can feed it from the pass that matches each position
+ * (the top lists' exponentials are the ones the matching already took).
+ */
+export class SideTally {
+  /** Chosen logprobs known, negative, above 0 (the probabilities check), exactly 0 (single survivor). */
+  known = 0;
+  negative = 0;
+  positive = 0;
+  zeros = 0;
+  /** Top lists of two entries or more; those summing above 1; holding the whole mass undecayed; with the rest at -inf. */
+  listed = 0;
+  over = 0;
+  whole = 0;
+  masked = 0;
+  maxSum = 0;
+
+  /** Counts a step's chosen logprob. */
+  chosen(s: TokenStep): void {
+    const lp = s.logprob;
+    if (lp === null) return;
+    this.known++;
+    if (lp < 0) this.negative++;
+    else if (lp > 1e-6) this.positive++;
+    if (lp === 0) this.zeros++;
+  }
+
+  /**
+   * Counts a step's top list; `sums`, when given, are its sums as `matchPosition` took them
+   * (`topSums`), else they are computed here.
+   */
+  top(s: TokenStep, sums?: TopSums): void {
+    const top = s.top;
+    const k = top.length;
+    if (k < 2) return;
+    this.listed++;
+    let sum = 0;
+    let finite = 0;
+    if (sums !== undefined) {
+      sum = sums.sum;
+      finite = sums.finite;
+    } else {
+      for (let j = 0; j < k; j++) {
+        const lp = top[j]![1];
+        if (lp === -Infinity) continue;
+        sum += Math.exp(lp);
+        finite++;
+      }
+    }
+    if (sum > this.maxSum) this.maxSum = sum;
+    if (sum > SUM_ABOVE) this.over++;
+    else if (sum >= 1 - NO_TAIL) {
+      // (Rare: the list holds the whole mass. Only then does its smallest entry matter.)
+      if (finite >= 2 && smallestP(top, sums) >= UNDECAYED) this.whole++;
+      else if (k - finite > 0 && finite >= 1) this.masked++;
+    }
+  }
 }
 
-/** probabilities: every value in [0, 1] and a real share of them positive (no logprob is); else how many chosen values are known. */
-function probabilitiesCheck(steps: readonly TokenStep[], side: DefinitionWarning['side']): DefinitionWarning | { known: number } {
-  let known = 0;
-  let negative = 0;
-  let positive = 0;
-  for (const s of steps) {
-    if (s.logprob === null) continue;
-    known++;
-    if (s.logprob < 0) negative++;
-    else if (s.logprob > 1e-6) positive++;
+/** The smallest probability of a top list's entries that are not −∞ (Infinity when none), from `sums`' exponentials when given. */
+function smallestP(top: TokenStep['top'], sums?: TopSums): number {
+  let smallest = Infinity;
+  for (let j = 0; j < top.length; j++) {
+    const lp = top[j]![1];
+    if (lp === -Infinity) continue;
+    const p = sums !== undefined && j !== sums.replaced ? sums.e[j]! : Math.exp(lp);
+    if (p < smallest) smallest = p;
   }
+  return smallest;
+}
+
+/** The checks of one side's steps alone (`renormalised_subset`, `single_survivor`, `probabilities`). */
+export function sideChecks(steps: readonly TokenStep[], side: DefinitionWarning['side'], other?: readonly TokenStep[]): DefinitionWarning[] {
+  const t = new SideTally();
+  for (const s of steps) {
+    t.chosen(s);
+    t.top(s);
+  }
+  return sideWarnings(t, steps, side, other, other?.length ?? 0);
+}
+
+/** The one-side warnings of a tally of `steps`; `other` (its first `otherN` steps) is the other side at the same contexts. */
+function sideWarnings(t: SideTally, steps: readonly TokenStep[], side: DefinitionWarning['side'], other: readonly TokenStep[] | undefined, otherN: number): DefinitionWarning[] {
+  const out: DefinitionWarning[] = [];
+  if (steps.length === 0) return out;
+  const { known, negative, positive, over, whole, masked, listed, maxSum } = t;
+
+  // probabilities: every value in [0, 1] and a real share of them positive (no logprob is).
   if (known >= 2 && negative === 0 && positive >= Math.max(1, known / 4)) {
-    return {
+    out.push({
       check: 'probabilities',
       side,
       detail: `the ${side}'s values are probabilities, not logprobs: all ${known} chosen values lie in [0, 1] and ${positive} are above 0 (a logprob is never positive) — take the log (log_softmax, not softmax), or the engine's logprobs rather than its probabilities`,
-    };
+    });
+    return out; // the other checks read logprobs
   }
-  return { known };
-}
 
-/** renormalised_subset: top lists that sum above 1, or hold the whole mass although they have not decayed. */
-function renormalisedCheck(steps: readonly TokenStep[], side: DefinitionWarning['side']): DefinitionWarning | null {
-  let over = 0;
-  let whole = 0;
-  let masked = 0;
-  let listed = 0;
-  let maxSum = 0;
-  for (const s of steps) {
-    if (s.top.length < 2) continue;
-    listed++;
-    let sum = 0;
-    let finite = 0;
-    let smallest = Infinity;
-    let minusInf = 0;
-    for (const [, lp] of s.top) {
-      if (lp === -Infinity) {
-        minusInf++;
-        continue;
-      }
-      const p = Math.exp(lp);
-      sum += p;
-      finite++;
-      if (p < smallest) smallest = p;
-    }
-    if (sum > maxSum) maxSum = sum;
-    if (sum > SUM_ABOVE) over++;
-    else if (finite >= 2 && sum >= 1 - NO_TAIL && smallest >= UNDECAYED) whole++;
-    else if (minusInf > 0 && finite >= 1 && sum >= 1 - NO_TAIL) masked++;
-  }
+  // renormalised_subset
   if (over > 0) {
-    return {
+    out.push({
       check: 'renormalised_subset',
       side,
       detail: `normalisation domain differs: full vocabulary vs a truncated subset — the ${side}'s top-k probabilities sum above 1 (up to ${maxSum.toFixed(3)}) at ${over} of ${listed} positions: a renormalised subset (top-p/top-k applied), not one full-vocabulary distribution`,
-    };
-  }
-  if (whole + masked >= 2 && whole + masked >= 0.2 * listed) {
-    return {
+    });
+  } else if (whole + masked >= 2 && whole + masked >= 0.2 * listed) {
+    out.push({
       check: 'renormalised_subset',
       side,
       detail: `normalisation domain differs: full vocabulary vs a truncated subset — at ${whole + masked} of ${listed} positions the ${side}'s listed tokens hold the whole probability mass (no tail${masked > 0 ? `, the rest at -inf` : ''}) although the list has not decayed: a renormalised subset (top-p/top-k applied before the logprobs were taken)`,
-    };
+    });
   }
-  return null;
-}
 
-/** single_survivor: exactly 0 where a full softmax would leave something to the other tokens. */
-function singleSurvivorCheck(steps: readonly TokenStep[], side: DefinitionWarning['side'], known: number, other?: readonly TokenStep[]): DefinitionWarning | null {
-  const n = steps.length;
-  let zeros = 0;
+  // single_survivor: exactly 0 where a full softmax would leave something to the other tokens.
+  const zeros = t.zeros;
+  if (zeros < 3) return out;
   let otherMass = 0;
   let otherSeen = 0;
-  for (let i = 0; i < n; i++) {
-    const s = steps[i]!;
-    if (s.logprob !== 0) continue;
-    zeros++;
-    const o = other?.[i];
-    if (o && o.logprob !== null && (o.id !== undefined && s.id !== undefined ? o.id === s.id : o.token === s.token)) {
-      otherMass += Math.exp(o.logprob);
-      otherSeen++;
+  if (other !== undefined) {
+    const m = Math.min(steps.length, otherN);
+    for (let i = 0; i < m; i++) {
+      const s = steps[i]!;
+      if (s.logprob !== 0) continue;
+      const o = other[i];
+      if (o && o.logprob !== null && (o.id !== undefined && s.id !== undefined ? o.id === s.id : o.token === s.token)) {
+        otherMass += Math.exp(o.logprob);
+        otherSeen++;
+      }
     }
   }
   const otherMean = otherSeen > 0 ? otherMass / otherSeen : null;
-  if (zeros >= 3 && (zeros >= 0.5 * known || (otherMean !== null && otherSeen >= 3 && otherMean < 0.99))) {
-    return {
+  if (zeros >= 0.5 * known || (otherMean !== null && otherSeen >= 3 && otherMean < 0.99)) {
+    out.push({
       check: 'single_survivor',
       side,
       detail: `normalisation domain differs: full vocabulary vs a truncated subset — the ${side}'s chosen logprob is exactly 0 (probability 1) at ${zeros} of ${known} positions (${pct(zeros, known)})${otherMean !== null ? `, where the other side gives the same token ${otherMean.toFixed(3)} on average` : ''}: a single survivor after top-k/top-p truncation`,
-    };
+    });
   }
-  return null;
+  return out;
 }
 
 /**
@@ -151,25 +184,48 @@ function singleSurvivorCheck(steps: readonly TokenStep[], side: DefinitionWarnin
  * logprobs themselves. Flagged when one ratio fits far better than 1 and differs from it.
  */
 export function temperatureCheck(cs: readonly TokenStep[], bs: readonly TokenStep[], n: number, byId: boolean): DefinitionWarning | null {
-  let sxy = 0;
-  let sxx = 0;
-  let syy = 0;
-  let points = 0;
+  const sum = new GapSum();
   for (let i = 0; i < n; i++) {
     const c = cs[i]!;
     const b = bs[i]!;
-    if (c.top.length < 2 || b.top.length < 2) continue;
+    const kc = c.top.length;
+    const kb = b.top.length;
+    if (kc < 2 || kb < 2) continue;
     // Gaps to the baseline's top-1, over the tokens both list (matched without allocating, as compare does).
     matchPosition(c, b, byId && c.topIds !== undefined && b.topIds !== undefined);
-    const { vc, vb, mb } = scratch;
+    sum.add(kc, kb);
+  }
+  return temperatureWarning(sum, cs, bs, n);
+}
+
+/** The scratch object itself (its fields change, the object never does). */
+const S = scratch;
+
+/**
+ * The temperature check's sums over positions, each read off the scratch just filled by
+ * `matchPosition` (so that `compare` matches a position once for all its figures).
+ */
+export class GapSum {
+  sxy = 0;
+  sxx = 0;
+  syy = 0;
+  points = 0;
+
+  /** The position just matched; `kc`, `kb` are the two top-list lengths (below 2 on a side: skipped). */
+  add(kc: number, kb: number): void {
+    if (kc < 2 || kb < 2) return;
+    const { vc, vb, mb } = S;
     const j0 = mb[0]!;
     const b0 = vb[0]!;
-    if (j0 < 0 || b0 !== b0 || vc[j0]! !== vc[j0]!) continue;
+    if (j0 < 0 || b0 !== b0 || vc[j0]! !== vc[j0]!) return;
     const c0 = vc[j0]!;
-    const kb = b.top.length;
+    let sxy = this.sxy;
+    let sxx = this.sxx;
+    let syy = this.syy;
+    let points = this.points;
     for (let l = 1; l < kb; l++) {
       const j = mb[l]!;
-      if (j < 0 || j >= c.top.length) continue;
+      if (j < 0 || j >= kc) continue;
       const y0 = vb[l]!;
       const x0 = vc[j]!;
       if (y0 !== y0 || x0 !== x0) continue;
@@ -180,7 +236,16 @@ export function temperatureCheck(cs: readonly TokenStep[], bs: readonly TokenSte
       syy += y * y;
       points++;
     }
+    this.sxy = sxy;
+    this.sxx = sxx;
+    this.syy = syy;
+    this.points = points;
   }
+}
+
+/** The temperature warning of a pair's gap sums, or of its chosen logprobs when there are too few gaps. */
+function temperatureWarning(g: GapSum, cs: readonly TokenStep[], bs: readonly TokenStep[], n: number): DefinitionWarning | null {
+  const { sxy, sxx, syy, points } = g;
   if (points >= 8 && sxx > 0) {
     const s = sxy / sxx;
     const sse = (r: number) => syy - 2 * r * sxy + r * r * sxx;
@@ -245,5 +310,20 @@ export function definitionChecks(cs: readonly TokenStep[], bs: readonly TokenSte
     const t = temperatureCheck(cs, bs, n, byId);
     if (t) out.push(t);
   }
+  return out;
+}
+
+/**
+ * {@link definitionChecks} from tallies fed during `compare`'s pass over the positions (`tc`, `tb`
+ * over every step of each side, `gaps` over the `n` shared positions): the same warnings, in the
+ * same order, without a second pass.
+ */
+export function definitionFrom(tc: SideTally, tb: SideTally, gaps: GapSum, cs: readonly TokenStep[], bs: readonly TokenStep[], n: number): DefinitionWarning[] {
+  const out = sideWarnings(tc, cs, 'candidate', bs, n);
+  const ob = sideWarnings(tb, bs, 'baseline', cs, n);
+  for (const w of ob) out.push(w);
+  for (const w of out) if (w.check === 'probabilities') return out;
+  const t = temperatureWarning(gaps, cs, bs, n);
+  if (t) out.push(t);
   return out;
 }

@@ -94,11 +94,7 @@ const NO_LOGITS: LogitsFigure = Object.freeze({ max: null, n: 0, topK: null, at:
  * carry ids on every step and top entry), else by text — as `compare` does.
  */
 export function logitsFigure(cs: readonly TokenStep[], bs: readonly TokenStep[], n: number, byId: boolean, block: PositionBlock): LogitsFigure {
-  let best = -1;
-  let at: LogitsFigure['at'] = null;
-  let lowerBound = false;
-  let read = 0;
-  let topK = Infinity;
+  const sum = new LogitsSum(block);
   for (let i = 0; i < n; i++) {
     const c = cs[i]!;
     const b = bs[i]!;
@@ -106,56 +102,109 @@ export function logitsFigure(cs: readonly TokenStep[], bs: readonly TokenStep[],
     const kb = b.top.length;
     if (kc === 0 || kb === 0) continue;
     matchPosition(c, b, byId);
-    const { vc, vb, mc, mb } = scratch;
-    const minC = smallest(vc, kc);
-    const minB = smallest(vb, kb);
-    sideMax(vc, vb, mc, kc, minB, acc);
-    sideMax(vb, vc, mb, kb, minC, acc);
-    const here = acc.here;
-    const bound = acc.bound;
-    acc.here = -1;
-    acc.bound = false;
-    if (here < 0) continue;
-    read++;
-    topK = Math.min(topK, kc, kb, LOGITS_TOP);
-    if (here > best) {
-      best = here;
-      at = { block, i };
-      lowerBound = bound;
-    }
+    sum.add(i, kc, kb);
   }
-  return read === 0 ? { ...NO_LOGITS } : { max: best, n: read, topK, at, lowerBound };
+  return sum.figure();
 }
 
-const acc = { here: -1, bound: false };
+/** The scratch object itself (its fields change, the object never does). */
+const S = scratch;
 
-/** The largest difference of one side's top entries (≤ 10) against the other side, into `out` (no allocation: it runs per position). */
-function sideMax(v: Float64Array, w: Float64Array, m: Int32Array, k: number, minOther: number, out: { here: number; bound: boolean }): void {
-  const top = k < LOGITS_TOP ? k : LOGITS_TOP;
-  for (let j = 0; j < top; j++) {
-    const x = v[j]!;
-    if (x !== x) continue;
-    const l = m[j]!;
-    let d: number;
-    let lb = false;
-    if (l >= 0) {
-      const y = w[l]!;
-      if (y !== y) continue;
-      d = x > y ? x - y : y - x;
-    } else {
-      // Not listed on the other side: there it is at most that side's smallest listed value.
-      if (minOther === Infinity) continue;
-      d = x > minOther ? x - minOther : 0;
-      lb = true;
+/**
+ * The logits figure accumulated one position at a time, each read off the scratch just filled by
+ * `matchPosition` (so that `compare` matches a position once for all its figures).
+ */
+export class LogitsSum {
+  private best = -1;
+  private atI = -1;
+  private lowerBound = false;
+  private read = 0;
+  private topK = Infinity;
+  private here = -1;
+  private bound = false;
+
+  constructor(private readonly block: PositionBlock) {}
+
+  /** Position `i`, just matched; `kc`, `kb` are the two sides' top-list lengths (a side without one is skipped). */
+  add(i: number, kc: number, kb: number): void {
+    if (kc === 0 || kb === 0) return;
+    const { vc, vb, mc } = S;
+    this.here = -1;
+    this.bound = false;
+    this.sideMax(vc, vb, mc, kc, kb, 0);
+    this.baselineSide(i, kc, kb);
+  }
+
+  /**
+   * {@link add} when the caller has measured the candidate's side itself (`compare` does, in the
+   * loop that takes the position's shift over the same pairs): `here` is the largest difference
+   * of the candidate's top entries (≤ 10) in list order, `bound` whether it was a lower bound;
+   * `allPaired` when each of the baseline's top-10 entries is paired with one of those (its side
+   * then has nothing left to measure).
+   */
+  addMeasured(i: number, kc: number, kb: number, here: number, bound: boolean, allPaired: boolean): void {
+    if (kc === 0 || kb === 0) return;
+    this.here = here;
+    this.bound = bound;
+    this.baselineSide(i, kc, kb, allPaired);
+  }
+
+  private baselineSide(i: number, kc: number, kb: number, allPaired = false): void {
+    const { vc, vb, mb } = S;
+    // A pair the candidate's side already measured gives the same difference again (|a − b| is
+    // exact either way), which cannot exceed the maximum it set: skipped.
+    if (!allPaired) this.sideMax(vb, vc, mb, kb, kc, kc < LOGITS_TOP ? kc : LOGITS_TOP);
+    const here = this.here;
+    if (here < 0) return;
+    this.read++;
+    this.topK = Math.min(this.topK, kc, kb, LOGITS_TOP);
+    if (here > this.best) {
+      this.best = here;
+      this.atI = i;
+      this.lowerBound = this.bound;
     }
-    if (d > out.here) {
-      out.here = d;
-      out.bound = lb;
+  }
+
+  figure(): LogitsFigure {
+    return this.read === 0 ? { ...NO_LOGITS } : { max: this.best, n: this.read, topK: this.topK, at: { block: this.block, i: this.atI }, lowerBound: this.lowerBound };
+  }
+
+  /**
+   * The largest difference of one side's top entries (≤ 10) against the other side's `kw`
+   * listed ones, skipping the pairs whose other entry is below `measured` (already compared); that
+   * side's smallest listed value is looked up only for a token it lacks.
+   */
+  private sideMax(v: Float64Array, w: Float64Array, m: Int32Array, k: number, kw: number, measured: number): void {
+    const top = k < LOGITS_TOP ? k : LOGITS_TOP;
+    let minOther = Number.NaN;
+    for (let j = 0; j < top; j++) {
+      const x = v[j]!;
+      if (x !== x) continue;
+      const l = m[j]!;
+      let d: number;
+      let lb = false;
+      if (l >= 0) {
+        if (l < measured) continue;
+        const y = w[l]!;
+        if (y !== y) continue;
+        d = x > y ? x - y : y - x;
+      } else {
+        // Not listed on the other side: there it is at most that side's smallest listed value.
+        if (minOther !== minOther) minOther = smallest(w, kw);
+        if (minOther === Infinity) continue;
+        d = x > minOther ? x - minOther : 0;
+        lb = true;
+      }
+      if (d > this.here) {
+        this.here = d;
+        this.bound = lb;
+      }
     }
   }
 }
 
-function smallest(v: Float64Array, k: number): number {
+/** The smallest known value among the first `k` entries (Infinity when none). */
+export function smallest(v: Float64Array, k: number): number {
   let m = Infinity;
   for (let j = 0; j < k; j++) {
     const x = v[j]!;

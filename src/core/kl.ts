@@ -3,7 +3,8 @@ import { scratch } from './match.js';
 /** Smallest probability mass given to a tail bucket, so that logs stay finite. */
 const EPS = 1e-12;
 
-let pb = new Float64Array(32);
+/** The scratch object itself (its fields change, the object never does): one module lookup, not one per call. */
+const S = scratch;
 
 /**
  * KL(baseline ‖ candidate) in nats for the position last matched by `matchPosition`, estimated
@@ -13,14 +14,14 @@ let pb = new Float64Array(32);
  *
  * It is an estimate for dashboards (the `logprobe_token_kl_nats` histogram): top-k lists truncate
  * both distributions, so it is not used by the verdict. Returns `null` when a side reports no
- * usable value, and never a negative number.
+ * usable value, and never a negative number. The probabilities are the exponentials
+ * `matchPosition` already took (`scratch.ec`/`eb`): no `Math.exp` here.
  *
  * Long on purpose: the hot path of every compared position: one pass over the shared scratch arrays, held in locals; split, the parts would pass them all or allocate (the zero-allocation matching).
  */
 // eslint-disable-next-line max-lines-per-function -- the hot path of every compared position
 export function klAtMatchedPosition(): number | null {
-  const { vc, vb, mc, mb, dc, db, nc, nb, repeats } = scratch;
-  if (pb.length < nb) pb = new Float64Array(Math.max(nb, pb.length * 2));
+  const { vc, vb, ec, eb, mc, mb, dc, db, nc, nb, repeats } = S;
   let massB = 0;
   let massC = 0;
   let minB = Infinity;
@@ -32,8 +33,7 @@ export function klAtMatchedPosition(): number | null {
   for (let l = 0; l < nb; l++) {
     const v = vb[l]!;
     if (v !== v || (repeats && db[l] === 1)) continue;
-    const p = Math.exp(v);
-    pb[l] = p;
+    const p = eb[l]!;
     massB += p;
     if (v < minB) {
       minB = v;
@@ -45,7 +45,7 @@ export function klAtMatchedPosition(): number | null {
   for (let j = 0; j < nc; j++) {
     const v = vc[j]!;
     if (v !== v || (repeats && dc[j] === 1)) continue;
-    const p = Math.exp(v);
+    const p = ec[j]!;
     massC += p;
     if (v < minC) {
       minC = v;
@@ -68,7 +68,7 @@ export function klAtMatchedPosition(): number | null {
     if (v !== v || (repeats && db[l] === 1)) continue;
     const j = mb[l]!;
     const w = j >= 0 ? vc[j]! : Number.NaN;
-    kl += pb[l]! * (v - (w === w ? w : logQC));
+    kl += eb[l]! * (v - (w === w ? w : logQC));
   }
   if (missingInB > 0) {
     const logQB = Math.log(qB);

@@ -15,6 +15,10 @@ export interface MatchScratch {
   vc: Float64Array;
   /** Entry values of the baseline's virtual list. */
   vb: Float64Array;
+  /** `Math.exp` of each candidate entry value (NaN where the value is unknown): computed once per position, read by the KL estimate and the definition checks' top-list sums. */
+  ec: Float64Array;
+  /** `Math.exp` of each baseline entry value. */
+  eb: Float64Array;
   /** For each candidate entry: index of the same token in the baseline's list, or −1. */
   mc: Int32Array;
   /** For each baseline entry: index of the same token in the candidate's list, or −1. */
@@ -39,6 +43,8 @@ export interface MatchScratch {
 export const scratch: MatchScratch = {
   vc: new Float64Array(32),
   vb: new Float64Array(32),
+  ec: new Float64Array(32),
+  eb: new Float64Array(32),
   mc: new Int32Array(32),
   mb: new Int32Array(32),
   dc: new Uint8Array(32),
@@ -55,6 +61,8 @@ function grow(n: number): void {
   const size = Math.max(n, scratch.vc.length * 2);
   scratch.vc = new Float64Array(size);
   scratch.vb = new Float64Array(size);
+  scratch.ec = new Float64Array(size);
+  scratch.eb = new Float64Array(size);
   scratch.mc = new Int32Array(size);
   scratch.mb = new Int32Array(size);
   scratch.dc = new Uint8Array(size);
@@ -69,22 +77,75 @@ function sameKey(a: TokenStep, i: number, b: TokenStep, j: number, byId: boolean
   return (i < ka ? a.top[i]![0] : a.token) === (j < kb ? b.top[j]![0] : b.token);
 }
 
+/** Sums over one side's top list (its own values, before the chosen logprob replaces one), for the definition checks. */
+export interface TopSums {
+  /** Σ exp(value) over the entries that are not −∞, in list order. */
+  sum: number;
+  /** Entries that are not −∞ (the others are sentinels). */
+  finite: number;
+  /** The exponentials of the entries (`scratch.ec` or `eb`), valid except at `replaced`. */
+  e: Float64Array;
+  /** The index whose exponential is the chosen logprob's rather than the entry's own value, or −1. */
+  replaced: number;
+}
+
+/** The top-list sums of the candidate and of the baseline at the position last matched. */
+export const topSums: { c: TopSums; b: TopSums } = {
+  c: { sum: 0, finite: 0, e: scratch.ec, replaced: -1 },
+  b: { sum: 0, finite: 0, e: scratch.eb, replaced: -1 },
+};
+
+/** Each side's entry keys (token ids or texts) at the position last matched, chosen last when appended. */
+const keysC: Array<string | number | undefined> = [];
+const keysB: Array<string | number | undefined> = [];
+
 /**
- * Loads one side's values into `v`; returns the index of the chosen token (its top copy, or k
- * when it is appended). A chosen entry with a known logprob takes that logprob.
+ * Loads one side's values into `v`, their exponentials into `e` and their keys into `keys`, and
+ * the top list's sums into `out`; returns the index of the chosen token (its top copy, or k when
+ * it is appended). A chosen entry with a known logprob takes that logprob.
  */
-function load(s: TokenStep, v: Float64Array, byId: boolean): number {
+function load(s: TokenStep, v: Float64Array, e: Float64Array, keys: Array<string | number | undefined>, out: TopSums, byId: boolean): number {
   const top = s.top;
   const k = top.length;
+  const ids = s.topIds;
+  const own = byId ? s.id : s.token;
   let chosen = k;
+  let sum = 0;
+  let finite = 0;
   for (let j = 0; j < k; j++) {
-    const x = top[j]![1];
-    v[j] = x === -Infinity ? Number.NaN : x;
-    if (chosen === k && (byId ? s.topIds![j] === s.id : top[j]![0] === s.token)) chosen = j;
+    const t = top[j]!;
+    const x = t[1];
+    if (x === -Infinity) {
+      v[j] = Number.NaN;
+      e[j] = Number.NaN;
+    } else {
+      const p = Math.exp(x);
+      v[j] = x;
+      e[j] = p;
+      sum += p;
+      finite++;
+    }
+    const key = byId ? ids![j] : t[0];
+    keys[j] = key;
+    if (chosen === k && key === own) chosen = j;
   }
+  out.sum = sum;
+  out.finite = finite;
+  out.e = e;
+  out.replaced = -1;
+  if (chosen === k) keys[k] = own;
   const lp = s.logprob;
-  if (lp !== null) v[chosen] = lp;
-  else if (chosen === k) v[k] = Number.NaN;
+  if (lp !== null) {
+    // (The top copy's value usually is the logprob itself: no second exp then.)
+    if (chosen === k || v[chosen] !== lp) {
+      e[chosen] = Math.exp(lp);
+      if (chosen < k) out.replaced = chosen;
+    }
+    v[chosen] = lp;
+  } else if (chosen === k) {
+    v[k] = Number.NaN;
+    e[k] = Number.NaN;
+  }
   return chosen;
 }
 
@@ -102,15 +163,15 @@ export function matchPosition(c: TokenStep, b: TokenStep, byId: boolean): void {
   const kb = b.top.length;
   grow((kc > kb ? kc : kb) + 1);
   const { vc, vb, mc, mb } = scratch;
-  const ic = load(c, vc, byId);
-  const ib = load(b, vb, byId);
+  const ic = load(c, vc, scratch.ec, keysC, topSums.c, byId);
+  const ib = load(b, vb, scratch.eb, keysB, topSums.b, byId);
   const nc = ic === kc ? kc + 1 : kc;
   const nb = ib === kb ? kb + 1 : kb;
   scratch.ic = ic;
   scratch.ib = ib;
   scratch.nc = nc;
   scratch.nb = nb;
-  mb.fill(-1, 0, nb);
+  for (let l = 0; l < nb; l++) mb[l] = -1;
   if (hasRepeats(c) || hasRepeats(b)) {
     matchWithRepeats(c, b, byId);
     return;
@@ -119,11 +180,12 @@ export function matchPosition(c: TokenStep, b: TokenStep, byId: boolean): void {
   // Every token appears once per side. Sorted lists of two close distributions mostly keep the
   // same order, so the same index is tried first.
   for (let j = 0; j < nc; j++) {
+    const key = keysC[j];
     let hit = -1;
-    if (j < nb && sameKey(c, j, b, j, byId)) hit = j;
+    if (j < nb && keysB[j] === key) hit = j;
     else {
       for (let l = 0; l < nb; l++) {
-        if (l !== j && sameKey(c, j, b, l, byId)) {
+        if (l !== j && keysB[l] === key) {
           hit = l;
           break;
         }
