@@ -7,10 +7,19 @@
   const DATA = location.pathname.replace(/\/+$/, '') + '/data';
   const SVG = 'http://www.w3.org/2000/svg';
   const VERDICTS = ['global_shift', 'early_shift', 'local_shift', 'tokenizer_mismatch', 'noise', 'identical', 'incomparable'];
-  const state = { since: 0, sinceT: 0, pairs: [], series: [], byN: {}, settings: null, shown: {} };
-  const statusEl = document.getElementById('status');
-  const list = document.getElementById('pair-list');
-  const tip = document.getElementById('tip');
+  // What /ui/data sends (src/live/feed.ts's LiveData), read loosely.
+  const state = {
+    since: 0,
+    sinceT: 0,
+    pairs: [] as any[],
+    series: [] as any[],
+    byN: {} as Record<string, any>,
+    settings: null as any,
+    shown: {} as Record<string, HTMLElement>,
+  };
+  const statusEl = byId('status');
+  const list = byId('pair-list');
+  const tip = byId('tip');
 
   function clock(ms) {
     return new Date(ms).toLocaleTimeString([], { hour12: false });
@@ -33,12 +42,12 @@
       'CUSUM k ' + s.cusumK + ', h ' + s.cusumH,
     ];
     if (floor !== null) parts.push('noise floor ' + nats(floor));
-    document.getElementById('settings').textContent = parts.join(' \u00b7 ');
+    byId('settings').textContent = parts.join(' \u00b7 ');
   }
 
   // Each backend the mirror sends to: reachable or not, its engine, the last failed copy and its cause.
   function renderBackends(backends, now) {
-    const body = document.getElementById('backend-body');
+    const body = byId('backend-body');
     clear(body);
     (backends || []).forEach(function (b) {
       const tr = el('tr');
@@ -60,7 +69,7 @@
   }
 
   function renderAlerts(alerts, now) {
-    const body = document.getElementById('alert-body');
+    const body = byId('alert-body');
     clear(body);
     alerts.forEach(function (a) {
       const tr = el('tr');
@@ -96,8 +105,8 @@
   }
 
   function renderMix(d) {
-    const bar = document.getElementById('mix-bar');
-    const body = document.getElementById('mix-body');
+    const bar = byId('mix-bar');
+    const body = byId('mix-body');
     clear(bar);
     clear(body);
     const total = VERDICTS.reduce(function (n, v) {
@@ -156,14 +165,14 @@
           : null;
       })
       .filter(Boolean);
-    document.getElementById('pairs-total').textContent = String(
+    byId('pairs-total').textContent = String(
       Object.keys(d.outcomes).reduce(function (n, k) {
         return n + d.outcomes[k];
       }, 0),
     );
-    document.getElementById('mix-notes').textContent = [total + ' compared']
+    byId('mix-notes').textContent = [total + ' compared']
       .concat(out.length ? ['not compared: ' + out.join(', ')] : [])
-      .concat(self)
+      .concat(self as string[])
       .join(' \u00b7 ');
   }
 
@@ -175,7 +184,7 @@
   }
   // A line chart of one figure over the last settings.seconds, with its firing limit dashed.
   function chart(id, title, key, limit, limitLabel, fixedMax, now) {
-    const box = document.getElementById(id);
+    const box = byId(id);
     clear(box);
     const W = 500,
       H = 150,
@@ -280,7 +289,7 @@
       state.shown[p.seq] = card;
       list.insertBefore(card, list.firstChild);
     });
-    const empty = document.getElementById('no-pairs');
+    const empty = byId('no-pairs');
     empty.style.display = state.pairs.length ? 'none' : 'block';
   }
 
@@ -312,13 +321,13 @@
     state.since = d.seq;
     if (d.series.length) state.sinceT = d.series[d.series.length - 1].t;
     renderSettings(d.settings, d.noiseFloor);
-    document.getElementById('pairs-bound').textContent = String(d.settings.pairs);
+    byId('pairs-bound').textContent = String(d.settings.pairs);
     renderBackends(d.backends, d.now);
     renderAlerts(d.alerts, d.now);
     renderMix(d);
     chart('share-chart', 'pooled share of shifted positions (window of ' + d.settings.window + ')', 'share', d.settings.fireFraction, 'fires at ' + d.settings.fireFraction, 1, d.now);
     chart('cusum-chart', 'CUSUM of maxShift / noise floor', 'cusum', d.settings.cusumH, 'h = ' + d.settings.cusumH, null, d.now);
-    document.getElementById('window-now').textContent = 'now: pooled share ' + d.window.share.toFixed(2) + ' over ' + d.window.requests + ' requests, CUSUM ' + d.window.cusum.toFixed(1);
+    byId('window-now').textContent = 'now: pooled share ' + d.window.share.toFixed(2) + ' over ' + d.window.requests + ' requests, CUSUM ' + d.window.cusum.toFixed(1);
     renderPairs();
     statusEl.className = '';
     statusEl.textContent = 'updated ' + clock(d.now) + ' \u00b7 every ' + POLL_MS / 1000 + ' s';

@@ -4,7 +4,7 @@
  * Every datum reaches the page through textContent, never innerHTML.
  */
 (function () {
-  const data = JSON.parse(document.getElementById('report-data').textContent);
+  const data = JSON.parse(byId('report-data').textContent);
   const strips = data.worst
     .map(function (s) {
       s.kind = 'worst';
@@ -19,12 +19,12 @@
   const PER_PAGE = data.perPage;
   let page = 0;
   let filter = 'all';
-  const list = document.getElementById('strip-list');
-  const info = document.getElementById('page-info');
-  const prev = document.getElementById('prev') as HTMLButtonElement;
-  const next = document.getElementById('next') as HTMLButtonElement;
-  const select = document.getElementById('verdict-filter') as HTMLSelectElement;
-  const tip = document.getElementById('tip');
+  const list = byId('strip-list');
+  const info = byId('page-info');
+  const prev = byId('prev') as HTMLButtonElement;
+  const next = byId('next') as HTMLButtonElement;
+  const select = byId('verdict-filter') as HTMLSelectElement;
+  const tip = byId('tip');
 
   function filtered() {
     if (filter === 'all') return strips;

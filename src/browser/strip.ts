@@ -6,6 +6,12 @@
  * `colour`, `renderStrip(s, note)` and `attachTips(container, tip, lookup)`. Every datum reaches
  * the page through textContent, never innerHTML.
  */
+// The page's element of that id (the page's markup has every one the scripts name).
+function byId(id: string): HTMLElement {
+  const e = document.getElementById(id);
+  if (!e) throw new Error(`no #${id} on the page`);
+  return e;
+}
 function el(tag: string, cls?: string | null, text?: unknown): HTMLElement {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -96,7 +102,7 @@ function renderStrip(s, note) {
   const rest = s.after - (s.scored ? s.scored.length : 0);
   if (rest > 0) toks.appendChild(el('span', 'muted', ' +' + rest + ' tokens after the divergence (not compared)'));
   if (s.locus || s.prompt) {
-    const where = [];
+    const where: string[] = [];
     if (s.prompt) where.push('prompt: ' + s.prompt.shifted + ' of ' + s.prompt.comparable + ' positions shifted (prompt max shift ' + nats(s.prompt.maxShift) + ')');
     if (s.locus) where.push('locus: ' + s.locus.replace('_', ' '));
     box.appendChild(el('p', 'muted', where.join(' \u00b7 ')));
