@@ -21,18 +21,18 @@
   const list = byId('pair-list');
   const tip = byId('tip');
 
-  function clock(ms) {
+  function clock(ms: number) {
     return new Date(ms).toLocaleTimeString([], { hour12: false });
   }
-  function ago(ms, now) {
+  function ago(ms: number, now: number) {
     const s = Math.max(0, Math.round((now - ms) / 1000));
     return s < 90 ? s + ' s ago' : Math.round(s / 60) + ' min ago';
   }
-  function clear(e) {
+  function clear(e: Element) {
     while (e.firstChild) e.removeChild(e.firstChild);
   }
 
-  function renderSettings(s, floor) {
+  function renderSettings(s: any, floor: any) {
     const parts = [
       'mode ' + s.mode,
       'candidate ' + s.candidate,
@@ -46,10 +46,10 @@
   }
 
   // Each backend the mirror sends to: reachable or not, its engine, the last failed copy and its cause.
-  function renderBackends(backends, now) {
+  function renderBackends(backends: any, now: number) {
     const body = byId('backend-body');
     clear(body);
-    (backends || []).forEach(function (b) {
+    (backends || []).forEach(function (b: any) {
       const tr = el('tr');
       tr.setAttribute('data-backend', b.backend);
       tr.setAttribute('data-state', b.state);
@@ -68,10 +68,10 @@
     });
   }
 
-  function renderAlerts(alerts, now) {
+  function renderAlerts(alerts: any, now: number) {
     const body = byId('alert-body');
     clear(body);
-    alerts.forEach(function (a) {
+    alerts.forEach(function (a: any) {
       const tr = el('tr');
       tr.setAttribute('data-alert', a.alert + (a.backend ? '/' + a.backend : ''));
       tr.setAttribute('data-phase', a.phase);
@@ -104,7 +104,7 @@
     });
   }
 
-  function renderMix(d) {
+  function renderMix(d: any) {
     const bar = byId('mix-bar');
     const body = byId('mix-body');
     clear(bar);
@@ -183,7 +183,7 @@
     return e;
   }
   // A line chart of one figure over the last settings.seconds, with its firing limit dashed.
-  function chart(id, title, key, limit, limitLabel, fixedMax, now) {
+  function chart(id: string, title: string, key: string, limit: number, limitLabel: string, fixedMax: number | null, now: number) {
     const box = byId(id);
     clear(box);
     const W = 500,
@@ -206,10 +206,10 @@
             }, 0) * 1.1,
             1,
           );
-    const x = function (t) {
+    const x = function (t: number) {
       return L + (W - L - R) * (1 - (now - t) / span);
     };
-    const y = function (v) {
+    const y = function (v: number) {
       return T + (H - T - B) * (1 - Math.min(v, max) / max);
     };
     box.appendChild(svg('text', { x: L, y: 14, class: 'title' }, title));
@@ -238,7 +238,7 @@
     box.setAttribute('data-last', last ? String(last[key]) : '');
   }
 
-  function pairCard(p) {
+  function pairCard(p: any) {
     const wrap = el('div', 'live-pair');
     wrap.setAttribute('data-seq', String(p.seq));
     let card;
@@ -261,7 +261,7 @@
           'p',
           'repeats muted',
           p.repeats
-            .map(function (r) {
+            .map(function (r: any) {
               return r.backend + ' repeat: ' + (r.verdict || 'failed') + (r.verdict && r.probe !== 'cold_warm' ? ' (' + r.probe + ')' : '');
             })
             .join(' \u00b7 '),
@@ -273,7 +273,7 @@
 
   function renderPairs() {
     // Newest first; cards already on the page stay (the pointer's tooltip survives a refresh).
-    const keep = {};
+    const keep: Record<string, boolean> = {};
     state.pairs.forEach(function (p) {
       keep[p.seq] = true;
     });
@@ -293,7 +293,7 @@
     empty.style.display = state.pairs.length ? 'none' : 'block';
   }
 
-  function apply(msg) {
+  function apply(msg: any) {
     if (!msg || msg.worker !== 'up') {
       statusEl.className = 'stale';
       statusEl.textContent =
@@ -303,7 +303,7 @@
     }
     const d = msg.data;
     state.settings = d.settings;
-    d.pairs.forEach(function (p) {
+    d.pairs.forEach(function (p: any) {
       state.pairs.push(p);
       if (p.strip) state.byN[p.seq] = p.strip;
     });
@@ -351,12 +351,13 @@
         },
       );
   }
-  attachTips(list, tip, function (n) {
+  attachTips(list, tip, function (n: number) {
     return state.byN[n];
   });
   // An explanation shows two lines; a click shows it whole.
   list.addEventListener('click', function (ev) {
-    const p = (ev.target as Element).closest('.explanation');
+    const target = ev.target as Element;
+    const p = target.closest && target.closest('.explanation');
     if (p) p.classList.toggle('open');
   });
   poll();

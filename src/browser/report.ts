@@ -6,12 +6,12 @@
 (function () {
   const data = JSON.parse(byId('report-data').textContent);
   const strips = data.worst
-    .map(function (s) {
+    .map(function (s: any) {
       s.kind = 'worst';
       return s;
     })
     .concat(
-      data.sampled.map(function (s) {
+      data.sampled.map(function (s: any) {
         s.kind = 'sample';
         return s;
       }),
@@ -28,7 +28,7 @@
 
   function filtered() {
     if (filter === 'all') return strips;
-    return strips.filter(function (s) {
+    return strips.filter(function (s: any) {
       return s.verdict === filter;
     });
   }
@@ -38,7 +38,7 @@
     const pages = Math.max(1, Math.ceil(items.length / PER_PAGE));
     if (page >= pages) page = pages - 1;
     while (list.firstChild) list.removeChild(list.firstChild);
-    items.slice(page * PER_PAGE, (page + 1) * PER_PAGE).forEach(function (s) {
+    items.slice(page * PER_PAGE, (page + 1) * PER_PAGE).forEach(function (s: any) {
       list.appendChild(renderStrip(s, s.kind === 'worst' ? 'among the worst' : null));
     });
     if (items.length === 0) list.appendChild(el('p', 'muted', 'No strip for this verdict in the selection.'));
@@ -47,8 +47,8 @@
     next.disabled = page >= pages - 1;
   }
 
-  attachTips(list, tip, function (n) {
-    return strips.filter(function (x) {
+  attachTips(list, tip, function (n: number) {
+    return strips.filter(function (x: any) {
       return x.n === n;
     })[0];
   });

@@ -18,15 +18,15 @@ function el(tag: string, cls?: string | null, text?: unknown): HTMLElement {
   if (text !== undefined && text !== null) e.textContent = String(text);
   return e;
 }
-function lp(x) {
+function lp(x: number | null) {
   return x === null ? '-inf' : x.toFixed(4);
 }
-function show(t) {
+function show(t: string) {
   return t.replace(/\n/g, '\u21b5').replace(/\t/g, '\u21e5').replace(/\r/g, '\u240d') || '\u2205';
 }
 // Shift relative to the pair's noise floor: pale green below it (opaque, so dark text reads in
 // either colour scheme), yellow to red from 1x to 10x above.
-function colour(s, floor) {
+function colour(s: number | null, floor: number) {
   if (s === null) return 'var(--unknown)';
   if (s <= floor) {
     const a = s <= 0 ? 0 : Math.max(0, Math.min(1, 1 + Math.log10(s / floor) / 4));
@@ -39,7 +39,7 @@ function colour(s, floor) {
 
 // One pair's card: its figures, the flip, the explanation and the tokens. note: a word for the
 // head (the report's "among the worst"), or null.
-function renderStrip(s, note) {
+function renderStrip(s: any, note: string | null) {
   const box = el('article', 'strip');
   box.setAttribute('data-pair', String(s.n));
   const head = el('div', 'strip-head');
@@ -78,7 +78,7 @@ function renderStrip(s, note) {
     box.appendChild(why);
   }
   const toks = el('div', 'tokens');
-  s.tokens.forEach(function (t, i) {
+  s.tokens.forEach(function (t: any, i: number) {
     const span = el('span', 'tok' + (t.c !== undefined ? ' flip' : ''));
     span.style.background = colour(t.s, s.noiseFloor);
     span.setAttribute('data-i', String(i));
@@ -93,7 +93,7 @@ function renderStrip(s, note) {
     toks.appendChild(span);
   });
   if (s.cut > 0) toks.appendChild(el('span', 'muted', ' \u2026 ' + s.cut + ' more compared positions not shown'));
-  (s.scored || []).forEach(function (t) {
+  (s.scored || []).forEach(function (t: any) {
     const span = el('span', 'tok scored', show(t.t));
     span.style.background = colour(t.s, s.noiseFloor);
     span.title = 'teacher-forced: the baseline\u2019s token scored on both backends; shift ' + nats(t.s);
@@ -111,11 +111,11 @@ function renderStrip(s, note) {
   return box;
 }
 
-function topTable(title, rows, mark) {
+function topTable(title: string, rows: any[], mark: unknown) {
   const t = el('table');
   const cap = el('caption', null, title);
   t.appendChild(cap);
-  rows.forEach(function (r) {
+  rows.forEach(function (r: any) {
     const tr = el('tr', r[0] === mark ? 'chosen' : null);
     tr.appendChild(el('td', 'tt', JSON.stringify(r[0])));
     tr.appendChild(el('td', 'num', lp(r[1])));
@@ -127,8 +127,8 @@ function topTable(title, rows, mark) {
 
 // Both sides' top-k when the pointer is on a token of a strip in container; lookup(n) gives the
 // strip whose card says data-pair="n".
-function attachTips(container, tip, lookup) {
-  function showTip(span, ev) {
+function attachTips(container: HTMLElement, tip: HTMLElement, lookup: (n: number) => any) {
+  function showTip(span: Element, ev: MouseEvent) {
     const box = span.closest('.strip');
     const s = box && lookup(Number(box.getAttribute('data-pair')));
     const t = s && s.tokens[Number(span.getAttribute('data-i'))];
@@ -148,11 +148,13 @@ function attachTips(container, tip, lookup) {
     tip.style.left = Math.max(4, x) + 'px';
     tip.style.top = y + 'px';
   }
-  container.addEventListener('mouseover', function (ev) {
-    const span = ev.target.closest && ev.target.closest('.tok');
+  container.addEventListener('mouseover', function (ev: MouseEvent) {
+    const target = ev.target as Element;
+    const span = target.closest && target.closest('.tok');
     if (span) showTip(span, ev);
   });
-  container.addEventListener('mouseout', function (ev) {
-    if (ev.target.closest && ev.target.closest('.tok')) tip.style.display = 'none';
+  container.addEventListener('mouseout', function (ev: MouseEvent) {
+    const target = ev.target as Element;
+    if (target.closest && target.closest('.tok')) tip.style.display = 'none';
   });
 }
