@@ -42,6 +42,12 @@ export default tseslint.config(
     rules: { 'max-lines-per-function': ['error', { max: 60, skipBlankLines: true, skipComments: true, IIFEs: true }] },
   },
   {
+    // The pages' scripts wrap their whole body in one IIFE (a classic script's own scope): the
+    // wrapper is not a function to split; the functions inside it are held to 60 lines.
+    files: ['src/browser/**/*.ts'],
+    rules: { 'max-lines-per-function': ['error', { max: 60, skipBlankLines: true, skipComments: true, IIFEs: false }] },
+  },
+  {
     // compare() (106 lines) is being optimised for speed on another branch: split after that lands.
     files: ['src/core/compare.ts'],
     rules: { 'max-lines-per-function': 'off' },
@@ -50,5 +56,12 @@ export default tseslint.config(
     // Tests read engines' JSON loosely, as a client would; the product never does.
     files: ['test/**/*.ts', 'packages/engine/test/**/*.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off' },
+  },
+  {
+    // The pages' scripts (src/browser, type-checked by its own tsconfig with the DOM lib): scripts,
+    // not modules — strip.ts's functions are called by report.ts and live.ts in one page scope.
+    files: ['src/browser/**/*.ts'],
+    languageOptions: { sourceType: 'script' },
+    rules: { '@typescript-eslint/no-unused-vars': ['error', { vars: 'local', args: 'none' }], '@typescript-eslint/no-explicit-any': 'off' },
   },
 );

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 
 export const LAYERS: readonly (readonly string[])[] = [
   // The pure core and the leaves: they import nothing of src/ outside themselves.
-  ['errors.ts', 'core/', 'metrics/labels.ts', 'capture/redact.ts', 'upstream/'],
+  ['errors.ts', 'core/', 'metrics/labels.ts', 'capture/redact.ts', 'upstream/', 'browser/'],
   // Parts every runtime piece uses: the config, the metrics, the logger.
   ['config/', 'metrics/', 'log/'],
   // The client path, and the mirror's transport (a copy sent, its failure named, its caps learned, backend health).

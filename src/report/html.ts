@@ -1,6 +1,6 @@
 import { formatNats } from '../core/index.js';
 import { coarsen, type HistogramData } from './histogram.js';
-import { CLIENT_SCRIPT } from './html-client.js';
+import { pageScript } from './scripts.js';
 import { HTML_STYLE } from './html-style.js';
 import { esc, svgHistogram, svgShareChart, svgStackedBar, type Bar } from './html-svg.js';
 import { gapBucketLabel } from './threshold.js';
@@ -222,7 +222,7 @@ ${keySection(d, ctx)}${worstSection(d, ctx.top ?? 10)}
 <div id="strip-list"></div></section>${skipped}</main>
 <div id="tip" role="tooltip"></div>
 <script type="application/json" id="report-data">${blob}</script>
-<script>${CLIENT_SCRIPT}</script>
+<script>${pageScript('report')}</script>
 </body></html>
 `;
 }

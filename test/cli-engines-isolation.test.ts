@@ -35,6 +35,10 @@ test('npm pack: the product package carries dist, bin and config, and none of th
   const [info] = JSON.parse(out) as Array<{ files: Array<{ path: string }> }>;
   const files = info!.files.map((f) => f.path);
   assert.ok(files.includes('dist/cli/main.js') && files.includes('bin/logprobe.js') && files.includes('config/logprobe.example.yaml'));
+  assert.ok(
+    ['strip', 'report', 'live'].every((s) => files.includes(`dist/browser/${s}.js`)),
+    'the pages inline their scripts from dist/browser',
+  );
   // The engine package's modules: its directories and files, wherever they would land.
   const engines = files.filter((f) => /packages\/|\/(sim|llama|demo\/engines?)\/|openai-server|gguf|generate-model|engine-process/.test(f));
   assert.deepEqual(engines, [], 'no engine module in the product package');

@@ -1,0 +1,378 @@
+/**
+ * The live page's script (src/live/page.ts): polls GET /ui/data every POLL_MS ms and draws the
+ * alerts, the verdict mix, the window's pooled share and CUSUM (inline SVG) and the last pairs as
+ * the report's token strips (strip.ts).
+ */
+(function () {
+  const DATA = location.pathname.replace(/\/+$/, '') + '/data';
+  const SVG = 'http://www.w3.org/2000/svg';
+  const VERDICTS = ['global_shift', 'early_shift', 'local_shift', 'tokenizer_mismatch', 'noise', 'identical', 'incomparable'];
+  // What /ui/data sends (src/live/feed.ts's LiveData), read loosely.
+  const state = {
+    since: 0,
+    sinceT: 0,
+    pairs: [] as any[],
+    series: [] as any[],
+    byN: {} as Record<string, any>,
+    settings: null as any,
+    shown: {} as Record<string, HTMLElement>,
+  };
+  const statusEl = byId('status');
+  const list = byId('pair-list');
+  const tip = byId('tip');
+
+  function clock(ms: number) {
+    return new Date(ms).toLocaleTimeString([], { hour12: false });
+  }
+  function ago(ms: number, now: number) {
+    const s = Math.max(0, Math.round((now - ms) / 1000));
+    return s < 90 ? s + ' s ago' : Math.round(s / 60) + ' min ago';
+  }
+  function clear(e: Element) {
+    while (e.firstChild) e.removeChild(e.firstChild);
+  }
+
+  function renderSettings(s: any, floor: any) {
+    const parts = [
+      'mode ' + s.mode,
+      'candidate ' + s.candidate,
+      s.baseline ? 'baseline ' + s.baseline : 'baseline-free (repeats)',
+      'sample rate ' + s.sampleRate,
+      'window ' + s.window + ' (min ' + s.minRequests + '), fire at ' + s.fireFraction + ' held ' + s.forSeconds + ' s',
+      'CUSUM k ' + s.cusumK + ', h ' + s.cusumH,
+    ];
+    if (floor !== null) parts.push('noise floor ' + nats(floor));
+    byId('settings').textContent = parts.join(' \u00b7 ');
+  }
+
+  // Each backend the mirror sends to: reachable or not, its engine, the last failed copy and its cause.
+  function renderBackends(backends: any, now: number) {
+    const body = byId('backend-body');
+    clear(body);
+    (backends || []).forEach(function (b: any) {
+      const tr = el('tr');
+      tr.setAttribute('data-backend', b.backend);
+      tr.setAttribute('data-state', b.state);
+      const name = el('td');
+      name.appendChild(el('strong', null, b.backend));
+      name.appendChild(el('span', 'muted', ' ' + b.host));
+      tr.appendChild(name);
+      const st = el('td');
+      st.appendChild(el('span', 'badge ' + (b.state === 'unreachable' ? 'a-firing' : 'a-inactive'), b.state));
+      tr.appendChild(st);
+      tr.appendChild(el('td', 'muted', b.engine ? b.engine + (b.version ? ' ' + b.version : '') : ''));
+      tr.appendChild(
+        el('td', 'evidence', b.lastError ? b.lastError.outcome + ': ' + b.lastError.reason + ' (' + ago(b.lastError.at, now) + '; ' + b.failures + ' failed copies since the start)' : 'no failure'),
+      );
+      body.appendChild(tr);
+    });
+  }
+
+  function renderAlerts(alerts: any, now: number) {
+    const body = byId('alert-body');
+    clear(body);
+    alerts.forEach(function (a: any) {
+      const tr = el('tr');
+      tr.setAttribute('data-alert', a.alert + (a.backend ? '/' + a.backend : ''));
+      tr.setAttribute('data-phase', a.phase);
+      const name = el('td');
+      name.appendChild(el('strong', null, a.alert));
+      if (a.backend) name.appendChild(el('span', 'muted', ' ' + a.backend));
+      tr.appendChild(name);
+      const st = el('td');
+      st.appendChild(el('span', 'badge a-' + a.phase, a.phase));
+      tr.appendChild(st);
+      tr.appendChild(el('td', 'muted', a.since === null ? '' : 'since ' + clock(a.since) + ' (' + ago(a.since, now) + ')'));
+      let ev = '';
+      if (a.last) {
+        const e = a.last.evidence;
+        ev =
+          a.last.to +
+          ' at ' +
+          clock(a.last.at) +
+          ': pooled share ' +
+          e.pooledShare.toFixed(2) +
+          ' over the last ' +
+          e.requestsInWindow +
+          ' compared requests, CUSUM ' +
+          e.cusum.toFixed(1) +
+          (e.medianShift !== null ? ', median per-request max shift ' + nats(e.medianShift) + ' nats (free-running and teacher-forced positions)' : '') +
+          (e.exampleRequestId ? ', e.g. request ' + e.exampleRequestId : '');
+      }
+      tr.appendChild(el('td', 'evidence', ev));
+      body.appendChild(tr);
+    });
+  }
+
+  // Each backend's repeats by self verdict, and the probes the alert did not see.
+  function repeatNotes(d: any): string[] {
+    return ['candidate', 'baseline']
+      .map(function (b) {
+        const s = d.self[b];
+        const n = Object.keys(s).reduce(function (m, k) {
+          return m + s[k];
+        }, 0);
+        const pr = d.probes[b];
+        const off = ['not_cold', 'not_warm', 'unprobed']
+          .filter(function (k) {
+            return pr[k];
+          })
+          .map(function (k) {
+            return k + ' ' + pr[k];
+          });
+        return n
+          ? b +
+              ' repeats: ' +
+              Object.keys(s)
+                .filter(function (k) {
+                  return s[k];
+                })
+                .map(function (k) {
+                  return k + ' ' + s[k];
+                })
+                .join(', ') +
+              (off.length ? ' (not seen by the alert: ' + off.join(', ') + ')' : '')
+          : null;
+      })
+      .filter(Boolean) as string[];
+  }
+
+  function renderMix(d: any) {
+    const bar = byId('mix-bar');
+    const body = byId('mix-body');
+    clear(bar);
+    clear(body);
+    const total = VERDICTS.reduce(function (n, v) {
+      return n + (d.verdicts[v] || 0);
+    }, 0);
+    VERDICTS.forEach(function (v) {
+      const n = d.verdicts[v] || 0;
+      if (n > 0) {
+        const seg = el('span', 'v-' + v);
+        seg.style.width = (100 * n) / total + '%';
+        seg.title = v + ': ' + n;
+        bar.appendChild(seg);
+      }
+      const tr = el('tr');
+      tr.setAttribute('data-verdict', v);
+      const th = el('th');
+      th.appendChild(el('span', 'badge v-' + v, v));
+      tr.appendChild(th);
+      tr.appendChild(el('td', 'num count', n));
+      tr.appendChild(el('td', 'num muted', total ? ((100 * n) / total).toFixed(1) + '%' : ''));
+      body.appendChild(tr);
+    });
+    const out = Object.keys(d.outcomes)
+      .filter(function (k) {
+        return k !== 'ok';
+      })
+      .map(function (k) {
+        return k + ' ' + d.outcomes[k];
+      });
+    const self = repeatNotes(d);
+    byId('pairs-total').textContent = String(
+      Object.keys(d.outcomes).reduce(function (n, k) {
+        return n + d.outcomes[k];
+      }, 0),
+    );
+    byId('mix-notes').textContent = [total + ' compared']
+      .concat(out.length ? ['not compared: ' + out.join(', ')] : [])
+      .concat(self)
+      .join(' \u00b7 ');
+  }
+
+  function svg(tag: string, attrs: Record<string, string | number>, text?: string): Element {
+    const e = document.createElementNS(SVG, tag);
+    for (const k in attrs) e.setAttribute(k, String(attrs[k]));
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  // A line chart of one figure over the last settings.seconds, with its firing limit dashed.
+  function chart(id: string, title: string, key: string, limit: number, limitLabel: string, fixedMax: number | null, now: number) {
+    const box = byId(id);
+    clear(box);
+    const W = 500,
+      H = 150,
+      L = 40,
+      R = 10,
+      T = 22,
+      B = 22;
+    const span = state.settings.seconds * 1000;
+    const pts = state.series.filter(function (p) {
+      return p.t >= now - span;
+    });
+    const max =
+      fixedMax !== null
+        ? fixedMax
+        : Math.max(
+            limit * 1.25,
+            pts.reduce(function (m, p) {
+              return Math.max(m, p[key]);
+            }, 0) * 1.1,
+            1,
+          );
+    const x = function (t: number) {
+      return L + (W - L - R) * (1 - (now - t) / span);
+    };
+    const y = function (v: number) {
+      return T + (H - T - B) * (1 - Math.min(v, max) / max);
+    };
+    box.appendChild(svg('text', { x: L, y: 14, class: 'title' }, title));
+    [0, 0.5, 1].forEach(function (f) {
+      box.appendChild(svg('line', { x1: L, x2: W - R, y1: y(max * f), y2: y(max * f), class: 'grid' }));
+      box.appendChild(svg('text', { x: L - 4, y: y(max * f) + 4, 'text-anchor': 'end' }, String(Number((max * f).toPrecision(2)))));
+    });
+    [5, 4, 3, 2, 1, 0].forEach(function (m) {
+      const t = now - (m * span) / 5;
+      box.appendChild(svg('text', { x: x(t), y: H - 6, 'text-anchor': 'middle' }, m === 0 ? 'now' : '\u2212' + Math.round((m * span) / 5 / 1000) + ' s'));
+    });
+    box.appendChild(svg('line', { x1: L, x2: W - R, y1: y(limit), y2: y(limit), class: 'limit' }));
+    box.appendChild(svg('text', { x: L + 4, y: y(limit) - 4, class: 'limit-label' }, limitLabel));
+    if (pts.length > 0)
+      box.appendChild(
+        svg('polyline', {
+          class: 'line ' + key,
+          points: pts
+            .map(function (p) {
+              return x(p.t).toFixed(1) + ',' + y(p[key]).toFixed(1);
+            })
+            .join(' '),
+        }),
+      );
+    const last = pts[pts.length - 1];
+    box.setAttribute('data-last', last ? String(last[key]) : '');
+  }
+
+  function pairCard(p: any) {
+    const wrap = el('div', 'live-pair');
+    wrap.setAttribute('data-seq', String(p.seq));
+    let card;
+    if (p.strip) {
+      card = renderStrip(p.strip, p.verdict === null && p.repeats.length ? 'repeat of the ' + p.repeats[0].backend + ' (baseline-free)' : null);
+    } else {
+      card = el('article', 'strip');
+      card.setAttribute('data-pair', String(p.seq));
+      const head = el('div', 'strip-head');
+      head.appendChild(el('span', 'badge', p.outcome));
+      head.appendChild(el('span', 'pair-id', '#' + p.seq + ' ' + p.id));
+      head.appendChild(el('span', 'muted', p.ts.slice(11, 19) + 'Z ' + p.route));
+      head.appendChild(el('span', 'muted', p.unbuilt ? 'no strip: it came while no page was open' : p.outcome === 'ok' ? '' : 'not compared'));
+      card.appendChild(head);
+    }
+    if (p.prompt) card.insertBefore(el('p', 'live-prompt', p.prompt), card.children[1] || null);
+    if (p.repeats.length)
+      card.appendChild(
+        el(
+          'p',
+          'repeats muted',
+          p.repeats
+            .map(function (r: any) {
+              return r.backend + ' repeat: ' + (r.verdict || 'failed') + (r.verdict && r.probe !== 'cold_warm' ? ' (' + r.probe + ')' : '');
+            })
+            .join(' \u00b7 '),
+        ),
+      );
+    wrap.appendChild(card);
+    return wrap;
+  }
+
+  function renderPairs() {
+    // Newest first; cards already on the page stay (the pointer's tooltip survives a refresh).
+    const keep: Record<string, boolean> = {};
+    state.pairs.forEach(function (p) {
+      keep[p.seq] = true;
+    });
+    Object.keys(state.shown).forEach(function (seq) {
+      if (!keep[seq]) {
+        list.removeChild(state.shown[seq]);
+        delete state.shown[seq];
+      }
+    });
+    state.pairs.forEach(function (p) {
+      if (state.shown[p.seq]) return;
+      const card = pairCard(p);
+      state.shown[p.seq] = card;
+      list.insertBefore(card, list.firstChild);
+    });
+    const empty = byId('no-pairs');
+    empty.style.display = state.pairs.length ? 'none' : 'block';
+  }
+
+  function apply(msg: any) {
+    if (!msg || msg.worker !== 'up') {
+      statusEl.className = 'stale';
+      statusEl.textContent =
+        (msg && msg.worker === 'down' ? 'the mirror\u2019s worker is not running' : msg && msg.worker === 'off' ? 'no mirror in this process' : 'the mirror\u2019s worker did not answer in time') +
+        ': showing what was last received';
+      return;
+    }
+    const d = msg.data;
+    state.settings = d.settings;
+    d.pairs.forEach(function (p: any) {
+      state.pairs.push(p);
+      if (p.strip) state.byN[p.seq] = p.strip;
+    });
+    state.pairs = state.pairs
+      .filter(function (p) {
+        return p.seq >= d.oldest;
+      })
+      .slice(-d.settings.pairs);
+    Object.keys(state.byN).forEach(function (n) {
+      if (Number(n) < d.oldest) delete state.byN[n];
+    });
+    state.series = state.series.concat(d.series).filter(function (p) {
+      return p.t >= d.now - d.settings.seconds * 1000;
+    });
+    state.since = d.seq;
+    if (d.series.length) state.sinceT = d.series[d.series.length - 1].t;
+    renderSettings(d.settings, d.noiseFloor);
+    byId('pairs-bound').textContent = String(d.settings.pairs);
+    renderBackends(d.backends, d.now);
+    renderAlerts(d.alerts, d.now);
+    renderMix(d);
+    chart('share-chart', 'pooled share of shifted positions (window of ' + d.settings.window + ')', 'share', d.settings.fireFraction, 'fires at ' + d.settings.fireFraction, 1, d.now);
+    chart('cusum-chart', 'CUSUM of maxShift / noise floor', 'cusum', d.settings.cusumH, 'h = ' + d.settings.cusumH, null, d.now);
+    byId('window-now').textContent =
+      'now: pooled share ' +
+      d.window.share.toFixed(2) +
+      ' over ' +
+      d.window.requests +
+      ' requests, CUSUM ' +
+      d.window.cusum.toFixed(1) +
+      (d.window.pvalue === undefined
+        ? ''
+        : ', permutation test p = ' + (d.window.pvalue < 0.01 ? d.window.pvalue.toExponential(1) : d.window.pvalue.toFixed(2)) + ' over ' + d.window.pvaluePairs + ' pairs');
+    renderPairs();
+    statusEl.className = '';
+    statusEl.textContent = 'updated ' + clock(d.now) + ' \u00b7 every ' + POLL_MS / 1000 + ' s';
+  }
+
+  function poll() {
+    fetch(DATA + '?since=' + state.since + '&t=' + state.sinceT, { cache: 'no-store' })
+      .then(function (r) {
+        return r.json();
+      })
+      .then(apply, function () {
+        apply(null);
+      })
+      .then(
+        function () {
+          setTimeout(poll, POLL_MS);
+        },
+        function (err) {
+          statusEl.textContent = 'page error: ' + err;
+          setTimeout(poll, POLL_MS);
+        },
+      );
+  }
+  attachTips(list, tip, function (n: number) {
+    return state.byN[n];
+  });
+  // An explanation shows two lines; a click shows it whole.
+  list.addEventListener('click', function (ev) {
+    const target = ev.target as Element;
+    const p = target.closest && target.closest('.explanation');
+    if (p) p.classList.toggle('open');
+  });
+  poll();
+})();
