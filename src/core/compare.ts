@@ -26,7 +26,13 @@ import { DEFAULT_THRESHOLDS, type Comparison, type Flip, type ParsedResponse, ty
  *   the gap is a lower bound. `crossPathDiff` = lp_c(A) − lp_b(A) when the candidate reports A.
  * - The verdict follows {@link chooseVerdict}; each row also carries a KL estimate (not used by
  *   the verdict).
+ *
+ * Long on purpose: one pass over the positions matches each once and feeds the shift, the KL,
+ * the health and the definition figures from that match's locals (#27: the core at 2–4× its
+ * speed with the checks in separate passes); split, the parts would re-match or pass a dozen
+ * locals. test/core-fused.unit.test.ts holds the fused figures equal to the separate ones.
  */
+// eslint-disable-next-line max-lines-per-function -- the one pass over the positions (see above)
 export function compare(candidate: unknown, baseline: unknown, thresholds: Thresholds = DEFAULT_THRESHOLDS): Comparison {
   const t = thresholds;
   const c = asParsed(candidate);
