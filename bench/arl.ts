@@ -281,7 +281,8 @@ export async function runArl(o: ArlOptions): Promise<string> {
   ];
   const settings: Array<{ label: string; sampleRate: number; auto: boolean; alert?: ConfigInput['alert'] }> = [
     { label: 'rate 1', sampleRate: 1, auto: false },
-    { label: 'rate 1, minRequests 10, forSeconds 0', sampleRate: 1, auto: false, alert: { minRequests: 10, forSeconds: 0 } },
+    // The window alert's defaults before they were set from these figures (#25), for comparison.
+    { label: 'rate 1, minRequests 20, forSeconds 60 (before #25)', sampleRate: 1, auto: false, alert: { minRequests: 20, forSeconds: 60 } },
     { label: `rate ${sampleDefault}`, sampleRate: sampleDefault, auto: false },
     { label: 'rate 1, auto', sampleRate: 1, auto: true },
   ];
