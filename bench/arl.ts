@@ -281,7 +281,8 @@ export async function runArl(o: ArlOptions): Promise<string> {
   ];
   const settings: Array<{ label: string; sampleRate: number; auto: boolean; alert?: ConfigInput['alert'] }> = [
     { label: 'rate 1', sampleRate: 1, auto: false },
-    { label: 'rate 1, minRequests 10, forSeconds 0', sampleRate: 1, auto: false, alert: { minRequests: 10, forSeconds: 0 } },
+    // The window alert's defaults before they were set from these figures (#25), for comparison.
+    { label: 'rate 1, minRequests 20, forSeconds 60 (before #25)', sampleRate: 1, auto: false, alert: { minRequests: 20, forSeconds: 60 } },
     { label: `rate ${sampleDefault}`, sampleRate: sampleDefault, auto: false },
     { label: 'rate 1, auto', sampleRate: 1, auto: true },
   ];
@@ -446,7 +447,7 @@ export async function runLlamaConfirm(o: ArlOptions & { llamaPairs: number }): P
   await (base.model as unknown as { close(): Promise<void> }).close();
   const seconds = ((performance.now() - started) / 1000).toFixed(0);
   const out = [
-    `${o.llamaPairs.toLocaleString('en-US')} pairs per class on llama.cpp numerics (the tiny generated model, threads 1, in-process), max_tokens ${o.maxTokens}, seed ${o.seed}, the default config, ${seconds} s. No repeats (the self alert's in-control figures are the sim's).`,
+    `${o.llamaPairs.toLocaleString('en-US')} pairs per class on llama.cpp numerics (the tiny generated model, threads 1, in-process), max_tokens ${o.maxTokens}, seed ${o.seed}, the config (window ${cfg.alert.window}, minRequests ${cfg.alert.minRequests}, forSeconds ${cfg.alert.forSeconds}, CUSUM k ${cfg.alert.cusum.k} h ${cfg.alert.cusum.h}, floor ${cfg.analysis.noiseFloor}), ${seconds} s. No repeats (the self alert's in-control figures are the sim's).`,
     '',
     ...rows,
   ].join('\n');

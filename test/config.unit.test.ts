@@ -39,9 +39,9 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
   assert.equal(c.baseline.engine, 'auto');
   assert.deepEqual({ ...c.calibration }, { rate: 0, margin: 3, minSamples: 20, minFloor: 0.1 });
   assert.equal(c.alert.window, 50);
-  assert.equal(c.alert.minRequests, 20);
+  assert.equal(c.alert.minRequests, 10);
   assert.equal(c.alert.fireFraction, 0.5);
-  assert.equal(c.alert.forSeconds, 60);
+  assert.equal(c.alert.forSeconds, 0);
   assert.deepEqual({ ...c.alert.cusum }, { k: 0.5, h: 5, targetShift: null, falseAlarmPairs: null });
   assert.equal(c.alert.webhookUrl, null);
   assert.deepEqual({ ...c.capture }, { enabled: true, dir: './captures', maxFileMB: 100, gzip: false, includePrompts: true });

@@ -88,9 +88,9 @@ test('the ConfigMap holds a valid logprobe config whose ports, paths and thresho
   assert.equal(captures?.mountPath, config.capture.dir, 'captures go to the captures volume');
   const configMount = main.volumeMounts?.find((m) => m.name === 'config');
   assert.deepEqual(main.args, ['serve', '--config', `${configMount?.mountPath}/logprobe.yaml`]);
-  // The fleet rules use fireFraction 0.5, minRequests 20, h 5 (test/fleet-dashboard.unit.test.ts).
+  // The fleet rules use fireFraction 0.5, minRequests 10, h 5 (test/fleet-dashboard.unit.test.ts).
   assert.equal(config.alert.fireFraction, 0.5);
-  assert.equal(config.alert.minRequests, 20);
+  assert.equal(config.alert.minRequests, 10);
   assert.equal(config.alert.cusum.h, 5);
 });
 

@@ -203,9 +203,10 @@ const sections = z.strictObject({
   alert: z
     .strictObject({
       window: positiveInt.default(50),
-      minRequests: positiveInt.default(20),
+      // minRequests 10 and forSeconds 0: set from the measured run lengths (docs/detection.md, #25).
+      minRequests: positiveInt.default(10),
       fireFraction: share.default(0.5),
-      forSeconds: nonNegative.default(60),
+      forSeconds: nonNegative.default(0),
       /**
        * Raw `k`/`h` (floor units) override what `targetShift` (nats) and `falseAlarmPairs` (ARL0)
        * derive (src/core/arl.ts); the config's output always holds the k and h in force.
