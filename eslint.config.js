@@ -32,7 +32,10 @@ export default tseslint.config(
       },
     },
     rules: {
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' },
+      ],
     },
   },
   {
@@ -58,6 +61,9 @@ export default tseslint.config(
     // not modules — strip.ts's functions are called by report.ts and live.ts in one page scope.
     files: ['src/browser/**/*.ts'],
     languageOptions: { sourceType: 'script' },
-    rules: { '@typescript-eslint/no-unused-vars': ['error', { vars: 'local', args: 'none' }], '@typescript-eslint/no-explicit-any': 'off' },
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { vars: 'local', args: 'none' }],
+      '@typescript-eslint/no-explicit-any': 'off',
+    },
   },
 );

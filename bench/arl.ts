@@ -47,7 +47,13 @@ interface Side {
 }
 
 /** A greedy completion on one side, as the legacy completions body the mirror parses. */
-async function greedy(side: Side, prompt: readonly number[], requestSeed: number, maxTokens: number, cache?: boolean): Promise<unknown> {
+async function greedy(
+  side: Side,
+  prompt: readonly number[],
+  requestSeed: number,
+  maxTokens: number,
+  cache?: boolean,
+): Promise<unknown> {
   const useCache = cache ?? side.cache ?? false;
   const seq = await side.model.start(prompt, {
     requestSeed,
@@ -70,7 +76,17 @@ async function greedy(side: Side, prompt: readonly number[], requestSeed: number
     await seq.push(id);
   }
   await seq.dispose();
-  return { object: 'text_completion', choices: [{ index: 0, text: tokens.join(' '), finish_reason: 'length', logprobs: { tokens, token_logprobs: lps, top_logprobs: tops } }] };
+  return {
+    object: 'text_completion',
+    choices: [
+      {
+        index: 0,
+        text: tokens.join(' '),
+        finish_reason: 'length',
+        logprobs: { tokens, token_logprobs: lps, top_logprobs: tops },
+      },
+    ],
+  };
 }
 
 /** A distinct prompt per request (no two pairs share a context). */
@@ -90,7 +106,11 @@ async function shiftsOf(cand: Side, base: Side, pairs: number, maxTokens: number
   const t = pickThresholds(buildConfig({}).analysis, 0.1);
   for (let i = 0; i < pairs; i++) {
     const p = promptOf(base.model, from + i);
-    const c = compare(parseResponse(await greedy(cand, p, 1_000_003 + i, maxTokens)), parseResponse(await greedy(base, p, 2_000_003 + i, maxTokens)), t);
+    const c = compare(
+      parseResponse(await greedy(cand, p, 1_000_003 + i, maxTokens)),
+      parseResponse(await greedy(base, p, 2_000_003 + i, maxTokens)),
+      t,
+    );
     for (const r of c.positions) if (r.shift !== null) out.push(r.shift);
   }
   return out;
@@ -100,7 +120,13 @@ async function shiftsOf(cand: Side, base: Side, pairs: number, maxTokens: number
  * The knob value whose statistic (a quantile of the per-position shifts) is `target`: the shift
  * is close to linear in a small knob, so two passes of scaling suffice.
  */
-async function calibrate(make: (v: number) => Side, base: Side, stat: (s: number[]) => number, target: number, maxTokens: number): Promise<number> {
+async function calibrate(
+  make: (v: number) => Side,
+  base: Side,
+  stat: (s: number[]) => number,
+  target: number,
+  maxTokens: number,
+): Promise<number> {
   let v = 1e-3;
   for (let pass = 0; pass < 3; pass++) {
     const got = stat(await shiftsOf(make(v), base, 120, maxTokens, 900_000 + pass * 1000));
@@ -133,7 +159,15 @@ async function feed(
   f: Feed,
   cand: Side,
   base: Side,
-  opts: { seed: number; maxTokens: number; repeat: boolean; repeatEvery?: number; alpha: number; stop: (n: number, fired: Set<AlertKey>) => boolean; from: number },
+  opts: {
+    seed: number;
+    maxTokens: number;
+    repeat: boolean;
+    repeatEvery?: number;
+    alpha: number;
+    stop: (n: number, fired: Set<AlertKey>) => boolean;
+    from: number;
+  },
 ): Promise<{ pairs: number; requests: number; floor: number }> {
   const cfg = f.cfg;
   const alert: AlertConfig = cfg.alert;
@@ -151,7 +185,11 @@ async function feed(
       requests++;
       now += 1;
     } while (f.sampleRate < 1 && rnd() >= f.sampleRate);
-    const floor = f.auto ? cal.autoFloor() : cfg.analysis.noiseFloor === 'auto' || cfg.analysis.noiseFloor === 'exact' ? 0.1 : cfg.analysis.noiseFloor;
+    const floor = f.auto
+      ? cal.autoFloor()
+      : cfg.analysis.noiseFloor === 'auto' || cfg.analysis.noiseFloor === 'exact'
+        ? 0.1
+        : cfg.analysis.noiseFloor;
     const t = pickThresholds(cfg.analysis, floor);
     const i = opts.from + n;
     const prompt = promptOf(base.model, i);
@@ -162,7 +200,8 @@ async function feed(
     if (c.verdict !== 'incomparable' && c.comparable > 0) {
       const r = observe(det, { ...detectorEvidence(c), noiseFloor: floor, requestId: String(i) }, alert, now);
       det = r.state;
-      for (const tr of r.transitions) if (tr.to === 'firing') fired.add(tr.alert === 'LogprobGlobalShift' ? 'window' : 'cusum');
+      for (const tr of r.transitions)
+        if (tr.to === 'firing') fired.add(tr.alert === 'LogprobGlobalShift' ? 'window' : 'cusum');
       perm.add(c);
       const p = perm.pValue();
       if (p <= 0 || p > 1) throw new Error(`p-value ${p}`);
@@ -176,7 +215,13 @@ async function feed(
       const first = cand.cache ? cBody : await greedy(cand, prompt, opts.seed * 7 + i * 2, opts.maxTokens, true);
       const rc = compare(parseResponse(second), parseResponse(cand.cache ? cBody : first), t);
       if (rc.verdict !== 'incomparable' && rc.comparable > 0) {
-        const r = observeSelf(self, { ...selfEvidence(rc), noiseFloor: floor, requestId: String(i) }, alert, now, 'candidate');
+        const r = observeSelf(
+          self,
+          { ...selfEvidence(rc), noiseFloor: floor, requestId: String(i) },
+          alert,
+          now,
+          'candidate',
+        );
         self = r.state;
         for (const tr of r.transitions) if (tr.to === 'firing') fired.add('self');
       }
@@ -215,7 +260,13 @@ export async function runArl(o: ArlOptions): Promise<string> {
   const max = (s: number[]): number => quantile(s, 1);
   const sFa = await calibrate((v) => ({ model: sim({ noise: v }) }), base, med, 3.9e-3, o.maxTokens);
   const sF16 = await calibrate((v) => ({ model: sim({ noise: v }) }), base, med, 5.5e-3, o.maxTokens);
-  const sBatch = await calibrate((v) => ({ model: sim({ batchNoise: v }), coResident: 8 }), base, max, 1.8e-6, o.maxTokens);
+  const sBatch = await calibrate(
+    (v) => ({ model: sim({ batchNoise: v }), coResident: 8 }),
+    base,
+    max,
+    1.8e-6,
+    o.maxTokens,
+  );
   // The state shift's knob per nat of median position shift (near linear for small shifts).
   const perNat = (await calibrate((v) => ({ model: sim({ stateShift: v }) }), base, med, 0.1, o.maxTokens)) / 0.1;
   const localPerNat =
@@ -242,11 +293,14 @@ export async function runArl(o: ArlOptions): Promise<string> {
 
   const defaults = buildConfig(o.config);
   const sampleDefault = defaults.mirror.sampleRate;
-  const fmtN = (v: number): string => (Number.isFinite(v) ? (v >= 10_000 ? Math.round(v).toLocaleString('en-US') : String(Math.round(v))) : '—');
+  const fmtN = (v: number): string =>
+    Number.isFinite(v) ? (v >= 10_000 ? Math.round(v).toLocaleString('en-US') : String(Math.round(v))) : '—';
 
   // In control.
   const rows: string[] = [];
-  rows.push(`| noise class (sim, calibrated) | pairs | window fires | CUSUM fires | self fires (repeat pairs) | permutation p ≤ ${o.alpha} | ARL0 (pairs, 95% bound when none fired) |`);
+  rows.push(
+    `| noise class (sim, calibrated) | pairs | window fires | CUSUM fires | self fires (repeat pairs) | permutation p ≤ ${o.alpha} | ARL0 (pairs, 95% bound when none fired) |`,
+  );
   rows.push('| --- | --- | --- | --- | --- | --- | --- |');
   for (const nc of classes) {
     const cand = nc.cand(sim);
@@ -267,22 +321,46 @@ export async function runArl(o: ArlOptions): Promise<string> {
     const fires = counts.window + counts.cusum + counts.self + counts.permutation;
     const alertFires = counts.window + counts.cusum + counts.self;
     const arl0 = alertFires === 0 ? `≥ ${fmtN(o.pairs / 3)} (rule of three)` : `≈ ${fmtN(o.pairs / alertFires)}`;
-    rows.push(`| ${nc.name} | ${fmtN(o.pairs)} | ${counts.window} | ${counts.cusum} | ${counts.self} (${fmtN(Math.floor(o.pairs / o.repeatEvery))}) | ${counts.permutation} | ${arl0} |`);
-    log(`${nc.name}: ${JSON.stringify(counts)} (${fires} in all) ${((performance.now() - started) / 1000).toFixed(0)} s`);
+    rows.push(
+      `| ${nc.name} | ${fmtN(o.pairs)} | ${counts.window} | ${counts.cusum} | ${counts.self} (${fmtN(Math.floor(o.pairs / o.repeatEvery))}) | ${counts.permutation} | ${arl0} |`,
+    );
+    log(
+      `${nc.name}: ${JSON.stringify(counts)} (${fires} in all) ${((performance.now() - started) / 1000).toFixed(0)} s`,
+    );
   }
 
   // Out of control: pairs to the first fire, per alert, per shift.
   const shifts = [0.02, 0.05, 0.1, 0.2, 0.5];
   type Case = { name: string; x: number | null; cand: Side; repeat: boolean };
   const cases: Case[] = [
-    ...shifts.map((s) => ({ name: `state ${s}`, x: s, cand: { model: sim({ stateShift: s * perNat, noise: sFa }) }, repeat: false })),
-    { name: 'local 10% × 0.3', x: null, cand: { model: sim({ localShift: 0.3 * localPerNat, localShiftRate: 0.1, noise: sFa }) }, repeat: false },
-    { name: 'cache-hit', x: null, cand: { model: sim({ cacheHitShift: cacheHit, cacheSlots: 1, noise: sFa }) }, repeat: true },
+    ...shifts.map((s) => ({
+      name: `state ${s}`,
+      x: s,
+      cand: { model: sim({ stateShift: s * perNat, noise: sFa }) },
+      repeat: false,
+    })),
+    {
+      name: 'local 10% × 0.3',
+      x: null,
+      cand: { model: sim({ localShift: 0.3 * localPerNat, localShiftRate: 0.1, noise: sFa }) },
+      repeat: false,
+    },
+    {
+      name: 'cache-hit',
+      x: null,
+      cand: { model: sim({ cacheHitShift: cacheHit, cacheSlots: 1, noise: sFa }) },
+      repeat: true,
+    },
   ];
   const settings: Array<{ label: string; sampleRate: number; auto: boolean; alert?: ConfigInput['alert'] }> = [
     { label: 'rate 1', sampleRate: 1, auto: false },
     // The window alert's defaults before they were set from these figures (#25), for comparison.
-    { label: 'rate 1, minRequests 20, forSeconds 60 (before #25)', sampleRate: 1, auto: false, alert: { minRequests: 20, forSeconds: 60 } },
+    {
+      label: 'rate 1, minRequests 20, forSeconds 60 (before #25)',
+      sampleRate: 1,
+      auto: false,
+      alert: { minRequests: 20, forSeconds: 60 },
+    },
     { label: `rate ${sampleDefault}`, sampleRate: sampleDefault, auto: false },
     { label: 'rate 1, auto', sampleRate: 1, auto: true },
   ];
@@ -296,8 +374,20 @@ export async function runArl(o: ArlOptions): Promise<string> {
       const cfgIn: ConfigInput = {
         ...o.config,
         ...(st.alert ? { alert: { ...(o.config.alert ?? {}), ...st.alert } } : {}),
-        analysis: { ...(o.config.analysis ?? {}), scoring: { when: 'never' }, ...(st.auto ? { noiseFloor: 'auto' } : {}) },
-        ...(st.auto ? { calibration: { ...(o.config.calibration ?? {}), rate: 0.25, minFloor: o.config.calibration?.minFloor ?? 0.04 } } : {}),
+        analysis: {
+          ...(o.config.analysis ?? {}),
+          scoring: { when: 'never' },
+          ...(st.auto ? { noiseFloor: 'auto' } : {}),
+        },
+        ...(st.auto
+          ? {
+              calibration: {
+                ...(o.config.calibration ?? {}),
+                rate: 0.25,
+                minFloor: o.config.calibration?.minFloor ?? 0.04,
+              },
+            }
+          : {}),
       };
       const cfg = buildConfig(cfgIn);
       for (let run = 0; run < o.runs; run++) {
@@ -323,13 +413,17 @@ export async function runArl(o: ArlOptions): Promise<string> {
         return `${f(m)} / ${f(p)}`;
       };
       ooc.push(`| ${cs.name} | ${st.label} | ${ALERTS.map(cell).join(' | ')} |`);
-      if (cs.x !== null && st.label === 'rate 1') for (const k of ALERTS) if (k !== 'self') chart[k].push([cs.x, quantile(runLengths[k], 0.5)]);
+      if (cs.x !== null && st.label === 'rate 1')
+        for (const k of ALERTS) if (k !== 'self') chart[k].push([cs.x, quantile(runLengths[k], 0.5)]);
       log(`${cs.name} ${st.label}: ${ALERTS.map(cell).join(' | ')}`);
     }
   }
 
   // noiseFloor: auto — pairs until the floor stays within 20% of the true one, baseline with run-to-run noise.
-  const conv: string[] = ['| baseline run-to-run noise (σ) | true floor (margin × p99) | repeat pairs to within 20% (median / p95 of 20) |', '| --- | --- | --- |'];
+  const conv: string[] = [
+    '| baseline run-to-run noise (σ) | true floor (margin × p99) | repeat pairs to within 20% (median / p95 of 20) |',
+    '| --- | --- | --- |',
+  ];
   for (const [label, sigma] of [
     ['flash-attention-sized', sFa],
     ['f16-sized', sF16],
@@ -351,7 +445,9 @@ export async function runArl(o: ArlOptions): Promise<string> {
       }
       reach.push(ok ?? Infinity);
     }
-    conv.push(`| ${label} (${sigma.toExponential(1)}) | ${truth.toExponential(2)} | ${quantile(reach, 0.5)} / ${quantile(reach, 0.95)} (minSamples ${cfg.calibration.minSamples}) |`);
+    conv.push(
+      `| ${label} (${sigma.toExponential(1)}) | ${truth.toExponential(2)} | ${quantile(reach, 0.5)} / ${quantile(reach, 0.95)} (minSamples ${cfg.calibration.minSamples}) |`,
+    );
   }
 
   const svg = chartSvg(chart, o.cap);
@@ -438,7 +534,10 @@ export async function runLlamaConfirm(o: ArlOptions & { llamaPairs: number }): P
     });
     await (model as unknown as { close(): Promise<void> }).close();
     const alertFires = counts.window + counts.cusum;
-    const arl0 = alertFires === 0 ? `≥ ${Math.round(o.llamaPairs / 3)} (rule of three)` : `≈ ${Math.round(o.llamaPairs / alertFires)}`;
+    const arl0 =
+      alertFires === 0
+        ? `≥ ${Math.round(o.llamaPairs / 3)} (rule of three)`
+        : `≈ ${Math.round(o.llamaPairs / alertFires)}`;
     rows.push(
       `| ${c.name} | ${o.llamaPairs.toLocaleString('en-US')} | ${fmt(quantile(shifts, 0.5))} / ${fmt(quantile(shifts, 1))} | ${counts.window} | ${counts.cusum} | ${counts.permutation} | ${arl0} |`,
     );
@@ -462,20 +561,38 @@ function chartSvg(lines: Record<AlertKey, Array<[number, number]>>, cap: number)
   const L = 60;
   const B = 40;
   const xs = [0.02, 0.5];
-  const x = (v: number): number => L + ((Math.log(v) - Math.log(xs[0]!)) / (Math.log(xs[1]!) - Math.log(xs[0]!))) * (W - L - 20);
+  const x = (v: number): number =>
+    L + ((Math.log(v) - Math.log(xs[0]!)) / (Math.log(xs[1]!) - Math.log(xs[0]!))) * (W - L - 20);
   const y = (v: number): number => H - B - (Math.log10(Math.max(1, Math.min(cap, v))) / Math.log10(cap)) * (H - B - 20);
-  const colors: Record<AlertKey, string> = { window: '#2471a3', cusum: '#7d3c98', self: '#999', permutation: '#c0392b' };
-  const parts: string[] = [`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`];
-  parts.push(`<line x1="${L}" y1="${H - B}" x2="${W - 10}" y2="${H - B}" stroke="#333"/><line x1="${L}" y1="10" x2="${L}" y2="${H - B}" stroke="#333"/>`);
-  for (const v of [0.02, 0.05, 0.1, 0.2, 0.5]) parts.push(`<text x="${x(v).toFixed(1)}" y="${H - B + 15}" text-anchor="middle">${v}</text>`);
-  for (const v of [1, 10, 100, 1000, 10_000].filter((t) => t <= cap)) parts.push(`<text x="${L - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v}</text>`);
-  parts.push(`<text x="${(W + L) / 2}" y="${H - 5}" text-anchor="middle">state shift (nats, median per position)</text>`);
-  parts.push(`<text x="14" y="${(H - B) / 2}" transform="rotate(-90 14 ${(H - B) / 2})" text-anchor="middle">median pairs to fire (cap ${cap})</text>`);
+  const colors: Record<AlertKey, string> = {
+    window: '#2471a3',
+    cusum: '#7d3c98',
+    self: '#999',
+    permutation: '#c0392b',
+  };
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
+  ];
+  parts.push(
+    `<line x1="${L}" y1="${H - B}" x2="${W - 10}" y2="${H - B}" stroke="#333"/><line x1="${L}" y1="10" x2="${L}" y2="${H - B}" stroke="#333"/>`,
+  );
+  for (const v of [0.02, 0.05, 0.1, 0.2, 0.5])
+    parts.push(`<text x="${x(v).toFixed(1)}" y="${H - B + 15}" text-anchor="middle">${v}</text>`);
+  for (const v of [1, 10, 100, 1000, 10_000].filter((t) => t <= cap))
+    parts.push(`<text x="${L - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v}</text>`);
+  parts.push(
+    `<text x="${(W + L) / 2}" y="${H - 5}" text-anchor="middle">state shift (nats, median per position)</text>`,
+  );
+  parts.push(
+    `<text x="14" y="${(H - B) / 2}" transform="rotate(-90 14 ${(H - B) / 2})" text-anchor="middle">median pairs to fire (cap ${cap})</text>`,
+  );
   let ly = 20;
   for (const k of Object.keys(lines) as AlertKey[]) {
     const pts = lines[k];
     if (pts.length === 0) continue;
-    parts.push(`<polyline fill="none" stroke="${colors[k]}" stroke-width="2" points="${pts.map(([a, b]) => `${x(a).toFixed(1)},${y(b).toFixed(1)}`).join(' ')}"/>`);
+    parts.push(
+      `<polyline fill="none" stroke="${colors[k]}" stroke-width="2" points="${pts.map(([a, b]) => `${x(a).toFixed(1)},${y(b).toFixed(1)}`).join(' ')}"/>`,
+    );
     parts.push(`<text x="${W - 120}" y="${ly}" fill="${colors[k]}">${k}</text>`);
     ly += 14;
   }

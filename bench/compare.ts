@@ -32,7 +32,9 @@ function body(n: number, k: number, seed: number, shift: number): string {
   return JSON.stringify({
     object: 'chat.completion',
     model: 'bench',
-    choices: [{ index: 0, message: { role: 'assistant', content: '' }, logprobs: { content }, finish_reason: 'length' }],
+    choices: [
+      { index: 0, message: { role: 'assistant', content: '' }, logprobs: { content }, finish_reason: 'length' },
+    ],
   });
 }
 
@@ -99,11 +101,15 @@ for (const k of [5, 20]) {
         `${(tokPerSec / 1e6).toFixed(2)} M aligned tok/s`.padStart(22),
         `${(cmp * 1000).toFixed(1)} µs/compare`.padStart(18),
         `JSON.parse ${(floor * 1000).toFixed(1)} µs/body`.padStart(26),
-        `compare ${ratio.toFixed(3)}× JSON.parse (${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)}; target ≤ 0.2)`.padStart(56),
+        `compare ${ratio.toFixed(3)}× JSON.parse (${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)}; target ≤ 0.2)`.padStart(
+          56,
+        ),
         `parse ${(parse * 1000).toFixed(1)} µs/body (${(n / (parse / 1000) / 1e6).toFixed(2)} M tok/s, ${(parse / floor).toFixed(2)}× JSON.parse)`,
       ].join('  '),
     );
   }
 }
-process.stdout.write(`compare bench (node ${process.version}, one core, ${MS} ms per case in ${ROUNDS} rounds; medians, the ratio's range over rounds in brackets)\n${rows.join('\n')}\n`);
+process.stdout.write(
+  `compare bench (node ${process.version}, one core, ${MS} ms per case in ${ROUNDS} rounds; medians, the ratio's range over rounds in brackets)\n${rows.join('\n')}\n`,
+);
 if (sink === 0.5) process.stdout.write('\n');

@@ -33,7 +33,10 @@ interface Case {
 
 const DEFAULT_FLOOR: ConfigInput = {};
 /** Calibration on; repeats on a deterministic engine are bitwise equal, so the floor is `minFloor`. */
-const calibrated = (minFloor: number): ConfigInput => ({ analysis: { noiseFloor: 'auto' }, calibration: { rate: 0.25, margin: 3, minSamples: 5, minFloor } });
+const calibrated = (minFloor: number): ConfigInput => ({
+  analysis: { noiseFloor: 'auto' },
+  calibration: { rate: 0.25, margin: 3, minSamples: 5, minFloor },
+});
 
 const DEFAULT_FAULTS =
   'none;batch:8;flash-attention;weights:f16;kv:q8_0;weight-noise:0.01;kv:q4_0;drop-prompt-token:3;zero-layer:1;flash-attention@auto;weights:f16@auto;kv:q8_0@auto;weight-noise:0.01@auto';
@@ -64,7 +67,10 @@ const { values } = parseArgs({
 });
 if (values.arl) {
   const { runArl, runLlamaConfirm } = await import('./arl.js');
-  const run = Number(values['llama-pairs']) > 0 ? (o: Parameters<typeof runArl>[0]) => runLlamaConfirm({ ...o, llamaPairs: Number(values['llama-pairs']) }) : runArl;
+  const run =
+    Number(values['llama-pairs']) > 0
+      ? (o: Parameters<typeof runArl>[0]) => runLlamaConfirm({ ...o, llamaPairs: Number(values['llama-pairs']) })
+      : runArl;
   console.log(
     await run({
       pairs: Number(values.pairs),
@@ -87,7 +93,9 @@ const maxTokens = Number(values['max-tokens']);
 const minFloor = Number(values['min-floor']);
 const cases: Case[] = values.faults.split(';').map((item) => {
   const [fault = '', how] = item.split('@');
-  return how === 'auto' ? { fault, floor: 'auto', config: calibrated(minFloor) } : { fault, floor: '0.1', config: DEFAULT_FLOOR };
+  return how === 'auto'
+    ? { fault, floor: 'auto', config: calibrated(minFloor) }
+    : { fault, floor: '0.1', config: DEFAULT_FLOOR };
 });
 const DOC = fileURLToPath(new URL('../docs/detection.md', import.meta.url));
 
@@ -113,7 +121,10 @@ function body(i: number): { path: string; json: Record<string, unknown> } {
   // Later rounds vary the text, so no two requests share a context.
   const prompt = round === 0 ? base : `${base} (take ${round + 1})`;
   return i % 2 === 0
-    ? { path: '/v1/chat/completions', json: { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, temperature: 0 } }
+    ? {
+        path: '/v1/chat/completions',
+        json: { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, temperature: 0 },
+      }
     : { path: '/v1/completions', json: { model: 'm', prompt, max_tokens: maxTokens, temperature: 0 } };
 }
 
@@ -182,7 +193,11 @@ async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
     const { proxyUrl } = await runtime.listen();
     for (let i = 0; i < requests; i++) {
       const { path, json } = body(i);
-      const res = await request(proxyUrl + path, { method: 'POST', body: JSON.stringify(json), headers: { 'content-type': 'application/json' } });
+      const res = await request(proxyUrl + path, {
+        method: 'POST',
+        body: JSON.stringify(json),
+        headers: { 'content-type': 'application/json' },
+      });
       await res.body.dump();
       if (res.statusCode !== 200) throw new Error(`${c.fault}: request ${i} answered ${res.statusCode}`);
     }
@@ -194,7 +209,8 @@ async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
   return row;
 }
 
-const num = (x: number): string => (!Number.isFinite(x) ? '—' : x === 0 ? '0' : x < 0.01 ? x.toExponential(1) : x.toFixed(x < 1 ? 3 : 2));
+const num = (x: number): string =>
+  !Number.isFinite(x) ? '—' : x === 0 ? '0' : x < 0.01 ? x.toExponential(1) : x.toFixed(x < 1 ? 3 : 2);
 
 function median(xs: number[]): number {
   if (xs.length === 0) return NaN;
@@ -203,7 +219,15 @@ function median(xs: number[]): number {
   return s.length % 2 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
 }
 
-const ORDER = ['identical', 'noise', 'local_shift', 'global_shift', 'early_shift', 'tokenizer_mismatch', 'incomparable'];
+const ORDER = [
+  'identical',
+  'noise',
+  'local_shift',
+  'global_shift',
+  'early_shift',
+  'tokenizer_mismatch',
+  'incomparable',
+];
 
 function line(r: Row): string {
   const mix = [...r.verdicts.entries()]
@@ -212,8 +236,12 @@ function line(r: Row): string {
     .join(', ');
   const f = r.flips;
   const flips = f.ambiguous + f.gray + f.systematic;
-  const flipText = flips === 0 ? '0' : `${flips}: ${f.ambiguous} amb · ${f.gray} gray · ${f.systematic} sys (gaps ${num(f.minGap)}–${num(f.maxGap)})`;
-  const alert = (name: AlertTransition['alert']): string => (r.firing[name] === undefined ? 'none' : `#${r.firing[name]}`);
+  const flipText =
+    flips === 0
+      ? '0'
+      : `${flips}: ${f.ambiguous} amb · ${f.gray} gray · ${f.systematic} sys (gaps ${num(f.minGap)}–${num(f.maxGap)})`;
+  const alert = (name: AlertTransition['alert']): string =>
+    r.firing[name] === undefined ? 'none' : `#${r.firing[name]}`;
   const floor = r.c.floor.startsWith('auto') ? `auto → ${num(r.floorUsed)}` : r.c.floor;
   const loci = [...r.loci.entries()].map(([k, v]) => `${k} ${v}`).join(', ') || '—';
   const scored = r.scored === 0 ? '0' : `${r.scored} (${r.scoredShifted}/${r.scoredPositions} shifted)`;

@@ -55,7 +55,12 @@ export interface Verdict {
 const ms = (us: number) => (us / 1000).toFixed(2);
 
 /** Issue #8's targets, checked against the medians (null: could not be measured here). */
-export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize: number, ab: { shared: MirrorAB; remote: MirrorAB } | null = null): Verdict[] {
+export function verdicts(
+  s: Map<string, Summary>,
+  core: CoreFigure[],
+  queueSize: number,
+  ab: { shared: MirrorAB; remote: MirrorAB } | null = null,
+): Verdict[] {
   const off = s.get('logprobe-off');
   const on = s.get('logprobe-1.0');
   const nginx = s.get('nginx');
@@ -73,7 +78,11 @@ export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize:
   } else out.push({ target: 'mirroring off: ≥ 0.9× nginx throughput', met: null, detail: 'nginx not measured' });
   if (off && direct && Number.isFinite(off.p99)) {
     const added = off.p99 - direct.p99;
-    out.push({ target: 'mirroring off: ≤ 1 ms added p99 at a moderate rate', met: added <= 1000, detail: `+${ms(added)} ms (p99 ${ms(off.p99)} vs direct ${ms(direct.p99)} ms)` });
+    out.push({
+      target: 'mirroring off: ≤ 1 ms added p99 at a moderate rate',
+      met: added <= 1000,
+      detail: `+${ms(added)} ms (p99 ${ms(off.p99)} vs direct ${ms(direct.p99)} ms)`,
+    });
   }
   if (ab && ab.remote.pairs.length > 0) {
     // The pooled figure: one probe's p99 rests on a few dozen requests and moves by tens of
@@ -93,7 +102,11 @@ export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize:
     });
   } else if (off && on && Number.isFinite(on.p99)) {
     const moved = ratio(on.p99, off.p99) - 1;
-    out.push({ target: 'sampleRate 1.0 moves the client p99 by ≤ 10%', met: moved <= 0.1, detail: `${moved >= 0 ? '+' : ''}${(moved * 100).toFixed(0)}% (p99 ${ms(on.p99)} vs ${ms(off.p99)} ms)` });
+    out.push({
+      target: 'sampleRate 1.0 moves the client p99 by ≤ 10%',
+      met: moved <= 0.1,
+      detail: `${moved >= 0 ? '+' : ''}${(moved * 100).toFixed(0)}% (p99 ${ms(on.p99)} vs ${ms(off.p99)} ms)`,
+    });
   }
   if (off && portkey) {
     const behind: string[] = [];
@@ -110,14 +123,20 @@ export function verdicts(s: Map<string, Summary>, core: CoreFigure[], queueSize:
       ['inter-chunk p99', 'gap99'],
       ['RSS', 'peakMB'],
     ];
-    for (const [name, k] of higher) if (Number.isFinite(portkey[k] as number) && !((off[k] as number) > (portkey[k] as number))) behind.push(name);
-    for (const [name, k] of lower) if (Number.isFinite(portkey[k] as number) && !((off[k] as number) < (portkey[k] as number))) behind.push(name);
+    for (const [name, k] of higher)
+      if (Number.isFinite(portkey[k] as number) && !((off[k] as number) > (portkey[k] as number))) behind.push(name);
+    for (const [name, k] of lower)
+      if (Number.isFinite(portkey[k] as number) && !((off[k] as number) < (portkey[k] as number))) behind.push(name);
     out.push({
       target: 'ahead of @portkey-ai/gateway on every figure',
       met: behind.length === 0,
-      detail: behind.length === 0 ? 'on all of throughput, latency, TTFB, inter-chunk, RSS' : `behind on ${behind.join(', ')}`,
+      detail:
+        behind.length === 0
+          ? 'on all of throughput, latency, TTFB, inter-chunk, RSS'
+          : `behind on ${behind.join(', ')}`,
     });
-  } else out.push({ target: 'ahead of @portkey-ai/gateway on every figure', met: null, detail: 'portkey not measured' });
+  } else
+    out.push({ target: 'ahead of @portkey-ai/gateway on every figure', met: null, detail: 'portkey not measured' });
   const top5 = core.filter((c) => c.k === 5);
   if (top5.length > 0) {
     const worst = Math.min(...top5.map((c) => c.mtps));

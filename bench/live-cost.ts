@@ -24,10 +24,22 @@ import { startLogprobe } from '../test/helpers/logprobe.js';
 import { startSim } from '../test/helpers/sim.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CHAT = { model: 'sim', messages: [{ role: 'user', content: 'Tell me about the history of the printing press.' }], max_tokens: 64, temperature: 0, logprobs: true, top_logprobs: 5, seed: 1234 };
+const CHAT = {
+  model: 'sim',
+  messages: [{ role: 'user', content: 'Tell me about the history of the printing press.' }],
+  max_tokens: 64,
+  temperature: 0,
+  logprobs: true,
+  top_logprobs: 5,
+  seed: 1234,
+};
 
 async function generate(url: string): Promise<unknown> {
-  const res = await request(`${url}/v1/chat/completions`, { method: 'POST', body: JSON.stringify(CHAT), headers: { 'content-type': 'application/json' } });
+  const res = await request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    body: JSON.stringify(CHAT),
+    headers: { 'content-type': 'application/json' },
+  });
   return res.body.json();
 }
 
@@ -78,14 +90,33 @@ async function workerShare(): Promise<void> {
 
 function autocannon(url: string, seconds: number): Promise<{ rps: number; p50: number; p99: number; errors: number }> {
   const body = JSON.stringify({ model: 'sim', prompt: 'The capital of France is', max_tokens: 16 });
-  const args = ['node_modules/autocannon/autocannon.js', '-j', '-c', '20', '-d', String(seconds), '-m', 'POST', '-b', body, '-H', 'content-type: application/json', url];
+  const args = [
+    'node_modules/autocannon/autocannon.js',
+    '-j',
+    '-c',
+    '20',
+    '-d',
+    String(seconds),
+    '-m',
+    'POST',
+    '-b',
+    body,
+    '-H',
+    'content-type: application/json',
+    url,
+  ];
   return new Promise((resolve, reject) => {
     const p = spawn('node', args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     p.stdout.on('data', (d: Buffer) => (out += d.toString()));
     p.on('exit', () => {
       try {
-        const j = JSON.parse(out) as { duration: number; '2xx': number; errors: number; latency: { p50: number; p99: number } };
+        const j = JSON.parse(out) as {
+          duration: number;
+          '2xx': number;
+          errors: number;
+          latency: { p50: number; p99: number };
+        };
         resolve({ rps: j['2xx'] / j.duration, p50: j.latency.p50, p99: j.latency.p99, errors: j.errors });
       } catch (err) {
         reject(err as Error);
@@ -97,7 +128,10 @@ function autocannon(url: string, seconds: number): Promise<{ rps: number; p50: n
 async function clientPath(): Promise<void> {
   const baseline = await startSim();
   const candidate = await startSim({ noise: 0.001 });
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 0.1 } }, { level: 'warn' });
+  const lp = await startLogprobe(
+    { candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 0.1 } },
+    { level: 'warn' },
+  );
   const url = `${lp.proxyUrl}/v1/completions`;
   await autocannon(url, 3); // warm-up
   // 50 pairs of 64 tokens for the page to hold (a poll first: a page is open, strips are built).
@@ -105,7 +139,10 @@ async function clientPath(): Promise<void> {
   for (let i = 0; i < 50; i++) {
     const res = await request(`${lp.proxyUrl}/v1/chat/completions`, {
       method: 'POST',
-      body: JSON.stringify({ ...CHAT, messages: [{ role: 'user', content: `Question ${i}: tell me about the printing press.` }] }),
+      body: JSON.stringify({
+        ...CHAT,
+        messages: [{ role: 'user', content: `Question ${i}: tell me about the printing press.` }],
+      }),
       headers: { 'content-type': 'application/json', 'x-logprobe-mirror': '1' },
     });
     await res.body.dump();
@@ -122,10 +159,14 @@ async function clientPath(): Promise<void> {
     (async () => { while (Date.now() < end) { const r = await fetch(workerData + '/ui/data?since=0&t=0'); const x = await r.text(); bytes += x.length; polls++; }
       parentPort.postMessage({ polls, bytes }); })();`;
   const e0 = performance.eventLoopUtilization();
-  const { polls, bytes } = await new Promise<{ polls: number; bytes: number }>((resolve) => new Worker(code, { eval: true, workerData: lp.adminUrl }).once('message', resolve));
+  const { polls, bytes } = await new Promise<{ polls: number; bytes: number }>((resolve) =>
+    new Worker(code, { eval: true, workerData: lp.adminUrl }).once('message', resolve),
+  );
   const busy = performance.eventLoopUtilization(e0);
   const perPoll = (busy.active - (idle.active * busy.idle) / Math.max(1, idle.idle)) / polls;
-  console.log(`proxy's thread, per full poll (all ${LIVE_PAIRS} pairs, ${(bytes / polls / 1024).toFixed(0)} KB, back to back): ${perPoll.toFixed(2)} ms busy (${polls} polls in 4 s)`);
+  console.log(
+    `proxy's thread, per full poll (all ${LIVE_PAIRS} pairs, ${(bytes / polls / 1024).toFixed(0)} KB, back to back): ${perPoll.toFixed(2)} ms busy (${polls} polls in 4 s)`,
+  );
 
   const runs: Array<[string, Awaited<ReturnType<typeof autocannon>>]> = [];
   for (const withPage of [false, true, false, true, false, true]) {
@@ -152,7 +193,10 @@ async function clientPath(): Promise<void> {
     await Promise.all(pollers);
     runs.push([withPage ? `with 4 pollers every 250 ms (${polls} polls)` : 'no page', r]);
   }
-  for (const [what, r] of runs) console.log(`client path, ${what}: ${r.rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms, errors ${r.errors}`);
+  for (const [what, r] of runs)
+    console.log(
+      `client path, ${what}: ${r.rps.toFixed(0)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms, errors ${r.errors}`,
+    );
   await lp.close();
   await Promise.all([baseline.close(), candidate.close()]);
 }

@@ -9,10 +9,26 @@ import { parseArgs } from 'node:util';
 import { createLlamaModel } from '@logprobe/engine/llama';
 import { forced, greedy, PROMPTS, shiftOf, type Shift, type Trace } from '../packages/engine/test/helpers/llama.js';
 
-const DEFAULT_FAULTS = ['none', 'threads:2', 'batch:8', 'batch:1', 'flash-attention', 'weights:f16', 'kv:q8_0', 'weight-noise:0.01', 'kv:q4_0', 'drop-prompt-token:3', 'zero-layer:1'];
+const DEFAULT_FAULTS = [
+  'none',
+  'threads:2',
+  'batch:8',
+  'batch:1',
+  'flash-attention',
+  'weights:f16',
+  'kv:q8_0',
+  'weight-noise:0.01',
+  'kv:q4_0',
+  'drop-prompt-token:3',
+  'zero-layer:1',
+];
 
 const { values } = parseArgs({
-  options: { seed: { type: 'string', default: '1' }, steps: { type: 'string', default: '48' }, faults: { type: 'string' } },
+  options: {
+    seed: { type: 'string', default: '1' },
+    steps: { type: 'string', default: '48' },
+    faults: { type: 'string' },
+  },
 });
 const seed = Number(values.seed);
 const steps = Number(values.steps);
@@ -49,6 +65,8 @@ for (const fault of faults) {
     if (base) shiftOf(base, await forced(model, p, base.tokens), acc);
   }
   await model.close();
-  console.log(`| ${fault === 'none' ? 'identical rerun' : fault} | ${fmt(acc.chosen)} | ${fmt(acc.top5)} | ${acc.flips}/${acc.positions} |`);
+  console.log(
+    `| ${fault === 'none' ? 'identical rerun' : fault} | ${fmt(acc.chosen)} | ${fmt(acc.top5)} | ${acc.flips}/${acc.positions} |`,
+  );
 }
 await clean.close();

@@ -54,7 +54,20 @@ export interface TargetResult {
 }
 
 function empty(t: Running): TargetResult {
-  return { key: t.key, label: t.label, tputJson: [], tputSse: [], errors: 0, requests: 0, latP50: [], latP99: [], ttfbP50: [], ttfbP99: [], gapP50: [], gapP99: [] };
+  return {
+    key: t.key,
+    label: t.label,
+    tputJson: [],
+    tputSse: [],
+    errors: 0,
+    requests: 0,
+    latP50: [],
+    latP99: [],
+    ttfbP50: [],
+    ttfbP99: [],
+    gapP50: [],
+    gapP99: [],
+  };
 }
 
 /** Round r visits the targets starting at a different one each time (A B C, B C A, …). */
@@ -80,31 +93,62 @@ export async function mirrorAB(off: Running, on: Running, plan: Plan, log: (s: s
   for (let i = 0; i < plan.abPairs; i++) {
     const p99: Record<string, number> = {};
     for (const t of i % 2 === 0 ? [off, on] : [on, off]) {
-      const p = await probe({ url: t.url + URL_PATH, rate: plan.rate, seconds: plan.probeSeconds, connections: 16, body: chatBody(false), headers: t.headers, samples: true });
+      const p = await probe({
+        url: t.url + URL_PATH,
+        rate: plan.rate,
+        seconds: plan.probeSeconds,
+        connections: 16,
+        body: chatBody(false),
+        headers: t.headers,
+        samples: true,
+      });
       p99[t.key] = p.latency[1];
       for (const x of p.samples ?? []) pool[t.key]!.push(x);
     }
     pairs.push([p99[off.key] as number, p99[on.key] as number]);
-    log(`  pair ${i + 1} mirror a/b  p99 off ${p99[off.key]} µs, 1.0 ${p99[on.key]} µs (${((p99[on.key] as number) / (p99[off.key] as number)).toFixed(2)}×)`);
+    log(
+      `  pair ${i + 1} mirror a/b  p99 off ${p99[off.key]} µs, 1.0 ${p99[on.key]} µs (${((p99[on.key] as number) / (p99[off.key] as number)).toFixed(2)}×)`,
+    );
   }
-  return { pairs, medianRatio: median(pairs.map(([a, b]) => b / a)), pooled: [percentile(pool[off.key]!, 99), percentile(pool[on.key]!, 99)] };
+  return {
+    pairs,
+    medianRatio: median(pairs.map(([a, b]) => b / a)),
+    pooled: [percentile(pool[off.key]!, 99), percentile(pool[on.key]!, 99)],
+  };
 }
 
-export async function measure(targets: Running[], plan: Plan, log: (s: string) => void): Promise<Map<string, TargetResult>> {
+export async function measure(
+  targets: Running[],
+  plan: Plan,
+  log: (s: string) => void,
+): Promise<Map<string, TargetResult>> {
   const res = new Map<string, TargetResult>(targets.map((t) => [t.key, empty(t)]));
   const get = (t: Running) => res.get(t.key) as TargetResult;
 
   // Warm-up: JIT, connection pools, nginx's upstream keep-alive.
   for (const t of targets) {
-    await autocannon({ url: t.url + URL_PATH, connections: plan.connections, seconds: 1, body: chatBody(false), headers: t.headers });
-    if (plan.sse && plan.warmSse) await autocannon({ url: t.url + URL_PATH, connections: 8, seconds: 1, body: chatBody(true), headers: t.headers });
+    await autocannon({
+      url: t.url + URL_PATH,
+      connections: plan.connections,
+      seconds: 1,
+      body: chatBody(false),
+      headers: t.headers,
+    });
+    if (plan.sse && plan.warmSse)
+      await autocannon({ url: t.url + URL_PATH, connections: 8, seconds: 1, body: chatBody(true), headers: t.headers });
   }
 
   for (let r = 0; r < plan.rounds; r++) {
     for (const t of rotated(targets, r)) {
       const before = t.adminUrl ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
       const started = performance.now();
-      const a = await autocannon({ url: t.url + URL_PATH, connections: plan.connections, seconds: plan.seconds, body: chatBody(false), headers: t.headers });
+      const a = await autocannon({
+        url: t.url + URL_PATH,
+        connections: plan.connections,
+        seconds: plan.seconds,
+        body: chatBody(false),
+        headers: t.headers,
+      });
       const secs = (performance.now() - started) / 1000;
       const tr = get(t);
       tr.tputJson.push(a.rps);
@@ -119,27 +163,51 @@ export async function measure(targets: Running[], plan: Plan, log: (s: string) =
           tr.mirror.queueDepthMax = Math.max(tr.mirror.queueDepthMax, after.queueDepth);
         }
       }
-      log(`  round ${r + 1} json  ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`);
+      log(
+        `  round ${r + 1} json  ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`,
+      );
     }
     if (plan.sse && r < plan.probeRounds) {
       for (const t of rotated(targets, r)) {
-        const a = await autocannon({ url: t.url + URL_PATH, connections: plan.connections, seconds: plan.seconds, body: chatBody(true), headers: t.headers });
+        const a = await autocannon({
+          url: t.url + URL_PATH,
+          connections: plan.connections,
+          seconds: plan.seconds,
+          body: chatBody(true),
+          headers: t.headers,
+        });
         const tr = get(t);
         tr.tputSse.push(a.rps);
         tr.errors += a.errors + a.non2xx;
         tr.requests += a.total;
-        log(`  round ${r + 1} sse   ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`);
+        log(
+          `  round ${r + 1} sse   ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`,
+        );
       }
     }
     if (plan.latency && r < plan.probeRounds) {
       for (const t of rotated(targets, r)) {
-        const p = await probe({ url: t.url + URL_PATH, rate: plan.rate, seconds: plan.probeSeconds, connections: 16, body: chatBody(false), headers: t.headers });
+        const p = await probe({
+          url: t.url + URL_PATH,
+          rate: plan.rate,
+          seconds: plan.probeSeconds,
+          connections: 16,
+          body: chatBody(false),
+          headers: t.headers,
+        });
         const tr = get(t);
         tr.latP50.push(p.latency[0]);
         tr.latP99.push(p.latency[1]);
         tr.errors += p.errors + p.non2xx;
         tr.requests += p.sent;
-        const s = await probe({ url: t.url + URL_PATH, rate: plan.sseRate, seconds: plan.probeSeconds, connections: 16, body: chatBody(true, true), headers: t.headers });
+        const s = await probe({
+          url: t.url + URL_PATH,
+          rate: plan.sseRate,
+          seconds: plan.probeSeconds,
+          connections: 16,
+          body: chatBody(true, true),
+          headers: t.headers,
+        });
         tr.ttfbP50.push(s.ttfb[0]);
         tr.ttfbP99.push(s.ttfb[1]);
         tr.gapP50.push(s.gap[0]);

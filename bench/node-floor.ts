@@ -17,7 +17,16 @@ import { arg } from './lib/args.js';
 const upstream = new URL(arg('--upstream'));
 const pool = new Pool(upstream.origin, { connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0 });
 /** Hop-by-hop headers (RFC 9110 §7.6.1) and the client's Host, which the pool sets. */
-const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host']);
+const HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+]);
 
 function strip(h: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
@@ -38,7 +47,11 @@ class Relay implements Dispatcher.DispatchHandler {
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
   }
-  onResponseStart(_c: Dispatcher.DispatchController, status: number, headers: Record<string, string | string[] | undefined>): void {
+  onResponseStart(
+    _c: Dispatcher.DispatchController,
+    status: number,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
     this.res.writeHead(status, strip(headers));
   }
   onResponseData(c: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -66,7 +79,10 @@ const server = http.createServer({ noDelay: true, keepAliveTimeout: 65_000, requ
     const body = Buffer.concat(parts);
     const headers = strip(req.headers);
     headers['content-length'] = String(body.length);
-    pool.dispatch({ path: req.url as string, method: req.method as Dispatcher.HttpMethod, headers, body }, new Relay(res));
+    pool.dispatch(
+      { path: req.url as string, method: req.method as Dispatcher.HttpMethod, headers, body },
+      new Relay(res),
+    );
   });
 });
 server.listen({ port: Number(arg('--port', '0')), host: '127.0.0.1', backlog: 4096 }, () => {

@@ -37,7 +37,11 @@ function run(spec: ProbeSpec): Promise<ProbeResult> {
   const u = new URL(spec.url);
   const agent = new http.Agent({ keepAlive: true, maxSockets: spec.connections });
   const body = Buffer.from(spec.body);
-  const headers = { 'content-type': 'application/json', 'content-length': String(body.length), ...(spec.headers ?? {}) };
+  const headers = {
+    'content-type': 'application/json',
+    'content-length': String(body.length),
+    ...(spec.headers ?? {}),
+  };
   const lat: number[] = [];
   const ttfb: number[] = [];
   const gap: number[] = [];
@@ -77,23 +81,26 @@ function run(spec: ProbeSpec): Promise<ProbeResult> {
         if (failed) errors++;
         if (sent >= total && pending === 0) finish();
       };
-      const req = http.request({ host: u.hostname, port: u.port, path: u.pathname + u.search, method: 'POST', headers, agent }, (res) => {
-        if ((res.statusCode ?? 0) >= 300) non2xx++;
-        res.on('data', () => {
-          const now = performance.now();
-          if (first < 0) {
-            first = now;
-            ttfb.push(now - scheduled);
-          } else gap.push(now - last);
-          last = now;
-        });
-        res.on('end', () => {
-          lat.push(performance.now() - scheduled);
-          if ((res.statusCode ?? 0) < 300) ok++;
-          done(false);
-        });
-        res.on('error', () => done(true));
-      });
+      const req = http.request(
+        { host: u.hostname, port: u.port, path: u.pathname + u.search, method: 'POST', headers, agent },
+        (res) => {
+          if ((res.statusCode ?? 0) >= 300) non2xx++;
+          res.on('data', () => {
+            const now = performance.now();
+            if (first < 0) {
+              first = now;
+              ttfb.push(now - scheduled);
+            } else gap.push(now - last);
+            last = now;
+          });
+          res.on('end', () => {
+            lat.push(performance.now() - scheduled);
+            if ((res.statusCode ?? 0) < 300) ok++;
+            done(false);
+          });
+          res.on('error', () => done(true));
+        },
+      );
       req.on('error', () => done(true));
       req.end(body);
     };

@@ -7,20 +7,37 @@ import { RSS_CEILING_MB } from './figures.js';
 import type { CoreFigure } from './core.js';
 import type { Unavailable } from './proxies/types.js';
 
-const ORDER = ['direct', 'nginx', 'haproxy', 'logprobe-off', 'logprobe-off-info', 'logprobe-0.1', 'logprobe-1.0', 'portkey'];
+const ORDER = [
+  'direct',
+  'nginx',
+  'haproxy',
+  'logprobe-off',
+  'logprobe-off-info',
+  'logprobe-0.1',
+  'logprobe-1.0',
+  'portkey',
+];
 const ordered = (s: Map<string, Summary>) => ORDER.map((k) => s.get(k)).filter((x): x is Summary => x !== undefined);
 const x = (r: number) => (Number.isFinite(r) ? `${r.toFixed(2)}×` : '–');
 const msu = (us: number) => (Number.isFinite(us) ? (us / 1000).toFixed(2) : '–');
-const added = (us: number, base: number) => (Number.isFinite(us) && Number.isFinite(base) ? `${us - base >= 0 ? '+' : ''}${((us - base) / 1000).toFixed(2)}` : '–');
+const added = (us: number, base: number) =>
+  Number.isFinite(us) && Number.isFinite(base) ? `${us - base >= 0 ? '+' : ''}${((us - base) / 1000).toFixed(2)}` : '–';
 
 /** One line per figure: the quick run's output, and the summary at the end of a full run. */
-export function quickLines(s: Map<string, Summary>, engine: Map<string, Summary> | null, core: CoreFigure[], checks: Verdict[], ab: { shared: MirrorAB; remote: MirrorAB } | null = null): string[] {
+export function quickLines(
+  s: Map<string, Summary>,
+  engine: Map<string, Summary> | null,
+  core: CoreFigure[],
+  checks: Verdict[],
+  ab: { shared: MirrorAB; remote: MirrorAB } | null = null,
+): string[] {
   const d = s.get('direct');
   const n = s.get('nginx');
   const lp = s.get('logprobe-off');
   const on = s.get('logprobe-1.0');
   const pk = s.get('portkey');
-  const rel = (v: number, k: keyof Summary) => `${x(ratio(v, d?.[k] as number))} direct, ${x(ratio(v, n?.[k] as number))} nginx${pk ? `, ${x(ratio(v, pk[k] as number))} portkey` : ''}`;
+  const rel = (v: number, k: keyof Summary) =>
+    `${x(ratio(v, d?.[k] as number))} direct, ${x(ratio(v, n?.[k] as number))} nginx${pk ? `, ${x(ratio(v, pk[k] as number))} portkey` : ''}`;
   const lines: string[] = [];
   if (lp) {
     lines.push(`throughput json  c=32    logprobe ${fmt(lp.json, 0)} req/s = ${rel(lp.json, 'json')}`);
@@ -47,18 +64,28 @@ export function quickLines(s: Map<string, Summary>, engine: Map<string, Summary>
     const en = engine.get('nginx');
     const el = engine.get('logprobe-off');
     if (el)
-      lines.push(`engine json      c=32    logprobe ${fmt(el.json, 0)} req/s = ${x(ratio(el.json, ed?.json ?? NaN))} direct, ${x(ratio(el.json, en?.json ?? NaN))} nginx (simulated engine upstream)`);
+      lines.push(
+        `engine json      c=32    logprobe ${fmt(el.json, 0)} req/s = ${x(ratio(el.json, ed?.json ?? NaN))} direct, ${x(ratio(el.json, en?.json ?? NaN))} nginx (simulated engine upstream)`,
+      );
   }
   const top5 = core.filter((c) => c.k === 5);
-  if (top5.length > 0) lines.push(`core compare     top-5   ${top5.map((c) => `${c.tokens} tok ${c.mtps.toFixed(2)} M aligned tok/s`).join(', ')}`);
+  if (top5.length > 0)
+    lines.push(
+      `core compare     top-5   ${top5.map((c) => `${c.tokens} tok ${c.mtps.toFixed(2)} M aligned tok/s`).join(', ')}`,
+    );
   const errs = [...s.values()].filter((v) => v.errors > 0).map((v) => `${v.key} ${v.errors}/${v.requests}`);
   lines.push(`errors                   ${errs.length === 0 ? 'none' : errs.join(', ')}`);
-  for (const c of checks) lines.push(`target ${c.met === null ? 'n/a ' : c.met ? 'MET ' : 'MISS'}  ${c.target}: ${c.detail}`);
+  for (const c of checks)
+    lines.push(`target ${c.met === null ? 'n/a ' : c.met ? 'MET ' : 'MISS'}  ${c.target}: ${c.detail}`);
   return lines;
 }
 
 export function table(head: string[], rows: string[][]): string {
-  return [`| ${head.join(' | ')} |`, `|${head.map(() => ' --- ').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+  return [
+    `| ${head.join(' | ')} |`,
+    `|${head.map(() => ' --- ').join('|')}|`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
 }
 
 export interface ReportInput {
@@ -89,8 +116,11 @@ export function renderResults(r: ReportInput): string {
     `Machine: ${r.info.nproc} CPUs (${r.info.cpu}), ${r.info.memoryGB} GB, ${r.info.kernel}; load average at the start ${r.info.load} (shared machine). Versions: node ${v.node}, logprobe ${v.logprobe}, undici ${v.undici}, autocannon ${v.autocannon}, nginx ${v.nginx}, haproxy ${v.haproxy}, @portkey-ai/gateway ${v['@portkey-ai/gateway']}. The run took ${r.elapsed.toFixed(0)} s.`,
   );
   out.push('');
-  if (r.unavailable.length > 0) out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
-  out.push(`### Throughput, ${r.plan.connections} connections (median of ${r.plan.rounds} rounds × ${r.plan.seconds} s, fixed-response upstream)`);
+  if (r.unavailable.length > 0)
+    out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
+  out.push(
+    `### Throughput, ${r.plan.connections} connections (median of ${r.plan.rounds} rounds × ${r.plan.seconds} s, fixed-response upstream)`,
+  );
   out.push('');
   out.push(
     table(
@@ -108,20 +138,43 @@ export function renderResults(r: ReportInput): string {
     ),
   );
   out.push('');
-  out.push(`### Latency at a moderate rate (${r.plan.rate} req/s open loop over 16 connections, median of ${r.plan.probeRounds} rounds × ${r.plan.probeSeconds} s)`);
+  out.push(
+    `### Latency at a moderate rate (${r.plan.rate} req/s open loop over 16 connections, median of ${r.plan.probeRounds} rounds × ${r.plan.probeSeconds} s)`,
+  );
   out.push('');
   out.push(
     table(
       ['target', 'p50 ms', 'added p50 ms', 'p99 ms', 'added p99 ms', 'p99 ÷ direct', 'p99 ÷ nginx'],
-      rows.map((t) => [t.label, msu(t.p50), added(t.p50, d?.p50 ?? NaN), msu(t.p99), added(t.p99, d?.p99 ?? NaN), x(ratio(t.p99, d?.p99 ?? NaN)), x(ratio(t.p99, n?.p99 ?? NaN))]),
+      rows.map((t) => [
+        t.label,
+        msu(t.p50),
+        added(t.p50, d?.p50 ?? NaN),
+        msu(t.p99),
+        added(t.p99, d?.p99 ?? NaN),
+        x(ratio(t.p99, d?.p99 ?? NaN)),
+        x(ratio(t.p99, n?.p99 ?? NaN)),
+      ]),
     ),
   );
   out.push('');
-  out.push(`### SSE: time to first byte and inter-chunk delay (${r.plan.sseRate} streams/s, 9 events 2 ms apart, median of ${r.plan.probeRounds} rounds)`);
+  out.push(
+    `### SSE: time to first byte and inter-chunk delay (${r.plan.sseRate} streams/s, 9 events 2 ms apart, median of ${r.plan.probeRounds} rounds)`,
+  );
   out.push('');
   out.push(
     table(
-      ['target', 'TTFB p50 ms', 'added', 'TTFB p99 ms', 'added', 'gap p50 ms', 'added', 'gap p99 ms', 'added', 'TTFB p99 ÷ nginx'],
+      [
+        'target',
+        'TTFB p50 ms',
+        'added',
+        'TTFB p99 ms',
+        'added',
+        'gap p50 ms',
+        'added',
+        'gap p99 ms',
+        'added',
+        'TTFB p99 ÷ nginx',
+      ],
       rows.map((t) => [
         t.label,
         msu(t.ttfb50),
@@ -155,7 +208,10 @@ export function renderResults(r: ReportInput): string {
       table(
         ['figure', 'value'],
         [
-          ['client p99 at sampleRate 1.0 vs 0 (medians of the rounds above)', `${msu(on.p99)} vs ${msu(off.p99)} ms (${x(ratio(on.p99, off.p99))})`],
+          [
+            'client p99 at sampleRate 1.0 vs 0 (medians of the rounds above)',
+            `${msu(on.p99)} vs ${msu(off.p99)} ms (${x(ratio(on.p99, off.p99))})`,
+          ],
           ...(r.ab
             ? (
                 [
@@ -167,9 +223,15 @@ export function renderResults(r: ReportInput): string {
                 `${msu(a.pooled[1])} vs ${msu(a.pooled[0])} ms (${x(ratio(a.pooled[1], a.pooled[0]))}); per pair 1.0/0: ${a.pairs.map(([p, q]) => `${msu(q)}/${msu(p)}`).join(', ')} ms, median ratio ${x(a.medianRatio)}`,
               ])
             : []),
-          ['client JSON throughput at sampleRate 1.0 vs 0', `${fmt(on.json, 0)} vs ${fmt(off.json, 0)} req/s (${x(ratio(on.json, off.json))})`],
+          [
+            'client JSON throughput at sampleRate 1.0 vs 0',
+            `${fmt(on.json, 0)} vs ${fmt(off.json, 0)} req/s (${x(ratio(on.json, off.json))})`,
+          ],
           ['mirror throughput (pairs compared per second, queue saturated)', fmt(on.pairsPerSec, 0)],
-          [`queue (size ${r.queueSize}) during the throughput rounds`, `max depth seen ${on.queueDepthMax}, ${on.dropped} copies dropped`],
+          [
+            `queue (size ${r.queueSize}) during the throughput rounds`,
+            `max depth seen ${on.queueDepthMax}, ${on.dropped} copies dropped`,
+          ],
           ['peak RSS with the queue full', `${fmt(on.peakMB, 0)} MB (ceiling ${RSS_CEILING_MB} MB)`],
         ],
       ),
@@ -180,19 +242,31 @@ export function renderResults(r: ReportInput): string {
     const e = r.engineSums;
     const ed = e.get('direct');
     const en = e.get('nginx');
-    out.push(`### Throughput in front of the simulated engine (\`logprobe engine --sim\`, ${r.engine.connections} connections, median of ${r.engine.rounds} rounds × ${r.engine.seconds} s)`);
+    out.push(
+      `### Throughput in front of the simulated engine (\`logprobe engine --sim\`, ${r.engine.connections} connections, median of ${r.engine.rounds} rounds × ${r.engine.seconds} s)`,
+    );
     out.push('');
     out.push(
       table(
         ['target', 'JSON req/s', '÷ direct', '÷ nginx', 'errors'],
-        ordered(e).map((t) => [t.label, fmt(t.json, 0), x(ratio(t.json, ed?.json ?? NaN)), x(ratio(t.json, en?.json ?? NaN)), `${t.errors}/${t.requests}`]),
+        ordered(e).map((t) => [
+          t.label,
+          fmt(t.json, 0),
+          x(ratio(t.json, ed?.json ?? NaN)),
+          x(ratio(t.json, en?.json ?? NaN)),
+          `${t.errors}/${t.requests}`,
+        ]),
       ),
     );
     out.push('');
   }
   out.push('### Comparison core (`npm run bench:compare`, copied)');
   out.push('');
-  out.push(r.core.error ? `bench:compare failed: ${r.core.error}` : ['```', r.core.header, ...r.core.rows.map((c) => c.line), '```'].join('\n'));
+  out.push(
+    r.core.error
+      ? `bench:compare failed: ${r.core.error}`
+      : ['```', r.core.header, ...r.core.rows.map((c) => c.line), '```'].join('\n'),
+  );
   out.push('');
   out.push('### Targets');
   out.push('');
@@ -211,5 +285,11 @@ const END = '<!-- bench:generated:end -->';
 
 /** Replaces the generated section of RESULTS.md, keeping the hand-written analysis around it. */
 export function writeResults(path: string, r: ReportInput): void {
-  writeSection(path, BEGIN, END, renderResults(r), '# logprobe benchmark results (issue #8)\n\nGenerated by `npm run bench`; the analysis below the figures is written by hand.\n\n');
+  writeSection(
+    path,
+    BEGIN,
+    END,
+    renderResults(r),
+    '# logprobe benchmark results (issue #8)\n\nGenerated by `npm run bench`; the analysis below the figures is written by hand.\n\n',
+  );
 }

@@ -68,19 +68,75 @@ if (!['json', 'streams', 'all'].includes(lane)) {
 
 const log = (s: string) => process.stdout.write(`${s}\n`);
 
-const FULL: Plan = { rounds: 3, probeRounds: 3, seconds: 5, connections: 32, rate: 400, sseRate: 100, probeSeconds: 5, sse: true, latency: true, warmSse: true, abPairs: 8 };
-const QUICK: Plan = { rounds: 2, probeRounds: 1, seconds: 2, connections: 32, rate: 400, sseRate: 100, probeSeconds: 2, sse: true, latency: true, warmSse: false, abPairs: 3 };
-const ENGINE: Plan = { rounds: 3, probeRounds: 0, seconds: 5, connections: 32, rate: 0, sseRate: 0, probeSeconds: 0, sse: false, latency: false, warmSse: false, abPairs: 0 };
+const FULL: Plan = {
+  rounds: 3,
+  probeRounds: 3,
+  seconds: 5,
+  connections: 32,
+  rate: 400,
+  sseRate: 100,
+  probeSeconds: 5,
+  sse: true,
+  latency: true,
+  warmSse: true,
+  abPairs: 8,
+};
+const QUICK: Plan = {
+  rounds: 2,
+  probeRounds: 1,
+  seconds: 2,
+  connections: 32,
+  rate: 400,
+  sseRate: 100,
+  probeSeconds: 2,
+  sse: true,
+  latency: true,
+  warmSse: false,
+  abPairs: 3,
+};
+const ENGINE: Plan = {
+  rounds: 3,
+  probeRounds: 0,
+  seconds: 5,
+  connections: 32,
+  rate: 0,
+  sseRate: 0,
+  probeSeconds: 0,
+  sse: false,
+  latency: false,
+  warmSse: false,
+  abPairs: 0,
+};
 
 /** Starts the targets in front of `upstream`; the unavailable ones say why. */
-async function startTargets(upstream: Upstream, baseline: Upstream, set: 'all' | 'quick' | 'engine'): Promise<Array<Running | Unavailable>> {
+async function startTargets(
+  upstream: Upstream,
+  baseline: Upstream,
+  set: 'all' | 'quick' | 'engine',
+): Promise<Array<Running | Unavailable>> {
   const out: Array<Running | Unavailable> = [];
   const pids = async () => [upstream.proc.pid];
-  out.push({ key: 'direct', label: 'upstream directly', url: upstream.url, headers: {}, pids, stop: async () => undefined });
+  out.push({
+    key: 'direct',
+    label: 'upstream directly',
+    url: upstream.url,
+    headers: {},
+    pids,
+    stop: async () => undefined,
+  });
   out.push(await startNginx({ upstream: upstream.url, outDir: OUT, workers: 1 }));
   out.push(await startHaproxy({ upstream: upstream.url, outDir: OUT }));
   const lp = (key: string, label: string, sampleRate: number, logLevel: 'warn' | 'info' = 'warn') =>
-    startLogprobe({ key, label, candidate: upstream.url, baseline: baseline.url, sampleRate, logLevel, outDir: OUT, profile: profile && key === 'logprobe-off' });
+    startLogprobe({
+      key,
+      label,
+      candidate: upstream.url,
+      baseline: baseline.url,
+      sampleRate,
+      logLevel,
+      outDir: OUT,
+      profile: profile && key === 'logprobe-off',
+    });
   out.push(await lp('logprobe-off', 'logprobe, mirroring off', 0));
   if (set === 'all') out.push(await lp('logprobe-off-info', 'logprobe, mirroring off, log info', 0, 'info'));
   if (set !== 'engine') {
@@ -91,7 +147,13 @@ async function startTargets(upstream: Upstream, baseline: Upstream, set: 'all' |
   return out;
 }
 
-async function scenario(name: string, upstream: Upstream, baseline: Upstream, set: 'all' | 'quick' | 'engine', plan: Plan) {
+async function scenario(
+  name: string,
+  upstream: Upstream,
+  baseline: Upstream,
+  set: 'all' | 'quick' | 'engine',
+  plan: Plan,
+) {
   log(`\n${name}: starting targets`);
   const all = await startTargets(upstream, baseline, set);
   const running = all.filter(isRunning);
@@ -121,7 +183,10 @@ async function scenario(name: string, upstream: Upstream, baseline: Upstream, se
 
 async function build(root: string): Promise<void> {
   const b = await runToEnd('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: root, timeoutMs: 180_000 });
-  if (b.code !== 0) log(`build${root === ROOT ? '' : ` of ${root}`} reported errors (bench runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`);
+  if (b.code !== 0)
+    log(
+      `build${root === ROOT ? '' : ` of ${root}`} reported errors (bench runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`,
+    );
 }
 
 /** The fixed-JSON lane (`--lane json`, the default). */
@@ -130,7 +195,9 @@ async function jsonLane(): Promise<void> {
   rmSync(OUT, { recursive: true, force: true });
   mkdirSync(OUT, { recursive: true });
   const info = machine();
-  log(`logprobe bench${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, load ${info.load}`);
+  log(
+    `logprobe bench${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, load ${info.load}`,
+  );
 
   const sim = await startSim('sim-engine', 1);
   const canned = await captureResponses(sim.url, OUT);
@@ -157,7 +224,14 @@ async function jsonLane(): Promise<void> {
   const top = profile ? profileTop(join(OUT, 'prof', 'logprobe-off'), 25) : null;
   if (top) log(`\nCPU profile of logprobe (mirroring off), top self time:\n${top}`);
   const elapsed = (Date.now() - began) / 1000;
-  writeFileSync(join(OUT, 'results.json'), JSON.stringify({ info, quick, fixed: fixed.raw, ab: fixed.ab, engine: engine?.raw ?? null, core, checks, elapsed }, null, 2));
+  writeFileSync(
+    join(OUT, 'results.json'),
+    JSON.stringify(
+      { info, quick, fixed: fixed.raw, ab: fixed.ab, engine: engine?.raw ?? null, core, checks, elapsed },
+      null,
+      2,
+    ),
+  );
   if (!quick) {
     writeResults(join(ROOT, 'bench', 'RESULTS.md'), {
       info,
@@ -181,7 +255,8 @@ async function jsonLane(): Promise<void> {
 function commitOf(root: string): string {
   const head = spawnSync('git', ['-C', root, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' });
   if (head.status !== 0) return `the checkout at ${root}`;
-  const dirty = spawnSync('git', ['-C', root, 'status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).stdout.trim() !== '';
+  const dirty =
+    spawnSync('git', ['-C', root, 'status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).stdout.trim() !== '';
   return `commit ${head.stdout.trim()}${dirty ? ' with uncommitted changes in src/' : ''}`;
 }
 
@@ -196,13 +271,21 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
       .filter(Boolean);
   const ns = list(flag('--n'))?.map(Number) ?? (quick ? QUICK_NS : FULL_NS);
   const targets = list(flag('--targets')) ?? (argv.includes('--shadow') ? [...SHADOW_TARGETS] : [...DEFAULT_TARGETS]);
-  const bad = [...ns.filter((n) => !Number.isInteger(n) || n < 1 || n > 5000).map(String), ...targets.filter((t) => !(TARGET_KEYS as readonly string[]).includes(t))];
-  if (bad.length > 0) throw new Error(`streams lane: bad --n or --targets value(s): ${bad.join(', ')} (N from 1 to 5000; targets ${TARGET_KEYS.join(', ')})`);
+  const bad = [
+    ...ns.filter((n) => !Number.isInteger(n) || n < 1 || n > 5000).map(String),
+    ...targets.filter((t) => !(TARGET_KEYS as readonly string[]).includes(t)),
+  ];
+  if (bad.length > 0)
+    throw new Error(
+      `streams lane: bad --n or --targets value(s): ${bad.join(', ')} (N from 1 to 5000; targets ${TARGET_KEYS.join(', ')})`,
+    );
   const rounds = Number(flag('--rounds') ?? (quick ? 1 : STREAMS_ROUNDS));
   const delay = flag('--mirror-delay-ms');
   const info = machine();
   const commit = commitOf(logprobeRoot);
-  log(`logprobe bench --lane streams${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, nginx ${info.versions.nginx}, load ${info.load}; logprobe ${commit}`);
+  log(
+    `logprobe bench --lane streams${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, nginx ${info.versions.nginx}, load ${info.load}; logprobe ${commit}`,
+  );
   const nice = flag('--harness-nice');
   const r = await runStreams({
     root: ROOT,
@@ -220,7 +303,12 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
   log(streamsText(r, checks));
   writeFileSync(join(OUT, 'streams.json'), JSON.stringify({ info, commit, ...r, checks }, null, 2));
   log('\nwrote bench/out/streams.json');
-  const complete = !quick && ns.join() === FULL_NS.join() && DEFAULT_TARGETS.every((k) => targets.includes(k)) && r.unavailable.length === 0 && rounds >= 3;
+  const complete =
+    !quick &&
+    ns.join() === FULL_NS.join() &&
+    DEFAULT_TARGETS.every((k) => targets.includes(k)) &&
+    r.unavailable.length === 0 &&
+    rounds >= 3;
   if (complete) {
     writeStreamsSection(join(ROOT, 'bench', 'RESULTS.md'), streamsMarkdown(r, checks, info, commit));
     log('wrote the "Streaming lane" section of bench/RESULTS.md');
@@ -230,7 +318,8 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
 
 async function main(): Promise<void> {
   const logprobeRoot = resolve(flag('--logprobe-root') ?? ROOT);
-  if (!existsSync(join(logprobeRoot, 'bin', 'logprobe.js'))) throw new Error(`--logprobe-root ${logprobeRoot}: no bin/logprobe.js there`);
+  if (!existsSync(join(logprobeRoot, 'bin', 'logprobe.js')))
+    throw new Error(`--logprobe-root ${logprobeRoot}: no bin/logprobe.js there`);
   if (!argv.includes('--no-build')) {
     if (lane !== 'streams') await build(ROOT);
     if (lane !== 'json' && (lane === 'streams' || resolve(logprobeRoot) !== resolve(ROOT))) await build(logprobeRoot);

@@ -139,7 +139,10 @@ function mountTmpfs(dir: string, mb: number): void {
   mkdirSync(dir, { recursive: true });
   unmount(dir); // a run killed with SIGKILL left it mounted
   const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${mb}m,mode=0700`, 'tmpfs', dir], { encoding: 'utf8' });
-  if (r.status !== 0) throw new UsageError(`cannot mount a tmpfs on ${dir}: ${(r.stderr || r.error?.message || '').trim()} (the fault soak must run as root)`);
+  if (r.status !== 0)
+    throw new UsageError(
+      `cannot mount a tmpfs on ${dir}: ${(r.stderr || r.error?.message || '').trim()} (the fault soak must run as root)`,
+    );
 }
 
 class UsageError extends Error {}
@@ -177,13 +180,38 @@ async function stablePort(): Promise<number> {
 }
 
 async function startUpstream(name: string, extra: string[]): Promise<{ proc: Proc; url: string }> {
-  const args = ['--import', 'tsx', 'bench/streams-upstream.ts', '--chunks', String(CHUNKS), '--gap-ms', String(GAP_MS), '--keep-alive-ms', String(UPSTREAM_KEEPALIVE_MS), ...extra];
-  const { proc, match } = await start({ name, ...withNofile('node', args), cwd: ROOT, ready: /listening on (http:\/\/\S+)/, logFile: join(OUT, `${name}.log`) });
+  const args = [
+    '--import',
+    'tsx',
+    'bench/streams-upstream.ts',
+    '--chunks',
+    String(CHUNKS),
+    '--gap-ms',
+    String(GAP_MS),
+    '--keep-alive-ms',
+    String(UPSTREAM_KEEPALIVE_MS),
+    ...extra,
+  ];
+  const { proc, match } = await start({
+    name,
+    ...withNofile('node', args),
+    cwd: ROOT,
+    ready: /listening on (http:\/\/\S+)/,
+    logFile: join(OUT, `${name}.log`),
+  });
   return { proc, url: match[1] as string };
 }
 
 /** The candidate's counters, read through SIGUSR2 and its stdout (no connection: it would be one to refuse). */
-function upstreamStats(proc: Proc): Promise<{ refused: number; acceptedTotal: number; streamsStarted: number; streamsFinished: number; jsonRequests: number } | null> {
+function upstreamStats(
+  proc: Proc,
+): Promise<{
+  refused: number;
+  acceptedTotal: number;
+  streamsStarted: number;
+  streamsFinished: number;
+  jsonRequests: number;
+} | null> {
   return new Promise((resolve) => {
     const rl = createInterface({ input: proc.child.stdout! });
     const timer = setTimeout(() => {
@@ -237,7 +265,11 @@ class BaselineKiller {
       await this.pause(this.o.killEvery * 1000);
       if (this.stopped) break;
       const t0 = performance.now();
-      const gone = new Promise<void>((r) => (this.proc.child.exitCode !== null || this.proc.child.signalCode !== null ? r() : this.proc.child.once('exit', () => r())));
+      const gone = new Promise<void>((r) =>
+        this.proc.child.exitCode !== null || this.proc.child.signalCode !== null
+          ? r()
+          : this.proc.child.once('exit', () => r()),
+      );
       try {
         process.kill(-this.proc.pid, 'SIGKILL');
       } catch {
@@ -405,7 +437,10 @@ function read(text: string): Scraped {
   const ok = series(text, 'logprobe_capture_ok');
   return {
     outcomes: sumBy(text, 'logprobe_mirror_total', 'outcome', { route: ROUTE }),
-    requests: Object.values(sumBy(text, 'logprobe_proxy_requests_total', 'route', { route: ROUTE })).reduce((a, b) => a + b, 0),
+    requests: Object.values(sumBy(text, 'logprobe_proxy_requests_total', 'route', { route: ROUTE })).reduce(
+      (a, b) => a + b,
+      0,
+    ),
     queue: series(text, 'logprobe_mirror_queue_depth')[0]?.value ?? NaN,
     workerUp: (series(text, 'logprobe_mirror_worker_up')[0]?.value ?? 0) === 1,
     captureErrors: sumBy(text, 'logprobe_capture_errors_total', 'reason'),
@@ -489,12 +524,37 @@ interface Summary {
   o: Options;
   elapsedS: number;
   load: LoadResult | null;
-  candidate: { refused: number; acceptedTotal: number; streamsStarted: number; streamsFinished: number; jsonRequests: number } | null;
+  candidate: {
+    refused: number;
+    acceptedTotal: number;
+    streamsStarted: number;
+    streamsFinished: number;
+    jsonRequests: number;
+  } | null;
   metrics: Scraped | null;
   killer: { kills: number; restarts: number; restartFailures: number; downP50: number; downMax: number };
-  filler: { cycles: number; filled: number; fullSeconds: number; filledMBMedian: number; recordsDeleted: number; filesDeleted: number; errors: string[] };
+  filler: {
+    cycles: number;
+    filled: number;
+    fullSeconds: number;
+    filledMBMedian: number;
+    recordsDeleted: number;
+    filesDeleted: number;
+    errors: string[];
+  };
   recordsOnDisk: number;
-  rss: { samples: number; median: number; min: number; max: number; dev: number; first: number; last: number; slope: number; lows: number[]; lowsDev: number };
+  rss: {
+    samples: number;
+    median: number;
+    min: number;
+    max: number;
+    dev: number;
+    first: number;
+    last: number;
+    slope: number;
+    lows: number[];
+    lowsDev: number;
+  };
   /** The proxy thread's heap in use over the RSS window: first and last scrape, MB. */
   heap: { first: number; last: number };
   criteria: Criterion[];
@@ -502,10 +562,14 @@ interface Summary {
 
 async function soak(o: Options & { warmupS: number }): Promise<boolean> {
   mkdirSync(OUT, { recursive: true });
-  if (process.getuid?.() !== 0) throw new UsageError('the fault soak mounts a tmpfs for the capture directory: run it as root');
+  if (process.getuid?.() !== 0)
+    throw new UsageError('the fault soak mounts a tmpfs for the capture directory: run it as root');
   if (o.build) {
     const b = await runToEnd('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, timeoutMs: 180_000 });
-    if (b.code !== 0) log(`build reported errors (the soak runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`);
+    if (b.code !== 0)
+      log(
+        `build reported errors (the soak runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`,
+      );
   }
   const info = machine();
   const seconds = Math.round(o.minutes * 60 + o.warmupS);
@@ -516,7 +580,14 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
 
   mountTmpfs(CAPTURE_DIR, o.captureMb);
   const expectFile = join(OUT, 'expect.sse');
-  const candidate = await startUpstream('faults-candidate', ['--refuse-pct', String(o.refusePct), '--max-requests', String(o.maxRequests), '--expect-out', expectFile]);
+  const candidate = await startUpstream('faults-candidate', [
+    '--refuse-pct',
+    String(o.refusePct),
+    '--max-requests',
+    String(o.maxRequests),
+    '--expect-out',
+    expectFile,
+  ]);
   prioritize(candidate.proc.pid, o.harnessNice);
   const basePort = await stablePort();
   const baseline = await startUpstream('faults-baseline', ['--port', String(basePort)]);
@@ -561,7 +632,9 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
   createInterface({ input: load.proc.child.stdout! }).on('line', (line) => {
     if (line.startsWith('progress ')) progress = JSON.parse(line.slice(9)) as typeof progress;
   });
-  const loadExit = new Promise<void>((resolve) => (load.proc.child.exitCode !== null ? resolve() : load.proc.child.once('exit', () => resolve())));
+  const loadExit = new Promise<void>((resolve) =>
+    load.proc.child.exitCode !== null ? resolve() : load.proc.child.once('exit', () => resolve()),
+  );
   let loadDone = false;
   void loadExit.then(() => (loadDone = true));
 
@@ -577,7 +650,9 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
   let alive = true;
   let lastPrint = 0;
   let last: Scraped | null = null;
-  log('  elapsed  streams done   cut altered  in flight  RSS MB  heap MB  mirror ok/dropped/base err/cand err  capture ENOSPC  disk free MB  baseline kills');
+  log(
+    '  elapsed  streams done   cut altered  in flight  RSS MB  heap MB  mirror ok/dropped/base err/cand err  capture ENOSPC  disk free MB  baseline kills',
+  );
   while (!loadDone) {
     await Promise.race([sleep(1000), loadExit]);
     const t = (performance.now() - began) / 1000;
@@ -653,7 +728,13 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
     load: result,
     candidate: candStats,
     metrics: final,
-    killer: { kills: killer.kills, restarts: killer.restarts, restartFailures: killer.restartFailures, downP50: median(downs), downMax: downs.length ? Math.max(...downs) : NaN },
+    killer: {
+      kills: killer.kills,
+      restarts: killer.restarts,
+      restartFailures: killer.restartFailures,
+      downP50: median(downs),
+      downMax: downs.length ? Math.max(...downs) : NaN,
+    },
     filler: {
       cycles: filler.cycles,
       filled: filler.filled,
@@ -695,7 +776,11 @@ function judge(r: Summary, alive: boolean): Criterion[] {
   const m = r.metrics;
   const refused = r.candidate?.refused ?? NaN;
   if (!alive || !l) {
-    out.push({ name: 'the run', pass: false, detail: !alive ? 'logprobe exited during the soak' : 'the load generator left no result' });
+    out.push({
+      name: 'the run',
+      pass: false,
+      detail: !alive ? 'logprobe exited during the soak' : 'the load generator left no result',
+    });
     return out;
   }
   const byCandidate = candidateCuts(l);
@@ -713,7 +798,10 @@ function judge(r: Summary, alive: boolean): Criterion[] {
   out.push({
     name: 'every mirror outcome counted',
     pass: m !== null && sum === m.requests && m.requests === l.planned,
-    detail: m === null ? 'no /metrics after the load' : `outcomes ${JSON.stringify(m.outcomes)} sum to ${sum}; client requests on ${ROUTE}: ${m.requests} at logprobe, ${l.planned} sent`,
+    detail:
+      m === null
+        ? 'no /metrics after the load'
+        : `outcomes ${JSON.stringify(m.outcomes)} sum to ${sum}; client requests on ${ROUTE}: ${m.requests} at logprobe, ${l.planned} sent`,
   });
   const sent = SENT_OUTCOMES.reduce((a, k) => a + (m?.outcomes[k] ?? 0), 0);
   const lost = sent - r.recordsOnDisk;
@@ -725,7 +813,9 @@ function judge(r: Summary, alive: boolean): Criterion[] {
     detail:
       `${r.filler.filled} of ${r.filler.cycles} fill cycles reached ENOSPC; logprobe_capture_errors_total ${JSON.stringify(m?.captureErrors ?? {})}; ` +
       `${sent} pairs settled, ${r.recordsOnDisk} records on disk, ${lost} lost; ` +
-      (dropped === null ? 'logprobe_capture_records_dropped_total absent in this build (not required)' : `logprobe_capture_records_dropped_total ${JSON.stringify(dropped)} (≥ the ${lost} lost)`) +
+      (dropped === null
+        ? 'logprobe_capture_records_dropped_total absent in this build (not required)'
+        : `logprobe_capture_records_dropped_total ${JSON.stringify(dropped)} (≥ the ${lost} lost)`) +
       (m?.captureOk !== null && m?.captureOk !== undefined ? `; logprobe_capture_ok ${m.captureOk} at the end` : ''),
   });
   const floors = r.o.rssBy === 'floors';
@@ -739,7 +829,8 @@ function judge(r: Summary, alive: boolean): Criterion[] {
   const baseErr = m?.outcomes.baseline_error ?? 0;
   out.push({
     name: 'the faults happened',
-    pass: r.killer.kills > 0 && r.killer.restartFailures === 0 && refused > 0 && baseErr > 0 && (m?.outcomes.ok ?? 0) > 0,
+    pass:
+      r.killer.kills > 0 && r.killer.restartFailures === 0 && refused > 0 && baseErr > 0 && (m?.outcomes.ok ?? 0) > 0,
     detail: `${r.killer.kills} baseline kills, ${r.killer.restarts} restarts (${r.killer.restartFailures} failed tries); ${refused} of ${r.candidate?.acceptedTotal ?? NaN} candidate connections refused; mirror: ${baseErr} baseline_error, ${m?.outcomes.ok ?? 0} ok`,
   });
   return out;
@@ -755,8 +846,14 @@ function rows(r: Summary): Array<[string, string]> {
     ['cut reasons; non-2xx answers', l ? `${JSON.stringify(l.cutReasons)}; ${JSON.stringify(l.statusMessages)}` : '–'],
     ['TTFB p50 / p99 / max', l ? `${fmt(l.ttfb.p50, 1)} / ${fmt(l.ttfb.p99, 1)} / ${fmt(l.ttfb.max, 1)} ms` : '–'],
     ['load generator: connections opened, peak streams in flight', l ? `${l.connections}, ${l.peakInFlight}` : '–'],
-    ['candidate: connections accepted / refused at once', r.candidate ? `${r.candidate.acceptedTotal} / ${r.candidate.refused}` : '–'],
-    ['baseline: SIGKILLs / restarts, down time p50 / max', `${r.killer.kills} / ${r.killer.restarts}, ${fmt(r.killer.downP50, 0)} / ${fmt(r.killer.downMax, 0)} ms`],
+    [
+      'candidate: connections accepted / refused at once',
+      r.candidate ? `${r.candidate.acceptedTotal} / ${r.candidate.refused}` : '–',
+    ],
+    [
+      'baseline: SIGKILLs / restarts, down time p50 / max',
+      `${r.killer.kills} / ${r.killer.restarts}, ${fmt(r.killer.downP50, 0)} / ${fmt(r.killer.downMax, 0)} ms`,
+    ],
     [
       'mirror outcomes (sum) = client requests',
       m
@@ -769,15 +866,29 @@ function rows(r: Summary): Array<[string, string]> {
       'capture disk: fill cycles reaching ENOSPC, seconds full',
       `${r.filler.filled} of ${r.filler.cycles}, ${fmt(r.filler.fullSeconds, 0)} s (median ${fmt(r.filler.filledMBMedian, 1)} MB written to fill it)`,
     ],
-    ['capture: records on disk (of them deleted by the retention)', `${r.recordsOnDisk} (${r.filler.recordsDeleted} in ${r.filler.filesDeleted} files)`],
+    [
+      'capture: records on disk (of them deleted by the retention)',
+      `${r.recordsOnDisk} (${r.filler.recordsDeleted} in ${r.filler.filesDeleted} files)`,
+    ],
     ['logprobe_capture_errors_total by reason', m ? JSON.stringify(m.captureErrors) : '–'],
-    ['logprobe_capture_records_dropped_total; logprobe_capture_ok', m ? `${m.recordsDropped === null ? 'absent' : JSON.stringify(m.recordsDropped)}; ${m.captureOk ?? 'absent'}` : '–'],
+    [
+      'logprobe_capture_records_dropped_total; logprobe_capture_ok',
+      m
+        ? `${m.recordsDropped === null ? 'absent' : JSON.stringify(m.recordsDropped)}; ${m.captureOk ?? 'absent'}`
+        : '–',
+    ],
     [
       `logprobe RSS: first / last sample; over the last ${RSS_TAIL * 100} %: median, min–max, trend`,
       `${fmt(r.rss.first, 1)} / ${fmt(r.rss.last, 1)} MB; ${fmt(r.rss.median, 1)}, ${fmt(r.rss.min, 1)}–${fmt(r.rss.max, 1)} MB (±${fmt(r.rss.dev, 1)} %), ${r.rss.slope >= 0 ? '+' : ''}${fmt(r.rss.slope, 2)} MB/min`,
     ],
-    ['RSS lows per 30 s over that window (the floor after collections)', r.rss.lows.map((v) => fmt(v, 0)).join(' → ') + ' MB'],
-    ['proxy thread heap in use over that window, first → last scrape', `${fmt(r.heap.first, 1)} → ${fmt(r.heap.last, 1)} MB`],
+    [
+      'RSS lows per 30 s over that window (the floor after collections)',
+      r.rss.lows.map((v) => fmt(v, 0)).join(' → ') + ' MB',
+    ],
+    [
+      'proxy thread heap in use over that window, first → last scrape',
+      `${fmt(r.heap.first, 1)} → ${fmt(r.heap.last, 1)} MB`,
+    ],
     [
       'verdict',
       r.criteria.every((c) => c.pass)
@@ -813,8 +924,15 @@ function render(r: Summary): string {
 }
 
 const program = new Command('soak:faults')
-  .description('fault soak of logprobe serve beside the streaming lane: baseline killed, candidate refusing connections, capture disk filling; streams cut/altered, mirror outcomes, RSS')
-  .option('--minutes <n>', `how long the load runs, in minutes (0.2 … ${MAX_MINUTES})`, num(0.2, MAX_MINUTES, 'minutes'), 10)
+  .description(
+    'fault soak of logprobe serve beside the streaming lane: baseline killed, candidate refusing connections, capture disk filling; streams cut/altered, mirror outcomes, RSS',
+  )
+  .option(
+    '--minutes <n>',
+    `how long the load runs, in minutes (0.2 … ${MAX_MINUTES})`,
+    num(0.2, MAX_MINUTES, 'minutes'),
+    10,
+  )
   .option(
     '--warmup-s <s>',
     `seconds of the same load and faults before the measured minutes, not judged for RSS (default: what makes the unjudged start ${UNJUDGED_S} s: 60 s before 10 minutes)`,
@@ -822,14 +940,29 @@ const program = new Command('soak:faults')
   )
   .option('--streams <n>', 'concurrent streams (clients)', num(1, 5000, 'streams', true), 1000)
   .option('--kill-every <s>', 'seconds between two SIGKILLs of the baseline', num(1, 3600, 'seconds'), 10)
-  .option('--down-ms <ms>', 'how long the baseline stays down after a kill before it is started again', num(0, 60_000, 'ms', true), 0)
+  .option(
+    '--down-ms <ms>',
+    'how long the baseline stays down after a kill before it is started again',
+    num(0, 60_000, 'ms', true),
+    0,
+  )
   .option('--refuse-pct <p>', 'share of its connections the candidate destroys at once, %', num(0, 50, 'percent'), 1)
-  .option('--max-requests <n>', 'the candidate closes a connection after this many answers (0: never)', num(0, 1_000_000, 'requests', true), 16)
+  .option(
+    '--max-requests <n>',
+    'the candidate closes a connection after this many answers (0: never)',
+    num(0, 1_000_000, 'requests', true),
+    16,
+  )
   .option('--capture-mb <n>', 'size of the tmpfs under the capture directory, MB', num(4, 4096, 'MB', true), 16)
   .option('--fill-every <s>', 'seconds between two fills of the capture disk', num(1, 3600, 'seconds'), 30)
   .option('--full-s <s>', 'seconds the capture disk stays full', num(0, 3600, 'seconds'), 10)
   .option('--interval <s>', 'seconds between two progress lines (and /metrics scrapes)', num(1, 600, 'seconds'), 5)
-  .option('--rss-band <pct>', 'RSS over the last 80 % must stay within this many % of its median', num(0.1, 100, 'percent'), 10)
+  .option(
+    '--rss-band <pct>',
+    'RSS over the last 80 % must stay within this many % of its median',
+    num(0.1, 100, 'percent'),
+    10,
+  )
   .addOption(
     new Option(
       '--rss-by <what>',
@@ -838,12 +971,26 @@ const program = new Command('soak:faults')
       .choices(['samples', 'floors'])
       .default('samples'),
   )
-  .option('--harness-nice <n>', `nice value of the candidate and the load generator (root; 0: none)`, num(-20, 19, 'nice', true), HARNESS_NICE_DEFAULT)
+  .option(
+    '--harness-nice <n>',
+    `nice value of the candidate and the load generator (root; 0: none)`,
+    num(-20, 19, 'nice', true),
+    HARNESS_NICE_DEFAULT,
+  )
   .option('--no-build', 'run the existing dist/ without building it first')
   .option('--no-write', 'do not update bench/RESULTS.md')
-  .exitOverride((err) => process.exit(err.code === 'commander.helpDisplayed' || err.code === 'commander.help' || err.code === 'commander.version' ? 0 : 2))
+  .exitOverride((err) =>
+    process.exit(
+      err.code === 'commander.helpDisplayed' || err.code === 'commander.help' || err.code === 'commander.version'
+        ? 0
+        : 2,
+    ),
+  )
   .action(async (opts: Options) => {
-    const o: Options & { warmupS: number } = { ...opts, warmupS: opts.warmupS ?? Math.max(0, Math.round(UNJUDGED_S - (1 - RSS_TAIL) * opts.minutes * 60)) };
+    const o: Options & { warmupS: number } = {
+      ...opts,
+      warmupS: opts.warmupS ?? Math.max(0, Math.round(UNJUDGED_S - (1 - RSS_TAIL) * opts.minutes * 60)),
+    };
     if (o.fullS >= o.fillEvery) {
       process.stderr.write('soak:faults: --full-s must be shorter than --fill-every\n');
       process.exit(2);
@@ -855,7 +1002,9 @@ const program = new Command('soak:faults')
     });
     for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const)
       process.once(sig, () => {
-        process.stderr.write(`\nsoak:faults: ${sig}, stopping every process it started and unmounting ${CAPTURE_DIR}\n`);
+        process.stderr.write(
+          `\nsoak:faults: ${sig}, stopping every process it started and unmounting ${CAPTURE_DIR}\n`,
+        );
         process.exit(130);
       });
     // Bounded: the load's own deadline is the run + 2 min; this is the last resort.

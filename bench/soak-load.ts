@@ -30,7 +30,13 @@ const autocannon = createRequire(import.meta.url)('autocannon') as Autocannon;
 
 const [url, connections, seconds] = process.argv.slice(2);
 const headers = { 'content-type': 'application/json' };
-const completion = (stream: boolean) => JSON.stringify({ model: 'bench', prompt: 'Write one short sentence about proxies.', max_tokens: MAX_TOKENS, ...(stream ? { stream: true } : {}) });
+const completion = (stream: boolean) =>
+  JSON.stringify({
+    model: 'bench',
+    prompt: 'Write one short sentence about proxies.',
+    max_tokens: MAX_TOKENS,
+    ...(stream ? { stream: true } : {}),
+  });
 const requests: Request[] = [
   { method: 'POST', path: '/v1/chat/completions', headers, body: chatBody(false) },
   { method: 'POST', path: '/v1/completions', headers, body: completion(true) },
@@ -41,16 +47,27 @@ const requests: Request[] = [
 const counts = { ok: 0, non2xx: 0, errors: 0 };
 const began = performance.now();
 // `t`: seconds since the load began, so the soak's req/s does not depend on when it reads a line.
-const print = (extra: object = {}) => process.stdout.write(`${JSON.stringify({ ...counts, t: (performance.now() - began) / 1000, ...extra })}\n`);
+const print = (extra: object = {}) =>
+  process.stdout.write(`${JSON.stringify({ ...counts, t: (performance.now() - began) / 1000, ...extra })}\n`);
 const ticker = setInterval(print, 1000);
-const instance = autocannon({ url, connections: Number(connections), duration: Number(seconds), timeout: 10, requests }, (err, r) => {
-  clearInterval(ticker);
-  if (err) {
-    process.stderr.write(`autocannon: ${err.message}\n`);
-    process.exit(1);
-  }
-  print({ done: true, ok: r['2xx'], non2xx: r.non2xx, errors: r.errors, timeouts: r.timeouts, total: r.requests.total });
-});
+const instance = autocannon(
+  { url, connections: Number(connections), duration: Number(seconds), timeout: 10, requests },
+  (err, r) => {
+    clearInterval(ticker);
+    if (err) {
+      process.stderr.write(`autocannon: ${err.message}\n`);
+      process.exit(1);
+    }
+    print({
+      done: true,
+      ok: r['2xx'],
+      non2xx: r.non2xx,
+      errors: r.errors,
+      timeouts: r.timeouts,
+      total: r.requests.total,
+    });
+  },
+);
 instance.on('response', (_client, status) => {
   if (status >= 200 && status < 300) counts.ok++;
   else counts.non2xx++;

@@ -87,17 +87,36 @@ async function soak(o: Options): Promise<boolean> {
   mkdirSync(OUT, { recursive: true });
   if (o.build) {
     const b = await runToEnd('npx', ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT, timeoutMs: 180_000 });
-    if (b.code !== 0) log(`build reported errors (the soak runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`);
+    if (b.code !== 0)
+      log(
+        `build reported errors (the soak runs the emitted dist/ anyway):\n${b.stdout.split('\n').slice(0, 5).join('\n')}`,
+      );
   }
   const info = machine();
-  log(`logprobe soak: ${o.minutes} min, ${o.connections} connections, RSS ceiling ${RSS_CEILING_MB} MB; ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, load ${info.load}`);
+  log(
+    `logprobe soak: ${o.minutes} min, ${o.connections} connections, RSS ceiling ${RSS_CEILING_MB} MB; ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, load ${info.load}`,
+  );
 
   const candidate = await startSim('soak-candidate', 1);
   const baseline = await startSim('soak-baseline', 1, ['--fault', `slow:${BASELINE_DELAY_MS}`]);
-  const lp = await startLogprobe({ key: 'soak-logprobe', label: 'logprobe', candidate: candidate.url, baseline: baseline.url, sampleRate: 1, logLevel: 'warn', outDir: OUT });
+  const lp = await startLogprobe({
+    key: 'soak-logprobe',
+    label: 'logprobe',
+    candidate: candidate.url,
+    baseline: baseline.url,
+    sampleRate: 1,
+    logLevel: 'warn',
+    outDir: OUT,
+  });
   const [pid] = await lp.pids();
   const seconds = Math.round(o.minutes * 60);
-  const load = await start({ name: 'soak-load', cmd: 'node', args: ['--import', 'tsx', 'bench/soak-load.ts', lp.url, String(o.connections), String(seconds)], cwd: ROOT, ready: /"ok"/ });
+  const load = await start({
+    name: 'soak-load',
+    cmd: 'node',
+    args: ['--import', 'tsx', 'bench/soak-load.ts', lp.url, String(o.connections), String(seconds)],
+    cwd: ROOT,
+    ready: /"ok"/,
+  });
 
   let counts: LoadCounts = { t: 0, ok: 0, non2xx: 0, errors: 0 };
   const finished = new Promise<void>((resolve) => {
@@ -161,9 +180,11 @@ async function soak(o: Options): Promise<boolean> {
   const peak = Math.max(...samples.map((s) => s.peak));
   const clientErrors = counts.errors + counts.non2xx;
   const failures: string[] = [];
-  if (!alive || !counts.done) failures.push(alive ? 'the load generator did not finish' : 'logprobe exited during the soak');
+  if (!alive || !counts.done)
+    failures.push(alive ? 'the load generator did not finish' : 'logprobe exited during the soak');
   if (!(peak < RSS_CEILING_MB)) failures.push(`peak RSS ${fmt(peak, 0)} MB ≥ ceiling ${RSS_CEILING_MB} MB`);
-  if (clientErrors !== 0) failures.push(`${clientErrors} client errors (${counts.errors} errors/timeouts, ${counts.non2xx} non-2xx)`);
+  if (clientErrors !== 0)
+    failures.push(`${clientErrors} client errors (${counts.errors} errors/timeouts, ${counts.non2xx} non-2xx)`);
   if (!last || last.ok === 0) failures.push('no pair compared');
   const half = samples.filter((s) => s.t >= elapsed / 2);
   const r: Summary = {
@@ -188,7 +209,11 @@ async function soak(o: Options): Promise<boolean> {
   };
   log('');
   for (const [k, v] of rows(r)) log(`${k.padEnd(52)} ${v}`);
-  log(failures.length === 0 ? `PASS: peak RSS < ${RSS_CEILING_MB} MB, 0 client errors, pairs compared` : `FAIL: ${failures.join('; ')}`);
+  log(
+    failures.length === 0
+      ? `PASS: peak RSS < ${RSS_CEILING_MB} MB, 0 client errors, pairs compared`
+      : `FAIL: ${failures.join('; ')}`,
+  );
   if (o.write) {
     writeSection(RESULTS, '<!-- soak:generated:begin -->', '<!-- soak:generated:end -->', render(r), '');
     log('wrote the Soak section of bench/RESULTS.md');
@@ -226,7 +251,10 @@ function rows(r: Summary): Array<[string, string]> {
     ['RSS at the first sample / at the end', `${fmt(r.rssStart, 0)} / ${fmt(r.rssEnd, 0)} MB`],
     ['RSS growth over the second half of the run', `${sign(r.growth)}${fmt(r.growth, 1)} MB/min`],
     ['peak RSS (VmHWM)', `${fmt(r.peak, 0)} MB (ceiling ${RSS_CEILING_MB} MB)`],
-    ['event-loop lag p50 / p99, max over samples', `${fmt(r.lagP50Max, 1)} / ${fmt(r.lagP99Max, 1)} ms (p99 median ${fmt(r.lagP99Median, 1)} ms)`],
+    [
+      'event-loop lag p50 / p99, max over samples',
+      `${fmt(r.lagP50Max, 1)} / ${fmt(r.lagP99Max, 1)} ms (p99 median ${fmt(r.lagP99Median, 1)} ms)`,
+    ],
     ['mirror: pairs ok / dropped / other outcomes', `${r.ok} / ${r.dropped} / ${r.other}`],
     ['mirror queue depth, max seen', String(r.queueMax)],
     ['verdict', r.failures.length === 0 ? 'PASS' : `FAIL: ${r.failures.join('; ')}`],
@@ -249,7 +277,11 @@ function render(r: Summary): string {
 
 const program = new Command('soak')
   .description('bounded soak test of logprobe serve: mirror queue saturated, RSS, event-loop lag, drops, client errors')
-  .requiredOption('--minutes <n>', `how long the load runs, in minutes (0 < n ≤ ${MAX_MINUTES})`, positive(MAX_MINUTES, 'minutes'))
+  .requiredOption(
+    '--minutes <n>',
+    `how long the load runs, in minutes (0 < n ≤ ${MAX_MINUTES})`,
+    positive(MAX_MINUTES, 'minutes'),
+  )
   .option('--connections <n>', 'load generator connections', positive(1024, 'connections'), 32)
   .option('--interval <s>', 'seconds between samples', positive(600, 'seconds'), 5)
   .option('--no-build', 'run the existing dist/ without building it first')

@@ -184,10 +184,16 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
       stream: true,
     }),
   );
-  const headers = { 'content-type': 'application/json', 'content-length': String(body.length), ...(spec.headers ?? {}) };
+  const headers = {
+    'content-type': 'application/json',
+    'content-length': String(body.length),
+    ...(spec.headers ?? {}),
+  };
   let planned = timed ? 0 : spec.clients * spec.streams;
   // Timed: room for the TTFB of every stream a client can do in the time (bounded), no added delays.
-  const perClient = timed ? Math.ceil((spec.durationMs as number) / Math.max(1, spec.chunks * spec.gapMs)) + 2 : spec.streams;
+  const perClient = timed
+    ? Math.ceil((spec.durationMs as number) / Math.max(1, spec.chunks * spec.gapMs)) + 2
+    : spec.streams;
   const ttfb = new Float64Array(Math.min(4_000_000, spec.clients * perClient));
   const ttfbFirst = new Float64Array(spec.clients);
   let nFirst = 0;
@@ -215,7 +221,13 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
     let finished = false;
     let stopping = false;
     const progress = spec.progressMs
-      ? setInterval(() => process.stdout.write(`progress ${JSON.stringify({ t: Math.round(performance.now() - t0), completed, cut, altered, inFlight, connections })}\n`), spec.progressMs)
+      ? setInterval(
+          () =>
+            process.stdout.write(
+              `progress ${JSON.stringify({ t: Math.round(performance.now() - t0), completed, cut, altered, inFlight, connections })}\n`,
+            ),
+          spec.progressMs,
+        )
       : null;
     const finish = () => {
       if (finished) return;
@@ -283,7 +295,8 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
         if (reason === null) completed++;
         else cutOne(reason);
         // Complete: every byte of `expect`; cut: a prefix of it.
-        if (expect !== null && status >= 200 && status < 300 && (off < 0 || (reason === null && off !== expect.length))) altered++;
+        if (expect !== null && status >= 200 && status < 300 && (off < 0 || (reason === null && off !== expect.length)))
+          altered++;
         if (status >= 300) {
           const key = `${status} ${errorMessage(errorBody)}`;
           const k = key in statusMessages || Object.keys(statusMessages).length < 50 ? key : `${status} …`;
@@ -307,7 +320,10 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
               return;
             }
             if (expect !== null && off >= 0) {
-              off = off + data.length <= expect.length && expect.compare(data, 0, data.length, off, off + data.length) === 0 ? off + data.length : -1;
+              off =
+                off + data.length <= expect.length && expect.compare(data, 0, data.length, off, off + data.length) === 0
+                  ? off + data.length
+                  : -1;
             }
             if (first < 0) {
               first = now;
@@ -323,10 +339,12 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
             for (;;) {
               const i = buf.indexOf(SEP, pos);
               if (i < 0) break;
-              if (i - pos >= DONE.length && buf.compare(DONE, 0, DONE.length, pos, pos + DONE.length) === 0) done = true;
+              if (i - pos >= DONE.length && buf.compare(DONE, 0, DONE.length, pos, pos + DONE.length) === 0)
+                done = true;
               else if (i > pos) {
                 chunks++;
-                if (last >= 0 && chunks <= spec.chunks && nAdded < added.length) added[nAdded++] = now - last - spec.gapMs;
+                if (last >= 0 && chunks <= spec.chunks && nAdded < added.length)
+                  added[nAdded++] = now - last - spec.gapMs;
                 last = now;
               }
               pos = i + 2;
@@ -363,7 +381,13 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
         sk.once('connect', () => cb(null, sk));
         sk.once('error', (err) => cb(err, null));
       };
-      const conn = new Client(u.origin, { pipelining: 1, headersTimeout: 60_000, bodyTimeout: 30_000, keepAliveTimeout: 30_000, connect: connect as unknown as Client.Options['connect'] });
+      const conn = new Client(u.origin, {
+        pipelining: 1,
+        headersTimeout: 60_000,
+        bodyTimeout: 30_000,
+        keepAliveTimeout: 30_000,
+        connect: connect as unknown as Client.Options['connect'],
+      });
       conn.on('connect', () => connections++);
       conns.push(conn);
       const next = () => {
@@ -382,7 +406,10 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
     let started = 0;
     let clientIndex = 0;
     const ramp = () => {
-      const due = spec.rampMs <= 0 ? spec.clients : Math.min(spec.clients, Math.floor(((performance.now() - t0) / spec.rampMs) * spec.clients) + 1);
+      const due =
+        spec.rampMs <= 0
+          ? spec.clients
+          : Math.min(spec.clients, Math.floor(((performance.now() - t0) / spec.rampMs) * spec.clients) + 1);
       while (started < due) {
         started++;
         client();
@@ -415,7 +442,9 @@ async function run(spec: LoadSpec): Promise<LoadResult> {
  */
 async function warmUp(chunks: number): Promise<void> {
   const http = await import('node:http');
-  const event = Buffer.from(`data: ${JSON.stringify({ id: 'warm', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: ' warm' } }] })}\n\n`);
+  const event = Buffer.from(
+    `data: ${JSON.stringify({ id: 'warm', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: ' warm' } }] })}\n\n`,
+  );
   const server = http.createServer((req, res) => {
     req.resume();
     req.on('end', () => {
@@ -431,7 +460,16 @@ async function warmUp(chunks: number): Promise<void> {
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as net.AddressInfo).port;
-  await run({ url: `http://127.0.0.1:${port}/v1/chat/completions`, clients: 32, streams: 3, chunks, gapMs: 0, rampMs: 0, deadlineMs: 20_000, out: '' });
+  await run({
+    url: `http://127.0.0.1:${port}/v1/chat/completions`,
+    clients: 32,
+    streams: 3,
+    chunks,
+    gapMs: 0,
+    rampMs: 0,
+    deadlineMs: 20_000,
+    out: '',
+  });
   await new Promise<void>((r) => server.close(() => r()));
 }
 

@@ -31,7 +31,11 @@ export interface StreamsCheck {
  * reference measured in the same round): PASS when every round is at or under `limit`, FAIL
  * when every round is over it, within noise otherwise. `text` is median (min–max).
  */
-export function spreadVerdict(values: readonly number[], limit: number, d = 2): { pass: boolean | null; noise: boolean; text: string } {
+export function spreadVerdict(
+  values: readonly number[],
+  limit: number,
+  d = 2,
+): { pass: boolean | null; noise: boolean; text: string } {
   const v = values.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   if (v.length === 0) return { pass: null, noise: false, text: '–' };
   const m = Math.floor(v.length / 2);
@@ -51,7 +55,14 @@ function allNs(vs: Array<{ pass: boolean | null; noise: boolean }>): { pass: boo
 }
 
 /** Per round: `key`'s figure ÷ (or −) `ref`'s in the same round at N. */
-function perRound(r: StreamsResult, key: string, ref: string, n: number, fig: (x: StreamsResult['runs'][number]) => number, op: 'ratio' | 'diff'): number[] {
+function perRound(
+  r: StreamsResult,
+  key: string,
+  ref: string,
+  n: number,
+  fig: (x: StreamsResult['runs'][number]) => number,
+  op: 'ratio' | 'diff',
+): number[] {
   const out: number[] = [];
   for (const a of r.runs) {
     if (a.key !== key || a.n !== n) continue;
@@ -63,7 +74,17 @@ function perRound(r: StreamsResult, key: string, ref: string, n: number, fig: (x
 }
 
 const LOGPROBE = ['logprobe-off', 'logprobe-0.1', 'logprobe-off-w2', 'logprobe-0.1-w2'];
-const ORDER = ['direct', 'nginx', 'nginx-shadow', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2'];
+const ORDER = [
+  'direct',
+  'nginx',
+  'nginx-shadow',
+  'node-floor',
+  'logprobe-off',
+  'logprobe-0.1',
+  'nginx-w2',
+  'logprobe-off-w2',
+  'logprobe-0.1-w2',
+];
 /** The nginx a target is compared with: the one with as many worker processes (`-w2`: nginx-w2). */
 export const nginxFor = (key: string): string => (key.endsWith('-w2') ? 'nginx-w2' : 'nginx');
 const f = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '–');
@@ -173,7 +194,9 @@ function shadowChecks(r: StreamsResult): StreamsCheck[] {
     if (!sh) continue;
     cutOk = (cutOk ?? true) && sh.cut === 0;
     cut.push(`N=${int(n)} ${sh.cut} of ${int(sh.completed + sh.cut)}${ng ? ` (nginx alone ${ng.cut})` : ''}`);
-    pairs.push(`N=${int(n)} ${sh.mirror ? `${int(sh.mirror.ok)} compared, ${int(sh.mirror.dropped)} dropped, ${int(sh.mirror.other)} other` : 'no counters'}`);
+    pairs.push(
+      `N=${int(n)} ${sh.mirror ? `${int(sh.mirror.ok)} compared, ${int(sh.mirror.dropped)} dropped, ${int(sh.mirror.other)} other` : 'no counters'}`,
+    );
     if (!ng) continue;
     const tv = spreadVerdict(
       perRound(r, key, 'nginx', n, (x) => x.load.ttfb.p99, 'ratio'),
@@ -190,7 +213,12 @@ function shadowChecks(r: StreamsResult): StreamsCheck[] {
     gap.push(`N=${int(n)} ${gv.text} ms (${f(sh.addedP99)} vs ${f(ng.addedP99)} ms)`);
   }
   return [
-    { key, target: `clients' TTFB p99 ≤ ${SHADOW_TTFB_RATIO_MAX}× nginx alone's at every N (per round: median (min–max))`, ...allNs(ttfbVs), detail: ttfb.join('; ') || 'nginx alone not measured' },
+    {
+      key,
+      target: `clients' TTFB p99 ≤ ${SHADOW_TTFB_RATIO_MAX}× nginx alone's at every N (per round: median (min–max))`,
+      ...allNs(ttfbVs),
+      detail: ttfb.join('; ') || 'nginx alone not measured',
+    },
     {
       key,
       target: `clients' added inter-chunk delay p99 ≤ nginx alone's + ${SHADOW_ADDED_SLACK_MS} ms at every N (per round: median (min–max))`,
@@ -198,11 +226,18 @@ function shadowChecks(r: StreamsResult): StreamsCheck[] {
       detail: gap.join('; ') || 'nginx alone not measured',
     },
     { key, target: '0 streams cut at every N', pass: cutOk, detail: cut.join('; ') },
-    { key, target: 'pairs compared and dropped by the mirror (sampleRate 1 of the copies nginx sends), per N over the rounds', pass: null, detail: pairs.join('; ') },
+    {
+      key,
+      target:
+        'pairs compared and dropped by the mirror (sampleRate 1 of the copies nginx sends), per N over the rounds',
+      pass: null,
+      detail: pairs.join('; '),
+    },
   ];
 }
 
-const ordered = (m: Map<string, TargetSummary>) => ORDER.map((k) => m.get(k)).filter((x): x is TargetSummary => x !== undefined);
+const ordered = (m: Map<string, TargetSummary>) =>
+  ORDER.map((k) => m.get(k)).filter((x): x is TargetSummary => x !== undefined);
 
 function rows(m: Map<string, TargetSummary>): string[][] {
   return ordered(m).map((s) => rowOf(s, m.get(nginxFor(s.key))));
@@ -254,7 +289,8 @@ const HEAD = [
 
 function textTable(head: string[], body: string[][]): string {
   const w = head.map((h, i) => Math.max(h.length, ...body.map((r) => (r[i] ?? '').length)));
-  const line = (r: string[]) => r.map((c, i) => (i === 0 ? c.padEnd(w[i] as number) : c.padStart(w[i] as number))).join('  ');
+  const line = (r: string[]) =>
+    r.map((c, i) => (i === 0 ? c.padEnd(w[i] as number) : c.padStart(w[i] as number))).join('  ');
   return [line(head), ...body.map(line)].join('\n');
 }
 
@@ -272,7 +308,20 @@ function harnessLine(m: Map<string, TargetSummary>): string {
   );
 }
 
-const FLOOR_HEAD = ['N', 'target', 'TTFB p99 ms', '÷ nginx', '÷ floor', 'added p99 ms', '− nginx', '− floor', 'KB/stream', 'CPU ms/stream', '÷ nginx', '÷ floor'];
+const FLOOR_HEAD = [
+  'N',
+  'target',
+  'TTFB p99 ms',
+  '÷ nginx',
+  '÷ floor',
+  'added p99 ms',
+  '− nginx',
+  '− floor',
+  'KB/stream',
+  'CPU ms/stream',
+  '÷ nginx',
+  '÷ floor',
+];
 
 /**
  * nginx, the transport's floor (node:http + undici alone, bench/node-floor.ts) and logprobe side
@@ -338,12 +387,19 @@ export function streamsText(r: StreamsResult, checks: StreamsCheck[]): string {
   out.push('');
   for (const c of caveats(r)) out.push(c.replace(/\*\*/g, ''));
   out.push('');
-  for (const c of checks) out.push(`${c.pass === null ? (c.noise ? 'within noise' : 'n/a ') : c.pass ? 'PASS' : 'FAIL'}  ${c.key.padEnd(13)} ${c.target}: ${c.detail}`);
+  for (const c of checks)
+    out.push(
+      `${c.pass === null ? (c.noise ? 'within noise' : 'n/a ') : c.pass ? 'PASS' : 'FAIL'}  ${c.key.padEnd(13)} ${c.target}: ${c.detail}`,
+    );
   return out.join('\n');
 }
 
 function mdTable(head: string[], body: string[][]): string {
-  return [`| ${head.join(' | ')} |`, `|${head.map(() => ' --- ').join('|')}|`, ...body.map((x) => `| ${x.join(' | ')} |`)].join('\n');
+  return [
+    `| ${head.join(' | ')} |`,
+    `|${head.map(() => ' --- ').join('|')}|`,
+    ...body.map((x) => `| ${x.join(' | ')} |`),
+  ].join('\n');
 }
 
 /** The "Streaming lane" section of bench/RESULTS.md. */
@@ -388,11 +444,15 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
     out.push(harnessLine(m).replace(/^harness:/, 'Harness:') + '.');
     for (const key of ['logprobe-0.1', 'logprobe-0.1-w2', 'nginx-shadow']) {
       const lp = m.get(key);
-      if (lp?.mirror) out.push(`Mirror of ${r.labels[key] ?? key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes over the rounds.`);
+      if (lp?.mirror)
+        out.push(
+          `Mirror of ${r.labels[key] ?? key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes over the rounds.`,
+        );
     }
     out.push('');
   }
-  if (r.unavailable.length > 0) out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
+  if (r.unavailable.length > 0)
+    out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
   out.push(...caveats(r).map((c) => `${c}\n`));
   const floor = floorRows(r);
   if (floor.length > 0) {
@@ -411,7 +471,12 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
   out.push(
     mdTable(
       ['logprobe', 'target', 'result', 'measured'],
-      checks.map((c) => [c.key, c.target, c.pass === null ? (c.noise ? 'within noise' : 'not measured') : c.pass ? 'PASS' : '**FAIL**', c.detail]),
+      checks.map((c) => [
+        c.key,
+        c.target,
+        c.pass === null ? (c.noise ? 'within noise' : 'not measured') : c.pass ? 'PASS' : '**FAIL**',
+        c.detail,
+      ]),
     ),
   );
   out.push('');
@@ -424,12 +489,17 @@ export function caveats(r: StreamsResult): string[] {
   const ns = byN(r);
   const late = [...ns.entries()]
     .filter(([, m]) => (m.get('direct')?.upstreamLateP99 ?? 0) > 20)
-    .map(([n, m]) => `N = ${int(n)} (p99 ${f(m.get('direct')!.upstreamLateP99)} ms late, machine ${f(m.get('direct')!.machineBusyCores, 2)} of 2 cores busy)`);
+    .map(
+      ([n, m]) =>
+        `N = ${int(n)} (p99 ${f(m.get('direct')!.upstreamLateP99)} ms late, machine ${f(m.get('direct')!.machineBusyCores, 2)} of 2 cores busy)`,
+    );
   if (late.length > 0)
     out.push(
       `**The harness is past this machine's limit at ${late.join(', ')}**: in the direct runs the upstream's chunks already go out late, so at that N the figures show how each target degrades when the 2 CPUs are short (64 chunks × N ÷ 20 ms through the loopback TCP stack twice), not a proxy's overhead. Nothing was cut and no descriptor limit was hit.`,
     );
-  const foreign = r.summaries.filter((x) => x.foreignCores > 0.2).map((x) => `${x.key} at N = ${int(x.n)} (${f(x.foreignCores, 2)})`);
+  const foreign = r.summaries
+    .filter((x) => x.foreignCores > 0.2)
+    .map((x) => `${x.key} at N = ${int(x.n)} (${f(x.foreignCores, 2)})`);
   if (foreign.length > 0)
     out.push(
       `Other processes of this shared machine took more than 0.2 cores (median over rounds) during: ${foreign.join(', ')}. A run during which they took more than 0.3 cores was done once more and the quieter one kept (a repeated run starts with the memory and the upstream connections the first one left).`,

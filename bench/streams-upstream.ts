@@ -45,12 +45,32 @@ const EXPECT_OUT = arg('--expect-out', '');
 // ---------------------------------------------------------------------------------------------
 // The bodies: built once, the same bytes for every stream.
 
-const WORDS = ['The', ' proxy', ' forwards', ' each', ' token', ' as', ' soon', ' as', ' the', ' engine', ' emits', ' it', ',', ' and', ' the', ' client'];
+const WORDS = [
+  'The',
+  ' proxy',
+  ' forwards',
+  ' each',
+  ' token',
+  ' as',
+  ' soon',
+  ' as',
+  ' the',
+  ' engine',
+  ' emits',
+  ' it',
+  ',',
+  ' and',
+  ' the',
+  ' client',
+];
 const token = (i: number) => WORDS[i % WORDS.length] as string;
-const META = '"id":"chatcmpl-bench0000000000000000000000","object":"chat.completion.chunk","created":1764547200,"model":"bench-llm-8b-instruct","system_fingerprint":"fp_bench_0001"';
+const META =
+  '"id":"chatcmpl-bench0000000000000000000000","object":"chat.completion.chunk","created":1764547200,"model":"bench-llm-8b-instruct","system_fingerprint":"fp_bench_0001"';
 function chunk(i: number): Buffer {
   let choice: string;
-  if (i === 0) choice = '{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}';
+  if (i === 0)
+    choice =
+      '{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}';
   else if (i === CHUNKS - 1) choice = '{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}';
   else choice = `{"index":0,"delta":{"content":${JSON.stringify(token(i))}},"logprobs":null,"finish_reason":null}`;
   return Buffer.from(`data: {${META},"choices":[${choice}]}\n\n`);
@@ -64,9 +84,16 @@ function chunk(i: number): Buffer {
  */
 const frame = (b: Buffer) => Buffer.concat([Buffer.from(`${b.length.toString(16)}\r\n`), b, Buffer.from('\r\n')]);
 const DONE = Buffer.from('data: [DONE]\n\n');
-const EVENTS = Array.from({ length: CHUNKS }, (_, i) => frame(i === CHUNKS - 1 ? Buffer.concat([chunk(i), DONE]) : chunk(i)));
-if (EXPECT_OUT !== '') writeFileSync(EXPECT_OUT, Buffer.concat([...Array.from({ length: CHUNKS }, (_, i) => chunk(i)), DONE]));
-const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'transfer-encoding': 'chunked' };
+const EVENTS = Array.from({ length: CHUNKS }, (_, i) =>
+  frame(i === CHUNKS - 1 ? Buffer.concat([chunk(i), DONE]) : chunk(i)),
+);
+if (EXPECT_OUT !== '')
+  writeFileSync(EXPECT_OUT, Buffer.concat([...Array.from({ length: CHUNKS }, (_, i) => chunk(i)), DONE]));
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream',
+  'cache-control': 'no-cache',
+  'transfer-encoding': 'chunked',
+};
 
 const bytes = (s: string) => `[${[...Buffer.from(s)].join(',')}]`;
 const jsonCache = new Map<number, Buffer>();
@@ -83,7 +110,9 @@ function jsonBody(n: number): Buffer {
     const tops = [`{"token":${JSON.stringify(t)},"logprob":${lp},"bytes":${bytes(t)}}`];
     for (let k = 1; k < 5; k++) {
       const alt = token(i + k * 3);
-      tops.push(`{"token":${JSON.stringify(`${alt}#${k}`)},"logprob":${(lp - 1.5 * k).toFixed(4)},"bytes":${bytes(`${alt}#${k}`)}}`);
+      tops.push(
+        `{"token":${JSON.stringify(`${alt}#${k}`)},"logprob":${(lp - 1.5 * k).toFixed(4)},"bytes":${bytes(`${alt}#${k}`)}}`,
+      );
     }
     items.push(`{"token":${JSON.stringify(t)},"logprob":${lp},"bytes":${bytes(t)},"top_logprobs":[${tops.join(',')}]}`);
   }
@@ -150,7 +179,16 @@ function latePercentile(p: number): number {
 }
 
 function stats() {
-  return { ...C, lateMs: { p50: latePercentile(50), p99: latePercentile(99), max: Math.round(lateMax * 100) / 100, count: lateCount }, memoryKB: Math.round(process.memoryUsage().rss / 1024) };
+  return {
+    ...C,
+    lateMs: {
+      p50: latePercentile(50),
+      p99: latePercentile(99),
+      max: Math.round(lateMax * 100) / 100,
+      count: lateCount,
+    },
+    memoryKB: Math.round(process.memoryUsage().rss / 1024),
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,57 +261,64 @@ function classify(sock: Sock, kind: 'stream' | 'json' | 'control'): void {
   else if (kind === 'json') C.acceptedJson++;
 }
 
-const server = http.createServer({ keepAliveTimeout: KEEP_ALIVE_MS, requestTimeout: 0, headersTimeout: 60_000 }, (req, res) => {
-  const sock = req.socket as Sock;
-  if (req.url?.startsWith('/__')) {
-    classify(sock, 'control');
-    req.resume();
-    req.on('end', () => {
-      if (req.url === '/__reset' && req.method === 'POST') resetCounters();
-      const body = JSON.stringify(stats());
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' });
-      res.end(body);
-    });
-    return;
-  }
-  const parts: Buffer[] = [];
-  req.on('data', (c: Buffer) => parts.push(c));
-  req.on('end', () => {
-    let body: { stream?: unknown; max_tokens?: unknown; max_completion_tokens?: unknown } = {};
-    try {
-      body = JSON.parse(Buffer.concat(parts).toString('utf8')) as typeof body;
-    } catch {
-      /* not JSON: answered as a non-streaming request */
-    }
-    if (req.method === 'POST' && body.stream === true) {
-      classify(sock, 'stream');
-      C.streamsStarted++;
-      C.live++;
-      if (C.live > C.peakLive) C.peakLive = C.live;
-      // The head and the first chunk in one segment.
-      sock.cork();
-      res.writeHead(200, SSE_HEADERS);
-      res.flushHeaders();
-      const s: Stream = { res, sock, i: 0, due: performance.now() };
-      fire(s, s.due);
-      sock.uncork();
+const server = http.createServer(
+  { keepAliveTimeout: KEEP_ALIVE_MS, requestTimeout: 0, headersTimeout: 60_000 },
+  (req, res) => {
+    const sock = req.socket as Sock;
+    if (req.url?.startsWith('/__')) {
+      classify(sock, 'control');
+      req.resume();
+      req.on('end', () => {
+        if (req.url === '/__reset' && req.method === 'POST') resetCounters();
+        const body = JSON.stringify(stats());
+        res.writeHead(200, {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(body),
+          connection: 'close',
+        });
+        res.end(body);
+      });
       return;
     }
-    classify(sock, 'json');
-    C.jsonRequests++;
-    const asked = Number(body.max_tokens ?? body.max_completion_tokens ?? CHUNKS);
-    const n = Math.max(1, Math.min(CHUNKS, Number.isFinite(asked) ? Math.floor(asked) : CHUNKS));
-    const b = jsonBody(n);
-    const send = () => {
-      if (res.destroyed) return;
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': b.length });
-      res.end(b);
-    };
-    const delay = JSON_DELAY === '' ? n * GAP : Number(JSON_DELAY);
-    if (delay > 0) setTimeout(send, delay);
-    else send();
-  });
-});
+    const parts: Buffer[] = [];
+    req.on('data', (c: Buffer) => parts.push(c));
+    req.on('end', () => {
+      let body: { stream?: unknown; max_tokens?: unknown; max_completion_tokens?: unknown } = {};
+      try {
+        body = JSON.parse(Buffer.concat(parts).toString('utf8')) as typeof body;
+      } catch {
+        /* not JSON: answered as a non-streaming request */
+      }
+      if (req.method === 'POST' && body.stream === true) {
+        classify(sock, 'stream');
+        C.streamsStarted++;
+        C.live++;
+        if (C.live > C.peakLive) C.peakLive = C.live;
+        // The head and the first chunk in one segment.
+        sock.cork();
+        res.writeHead(200, SSE_HEADERS);
+        res.flushHeaders();
+        const s: Stream = { res, sock, i: 0, due: performance.now() };
+        fire(s, s.due);
+        sock.uncork();
+        return;
+      }
+      classify(sock, 'json');
+      C.jsonRequests++;
+      const asked = Number(body.max_tokens ?? body.max_completion_tokens ?? CHUNKS);
+      const n = Math.max(1, Math.min(CHUNKS, Number.isFinite(asked) ? Math.floor(asked) : CHUNKS));
+      const b = jsonBody(n);
+      const send = () => {
+        if (res.destroyed) return;
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': b.length });
+        res.end(b);
+      };
+      const delay = JSON_DELAY === '' ? n * GAP : Number(JSON_DELAY);
+      if (delay > 0) setTimeout(send, delay);
+      else send();
+    });
+  },
+);
 if (MAX_REQUESTS > 0) server.maxRequestsPerSocket = MAX_REQUESTS;
 server.on('connection', (sock: Socket) => {
   const k = ++C.acceptedTotal;

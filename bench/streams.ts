@@ -34,14 +34,32 @@ export const QUICK_NS = [100, 1000];
  * sampleRate 0.1, each as one process and with `listen.workers: 2` (the
  * `-w2` ones, compared with nginx-w2: equal worker counts).
  */
-export const TARGET_KEYS = ['direct', 'nginx', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2', 'logprobe-0.1-w2', 'nginx-shadow'] as const;
+export const TARGET_KEYS = [
+  'direct',
+  'nginx',
+  'node-floor',
+  'logprobe-off',
+  'logprobe-0.1',
+  'nginx-w2',
+  'logprobe-off-w2',
+  'logprobe-0.1-w2',
+  'nginx-shadow',
+] as const;
 /**
  * `--shadow`: nginx alone beside nginx with `mirror` to a logprobe in shadow mode comparing every
  * copy it gets (sampleRate 1): what the clients of an nginx pay for a logprobe behind it.
  */
 export const SHADOW_TARGETS: readonly string[] = ['nginx', 'nginx-shadow'];
 /** What a run without --targets measures (logprobe-0.1-w2 on request: it adds a fifth of the run's time). */
-export const DEFAULT_TARGETS: readonly string[] = ['direct', 'nginx', 'node-floor', 'logprobe-off', 'logprobe-0.1', 'nginx-w2', 'logprobe-off-w2'];
+export const DEFAULT_TARGETS: readonly string[] = [
+  'direct',
+  'nginx',
+  'node-floor',
+  'logprobe-off',
+  'logprobe-0.1',
+  'nginx-w2',
+  'logprobe-off-w2',
+];
 /** The worker count a target key names (`-w2`: 2), 1 otherwise. */
 export const workersOf = (key: string): number => Number(/-w(\d+)$/.exec(key)?.[1] ?? 1);
 /**
@@ -126,7 +144,14 @@ export interface RunResult {
   upstream: UpstreamStats;
   mirror?: { ok: number; dropped: number; other: number; queueDepth: number };
   /** The machine over the run (/proc/stat), in cores: busy, of it softirq (the network stack), steal. */
-  machine: { wallMs: number; busyCores: number; softirqCores: number; stealCores: number; oursCores: number; foreignCores: number };
+  machine: {
+    wallMs: number;
+    busyCores: number;
+    softirqCores: number;
+    stealCores: number;
+    oursCores: number;
+    foreignCores: number;
+  };
   /** Listen-queue overflows + drops on the machine during the run (a SYN or ACK dropped: 1 s, 3 s, 7 s … of retransmission for that connection). */
   listenOverflows: number;
   /** 1 when the run was done twice because other processes took too much CPU (the quieter kept). */
@@ -224,13 +249,22 @@ async function startUpstream(o: StreamsOptions, name: string, nice: boolean): Pr
     String(UPSTREAM_KEEPALIVE_MS),
     ...(o.jsonDelayMs !== null ? ['--json-delay-ms', String(o.jsonDelayMs)] : []),
   ];
-  const { proc, match } = await start({ name, ...withNofile('node', args), cwd: o.root, ready: /listening on (http:\/\/\S+)/, logFile: join(o.outDir, 'streams', `${name}.log`) });
+  const { proc, match } = await start({
+    name,
+    ...withNofile('node', args),
+    cwd: o.root,
+    ready: /listening on (http:\/\/\S+)/,
+    logFile: join(o.outDir, 'streams', `${name}.log`),
+  });
   if (nice) prioritize(proc.pid);
   return { url: match[1] as string, pid: proc.pid, stop: () => proc.stop() };
 }
 
 async function upstreamCall(u: Upstream, what: 'stats' | 'reset'): Promise<UpstreamStats> {
-  const res = await fetch(`${u.url}/__${what}`, { method: what === 'reset' ? 'POST' : 'GET', signal: AbortSignal.timeout(10_000) });
+  const res = await fetch(`${u.url}/__${what}`, {
+    method: what === 'reset' ? 'POST' : 'GET',
+    signal: AbortSignal.timeout(10_000),
+  });
   return (await res.json()) as UpstreamStats;
 }
 
@@ -255,13 +289,36 @@ function machineTicks(): { busy: number; softirq: number; steal: number } {
   return { busy: user + nice + system + irq + softirq + steal, softirq, steal };
 }
 
-async function startTargets(o: StreamsOptions, up: Upstream, base: Upstream, n: number): Promise<Array<Running | Unavailable>> {
+async function startTargets(
+  o: StreamsOptions,
+  up: Upstream,
+  base: Upstream,
+  n: number,
+): Promise<Array<Running | Unavailable>> {
   const out: Array<Running | Unavailable> = [];
   const dir = join(o.outDir, 'streams', `n${n}`);
   mkdirSync(dir, { recursive: true });
   for (const key of o.targets) {
-    if (key === 'direct') out.push({ key, label: 'upstream directly', url: up.url, headers: {}, pids: async () => [up.pid], stop: async () => undefined });
-    else if (key === 'nginx' || key === 'nginx-w2') out.push(await startNginx({ upstream: up.url, outDir: dir, key, workers: workersOf(key), workerConnections: 12_000, nofile: NOFILE }));
+    if (key === 'direct')
+      out.push({
+        key,
+        label: 'upstream directly',
+        url: up.url,
+        headers: {},
+        pids: async () => [up.pid],
+        stop: async () => undefined,
+      });
+    else if (key === 'nginx' || key === 'nginx-w2')
+      out.push(
+        await startNginx({
+          upstream: up.url,
+          outDir: dir,
+          key,
+          workers: workersOf(key),
+          workerConnections: 12_000,
+          nofile: NOFILE,
+        }),
+      );
     else if (key === 'node-floor') out.push(await startNodeFloor({ upstream: up.url, outDir: dir, nofile: NOFILE }));
     else if (key === 'nginx-shadow') out.push(await startShadow(o, up, base, dir));
     else if (/^logprobe-(off|0\.1)(-w2)?$/.test(key)) {
@@ -295,7 +352,12 @@ async function startTargets(o: StreamsOptions, up: Upstream, base: Upstream, n: 
  * upstreams as candidate and baseline). The clients' figures, CPU and RSS are nginx's (the client
  * path); the mirror counters are logprobe's (its admin port).
  */
-async function startShadow(o: StreamsOptions, up: Upstream, base: Upstream, dir: string): Promise<Running | Unavailable> {
+async function startShadow(
+  o: StreamsOptions,
+  up: Upstream,
+  base: Upstream,
+  dir: string,
+): Promise<Running | Unavailable> {
   const key = 'nginx-shadow';
   let lp: Running;
   try {
@@ -339,7 +401,13 @@ async function startShadow(o: StreamsOptions, up: Upstream, base: Upstream, dir:
 }
 
 /** One load-generator process against one target; resolves with its result. */
-async function load(o: StreamsOptions, t: Running, spec: Omit<LoadSpec, 'url' | 'out' | 'headers'>, tag: string, onStart: () => void = () => undefined): Promise<LoadResult> {
+async function load(
+  o: StreamsOptions,
+  t: Running,
+  spec: Omit<LoadSpec, 'url' | 'out' | 'headers'>,
+  tag: string,
+  onStart: () => void = () => undefined,
+): Promise<LoadResult> {
   const out = join(o.outDir, 'streams', `load-${tag}.json`);
   const full: LoadSpec = { ...spec, url: `${t.url}/v1/chat/completions`, out, headers: t.headers };
   const { proc } = await start({
@@ -361,12 +429,21 @@ async function load(o: StreamsOptions, t: Running, spec: Omit<LoadSpec, 'url' | 
   try {
     return JSON.parse(readFileSync(out, 'utf8')) as LoadResult;
   } catch {
-    throw new Error(`load generator ${tag} exited (${code}) without a result; see ${join(o.outDir, 'streams', `load-${tag}.log`)}`);
+    throw new Error(
+      `load generator ${tag} exited (${code}) without a result; see ${join(o.outDir, 'streams', `load-${tag}.log`)}`,
+    );
   }
 }
 
 const nominalMs = (n: number) => n / 5 + STREAMS_PER_CLIENT * CHUNKS * GAP_MS;
-const specFor = (n: number, streams = STREAMS_PER_CLIENT) => ({ clients: n, streams, chunks: CHUNKS, gapMs: GAP_MS, rampMs: Math.round(n / 5), deadlineMs: Math.round(30_000 + 15 * nominalMs(n)) });
+const specFor = (n: number, streams = STREAMS_PER_CLIENT) => ({
+  clients: n,
+  streams,
+  chunks: CHUNKS,
+  gapMs: GAP_MS,
+  rampMs: Math.round(n / 5),
+  deadlineMs: Math.round(30_000 + 15 * nominalMs(n)),
+});
 
 /**
  * Waits until the upstream has no live stream (the previous run is over on its side too) and has
@@ -382,14 +459,24 @@ async function quiesce(up: Upstream, n: number, log: (s: string) => void): Promi
     if (s && s.live === 0 && s.open <= room) break;
     await sleep(200);
   }
-  if (s && s.open > room) log(`  (the upstream still holds ${s.open} connections, more than the ${room} that leave room for N = ${n})`);
+  if (s && s.open > room)
+    log(`  (the upstream still holds ${s.open} connections, more than the ${room} that leave room for N = ${n})`);
   await sleep(500);
 }
 
-async function oneRun(o: StreamsOptions, t: Running, up: Upstream, base: Upstream, n: number, round: number, order: number): Promise<RunResult> {
+async function oneRun(
+  o: StreamsOptions,
+  t: Running,
+  up: Upstream,
+  base: Upstream,
+  n: number,
+  round: number,
+  order: number,
+): Promise<RunResult> {
   await quiesce(up, n, o.log);
   const pids = await t.pids();
-  const mirrorBefore: MirrorCounters | null = t.adminUrl && !t.key.startsWith('logprobe-off') ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
+  const mirrorBefore: MirrorCounters | null =
+    t.adminUrl && !t.key.startsWith('logprobe-off') ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
   await upstreamCall(up, 'reset');
   const idleKB = rssKBOf(pids);
   const lo0 = listenOverflows();
@@ -433,13 +520,23 @@ async function oneRun(o: StreamsOptions, t: Running, up: Upstream, base: Upstrea
       if (!next || total(next) !== total(after) || next.queueDepth > 0) stableSince = Date.now();
       after = next;
     }
-    if (after && after.queueDepth > 0) o.log(`  ${t.key}: the mirror's queue still held ${after.queueDepth} copies ${MIRROR_DRAIN_MAX_MS / 1000} s after the run`);
-    if (after) mirror = { ok: after.ok - mirrorBefore.ok, dropped: after.dropped - mirrorBefore.dropped, other: after.other - mirrorBefore.other, queueDepth: after.queueDepth };
+    if (after && after.queueDepth > 0)
+      o.log(
+        `  ${t.key}: the mirror's queue still held ${after.queueDepth} copies ${MIRROR_DRAIN_MAX_MS / 1000} s after the run`,
+      );
+    if (after)
+      mirror = {
+        ok: after.ok - mirrorBefore.ok,
+        dropped: after.dropped - mirrorBefore.dropped,
+        other: after.other - mirrorBefore.other,
+        queueDepth: after.queueDepth,
+      };
   }
   const tick = 1000 / ticksPerSecond(); // ms per /proc/stat tick
   const cores = (ticks: number) => Math.round(((ticks * tick) / wallMs) * 100) / 100;
   // Ours: the target, both upstreams, the load generator (its streaming phase) and this process.
-  const oursMs = (t.key === 'direct' ? 0 : cpuMs) + upstreamCpuMs + baselineCpuMs + result.cpuMs + (self.user + self.system) / 1000;
+  const oursMs =
+    (t.key === 'direct' ? 0 : cpuMs) + upstreamCpuMs + baselineCpuMs + result.cpuMs + (self.user + self.system) / 1000;
   return {
     key: t.key,
     n,
@@ -460,7 +557,10 @@ async function oneRun(o: StreamsOptions, t: Running, up: Upstream, base: Upstrea
       stealCores: cores(m1.steal - m0.steal),
       oursCores: Math.round((oursMs / wallMs) * 100) / 100,
       // Busy, less the network stack and ours: other processes of this shared machine.
-      foreignCores: Math.max(0, Math.round((((m1.busy - m0.busy - (m1.softirq - m0.softirq)) * tick - oursMs) / wallMs) * 100) / 100),
+      foreignCores: Math.max(
+        0,
+        Math.round((((m1.busy - m0.busy - (m1.softirq - m0.softirq)) * tick - oursMs) / wallMs) * 100) / 100,
+      ),
     },
     listenOverflows: listenOverflows() - lo0,
     repeated: 0,
@@ -470,7 +570,8 @@ async function oneRun(o: StreamsOptions, t: Running, up: Upstream, base: Upstrea
 function summarize(key: string, label: string, n: number, runs: RunResult[], idleKB: number): TargetSummary {
   const med = (f: (r: RunResult) => number) => median(runs.map(f));
   const cutReasons: Record<string, number> = {};
-  for (const r of runs) for (const [k, v] of Object.entries(r.load.cutReasons)) cutReasons[k] = (cutReasons[k] ?? 0) + v;
+  for (const r of runs)
+    for (const [k, v] of Object.entries(r.load.cutReasons)) cutReasons[k] = (cutReasons[k] ?? 0) + v;
   const peakKB = med((r) => r.peakKB);
   const mirrors = runs.map((r) => r.mirror).filter((m): m is NonNullable<RunResult['mirror']> => m !== undefined);
   return {
@@ -501,7 +602,15 @@ function summarize(key: string, label: string, n: number, runs: RunResult[], idl
     machineBusyCores: med((r) => r.machine.busyCores),
     foreignCores: med((r) => r.machine.foreignCores),
     wallS: med((r) => r.machine.wallMs / 1000),
-    ...(mirrors.length > 0 ? { mirror: { ok: mirrors.reduce((a, m) => a + m.ok, 0), dropped: mirrors.reduce((a, m) => a + m.dropped, 0), other: mirrors.reduce((a, m) => a + m.other, 0) } } : {}),
+    ...(mirrors.length > 0
+      ? {
+          mirror: {
+            ok: mirrors.reduce((a, m) => a + m.ok, 0),
+            dropped: mirrors.reduce((a, m) => a + m.dropped, 0),
+            other: mirrors.reduce((a, m) => a + m.other, 0),
+          },
+        }
+      : {}),
   };
 }
 
@@ -520,7 +629,9 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
   const labels: Record<string, string> = {};
   try {
     for (const n of o.ns) {
-      o.log(`\nstreams lane, N = ${n}: ${n} clients × ${STREAMS_PER_CLIENT} streams of ${CHUNKS} chunks ${GAP_MS} ms apart; starting targets`);
+      o.log(
+        `\nstreams lane, N = ${n}: ${n} clients × ${STREAMS_PER_CLIENT} streams of ${CHUNKS} chunks ${GAP_MS} ms apart; starting targets`,
+      );
       const all = await startTargets(o, up, base, n);
       const running = all.filter(isRunning);
       for (const t of all) {
@@ -535,7 +646,8 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
         for (const t of running) {
           await quiesce(up, n, o.log);
           const w = await load(o, t, specFor(Math.min(n, 100), 1), `${t.key}-n${n}-warm`);
-          if (w.cut > 0) o.log(`  warm-up ${t.key}: ${w.cut} of ${w.planned} streams cut (${Object.keys(w.cutReasons).join(', ')})`);
+          if (w.cut > 0)
+            o.log(`  warm-up ${t.key}: ${w.cut} of ${w.planned} streams cut (${Object.keys(w.cutReasons).join(', ')})`);
         }
         await sleep(1000);
         const firstIdle = new Map<string, number>();
@@ -548,7 +660,9 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
             let res = await oneRun(o, t, up, base, n, r, i);
             if (!firstIdle.has(t.key)) firstIdle.set(t.key, res.idleKB);
             if (res.machine.foreignCores > FOREIGN_MAX_CORES) {
-              o.log(`  round ${r + 1} ${t.key}: other processes took ${res.machine.foreignCores} cores during the run; once more`);
+              o.log(
+                `  round ${r + 1} ${t.key}: other processes took ${res.machine.foreignCores} cores during the run; once more`,
+              );
               await sleep(3000);
               const again = await oneRun(o, t, up, base, n, r, i);
               if (again.machine.foreignCores < res.machine.foreignCores) res = again;
@@ -569,7 +683,8 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
           }
         }
         // Idle: the RSS right before the target's first run at this N (warmed up, never yet holding N streams).
-        for (const t of running) summaries.push(summarize(t.key, t.label, n, mine.get(t.key)!, firstIdle.get(t.key) ?? NaN));
+        for (const t of running)
+          summaries.push(summarize(t.key, t.label, n, mine.get(t.key)!, firstIdle.get(t.key) ?? NaN));
       } finally {
         for (const t of running) await t.stop();
       }

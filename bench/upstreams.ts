@@ -41,8 +41,19 @@ export async function startSim(name: string, seed: number, extra: string[] = [])
  */
 export async function captureResponses(simUrl: string, outDir: string): Promise<{ json: string; sse: string }> {
   const ask = async (stream: boolean): Promise<string> => {
-    const body = { ...(JSON.parse(chatBody(stream)) as Record<string, unknown>), logprobs: true, top_logprobs: 5, temperature: 0, seed: 1234 };
-    const res = await fetch(`${simUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(10_000) });
+    const body = {
+      ...(JSON.parse(chatBody(stream)) as Record<string, unknown>),
+      logprobs: true,
+      top_logprobs: 5,
+      temperature: 0,
+      seed: 1234,
+    };
+    const res = await fetch(`${simUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(10_000),
+    });
     if (!res.ok) throw new Error(`sim engine answered ${res.status}`);
     return res.text();
   };

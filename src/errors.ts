@@ -116,11 +116,27 @@ export function noInput(message: string): LogprobeError {
  * like the upstream's own. Parser errors of a request head (400/408/431/501) are answered
  * by src/proxy/app.ts from node:http's codes.
  */
-export const BadGatewayError = createError<'LOGPROBE_BAD_GATEWAY', 502, [string]>('LOGPROBE_BAD_GATEWAY', 'upstream unreachable: %s', 502);
-export const GatewayTimeoutError = createError<'LOGPROBE_GATEWAY_TIMEOUT', 504, [string]>('LOGPROBE_GATEWAY_TIMEOUT', 'upstream timed out: %s', 504);
-export const PayloadTooLargeError = createError<'LOGPROBE_PAYLOAD_TOO_LARGE', 413, [number]>('LOGPROBE_PAYLOAD_TOO_LARGE', 'request body exceeds the limit of %d MB (limits.bodyMB)', 413);
+export const BadGatewayError = createError<'LOGPROBE_BAD_GATEWAY', 502, [string]>(
+  'LOGPROBE_BAD_GATEWAY',
+  'upstream unreachable: %s',
+  502,
+);
+export const GatewayTimeoutError = createError<'LOGPROBE_GATEWAY_TIMEOUT', 504, [string]>(
+  'LOGPROBE_GATEWAY_TIMEOUT',
+  'upstream timed out: %s',
+  504,
+);
+export const PayloadTooLargeError = createError<'LOGPROBE_PAYLOAD_TOO_LARGE', 413, [number]>(
+  'LOGPROBE_PAYLOAD_TOO_LARGE',
+  'request body exceeds the limit of %d MB (limits.bodyMB)',
+  413,
+);
 /** A request body with no byte for `limits.bodyTimeoutMs` (nginx's `client_body_timeout`). */
-export const RequestBodyTimeoutError = createError<'LOGPROBE_BODY_TIMEOUT', 408, [number]>('LOGPROBE_BODY_TIMEOUT', 'no request body bytes received for %d ms (limits.bodyTimeoutMs)', 408);
+export const RequestBodyTimeoutError = createError<'LOGPROBE_BODY_TIMEOUT', 408, [number]>(
+  'LOGPROBE_BODY_TIMEOUT',
+  'no request body bytes received for %d ms (limits.bodyTimeoutMs)',
+  408,
+);
 /** A `Transfer-Encoding` other than exactly `chunked` (nginx answers 501 too). */
 export const UnsupportedTransferEncodingError = createError<'LOGPROBE_UNSUPPORTED_TRANSFER_ENCODING', 501, []>(
   'LOGPROBE_UNSUPPORTED_TRANSFER_ENCODING',
@@ -129,4 +145,8 @@ export const UnsupportedTransferEncodingError = createError<'LOGPROBE_UNSUPPORTE
 );
 /** A request HTTP's rules refuse that llhttp lets through (two `Host` fields, `CONNECT`). */
 export const BadRequestError = createError<'LOGPROBE_BAD_REQUEST', 400, [string]>('LOGPROBE_BAD_REQUEST', '%s', 400);
-export const UpstreamOverflowError = createError<'LOGPROBE_UPSTREAM_OVERFLOW', 503, [string]>('LOGPROBE_UPSTREAM_OVERFLOW', 'the candidate is at its configured limit: %s', 503);
+export const UpstreamOverflowError = createError<'LOGPROBE_UPSTREAM_OVERFLOW', 503, [string]>(
+  'LOGPROBE_UPSTREAM_OVERFLOW',
+  'the candidate is at its configured limit: %s',
+  503,
+);

@@ -65,12 +65,28 @@ export interface LogprobeRuntime {
  */
 export function createRuntime(config: Config, options: RuntimeOptions = {}): LogprobeRuntime {
   const logDestination = options.logDestination ?? (options.logger ? process.stdout : stdoutDestination());
-  const logger = options.logger ?? createLogger({ level: config.log.level, redact: config.log.redact, keys: configuredKeys(config), destination: logDestination });
+  const logger =
+    options.logger ??
+    createLogger({
+      level: config.log.level,
+      redact: config.log.redact,
+      keys: configuredKeys(config),
+      destination: logDestination,
+    });
   // The proxy's thread's metrics; the worker has its own (src/metrics/catalog.ts says which).
   // Custom parts run on this thread: they get every metric.
   const metrics = new Metrics({ thread: options.makeParts ? undefined : 'main', mirrorRoutes: config.mirror.routes });
   const candidatePool = createCandidatePool(config, metrics);
-  const mirror = options.makeParts ? undefined : new MirrorThread({ config, logger, logDestination, metrics, listeners: options.listeners, workerUrl: options.mirrorWorkerUrl });
+  const mirror = options.makeParts
+    ? undefined
+    : new MirrorThread({
+        config,
+        logger,
+        logDestination,
+        metrics,
+        listeners: options.listeners,
+        workerUrl: options.mirrorWorkerUrl,
+      });
   const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? { mirror };
   let accepting = true;
 
@@ -83,7 +99,12 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
     misdirected: () => metrics.misdirected(),
     accepting: () => accepting,
     candidateReachable: () => probe(candidatePool, config.candidate.url),
-    ...(mirror ? { live: (since: number, sinceT: number) => mirror.liveData(since, sinceT), mirrorBackends: () => mirror.backendStates() } : {}),
+    ...(mirror
+      ? {
+          live: (since: number, sinceT: number) => mirror.liveData(since, sinceT),
+          mirrorBackends: () => mirror.backendStates(),
+        }
+      : {}),
   });
 
   let closing: Promise<void> | null = null;
@@ -96,13 +117,28 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
     candidatePool,
     mirror,
     async listen() {
-      const proxyUrl = await proxy.listen({ host: config.listen.host, port: config.listen.port, backlog: config.limits.backlog });
+      const proxyUrl = await proxy.listen({
+        host: config.listen.host,
+        port: config.listen.port,
+        backlog: config.limits.backlog,
+      });
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
       mirror?.adminListening(Number(new URL(adminUrl).port));
       // Listening means ready: the worker's series exist on the first scrape (bounded wait).
-      if (mirror && !(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
-      logger.info({ proxyUrl, adminUrl, mode: config.mode, candidate: config.candidate.url, baseline: config.baseline.url }, 'logprobe listening');
-      logger.info({ sampleRate: config.mirror.sampleRate, routes: config.mirror.routes, capture: config.capture.enabled ? config.capture.dir : null }, mirrorStartLine(config));
+      if (mirror && !(await mirror.ready()) && mirror.workerRunning)
+        logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
+      logger.info(
+        { proxyUrl, adminUrl, mode: config.mode, candidate: config.candidate.url, baseline: config.baseline.url },
+        'logprobe listening',
+      );
+      logger.info(
+        {
+          sampleRate: config.mirror.sampleRate,
+          routes: config.mirror.routes,
+          capture: config.capture.enabled ? config.capture.dir : null,
+        },
+        mirrorStartLine(config),
+      );
       if (mirror) {
         const rl = runLengthStart(config);
         logger.info(rl.fields, rl.line);
@@ -125,7 +161,11 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
 }
 
 /** The client path's pool to the candidate (candidate.maxConnections applies to it), counted in `logprobe_upstream_connections`. */
-export function createCandidatePool(config: Config, metrics: Metrics, connections: number | null = config.candidate.maxConnections): Pool {
+export function createCandidatePool(
+  config: Config,
+  metrics: Metrics,
+  connections: number | null = config.candidate.maxConnections,
+): Pool {
   return createUpstreamPool(config.candidate, {
     tlsInsecure: config.tlsInsecure,
     connections,
@@ -156,7 +196,13 @@ export async function probe(pool: Pool, url: string): Promise<boolean> {
   try {
     const base = new URL(url);
     const path = `${base.pathname.replace(/\/$/, '')}/health`;
-    const res = await pool.request({ path, method: 'GET', headersTimeout: 2000, bodyTimeout: 2000, signal: AbortSignal.timeout(3000) });
+    const res = await pool.request({
+      path,
+      method: 'GET',
+      headersTimeout: 2000,
+      bodyTimeout: 2000,
+      signal: AbortSignal.timeout(3000),
+    });
     await res.body.dump();
     return true;
   } catch {

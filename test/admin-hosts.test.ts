@@ -21,7 +21,10 @@ async function candidate(t: import('node:test').TestContext): Promise<string> {
 }
 
 test('the admin port answers localhost, IP literals and admin.allowedHosts, and 421 for every other name on every route', async (t) => {
-  const lp = await startLogprobe({ candidate: { url: await candidate(t) }, admin: { allowedHosts: ['logprobe-admin.monitoring.svc'] } });
+  const lp = await startLogprobe({
+    candidate: { url: await candidate(t) },
+    admin: { allowedHosts: ['logprobe-admin.monitoring.svc'] },
+  });
   t.after(() => lp.close());
 
   const allowed = [
@@ -49,7 +52,8 @@ test('the admin port answers localhost, IP literals and admin.allowedHosts, and 
   ];
   for (const path of ROUTES) {
     const expectOk = path === '/no-such-route' ? 404 : 200;
-    for (const host of allowed) assert.equal((await getWithHost(lp.adminUrl, path, host)).status, expectOk, `${path} Host: ${host}`);
+    for (const host of allowed)
+      assert.equal((await getWithHost(lp.adminUrl, path, host)).status, expectOk, `${path} Host: ${host}`);
     for (const host of refused) {
       const r = await getWithHost(lp.adminUrl, path, host);
       assert.equal(r.status, 421, `${path} Host: ${host}`);
@@ -67,7 +71,11 @@ test('the admin port answers localhost, IP literals and admin.allowedHosts, and 
 
   const metrics = await getWithHost(lp.adminUrl, '/metrics', '127.0.0.1');
   assert.equal(metricValue(metrics.body, 'logprobe_admin_misdirected_total'), ROUTES.length * refused.length + 1);
-  const warned = lp.logs.lines.filter((l) => l.msg === 'admin port: request for a Host not in admin.allowedHosts answered 421 (add the name there if it is yours)');
+  const warned = lp.logs.lines.filter(
+    (l) =>
+      l.msg ===
+      'admin port: request for a Host not in admin.allowedHosts answered 421 (add the name there if it is yours)',
+  );
   assert.equal(warned.length, 1, 'logged once, not per request');
   assert.equal(warned[0]!.host, 'attacker.example');
 });
@@ -87,8 +95,12 @@ test('a request without Host (HTTP/1.0) is answered; HTTP/1.1 without Host is re
 test('the image and the k8s manifests (admin on 0.0.0.0, scraped by pod IP) keep working', async (t) => {
   const url = await candidate(t);
   // config/k8s/configmap.yaml's logprobe.yaml, and the Dockerfile's default config, as written.
-  const configMap = parseAllDocuments(readFileSync(new URL('../config/k8s/configmap.yaml', import.meta.url), 'utf8'))[0]!.toJS() as { data: Record<string, string> };
-  const k8sAdmin = (parse(configMap.data['logprobe.yaml']!) as { admin: { host: string; port: number; allowedHosts?: string[] } }).admin;
+  const configMap = parseAllDocuments(
+    readFileSync(new URL('../config/k8s/configmap.yaml', import.meta.url), 'utf8'),
+  )[0]!.toJS() as { data: Record<string, string> };
+  const k8sAdmin = (
+    parse(configMap.data['logprobe.yaml']!) as { admin: { host: string; port: number; allowedHosts?: string[] } }
+  ).admin;
   const dockerfile = readFileSync(new URL('../Dockerfile', import.meta.url), 'utf8');
   const imageAdmin = /'admin: \{ host: ([^,]+), port: (\d+) \}'/.exec(dockerfile);
   assert.ok(imageAdmin, 'the Dockerfile writes an admin line');
@@ -115,8 +127,15 @@ test('AdminHosts: a name as the bind address is allowed, addresses add nothing, 
   assert.equal(any.allows('attacker.example'), false);
   assert.equal(new AdminHosts('::', []).allows('[::]:9464'), true);
 
-  assert.deepEqual(buildConfig({ admin: { allowedHosts: ['Admin.Example.', 'metrics'] } }).admin.allowedHosts, ['admin.example', 'metrics']);
+  assert.deepEqual(buildConfig({ admin: { allowedHosts: ['Admin.Example.', 'metrics'] } }).admin.allowedHosts, [
+    'admin.example',
+    'metrics',
+  ]);
   for (const bad of ['admin.example:9464', 'http://admin.example', '', 'a b']) {
-    assert.throws(() => buildConfig({ admin: { allowedHosts: [bad] } }), /admin\.allowedHosts\.0: expected a host name without port or scheme/, bad);
+    assert.throws(
+      () => buildConfig({ admin: { allowedHosts: [bad] } }),
+      /admin\.allowedHosts\.0: expected a host name without port or scheme/,
+      bad,
+    );
   }
 });

@@ -41,7 +41,12 @@ async function amAlerts(url: string): Promise<AmAlert[]> {
 async function send(proxyUrl: string, i: number) {
   const res = await request(`${proxyUrl}/v1/completions`, {
     method: 'POST',
-    body: JSON.stringify({ model: 'sim', prompt: `Prompt ${i}: the capital of France is`, max_tokens: 24, temperature: 0.8 }),
+    body: JSON.stringify({
+      model: 'sim',
+      prompt: `Prompt ${i}: the capital of France is`,
+      max_tokens: 24,
+      temperature: 0.8,
+    }),
     headers: { 'content-type': 'application/json' },
   });
   await res.body.dump();
@@ -63,7 +68,13 @@ test('Alertmanager receives LogprobGlobalShift firing with a link to the live pa
   const am = await startDaemon({
     name: BIN,
     files: { 'am.yml': 'route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n' },
-    args: (dir, port) => [`--config.file=${join(dir, 'am.yml')}`, `--storage.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`, '--cluster.listen-address=', '--log.level=warn'],
+    args: (dir, port) => [
+      `--config.file=${join(dir, 'am.yml')}`,
+      `--storage.path=${join(dir, 'data')}`,
+      `--web.listen-address=127.0.0.1:${port}`,
+      '--cluster.listen-address=',
+      '--log.level=warn',
+    ],
   });
   t.after(() => am.close());
   const baseline = await startSim();
@@ -72,7 +83,11 @@ test('Alertmanager receives LogprobGlobalShift firing with a link to the live pa
   let target = faulty.url;
   // The candidate is a switch in front of a faulty and a clean engine: a fix being deployed.
   const candidate = await startUpstream(async (req, res, body) => {
-    const up = await request(target + req.url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+    const up = await request(target + req.url, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json' },
+    });
     res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type']) });
     res.end(Buffer.from(await up.body.arrayBuffer()));
   });
@@ -103,14 +118,21 @@ test('Alertmanager receives LogprobGlobalShift firing with a link to the live pa
   target = clean.url;
   for (let i = 0; i < 10; i++) await send(lp.proxyUrl, 100 + i);
   await lp.runtime.mirror!.idle();
-  await until('the resolved alert to leave Alertmanager', async () => ((await global()) === undefined ? true : undefined));
+  await until('the resolved alert to leave Alertmanager', async () =>
+    (await global()) === undefined ? true : undefined,
+  );
 });
 
 test('generatorURL: the configured link, else the live page on the admin address', async () => {
   const { generatorUrl } = await import('../src/mirror/notify.js');
-  const cfg = (host: string, url: string | null = null) => ({ admin: { host, port: 9464 }, alert: { generatorUrl: url } }) as Parameters<typeof generatorUrl>[0];
+  const cfg = (host: string, url: string | null = null) =>
+    ({ admin: { host, port: 9464 }, alert: { generatorUrl: url } }) as Parameters<typeof generatorUrl>[0];
   assert.equal(generatorUrl(cfg('127.0.0.1')), 'http://127.0.0.1:9464/ui');
-  assert.equal(generatorUrl(cfg('127.0.0.1'), 40001), 'http://127.0.0.1:40001/ui', 'the bound port, not the configured 0');
+  assert.equal(
+    generatorUrl(cfg('127.0.0.1'), 40001),
+    'http://127.0.0.1:40001/ui',
+    'the bound port, not the configured 0',
+  );
   assert.equal(generatorUrl(cfg('0.0.0.0')), 'http://localhost:9464/ui', 'a wildcard bind links to localhost');
   assert.equal(generatorUrl(cfg('::')), 'http://localhost:9464/ui');
   assert.equal(generatorUrl(cfg('::1')), 'http://[::1]:9464/ui');
@@ -119,11 +141,27 @@ test('generatorURL: the configured link, else the live page on the admin address
 
 test('alert summaries: the global alert names both loci, "small" only near the floor', async () => {
   const { alertSummary } = await import('../src/mirror/notify.js');
-  const evidence = { pooledShare: 0.9, requestsInWindow: 20, medianShift: 0.5, cusum: 6, cusumRequests: 21, medianX: 1.4, exampleRequestId: null };
-  const t = (alert: 'LogprobGlobalShift' | 'LogprobSustainedShift' | 'LogprobSelfInconsistency', medianX: number | null) =>
-    ({ alert, to: 'firing', at: 1, startsAt: 1, evidence: { ...evidence, medianX } }) as unknown as Parameters<typeof alertSummary>[0];
+  const evidence = {
+    pooledShare: 0.9,
+    requestsInWindow: 20,
+    medianShift: 0.5,
+    cusum: 6,
+    cusumRequests: 21,
+    medianX: 1.4,
+    exampleRequestId: null,
+  };
+  const t = (
+    alert: 'LogprobGlobalShift' | 'LogprobSustainedShift' | 'LogprobSelfInconsistency',
+    medianX: number | null,
+  ) =>
+    ({ alert, to: 'firing', at: 1, startsAt: 1, evidence: { ...evidence, medianX } }) as unknown as Parameters<
+      typeof alertSummary
+    >[0];
   assert.match(alertSummary(t('LogprobSustainedShift', 1.4)), /^a small shift \(median 1\.40× the noise floor\)/);
   assert.match(alertSummary(t('LogprobSustainedShift', 13.4)), /^a shift of 13\.40× the noise floor/);
   assert.doesNotMatch(alertSummary(t('LogprobSustainedShift', 13.4)), /small/);
-  assert.match(alertSummary(t('LogprobGlobalShift', null)), /compute: the prompt moved too; decode state: only the continuation/);
+  assert.match(
+    alertSummary(t('LogprobGlobalShift', null)),
+    /compute: the prompt moved too; decode state: only the continuation/,
+  );
 });

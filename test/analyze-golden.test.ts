@@ -33,7 +33,18 @@ test('analyze --json over the recorded capture set prints, byte for byte, the co
         return p.verdict ?? p.outcome;
       }),
   );
-  assert.deepEqual([...kinds].sort(), ['baseline_error', 'candidate_error', 'early_shift', 'global_shift', 'identical', 'incomparable', 'local_shift', 'noise', 'tokenizer_mismatch', 'unparseable']);
+  assert.deepEqual([...kinds].sort(), [
+    'baseline_error',
+    'candidate_error',
+    'early_shift',
+    'global_shift',
+    'identical',
+    'incomparable',
+    'local_shift',
+    'noise',
+    'tokenizer_mismatch',
+    'unparseable',
+  ]);
   assert.equal(res.stdout, want);
 });
 

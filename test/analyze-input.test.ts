@@ -10,12 +10,22 @@ import { BIN, runCli } from './helpers/cli.js';
 import { makePair, tempDir } from './helpers/capture.js';
 
 const THRESHOLDS = { gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3 };
-const line = (i: number, shift = 0) => JSON.stringify(buildRecord(makePair(i, { shift }), { includePrompts: true, thresholds: THRESHOLDS }));
+const line = (i: number, shift = 0) =>
+  JSON.stringify(buildRecord(makePair(i, { shift }), { includePrompts: true, thresholds: THRESHOLDS }));
 
 /** Good records, a broken line, blank lines, a non-record, a future version, and a last line cut mid-write. */
 function messyCapture(): string {
   const cut = line(3);
-  return [line(1, 0.5), '{"v":1,"id":', '', '[1,2]', JSON.stringify({ v: 3, route: '/v1/completions' }), line(2), `\r`, cut.slice(0, Math.floor(cut.length / 2))].join('\n');
+  return [
+    line(1, 0.5),
+    '{"v":1,"id":',
+    '',
+    '[1,2]',
+    JSON.stringify({ v: 3, route: '/v1/completions' }),
+    line(2),
+    `\r`,
+    cut.slice(0, Math.floor(cut.length / 2)),
+  ].join('\n');
 }
 
 test('malformed lines and a truncated last line are reported as file:line: reason and skipped; the rest is analysed (plain and gzip)', async (t) => {
@@ -47,7 +57,12 @@ test('a file that is not a capture is said once; a capture with many bad lines l
   assert.equal(res.code, 2, res.stderr);
   const said = res.stderr.trim().split('\n');
   assert.equal(said.length, 2, res.stderr);
-  assert.ok(said[0]!.startsWith(`${readme}: not a capture file: none of its first 5 lines is a capture record (line 1: invalid JSON (`), said[0]);
+  assert.ok(
+    said[0]!.startsWith(
+      `${readme}: not a capture file: none of its first 5 lines is a capture record (line 1: invalid JSON (`,
+    ),
+    said[0],
+  );
   assert.ok(said[0]!.endsWith('); skipped'), said[0]);
   assert.equal(said[1], `logprobe: no capture records in ${readme}`);
 
@@ -75,7 +90,10 @@ test('a gzip file cut short (a copy interrupted) yields its complete records and
   assert.equal(res.code, 0, res.stderr);
   const n = res.stdout.trim().split('\n').length;
   assert.ok(n > 0 && n < 40, `${n} records before the cut`);
-  assert.match(res.stderr, /cut\.jsonl\.gz:\d+: (truncated record \(incomplete JSON\)|gzip stream cut short or corrupt)/);
+  assert.match(
+    res.stderr,
+    /cut\.jsonl\.gz:\d+: (truncated record \(incomplete JSON\)|gzip stream cut short or corrupt)/,
+  );
 });
 
 test('usage errors exit 2 with one line: no file, a missing file, a directory, no record at all, a bad flag', async (t) => {
@@ -101,7 +119,11 @@ test('usage errors exit 2 with one line: no file, a missing file, a directory, n
     assert.match(res.stderr, err, args.join(' '));
     assert.ok(!res.stderr.includes('    at '), 'no stack trace');
   }
-  assert.equal((await runCli(['analyze', '--fail-on', 'noise,early_shift', good])).code, 0, 'the verdict is global_shift');
+  assert.equal(
+    (await runCli(['analyze', '--fail-on', 'noise,early_shift', good])).code,
+    0,
+    'the verdict is global_shift',
+  );
   assert.equal((await runCli(['analyze', '--fail-on', 'global_shift', good])).code, 1);
   // A directory stands for its capture files.
   const all = await runCli(['analyze', '--json', dir]);
@@ -147,7 +169,9 @@ test('a large capture streams in constant memory: 40 MB analysed with a 32 MB he
   await new Promise<void>((r) => ws.end(() => r()));
   const started = Date.now();
   const res = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const child = spawn(process.execPath, ['--max-old-space-size=32', BIN, 'analyze', file], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--max-old-space-size=32', BIN, 'analyze', file], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));

@@ -10,19 +10,36 @@ import { metricValue, startSim } from './helpers/sim.js';
 import { runCli } from './helpers/cli.js';
 import { tempDir } from './helpers/capture.js';
 
-const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'];
+const VERDICTS = [
+  'incomparable',
+  'tokenizer_mismatch',
+  'identical',
+  'noise',
+  'early_shift',
+  'global_shift',
+  'local_shift',
+];
 
 async function send(proxyUrl: string, i: number): Promise<void> {
   const chat = i % 2 === 0;
   const body = chat
     ? { model: 'sim', messages: [{ role: 'user', content: `q${i}: tell me about the sea` }], max_tokens: 20 }
     : { model: 'sim', prompt: `Prompt ${i}: once upon a time`, max_tokens: 20 };
-  const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+  const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json' },
+  });
   await res.body.text();
 }
 
 /** Runs a proxy in front of a candidate with `fault`, `n` requests, capture on; returns the dir and the online verdict counts. */
-async function captureRun(t: { after(fn: () => unknown): void }, fault: SimOptions, n: number, extra: ConfigInput = {}): Promise<{ dir: string; online: Record<string, number> }> {
+async function captureRun(
+  t: { after(fn: () => unknown): void },
+  fault: SimOptions,
+  n: number,
+  extra: ConfigInput = {},
+): Promise<{ dir: string; online: Record<string, number> }> {
   const dir = tempDir(t);
   const baseline = await startSim();
   const candidate = await startSim(fault);
@@ -79,7 +96,18 @@ test("capture → analyze --json reproduces every online verdict and figure exac
       const record = JSON.parse(line) as { analysis: Record<string, unknown> & { thresholds: unknown } };
       const p = byPlace.get(`${file}:${i + 1}`)!;
       const { noiseFloor, thresholds: _t, ...captured } = record.analysis;
-      const { positions, file: _f, line: _l, id: _i, route: _r, ts: _ts, outcome: _o, noiseFloor: floor, onlineVerdict, ...recomputed } = p;
+      const {
+        positions,
+        file: _f,
+        line: _l,
+        id: _i,
+        route: _r,
+        ts: _ts,
+        outcome: _o,
+        noiseFloor: floor,
+        onlineVerdict,
+        ...recomputed
+      } = p;
       assert.deepEqual(recomputed, captured, `${file}:${i + 1}`);
       assert.equal(floor, noiseFloor);
       assert.equal(onlineVerdict, captured.verdict);

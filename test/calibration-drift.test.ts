@@ -29,7 +29,11 @@ test('a slow 0.01-nat/hour candidate drift cannot raise the auto floor: it learn
   const engines = await Promise.all(hours.map((h) => startSim({ noise: 0.003, stateShift: (0.01 * h) / 0.86 })));
   let phase = 0;
   const candidate = await startUpstream(async (req, res, body) => {
-    const up = await request(engines[phase]!.url + req.url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+    const up = await request(engines[phase]!.url + req.url, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json' },
+    });
     res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type']) });
     res.end(Buffer.from(await up.body.arrayBuffer()));
   });
@@ -52,14 +56,22 @@ test('a slow 0.01-nat/hour candidate drift cannot raise the auto floor: it learn
     const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
     const floor = metricValue(m, 'logprobe_noise_floor_nats')!;
     const base = metricValue(m, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' })!;
-    assert.ok(Math.abs(floor - Math.max(0.005, 3 * base)) < 1e-9, `hour ${hours[phase]}: floor ${floor} = max(minFloor, 3 × the baseline's p99 ${base})`);
+    assert.ok(
+      Math.abs(floor - Math.max(0.005, 3 * base)) < 1e-9,
+      `hour ${hours[phase]}: floor ${floor} = max(minFloor, 3 × the baseline's p99 ${base})`,
+    );
     floors.push(floor);
     cusums.push(metricValue(m, 'logprobe_cusum_statistic') ?? 0);
   }
   // The candidate moved by 0.24 nats; the floor did not follow it.
   assert.ok(Math.max(...floors) <= 1.5 * Math.min(...floors), `floors over the drift: ${floors.join(', ')}`);
-  assert.ok(Math.max(...floors) < 0.05, `the floor stays at the baseline's noise, far below the 0.24-nat drift: ${floors.join(', ')}`);
+  assert.ok(
+    Math.max(...floors) < 0.05,
+    `the floor stays at the baseline's noise, far below the 0.24-nat drift: ${floors.join(', ')}`,
+  );
   const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-  const fired = (metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobSustainedShift' }) ?? 0) + (metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }) ?? 0);
+  const fired =
+    (metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobSustainedShift' }) ?? 0) +
+    (metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }) ?? 0);
   assert.ok(fired >= 1, `the drift is caught by the end (CUSUM by phase: ${cusums.join(', ')})`);
 });

@@ -10,17 +10,34 @@ import { allText, captureLines, tempDir } from './helpers/capture.js';
 
 const SECRET = 'sk-client-Hq7TopSecret-4242';
 const BASELINE_KEY = 'sk-baseline-Zz9Key-777';
-const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'];
+const VERDICTS = [
+  'incomparable',
+  'tokenizer_mismatch',
+  'identical',
+  'noise',
+  'early_shift',
+  'global_shift',
+  'local_shift',
+];
 
 async function send(proxyUrl: string, i: number): Promise<number> {
   const chat = i % 2 === 0;
   const body = chat
-    ? { model: 'sim', messages: [{ role: 'user', content: `question number ${i}: why is the sky blue?` }], max_tokens: 16 }
+    ? {
+        model: 'sim',
+        messages: [{ role: 'user', content: `question number ${i}: why is the sky blue?` }],
+        max_tokens: 16,
+      }
     : { model: 'sim', prompt: `Prompt ${i}: the capital of France is`, max_tokens: 16 };
   const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
     method: 'POST',
     body: JSON.stringify(body),
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${SECRET}`, cookie: `session=${SECRET}; theme=dark`, 'x-api-key': SECRET },
+    headers: {
+      'content-type': 'application/json',
+      authorization: `Bearer ${SECRET}`,
+      cookie: `session=${SECRET}; theme=dark`,
+      'x-api-key': SECRET,
+    },
   });
   await res.body.text();
   return res.statusCode;
@@ -56,7 +73,14 @@ test('every mirrored pair lands in the capture on close, complete, 0600, with th
 
   const lines = captureLines(dir);
   assert.equal(lines.length, 40, 'one record per mirrored pair');
-  const records = lines.map((l) => JSON.parse(l) as { v: number; analysis: { verdict: string } | null; candidate: { serverHeaders?: unknown; model?: string } });
+  const records = lines.map(
+    (l) =>
+      JSON.parse(l) as {
+        v: number;
+        analysis: { verdict: string } | null;
+        candidate: { serverHeaders?: unknown; model?: string };
+      },
+  );
   assert.ok(records.every((r) => r.v === 2 && r.analysis !== null));
   assert.ok(readdirSync(dir).length > 1, 'maxFileMB rotated the files');
   for (const f of readdirSync(dir)) assert.equal(statSync(join(dir, f)).mode & 0o777, 0o600, f);
@@ -81,7 +105,10 @@ test('serve: SIGTERM right after the last pair flushes the buffered records and 
     file,
     `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url}, apiKey: ${BASELINE_KEY} }\nmirror: { sampleRate: 1 }\ncapture: { enabled: true, dir: ${dir} }\n`,
   );
-  const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)","adminUrl":"(http:\/\/[^"]+)"/);
+  const proc = await startCli(
+    ['serve', '--config', file],
+    /"proxyUrl":"(http:\/\/[^"]+)","adminUrl":"(http:\/\/[^"]+)"/,
+  );
   t.after(() => {
     if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
   });
@@ -106,7 +133,12 @@ test('a capture directory that fails mid-run: clients and /readyz unaffected, ev
   const sim = await startSim();
   t.after(() => sim.close());
   const dir = join(tempDir(t), 'captures');
-  const lp = await startLogprobe({ candidate: { url: sim.url }, baseline: { url: sim.url }, mirror: { sampleRate: 1 }, capture: { enabled: true, dir, maxFileMB: 0.001 } });
+  const lp = await startLogprobe({
+    candidate: { url: sim.url },
+    baseline: { url: sim.url },
+    mirror: { sampleRate: 1 },
+    capture: { enabled: true, dir, maxFileMB: 0.001 },
+  });
   t.after(() => lp.close());
   // One record per file (maxFileMB under a record): each flush opens a file in the directory.
   const scrape = async () => (await (await request(`${lp.adminUrl}/metrics`)).body.text()) as string;
@@ -128,7 +160,9 @@ test('a capture directory that fails mid-run: clients and /readyz unaffected, ev
   };
   assert.equal(await send(lp.proxyUrl, 0), 200);
   await lp.runtime.mirror!.idle();
-  const first = await until((m) => metricValue(m, 'logprobe_capture_records_dropped_total', { reason: 'write' }) === 0 && captureFiles() > 0);
+  const first = await until(
+    (m) => metricValue(m, 'logprobe_capture_records_dropped_total', { reason: 'write' }) === 0 && captureFiles() > 0,
+  );
   assert.equal(metricValue(first, 'logprobe_capture_ok'), 1);
   // The directory becomes a file: every open in it fails (ENOTDIR, reason `write`).
   const { rmSync } = await import('node:fs');
@@ -136,10 +170,20 @@ test('a capture directory that fails mid-run: clients and /readyz unaffected, ev
   writeFileSync(dir, 'not a directory any more');
   for (let i = 1; i <= 6; i++) assert.equal(await send(lp.proxyUrl, i), 200, 'the client is served');
   await lp.runtime.mirror!.idle();
-  const failing = await until((m) => metricValue(m, 'logprobe_capture_records_dropped_total', { reason: 'write' }) === 6);
-  assert.equal(metricValue(failing, 'logprobe_capture_records_dropped_total', { reason: 'write' }), 6, 'the 6 pairs mirrored meanwhile are counted as lost');
+  const failing = await until(
+    (m) => metricValue(m, 'logprobe_capture_records_dropped_total', { reason: 'write' }) === 6,
+  );
+  assert.equal(
+    metricValue(failing, 'logprobe_capture_records_dropped_total', { reason: 'write' }),
+    6,
+    'the 6 pairs mirrored meanwhile are counted as lost',
+  );
   assert.equal(metricValue(failing, 'logprobe_capture_ok'), 0);
-  assert.equal((await request(`${lp.adminUrl}/readyz`)).statusCode, 200, '/readyz stays 200: captures never cut clients off');
+  assert.equal(
+    (await request(`${lp.adminUrl}/readyz`)).statusCode,
+    200,
+    '/readyz stays 200: captures never cut clients off',
+  );
   // Back: the next records are written, the gauge says so.
   rmSync(dir);
   assert.equal(await send(lp.proxyUrl, 7), 200);

@@ -13,19 +13,37 @@ const API_KEY = 'sk-baseline-0123456789';
 
 test('no credential survives: headers dropped, credential fields redacted anywhere, secret values scrubbed from every string', () => {
   const pair = makePair(1, {
-    headers: { authorization: `Bearer ${SECRET}`, cookie: `session=${COOKIE}; theme=dark`, 'x-api-key': SECRET, 'proxy-authorization': `Basic ${SECRET}` },
-    request: { model: 'm', messages: [{ role: 'user', content: `my key is ${SECRET}, my session ${COOKIE}` }], api_key: 'in-body-key-123456', metadata: { Authorization: 'x' } },
+    headers: {
+      authorization: `Bearer ${SECRET}`,
+      cookie: `session=${COOKIE}; theme=dark`,
+      'x-api-key': SECRET,
+      'proxy-authorization': `Basic ${SECRET}`,
+    },
+    request: {
+      model: 'm',
+      messages: [{ role: 'user', content: `my key is ${SECRET}, my session ${COOKIE}` }],
+      api_key: 'in-body-key-123456',
+      metadata: { Authorization: 'x' },
+    },
   });
   // A backend that echoes secrets back must not leak them into the capture either.
   pair.candidate.error = `ECONNRESET: reset while sending Bearer ${API_KEY}`;
   pair.baseline!.serverHeaders = { server: 'x', 'x-engine-version': `1 ${API_KEY}` };
   const record = buildRecord(pair, { includePrompts: true, thresholds: THRESHOLDS, secrets: [API_KEY] });
   const text = JSON.stringify(record);
-  for (const s of [SECRET, COOKIE, API_KEY, 'in-body-key-123456']) assert.ok(!text.includes(s), `${s} is not in the record`);
-  assert.deepEqual(record.clientHeaders, { 'user-agent': 'test/1', 'content-type': 'application/json' }, 'only harmless client headers');
+  for (const s of [SECRET, COOKIE, API_KEY, 'in-body-key-123456'])
+    assert.ok(!text.includes(s), `${s} is not in the record`);
+  assert.deepEqual(
+    record.clientHeaders,
+    { 'user-agent': 'test/1', 'content-type': 'application/json' },
+    'only harmless client headers',
+  );
   assert.equal(record.request.api_key, '[redacted]');
   assert.deepEqual(record.request.metadata, { Authorization: '[redacted]' });
-  assert.equal((record.request.messages as Array<{ content: string }>)[0]!.content, 'my key is [redacted], my session [redacted]');
+  assert.equal(
+    (record.request.messages as Array<{ content: string }>)[0]!.content,
+    'my key is [redacted], my session [redacted]',
+  );
   assert.equal(record.candidate.error, 'ECONNRESET: reset while sending Bearer [redacted]');
   assert.equal(record.baseline!.serverHeaders?.['x-engine-version'], '1 [redacted]');
   // The writer's fast path (search the serialised line, scrub only on a hit) gives the same line.
@@ -33,7 +51,10 @@ test('no credential survives: headers dropped, credential fields redacted anywhe
   assert.equal(recordLine(pair, options), text);
   const clean = makePair(2, { headers: { authorization: `Bearer ${SECRET}` } });
   assert.equal(recordLine(clean, options), JSON.stringify(buildRecord(clean, options)));
-  const quoted = makePair(3, { headers: { authorization: 'Bearer a"b\\c<d>e-long' }, request: { model: 'm', messages: [{ role: 'user', content: 'x a"b\\c<d>e-long y' }] } });
+  const quoted = makePair(3, {
+    headers: { authorization: 'Bearer a"b\\c<d>e-long' },
+    request: { model: 'm', messages: [{ role: 'user', content: 'x a"b\\c<d>e-long y' }] },
+  });
   assert.ok(!recordLine(quoted, options).includes('<d>e-long'), 'a secret that JSON escapes is found too');
 });
 
@@ -65,7 +86,10 @@ test('redaction never changes what analyze re-runs: a token spelled like a crede
   pair.analysis = compare(pair.candidate.body, pair.baseline!.body, DEFAULT_THRESHOLDS);
   const record = buildRecord(pair, { includePrompts: true, thresholds: THRESHOLDS });
   assert.deepEqual(record.candidate.body, pair.candidate.body, 'the response body is unchanged');
-  assert.equal(compare(record.candidate.body, record.baseline!.body, DEFAULT_THRESHOLDS).verdict, pair.analysis.verdict);
+  assert.equal(
+    compare(record.candidate.body, record.baseline!.body, DEFAULT_THRESHOLDS).verdict,
+    pair.analysis.verdict,
+  );
 });
 
 test('includePrompts: false replaces prompts and messages by their SHA-256 and marks the record; the completion stays', () => {
@@ -78,15 +102,29 @@ test('includePrompts: false replaces prompts and messages by their SHA-256 and m
   assert.deepEqual(r1.candidate.body, chat.candidate.body, 'generated tokens are kept: analyze needs them');
 
   const completion = makePair(4, { request: { model: 'm', prompt: 'The secret plan is', max_tokens: 5 } });
-  completion.candidate.body = { ...(completion.candidate.body as object), prompt_logprobs: [null, { 791: { logprob: -1 } }] };
+  completion.candidate.body = {
+    ...(completion.candidate.body as object),
+    prompt_logprobs: [null, { 791: { logprob: -1 } }],
+  };
   const r2 = buildRecord(completion, { includePrompts: false, thresholds: THRESHOLDS });
   assert.equal(r2.request.prompt, sha('The secret plan is'), 'printf %s "$prompt" | sha256sum gives the same');
-  assert.match(String((r2.candidate.body as Record<string, unknown>).prompt_logprobs), /^sha256:[0-9a-f]{64}$/, 'echoed prompt hashed');
+  assert.match(
+    String((r2.candidate.body as Record<string, unknown>).prompt_logprobs),
+    /^sha256:[0-9a-f]{64}$/,
+    'echoed prompt hashed',
+  );
   assert.equal(buildRecord(completion, { includePrompts: true, thresholds: THRESHOLDS }).promptsHashed, undefined);
 });
 
 test('secret values: full header values, bearer tokens, cookie values; short ones are not searched for', () => {
-  const s = secretValues({ authorization: 'Bearer abcdefgh12345', cookie: 'a=1; session=zzzzyyyyxxxx', 'user-agent': 'curl/8.0.0-long-enough' }, ['baseline-key-1', null, 'short']);
+  const s = secretValues(
+    {
+      authorization: 'Bearer abcdefgh12345',
+      cookie: 'a=1; session=zzzzyyyyxxxx',
+      'user-agent': 'curl/8.0.0-long-enough',
+    },
+    ['baseline-key-1', null, 'short'],
+  );
   assert.ok(s.includes('abcdefgh12345'));
   assert.ok(s.includes('Bearer abcdefgh12345'));
   assert.ok(s.includes('zzzzyyyyxxxx'));

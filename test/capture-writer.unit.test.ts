@@ -15,7 +15,10 @@ import { captureLines, makePair, tempDir } from './helpers/capture.js';
 
 const THRESHOLDS = { gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3 };
 
-function writer(dir: string, extra: Partial<CaptureWriterOptions> = {}): { w: CaptureWriter; logs: LogSink; errors: string[] } {
+function writer(
+  dir: string,
+  extra: Partial<CaptureWriterOptions> = {},
+): { w: CaptureWriter; logs: LogSink; errors: string[] } {
   const logs = new LogSink();
   const errors: string[] = [];
   const w = new CaptureWriter({
@@ -68,7 +71,9 @@ test('records are v2 JSONL lines with the raw bodies, engine metadata and the an
 
 test('files rotate before they would pass maxFileBytes; with gzip the rotated ones are compressed (0600, mtime kept), the current one stays plain', async (t) => {
   const dir = tempDir(t);
-  const lineBytes = Buffer.byteLength(`${JSON.stringify((await import('../src/capture/record.js')).buildRecord(makePair(0), { includePrompts: true, thresholds: THRESHOLDS }))}\n`);
+  const lineBytes = Buffer.byteLength(
+    `${JSON.stringify((await import('../src/capture/record.js')).buildRecord(makePair(0), { includePrompts: true, thresholds: THRESHOLDS }))}\n`,
+  );
   const { w, errors } = writer(dir, { maxFileBytes: lineBytes * 3 + 10, gzip: true, flushBytes: 1 });
   for (let i = 0; i < 10; i++) {
     w.write(makePair(i));
@@ -76,7 +81,9 @@ test('files rotate before they would pass maxFileBytes; with gzip the rotated on
   }
   await w.close();
   assert.deepEqual(errors, []);
-  const files = readdirSync(dir).sort((a, b) => Number(/-(\d+)\.jsonl/.exec(a)![1]) - Number(/-(\d+)\.jsonl/.exec(b)![1]));
+  const files = readdirSync(dir).sort(
+    (a, b) => Number(/-(\d+)\.jsonl/.exec(a)![1]) - Number(/-(\d+)\.jsonl/.exec(b)![1]),
+  );
   assert.deepEqual(
     files.map((f) => f.replace(/^.*-(\d+\.jsonl(\.gz)?)$/, '$1')),
     ['1.jsonl.gz', '2.jsonl.gz', '3.jsonl.gz', '4.jsonl'],
@@ -89,7 +96,10 @@ test('files rotate before they would pass maxFileBytes; with gzip the rotated on
   }
   const ids = captureLines(dir).map((l) => (JSON.parse(l) as { id: string }).id);
   assert.deepEqual(ids.sort(), Array.from({ length: 10 }, (_, i) => `req-${i}`).sort(), 'no record lost or duplicated');
-  assert.ok(statSync(join(dir, files[0]!)).mtimeMs <= statSync(join(dir, files[3]!)).mtimeMs, 'a compressed file is never newer than the current one');
+  assert.ok(
+    statSync(join(dir, files[0]!)).mtimeMs <= statSync(join(dir, files[3]!)).mtimeMs,
+    'a compressed file is never newer than the current one',
+  );
 });
 
 test('writes are buffered: nothing reaches the disk before the interval, everything does on close', async (t) => {
@@ -184,7 +194,12 @@ test('a full disk, then freed: every lost record counted in logprobe_capture_rec
   };
   const metrics = new Metrics({ defaultMetrics: false });
   const logs = new LogSink();
-  const w = createCaptureWriter({ config: buildConfig({ capture: { dir } }), logger: createLogger({ level: 'info', destination: logs }), metrics, fs: disk });
+  const w = createCaptureWriter({
+    config: buildConfig({ capture: { dir } }),
+    logger: createLogger({ level: 'info', destination: logs }),
+    metrics,
+    fs: disk,
+  });
   const read = async () => {
     const text = await metrics.registry.metrics();
     return {
@@ -194,7 +209,11 @@ test('a full disk, then freed: every lost record counted in logprobe_capture_rec
       overflow: metricValue(text, 'logprobe_capture_records_dropped_total', { reason: 'overflow' }),
     };
   };
-  assert.deepEqual(await read(), { ok: 1, dropped: 0, errors: 0, overflow: 0 }, 'before anything: working, series at zero');
+  assert.deepEqual(
+    await read(),
+    { ok: 1, dropped: 0, errors: 0, overflow: 0 },
+    'before anything: working, series at zero',
+  );
   // 15 retries on the full disk (one per flush, as the 1 s timer does), 1 to 3 records each.
   let sent = 0;
   for (let i = 0; i < 15; i++) {
@@ -202,7 +221,11 @@ test('a full disk, then freed: every lost record counted in logprobe_capture_rec
     await w.flush();
     assert.deepEqual(readdirSync(dir), [], `retry ${i + 1}: no file left behind`);
   }
-  assert.deepEqual(await read(), { ok: 0, dropped: sent, errors: 15, overflow: 0 }, `all ${sent} records counted, the gauge says it`);
+  assert.deepEqual(
+    await read(),
+    { ok: 0, dropped: sent, errors: 15, overflow: 0 },
+    `all ${sent} records counted, the gauge says it`,
+  );
   // The disk is freed: the next flush writes, the gauge is back.
   full = false;
   for (let k = 0; k < 4; k++) w.write(makePair(100 + k));
@@ -216,7 +239,11 @@ test('a full disk, then freed: every lost record counted in logprobe_capture_rec
   );
   assert.match(w.files[0]!, /-1\.jsonl$/, 'numbered 1: the failed attempts left no gaps');
   assert.deepEqual(w.stats, { written: 4, dropped: sent });
-  assert.equal(logs.lines.filter((l) => l.msg === 'capture write failed: records are dropped until it recovers').length, 1, 'logged once for the burst');
+  assert.equal(
+    logs.lines.filter((l) => l.msg === 'capture write failed: records are dropped until it recovers').length,
+    1,
+    'logged once for the burst',
+  );
 });
 
 test('EACCES on open and ENOTDIR from the real file system are counted in logprobe_capture_errors_total and never thrown', async (t) => {
@@ -224,7 +251,11 @@ test('EACCES on open and ENOTDIR from the real file system are counted in logpro
   const metrics = new Metrics({ defaultMetrics: false });
   const logs = new LogSink();
   const logger = createLogger({ level: 'info', destination: logs });
-  const denied: CaptureFs = { mkdir: async () => {}, open: async () => Promise.reject(errno('EACCES')), remove: async () => {} };
+  const denied: CaptureFs = {
+    mkdir: async () => {},
+    open: async () => Promise.reject(errno('EACCES')),
+    remove: async () => {},
+  };
   const config = buildConfig({ capture: { dir: join(root, 'a') } });
   const w1 = createCaptureWriter({ config, logger, metrics, fs: denied });
   w1.write(makePair(1));
@@ -232,7 +263,11 @@ test('EACCES on open and ENOTDIR from the real file system are counted in logpro
   await w1.close();
 
   writeFileSync(join(root, 'file'), 'not a directory');
-  const w2 = createCaptureWriter({ config: buildConfig({ capture: { dir: join(root, 'file', 'captures') } }), logger, metrics });
+  const w2 = createCaptureWriter({
+    config: buildConfig({ capture: { dir: join(root, 'file', 'captures') } }),
+    logger,
+    metrics,
+  });
   w2.write(makePair(3));
   await w2.close();
 
@@ -241,7 +276,11 @@ test('EACCES on open and ENOTDIR from the real file system are counted in logpro
   assert.equal(metricValue(text, 'logprobe_capture_errors_total', { reason: 'write' }), 1, 'ENOTDIR is an other error');
   assert.equal(metricValue(text, 'logprobe_capture_errors_total', { reason: 'ENOSPC' }), 0, 'series exist at zero');
   assert.deepEqual(w1.stats, { written: 0, dropped: 2 });
-  assert.equal(metricValue(text, 'logprobe_capture_records_dropped_total', { reason: 'EACCES' }), 2, 'both records lost, counted');
+  assert.equal(
+    metricValue(text, 'logprobe_capture_records_dropped_total', { reason: 'EACCES' }),
+    2,
+    'both records lost, counted',
+  );
   assert.equal(metricValue(text, 'logprobe_capture_ok'), 0);
   assert.ok(!logs.text().includes('question'), 'logs never quote a record');
 });
@@ -275,7 +314,10 @@ test('a disk slower than the mirror: past maxPendingBytes records are dropped as
 
 test("a directory that cannot be created (procfs answers ENOENT) fails at once, counted, instead of node's mkdir -p looping at full CPU", async () => {
   const started = performance.now();
-  await assert.rejects(nodeCaptureFs.mkdir('/proc/logprobe-nope/deeper'), (err: NodeJS.ErrnoException) => err.code === 'ENOENT');
+  await assert.rejects(
+    nodeCaptureFs.mkdir('/proc/logprobe-nope/deeper'),
+    (err: NodeJS.ErrnoException) => err.code === 'ENOENT',
+  );
   const { w, errors } = writer('/proc/logprobe-nope');
   for (let i = 0; i < 3; i++) w.write(makePair(i));
   await w.flush();
@@ -294,13 +336,20 @@ test('checkCaptureDir: creates the directory (0700), leaves no probe behind, and
   const file = join(tempDir(t), 'plain');
   writeFileSync(file, 'x');
   for (const [bad, why] of [
-    ['/proc/logprobe-nope', /^capture\.dir \/proc\/logprobe-nope: cannot create the directory: no such directory \(set capture\.dir/],
+    [
+      '/proc/logprobe-nope',
+      /^capture\.dir \/proc\/logprobe-nope: cannot create the directory: no such directory \(set capture\.dir/,
+    ],
     [join(file, 'sub'), /: cannot create the directory: a part of the path is not a directory/],
     ['/proc', /^capture\.dir \/proc: cannot write a file in it: /],
   ] as const) {
     await assert.rejects(
       checkCaptureDir(bad),
-      (err: Error & { code?: string; exitCode?: number }) => err.code === 'LOGPROBE_UNWRITABLE_FILE' && err.exitCode === 2 && why.test(err.message) && !err.message.includes('\n'),
+      (err: Error & { code?: string; exitCode?: number }) =>
+        err.code === 'LOGPROBE_UNWRITABLE_FILE' &&
+        err.exitCode === 2 &&
+        why.test(err.message) &&
+        !err.message.includes('\n'),
     );
   }
 });

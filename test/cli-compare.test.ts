@@ -28,7 +28,10 @@ test("the seed's two files: the appendix table, the flip line, global_shift, exi
   assert.match(lines[0]!, /^pos\s+token\s+candidate\s+baseline\s+diff\s+top gap\s+shift$/);
   assert.match(lines[4]!, /^\s+3\s+" called"\s+-0\.790\s+-1\.300\s+\+0\.510\s+1\.200\s+0\.510\*$/);
   assert.match(r.stdout, /" Artificial"→" artificial"/);
-  assert.match(r.stdout, /flip at 5: baseline " Artificial" → candidate " artificial", flip gap lp_b\(A\) − lp_b\(B\) 0\.450 nats \(systematic\), cross-path diff -0\.310/);
+  assert.match(
+    r.stdout,
+    /flip at 5: baseline " Artificial" → candidate " artificial", flip gap lp_b\(A\) − lp_b\(B\) 0\.450 nats \(systematic\), cross-path diff -0\.310/,
+  );
   assert.match(r.stdout, /^verdict: global_shift$/m);
   assert.match(r.stdout, /suspect the shared prefill input \(KV cache \/ state\)/);
   // eslint-disable-next-line no-control-regex -- an ANSI escape is what it looks for
@@ -38,8 +41,24 @@ test("the seed's two files: the appendix table, the flip line, global_shift, exi
 test('--json prints docs/format.md fields with numbers', async () => {
   const r = await runCli(['compare', '--json', seedCandidate, seedBaseline]);
   assert.equal(r.code, 1, r.stderr);
-  const out = JSON.parse(r.stdout) as Record<string, unknown> & { flip: Record<string, unknown>; positions: Array<Record<string, unknown>> };
-  for (const key of ['verdict', 'aligned', 'comparable', 'shifted', 'firstDivergence', 'maxAbsDiff', 'meanAbsDiff', 'maxShift', 'shiftedFraction', 'flip', 'explanation', 'positions']) {
+  const out = JSON.parse(r.stdout) as Record<string, unknown> & {
+    flip: Record<string, unknown>;
+    positions: Array<Record<string, unknown>>;
+  };
+  for (const key of [
+    'verdict',
+    'aligned',
+    'comparable',
+    'shifted',
+    'firstDivergence',
+    'maxAbsDiff',
+    'meanAbsDiff',
+    'maxShift',
+    'shiftedFraction',
+    'flip',
+    'explanation',
+    'positions',
+  ]) {
     assert.ok(key in out, key);
   }
   assert.equal(out.verdict, 'global_shift');
@@ -48,7 +67,15 @@ test('--json prints docs/format.md fields with numbers', async () => {
   assert.ok(Math.abs((out.flip.gap as number) - 0.45) < 1e-9);
   assert.equal(out.flip.class, 'systematic');
   assert.equal(out.flip.lowerBound, false);
-  assert.deepEqual(Object.keys(out.positions[0]!).slice(0, 7), ['i', 'token', 'candidate', 'baseline', 'diff', 'shift', 'gap']);
+  assert.deepEqual(Object.keys(out.positions[0]!).slice(0, 7), [
+    'i',
+    'token',
+    'candidate',
+    'baseline',
+    'diff',
+    'shift',
+    'gap',
+  ]);
 });
 
 test('identical streams exit 0; float noise exits 0', async () => {
@@ -80,7 +107,17 @@ test('thresholds from flags and from --config change the verdict', async () => {
   assert.equal(f.verdict, 'local_shift');
   assert.equal(floor.code, 1);
   // And with the gap thresholds above 0.45 the flip is a near-tie: noise, exit 0.
-  const tie = await runCli(['compare', '--noise-floor', '0.6', '--gap-ambiguous', '0.46', '--gap-systematic', '0.5', seedCandidate, seedBaseline]);
+  const tie = await runCli([
+    'compare',
+    '--noise-floor',
+    '0.6',
+    '--gap-ambiguous',
+    '0.46',
+    '--gap-systematic',
+    '0.5',
+    seedCandidate,
+    seedBaseline,
+  ]);
   assert.equal(tie.code, 0, tie.stderr);
   assert.match(tie.stdout, /near-tie, cannot be attributed/);
   const config = file('logprobe.yaml', 'analysis:\n  noiseFloor: 0.6\n  gapAmbiguous: 0.46\n  gapSystematic: 0.5\n');
@@ -93,9 +130,15 @@ test('unusable input exits 2 with one line naming the file, never a stack trace'
     [[file('not-response.json', { hello: 'world' }), seedBaseline], /not-response\.json: not a completion response/],
     [[seedCandidate, join(dir, 'missing.json')], /missing\.json: no such file/],
     [[file('garbage.txt', 'this is not json'), seedBaseline], /garbage\.txt: neither JSON nor an SSE stream/],
-    [[file('error.json', { error: { message: 'model overloaded', type: 'server_error', code: 503 } }), seedBaseline], /error\.json: the server returned an error: model overloaded/],
+    [
+      [file('error.json', { error: { message: 'model overloaded', type: 'server_error', code: 503 } }), seedBaseline],
+      /error\.json: the server returned an error: model overloaded/,
+    ],
     [['--noise-floor', 'abc', seedCandidate, seedBaseline], /--noise-floor: expected a number/],
-    [['--gap-ambiguous', '0.5', '--gap-systematic', '0.4', seedCandidate, seedBaseline], /--gap-systematic \(0\.4\) must be ≥ --gap-ambiguous \(0\.5\)/],
+    [
+      ['--gap-ambiguous', '0.5', '--gap-systematic', '0.4', seedCandidate, seedBaseline],
+      /--gap-systematic \(0\.4\) must be ≥ --gap-ambiguous \(0\.5\)/,
+    ],
   ];
   for (const [args, message] of cases) {
     const r = await runCli(['compare', ...args]);

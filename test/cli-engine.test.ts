@@ -17,7 +17,9 @@ const SCRIPT = `import { main } from ${JSON.stringify(MAIN)}; process.exitCode =
 const LINE = /^logprobe engine \(sim\) listening on (http:\/\/127\.0\.0\.1:(\d+))\n$/;
 
 function cli(args: string[]): ChildProcess {
-  return spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', SCRIPT, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  return spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', SCRIPT, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
 }
 
 function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
@@ -35,7 +37,22 @@ test('prints one listening line, serves the knobs it was given, exits 0 on SIGTE
   const dir = await mkdtemp(join(tmpdir(), 'logprobe-engine-cli-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const log = join(dir, 'requests.jsonl');
-  const child = cli(['engine', '--sim', '--port', '0', '--seed', '3', '--state-shift', '0.5', '--fault', 'nologprobs', '--request-log', log, '--model-id', 'cli-sim']);
+  const child = cli([
+    'engine',
+    '--sim',
+    '--port',
+    '0',
+    '--seed',
+    '3',
+    '--state-shift',
+    '0.5',
+    '--fault',
+    'nologprobs',
+    '--request-log',
+    log,
+    '--model-id',
+    'cli-sim',
+  ]);
   t.after(() => {
     if (child.exitCode === null) child.kill('SIGKILL');
   });
@@ -73,7 +90,10 @@ test('bad flags: one line on stderr, exit 2', async () => {
     [['engine', '--sim', '--fault', 'slow:soon'], /^logprobe: --fault: .*milliseconds/],
     [['engine'], /^logprobe: choose an engine: --sim or --llama\n$/],
     [['engine', '--sim', '--llama'], /^logprobe: choose one engine/],
-    [['engine', '--sim', '--port', '0', '--request-log', '/nonexistent-dir/x.jsonl'], /^logprobe: --request-log: cannot open/],
+    [
+      ['engine', '--sim', '--port', '0', '--request-log', '/nonexistent-dir/x.jsonl'],
+      /^logprobe: --request-log: cannot open/,
+    ],
   ];
   for (const [args, message] of cases) {
     const { code, stdout, stderr } = await run(args);

@@ -10,7 +10,9 @@ import { join, relative } from 'node:path';
 const root = join(import.meta.dirname, '..');
 
 function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+  );
 }
 
 test('no product source imports @logprobe/engine or node-llama-cpp but as a type or dynamically', () => {
@@ -19,11 +21,15 @@ test('no product source imports @logprobe/engine or node-llama-cpp but as a type
   for (const file of sources(join(root, 'src'))) {
     for (const m of readFileSync(file, 'utf8').matchAll(re)) {
       const spec = m[3] ?? m[4] ?? '';
-      if (!m[2] && (spec.startsWith('@logprobe/engine') || spec.startsWith('node-llama-cpp'))) offenders.push(`${relative(root, file)} → ${spec}`);
+      if (!m[2] && (spec.startsWith('@logprobe/engine') || spec.startsWith('node-llama-cpp')))
+        offenders.push(`${relative(root, file)} → ${spec}`);
     }
   }
   assert.deepEqual(offenders, []);
-  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { dependencies: Record<string, string>; devDependencies: Record<string, string> };
+  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+    dependencies: Record<string, string>;
+    devDependencies: Record<string, string>;
+  };
   assert.equal(pkg.dependencies['@logprobe/engine'], undefined, 'the engines are a dev dependency');
   assert.equal(pkg.dependencies['node-llama-cpp'], undefined);
   assert.ok(pkg.devDependencies['@logprobe/engine']);
@@ -34,13 +40,19 @@ test('npm pack: the product package carries dist, bin and config, and none of th
   const out = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8' });
   const [info] = JSON.parse(out) as Array<{ files: Array<{ path: string }> }>;
   const files = info!.files.map((f) => f.path);
-  assert.ok(files.includes('dist/cli/main.js') && files.includes('bin/logprobe.js') && files.includes('config/logprobe.example.yaml'));
+  assert.ok(
+    files.includes('dist/cli/main.js') &&
+      files.includes('bin/logprobe.js') &&
+      files.includes('config/logprobe.example.yaml'),
+  );
   assert.ok(
     ['strip', 'report', 'live'].every((s) => files.includes(`dist/browser/${s}.js`)),
     'the pages inline their scripts from dist/browser',
   );
   // The engine package's modules: its directories and files, wherever they would land.
-  const engines = files.filter((f) => /packages\/|\/(sim|llama|demo\/engines?)\/|openai-server|gguf|generate-model|engine-process/.test(f));
+  const engines = files.filter((f) =>
+    /packages\/|\/(sim|llama|demo\/engines?)\/|openai-server|gguf|generate-model|engine-process/.test(f),
+  );
   assert.deepEqual(engines, [], 'no engine module in the product package');
   assert.ok(files.includes('dist/cli/engines.js'), 'the thin loader that imports them on demand');
 });

@@ -40,7 +40,11 @@ test('the same user errors through different commands: one line, no stack trace,
   ]) {
     const r = await runCli(args);
     assert.equal(r.code, 2, args.join(' '));
-    assert.match(r.stderr, /^logprobe: .*\/nonexistent\S*: no such file|^logprobe: \/nonexistent\.yaml: invalid configuration: cannot read config file \(no such file\)\n$/, args.join(' '));
+    assert.match(
+      r.stderr,
+      /^logprobe: .*\/nonexistent\S*: no such file|^logprobe: \/nonexistent\.yaml: invalid configuration: cannot read config file \(no such file\)\n$/,
+      args.join(' '),
+    );
     assert.equal(r.stderr.trim().split('\n').length, 1, `${args.join(' ')}: ${r.stderr}`);
   }
 });
@@ -84,9 +88,15 @@ test("each command's --out: an unwritable file is one line naming it, exit 2, fo
 });
 
 test("--version is package.json's version, from the build and from the sources (npm run dev)", async () => {
-  const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+  const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+    version: string;
+  };
   const built = await runCli(['--version']);
   assert.deepEqual([built.code, built.stdout], [0, `${version}\n`]);
-  const source = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('../src/cli/run.ts', import.meta.url)), '--version'], { encoding: 'utf8' });
+  const source = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(new URL('../src/cli/run.ts', import.meta.url)), '--version'],
+    { encoding: 'utf8' },
+  );
   assert.deepEqual([source.status, source.stdout], [0, `${version}\n`], source.stderr);
 });

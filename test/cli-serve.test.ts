@@ -42,14 +42,20 @@ test('a missing config file and unknown options exit 2', async () => {
   assert.equal(unknown.code, 2);
   const badEnv = await runCli(['serve', '--check-config'], { env: { LOGPROBE_ADMIN_PORT: 'x' } });
   assert.equal(badEnv.code, 2);
-  assert.match(badEnv.stderr, /admin\.port \(from LOGPROBE_ADMIN_PORT=x\): expected a port number/, 'the variable it came from is named');
+  assert.match(
+    badEnv.stderr,
+    /admin\.port \(from LOGPROBE_ADMIN_PORT=x\): expected a port number/,
+    'the variable it came from is named',
+  );
 });
 
 test('a port in use: one line, exit 2, and no "logprobe stopped" after the error', async (t) => {
   const taken = await startUpstream((_req, res) => res.end());
   t.after(() => taken.close());
   const port = new URL(taken.url).port;
-  const file = configFile(`listen: { host: 127.0.0.1, port: ${port} }\nadmin: { host: 127.0.0.1, port: 0 }\ncapture: { enabled: false }\n`);
+  const file = configFile(
+    `listen: { host: 127.0.0.1, port: ${port} }\nadmin: { host: 127.0.0.1, port: 0 }\ncapture: { enabled: false }\n`,
+  );
   const r = await runCli(['serve', '--config', file]);
   assert.equal(r.code, 2, r.stderr);
   assert.match(r.stderr, new RegExp(`^logprobe: cannot listen: .*EADDRINUSE.*${port}`, 'm'));
@@ -65,7 +71,13 @@ test('--check-config validates and exits 0, printing the effective config as YAM
   assert.match(r.stdout, /^ {2}port: 8080 # file$/m);
 
   const file = configFile('baseline: { url: http://trusted:8000, apiKey: ${KEY} }\ncapture: { dir: 2024 }\n');
-  const env = { KEY: 'sk-file-secret-1', LOGPROBE_BASELINE_API_KEY: '12345678', LOGPROBE_CANDIDATE_URL: 'http://staging:8000', LOGPROBE_CANDIDATE: 'http://typo:1', LOGPROBE_CACHE_DIR: '/tmp/x' };
+  const env = {
+    KEY: 'sk-file-secret-1',
+    LOGPROBE_BASELINE_API_KEY: '12345678',
+    LOGPROBE_CANDIDATE_URL: 'http://staging:8000',
+    LOGPROBE_CANDIDATE: 'http://typo:1',
+    LOGPROBE_CACHE_DIR: '/tmp/x',
+  };
   const c = await runCli(['serve', '--config', file, '--check-config', '--mode', 'shadow'], { env });
   assert.equal(c.code, 0, c.stderr);
   assert.ok(!c.stdout.includes('12345678') && !c.stdout.includes('sk-file-secret-1'), 'no secret is printed');
@@ -92,15 +104,27 @@ test('SIGTERM lets an in-flight request finish, then exits 0', async (t) => {
     res.end('{"done":true}');
   });
   t.after(() => up.close());
-  const file = configFile(`listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\ncapture: { enabled: false }\nprobe: { atStart: off }\n`);
-  const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)"/, { env: { LOGPROBE_SAMPLERATE: '1' } });
+  const file = configFile(
+    `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\ncapture: { enabled: false }\nprobe: { atStart: off }\n`,
+  );
+  const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)"/, {
+    env: { LOGPROBE_SAMPLERATE: '1' },
+  });
   t.after(() => proc.child.kill('SIGKILL'));
   const proxyUrl = proc.match[1]!;
   // A mistyped variable is said at start, in the log.
-  assert.match(proc.output(), /"level":"warn".*unknown environment variable LOGPROBE_SAMPLERATE, ignored: did you mean LOGPROBE_SAMPLE_RATE\?/);
-  const inflight = request(`${proxyUrl}/v1/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+  assert.match(
+    proc.output(),
+    /"level":"warn".*unknown environment variable LOGPROBE_SAMPLERATE, ignored: did you mean LOGPROBE_SAMPLE_RATE\?/,
+  );
+  const inflight = request(`${proxyUrl}/v1/completions`, {
+    method: 'POST',
+    body: '{}',
+    headers: { 'content-type': 'application/json' },
+  });
   // Wait for this request at the candidate (not a probe's: the probe is off, and only this path counts).
-  while (!up.seen.some((r) => r.url === '/v1/completions' && r.body.toString() === '{}')) await new Promise((r) => setTimeout(r, 10));
+  while (!up.seen.some((r) => r.url === '/v1/completions' && r.body.toString() === '{}'))
+    await new Promise((r) => setTimeout(r, 10));
   proc.child.kill('SIGTERM');
   const res = await inflight;
   assert.equal(res.statusCode, 200);
@@ -110,11 +134,16 @@ test('SIGTERM lets an in-flight request finish, then exits 0', async (t) => {
 });
 
 test('a capture directory that cannot be created refuses the start: one line, exit 2, at once', async () => {
-  const file = configFile('listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncapture: { dir: /proc/logprobe-nope }\n');
+  const file = configFile(
+    'listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncapture: { dir: /proc/logprobe-nope }\n',
+  );
   const started = Date.now();
   const r = await runCli(['serve', '--config', file], { timeoutMs: 15_000 });
   assert.equal(r.code, 2, r.stdout + r.stderr);
-  assert.equal(r.stderr, 'logprobe: capture.dir /proc/logprobe-nope: cannot create the directory: no such directory (set capture.dir to a writable directory, or capture.enabled: false)\n');
+  assert.equal(
+    r.stderr,
+    'logprobe: capture.dir /proc/logprobe-nope: cannot create the directory: no such directory (set capture.dir to a writable directory, or capture.enabled: false)\n',
+  );
   assert.doesNotMatch(r.stdout, /listening/, 'nothing listened');
   assert.ok(Date.now() - started < 10_000);
 });
@@ -126,42 +155,50 @@ function cpuSeconds(pid: number): number {
   return (Number(f[11]) + Number(f[12])) / 100;
 }
 
-test('capture writes that fail after the start are counted in logprobe_capture_errors_total, without spinning, and SIGTERM stops serve', { skip: process.platform !== 'linux' }, async (t) => {
-  const baseline = await startSim();
-  const candidate = await startSim();
-  t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const dir = join(mkdtempSync(join(tmpdir(), 'logprobe-cli-')), 'captures');
-  const file = configFile(
-    `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url} }\nmirror: { sampleRate: 1 }\ncapture: { dir: ${dir} }\n`,
-  );
-  const proc = await startCli(['serve', '--config', file], /"proxyUrl":"(http:\/\/[^"]+)","adminUrl":"(http:\/\/[^"]+)"/);
-  t.after(() => proc.child.kill('SIGKILL'));
-  const [proxyUrl, adminUrl] = [proc.match[1]!, proc.match[2]!];
-  assert.deepEqual(readdirSync(dir), [], 'the start checked the directory and left nothing in it');
-  // The directory becomes a plain file: every open of a capture file now fails (ENOTDIR).
-  rmSync(dir, { recursive: true });
-  writeFileSync(dir, 'not a directory');
-  for (let i = 0; i < 3; i++) {
-    const res = await request(`${proxyUrl}/v1/completions`, {
-      method: 'POST',
-      body: JSON.stringify({ model: 'sim', prompt: `p ${i}`, max_tokens: 8 }),
-      headers: { 'content-type': 'application/json' },
-    });
-    assert.equal(res.statusCode, 200, 'clients never notice');
-    await res.body.dump();
-  }
-  let errors = 0;
-  for (let i = 0; i < 50 && errors === 0; i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    errors = metricValue(await (await request(`${adminUrl}/metrics`)).body.text(), 'logprobe_capture_errors_total') ?? 0;
-  }
-  assert.ok(errors >= 1, 'the lost records are counted');
-  const before = cpuSeconds(proc.child.pid!);
-  await new Promise((r) => setTimeout(r, 2000));
-  const used = cpuSeconds(proc.child.pid!) - before;
-  assert.ok(used < 0.5, `${used.toFixed(2)} CPU seconds in 2 s: no retry loop`);
-  const stopped = Date.now();
-  proc.child.kill('SIGTERM');
-  assert.equal(await proc.exited, 0, proc.output());
-  assert.ok(Date.now() - stopped < 10_000, 'SIGTERM stops it');
-});
+test(
+  'capture writes that fail after the start are counted in logprobe_capture_errors_total, without spinning, and SIGTERM stops serve',
+  { skip: process.platform !== 'linux' },
+  async (t) => {
+    const baseline = await startSim();
+    const candidate = await startSim();
+    t.after(() => Promise.all([baseline.close(), candidate.close()]));
+    const dir = join(mkdtempSync(join(tmpdir(), 'logprobe-cli-')), 'captures');
+    const file = configFile(
+      `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url} }\nmirror: { sampleRate: 1 }\ncapture: { dir: ${dir} }\n`,
+    );
+    const proc = await startCli(
+      ['serve', '--config', file],
+      /"proxyUrl":"(http:\/\/[^"]+)","adminUrl":"(http:\/\/[^"]+)"/,
+    );
+    t.after(() => proc.child.kill('SIGKILL'));
+    const [proxyUrl, adminUrl] = [proc.match[1]!, proc.match[2]!];
+    assert.deepEqual(readdirSync(dir), [], 'the start checked the directory and left nothing in it');
+    // The directory becomes a plain file: every open of a capture file now fails (ENOTDIR).
+    rmSync(dir, { recursive: true });
+    writeFileSync(dir, 'not a directory');
+    for (let i = 0; i < 3; i++) {
+      const res = await request(`${proxyUrl}/v1/completions`, {
+        method: 'POST',
+        body: JSON.stringify({ model: 'sim', prompt: `p ${i}`, max_tokens: 8 }),
+        headers: { 'content-type': 'application/json' },
+      });
+      assert.equal(res.statusCode, 200, 'clients never notice');
+      await res.body.dump();
+    }
+    let errors = 0;
+    for (let i = 0; i < 50 && errors === 0; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      errors =
+        metricValue(await (await request(`${adminUrl}/metrics`)).body.text(), 'logprobe_capture_errors_total') ?? 0;
+    }
+    assert.ok(errors >= 1, 'the lost records are counted');
+    const before = cpuSeconds(proc.child.pid!);
+    await new Promise((r) => setTimeout(r, 2000));
+    const used = cpuSeconds(proc.child.pid!) - before;
+    assert.ok(used < 0.5, `${used.toFixed(2)} CPU seconds in 2 s: no retry loop`);
+    const stopped = Date.now();
+    proc.child.kill('SIGTERM');
+    assert.equal(await proc.exited, 0, proc.output());
+    assert.ok(Date.now() - stopped < 10_000, 'SIGTERM stops it');
+  },
+);

@@ -59,13 +59,19 @@ test('compare: a trainer file against vLLM prompt_logprobs (either order); KL, r
       .map((v, j) => [j, v] as const)
       .sort((a, b) => b[1] - a[1])
       .slice(0, 5);
-    const entry: Record<string, unknown> = Object.fromEntries(top.map(([j, v], k) => [String(j), { logprob: v, rank: k + 1, decoded_token: `w${j}` }]));
+    const entry: Record<string, unknown> = Object.fromEntries(
+      top.map(([j, v], k) => [String(j), { logprob: v, rank: k + 1, decoded_token: `w${j}` }]),
+    );
     entry[String(ids[i])] = { logprob: r[ids[i]!], rank: 7, decoded_token: `w${ids[i]}` };
     prompt_logprobs.push(entry);
   }
   writeFileSync(
     join(dir, 'vllm.json'),
-    JSON.stringify({ id: 'cmpl-1', object: 'text_completion', choices: [{ index: 0, text: 'x', prompt_logprobs, prompt_token_ids: ids, finish_reason: 'length' }] }),
+    JSON.stringify({
+      id: 'cmpl-1',
+      object: 'text_completion',
+      choices: [{ index: 0, text: 'x', prompt_logprobs, prompt_token_ids: ids, finish_reason: 'length' }],
+    }),
   );
 
   for (const args of [
@@ -74,8 +80,14 @@ test('compare: a trainer file against vLLM prompt_logprobs (either order); KL, r
   ]) {
     const r = await runCli(['compare', ...args.map((a) => join(dir, a))]);
     assert.equal(r.code, 1, r.stdout + r.stderr); // position 7 moved 0.3 nats: a local shift
-    assert.match(r.stdout, new RegExp(`train \\(candidate\\): ${join(dir, 'train.jsonl').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`));
-    assert.match(r.stdout, /importance ratio exp\(lp_train − lp_infer\) over 20 positions: mean [\d.]+, min 0\.99\d+, max 1\.3499; 1 \(5\.0%\) outside \[0\.8, 1\.25\]/);
+    assert.match(
+      r.stdout,
+      new RegExp(`train \\(candidate\\): ${join(dir, 'train.jsonl').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`),
+    );
+    assert.match(
+      r.stdout,
+      /importance ratio exp\(lp_train − lp_infer\) over 20 positions: mean [\d.]+, min 0\.99\d+, max 1\.3499; 1 \(5\.0%\) outside \[0\.8, 1\.25\]/,
+    );
     assert.match(r.stdout, /worst positions[^\n]*\n {2}@7 /);
     assert.match(r.stdout, /alignment: by token ids: the 20 positions of the trainer at offset 2 of the engine's 22/);
     assert.match(r.stdout, /relative error max\s+0\.3499\s+ABOVE/);
@@ -110,10 +122,18 @@ test("compare: the trainer forgot the temperature; a trainer that dumped probabi
   writeFileSync(join(dir, 'train.jsonl'), `${trainerLine('a', raw, chosen)}\n`);
   writeFileSync(join(dir, 'rollout.jsonl'), `${trainerLine('a', scaled, chosen)}\n`);
   const r = await runCli(['compare', join(dir, 'train.jsonl'), join(dir, 'rollout.jsonl')]);
-  assert.match(r.stdout, /definition: temperature_scaled \(both\)[^\n]*temperature differs[^\n]*× 0\.800[^\n]*T ≈ 1\.25/);
-  const probs = JSON.parse(trainerLine('a', raw, chosen)) as { logprobs: number[]; top_logprobs: Array<Record<string, number>> };
+  assert.match(
+    r.stdout,
+    /definition: temperature_scaled \(both\)[^\n]*temperature differs[^\n]*× 0\.800[^\n]*T ≈ 1\.25/,
+  );
+  const probs = JSON.parse(trainerLine('a', raw, chosen)) as {
+    logprobs: number[];
+    top_logprobs: Array<Record<string, number>>;
+  };
   probs.logprobs = probs.logprobs.map(Math.exp);
-  probs.top_logprobs = probs.top_logprobs.map((d) => Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Math.exp(v)])));
+  probs.top_logprobs = probs.top_logprobs.map((d) =>
+    Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Math.exp(v)])),
+  );
   writeFileSync(join(dir, 'probs.json'), JSON.stringify(probs));
   const p = await runCli(['compare', '--json', join(dir, 'probs.json'), join(dir, 'train.jsonl')]);
   const o = JSON.parse(p.stdout) as { definition: Array<{ check: string; side: string; detail: string }> };

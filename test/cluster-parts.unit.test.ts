@@ -22,7 +22,8 @@ test('listen.workers: absent is one process (and the defaults read as before), a
   for (const bad of [0, -1, 1.5, 'two', null]) {
     assert.throws(
       () => buildConfig({ listen: { workers: bad } }),
-      (err: unknown) => err instanceof ConfigError && /listen\.workers: expected a positive whole number/.test(err.message),
+      (err: unknown) =>
+        err instanceof ConfigError && /listen\.workers: expected a positive whole number/.test(err.message),
       String(bad),
     );
   }
@@ -47,7 +48,8 @@ test('the hand-over sends what the sampler chose, at most queueSize + concurrenc
   const sent: FromProxyWorker[] = [];
   let connected = true;
   const h = new HandOver(config, metrics, { send: (m) => sent.push(m), connected: () => connected });
-  const count = async (outcome: string) => metricValue(await metrics.registry.metrics(), 'logprobe_mirror_total', { outcome }) ?? 0;
+  const count = async (outcome: string) =>
+    metricValue(await metrics.registry.metrics(), 'logprobe_mirror_total', { outcome }) ?? 0;
 
   assert.equal(h.wantsBody('POST', '/v1/completions', undefined), true);
   assert.equal(h.wantsBody('GET', '/v1/completions', undefined), false);
@@ -81,12 +83,18 @@ test('a full hand-over keeps no body: a request that arrives while it is full is
     const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });
     const sent: FromProxyWorker[] = [];
     const h = new HandOver(config, metrics, { send: (m) => sent.push(m), connected: () => true });
-    const count = async (outcome: string) => metricValue(await metrics.registry.metrics(), 'logprobe_mirror_total', { outcome, route: '/v1/completions' }) ?? 0;
+    const count = async (outcome: string) =>
+      metricValue(await metrics.registry.metrics(), 'logprobe_mirror_total', { outcome, route: '/v1/completions' }) ??
+      0;
     h.onExchange(exchange(0));
     h.onExchange(exchange(1));
     assert.equal(h.inFlight, 2, 'full: queueSize 1 + concurrency 1');
     const random = sampleBy === 'random';
-    assert.equal(h.wantsBody('POST', '/v1/completions', undefined), !random, `${sampleBy}: keep the body only when its bytes decide`);
+    assert.equal(
+      h.wantsBody('POST', '/v1/completions', undefined),
+      !random,
+      `${sampleBy}: keep the body only when its bytes decide`,
+    );
     assert.equal(h.wantsBody('POST', '/v1/completions', true), false, `${sampleBy}: forced, full: not kept`);
     assert.equal(await count('dropped'), random ? 2 : 1, `${sampleBy}: each refusal counted once, at once`);
     assert.equal(h.wantsBody('POST', '/v1/completions', false), false);
@@ -136,10 +144,19 @@ test("merged /metrics of a cluster: the processes' logprobe families summed, sta
     m.connections('candidate', 1);
   });
   const text = await mergeProcesses([a, b]).metrics();
-  assert.equal(metricValue(text, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }), 2);
-  assert.equal(metricValue(text, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '5xx' }), 1);
+  assert.equal(
+    metricValue(text, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }),
+    2,
+  );
+  assert.equal(
+    metricValue(text, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '5xx' }),
+    1,
+  );
   assert.equal(metricValue(text, 'logprobe_proxy_request_duration_seconds_count', { route: '/v1/completions' }), 3);
-  assert.equal(metricValue(text, 'logprobe_proxy_request_duration_seconds_bucket', { route: '/v1/completions', le: '0.25' }), 2);
+  assert.equal(
+    metricValue(text, 'logprobe_proxy_request_duration_seconds_bucket', { route: '/v1/completions', le: '0.25' }),
+    2,
+  );
   assert.equal(metricValue(text, 'logprobe_upstream_connections', { backend: 'candidate' }), 3);
   assert.equal(metricValue(text, 'logprobe_mirror_total', { outcome: 'dropped' }), 2);
   const start = (list: MetricsJSON) => list.find((m) => m.name === 'process_start_time_seconds')!.values[0]!.value;
@@ -152,7 +169,13 @@ test("merged /metrics of a cluster: the processes' logprobe families summed, sta
     undefined,
   );
   const after = await mergeProcesses([retired]).metrics();
-  assert.equal(metricValue(after, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }), 2);
-  assert.equal(metricValue(after, 'logprobe_proxy_request_duration_seconds_sum', { route: '/v1/completions' })!.toFixed(2), '0.51');
+  assert.equal(
+    metricValue(after, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }),
+    2,
+  );
+  assert.equal(
+    metricValue(after, 'logprobe_proxy_request_duration_seconds_sum', { route: '/v1/completions' })!.toFixed(2),
+    '0.51',
+  );
   assert.equal(metricValue(after, 'logprobe_upstream_connections', { backend: 'candidate' }), undefined);
 });

@@ -116,14 +116,33 @@ test('listen.workers 2: both processes serve clients, the mirrored pairs of both
   assert.ok(!p.workerPids.includes(p.child.pid!), 'the workers are processes of their own');
 
   for (let i = 0; i < N; i++) assert.equal(await completion(p.proxyUrl, `r${i}`), 200);
-  const text = await metricsUntil(p.adminUrl, (m) => (metricValue(m, 'logprobe_mirror_total', { outcome: 'ok' }) ?? 0) >= N);
-  assert.equal(metricValue(text, 'logprobe_mirror_total', { outcome: 'ok' }), N, 'every request sent was mirrored once');
+  const text = await metricsUntil(
+    p.adminUrl,
+    (m) => (metricValue(m, 'logprobe_mirror_total', { outcome: 'ok' }) ?? 0) >= N,
+  );
+  assert.equal(
+    metricValue(text, 'logprobe_mirror_total', { outcome: 'ok' }),
+    N,
+    'every request sent was mirrored once',
+  );
   assert.equal(metricValue(text, 'logprobe_mirror_total', { outcome: 'dropped' }), 0);
-  assert.equal(metricValue(text, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }), N, 'the requests of both workers, summed');
+  assert.equal(
+    metricValue(text, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }),
+    N,
+    'the requests of both workers, summed',
+  );
   assert.equal(metricValue(text, 'logprobe_proxy_request_duration_seconds_count', { route: '/v1/completions' }), N);
   assert.equal(metricValue(text, 'logprobe_mirror_worker_up'), 1);
-  assert.equal(metricValue(text, 'logprobe_admin_misdirected_total'), 2, "the primary's count, once (the workers' zeros add nothing)");
-  assert.equal(metricValue(text, 'logprobe_verdicts_total', { verdict: 'identical' }), N, 'one mirror compared them all');
+  assert.equal(
+    metricValue(text, 'logprobe_admin_misdirected_total'),
+    2,
+    "the primary's count, once (the workers' zeros add nothing)",
+  );
+  assert.equal(
+    metricValue(text, 'logprobe_verdicts_total', { verdict: 'identical' }),
+    N,
+    'one mirror compared them all',
+  );
   assert.equal(text.match(/^# TYPE logprobe_proxy_requests_total /gm)?.length, 1, 'one family, not one per process');
   assert.match(text, /^process_start_time_seconds /m);
 
@@ -131,7 +150,11 @@ test('listen.workers 2: both processes serve clients, the mirrored pairs of both
   assert.equal(pids.size, N);
   const perPid = new Map<number, number>();
   for (const pid of pids.values()) perPid.set(pid, (perPid.get(pid) ?? 0) + 1);
-  assert.deepEqual([...perPid.keys()].sort(), [...p.workerPids].sort(), `both workers served connections: ${JSON.stringify([...perPid])}`);
+  assert.deepEqual(
+    [...perPid.keys()].sort(),
+    [...p.workerPids].sort(),
+    `both workers served connections: ${JSON.stringify([...perPid])}`,
+  );
   for (const [pid, n] of perPid) assert.ok(n >= N / 4, `worker ${pid} served ${n} of ${N} (round-robin)`);
 
   p.child.kill('SIGTERM');
@@ -170,7 +193,10 @@ test('listen.workers 2: a killed proxy worker is started again, a stream on the 
     const res = await c.request({ path: '/v1/models', method: 'GET', headers: { 'x-request-id': `c${i}` } });
     assert.equal(await res.body.text(), '{"ok":true}');
   }
-  const before = await metricsUntil(p.adminUrl, (m) => metricValue(m, 'logprobe_proxy_requests_total', { route: '/v1/models', status_class: '2xx' }) === 4);
+  const before = await metricsUntil(
+    p.adminUrl,
+    (m) => metricValue(m, 'logprobe_proxy_requests_total', { route: '/v1/models', status_class: '2xx' }) === 4,
+  );
   assert.ok(before);
   const on = requestPids(p.lines());
   const victim = on.get('c0')!;
@@ -180,7 +206,12 @@ test('listen.workers 2: a killed proxy worker is started again, a stream on the 
 
   // A stream on the other worker, then the first worker killed while it runs.
   const stream = survivor
-    .request({ path: '/v1/completions?stream', method: 'POST', body: '{"stream":true}', headers: { 'content-type': 'application/json' } })
+    .request({
+      path: '/v1/completions?stream',
+      method: 'POST',
+      body: '{"stream":true}',
+      headers: { 'content-type': 'application/json' },
+    })
     .then(async (r) => ({ status: r.statusCode, body: await r.body.text() }));
   while (up.seen.filter((s) => s.url.includes('stream')).length < 1) await sleep(10);
   await sleep(150);
@@ -192,19 +223,28 @@ test('listen.workers 2: a killed proxy worker is started again, a stream on the 
   // Restarted (a new pid in slot 1 or 2), logged; new connections are all answered meanwhile.
   for (let i = 0; i < 6; i++) assert.equal(await completionTo(p.proxyUrl, `n${i}`), 200);
   const deadline = performance.now() + 15_000;
-  while (!p.lines().some((l) => l.msg === 'proxy worker started again') && performance.now() < deadline) await sleep(50);
+  while (!p.lines().some((l) => l.msg === 'proxy worker started again') && performance.now() < deadline)
+    await sleep(50);
   const exited = p.lines().find((l) => l.msg?.toString().startsWith('proxy worker exited'));
   assert.ok(exited, p.output());
   assert.equal(exited.pid, victim);
   assert.equal(exited.signal, 'SIGKILL');
   const again = p.lines().find((l) => l.msg === 'proxy worker started again');
-  assert.ok(again && typeof again.pid === 'number' && again.pid !== victim && !p.workerPids.includes(again.pid), p.output());
+  assert.ok(
+    again && typeof again.pid === 'number' && again.pid !== victim && !p.workerPids.includes(again.pid),
+    p.output(),
+  );
   assert.equal((await request(`${p.adminUrl}/readyz`)).statusCode, 200);
 
   // The new worker serves too.
   // (Each worker's request log lines reach the test through the primary's stdout, a little late
   // on a loaded machine: the pids are read once more after the requests.)
-  const servedBy = (n: number) => new Set(Array.from({ length: n }, (_, i) => requestPids(p.lines()).get(`m${i}`)).filter((x): x is number => x !== undefined));
+  const servedBy = (n: number) =>
+    new Set(
+      Array.from({ length: n }, (_, i) => requestPids(p.lines()).get(`m${i}`)).filter(
+        (x): x is number => x !== undefined,
+      ),
+    );
   let sent = 0;
   for (; sent < 30 && !servedBy(sent).has(again.pid as number); sent++) {
     assert.equal(await completionTo(p.proxyUrl, `m${sent}`), 200);
@@ -212,12 +252,18 @@ test('listen.workers 2: a killed proxy worker is started again, a stream on the 
   }
   const settle = performance.now() + 3000;
   while (!servedBy(sent).has(again.pid as number) && performance.now() < settle) await sleep(50);
-  assert.ok(servedBy(sent).has(again.pid as number), `the restarted worker serves connections (${[...servedBy(sent)]} of ${sent} requests)`);
+  assert.ok(
+    servedBy(sent).has(again.pid as number),
+    `the restarted worker serves connections (${[...servedBy(sent)]} of ${sent} requests)`,
+  );
 
   // The counters never went back: the dead worker's requests (as last scraped) are still there.
   const after = await metrics(p.adminUrl);
   const other = metricValue(after, 'logprobe_proxy_requests_total', { route: '/v1/models', status_class: '2xx' })!;
-  const completions = metricValue(after, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' })!;
+  const completions = metricValue(after, 'logprobe_proxy_requests_total', {
+    route: '/v1/completions',
+    status_class: '2xx',
+  })!;
   assert.equal(other, 4, 'the four requests before the kill, one worker of them gone');
   assert.ok(completions >= 1 + 6, `the stream and the requests after the kill (${completions})`);
 
@@ -229,7 +275,12 @@ test('listen.workers 2: a killed proxy worker is started again, a stream on the 
 async function completionTo(proxyUrl: string, id: string): Promise<number> {
   const client = new Client(proxyUrl);
   try {
-    const res = await client.request({ path: '/v1/completions', method: 'POST', body: '{}', headers: { 'content-type': 'application/json', 'x-request-id': id } });
+    const res = await client.request({
+      path: '/v1/completions',
+      method: 'POST',
+      body: '{}',
+      headers: { 'content-type': 'application/json', 'x-request-id': id },
+    });
     await res.body.text();
     return res.statusCode;
   } finally {
@@ -247,7 +298,9 @@ test('listen.workers 2: SIGTERM drains both workers (their requests finish, /rea
     `listen: { host: 127.0.0.1, port: 0, workers: 2 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${candidate.url} }\nbaseline: { url: ${baseline.url} }\n` +
       `mirror: { sampleRate: 1, concurrency: 2, queueSize: 100 }\ncapture: { enabled: true, dir: ${dir} }\nshutdown: { drainSeconds: 10 }\n`,
   );
-  const inflight = Array.from({ length: N }, (_, i) => completion(p.proxyUrl, `d${i}`, 250).then((status) => ({ status, at: performance.now() })));
+  const inflight = Array.from({ length: N }, (_, i) =>
+    completion(p.proxyUrl, `d${i}`, 250).then((status) => ({ status, at: performance.now() })),
+  );
   await sleep(400);
   const signalled = performance.now();
   p.child.kill('SIGTERM');

@@ -3,7 +3,15 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
-import { ENV_OVERRIDES, NON_CONFIG_ENV, NON_CONFIG_ENV_PREFIXES, buildConfig, loadConfig, resolveConfig, unknownEnvWarnings } from '../src/config/load.js';
+import {
+  ENV_OVERRIDES,
+  NON_CONFIG_ENV,
+  NON_CONFIG_ENV_PREFIXES,
+  buildConfig,
+  loadConfig,
+  resolveConfig,
+  unknownEnvWarnings,
+} from '../src/config/load.js';
 import { closest, coerceForKey, schemaAt, valueKinds } from '../src/config/keys.js';
 import { REDACTED, renderConfigYaml } from '../src/config/show.js';
 import { issuesOf, yamlFile } from './helpers/config.js';
@@ -68,7 +76,11 @@ test('in the YAML file too: ${VAR} takes its key type, and plain scalars that lo
   assert.equal(c.capture.dir, '2024');
   assert.equal(c.capture.enabled, false);
   assert.equal(c.mirror.sampleRate, 1);
-  assert.deepEqual({ ...c.mirror.extraParams }, { top_k: 1, seed_text: '7' }, 'free-form parameters keep their YAML types');
+  assert.deepEqual(
+    { ...c.mirror.extraParams },
+    { top_k: 1, seed_text: '7' },
+    'free-form parameters keep their YAML types',
+  );
   // A port is still a number, and a string where a number belongs is still refused.
   assert.deepEqual(
     issuesOf(() => loadConfig({ file: yamlFile('listen: { port: eighty }\n'), env: {} })),
@@ -78,7 +90,9 @@ test('in the YAML file too: ${VAR} takes its key type, and plain scalars that lo
 
 test('every LOGPROBE_* override names a key of the schema, and its kind comes from the schema', () => {
   for (const o of ENV_OVERRIDES) assert.ok(schemaAt(o.path), o.name);
-  const kinds = Object.fromEntries(ENV_OVERRIDES.map((o) => [o.name, [...valueKinds(schemaAt(o.path)!)].sort().join('|')]));
+  const kinds = Object.fromEntries(
+    ENV_OVERRIDES.map((o) => [o.name, [...valueKinds(schemaAt(o.path)!)].sort().join('|')]),
+  );
   assert.equal(kinds.LOGPROBE_BASELINE_API_KEY, 'null|string');
   assert.equal(kinds.LOGPROBE_PORT, 'number');
   assert.equal(kinds.LOGPROBE_NOISE_FLOOR, 'literal|number');
@@ -99,7 +113,12 @@ test('unknown LOGPROBE_* variables are reported with the nearest known one; the 
   const far = unknownEnvWarnings({ LOGPROBE_QQQQQQQQQQQQ: '1' });
   assert.equal(far.length, 1);
   assert.doesNotMatch(far[0]!, /did you mean/);
-  const known = Object.fromEntries([...ENV_OVERRIDES.map((o) => o.name), ...NON_CONFIG_ENV, 'LOGPROBE_BENCH_NODE_ARGS', 'NOT_LOGPROBE_X'].map((n) => [n, 'x']));
+  const known = Object.fromEntries(
+    [...ENV_OVERRIDES.map((o) => o.name), ...NON_CONFIG_ENV, 'LOGPROBE_BENCH_NODE_ARGS', 'NOT_LOGPROBE_X'].map((n) => [
+      n,
+      'x',
+    ]),
+  );
   assert.deepEqual(unknownEnvWarnings(known), []);
 });
 
@@ -116,9 +135,15 @@ test('every LOGPROBE_* variable the repository reads is a config override or lis
   };
   for (const d of ['src', 'bench', 'test', 'packages', 'bin']) walk(join(root, d));
   const read = new Set<string>();
-  for (const f of files) for (const m of readFileSync(f, 'utf8').matchAll(/env(?:\.|\[\s*['"])(LOGPROBE_[A-Z0-9_]+)/g)) read.add(m[1]!);
+  for (const f of files)
+    for (const m of readFileSync(f, 'utf8').matchAll(/env(?:\.|\[\s*['"])(LOGPROBE_[A-Z0-9_]+)/g)) read.add(m[1]!);
   assert.ok(read.has('LOGPROBE_CACHE_DIR') && read.has('LOGPROBE_BENCH_NODE_ARGS'), [...read].join(', '));
-  const unlisted = [...read].filter((n) => !ENV_OVERRIDES.some((o) => o.name === n) && !NON_CONFIG_ENV.includes(n) && !NON_CONFIG_ENV_PREFIXES.some((p) => n.startsWith(p)));
+  const unlisted = [...read].filter(
+    (n) =>
+      !ENV_OVERRIDES.some((o) => o.name === n) &&
+      !NON_CONFIG_ENV.includes(n) &&
+      !NON_CONFIG_ENV_PREFIXES.some((p) => n.startsWith(p)),
+  );
   assert.deepEqual(unlisted, [], 'add them to NON_CONFIG_ENV in src/config/load.ts');
 });
 
@@ -155,20 +180,33 @@ test('the effective config as YAML: every value with its origin, secrets redacte
   const file = yamlFile(
     'listen: { port: 8123 }\nbaseline: { url: http://b:1, apiKey: ${KEY} }\nmirror: { extraParams: { top_k: 1 } }\nalert: { webhookUrl: "https://u:p@hooks.example/services/T0/B0/SECRETPATH?token=SECRETQ" }\n',
   );
-  const env = { KEY: 'sk-0123456789', LOGPROBE_SAMPLE_RATE: '1', LOGPROBE_CAPTURE_DIR: '2024', LOGPROBE_BASELINE_API_KEY: '' };
+  const env = {
+    KEY: 'sk-0123456789',
+    LOGPROBE_SAMPLE_RATE: '1',
+    LOGPROBE_CAPTURE_DIR: '2024',
+    LOGPROBE_BASELINE_API_KEY: '',
+  };
   const resolved = resolveConfig({ file, env, overrides: { mode: 'shadow' }, overridesFrom: '--mode' });
   const text = renderConfigYaml(resolved, ['a header']);
   assert.match(text, /^# a header\n/);
-  for (const secret of ['sk-0123456789', 'SECRETPATH', 'SECRETQ', 'u:p']) assert.ok(!text.includes(secret), `${secret} is not printed`);
+  for (const secret of ['sk-0123456789', 'SECRETPATH', 'SECRETQ', 'u:p'])
+    assert.ok(!text.includes(secret), `${secret} is not printed`);
   const line = (key: string) => text.split('\n').find((l) => l.trimStart().startsWith(`${key}:`)) ?? '';
   assert.equal(line('mode'), 'mode: shadow # --mode');
   assert.equal(line('port').trim(), 'port: 8123 # file');
   assert.equal(line('apiKey').trim(), `apiKey: "${REDACTED}" # file \${KEY}`);
   assert.equal(line('sampleRate').trim(), 'sampleRate: 1 # env LOGPROBE_SAMPLE_RATE');
-  assert.equal(line('dir').trim(), 'dir: "2024" # env LOGPROBE_CAPTURE_DIR', 'a string that looks like a number is quoted');
+  assert.equal(
+    line('dir').trim(),
+    'dir: "2024" # env LOGPROBE_CAPTURE_DIR',
+    'a string that looks like a number is quoted',
+  );
   assert.equal(line('top_k').trim(), 'top_k: 1 # file');
   assert.equal(line('routes').trim(), 'routes: [ /v1/completions, /v1/chat/completions ] # default');
-  assert.equal(line('webhookUrl').trim(), `webhookUrl: https://${REDACTED}@hooks.example/${REDACTED}?${REDACTED} # file`);
+  assert.equal(
+    line('webhookUrl').trim(),
+    `webhookUrl: https://${REDACTED}@hooks.example/${REDACTED}?${REDACTED} # file`,
+  );
   assert.equal(line('drainSeconds').trim(), 'drainSeconds: 30 # default');
   // Every value has exactly one origin comment.
   const values = text.split('\n').filter((l) => /^\s*[A-Za-z_]+: \S/.test(l));

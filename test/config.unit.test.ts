@@ -7,7 +7,10 @@ import { issuesOf, yamlFile } from './helpers/config.js';
 test('the defaults are the documented ones (config/logprobe.example.yaml)', () => {
   const c = buildConfig({});
   assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
-  assert.deepEqual({ ...c.admin, allowedHosts: [...c.admin.allowedHosts] }, { host: '127.0.0.1', port: 9464, allowedHosts: [] });
+  assert.deepEqual(
+    { ...c.admin, allowedHosts: [...c.admin.allowedHosts] },
+    { host: '127.0.0.1', port: 9464, allowedHosts: [] },
+  );
   assert.equal(c.candidate.url, 'http://127.0.0.1:30000');
   assert.equal(c.candidate.timeoutMs, 120000);
   assert.equal(c.baseline.url, 'http://127.0.0.1:30001');
@@ -17,7 +20,12 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
   assert.equal(c.limits.bodyMB, 32);
   assert.equal(c.shutdown.drainSeconds, 30);
   assert.deepEqual(
-    { ...c.mirror, extraParams: { ...c.mirror.extraParams }, routes: [...c.mirror.routes], repeat: { ...c.mirror.repeat, backends: [...c.mirror.repeat.backends] } },
+    {
+      ...c.mirror,
+      extraParams: { ...c.mirror.extraParams },
+      routes: [...c.mirror.routes],
+      repeat: { ...c.mirror.repeat, backends: [...c.mirror.repeat.backends] },
+    },
     {
       sampleRate: 0.05,
       sampleBy: 'random',
@@ -33,7 +41,14 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
   );
   assert.deepEqual(
     { ...c.analysis, scoring: { ...c.analysis.scoring } },
-    { noiseFloor: 0.1, gapAmbiguous: 0.3, gapSystematic: 0.4, globalFraction: 0.8, minAligned: 3, scoring: { when: 'diverged', maxPositions: 64 } },
+    {
+      noiseFloor: 0.1,
+      gapAmbiguous: 0.3,
+      gapSystematic: 0.4,
+      globalFraction: 0.8,
+      minAligned: 3,
+      scoring: { when: 'diverged', maxPositions: 64 },
+    },
   );
   assert.equal(c.candidate.engine, 'auto');
   assert.equal(c.baseline.engine, 'auto');
@@ -44,7 +59,10 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
   assert.equal(c.alert.forSeconds, 0);
   assert.deepEqual({ ...c.alert.cusum }, { k: 0.5, h: 5, targetShift: null, falseAlarmPairs: null });
   assert.equal(c.alert.webhookUrl, null);
-  assert.deepEqual({ ...c.capture }, { enabled: true, dir: './captures', maxFileMB: 100, gzip: false, includePrompts: true });
+  assert.deepEqual(
+    { ...c.capture },
+    { enabled: true, dir: './captures', maxFileMB: 100, gzip: false, includePrompts: true },
+  );
   assert.equal(c.log.level, 'info');
 });
 
@@ -102,7 +120,9 @@ test('every invalid or unknown key is reported, not just the first', () => {
 });
 
 test('YAML file, then LOGPROBE_* environment; empty variables count as unset', () => {
-  const file = yamlFile('listen: { port: 8081 }\ncandidate: { url: http://10.0.0.1:8000 }\nmirror: { sampleRate: 0.5 }\n');
+  const file = yamlFile(
+    'listen: { port: 8081 }\ncandidate: { url: http://10.0.0.1:8000 }\nmirror: { sampleRate: 0.5 }\n',
+  );
   const fromFile = loadConfig({ file, env: {} });
   assert.equal(fromFile.listen.port, 8081);
   assert.equal(fromFile.candidate.url, 'http://10.0.0.1:8000');
@@ -131,7 +151,10 @@ test('YAML file, then LOGPROBE_* environment; empty variables count as unset', (
     ['mirror.sampleRate (from LOGPROBE_SAMPLE_RATE=5%): expected a number from 0 to 1'],
   );
   // A key's value is never quoted back.
-  assert.deepEqual(envOrigins({ LOGPROBE_BASELINE_API_KEY: 'sk-secret', LOGPROBE_PORT: '' }), new Map([['baseline.apiKey', 'LOGPROBE_BASELINE_API_KEY']]));
+  assert.deepEqual(
+    envOrigins({ LOGPROBE_BASELINE_API_KEY: 'sk-secret', LOGPROBE_PORT: '' }),
+    new Map([['baseline.apiKey', 'LOGPROBE_BASELINE_API_KEY']]),
+  );
 });
 
 test('${VAR} in the YAML is taken from the environment; unset means null', () => {
@@ -142,7 +165,10 @@ test('${VAR} in the YAML is taken from the environment; unset means null', () =>
 });
 
 test('an unreadable file, a YAML syntax error and a non-mapping are reported with the file name', () => {
-  assert.throws(() => loadConfig({ file: '/nonexistent/logprobe.yaml', env: {} }), /\/nonexistent\/logprobe\.yaml: invalid configuration: cannot read config file \(no such file\)/);
+  assert.throws(
+    () => loadConfig({ file: '/nonexistent/logprobe.yaml', env: {} }),
+    /\/nonexistent\/logprobe\.yaml: invalid configuration: cannot read config file \(no such file\)/,
+  );
   const bad = yamlFile('listen: { port: 80\n');
   assert.throws(
     () => loadConfig({ file: bad, env: {} }),
@@ -167,7 +193,9 @@ test('config/logprobe.example.yaml is valid, states every key, and its values ar
   const file = new URL('../config/logprobe.example.yaml', import.meta.url).pathname;
   const raw = readConfigFile(file, {});
   const keysOf = (o: unknown, prefix = ''): string[] =>
-    o !== null && typeof o === 'object' && !Array.isArray(o) && Object.keys(o).length > 0 ? Object.entries(o).flatMap(([k, v]) => keysOf(v, `${prefix}${k}.`)) : [prefix.slice(0, -1)];
+    o !== null && typeof o === 'object' && !Array.isArray(o) && Object.keys(o).length > 0
+      ? Object.entries(o).flatMap(([k, v]) => keysOf(v, `${prefix}${k}.`))
+      : [prefix.slice(0, -1)];
   const example = loadConfig({ file, env: {} });
   const defaults = buildConfig({});
   assert.deepEqual(keysOf(raw).sort(), keysOf(defaults).sort(), 'the example names every key');
@@ -183,8 +211,15 @@ test("serve's start line says what the mirror does: sample rate, routes, how to 
     'mirroring 5% of /v1/completions, /v1/chat/completions — for a first try send header x-logprobe-mirror: 1, or set LOGPROBE_SAMPLE_RATE=1; against the baseline http://127.0.0.1:30001; captures to ./captures, prompts included (capture.includePrompts: false drops them)',
   );
   assert.equal(
-    mirrorStartLine(loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '1', LOGPROBE_BASELINE_URL: 'none', LOGPROBE_CAPTURE_ENABLED: 'false' } })),
+    mirrorStartLine(
+      loadConfig({
+        env: { LOGPROBE_SAMPLE_RATE: '1', LOGPROBE_BASELINE_URL: 'none', LOGPROBE_CAPTURE_ENABLED: 'false' },
+      }),
+    ),
     "mirroring 100% of /v1/completions, /v1/chat/completions; baseline-free (the candidate's own repeats); captures off",
   );
-  assert.match(mirrorStartLine(loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '0' } })), /^mirroring nothing by default .* x-logprobe-mirror: 1 is mirrored/);
+  assert.match(
+    mirrorStartLine(loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '0' } })),
+    /^mirroring nothing by default .* x-logprobe-mirror: 1 is mirrored/,
+  );
 });

@@ -24,8 +24,10 @@ const MONTGOMERY_9_3: Array<{ shift: number; h4: number; h5: number }> = [
   { shift: 2, h4: 3.34, h5: 4.01 },
 ];
 
-const twoSided = (k: number, h: number, mu: number): number => 1 / (1 / siegmundArl(k, h, mu) + 1 / siegmundArl(k, h, -mu));
-const within = (got: number, want: number, rel: number, what: string): void => assert.ok(Math.abs(got - want) / want <= rel, `${what}: ${got.toFixed(2)} vs the table's ${want} (±${rel * 100}%)`);
+const twoSided = (k: number, h: number, mu: number): number =>
+  1 / (1 / siegmundArl(k, h, mu) + 1 / siegmundArl(k, h, -mu));
+const within = (got: number, want: number, rel: number, what: string): void =>
+  assert.ok(Math.abs(got - want) / want <= rel, `${what}: ${got.toFixed(2)} vs the table's ${want} (±${rel * 100}%)`);
 
 test("Siegmund's ARL matches the published CUSUM table (Montgomery 9.3, k = 1/2) within 5% up to a 2σ shift", () => {
   for (const row of MONTGOMERY_9_3) {
@@ -61,23 +63,40 @@ test('resolveCusum: k is half the target shift in floor units, h buys falseAlarm
   const d = resolveCusum({ targetShift: 0.05, falseAlarmPairs: 100_000 }, 0.1);
   assert.equal(d.k, 0.25);
   within(siegmundArl(0.25, d.h, 0), 100_000, 1e-6, 'derived h');
-  assert.deepEqual(resolveCusum({ k: 0.4, h: 7, targetShift: 0.05, falseAlarmPairs: 100_000 }, 0.1), { k: 0.4, h: 7 }, 'raw values win');
+  assert.deepEqual(
+    resolveCusum({ k: 0.4, h: 7, targetShift: 0.05, falseAlarmPairs: 100_000 }, 0.1),
+    { k: 0.4, h: 7 },
+    'raw values win',
+  );
   const kOnly = resolveCusum({ k: 0.4, targetShift: 0.05, falseAlarmPairs: 1000 }, 0.1);
   assert.equal(kOnly.k, 0.4);
   within(siegmundArl(0.4, kOnly.h, 0), 1000, 1e-6, 'h derived at the raw k');
 });
 
 test('the config derives k and h from the targets and the floor; auto uses calibration.minFloor', () => {
-  const c = buildConfig({ analysis: { noiseFloor: 0.05 }, alert: { cusum: { targetShift: 0.05, falseAlarmPairs: 10_000 } } });
+  const c = buildConfig({
+    analysis: { noiseFloor: 0.05 },
+    alert: { cusum: { targetShift: 0.05, falseAlarmPairs: 10_000 } },
+  });
   assert.equal(c.alert.cusum.k, 0.5);
   within(siegmundArl(0.5, c.alert.cusum.h, 0), 10_000, 1e-6, 'config h');
-  const auto = buildConfig({ analysis: { noiseFloor: 'auto' }, calibration: { minFloor: 0.04 }, alert: { cusum: { targetShift: 0.02 } } });
+  const auto = buildConfig({
+    analysis: { noiseFloor: 'auto' },
+    calibration: { minFloor: 0.04 },
+    alert: { cusum: { targetShift: 0.02 } },
+  });
   assert.equal(auto.alert.cusum.k, 0.25);
   assert.equal(auto.alert.cusum.h, 5, 'h stays the default without falseAlarmPairs');
   const d = loadConfig({ env: {} });
   assert.deepEqual({ k: d.alert.cusum.k, h: d.alert.cusum.h }, { k: 0.5, h: 5 }, 'defaults unchanged');
-  assert.throws(() => buildConfig({ alert: { cusum: { falseAlarmPairs: 1 } } }), /alert\.cusum\.falseAlarmPairs: expected a number of pairs > 1/);
-  assert.throws(() => buildConfig({ alert: { cusum: { targetShift: -0.1 } } }), /alert\.cusum\.targetShift: expected a positive number/);
+  assert.throws(
+    () => buildConfig({ alert: { cusum: { falseAlarmPairs: 1 } } }),
+    /alert\.cusum\.falseAlarmPairs: expected a number of pairs > 1/,
+  );
+  assert.throws(
+    () => buildConfig({ alert: { cusum: { targetShift: -0.1 } } }),
+    /alert\.cusum\.targetShift: expected a positive number/,
+  );
 });
 
 test('impliedRunLengths: ARL1 is never shorter than minRequests + 1 (the per-request clip)', () => {
@@ -88,7 +107,10 @@ test('impliedRunLengths: ARL1 is never shorter than minRequests + 1 (the per-req
   assert.equal(r.arl1, 21);
   // The defaults (minRequests 10): the clip still decides, Siegmund's 10.3 is below 11.
   const line = runLengthStart(loadConfig({ env: {} })).line;
-  assert.match(line, /ARL0 ≥ 938 pairs between false alarms and ARL1 ≈ 11\.0 pairs for a 0\.1 nat shift \(Siegmund 10\.3, at least minRequests \+ 1 = 11\)/);
+  assert.match(
+    line,
+    /ARL0 ≥ 938 pairs between false alarms and ARL1 ≈ 11\.0 pairs for a 0\.1 nat shift \(Siegmund 10\.3, at least minRequests \+ 1 = 11\)/,
+  );
 });
 
 test('serve logs the run lengths its configuration implies at start', async () => {

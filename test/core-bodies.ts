@@ -40,7 +40,10 @@ function chatItem(s: Spec): Record<string, unknown> {
 }
 
 /** OpenAI/vLLM legacy completions, non-streaming (top lists as dicts in the given order). */
-export function completionsBody(steps: Spec[], textOffset: 'cumulative' | 'sglang' = 'cumulative'): Record<string, unknown> {
+export function completionsBody(
+  steps: Spec[],
+  textOffset: 'cumulative' | 'sglang' = 'cumulative',
+): Record<string, unknown> {
   let offset = 0;
   const offsets = steps.map((s) => {
     const o = textOffset === 'sglang' ? -1 : offset;
@@ -75,7 +78,14 @@ export function llamaCompletionsBody(steps: Spec[]): Record<string, unknown> {
     object: 'text_completion',
     created: 1,
     model: 'gguf',
-    choices: [{ index: 0, text: steps.map((s) => s.token).join(''), logprobs: { content: steps.map(chatItem) }, finish_reason: 'length' }],
+    choices: [
+      {
+        index: 0,
+        text: steps.map((s) => s.token).join(''),
+        logprobs: { content: steps.map(chatItem) },
+        finish_reason: 'length',
+      },
+    ],
   };
 }
 
@@ -104,13 +114,34 @@ export function sse(chunks: unknown[], opts: { done?: boolean; crlf?: boolean } 
 export function chatStream(steps: Spec[]): string {
   const head = { id: 'c', object: 'chat.completion.chunk', created: 1, model: 'test-model' };
   const chunks: unknown[] = [
-    { ...head, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: { content: [], refusal: null }, finish_reason: null }] },
+    {
+      ...head,
+      choices: [
+        {
+          index: 0,
+          delta: { role: 'assistant', content: '' },
+          logprobs: { content: [], refusal: null },
+          finish_reason: null,
+        },
+      ],
+    },
     ...steps.map((s) => ({
       ...head,
-      choices: [{ index: 0, delta: { content: s.token }, logprobs: { content: [chatItem(s)], refusal: null }, finish_reason: null }],
+      choices: [
+        {
+          index: 0,
+          delta: { content: s.token },
+          logprobs: { content: [chatItem(s)], refusal: null },
+          finish_reason: null,
+        },
+      ],
     })),
     { ...head, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'length' }] },
-    { ...head, choices: [], usage: { prompt_tokens: 3, completion_tokens: steps.length, total_tokens: 3 + steps.length } },
+    {
+      ...head,
+      choices: [],
+      usage: { prompt_tokens: 3, completion_tokens: steps.length, total_tokens: 3 + steps.length },
+    },
   ];
   return sse(chunks);
 }
@@ -138,7 +169,17 @@ export function completionsStream(steps: Spec[], perChunk = 1): string {
       ],
     });
   }
-  chunks.push({ ...head, choices: [{ index: 0, text: '', logprobs: { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] }, finish_reason: 'length' }] });
+  chunks.push({
+    ...head,
+    choices: [
+      {
+        index: 0,
+        text: '',
+        logprobs: { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] },
+        finish_reason: 'length',
+      },
+    ],
+  });
   return sse(chunks);
 }
 

@@ -1,10 +1,23 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { compare, DEFAULT_THRESHOLDS, parseResponse, type Comparison } from '../src/core/index.js';
-import { chatBody, chatStream, completionsBody, completionsStream, llamaCompletionsBody, seedExample, sglangNativeBody, step, type Spec } from './core-bodies.js';
+import {
+  chatBody,
+  chatStream,
+  completionsBody,
+  completionsStream,
+  llamaCompletionsBody,
+  seedExample,
+  sglangNativeBody,
+  step,
+  type Spec,
+} from './core-bodies.js';
 
 const close = (actual: number | null | undefined, expected: number, what: string, eps = 1e-9): void => {
-  assert.ok(typeof actual === 'number' && Math.abs(actual - expected) <= eps, `${what}: expected ${expected}, got ${actual}`);
+  assert.ok(
+    typeof actual === 'number' && Math.abs(actual - expected) <= eps,
+    `${what}: expected ${expected}, got ${actual}`,
+  );
 };
 
 /** Ten aligned steps with three alternatives each; `moves[i]` shifts the chosen logprob at i. */
@@ -145,7 +158,10 @@ test('early_shift: a systematic flip at the first token leaves one comparable po
   assert.equal(r.aligned, 0);
   assert.equal(r.flip?.class, 'systematic');
   close(r.flip?.gap ?? null, 1.1, 'gap');
-  assert.match(r.explanation, /diverged at once with a large shift .*too few positions to localise from this pair alone/);
+  assert.match(
+    r.explanation,
+    /diverged at once with a large shift .*too few positions to localise from this pair alone/,
+  );
   // The same text is read online (a live pair) and offline (compare of two files): no "window" to see.
   assert.doesNotMatch(r.explanation, /see the window/);
 });
@@ -221,7 +237,13 @@ test('tokenizer_mismatch: the same text split at different boundaries', () => {
 });
 
 test('tokenizer_mismatch when ids are carried: split pieces that kept the whole token id', () => {
-  const mk = (token: string, id: number, lp: number): Spec => ({ token, logprob: lp, id, top: [[token, lp]], topIds: [id] });
+  const mk = (token: string, id: number, lp: number): Spec => ({
+    token,
+    logprob: lp,
+    id,
+    top: [[token, lp]],
+    topIds: [id],
+  });
   const baseline = llamaCompletionsBody([mk(' Hello', 100, -0.1), mk(' world', 200, -0.2)]);
   const candidate = llamaCompletionsBody([mk(' Hel', 100, -0.4), mk('lo', 100, -0.1), mk(' world', 200, -0.2)]);
   const r = compare(candidate, baseline, DEFAULT_THRESHOLDS);
@@ -254,8 +276,14 @@ test('not a tokenizer mismatch: texts unknown (SGLang without text), or an empty
       topIds: [2, 1],
     },
   ];
-  assert.notEqual(compare(sglangNativeBody(a, false), sglangNativeBody(b, false), DEFAULT_THRESHOLDS).verdict, 'tokenizer_mismatch');
-  const special = cmp([step('{', -0.1), step('}', -0.1), step('\n', -0.5)], [step('{', -0.1), step('}', -0.1), step('', -0.4)]);
+  assert.notEqual(
+    compare(sglangNativeBody(a, false), sglangNativeBody(b, false), DEFAULT_THRESHOLDS).verdict,
+    'tokenizer_mismatch',
+  );
+  const special = cmp(
+    [step('{', -0.1), step('}', -0.1), step('\n', -0.5)],
+    [step('{', -0.1), step('}', -0.1), step('', -0.4)],
+  );
   assert.equal(special.firstDivergence, 2);
   assert.notEqual(special.verdict, 'tokenizer_mismatch');
 });
@@ -312,7 +340,11 @@ test('tokens are matched by id when both sides carry ids', () => {
     topIds: [id, 99],
   });
   // Same ids, texts rendered differently (one server strips a SentencePiece space): aligned.
-  const r = compare(llamaCompletionsBody([mk(' true', 5), mk('.', 6)]), llamaCompletionsBody([mk('true', 5), mk('.', 6)]), DEFAULT_THRESHOLDS);
+  const r = compare(
+    llamaCompletionsBody([mk(' true', 5), mk('.', 6)]),
+    llamaCompletionsBody([mk('true', 5), mk('.', 6)]),
+    DEFAULT_THRESHOLDS,
+  );
   assert.equal(r.firstDivergence, null);
   assert.equal(r.verdict, 'noise', 'aligned, equal values, but the texts are not exactly equal');
   assert.ok(r.notes.includes('tokens matched by id'));
@@ -371,7 +403,11 @@ test('KL estimate: exact on full two-token distributions, zero on identical ones
 
 test('compare accepts parsed responses and raw bodies alike', () => {
   const { candidate, baseline } = seedExample();
-  const a = compare(parseResponse(chatBody(candidate)), parseResponse(JSON.stringify(chatBody(baseline))), DEFAULT_THRESHOLDS);
+  const a = compare(
+    parseResponse(chatBody(candidate)),
+    parseResponse(JSON.stringify(chatBody(baseline))),
+    DEFAULT_THRESHOLDS,
+  );
   const b = cmp(candidate, baseline);
   assert.deepEqual(a, b);
 });

@@ -1,11 +1,27 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cusumIncrement, initialDetectorState, observe, pooledShare, stepAlert, tick, type AlertConfig, type DetectorState } from '../src/core/detector.js';
+import {
+  cusumIncrement,
+  initialDetectorState,
+  observe,
+  pooledShare,
+  stepAlert,
+  tick,
+  type AlertConfig,
+  type DetectorState,
+} from '../src/core/detector.js';
 import { evidenceText } from '../src/mirror/notify.js';
 
 const CFG: AlertConfig = { window: 10, minRequests: 5, fireFraction: 0.5, forSeconds: 60, cusum: { k: 0.5, h: 5 } };
 
-function feed(state: DetectorState, n: number, obs: { shifted: number; comparable: number; maxShift: number }, t0: number, dt: number, cfg = CFG) {
+function feed(
+  state: DetectorState,
+  n: number,
+  obs: { shifted: number; comparable: number; maxShift: number },
+  t0: number,
+  dt: number,
+  cfg = CFG,
+) {
   const transitions = [];
   let s = state;
   for (let i = 0; i < n; i++) {
@@ -106,17 +122,33 @@ test('stepAlert with forSeconds 0 fires and resolves at once', () => {
 });
 
 // The defaults: a request adds at most h / minRequests = 0.25 to S (x clipped at k + 0.25 = 0.75).
-const DEFAULTS: AlertConfig = { window: 50, minRequests: 20, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } };
+const DEFAULTS: AlertConfig = {
+  window: 50,
+  minRequests: 20,
+  fireFraction: 0.5,
+  forSeconds: 0,
+  cusum: { k: 0.5, h: 5 },
+};
 
 test('CUSUM: one huge request adds at most h / minRequests; it never fires LogprobSustainedShift on its own', () => {
   // maxShift 5 nats at a 0.1 floor: x = 50, which took S to its cap of 2h at once before the clip.
-  const one = observe(initialDetectorState(), { shifted: 30, comparable: 30, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' }, DEFAULTS, 0);
+  const one = observe(
+    initialDetectorState(),
+    { shifted: 30, comparable: 30, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' },
+    DEFAULTS,
+    0,
+  );
   assert.equal(one.state.cusum, 0.25);
   assert.equal(cusumIncrement(50, DEFAULTS), 0.25);
   assert.deepEqual(one.transitions, []);
   // Also late in a stream, after a full window of clean requests: a gate on "requests seen so far" would fire here.
   const clean = feed(initialDetectorState(), 60, { shifted: 0, comparable: 16, maxShift: 0.01 }, 0, 1, DEFAULTS);
-  const late = observe(clean.state, { shifted: 30, comparable: 30, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' }, DEFAULTS, 100);
+  const late = observe(
+    clean.state,
+    { shifted: 30, comparable: 30, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' },
+    DEFAULTS,
+    100,
+  );
   assert.equal(late.state.cusum, 0.25);
   assert.equal(late.state.sustained.phase, 'inactive');
 });
@@ -124,7 +156,12 @@ test('CUSUM: one huge request adds at most h / minRequests; it never fires Logpr
 test('one huge request with many shifted positions fires the window (LogprobGlobalShift), not the sustained alert', () => {
   const clean = feed(initialDetectorState(), 49, { shifted: 0, comparable: 16, maxShift: 0.01 }, 0, 1, DEFAULTS);
   // 784 clean positions pooled with 1,000 shifted ones: a share of 0.56 ≥ fireFraction.
-  const r = observe(clean.state, { shifted: 1000, comparable: 1000, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' }, DEFAULTS, 49);
+  const r = observe(
+    clean.state,
+    { shifted: 1000, comparable: 1000, maxShift: 5, noiseFloor: 0.1, requestId: 'huge' },
+    DEFAULTS,
+    49,
+  );
   assert.deepEqual(
     r.transitions.map((t) => [t.alert, t.to]),
     [['LogprobGlobalShift', 'firing']],
@@ -138,12 +175,20 @@ test('CUSUM: a sustained small shift fires after more than minRequests requests,
   const run = feed(initialDetectorState(), 21, { shifted: 1, comparable: 40, maxShift: 0.15 }, 0, 1, DEFAULTS);
   const fired = run.transitions.filter((t) => t.alert === 'LogprobSustainedShift');
   assert.equal(fired.length, 1);
-  assert.equal(feed(initialDetectorState(), 20, { shifted: 1, comparable: 40, maxShift: 0.15 }, 0, 1, DEFAULTS).state.sustained.phase, 'inactive', 'not at the 20th');
+  assert.equal(
+    feed(initialDetectorState(), 20, { shifted: 1, comparable: 40, maxShift: 0.15 }, 0, 1, DEFAULTS).state.sustained
+      .phase,
+    'inactive',
+    'not at the 20th',
+  );
   const e = fired[0]!.evidence;
   assert.equal(e.cusumRequests, 21);
   assert.ok(Math.abs(e.medianX! - 1.5) < 1e-9, `median x ${e.medianX}`);
   assert.ok(e.cusum > 5);
-  assert.match(evidenceText(fired[0]!), /^CUSUM 5\.\d over 21 requests in a row, median maxShift 1\.50× the noise floor$/);
+  assert.match(
+    evidenceText(fired[0]!),
+    /^CUSUM 5\.\d over 21 requests in a row, median maxShift 1\.50× the noise floor$/,
+  );
   // A shift below the clip counts in full: x = 0.7 adds 0.2, S passes 5 at the 26th request.
   const small = feed(initialDetectorState(), 26, { shifted: 0, comparable: 40, maxShift: 0.07 }, 0, 1, DEFAULTS);
   assert.equal(small.transitions.filter((t) => t.alert === 'LogprobSustainedShift').length, 1);

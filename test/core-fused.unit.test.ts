@@ -1,7 +1,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { compare, definitionChecks, healthOf, parseResponse, type ParsedResponse, type TokenStep } from '../src/core/index.js';
+import {
+  compare,
+  definitionChecks,
+  healthOf,
+  parseResponse,
+  type ParsedResponse,
+  type TokenStep,
+} from '../src/core/index.js';
 import { chatBody, completionsBody, llamaCompletionsBody, type Pair, type Spec } from './core-bodies.js';
 
 /**
@@ -17,15 +24,25 @@ const value = fc.oneof(
   { weight: 2, arbitrary: fc.double({ min: 0, max: 1, noNaN: true }) },
 );
 const spec: fc.Arbitrary<Spec> = fc
-  .record({ token, logprob: value, alts: fc.array(fc.tuple(token, value), { maxLength: 12 }), chosenInTop: fc.boolean() })
-  .map(({ token: t, logprob, alts, chosenInTop }) => ({ token: t, logprob, top: (chosenInTop ? [[t, logprob] as Pair, ...alts] : alts) as Pair[] }));
+  .record({
+    token,
+    logprob: value,
+    alts: fc.array(fc.tuple(token, value), { maxLength: 12 }),
+    chosenInTop: fc.boolean(),
+  })
+  .map(({ token: t, logprob, alts, chosenInTop }) => ({
+    token: t,
+    logprob,
+    top: (chosenInTop ? [[t, logprob] as Pair, ...alts] : alts) as Pair[],
+  }));
 const steps = fc.array(spec, { minLength: 1, maxLength: 24 });
 const make = fc.constantFrom(chatBody, completionsBody, llamaCompletionsBody);
 const eps = fc.array(fc.double({ min: -0.5, max: 0.5, noNaN: true }), { minLength: 1, maxLength: 6 });
 
 function perturb(s: Spec[], e: number[], scale: number): Spec[] {
   let k = 0;
-  const move = (v: number | null): number | null => (v !== null && v > -9000 && v <= 0 ? v * scale + (e[k++ % e.length] ?? 0) : v);
+  const move = (v: number | null): number | null =>
+    v !== null && v > -9000 && v <= 0 ? v * scale + (e[k++ % e.length] ?? 0) : v;
   return s.map((x) => ({ token: x.token, logprob: move(x.logprob), top: x.top.map(([t, v]) => [t, move(v)] as Pair) }));
 }
 
@@ -53,7 +70,10 @@ test('a top list longer than the scratch has room for compares the same the firs
   const long = (shift: number): ParsedResponse => {
     const st: TokenStep[] = [];
     for (let i = 0; i < 6; i++) {
-      const top: [string, number][] = Array.from({ length: 40 }, (_, j) => [`t${j}`, -0.1 - j * 0.3 - (j === 35 ? shift : 0)]);
+      const top: [string, number][] = Array.from({ length: 40 }, (_, j) => [
+        `t${j}`,
+        -0.1 - j * 0.3 - (j === 35 ? shift : 0),
+      ]);
       st.push({ token: 't0', logprob: top[0]![1], top });
     }
     return { format: 'chat', stream: false, steps: st, text: '', flags: [] };
@@ -61,5 +81,8 @@ test('a top list longer than the scratch has room for compares the same the firs
   const first = compare(long(0.7), long(0));
   const again = compare(long(0.7), long(0));
   assert.deepEqual(first, again);
-  assert.ok(first.maxShift !== null && Math.abs(first.maxShift - 0.7) < 1e-9, `the shift of entry 35 is seen: ${first.maxShift}`);
+  assert.ok(
+    first.maxShift !== null && Math.abs(first.maxShift - 0.7) < 1e-9,
+    `the shift of entry 35 is seen: ${first.maxShift}`,
+  );
 });

@@ -30,7 +30,9 @@ function logits(n: number, seed = 1): number[][] {
     x = (x * 1664525 + 1013904223) >>> 0;
     return x / 2 ** 32;
   };
-  return Array.from({ length: n }, () => Array.from({ length: 50 }, () => 2 * Math.sqrt(-2 * Math.log(rnd() + 1e-12)) * Math.cos(2 * Math.PI * rnd())));
+  return Array.from({ length: n }, () =>
+    Array.from({ length: 50 }, () => 2 * Math.sqrt(-2 * Math.log(rnd() + 1e-12)) * Math.cos(2 * Math.PI * rnd())),
+  );
 }
 
 function logSoftmax(z: readonly number[], T = 1): number[] {
@@ -46,7 +48,11 @@ function specs(z: number[][], k = 10, T = 1, chosen?: number[]): Spec[] {
     const lp = logSoftmax(row, T);
     const order = lp.map((_, j) => j).sort((a, b) => lp[b]! - lp[a]!);
     const c = chosen?.[i] ?? order[0]!;
-    return { token: `tok${c}`, logprob: lp[c]!, top: order.slice(0, k).map((j) => [`tok${j}`, lp[j]!] as [string, number]) };
+    return {
+      token: `tok${c}`,
+      logprob: lp[c]!,
+      top: order.slice(0, k).map((j) => [`tok${j}`, lp[j]!] as [string, number]),
+    };
   });
 }
 
@@ -112,7 +118,9 @@ test('definition: renormalised top-p, a single survivor, temperature 0.8 and pro
         cum += Math.exp(v!);
       }
       const zz = Math.log(kept.reduce((a, [, v]) => a + Math.exp(v), 0));
-      const top: Array<[string, number]> = keepRest ? s.top.map(([t, v]) => [t, kept.some((k) => k[0] === t) ? v! - zz : v!]) : kept.map(([t, v]) => [t, v - zz]);
+      const top: Array<[string, number]> = keepRest
+        ? s.top.map(([t, v]) => [t, kept.some((k) => k[0] === t) ? v! - zz : v!])
+        : kept.map(([t, v]) => [t, v - zz]);
       return { ...s, logprob: top.find((e) => e[0] === s.token)?.[1] ?? s.logprob, top };
     });
   for (const keep of [true, false]) {
@@ -139,7 +147,11 @@ test('definition: renormalised top-p, a single survivor, temperature 0.8 and pro
   assert.match(t.detail, /× 1\.250 .*T ≈ 0\.80/);
 
   // Probabilities instead of logprobs.
-  const probs = raw.map((s) => ({ ...s, logprob: Math.exp(s.logprob!), top: s.top.map(([k, v]) => [k, Math.exp(v!)] as [string, number]) }));
+  const probs = raw.map((s) => ({
+    ...s,
+    logprob: Math.exp(s.logprob!),
+    top: s.top.map(([k, v]) => [k, Math.exp(v!)] as [string, number]),
+  }));
   const w3 = definitionChecks(parsed(probs).steps, parsed(raw).steps, 24, false);
   assert.deepEqual(
     w3.map((x) => [x.check, x.side]),
@@ -151,8 +163,21 @@ test('definition: temperature is found from the chosen logprobs of sampled token
   const z = logits(40, 3);
   const strip = (s: Spec[]) => s.map((x) => ({ ...x, top: [] }));
   const sampled = z.map((r, i) => [...r.keys()].sort((a, b) => r[b]! - r[a]!)[(i * 7) % 10]!);
-  const w = definitionChecks(parsed(strip(specs(z, 10, 0.7, sampled))).steps, parsed(strip(specs(z, 10, 1, sampled))).steps, 40, false);
-  assert.deepEqual(definitionChecks(parsed(strip(specs(z, 10, 1, sampled))).steps, parsed(strip(specs(z, 10, 1, sampled))).steps, 40, false), []);
+  const w = definitionChecks(
+    parsed(strip(specs(z, 10, 0.7, sampled))).steps,
+    parsed(strip(specs(z, 10, 1, sampled))).steps,
+    40,
+    false,
+  );
+  assert.deepEqual(
+    definitionChecks(
+      parsed(strip(specs(z, 10, 1, sampled))).steps,
+      parsed(strip(specs(z, 10, 1, sampled))).steps,
+      40,
+      false,
+    ),
+    [],
+  );
   assert.ok(
     w.some((x) => x.check === 'temperature_scaled' && /chosen logprobs/.test(x.detail)),
     JSON.stringify(w),
@@ -169,8 +194,20 @@ test('gates: parsing, defaults, the last of a kind wins; bad items are named', (
   assert.throws(() => parseGates(['definition:1']), /takes no value/);
 });
 
-function gatePair(c: Comparison | null, lengths = { candidate: 8, baseline: 8 }, maxTokens: number | null = 8): GatePair {
-  return { at: 'p:1', id: 'p:1', route: '/v1/completions', outcome: c ? 'ok' : 'candidate_error', comparison: c, lengths, maxTokens };
+function gatePair(
+  c: Comparison | null,
+  lengths = { candidate: 8, baseline: 8 },
+  maxTokens: number | null = 8,
+): GatePair {
+  return {
+    at: 'p:1',
+    id: 'p:1',
+    route: '/v1/completions',
+    outcome: c ? 'ok' : 'candidate_error',
+    comparison: c,
+    lengths,
+    maxTokens,
+  };
 }
 
 test('gates: each fails for its own reason and passes otherwise; an uncompared pair fails every gate', () => {
@@ -187,7 +224,10 @@ test('gates: each fails for its own reason and passes otherwise; an uncompared p
   assert.equal(t.figure, 3);
   assert.match(t.message, /token ids differ at position 3/);
   // One side stopped early (not by max_tokens): a mismatch at the shorter length.
-  const early = judge(tokens!, gatePair(compare(parsed(specs(z).slice(0, 5)), parsed(specs(z))), { candidate: 5, baseline: 8 }, 8));
+  const early = judge(
+    tokens!,
+    gatePair(compare(parsed(specs(z).slice(0, 5)), parsed(specs(z))), { candidate: 5, baseline: 8 }, 8),
+  );
   assert.equal(early.status, 'failed');
   assert.match(early.message, /candidate stopped after 5 tokens/);
   // Both capped by max_tokens below N: passed, and said.
@@ -215,7 +255,9 @@ test('gates: each fails for its own reason and passes otherwise; an uncompared p
   for (const g of [logitsGate!, tokens!, kl!, def!]) assert.equal(judge(g, gatePair(null)).status, 'error', g.name);
 
   const cases: string[] = [];
-  const acc = new GateAccumulator(parseGates(['tokens:8', 'kl:0.0001']), (spec, p, r) => cases.push(`${spec.kind} ${p.at} ${r.status}`));
+  const acc = new GateAccumulator(parseGates(['tokens:8', 'kl:0.0001']), (spec, p, r) =>
+    cases.push(`${spec.kind} ${p.at} ${r.status}`),
+  );
   acc.add(gatePair(same));
   acc.add({ ...gatePair(diverged), at: 'p:2', id: 'p:2' });
   acc.add({ ...gatePair(shifted), at: 'p:3', id: 'p:3' });
@@ -270,7 +312,9 @@ function promptLogprobs(z: number[][], prefix: number[], chosen: number[], withI
       .map((v, j) => [j, v] as const)
       .sort((a, b) => b[1] - a[1])
       .slice(0, 5);
-    const dict: Record<string, unknown> = Object.fromEntries(top.map(([j, v], r) => [String(j), { logprob: v, rank: r + 1, decoded_token: `t${j}` }]));
+    const dict: Record<string, unknown> = Object.fromEntries(
+      top.map(([j, v], r) => [String(j), { logprob: v, rank: r + 1, decoded_token: `t${j}` }]),
+    );
     dict[String(ids[i])] ??= { logprob: lp[ids[i]!], rank: 9, decoded_token: `t${ids[i]}` };
     list.push(dict);
   }
@@ -297,9 +341,17 @@ test('token-logprob files: a trainer dump against vLLM prompt_logprobs lines up 
     const r = compareTraining(train.sequences[0]!, infer.sequences[0]!, DEFAULT_THRESHOLDS);
     assert.ok(!('error' in r), JSON.stringify(r));
     assert.equal(r.training.positions, 16);
-    assert.match(r.training.alignment, /offset 3/, 'prompt_logprobs start at position 1: the response is at offset prefix − 1');
+    assert.match(
+      r.training.alignment,
+      /offset 3/,
+      'prompt_logprobs start at position 1: the response is at offset prefix − 1',
+    );
     const p = r.positions[5]!;
-    assert.ok(Math.abs(r.training.worst.find((w) => w.i === 5)?.ratio ?? Math.exp(p.candidate! - p.baseline!)) - Math.exp(p.candidate! - p.baseline!) < 1e-12);
+    assert.ok(
+      Math.abs(r.training.worst.find((w) => w.i === 5)?.ratio ?? Math.exp(p.candidate! - p.baseline!)) -
+        Math.exp(p.candidate! - p.baseline!) <
+        1e-12,
+    );
     assert.ok(r.training.ratio.max! < 1.01 && r.training.ratio.min! > 0.99);
     assert.equal(r.training.ratio.outside, 0);
     assert.ok(r.health!.kl.mean! < 1e-4);
@@ -364,7 +416,9 @@ test('token-logprob files: the shapes a script writes — JSONL, a list, {sequen
       ['b', [3, 4]],
     ],
   );
-  const topk = readSequences(JSON.stringify({ token_ids: [5], logprobs: [-0.2], top_logprobs: [[-0.2, -2]], top_token_ids: [[5, 6]] }));
+  const topk = readSequences(
+    JSON.stringify({ token_ids: [5], logprobs: [-0.2], top_logprobs: [[-0.2, -2]], top_token_ids: [[5, 6]] }),
+  );
   assert.deepEqual(topk.sequences[0]!.steps[0]!.topIds, [5, 6]);
   const nan = readSequences('{"token_ids": [1, 2], "logprobs": [NaN, -1.0]}');
   assert.equal(nan.sequences[0]!.steps[0]!.logprob, null);
@@ -378,16 +432,23 @@ test('token-logprob files: the shapes a script writes — JSONL, a list, {sequen
     masked.sequences[0]!.steps.map((x) => x.id),
     [2, 3],
   );
-  assert.match(readSequences(JSON.stringify({ token_ids: [1], logprobs: [-1, -2] })).problems[0]!, /token_ids has 1 entries and logprobs 2/);
+  assert.match(
+    readSequences(JSON.stringify({ token_ids: [1], logprobs: [-1, -2] })).problems[0]!,
+    /token_ids has 1 entries and logprobs 2/,
+  );
 });
 
 test("token-logprob files: byte-level BPE texts (Ġ, Ċ) line up with an engine's decoded pieces; texts that still differ fall back to position when one side names ids", () => {
-  const train = readSequences(JSON.stringify({ token_ids: [1, 2, 3], tokens: ['Hello', '\u0120world', '\u010a'], logprobs: [-1, -2, -3] })).sequences[0]!;
-  const infer = readSequences(JSON.stringify({ tokens: ['Hello', ' world', '\n'], logprobs: [-1.01, -2, -3] })).sequences[0]!;
+  const train = readSequences(
+    JSON.stringify({ token_ids: [1, 2, 3], tokens: ['Hello', '\u0120world', '\u010a'], logprobs: [-1, -2, -3] }),
+  ).sequences[0]!;
+  const infer = readSequences(JSON.stringify({ tokens: ['Hello', ' world', '\n'], logprobs: [-1.01, -2, -3] }))
+    .sequences[0]!;
   const r = compareTraining(train, infer, DEFAULT_THRESHOLDS);
   assert.ok(!('error' in r), JSON.stringify(r));
   assert.match(r.training.alignment, /^by token texts, 3 positions$/);
-  const other = readSequences(JSON.stringify({ tokens: ['Hel', 'lo world', '!'], logprobs: [-1, -2, -3] })).sequences[0]!;
+  const other = readSequences(JSON.stringify({ tokens: ['Hel', 'lo world', '!'], logprobs: [-1, -2, -3] }))
+    .sequences[0]!;
   const p = compareTraining(train, other, DEFAULT_THRESHOLDS);
   assert.ok(!('error' in p));
   assert.match(p.training.alignment, /by position \(3\): the token texts differ .* not verified/);

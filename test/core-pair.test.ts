@@ -22,10 +22,23 @@ const good = (shift = 0): SideAnswer => ({
 const http500: SideAnswer = { status: 500, body: { error: { message: 'boom' } }, error: null };
 const reset: SideAnswer = { status: 0, body: null, error: 'ECONNRESET: read ECONNRESET' };
 const html: SideAnswer = { status: 200, body: '<html>proxy page</html>', error: null };
-const noLogprobs: SideAnswer = { status: 200, body: { object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, logprobs: null }] }, error: null };
+const noLogprobs: SideAnswer = {
+  status: 200,
+  body: {
+    object: 'chat.completion',
+    choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, logprobs: null }],
+  },
+  error: null,
+};
 
 test('classifyPair: the candidate failing first, then the baseline, then an unreadable body (the candidate blamed first), then compare', () => {
-  assert.deepEqual(classifyPair(reset, http500, t), { outcome: 'candidate_error', side: 'candidate', comparison: null, candidate: null, baseline: null });
+  assert.deepEqual(classifyPair(reset, http500, t), {
+    outcome: 'candidate_error',
+    side: 'candidate',
+    comparison: null,
+    candidate: null,
+    baseline: null,
+  });
   assert.equal(classifyPair(http500, html, t).outcome, 'candidate_error');
   assert.equal(classifyPair(good(), http500, t).outcome, 'baseline_error');
   assert.equal(classifyPair(good(), reset, t).side, 'baseline');

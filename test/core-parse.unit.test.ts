@@ -2,7 +2,17 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { parseResponse, type TokenStep } from '../src/core/index.js';
-import { chatBody, chatStream, completionsBody, completionsStream, llamaCompletionsBody, sglangNativeBody, sse, step, type Spec } from './core-bodies.js';
+import {
+  chatBody,
+  chatStream,
+  completionsBody,
+  completionsStream,
+  llamaCompletionsBody,
+  sglangNativeBody,
+  sse,
+  step,
+  type Spec,
+} from './core-bodies.js';
 
 const fixture = (name: string): Buffer => readFileSync(new URL(`./fixtures/${name}`, import.meta.url));
 const tokens = (steps: TokenStep[]): string[] => steps.map((s) => s.token);
@@ -348,7 +358,17 @@ test('SSE framing: CRLF, no [DONE], no final blank line, comments, bytes input',
 });
 
 test('a stream error event ends the response as an error', () => {
-  const p = parseResponse(sse([{ error: { message: 'Requested sample logprobs of 21, which is greater than max allowed: 20', type: 'BadRequestError', code: 400 } }]));
+  const p = parseResponse(
+    sse([
+      {
+        error: {
+          message: 'Requested sample logprobs of 21, which is greater than max allowed: 20',
+          type: 'BadRequestError',
+          code: 400,
+        },
+      },
+    ]),
+  );
   assert.equal(p.format, 'error');
   assert.match(p.error ?? '', /greater than max allowed/);
   const flat = parseResponse({ object: 'error', message: 'bad', type: 'invalid_request_error', code: 400 });

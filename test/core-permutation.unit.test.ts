@@ -22,26 +22,35 @@ const SHAPES: Record<string, (r: () => number) => number> = {
 
 test('under identical distributions the share of p ≤ α is α (property test over noise shapes, window sizes and seeds)', () => {
   fc.assert(
-    fc.property(fc.constantFrom(...Object.keys(SHAPES)), fc.integer({ min: 5, max: 50 }), fc.integer({ min: 1, max: 2 ** 31 - 1 }), (shape, n, seed) => {
-      const draw = SHAPES[shape]!;
-      const r = mulberry32(seed);
-      const windows = 1000;
-      const B = 99;
-      const rejected = { 0.05: 0, 0.1: 0 };
-      for (let w = 0; w < windows; w++) {
-        const d = Array.from({ length: n }, () => draw(r));
-        const p = permutationPValue(d, B, mulberry32(seed + w + 1));
-        if (p <= 0.05) rejected[0.05]++;
-        if (p <= 0.1) rejected[0.1]++;
-      }
-      for (const [alpha, count] of Object.entries(rejected)) {
-        const a = Number(alpha);
-        // Exact test: the count is Binomial(windows, ≤ α); 4 σ either side (the lumpy shape's ties make it conservative, never liberal).
-        const sd = Math.sqrt(windows * a * (1 - a));
-        assert.ok(count <= windows * a + 4 * sd, `${shape}, n ${n}: ${count} of ${windows} windows at p ≤ ${a}`);
-        if (shape !== 'lumpy') assert.ok(count >= windows * a - 4 * sd, `${shape}, n ${n}: ${count} of ${windows} windows at p ≤ ${a} (too few: not exact)`);
-      }
-    }),
+    fc.property(
+      fc.constantFrom(...Object.keys(SHAPES)),
+      fc.integer({ min: 5, max: 50 }),
+      fc.integer({ min: 1, max: 2 ** 31 - 1 }),
+      (shape, n, seed) => {
+        const draw = SHAPES[shape]!;
+        const r = mulberry32(seed);
+        const windows = 1000;
+        const B = 99;
+        const rejected = { 0.05: 0, 0.1: 0 };
+        for (let w = 0; w < windows; w++) {
+          const d = Array.from({ length: n }, () => draw(r));
+          const p = permutationPValue(d, B, mulberry32(seed + w + 1));
+          if (p <= 0.05) rejected[0.05]++;
+          if (p <= 0.1) rejected[0.1]++;
+        }
+        for (const [alpha, count] of Object.entries(rejected)) {
+          const a = Number(alpha);
+          // Exact test: the count is Binomial(windows, ≤ α); 4 σ either side (the lumpy shape's ties make it conservative, never liberal).
+          const sd = Math.sqrt(windows * a * (1 - a));
+          assert.ok(count <= windows * a + 4 * sd, `${shape}, n ${n}: ${count} of ${windows} windows at p ≤ ${a}`);
+          if (shape !== 'lumpy')
+            assert.ok(
+              count >= windows * a - 4 * sd,
+              `${shape}, n ${n}: ${count} of ${windows} windows at p ≤ ${a} (too few: not exact)`,
+            );
+        }
+      },
+    ),
     { numRuns: 8, seed: 25 },
   );
 });
@@ -72,8 +81,21 @@ test('the window is bounded, the p-value deterministic, and 1 without evidence',
 });
 
 test('pairDifference: the mean lp_c − lp_b over the aligned positions with both logprobs known', () => {
-  const row = (diff: number | null): PositionRow => ({ i: 0, token: 'a', candidate: null, baseline: null, diff, shift: null, gap: null, kl: null });
+  const row = (diff: number | null): PositionRow => ({
+    i: 0,
+    token: 'a',
+    candidate: null,
+    baseline: null,
+    diff,
+    shift: null,
+    gap: null,
+    kl: null,
+  });
   const c = { positions: [row(0.01), row(-0.03), row(null), row(0.05)] } as unknown as Comparison;
   assert.ok(Math.abs((pairDifference(c) ?? NaN) - 0.01) < 1e-12);
-  assert.equal(pairDifference({ positions: [row(null)] } as unknown as Comparison), null, 'nothing aligned: the pair adds nothing');
+  assert.equal(
+    pairDifference({ positions: [row(null)] } as unknown as Comparison),
+    null,
+    'nothing aligned: the pair adds nothing',
+  );
 });

@@ -2,7 +2,16 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { compare, DEFAULT_THRESHOLDS, parseResponse, type Comparison, type TokenStep } from '../src/core/index.js';
-import { chatBody, chatStream, completionsBody, completionsStream, llamaCompletionsBody, sse, type Pair, type Spec } from './core-bodies.js';
+import {
+  chatBody,
+  chatStream,
+  completionsBody,
+  completionsStream,
+  llamaCompletionsBody,
+  sse,
+  type Pair,
+  type Spec,
+} from './core-bodies.js';
 
 const RUNS = { numRuns: 300 };
 
@@ -14,8 +23,17 @@ const value = fc.oneof(
   { weight: 1, arbitrary: fc.double() },
 );
 const spec: fc.Arbitrary<Spec> = fc
-  .record({ token, logprob: value, alts: fc.array(fc.tuple(token, value), { maxLength: 6 }), chosenInTop: fc.boolean() })
-  .map(({ token: t, logprob, alts, chosenInTop }) => ({ token: t, logprob, top: (chosenInTop ? [[t, logprob] as Pair, ...alts] : alts) as Pair[] }));
+  .record({
+    token,
+    logprob: value,
+    alts: fc.array(fc.tuple(token, value), { maxLength: 6 }),
+    chosenInTop: fc.boolean(),
+  })
+  .map(({ token: t, logprob, alts, chosenInTop }) => ({
+    token: t,
+    logprob,
+    top: (chosenInTop ? [[t, logprob] as Pair, ...alts] : alts) as Pair[],
+  }));
 const steps = fc.array(spec, { minLength: 1, maxLength: 12 });
 const builders: Array<[string, (s: Spec[]) => unknown]> = [
   ['chat', chatBody],
@@ -37,7 +55,8 @@ function assertFinite(x: unknown, path = '$'): void {
 /** Moves every ordinary value by a bounded amount; sentinels and tokens stay as they are. */
 function perturb(s: Spec[], eps: number[]): Spec[] {
   let k = 0;
-  const move = (v: number | null): number | null => (v !== null && v > -9000 && v <= 1 ? v + (eps[k++ % eps.length] ?? 0) : v);
+  const move = (v: number | null): number | null =>
+    v !== null && v > -9000 && v <= 1 ? v + (eps[k++ % eps.length] ?? 0) : v;
   return s.map((x) => ({ token: x.token, logprob: move(x.logprob), top: x.top.map(([t, v]) => [t, move(v)] as Pair) }));
 }
 
@@ -114,7 +133,10 @@ const shapedWith = (loose: fc.Arbitrary<unknown>) =>
       object: fc.constantFrom('chat.completion', 'text_completion', 'chat.completion.chunk', 'error'),
       error: loose,
       model: loose,
-      meta_info: fc.oneof(loose, fc.record({ output_token_logprobs: loose, output_top_logprobs: loose }, { requiredKeys: [] })),
+      meta_info: fc.oneof(
+        loose,
+        fc.record({ output_token_logprobs: loose, output_top_logprobs: loose }, { requiredKeys: [] }),
+      ),
       completion_probabilities: fc.oneof(loose, fc.array(loose)),
       choices: fc.oneof(
         loose,
@@ -131,10 +153,33 @@ const shapedWith = (loose: fc.Arbitrary<unknown>) =>
                 fc.record({
                   content: fc.oneof(
                     loose,
-                    fc.array(fc.oneof(loose, fc.record({ token: loose, logprob: loose, top_logprobs: loose, bytes: loose, id: loose, prob: loose, top_probs: loose }, { requiredKeys: [] }))),
+                    fc.array(
+                      fc.oneof(
+                        loose,
+                        fc.record(
+                          {
+                            token: loose,
+                            logprob: loose,
+                            top_logprobs: loose,
+                            bytes: loose,
+                            id: loose,
+                            prob: loose,
+                            top_probs: loose,
+                          },
+                          { requiredKeys: [] },
+                        ),
+                      ),
+                    ),
                   ),
                 }),
-                fc.record({ tokens: loose, token_logprobs: loose, top_logprobs: fc.oneof(loose, fc.array(fc.dictionary(fc.string(), loose))) }, { requiredKeys: [] }),
+                fc.record(
+                  {
+                    tokens: loose,
+                    token_logprobs: loose,
+                    top_logprobs: fc.oneof(loose, fc.array(fc.dictionary(fc.string(), loose))),
+                  },
+                  { requiredKeys: [] },
+                ),
               ),
             },
             { requiredKeys: [] },
@@ -175,7 +220,10 @@ test('arbitrary JSON, text, bytes and response-shaped junk never throw and never
  * to: each side's tokens are its top list (first entry of a repeated token) plus the chosen
  * token with its own logprob.
  */
-function reference(cs: TokenStep[], bs: TokenStep[]): { d: number; shifts: Array<number | null>; gap: number | null; lowerBound: boolean } {
+function reference(
+  cs: TokenStep[],
+  bs: TokenStep[],
+): { d: number; shifts: Array<number | null>; gap: number | null; lowerBound: boolean } {
   const known = (s: TokenStep): Map<string, number> => {
     const m = new Map<string, number>();
     for (const [t, v] of s.top) if (!m.has(t)) m.set(t, Number.isFinite(v) ? v : Number.NaN);

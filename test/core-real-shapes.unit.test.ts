@@ -7,7 +7,15 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compare, DEFAULT_THRESHOLDS, engineSequence, parseResponse, readSequences, type Comparison, type TokenStep } from '../src/core/index.js';
+import {
+  compare,
+  DEFAULT_THRESHOLDS,
+  engineSequence,
+  parseResponse,
+  readSequences,
+  type Comparison,
+  type TokenStep,
+} from '../src/core/index.js';
 import { forcedStep } from '../src/scoring/steps.js';
 
 const FLOAT32_LOWEST = '-3.4028234663852886e+38';
@@ -28,10 +36,12 @@ function assertNoPlaceholderValue(r: Comparison): void {
   assert.doesNotMatch(text, /Infinity|NaN/);
   for (const row of r.positions) {
     for (const v of [row.candidate, row.baseline, row.diff, row.shift, row.gap, row.kl]) {
-      if (v !== null && v !== undefined) assert.ok(Math.abs(v) < 100, `a figure read off a placeholder: ${v} at ${row.i}`);
+      if (v !== null && v !== undefined)
+        assert.ok(Math.abs(v) < 100, `a figure read off a placeholder: ${v} at ${row.i}`);
     }
   }
-  if (r.flip?.gap !== null && r.flip?.gap !== undefined) assert.ok(Math.abs(r.flip.gap) < 100, `flip gap ${r.flip.gap}`);
+  if (r.flip?.gap !== null && r.flip?.gap !== undefined)
+    assert.ok(Math.abs(r.flip.gap) < 100, `flip gap ${r.flip.gap}`);
 }
 
 // --- vLLM -------------------------------------------------------------------------------------
@@ -81,7 +91,9 @@ test('vLLM on ROCm, completions: most of a top dict at -9999.0 — placeholders 
   ]);
   assert.ok(!p.flags.includes('collapsedTopK'), 'six keys each: nothing collapsed');
   // Against a healthy twin: the gaps are the finite top-1 − top-2, never 9999-ish; no shift.
-  const healthy = body.replace(/"<unused\d+>":-9999\.0|"":-9999\.0|"▁":-9999\.0/g, (m) => m.replace('-9999.0', '-12.5'));
+  const healthy = body.replace(/"<unused\d+>":-9999\.0|"":-9999\.0|"▁":-9999\.0/g, (m) =>
+    m.replace('-9999.0', '-12.5'),
+  );
   const r = compare(body, healthy, DEFAULT_THRESHOLDS);
   assertNoPlaceholderValue(r);
   assert.deepEqual(
@@ -178,7 +190,9 @@ test('chat top lists shorter or longer than asked are read as sent (the spec all
     "logprobs":{"content":[{"token":"Hi","logprob":-0.12,"bytes":[72,105],"top_logprobs":[{"token":"Hi","logprob":-0.12,"bytes":[72,105]}]}]},"finish_reason":"length"}]}`;
   const more = `{"object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},
     "logprobs":{"content":[{"token":"Hi","logprob":-0.12,"bytes":[72,105],"top_logprobs":[{"token":"Hi","logprob":-0.12,"bytes":[72,105]},{"token":"Hello","logprob":-2.4,"bytes":[72,101,108,108,111]},{"token":"Hey","logprob":-3.3,"bytes":[72,101,121]}]}]},"finish_reason":"length"}]}`;
-  assert.deepEqual(parseResponse(fewer).steps.map(view), [{ token: 'Hi', logprob: -0.12, top: [['Hi', -0.12]], bytes: [72, 105] }]);
+  assert.deepEqual(parseResponse(fewer).steps.map(view), [
+    { token: 'Hi', logprob: -0.12, top: [['Hi', -0.12]], bytes: [72, 105] },
+  ]);
   assert.deepEqual(parseResponse(more).steps[0]!.top, [
     ['Hi', -0.12],
     ['Hello', -2.4],
@@ -215,8 +229,15 @@ test('vLLM prompt_logprobs: null first, then objects keyed by the id as a string
         prompt_token_ids: [128000, 791, 6864],
         prompt_logprobs: [
           null,
-          { '791': { logprob: -3.5, rank: 2, decoded_token: 'The' }, '40': { logprob: -1.25, rank: 1, decoded_token: 'I' } },
-          { '6864': { logprob: -7.75, rank: 9, decoded_token: ' capital' }, '1176': { logprob: -2.0, rank: 1, decoded_token: ' first' }, '0': { logprob: -9999.0, rank: 2, decoded_token: '!' } },
+          {
+            '791': { logprob: -3.5, rank: 2, decoded_token: 'The' },
+            '40': { logprob: -1.25, rank: 1, decoded_token: 'I' },
+          },
+          {
+            '6864': { logprob: -7.75, rank: 9, decoded_token: ' capital' },
+            '1176': { logprob: -2.0, rank: 1, decoded_token: ' first' },
+            '0': { logprob: -9999.0, rank: 2, decoded_token: '!' },
+          },
         ],
       },
     ],
@@ -255,7 +276,9 @@ test('vLLM prompt_logprobs: null first, then objects keyed by the id as a string
   list.choices[0].prompt_logprobs[1] = [[-3.5, 791]];
   assert.equal(engineSequence(list), 'prompt_logprobs[1]: expected an object keyed by token id, got a list');
   const file = readSequences(JSON.stringify(bad));
-  assert.deepEqual(file.problems, ['the file: neither a token-logprob sequence nor a response with logprobs (prompt_logprobs[2]: key "capital" is not a token id)']);
+  assert.deepEqual(file.problems, [
+    'the file: neither a token-logprob sequence nor a response with logprobs (prompt_logprobs[2]: key "capital" is not a token id)',
+  ]);
 });
 
 test('scoring steps: a forced step whose alternatives hold -9999.0 or float lowest keeps them valueless, the forced token by its id', () => {
@@ -375,7 +398,11 @@ test('SGLang streamed chat: alternatives at float32 lowest (-3.4028234663852886e
   const chunk = (token: string, lp: number, tops: string) =>
     `data: {"id":"4f1c","object":"chat.completion.chunk","created":1,"model":"qwen","choices":[{"index":0,"delta":{"role":null,"content":${JSON.stringify(token)}},"logprobs":{"content":[{"token":${JSON.stringify(token)},"bytes":${JSON.stringify([...Buffer.from(token)])},"logprob":${lp},"top_logprobs":[${tops}]}]},"finish_reason":null,"matched_stop":null}],"usage":null}\n\n`;
   const stream =
-    chunk('Sure', -0.01, `{"token":"Sure","bytes":[83,117,114,101],"logprob":-0.01},{"token":"Yes","bytes":[89,101,115],"logprob":${FLOAT32_LOWEST}}`) +
+    chunk(
+      'Sure',
+      -0.01,
+      `{"token":"Sure","bytes":[83,117,114,101],"logprob":-0.01},{"token":"Yes","bytes":[89,101,115],"logprob":${FLOAT32_LOWEST}}`,
+    ) +
     chunk('!', -0.5, `{"token":"!","bytes":[33],"logprob":-0.5},{"token":",","bytes":[44],"logprob":-1.0}`) +
     'data: [DONE]\n\n';
   const p = parseResponse(stream);
@@ -633,7 +660,9 @@ test('TGI chat: object "text_completion", id "", no bytes, an integer 0 logprob'
       ],
     },
   ]);
-  const other = body.replace('"logprob":0,', '"logprob":-2.4e-06,').replace('{"token":"Yes","logprob":0}', '{"token":"Yes","logprob":-2.4e-06}');
+  const other = body
+    .replace('"logprob":0,', '"logprob":-2.4e-06,')
+    .replace('{"token":"Yes","logprob":0}', '{"token":"Yes","logprob":-2.4e-06}');
   assert.equal(compare(body, other, DEFAULT_THRESHOLDS).verdict, 'noise');
 });
 
@@ -659,12 +688,24 @@ function placeholderPair(): { healthy: string; broken: string } {
   const body = (broken: boolean) => {
     const content = words.map((_, i) => item(i, broken));
     // The end-of-turn token: the broken server lost its logprob (vLLM's special-token fallback).
-    content.push(broken ? { token: '', logprob: -9999.0, bytes: [], top_logprobs: [] } : { token: '', logprob: -0.002, bytes: [], top_logprobs: [{ token: '', logprob: -0.002, bytes: [] }] as never });
+    content.push(
+      broken
+        ? { token: '', logprob: -9999.0, bytes: [], top_logprobs: [] }
+        : { token: '', logprob: -0.002, bytes: [], top_logprobs: [{ token: '', logprob: -0.002, bytes: [] }] as never },
+    );
     return JSON.stringify({
       id: 'chatcmpl-e2e',
       object: 'chat.completion',
       model: 'm',
-      choices: [{ index: 0, message: { role: 'assistant', content: words.join('') }, logprobs: { content }, finish_reason: 'stop', stop_reason: null }],
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: words.join('') },
+          logprobs: { content },
+          finish_reason: 'stop',
+          stop_reason: null,
+        },
+      ],
     });
   };
   return { healthy: body(false), broken: body(true) };
@@ -694,15 +735,23 @@ test('end to end: a candidate printing placeholders against a healthy baseline i
   const h = compare(broken, healthy, DEFAULT_THRESHOLDS);
   for (const row of h.positions.slice(0, 5)) assert.ok(Math.abs(row.gap! - 1.5) < 1e-9, `gap ${row.gap} at ${row.i}`);
   const r = compare(healthy, broken, DEFAULT_THRESHOLDS);
-  for (const row of r.positions.slice(0, 5)) if (row.i !== 2) assert.ok(Math.abs(row.gap! - 1.5007) < 1e-9, `gap ${row.gap} at ${row.i}`);
-  assert.equal(r.positions[2]!.gap, null, "the chosen value lost: top-1 is the alternative's, top-2 a placeholder — no gap");
+  for (const row of r.positions.slice(0, 5))
+    if (row.i !== 2) assert.ok(Math.abs(row.gap! - 1.5007) < 1e-9, `gap ${row.gap} at ${row.i}`);
+  assert.equal(
+    r.positions[2]!.gap,
+    null,
+    "the chosen value lost: top-1 is the alternative's, top-2 a placeholder — no gap",
+  );
   assert.equal(r.positions[5]!.gap, null);
 });
 
 test('end to end: a flip to a token the baseline listed only as a placeholder has no gap (gray, not systematic); unlisted, the gap is a lower bound', () => {
   const chat = (tokens: Array<[string, number, Array<[string, number | string]>]>) =>
     `{"object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":""},"logprobs":{"content":[${tokens
-      .map(([t, lp, top]) => `{"token":${JSON.stringify(t)},"logprob":${lp},"top_logprobs":[${top.map(([x, v]) => `{"token":${JSON.stringify(x)},"logprob":${v}}`).join(',')}]}`)
+      .map(
+        ([t, lp, top]) =>
+          `{"token":${JSON.stringify(t)},"logprob":${lp},"top_logprobs":[${top.map(([x, v]) => `{"token":${JSON.stringify(x)},"logprob":${v}}`).join(',')}]}`,
+      )
       .join(',')}]}}]}`;
   const head: Array<[string, number, Array<[string, number | string]>]> = [
     [
@@ -755,7 +804,10 @@ test('end to end: a flip to a token the baseline listed only as a placeholder ha
   ]);
   const r = compare(candidate, baseline, DEFAULT_THRESHOLDS);
   assert.equal(r.firstDivergence, 3);
-  assert.deepEqual({ gap: r.flip?.gap, lowerBound: r.flip?.lowerBound, class: r.flip?.class }, { gap: null, lowerBound: false, class: 'gray' });
+  assert.deepEqual(
+    { gap: r.flip?.gap, lowerBound: r.flip?.lowerBound, class: r.flip?.class },
+    { gap: null, lowerBound: false, class: 'gray' },
+  );
   assert.equal(r.shifted, 0);
   assert.equal(r.verdict, 'noise');
   assertNoPlaceholderValue(r);

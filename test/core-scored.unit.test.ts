@@ -1,6 +1,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compare, DEFAULT_THRESHOLDS, detectorEvidence, forcedStats, notScored, recount, scoredBlocks, withScoring, type ScoredPair, type TokenStep } from '../src/core/index.js';
+import {
+  compare,
+  DEFAULT_THRESHOLDS,
+  detectorEvidence,
+  forcedStats,
+  notScored,
+  recount,
+  scoredBlocks,
+  withScoring,
+  type ScoredPair,
+  type TokenStep,
+} from '../src/core/index.js';
 import { chatBody, step, type Spec } from './core-bodies.js';
 import { forced } from './helpers/steps.js';
 
@@ -10,7 +21,8 @@ import { forced } from './helpers/steps.js';
 const T = DEFAULT_THRESHOLDS;
 
 /** n forced steps, each moved by `move(i)` on this side. */
-const side = (n: number, move: (i: number) => number, base = 0): TokenStep[] => Array.from({ length: n }, (_, i) => forced(base + i, -0.3 + move(i), move(i)));
+const side = (n: number, move: (i: number) => number, base = 0): TokenStep[] =>
+  Array.from({ length: n }, (_, i) => forced(base + i, -0.3 + move(i), move(i)));
 
 /** A free-running pair that diverges at `d` after shifts `moves` (the candidate flips at d). */
 function freeRun(moves: number[], d: number | null) {
@@ -34,8 +46,18 @@ function freeRun(moves: number[], d: number | null) {
   return compare(chatBody(c), chatBody(b), T);
 }
 
-function pair(o: { prompt: [TokenStep[], TokenStep[]]; cont: [TokenStep[], TokenStep[]]; mode?: 'prefill' | 'incremental' }): ScoredPair {
-  return { candidate: { prompt: o.prompt[0], continuation: o.cont[0] }, baseline: { prompt: o.prompt[1], continuation: o.cont[1] }, method: 'test scoring', mode: o.mode ?? 'prefill', promptStart: 1 };
+function pair(o: {
+  prompt: [TokenStep[], TokenStep[]];
+  cont: [TokenStep[], TokenStep[]];
+  mode?: 'prefill' | 'incremental';
+}): ScoredPair {
+  return {
+    candidate: { prompt: o.prompt[0], continuation: o.cont[0] },
+    baseline: { prompt: o.prompt[1], continuation: o.cont[1] },
+    method: 'test scoring',
+    mode: o.mode ?? 'prefill',
+    promptStart: 1,
+  };
 }
 
 test('forcedStats: shifts over the forced tokens and their alternatives, shifted above the floor', () => {
@@ -55,7 +77,10 @@ test('forcedStats: shifts over the forced tokens and their alternatives, shifted
 test('a compute fault (zeroed layer): an early shift free-running becomes global over the scored positions, prompt shifted → compute', () => {
   const free = freeRun([0.9, 0.9], 1);
   assert.equal(free.verdict, 'early_shift');
-  const p = pair({ prompt: [side(8, () => 0.7), side(8, () => 0)], cont: [side(40, () => 0.8, 100), side(40, () => 0, 100)] });
+  const p = pair({
+    prompt: [side(8, () => 0.7), side(8, () => 0)],
+    cont: [side(40, () => 0.8, 100), side(40, () => 0, 100)],
+  });
   const { scored, prompt } = scoredBlocks(p, T);
   const r = withScoring(free, scored, prompt, T);
   assert.equal(r.verdict, 'global_shift');
@@ -76,35 +101,69 @@ test('a compute fault (zeroed layer): an early shift free-running becomes global
 
 test('a decode-state fault scored incrementally: prompt agrees, the continuation moves → global_shift, decode_state', () => {
   const free = freeRun([0.05, 0.9], 1);
-  const p = pair({ prompt: [side(8, () => 0), side(8, () => 0)], cont: [side(30, () => 0.6, 100), side(30, () => 0, 100)], mode: 'incremental' });
+  const p = pair({
+    prompt: [side(8, () => 0), side(8, () => 0)],
+    cont: [side(30, () => 0.6, 100), side(30, () => 0, 100)],
+    mode: 'incremental',
+  });
   const { scored, prompt } = scoredBlocks(p, T);
   const r = withScoring(free, scored, prompt, T);
   assert.equal(r.verdict, 'global_shift');
   assert.equal(r.locus, 'decode_state');
   assert.match(r.explanation, /Locus: decode state — 0 of 8 prompt positions shifted/);
-  assert.match(r.explanation, /while the prompt agrees: not decode-time noise — suspect the state carried into decode \(KV cache \/ state\)/);
-  assert.deepEqual(detectorEvidence(r), { shifted: 30, comparable: 30, maxShift: Math.max(free.maxShift!, r.scored.maxShift!) }, 'the scored positions, and the largest shift of either');
+  assert.match(
+    r.explanation,
+    /while the prompt agrees: not decode-time noise — suspect the state carried into decode \(KV cache \/ state\)/,
+  );
+  assert.deepEqual(
+    detectorEvidence(r),
+    { shifted: 30, comparable: 30, maxShift: Math.max(free.maxShift!, r.scored.maxShift!) },
+    'the scored positions, and the largest shift of either',
+  );
 });
 
 test('a decode-state fault scored in one prefill pass: everything scored agrees, the generated tokens moved → the free verdict stands, decode_state', () => {
   const free = freeRun([0.05, 0.7, 0.9], 2);
-  const p = pair({ prompt: [side(8, () => 0), side(8, () => 0)], cont: [side(30, () => 0, 100), side(30, () => 0, 100)], mode: 'prefill' });
+  const p = pair({
+    prompt: [side(8, () => 0), side(8, () => 0)],
+    cont: [side(30, () => 0, 100), side(30, () => 0, 100)],
+    mode: 'prefill',
+  });
   const { scored, prompt } = scoredBlocks(p, T);
   const r = withScoring(free, scored, prompt, T);
   assert.equal(r.verdict, free.verdict, 'not turned into noise');
   assert.equal(r.locus, 'decode_state');
-  assert.match(r.explanation, /scored in one prefill pass \(test scoring\) agree while generating them step by step moved/);
-  assert.deepEqual(detectorEvidence(r), { shifted: free.shifted, comparable: free.comparable, maxShift: free.maxShift }, 'the detectors count the positions that moved');
+  assert.match(
+    r.explanation,
+    /scored in one prefill pass \(test scoring\) agree while generating them step by step moved/,
+  );
+  assert.deepEqual(
+    detectorEvidence(r),
+    { shifted: free.shifted, comparable: free.comparable, maxShift: free.maxShift },
+    'the detectors count the positions that moved',
+  );
 });
 
 test('noise everywhere: scoring keeps it noise, no locus; a local fault stays local', () => {
   const free = freeRun([0.001, 0.002, 0.001, 0.05], null);
-  const p = pair({ prompt: [side(4, () => 0.001), side(4, () => 0)], cont: [side(20, () => 0.002, 50), side(20, () => 0, 50)] });
+  const p = pair({
+    prompt: [side(4, () => 0.001), side(4, () => 0)],
+    cont: [side(20, () => 0.002, 50), side(20, () => 0, 50)],
+  });
   const { scored, prompt } = scoredBlocks(p, T);
   const r = withScoring(free, scored, prompt, T);
   assert.equal(r.verdict, 'noise');
   assert.equal(r.locus, null);
-  const local = withScoring(free, ...(Object.values(scoredBlocks(pair({ prompt: [[], []], cont: [side(20, (i) => (i === 7 ? 0.9 : 0), 50), side(20, () => 0, 50)] }), T)) as [never, never]), T);
+  const local = withScoring(
+    free,
+    ...(Object.values(
+      scoredBlocks(
+        pair({ prompt: [[], []], cont: [side(20, (i) => (i === 7 ? 0.9 : 0), 50), side(20, () => 0, 50)] }),
+        T,
+      ),
+    ) as [never, never]),
+    T,
+  );
   assert.equal(local.verdict, 'local_shift');
   assert.equal(local.locus, 'unknown', 'no prompt block: where cannot be said');
 });
@@ -116,7 +175,12 @@ test('not scored: the free-running verdict stays, with the reason; settled verdi
   assert.match(r.explanation, /Not scored past the divergence: SGLang has no chat-template endpoint\./);
   const same = compare(chatBody([step(' a', -0.1, [])]), chatBody([step(' a', -0.1, [])]), T);
   assert.equal(same.verdict, 'identical');
-  const kept = withScoring(same, scoredBlocks(pair({ prompt: [[], []], cont: [side(5, () => 0.9), side(5, () => 0)] }), T).scored, null, T);
+  const kept = withScoring(
+    same,
+    scoredBlocks(pair({ prompt: [[], []], cont: [side(5, () => 0.9), side(5, () => 0)] }), T).scored,
+    null,
+    T,
+  );
   assert.equal(kept.verdict, 'identical');
   assert.equal(kept.locus, null);
 });

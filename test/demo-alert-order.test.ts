@@ -22,7 +22,14 @@ test('the alert line comes after the pair that fired it, with its number and the
     adminPort: 0,
     captureDir: tempDir(t, 'logprobe-demo-order-'),
     alert: { window: 20, minRequests: 3, forSeconds: 0 },
-    engines: () => chooseEngines({ choice: 'sim', plan: planFault('state-shift'), seed: 1, notice: () => {}, engine: { api: 'llamacpp' } }),
+    engines: () =>
+      chooseEngines({
+        choice: 'sim',
+        plan: planFault('state-shift'),
+        seed: 1,
+        notice: () => {},
+        engine: { api: 'llamacpp' },
+      }),
     signal: new AbortController().signal,
     out: (l) => lines.push(l),
   });

@@ -14,24 +14,56 @@ import { createSimModel, startEngineServer } from '@logprobe/engine';
 
 test('demo --baseline none: one engine, its default fault a wrong restore on a cache hit, every request twice, LogprobSelfInconsistency; the next steps run on its captures', async (t) => {
   const root = tempDir(t, 'logprobe-demo-');
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--baseline', 'none', '--duration', '14', '--port', '0', '--admin-port', '0', '--captures', root], {
-    timeoutMs: 90_000,
-  });
+  const { code, stdout, stderr } = await runCli(
+    [
+      'demo',
+      '--engine',
+      'sim',
+      '--baseline',
+      'none',
+      '--duration',
+      '14',
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--captures',
+      root,
+    ],
+    {
+      timeoutMs: 90_000,
+    },
+  );
   assert.equal(code, 0, stderr);
-  assert.match(stdout, /^ {2}candidate .*\(fault: cache-hit\b/m, "without a baseline the default fault is the cache path's (a compute fault would agree with itself)");
+  assert.match(
+    stdout,
+    /^ {2}candidate .*\(fault: cache-hit\b/m,
+    "without a baseline the default fault is the cache path's (a compute fault would agree with itself)",
+  );
   assert.match(stdout, /^ {2}baseline {2}none: the candidate against itself/m);
-  assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency \(candidate\) at mirrored request \d+ .* the candidate disagrees with itself between a cold and a warm run/m);
+  assert.match(
+    stdout,
+    /^▲ ALERT FIRING {2}LogprobSelfInconsistency \(candidate\) at mirrored request \d+ .* the candidate disagrees with itself between a cold and a warm run/m,
+  );
   // The live page's address comes with the banner, before the first pair (not only once it has exited).
   const ui = /^ {2}live page (http:\/\/127\.0\.0\.1:\d+\/ui)\b/m.exec(stdout);
   assert.ok(ui, 'the banner names the live page');
   assert.ok(stdout.indexOf(ui[0]) < stdout.search(/^# +\d+ /m), 'printed at start');
   const lines = stdout.split('\n').filter((l) => /^# +\d+ /.test(l));
   assert.ok(
-    lines.length > 0 && lines.every((l) => /candidate: (warm run differs from the cold run \(self_inconsistent\)|warm run agrees with the cold run \(identical\)|both runs (warm|cold) .*)/.test(l)),
+    lines.length > 0 &&
+      lines.every((l) =>
+        /candidate: (warm run differs from the cold run \(self_inconsistent\)|warm run agrees with the cold run \(identical\)|both runs (warm|cold) .*)/.test(
+          l,
+        ),
+      ),
     'each printed line says in words what the repeat found, cold and warm',
   );
   assert.doesNotMatch(stdout, /cold=warm|cold≠warm|cand /, 'no shorthand');
-  const done = /^done \(simulated engines\): (\d+) client requests, (\d+) mirrored; outcomes (\{.*\}); verdicts (\{.*\}); repeats (\{.*\}); alerts (.*)$/m.exec(stdout);
+  const done =
+    /^done \(simulated engines\): (\d+) client requests, (\d+) mirrored; outcomes (\{.*\}); verdicts (\{.*\}); repeats (\{.*\}); alerts (.*)$/m.exec(
+      stdout,
+    );
   assert.ok(done, stdout);
   const outcomes = JSON.parse(done[3]!) as Record<string, number>;
   assert.equal(
@@ -78,24 +110,55 @@ test('demo --baseline none: one engine, its default fault a wrong restore on a c
     results.push(head === 'head -1' ? r.stdout.split('\n')[0]! : r.stdout);
   }
   const [report, json] = results;
-  assert.match(readFileSync(join(cwd, 'demo-report.html'), 'utf8'), /^<!doctype html>/i, 'the report is where the command says');
-  assert.match(report!, /repeats on the candidate \(the same request twice: cold, then warm from its cache\): \d+ pairs, \d+ with the cache emptied first.*self_inconsistent \d+/);
+  assert.match(
+    readFileSync(join(cwd, 'demo-report.html'), 'utf8'),
+    /^<!doctype html>/i,
+    'the report is where the command says',
+  );
+  assert.match(
+    report!,
+    /repeats on the candidate \(the same request twice: cold, then warm from its cache\): \d+ pairs, \d+ with the cache emptied first.*self_inconsistent \d+/,
+  );
   assert.match(report!, /LogprobSelfInconsistency \(candidate\) would fire/);
   const pair = JSON.parse(json!) as { file: string; line: number; id: unknown; outcome: string; verdict: unknown };
-  assert.ok(pair.file.startsWith(dir) && pair.line === 1 && typeof pair.id === 'string', `one pair, where it is: ${json}`);
+  assert.ok(
+    pair.file.startsWith(dir) && pair.line === 1 && typeof pair.id === 'string',
+    `one pair, where it is: ${json}`,
+  );
   assert.deepEqual([pair.outcome, pair.verdict], ['ok', null], 'baseline-free: the pair was not compared');
   assert.ok(existsSync(join(cwd, 'golden.jsonl')), 'record wrote the golden file the replay reads');
 });
 
 test('demo --fault cache-hit with the baseline: the same prompt sometimes matches (cold) and sometimes not (warm); both alerts fire', async (t) => {
   const root = tempDir(t, 'logprobe-demo-');
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'sim', '--fault', 'cache-hit', '--duration', '40', '--port', '0', '--admin-port', '0', '--captures', root], {
-    timeoutMs: 120_000,
-  });
+  const { code, stdout, stderr } = await runCli(
+    [
+      'demo',
+      '--engine',
+      'sim',
+      '--fault',
+      'cache-hit',
+      '--duration',
+      '40',
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--captures',
+      root,
+    ],
+    {
+      timeoutMs: 120_000,
+    },
+  );
   assert.equal(code, 0, stderr);
   assert.match(stdout, /^ {2}repeats {3}1 in 5 mirrored requests once more to each backend/m);
   assert.match(stdout, /^#.*_shift .*\(this prompt before: identical/m, 'a prompt that matched before is shifted now');
-  assert.match(stdout, /^#.*identical .*\(this prompt before: (global|early)_shift/m, 'and one that was shifted matches again');
+  assert.match(
+    stdout,
+    /^#.*identical .*\(this prompt before: (global|early)_shift/m,
+    'and one that was shifted matches again',
+  );
   assert.match(stdout, /^▲ ALERT FIRING {2}LogprobSelfInconsistency/m);
   assert.match(stdout, /^▲ ALERT FIRING {2}LogprobGlobalShift/m);
   assert.match(stdout, /^done .*; repeats \{.*"baseline":\{"identical":\d+/m);
@@ -105,5 +168,8 @@ test('demo --fault cache-hit with the baseline: the same prompt sometimes matche
 test('demo --baseline takes only none', async () => {
   const r = await runCli(['demo', '--baseline', 'http://127.0.0.1:1']);
   assert.equal(r.code, 2);
-  assert.match(r.stderr, /^logprobe: --baseline: the demo runs its own baseline; only 'none' \(no baseline\) can be given, got 'http:\/\/127\.0\.0\.1:1'\n$/);
+  assert.match(
+    r.stderr,
+    /^logprobe: --baseline: the demo runs its own baseline; only 'none' \(no baseline\) can be given, got 'http:\/\/127\.0\.0\.1:1'\n$/,
+  );
 });

@@ -13,7 +13,10 @@ import { runCli } from './helpers/cli.js';
 const BROKEN = { LOGPROBE_CACHE_DIR: '/dev/null/logprobe-cache' };
 
 test('when llama.cpp engines cannot start, the demo says why in one line, runs the simulated engines and still fires LogprobGlobalShift', async (t) => {
-  const { code, stdout, stderr } = await runCli(['demo', '--duration', '15', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], { env: BROKEN, timeoutMs: 90_000 });
+  const { code, stdout, stderr } = await runCli(
+    ['demo', '--duration', '15', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')],
+    { env: BROKEN, timeoutMs: 90_000 },
+  );
   assert.equal(code, 0, stderr);
   const notices = stdout.split('\n').filter((l) => l.includes('falling back'));
   assert.equal(notices.length, 1, stdout);
@@ -25,10 +28,25 @@ test('when llama.cpp engines cannot start, the demo says why in one line, runs t
 });
 
 test('--engine llama does not fall back: it exits 1 with the reason in one line', async (t) => {
-  const { code, stdout, stderr } = await runCli(['demo', '--engine', 'llama', '--duration', '5', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')], {
-    env: BROKEN,
-    timeoutMs: 60_000,
-  });
+  const { code, stdout, stderr } = await runCli(
+    [
+      'demo',
+      '--engine',
+      'llama',
+      '--duration',
+      '5',
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--captures',
+      tempDir(t, 'logprobe-demo-'),
+    ],
+    {
+      env: BROKEN,
+      timeoutMs: 60_000,
+    },
+  );
   assert.equal(code, 1);
   assert.equal(stdout, '');
   assert.match(stderr, /^logprobe: --engine llama: llama\.cpp engines unavailable \(.*ENOTDIR.*\)\n$/);
@@ -36,7 +54,21 @@ test('--engine llama does not fall back: it exits 1 with the reason in one line'
 
 test('--engine sim runs a llama.cpp noise fault as the simulated noise: no shift, no alert', async (t) => {
   const { code, stdout, stderr } = await runCli(
-    ['demo', '--engine', 'sim', '--fault', 'flash-attention', '--duration', '4', '--port', '0', '--admin-port', '0', '--captures', tempDir(t, 'logprobe-demo-')],
+    [
+      'demo',
+      '--engine',
+      'sim',
+      '--fault',
+      'flash-attention',
+      '--duration',
+      '4',
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--captures',
+      tempDir(t, 'logprobe-demo-'),
+    ],
     { timeoutMs: 60_000 },
   );
   assert.equal(code, 0, stderr);
@@ -56,7 +88,10 @@ test('a --fault or --engine neither kind of engine knows is a usage error (exit 
   );
   const unknown = await runCli(['demo', '--fault', 'gremlins']);
   assert.equal(unknown.code, 2);
-  assert.match(unknown.stderr, /^logprobe: --fault: unknown fault "gremlins"; the demo takes a llama\.cpp engine fault/);
+  assert.match(
+    unknown.stderr,
+    /^logprobe: --fault: unknown fault "gremlins"; the demo takes a llama\.cpp engine fault/,
+  );
   const engine = await runCli(['demo', '--engine', 'gpu']);
   assert.equal(engine.code, 2);
   assert.equal(engine.stderr, "logprobe: --engine: expected one of auto, llama, sim, got 'gpu'\n");

@@ -34,7 +34,9 @@ test('--fault: an unknown or malformed fault is refused with both lists', () => 
   for (const bad of ['gremlins', 'zero-layer:7', 'kv:q2', 'batch:0', 'weight-noise:2', '']) {
     assert.throws(
       () => planFault(bad),
-      (err: unknown) => err instanceof UnknownDemoFaultError && /llama\.cpp engine fault \(zero-layer:L.*simulated one \(state-shift/.test(err.message),
+      (err: unknown) =>
+        err instanceof UnknownDemoFaultError &&
+        /llama\.cpp engine fault \(zero-layer:L.*simulated one \(state-shift/.test(err.message),
       bad,
     );
   }

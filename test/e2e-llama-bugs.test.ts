@@ -24,7 +24,10 @@ function assertShiftAndAlert(seen: E2ERun, n: number): void {
   assert.ok(shifts >= 0.9 * n, `at least 90% of pairs are shifts: ${JSON.stringify(seen.verdicts)}`);
   assert.equal(seen.globalFiredAt, 10, 'LogprobGlobalShift fires as soon as the window holds minRequests');
   assert.equal(metricValue(seen.metrics, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 1);
-  assert.ok((metricValue(seen.metrics, 'logprobe_window_global_shift_ratio') ?? 0) > 0.8, 'most comparable positions shifted');
+  assert.ok(
+    (metricValue(seen.metrics, 'logprobe_window_global_shift_ratio') ?? 0) > 0.8,
+    'most comparable positions shifted',
+  );
 }
 
 describe('data-level bugs on llama.cpp are shifts and fire LogprobGlobalShift', { skip }, () => {

@@ -23,7 +23,11 @@ const skip = llamaSkip;
 type Json = Record<string, any>;
 
 async function post(url: string, path: string, body: unknown): Promise<Json> {
-  const res = await fetch(url + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(url + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return (await res.json()) as Json;
 }
 
@@ -42,7 +46,11 @@ async function transformingProxy(
     req.on('end', () => {
       const raw = Buffer.concat(chunks).toString('utf8');
       void (async () => {
-        const up = await fetch(target + req.url, { method: req.method, headers: { 'content-type': 'application/json' }, body: req.method === 'GET' ? undefined : raw });
+        const up = await fetch(target + req.url, {
+          method: req.method,
+          headers: { 'content-type': 'application/json' },
+          body: req.method === 'GET' ? undefined : raw,
+        });
         let text = await up.text();
         const body = raw ? (JSON.parse(raw) as Json) : {};
         if (req.url?.endsWith('/v1/completions') && body.prompt_logprobs === undefined && up.status === 200) {
@@ -51,7 +59,10 @@ async function transformingProxy(
           transform(lp.top_logprobs, lp.token_logprobs, lp.tokens);
           text = JSON.stringify(j);
         }
-        res.writeHead(up.status, { 'content-type': up.headers.get('content-type') ?? 'application/json', server: up.headers.get('server') ?? '' });
+        res.writeHead(up.status, {
+          'content-type': up.headers.get('content-type') ?? 'application/json',
+          server: up.headers.get('server') ?? '',
+        });
         res.end(text);
       })().catch((err: unknown) => {
         res.writeHead(502);
@@ -60,7 +71,10 @@ async function transformingProxy(
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise((r) => server.close(() => r())) };
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => new Promise((r) => server.close(() => r())),
+  };
 }
 
 /** Top-p 0.9 applied and the survivors renormalised; the listed tokens outside the nucleus keep their raw values. */
@@ -91,7 +105,8 @@ function temperature(tops: Array<Record<string, number>>, chosen: number[], toke
   });
 }
 
-const suites = (j: TestSuites | TestSuite | null | undefined): TestSuite[] => ((j as TestSuites | null)?.testsuite ?? []) as TestSuite[];
+const suites = (j: TestSuites | TestSuite | null | undefined): TestSuite[] =>
+  ((j as TestSuites | null)?.testsuite ?? []) as TestSuite[];
 
 describe('golden gates and the training comparison on llama.cpp', { skip }, () => {
   let baseline: LlamaEngineProcess;
@@ -102,7 +117,10 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
   let config: string;
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'logprobe-golden-'));
-    [baseline, f16] = await Promise.all([spawnLlamaEngine({ seed: 1, api: 'vllm' }), spawnLlamaEngine({ seed: 1, api: 'vllm', fault: 'weights:f16' })]);
+    [baseline, f16] = await Promise.all([
+      spawnLlamaEngine({ seed: 1, api: 'vllm' }),
+      spawnLlamaEngine({ seed: 1, api: 'vllm', fault: 'weights:f16' }),
+    ]);
   });
   after(async () => {
     await Promise.all([baseline?.stop(), f16?.stop()]);
@@ -117,14 +135,19 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
         JSON.stringify(
           i % 2 === 0
             ? { route: '/v1/completions', model: 'm', prompt: p, max_tokens: 16 }
-            : { route: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: p }], max_tokens: 16 } },
+            : {
+                route: '/v1/chat/completions',
+                body: { model: 'm', messages: [{ role: 'user', content: p }], max_tokens: 16 },
+              },
         ),
       ).join('\n') + '\n',
     );
     config = join(dir, 'gate.yaml');
     writeFileSync(config, 'mirror:\n  topLogprobs: 10\n  maxTokens: 16\nanalysis:\n  scoring:\n    when: always\n');
     golden = join(dir, 'golden.jsonl');
-    const r = await runCli(['record', prompts, '--backend', baseline.url, '--out', golden, '--config', config], { timeoutMs: 120_000 });
+    const r = await runCli(['record', prompts, '--backend', baseline.url, '--out', golden, '--config', config], {
+      timeoutMs: 120_000,
+    });
     assert.equal(r.code, 0, r.stdout + r.stderr);
     assert.match(r.stdout, /recorded 6 prompts .*: 6 usable/);
     // A chat answer whose text the engine re-tokenises differently is not scored, and says why.
@@ -162,9 +185,27 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     try {
       const gates = ['--gate', 'logits:0.005,tokens:16', '--gate', 'kl:0.05', '--gate', 'definition'];
       const run = (url: string, name: string) =>
-        runCli(['replay', prompts, '--candidate', url, '--baseline-from', golden, ...gates, '--fail-on', 'none', '--out', join(dir, `${name}.jsonl`), '--junit', join(dir, `${name}.xml`), '--json'], {
-          timeoutMs: 120_000,
-        });
+        runCli(
+          [
+            'replay',
+            prompts,
+            '--candidate',
+            url,
+            '--baseline-from',
+            golden,
+            ...gates,
+            '--fail-on',
+            'none',
+            '--out',
+            join(dir, `${name}.jsonl`),
+            '--junit',
+            join(dir, `${name}.xml`),
+            '--json',
+          ],
+          {
+            timeoutMs: 120_000,
+          },
+        );
 
       const ok = await run(clean.url, 'clean');
       assert.equal(ok.code, 0, ok.stdout + ok.stderr);
@@ -179,7 +220,10 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
         ],
       );
       assert.equal(okJson.health.logits.max, 0, 'two clean engines agree bitwise');
-      assert.match(ok.stderr, /^gate: PASS \(--fail-on none; logits:0\.005, tokens:16, kl:0\.05, definition passed\)$/m);
+      assert.match(
+        ok.stderr,
+        /^gate: PASS \(--fail-on none; logits:0\.005, tokens:16, kl:0\.05, definition passed\)$/m,
+      );
 
       const half = await run(f16.url, 'f16');
       assert.equal(half.code, 1, half.stdout + half.stderr);
@@ -257,7 +301,10 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
           { timeoutMs: 120_000 },
         );
         assert.equal(r.code, 1, r.stdout + r.stderr);
-        assert.match(r.stdout, new RegExp(`definition warnings[^]*${check} \\(${check === 'temperature_scaled' ? 'both' : 'candidate'}\\)`));
+        assert.match(
+          r.stdout,
+          new RegExp(`definition warnings[^]*${check} \\(${check === 'temperature_scaled' ? 'both' : 'candidate'}\\)`),
+        );
         assert.match(r.stdout, words);
         assert.match(r.stdout, /^gate: FAIL \(definition on \d of 6 prompts\)$/m);
         const s = suites(await parseJunit(readFileSync(join(dir, `${name}.xml`), 'utf8')));
@@ -272,13 +319,21 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
 
   test('usage errors before anything is sent: a prompt missing from the golden file, a logits gate on top-5', async () => {
     const more = join(dir, 'more.jsonl');
-    writeFileSync(more, `${readFileSync(prompts, 'utf8')}${JSON.stringify({ route: '/v1/completions', model: 'm', prompt: 'not recorded', max_tokens: 16 })}\n`);
+    writeFileSync(
+      more,
+      `${readFileSync(prompts, 'utf8')}${JSON.stringify({ route: '/v1/completions', model: 'm', prompt: 'not recorded', max_tokens: 16 })}\n`,
+    );
     const missing = await runCli(['replay', more, '--candidate', baseline.url, '--baseline-from', golden]);
     assert.equal(missing.code, 2);
-    assert.match(missing.stderr, /has no golden record for 1 input: .*more\.jsonl:7 \(\/v1\/completions "not recorded"\)/);
+    assert.match(
+      missing.stderr,
+      /has no golden record for 1 input: .*more\.jsonl:7 \(\/v1\/completions "not recorded"\)/,
+    );
     // record asks for the top-10 the logits gate compares even where the config says 5 (the default)…
     const top10 = join(dir, 'golden10.jsonl');
-    const r = await runCli(['record', prompts, '--backend', baseline.url, '--out', top10, '--max-tokens', '4'], { timeoutMs: 60_000 });
+    const r = await runCli(['record', prompts, '--backend', baseline.url, '--out', top10, '--max-tokens', '4'], {
+      timeoutMs: 60_000,
+    });
     assert.equal(r.code, 0, r.stderr);
     const recorded = readFileSync(top10, 'utf8');
     assert.match(recorded, /"(top_)?logprobs":10\b/);
@@ -289,16 +344,51 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
       top5,
       recorded.replace(/"(top_)?logprobs":10\b/g, (_m, p: string | undefined) => `"${p ?? ''}logprobs":5`),
     );
-    const refused = await runCli(['replay', prompts, '--candidate', baseline.url, '--baseline-from', top5, '--gate', 'logits']);
+    const refused = await runCli([
+      'replay',
+      prompts,
+      '--candidate',
+      baseline.url,
+      '--baseline-from',
+      top5,
+      '--gate',
+      'logits',
+    ]);
     assert.equal(refused.code, 2);
-    assert.match(refused.stderr, /--gate logits:0\.01 compares each side's top-10: the golden records .* asked for 5 top logprobs .*mirror\.topLogprobs/);
-    const live = await runCli(['replay', prompts, '--candidate', baseline.url, '--baseline', baseline.url, '--gate', 'logits']);
+    assert.match(
+      refused.stderr,
+      /--gate logits:0\.01 compares each side's top-10: the golden records .* asked for 5 top logprobs .*mirror\.topLogprobs/,
+    );
+    const live = await runCli([
+      'replay',
+      prompts,
+      '--candidate',
+      baseline.url,
+      '--baseline',
+      baseline.url,
+      '--gate',
+      'logits',
+    ]);
     assert.equal(live.code, 2);
     assert.match(live.stderr, /mirror\.topLogprobs is 5/);
     // A golden file is a replay input too, and tokens:128 says the recording capped it.
-    const self = await runCli(['replay', top5, '--candidate', baseline.url, '--baseline-from', top5, '--gate', 'tokens', '--out', join(dir, 'self.jsonl')]);
+    const self = await runCli([
+      'replay',
+      top5,
+      '--candidate',
+      baseline.url,
+      '--baseline-from',
+      top5,
+      '--gate',
+      'tokens',
+      '--out',
+      join(dir, 'self.jsonl'),
+    ]);
     assert.equal(self.code, 0, self.stdout + self.stderr);
-    assert.match(self.stderr, /--gate tokens:128: the golden records were generated with max_tokens 4, so only the first 4 tokens can be checked/);
+    assert.match(
+      self.stderr,
+      /--gate tokens:128: the golden records were generated with max_tokens 4, so only the first 4 tokens can be checked/,
+    );
   });
 
   test('training vs inference: the engine as rollout engine (sampled, temperature 1) and on f16 weights as trainer (prompt_logprobs); then a trainer that forgot the temperature', async () => {
@@ -306,13 +396,28 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     const trainer: string[] = [];
     const hot: string[] = [];
     for (const [k, prompt] of E2E_PROMPTS.slice(0, 3).entries()) {
-      const r = await post(baseline.url, '/v1/completions', { model: 'm', prompt, max_tokens: 32, temperature: 1, seed: 11 + k, logprobs: 10, return_token_ids: true });
+      const r = await post(baseline.url, '/v1/completions', {
+        model: 'm',
+        prompt,
+        max_tokens: 32,
+        temperature: 1,
+        seed: 11 + k,
+        logprobs: 10,
+        return_token_ids: true,
+      });
       rollouts.push(JSON.stringify({ ...r, id: `s${k}` }));
       // The trainer's side, as a training script would dump it: ids, log_softmax gathered at the labels, the top-10 by id.
       const ids = ((await post(f16.url, '/tokenize', { model: 'm', prompt })) as { tokens: number[] }).tokens;
       const gen = r.choices[0].token_ids as number[];
-      const scored = await post(f16.url, '/v1/completions', { model: 'm', prompt: [...ids, ...gen], max_tokens: 1, prompt_logprobs: 10 });
-      const rows = (scored.choices[0].prompt_logprobs as Array<Record<string, { logprob: number; rank: number }>>).slice(ids.length);
+      const scored = await post(f16.url, '/v1/completions', {
+        model: 'm',
+        prompt: [...ids, ...gen],
+        max_tokens: 1,
+        prompt_logprobs: 10,
+      });
+      const rows = (
+        scored.choices[0].prompt_logprobs as Array<Record<string, { logprob: number; rank: number }>>
+      ).slice(ids.length);
       const top = rows.map((d) =>
         Object.fromEntries(
           Object.entries(d)
@@ -320,7 +425,14 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
             .map(([id, v]) => [id, v.logprob]),
         ),
       );
-      trainer.push(JSON.stringify({ id: `s${k}`, token_ids: gen, logprobs: rows.map((d, i) => d[String(gen[i])]!.logprob), top_logprobs: top }));
+      trainer.push(
+        JSON.stringify({
+          id: `s${k}`,
+          token_ids: gen,
+          logprobs: rows.map((d, i) => d[String(gen[i])]!.logprob),
+          top_logprobs: top,
+        }),
+      );
       // log_softmax(logits / 0.8) where the engine used 1: the gaps between tokens grow by 1/0.8.
       hot.push(
         JSON.stringify({
@@ -339,12 +451,19 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
 
     const r = await runCli(['analyze', join(dirT, 'rollout.jsonl'), join(dirT, 'trainer.jsonl')]);
     assert.equal(r.code, 0, r.stdout + r.stderr);
-    assert.match(r.stdout, /train \(candidate\): .*trainer\.jsonl/, 'the token-logprob file is the trainer, whichever order');
+    assert.match(
+      r.stdout,
+      /train \(candidate\): .*trainer\.jsonl/,
+      'the token-logprob file is the trainer, whichever order',
+    );
     assert.match(r.stdout, /^3 sequences$/m);
     const kl = Number(/KL mean\s+(\S+)\s+ok/.exec(r.stdout)?.[1]);
     assert.ok(kl < 0.05, r.stdout);
     assert.match(r.stdout, /relative error mean\s+\S+\s+ok/);
-    assert.match(r.stdout, /importance ratio exp\(lp_train − lp_infer\) over 96 positions: mean 1\.00\d+, min 0\.9\d+, max 1\.0\d+; 0 \(0\.0%\) outside \[0\.8, 1\.25\]/);
+    assert.match(
+      r.stdout,
+      /importance ratio exp\(lp_train − lp_infer\) over 96 positions: mean 1\.00\d+, min 0\.9\d+, max 1\.0\d+; 0 \(0\.0%\) outside \[0\.8, 1\.25\]/,
+    );
     assert.doesNotMatch(r.stdout, /^definition:/m);
 
     const j = await runCli(['analyze', '--json', join(dirT, 'trainer.jsonl'), join(dirT, 'rollout.jsonl')]);
@@ -362,7 +481,10 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
     );
 
     const h = await runCli(['analyze', join(dirT, 'trainer-hot.jsonl'), join(dirT, 'trainer.jsonl')]);
-    assert.match(h.stdout, /^definition: temperature_scaled \(both\) on 3 sequences: temperature differs: the candidate's top-k gaps are the baseline's × 1\.250/m);
+    assert.match(
+      h.stdout,
+      /^definition: temperature_scaled \(both\) on 3 sequences: temperature differs: the candidate's top-k gaps are the baseline's × 1\.250/m,
+    );
     assert.match(h.stdout, /relative error max\s+\S+\s+ABOVE/);
   });
 });

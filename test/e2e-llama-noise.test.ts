@@ -14,11 +14,22 @@ import { metricValue } from './helpers/sim.js';
 
 const skip = llamaSkip;
 /** The default floor, and a small window so that an alert would show within the run. */
-const DEFAULT_FLOOR: ConfigInput = { analysis: { noiseFloor: 0.1 }, alert: { window: 10, minRequests: 5, forSeconds: 0 } };
+const DEFAULT_FLOOR: ConfigInput = {
+  analysis: { noiseFloor: 0.1 },
+  alert: { window: 10, minRequests: 5, forSeconds: 0 },
+};
 
 function assertQuiet(metrics: string): void {
-  assert.equal(metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 0, 'LogprobGlobalShift stays quiet');
-  assert.equal(metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobSustainedShift' }), 0, 'LogprobSustainedShift stays quiet');
+  assert.equal(
+    metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }),
+    0,
+    'LogprobGlobalShift stays quiet',
+  );
+  assert.equal(
+    metricValue(metrics, 'logprobe_alert_firing', { alert: 'LogprobSustainedShift' }),
+    0,
+    'LogprobSustainedShift stays quiet',
+  );
   assert.equal(metricValue(metrics, 'logprobe_window_global_shift_ratio'), 0, 'no position above the floor');
 }
 

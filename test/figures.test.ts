@@ -9,7 +9,14 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { compare, DEFAULT_THRESHOLDS, detectorEvidence, formatNats, scoredBlocks, withScoring } from '../src/core/index.js';
+import {
+  compare,
+  DEFAULT_THRESHOLDS,
+  detectorEvidence,
+  formatNats,
+  scoredBlocks,
+  withScoring,
+} from '../src/core/index.js';
 import { initialDetectorState, observe, type AlertTransition } from '../src/core/detector.js';
 import { buildConfig } from '../src/config/load.js';
 import { recordLine } from '../src/capture/record.js';
@@ -72,7 +79,14 @@ function thePair(): MirroredPair {
     ts: '2026-11-29T07:00:00.000Z',
     route: '/v1/chat/completions',
     path: '/v1/chat/completions',
-    request: { model: 'm', messages: [{ role: 'user', content: 'the figures' }], temperature: 0, logprobs: true, top_logprobs: 3, max_tokens: 4 },
+    request: {
+      model: 'm',
+      messages: [{ role: 'user', content: 'the figures' }],
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 3,
+      max_tokens: 4,
+    },
     clientHeaders: {},
     candidate: result(candidate),
     baseline: result(baseline),
@@ -110,7 +124,11 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   const text = renderComparison(a, T, false);
   assert.deepEqual(after(text, 'free-running: comparable'), ['4']);
   assert.deepEqual(after(text, ', max shift'), [free]);
-  assert.deepEqual(after(text, 'teacher-forced max shift'), [forcedMax, forcedMax], 'the scored line and the explanation');
+  assert.deepEqual(
+    after(text, 'teacher-forced max shift'),
+    [forcedMax, forcedMax],
+    'the scored line and the explanation',
+  );
   assert.deepEqual(after(text, 'flip gap lp_b(A) − lp_b(B)'), [gap]);
   assert.deepEqual(after(text, 'top gap there'), [topGap]);
   assert.match(text, /12 of 12 teacher-forced positions moved/);
@@ -126,13 +144,22 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   const capture = join(dir, 'capture.jsonl');
   writeFileSync(capture, `${recordLine(pair, { includePrompts: true, thresholds: T })}\n`);
   const html = join(dir, 'report.html');
-  const [an, anJson, anHtml] = await Promise.all([runCli(['analyze', capture]), runCli(['analyze', capture, '--json']), runCli(['analyze', capture, '--html', html])]);
+  const [an, anJson, anHtml] = await Promise.all([
+    runCli(['analyze', capture]),
+    runCli(['analyze', capture, '--json']),
+    runCli(['analyze', capture, '--html', html]),
+  ]);
   for (const r of [an, anJson, anHtml]) assert.equal(r.code, 0, r.stderr);
   const worst = an.stdout.split('\n').find((l) => l.includes('req-figures'))!;
   assert.ok(worst, an.stdout);
   assert.deepEqual(after(worst, 'free-running max shift'), [free]);
   assert.deepEqual(after(worst, 'teacher-forced max shift'), [forcedMax]);
-  assert.match(worst, new RegExp(`free-running max shift ${free} shifted ${counts.free}; teacher-forced max shift ${forcedMax} shifted ${counts.forced}`));
+  assert.match(
+    worst,
+    new RegExp(
+      `free-running max shift ${free} shifted ${counts.free}; teacher-forced max shift ${forcedMax} shifted ${counts.forced}`,
+    ),
+  );
   assert.deepEqual(after(worst, 'gap'), [gap]);
   assert.deepEqual(
     after(
@@ -152,11 +179,22 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   const page = readFileSync(html, 'utf8');
   const row = /<table class="worst">.*?<tbody>(.*?)<\/tbody>/s.exec(page)![1]!;
   const cells = [...row.matchAll(/<td class="num">([^<]*)<\/td>/g)].map((m) => m[1]);
-  assert.deepEqual(cells.slice(1), [free, counts.free, forcedMax, counts.forced], 'the worst table: free-running, then teacher-forced');
-  assert.match(page, /<th class="num"[^>]*>free-running max shift<\/th>.*<th class="num"[^>]*>teacher-forced max shift<\/th>/s);
+  assert.deepEqual(
+    cells.slice(1),
+    [free, counts.free, forcedMax, counts.forced],
+    'the worst table: free-running, then teacher-forced',
+  );
+  assert.match(
+    page,
+    /<th class="num"[^>]*>free-running max shift<\/th>.*<th class="num"[^>]*>teacher-forced max shift<\/th>/s,
+  );
   assert.match(row, new RegExp(`gap ${gap.replace('.', '\\.')} \\(`));
   // The strip the page draws is embedded as data: its figures unrounded, so that the page's nats (formatNats itself) gives the same.
-  assert.match(page, /var nats = function formatNats\(x\)/, 'the page formats with formatNats itself (its source, as built)');
+  assert.match(
+    page,
+    /var nats = function formatNats\(x\)/,
+    'the page formats with formatNats itself (its source, as built)',
+  );
 
   // The demo's live line: both sets of positions, each with its max.
   const line = pairLine(1, pair);
@@ -170,7 +208,12 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   let state = initialDetectorState();
   const transitions: AlertTransition[] = [];
   for (let i = 0; i < 3; i++) {
-    const r = observe(state, { ...detectorEvidence(a), noiseFloor: T.noiseFloor, requestId: `req-${i}` }, cfg, 1000 + i);
+    const r = observe(
+      state,
+      { ...detectorEvidence(a), noiseFloor: T.noiseFloor, requestId: `req-${i}` },
+      cfg,
+      1000 + i,
+    );
     state = r.state;
     transitions.push(...r.transitions);
   }
@@ -202,5 +245,8 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   assert.equal(formatNats(strip.forced!.maxShift), forcedMax);
   assert.equal(`${strip.forced!.shifted}/${strip.forced!.comparable}`, counts.forced);
   assert.equal(formatNats(strip.flip!.gap), gap);
-  assert.equal(formatNats(data.alerts.find((x) => x.alert === 'LogprobGlobalShift')!.last!.evidence.medianShift), expected);
+  assert.equal(
+    formatNats(data.alerts.find((x) => x.alert === 'LogprobGlobalShift')!.last!.evidence.medianShift),
+    expected,
+  );
 });

@@ -40,7 +40,16 @@ interface Dashboard {
 const root = new URL('../', import.meta.url);
 const dash = JSON.parse(readFileSync(new URL('config/grafana/logprobe.json', root), 'utf8')) as Dashboard;
 const rules = parseYaml(readFileSync(new URL('config/prometheus/alerts.yml', root), 'utf8')) as {
-  groups: Array<{ rules: Array<{ alert?: string; record?: string; expr: string; for?: string; labels?: Record<string, string>; annotations?: Record<string, string> }> }>;
+  groups: Array<{
+    rules: Array<{
+      alert?: string;
+      record?: string;
+      expr: string;
+      for?: string;
+      labels?: Record<string, string>;
+      annotations?: Record<string, string>;
+    }>;
+  }>;
 };
 const defaults = buildConfig({});
 
@@ -48,7 +57,11 @@ const panels = dash.panels.filter((p) => p.type !== 'row');
 
 function panel(titlePattern: RegExp): Panel {
   const found = panels.filter((p) => titlePattern.test(p.title));
-  assert.equal(found.length, 1, `one panel titled ${titlePattern}, found ${found.map((p) => p.title).join(', ') || 'none'}`);
+  assert.equal(
+    found.length,
+    1,
+    `one panel titled ${titlePattern}, found ${found.map((p) => p.title).join(', ') || 'none'}`,
+  );
   return found[0] as Panel;
 }
 
@@ -78,7 +91,8 @@ test('the datasource is a variable: no panel or query names a fixed datasource',
   assert.equal(ds.query, 'prometheus');
   for (const p of panels) {
     assert.deepEqual(p.datasource, { type: 'prometheus', uid: '${datasource}' }, `panel ${p.title}`);
-    for (const t of p.targets ?? []) assert.deepEqual(t.datasource, { type: 'prometheus', uid: '${datasource}' }, `panel ${p.title} ${t.refId}`);
+    for (const t of p.targets ?? [])
+      assert.deepEqual(t.datasource, { type: 'prometheus', uid: '${datasource}' }, `panel ${p.title} ${t.refId}`);
   }
   assert.equal(dash.__inputs, undefined, 'no __inputs: provisioning cannot fill them, and the variable does the job');
   assert.ok(dash.schemaVersion >= 36);
@@ -91,7 +105,11 @@ test('panels have unique ids and do not overlap on the 24-column grid', () => {
   for (const [i, a] of dash.panels.entries()) {
     assert.ok(a.gridPos.x >= 0 && a.gridPos.x + a.gridPos.w <= 24, `${a.title} fits the grid`);
     for (const b of dash.panels.slice(i + 1)) {
-      const overlap = a.gridPos.x < b.gridPos.x + b.gridPos.w && b.gridPos.x < a.gridPos.x + a.gridPos.w && a.gridPos.y < b.gridPos.y + b.gridPos.h && b.gridPos.y < a.gridPos.y + a.gridPos.h;
+      const overlap =
+        a.gridPos.x < b.gridPos.x + b.gridPos.w &&
+        b.gridPos.x < a.gridPos.x + a.gridPos.w &&
+        a.gridPos.y < b.gridPos.y + b.gridPos.h &&
+        b.gridPos.y < a.gridPos.y + a.gridPos.h;
       assert.ok(!overlap, `${a.title} overlaps ${b.title}`);
     }
   }
@@ -119,7 +137,10 @@ test("the issue's panels are there: verdict mix, heatmaps, flips, detectors, ale
   );
   assert.match(panel(/^Mirror outcomes$/).targets?.[0]?.expr ?? '', /sum by \(outcome\) \(rate\(logprobe_mirror_total/);
   assert.match(panel(/^Mirror queue depth$/).targets?.[0]?.expr ?? '', /logprobe_mirror_queue_depth/);
-  assert.match(panel(/^Upstream latency by backend$/).targets?.[0]?.expr ?? '', /sum by \(backend, le\) \(rate\(logprobe_upstream_duration_seconds_bucket/);
+  assert.match(
+    panel(/^Upstream latency by backend$/).targets?.[0]?.expr ?? '',
+    /sum by \(backend, le\) \(rate\(logprobe_upstream_duration_seconds_bucket/,
+  );
 });
 
 test('the window ratio and CUSUM panels draw the thresholds the rules and the config use', () => {
@@ -127,7 +148,12 @@ test('the window ratio and CUSUM panels draw the thresholds the rules and the co
   const cusum = panel(/^CUSUM$/);
   assert.match(ratio.targets?.map((t) => t.expr).join(' ') ?? '', /logprobe_window_global_shift_ratio/);
   assert.match(cusum.targets?.[0]?.expr ?? '', /logprobe_cusum_statistic/);
-  for (const p of [ratio, cusum]) assert.notEqual(p.fieldConfig?.defaults?.custom?.thresholdsStyle?.mode ?? 'off', 'off', `${p.title} draws its threshold`);
+  for (const p of [ratio, cusum])
+    assert.notEqual(
+      p.fieldConfig?.defaults?.custom?.thresholdsStyle?.mode ?? 'off',
+      'off',
+      `${p.title} draws its threshold`,
+    );
 
   const global = alertRule('LogprobGlobalShift').expr;
   const sustained = alertRule('LogprobSustainedShift').expr;
@@ -175,5 +201,8 @@ test('every alert has a severity, a for: duration, an explanation and a runbook 
     assert.ok(m, `${r.alert} runbook_url points into docs/runbook.md: ${url}`);
     assert.ok(anchors.has(m[1] as string), `docs/runbook.md has a section #${m[1]}`);
   }
-  assert.match(alertRule('LogprobGlobalShift').annotations?.description ?? '', /every decode step moved: suspect the prefill input — KV cache or state/i);
+  assert.match(
+    alertRule('LogprobGlobalShift').annotations?.description ?? '',
+    /every decode step moved: suspect the prefill input — KV cache or state/i,
+  );
 });

@@ -33,7 +33,13 @@ interface PromRule {
 interface GrafanaQuery {
   refId: string;
   datasourceUid: string;
-  model: { refId: string; expr?: string; type?: string; expression?: string; conditions?: Array<{ evaluator: { type: string; params: number[] } }> };
+  model: {
+    refId: string;
+    expr?: string;
+    type?: string;
+    expression?: string;
+    conditions?: Array<{ evaluator: { type: string; params: number[] } }>;
+  };
 }
 interface GrafanaRule {
   uid: string;
@@ -46,9 +52,15 @@ interface GrafanaRule {
   annotations: Record<string, string>;
 }
 
-const promRules = (parseYaml(readFileSync(join(PROM_DIR, 'alerts.yml'), 'utf8')) as { groups: Array<{ name: string; rules: PromRule[] }> }).groups.flatMap((g) => g.rules);
+const promRules = (
+  parseYaml(readFileSync(join(PROM_DIR, 'alerts.yml'), 'utf8')) as {
+    groups: Array<{ name: string; rules: PromRule[] }>;
+  }
+).groups.flatMap((g) => g.rules);
 const promAlerts = promRules.filter((r) => r.alert !== undefined);
-const grafanaDoc = parseYaml(readFileSync(join(GRAFANA, 'provisioning', 'alerting', 'logprobe-alerts.yaml'), 'utf8')) as {
+const grafanaDoc = parseYaml(
+  readFileSync(join(GRAFANA, 'provisioning', 'alerting', 'logprobe-alerts.yaml'), 'utf8'),
+) as {
   apiVersion: number;
   groups: Array<{ orgId: number; name: string; folder: string; interval: string; rules: GrafanaRule[] }>;
 };
@@ -60,7 +72,10 @@ function grafanaExpr(rule: GrafanaRule): string {
   const c = rule.data.find((d) => d.refId === rule.condition);
   assert.ok(a?.model.expr, `${rule.title}: query A has a PromQL expr`);
   const ev = c?.model.conditions?.[0]?.evaluator;
-  assert.ok(c && c.model.type === 'threshold' && c.model.expression === 'A' && ev, `${rule.title}: the condition is a threshold on A`);
+  assert.ok(
+    c && c.model.type === 'threshold' && c.model.expression === 'A' && ev,
+    `${rule.title}: the condition is a threshold on A`,
+  );
   const op = { gt: '>', lt: '<' }[ev.type];
   assert.ok(op, `${rule.title}: threshold type ${ev.type}`);
   return `(${a.model.expr.trim()}) ${op} ${ev.params[0]}`;
@@ -75,7 +90,9 @@ function groupLabels(rule: GrafanaRule): string[] {
 
 /** The comparisons with a number in an expression, recording rules inlined by name: `>= 0.5`, `* 300 >= 20`. */
 function thresholds(expr: string): string[] {
-  return [...expr.matchAll(/(?:\*\s*\d+\s*)?(?:>=|<=|==|>|<)\s*\d+(?:\.\d+)?/g)].map((m) => m[0].replace(/\s+/g, ' ')).sort();
+  return [...expr.matchAll(/(?:\*\s*\d+\s*)?(?:>=|<=|==|>|<)\s*\d+(?:\.\d+)?/g)]
+    .map((m) => m[0].replace(/\s+/g, ' '))
+    .sort();
 }
 
 test('every Prometheus alert has a Grafana rule with its name, for:, severity, thresholds and runbook', () => {
@@ -90,18 +107,33 @@ test('every Prometheus alert has a Grafana rule with its name, for:, severity, t
     assert.equal(rule.labels.service, 'logprobe', `${rule.title}: the label the notification policy routes by`);
     assert.equal(rule.annotations.runbook_url, prom.annotations?.runbook_url, `${rule.title}: runbook`);
     assert.equal(rule.noDataState, 'OK', `${rule.title}: no series means the condition does not hold`);
-    for (const q of rule.data) assert.equal(q.datasourceUid, q.refId === 'A' ? 'prometheus' : '__expr__', `${rule.title} ${q.refId}: datasource`);
+    for (const q of rule.data)
+      assert.equal(
+        q.datasourceUid,
+        q.refId === 'A' ? 'prometheus' : '__expr__',
+        `${rule.title} ${q.refId}: datasource`,
+      );
     // The Prometheus alert's thresholds, its recording rules' included, are the Grafana query's.
-    const inlined = [prom.expr, ...[...prom.expr.matchAll(/logprobe:[a-z_:0-9]+/g)].map((m) => records.get(m[0]) ?? '')].join('\n');
-    assert.deepEqual(thresholds(rule.data.find((d) => d.refId === 'A')!.model.expr!), thresholds(inlined), `${rule.title}: thresholds`);
+    const inlined = [
+      prom.expr,
+      ...[...prom.expr.matchAll(/logprobe:[a-z_:0-9]+/g)].map((m) => records.get(m[0]) ?? ''),
+    ].join('\n');
+    assert.deepEqual(
+      thresholds(rule.data.find((d) => d.refId === 'A')!.model.expr!),
+      thresholds(inlined),
+      `${rule.title}: thresholds`,
+    );
     grafanaExpr(rule);
   }
 });
 
 test("the dashboard's panels link to the Grafana alert rules they show", () => {
-  const dash = JSON.parse(readFileSync(join(GRAFANA, 'logprobe.json'), 'utf8')) as { panels: Array<{ title: string; links?: Array<{ title: string; url: string }> }> };
+  const dash = JSON.parse(readFileSync(join(GRAFANA, 'logprobe.json'), 'utf8')) as {
+    panels: Array<{ title: string; links?: Array<{ title: string; url: string }> }>;
+  };
   const linked = new Set(dash.panels.flatMap((p) => (p.links ?? []).map((l) => l.url)));
-  for (const rule of grafanaRules) assert.ok(linked.has(`/alerting/grafana/${rule.uid}/view`), `a panel links to ${rule.title}`);
+  for (const rule of grafanaRules)
+    assert.ok(linked.has(`/alerting/grafana/${rule.uid}/view`), `a panel links to ${rule.title}`);
   const alertState = dash.panels.find((p) => p.title === 'Alert state')!;
   assert.equal(alertState.links?.length, grafanaRules.length, 'the alert state panel links to every rule');
 });
@@ -111,13 +143,24 @@ test("alerts.test.yml's alert tests pass on rules made of the Grafana queries (p
   const dir = mkdtempSync(join(tmpdir(), 'logprobe-grafana-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const rules = {
-    groups: [{ name: 'grafana', rules: grafanaRules.map((r) => ({ alert: r.title, expr: grafanaExpr(r), for: r.for, labels: r.labels })) }],
+    groups: [
+      {
+        name: 'grafana',
+        rules: grafanaRules.map((r) => ({ alert: r.title, expr: grafanaExpr(r), for: r.for, labels: r.labels })),
+      },
+    ],
   };
   writeFileSync(join(dir, 'grafana-rules.yml'), stringifyYaml(rules, { lineWidth: 0 }));
   const tests = parseYaml(readFileSync(join(PROM_DIR, 'alerts.test.yml'), 'utf8')) as {
     rule_files: string[];
     group_eval_order?: string[];
-    tests: Array<{ promql_expr_test?: unknown; alert_rule_test?: Array<{ alertname: string; exp_alerts: Array<{ exp_labels: Record<string, string>; exp_annotations?: unknown }> }> }>;
+    tests: Array<{
+      promql_expr_test?: unknown;
+      alert_rule_test?: Array<{
+        alertname: string;
+        exp_alerts: Array<{ exp_labels: Record<string, string>; exp_annotations?: unknown }>;
+      }>;
+    }>;
   };
   tests.rule_files = ['grafana-rules.yml'];
   delete tests.group_eval_order;
@@ -135,7 +178,11 @@ test("alerts.test.yml's alert tests pass on rules made of the Grafana queries (p
   }
   assert.ok(cases >= 20, `${cases} alert test cases`);
   writeFileSync(join(dir, 'grafana.test.yml'), stringifyYaml(tests, { lineWidth: 0 }));
-  const r = spawnSync('promtool', ['test', 'rules', 'grafana.test.yml'], { cwd: dir, encoding: 'utf8', timeout: 120_000 });
+  const r = spawnSync('promtool', ['test', 'rules', 'grafana.test.yml'], {
+    cwd: dir,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
   assert.equal(r.status, 0, `promtool test rules failed on the Grafana queries:\n${r.stdout}${r.stderr}`);
 });
 
@@ -158,7 +205,8 @@ function replayScrape(): Promise<Server> {
       const name = l.split(/[{ ]/, 1)[0]!;
       const value = Number(l.slice(l.lastIndexOf(' ') + 1));
       const head = l.slice(0, l.lastIndexOf(' '));
-      if (variant === 'rates-only' && /^logprobe_(alert_firing|cusum_statistic|window_global_shift_ratio)$/.test(name)) return `${head} 0`;
+      if (variant === 'rates-only' && /^logprobe_(alert_firing|cusum_statistic|window_global_shift_ratio)$/.test(name))
+        return `${head} 0`;
       if (variant === 'worker-down' && name === 'logprobe_mirror_worker_up') return `${head} 0`;
       if (variant === 'worker-down' && name === 'logprobe_mirror_queue_depth') return `${head} 5`;
       if (counters.has(name) && variant !== 'worker-down') return `${head} ${value * k}`;
@@ -182,14 +230,20 @@ test('on a real Prometheus over a recorded scrape, each Grafana query returns th
     config: {
       global: { scrape_interval: '1s', evaluation_interval: '1s' },
       rule_files: ['alerts.yml'],
-      scrape_configs: variants.map((v) => ({ job_name: v, metrics_path: `/${v}`, static_configs: [{ targets: [target] }] })),
+      scrape_configs: variants.map((v) => ({
+        job_name: v,
+        metrics_path: `/${v}`,
+        static_configs: [{ targets: [target] }],
+      })),
     },
     files: { 'alerts.yml': readFileSync(join(PROM_DIR, 'alerts.yml'), 'utf8') },
   });
   t.after(() => prom.close());
   // Rates need two samples of every variant, the recording rules an evaluation after them.
   const deadline = Date.now() + 30_000;
-  while ((await promQuery(prom.url, 'count(count_over_time(up[1m]) >= 4)').catch(() => []))[0]?.value !== variants.length) {
+  while (
+    (await promQuery(prom.url, 'count(count_over_time(up[1m]) >= 4)').catch(() => []))[0]?.value !== variants.length
+  ) {
     assert.ok(Date.now() < deadline, `Prometheus never scraped every variant:\n${prom.output()}`);
     await new Promise((r) => setTimeout(r, 500));
   }
@@ -209,6 +263,10 @@ test('on a real Prometheus over a recorded scrape, each Grafana query returns th
     const fromProm = (await promQuery(prom.url, prometheus)).map((s) => key(s.metric, by)).sort();
     const fromGrafana = (await promQuery(prom.url, grafanaExpr(rule))).map((s) => key(s.metric, by)).sort();
     assert.deepEqual(fromGrafana, fromProm, `${rule.title}: the same series as the Prometheus alert`);
-    assert.deepEqual([...new Set((await promQuery(prom.url, grafanaExpr(rule))).map((s) => s.metric.job))].sort(), expected[rule.title], `${rule.title}: fires on`);
+    assert.deepEqual(
+      [...new Set((await promQuery(prom.url, grafanaExpr(rule))).map((s) => s.metric.job))].sort(),
+      expected[rule.title],
+      `${rule.title}: fires on`,
+    );
   }
 });

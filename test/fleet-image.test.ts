@@ -83,7 +83,9 @@ test('it starts `logprobe serve` with a valid default config and exposes both po
   // The container defaults written by the runtime stage (printf '%s\n' 'line' … > file).
   const run = runtime.find((i) => i.op === 'RUN' && i.args.includes(cmd[2] as string));
   assert.ok(run, `a RUN step writes ${cmd[2]}`);
-  const lines = [...(run.args.split('>')[0] as string).matchAll(/'([^']*)'/g)].map((m) => m[1] as string).filter((l) => l !== '%s\\n');
+  const lines = [...(run.args.split('>')[0] as string).matchAll(/'([^']*)'/g)]
+    .map((m) => m[1] as string)
+    .filter((l) => l !== '%s\\n');
   const dir = mkdtempSync(join(tmpdir(), 'logprobe-image-'));
   try {
     const file = join(dir, 'logprobe.yaml');
@@ -120,7 +122,10 @@ test('HEALTHCHECK passes on a healthy admin port and fails on 503 or no server',
 
   const check = (adminPort: number) =>
     new Promise<number | null>((resolve) => {
-      const child = spawn(process.execPath, argv.slice(1), { env: { ...process.env, LOGPROBE_ADMIN_PORT: String(adminPort) }, stdio: 'ignore' });
+      const child = spawn(process.execPath, argv.slice(1), {
+        env: { ...process.env, LOGPROBE_ADMIN_PORT: String(adminPort) },
+        stdio: 'ignore',
+      });
       child.on('exit', (code) => resolve(code));
     });
 

@@ -4,7 +4,16 @@
 // volume under budget without touching the file being written.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync, mkdtempSync, mkdirSync, writeFileSync, rmSync, existsSync, utimesSync } from 'node:fs';
+import {
+  readFileSync,
+  readdirSync,
+  mkdtempSync,
+  mkdirSync,
+  writeFileSync,
+  rmSync,
+  existsSync,
+  utimesSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
@@ -49,7 +58,12 @@ const service = resource('Service', 'logprobe');
 const configMap = resource('ConfigMap', 'logprobe-config');
 const secret = resource('Secret', 'logprobe-baseline');
 const podTemplate = (deployment.spec as Obj).template as Obj;
-const podSpec = podTemplate.spec as { containers: Container[]; securityContext: Obj; volumes: Array<Obj & { name: string }>; terminationGracePeriodSeconds: number };
+const podSpec = podTemplate.spec as {
+  containers: Container[];
+  securityContext: Obj;
+  volumes: Array<Obj & { name: string }>;
+  terminationGracePeriodSeconds: number;
+};
 const main = podSpec.containers.find((c) => c.name === 'logprobe') as Container;
 const pruner = podSpec.containers.find((c) => c.name === 'capture-pruner') as Container;
 const cmData = configMap.data as Record<string, string>;
@@ -74,7 +88,9 @@ test('kustomization lists manifests that exist, and never the placeholder Secret
   const k = resource('Kustomization');
   const resources = k.resources as string[];
   for (const r of resources) assert.ok(existsSync(join(k8sDir, r)), r);
-  assert.ok(resources.includes('deployment.yaml') && resources.includes('service.yaml') && resources.includes('configmap.yaml'));
+  assert.ok(
+    resources.includes('deployment.yaml') && resources.includes('service.yaml') && resources.includes('configmap.yaml'),
+  );
   assert.ok(!resources.includes('secret.yaml'), 'apply -k must not overwrite the real key with the placeholder');
 });
 
@@ -136,7 +152,10 @@ test('pods run as non-root with a read-only root filesystem', () => {
 test('termination grace covers the preStop pause and the drain', () => {
   const pause = Number(main.lifecycle?.preStop?.exec?.command?.[1] ?? 0);
   assert.ok(pause > 0, 'a preStop pause lets endpoints update before SIGTERM');
-  assert.ok(podSpec.terminationGracePeriodSeconds > pause + config.shutdown.drainSeconds, 'grace > pause + drainSeconds');
+  assert.ok(
+    podSpec.terminationGracePeriodSeconds > pause + config.shutdown.drainSeconds,
+    'grace > pause + drainSeconds',
+  );
   const strategy = (deployment.spec as Obj).strategy as { rollingUpdate: { maxUnavailable: number } };
   assert.equal(strategy.rollingUpdate.maxUnavailable, 0, 'rollouts never lower the serving capacity');
 });
@@ -186,7 +205,10 @@ test('the capture pruner deletes the oldest files down to the budget and keeps t
   assert.deepEqual(readdirSync(captures), ['e.jsonl']);
 
   // A missing directory is reported, not a crash.
-  r = spawnSync(process.execPath, [script, '--once'], { env: { ...process.env, CAPTURE_DIR: join(dir, 'nope') }, encoding: 'utf8' });
+  r = spawnSync(process.execPath, [script, '--once'], {
+    env: { ...process.env, CAPTURE_DIR: join(dir, 'nope') },
+    encoding: 'utf8',
+  });
   assert.equal(r.status, 0);
   assert.match(r.stdout, /cannot list the capture directory/);
 });

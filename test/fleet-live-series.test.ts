@@ -14,7 +14,17 @@ import { startSim, sendChatOrCompletion } from './helpers/sim.js';
 import { startUpstream } from './helpers/upstream.js';
 import { METRIC_CATALOG, MIRROR_OUTCOMES } from '../src/metrics/catalog.js';
 import { VERDICTS } from '../src/core/index.js';
-import { checkLive, dashboardQueries, grafanaToPromql, parseExposition, readDashboardText, readRulesText, rulesQueries, type Exposition, type Query } from './helpers/promql.js';
+import {
+  checkLive,
+  dashboardQueries,
+  grafanaToPromql,
+  parseExposition,
+  readDashboardText,
+  readRulesText,
+  rulesQueries,
+  type Exposition,
+  type Query,
+} from './helpers/promql.js';
 
 const rules = rulesQueries(readRulesText());
 const dashboard = dashboardQueries(readDashboardText()).map((q) => ({ ...q, expr: grafanaToPromql(q.expr) }));
@@ -35,7 +45,9 @@ test('the live checker reports missing series, labels and values', () => {
       '# TYPE logprobe_cusum_statistic gauge',
     ].join('\n'),
   );
-  const recorded = new Map([['logprobe:verdicts:rate5m', 'sum by (job, route, verdict) (rate(logprobe_verdicts_total[5m]))']]);
+  const recorded = new Map([
+    ['logprobe:verdicts:rate5m', 'sum by (job, route, verdict) (rate(logprobe_verdicts_total[5m]))'],
+  ]);
   const eventOnly = new Map([['logprobe_capture_errors_total', 'test']]);
   const bad: Array<[string, RegExp]> = [
     ['logprobe_cusum_statistic', /logprobe_cusum_statistic is declared but has no sample/],
@@ -108,12 +120,17 @@ test('every logprobe series, label and value the rules and the dashboard query i
  */
 function assertComplete(live: Exposition): void {
   // Not vacuous: the queries are there, and every catalogue metric is at least declared.
-  assert.ok(rules.queries.length >= 14 && dashboard.length >= 25, `${rules.queries.length} rule and ${dashboard.length} dashboard queries`);
+  assert.ok(
+    rules.queries.length >= 14 && dashboard.length >= 25,
+    `${rules.queries.length} rule and ${dashboard.length} dashboard queries`,
+  );
   const undeclared = METRIC_CATALOG.filter((m) => live.types.get(m.name) !== m.type).map((m) => m.name);
   assert.deepEqual(undeclared, [], 'catalogue metrics missing from the live exposition (or of another type)');
   const problems = [...rules.queries, ...dashboard].flatMap((q: Query) => checkLive(q, rules.recorded, live));
   assert.deepEqual(problems, []);
-  const withoutSamples = METRIC_CATALOG.filter((m) => ![...live.samples.keys()].some((s) => s === m.name || s.startsWith(`${m.name}_`))).map((m) => m.name);
+  const withoutSamples = METRIC_CATALOG.filter(
+    (m) => ![...live.samples.keys()].some((s) => s === m.name || s.startsWith(`${m.name}_`)),
+  ).map((m) => m.name);
   assert.deepEqual(withoutSamples, [], 'metrics without a sample');
 }
 
@@ -128,16 +145,26 @@ test('on a fresh proxy that has seen no request, every series, label and value t
   assertComplete(live);
 
   // The series the issue names, by every known label value, and the worker's state.
-  const has = (name: string, labels: Record<string, string>) => (live.samples.get(name) ?? []).some((s) => Object.entries(labels).every(([k, v]) => s[k] === v));
+  const has = (name: string, labels: Record<string, string>) =>
+    (live.samples.get(name) ?? []).some((s) => Object.entries(labels).every(([k, v]) => s[k] === v));
   for (const route of ['/v1/completions', '/v1/chat/completions']) {
-    for (const cls of ['ambiguous', 'gray', 'systematic']) assert.ok(has('logprobe_flip_gap_nats_count', { route, class: cls }), `flip gap ${route} ${cls}`);
+    for (const cls of ['ambiguous', 'gray', 'systematic'])
+      assert.ok(has('logprobe_flip_gap_nats_count', { route, class: cls }), `flip gap ${route} ${cls}`);
     assert.ok(has('logprobe_first_divergence_tokens_bucket', { route, le: '+Inf' }), `first divergence ${route}`);
-    for (const verdict of VERDICTS) assert.ok(has('logprobe_verdicts_total', { route, verdict }), `verdict ${route} ${verdict}`);
-    for (const outcome of MIRROR_OUTCOMES) assert.ok(has('logprobe_mirror_total', { route, outcome }), `outcome ${route} ${outcome}`);
-    for (const backend of ['candidate', 'baseline']) assert.ok(has('logprobe_upstream_duration_seconds_count', { route, backend }), `upstream ${route} ${backend}`);
+    for (const verdict of VERDICTS)
+      assert.ok(has('logprobe_verdicts_total', { route, verdict }), `verdict ${route} ${verdict}`);
+    for (const outcome of MIRROR_OUTCOMES)
+      assert.ok(has('logprobe_mirror_total', { route, outcome }), `outcome ${route} ${outcome}`);
+    for (const backend of ['candidate', 'baseline'])
+      assert.ok(has('logprobe_upstream_duration_seconds_count', { route, backend }), `upstream ${route} ${backend}`);
   }
-  for (const backend of ['candidate', 'baseline']) assert.ok(has('logprobe_noise_floor_observed_nats', { backend }), `observed floor ${backend}`);
+  for (const backend of ['candidate', 'baseline'])
+    assert.ok(has('logprobe_noise_floor_observed_nats', { backend }), `observed floor ${backend}`);
   // prom-client spells it `Nan`; Prometheus reads NaN in any case.
-  assert.match(text, /^logprobe_noise_floor_observed_nats\{backend="candidate"\} NaN$/im, 'not measured yet: NaN, not 0');
+  assert.match(
+    text,
+    /^logprobe_noise_floor_observed_nats\{backend="candidate"\} NaN$/im,
+    'not measured yet: NaN, not 0',
+  );
   assert.match(text, /^logprobe_mirror_worker_up 1$/m);
 });

@@ -12,7 +12,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { METRIC_CATALOG } from '../src/metrics/catalog.js';
-import { baseMetrics, checkQuery, dashboardQueries, grafanaToPromql, readDashboardText, readRulesText, rulesQueries } from './helpers/promql.js';
+import {
+  baseMetrics,
+  checkQuery,
+  dashboardQueries,
+  grafanaToPromql,
+  readDashboardText,
+  readRulesText,
+  rulesQueries,
+} from './helpers/promql.js';
 
 const rulesText = readRulesText();
 const dashboardText = readDashboardText();
@@ -21,7 +29,9 @@ const rules = rulesQueries(rulesText);
 const dashboard = dashboardQueries(dashboardText);
 
 test('the checker catches unknown series, labels and label values', () => {
-  const recorded = new Map([['logprobe:verdicts:rate5m', 'sum by (job, route, verdict) (rate(logprobe_verdicts_total[5m]))']]);
+  const recorded = new Map([
+    ['logprobe:verdicts:rate5m', 'sum by (job, route, verdict) (rate(logprobe_verdicts_total[5m]))'],
+  ]);
   const bad: Array<[string, RegExp]> = [
     ['rate(logprobe_verdict_total[5m])', /logprobe_verdict_total is not a series/],
     ['logprobe_cusum_statistic_bucket', /logprobe_cusum_statistic_bucket is not a series/],
@@ -64,12 +74,16 @@ test('every series, label and value the alert rules query is exported by logprob
 });
 
 test('every series, label and value the dashboard queries is exported by logprobe or recorded', () => {
-  const problems = dashboard.map((q) => ({ ...q, expr: grafanaToPromql(q.expr) })).flatMap((q) => checkQuery(q, rules.recorded));
+  const problems = dashboard
+    .map((q) => ({ ...q, expr: grafanaToPromql(q.expr) }))
+    .flatMap((q) => checkQuery(q, rules.recorded));
   assert.deepEqual(problems, []);
 });
 
 test('the dashboard uses every metric logprobe exports', () => {
-  const used = new Set(dashboard.flatMap((q) => baseMetrics(grafanaToPromql(q.expr), rules.recorded).map((b) => b.spec.name)));
+  const used = new Set(
+    dashboard.flatMap((q) => baseMetrics(grafanaToPromql(q.expr), rules.recorded).map((b) => b.spec.name)),
+  );
   const unused = METRIC_CATALOG.map((m) => m.name).filter((n) => !used.has(n));
   assert.deepEqual(unused, [], 'catalog metrics with no panel in config/grafana/logprobe.json: add one');
 });
@@ -86,7 +100,12 @@ test('every dashboard expression is valid PromQL (promtool)', (t) => {
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const file = join(dir, 'dashboard-exprs.yml');
   const rulesYaml = {
-    groups: [{ name: 'dashboard', rules: dashboard.map((q, i) => ({ record: `dashboard:expr_${i}:check`, expr: grafanaToPromql(q.expr) })) }],
+    groups: [
+      {
+        name: 'dashboard',
+        rules: dashboard.map((q, i) => ({ record: `dashboard:expr_${i}:check`, expr: grafanaToPromql(q.expr) })),
+      },
+    ],
   };
   writeFileSync(file, JSON.stringify(rulesYaml));
   const r = spawnSync('promtool', ['check', 'rules', file], { encoding: 'utf8' });
@@ -101,6 +120,9 @@ test('docs/format.md lists every metric of the catalogue, with its type and labe
   for (const m of METRIC_CATALOG) {
     const row = doc.split('\n').find((l) => l.startsWith(`| \`${m.name}\` |`));
     assert.ok(row, `${m.name} is in docs/format.md`);
-    assert.ok(row.includes(`| ${m.type} |`) && row.includes(`| ${m.labelNames.join(', ') || '—'} |`), `${m.name}: type and labels as in the catalogue`);
+    assert.ok(
+      row.includes(`| ${m.type} |`) && row.includes(`| ${m.labelNames.join(', ') || '—'} |`),
+      `${m.name}: type and labels as in the catalogue`,
+    );
   }
 });

@@ -56,13 +56,16 @@ export function layerOf(path: string): number {
 /** The relative imports of a TypeScript source (static, re-exports, dynamic with a literal). */
 export function importsOf(source: string): string[] {
   const out: string[] = [];
-  const re = /(?:^|[;\s])(?:import|export)\s(?:[^'";]*?\sfrom\s)?['"](\.{1,2}\/[^'"]+)['"]|\bimport\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
+  const re =
+    /(?:^|[;\s])(?:import|export)\s(?:[^'";]*?\sfrom\s)?['"](\.{1,2}\/[^'"]+)['"]|\bimport\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
   for (const m of source.matchAll(re)) out.push((m[1] ?? m[2])!);
   return out;
 }
 
 function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? sources(join(dir, d.name)) : d.name.endsWith('.ts') ? [join(dir, d.name)] : []));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
+    d.isDirectory() ? sources(join(dir, d.name)) : d.name.endsWith('.ts') ? [join(dir, d.name)] : [],
+  );
 }
 
 /** Every import of src/ that goes up a layer, as `from → to (layer → layer)`. */
@@ -80,7 +83,10 @@ export function upwardImports(files: readonly { path: string; source: string }[]
   return bad;
 }
 
-const files = sources(SRC).map((f) => ({ path: relative(SRC, f).split('\\').join('/'), source: readFileSync(f, 'utf8') }));
+const files = sources(SRC).map((f) => ({
+  path: relative(SRC, f).split('\\').join('/'),
+  source: readFileSync(f, 'utf8'),
+}));
 
 test('every module of src/ is in a layer', () => {
   assert.ok(files.length > 100, `${files.length} sources read`);
@@ -99,7 +105,10 @@ test('no module imports from a layer above its own', () => {
 test('the check sees an upward import, a re-export, a type-only and a dynamic import, across lines', () => {
   const bad = upwardImports([
     { path: 'core/x.ts', source: "import {\n  a,\n  b,\n} from '../mirror/mirror.js';" },
-    { path: 'metrics/y.ts', source: "export { c } from '../proxy/budget.js';\nimport type { D } from '../cli/main.js';" },
+    {
+      path: 'metrics/y.ts',
+      source: "export { c } from '../proxy/budget.js';\nimport type { D } from '../cli/main.js';",
+    },
     { path: 'config/z.ts', source: "const m = await import('../server.js');" },
     { path: 'cli/ok.ts', source: "import { e } from '../core/index.js';\nimport { f } from './options.js';" },
   ]);

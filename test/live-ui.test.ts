@@ -14,7 +14,8 @@ import { makePair } from './helpers/capture.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 // Debian's chromium, installed by .ci/run; locally the browser test skips when it is absent.
-const skip = !existsSync(CHROMIUM) && !process.env.CI ? `${CHROMIUM} is absent (apt-get install chromium; CI installs it)` : false;
+const skip =
+  !existsSync(CHROMIUM) && !process.env.CI ? `${CHROMIUM} is absent (apt-get install chromium; CI installs it)` : false;
 /** Where the page's screenshot goes (kept after the test, for a look). */
 export const SCREENSHOT = process.env.LOGPROBE_UI_SCREENSHOT ?? join(tmpdir(), 'logprobe-live-ui.png');
 
@@ -23,9 +24,17 @@ const FAST_ALERTS = { window: 10, minRequests: 3, fireFraction: 0.5, forSeconds:
 async function send(proxyUrl: string, i: number): Promise<number> {
   const chat = i % 2 === 0;
   const body = chat
-    ? { model: 'sim', messages: [{ role: 'user', content: `live question ${i}: why is the sky blue?` }], max_tokens: 24 }
+    ? {
+        model: 'sim',
+        messages: [{ role: 'user', content: `live question ${i}: why is the sky blue?` }],
+        max_tokens: 24,
+      }
     : { model: 'sim', prompt: `Live prompt ${i}: the capital of France is`, max_tokens: 24 };
-  const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+  const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json' },
+  });
   await res.body.dump();
   return res.statusCode;
 }
@@ -48,7 +57,11 @@ test("the feed builds no strip while no page polls, keeps the last pairs' bodies
   for (let i = 0; i < 15; i++) feed.onPair(makePair(i, { shift: 0.5 }));
   const first = JSON.parse(feed.snapshot(0, 0)) as LiveData;
   assert.equal(first.pairs.length, 15);
-  assert.equal(first.pairs.filter((p) => p.strip !== null).length, PENDING_PAIRS, 'the last pairs get their strip when a page asks');
+  assert.equal(
+    first.pairs.filter((p) => p.strip !== null).length,
+    PENDING_PAIRS,
+    'the last pairs get their strip when a page asks',
+  );
   assert.ok(first.pairs.slice(0, 15 - PENDING_PAIRS).every((p) => p.strip === null && p.unbuilt === true));
   assert.equal(first.pairs[0]!.prompt, 'question 0');
   // A page is open now: strips are built as pairs come.
@@ -86,7 +99,12 @@ test("/ui/data: the worker's bounded summary, incremental by pair and point, wit
   const baseline = await startSim();
   const candidate = await startSim({ stateShift: 0.6 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 }, alert: FAST_ALERTS });
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1 },
+    alert: FAST_ALERTS,
+  });
   t.after(() => lp.close());
 
   const empty = await data(lp.adminUrl);
@@ -116,7 +134,8 @@ test("/ui/data: the worker's bounded summary, incremental by pair and point, wit
   assert.equal(all.alerts[0]!.phase, 'firing');
   assert.ok(all.alerts[0]!.last && all.alerts[0]!.last.to === 'firing');
   const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-  for (const v of ['global_shift', 'early_shift'] as const) assert.equal(all.verdicts[v], metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: v }) ?? 0);
+  for (const v of ['global_shift', 'early_shift'] as const)
+    assert.equal(all.verdicts[v], metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: v }) ?? 0);
   assert.equal(all.outcomes.ok, 60);
 
   const later = (await data(lp.adminUrl, `?since=58&t=${all.series.at(-1)?.t ?? 0}`)).data!;
@@ -140,85 +159,120 @@ test("/ui/data: the worker's bounded summary, incremental by pair and point, wit
   assert.notEqual(pub.statusCode, 200);
 });
 
-test("the live page in Chromium: same origin only, a firing alert from a faulty candidate, a pair's strip within seconds of its request, top-k on hover", { skip }, async (t) => {
-  const baseline = await startSim();
-  const candidate = await startSim({ stateShift: 0.6 });
-  t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 }, alert: FAST_ALERTS });
-  t.after(() => lp.close());
+test(
+  "the live page in Chromium: same origin only, a firing alert from a faulty candidate, a pair's strip within seconds of its request, top-k on hover",
+  { skip },
+  async (t) => {
+    const baseline = await startSim();
+    const candidate = await startSim({ stateShift: 0.6 });
+    t.after(() => Promise.all([baseline.close(), candidate.close()]));
+    const lp = await startLogprobe({
+      candidate: { url: candidate.url },
+      baseline: { url: baseline.url },
+      mirror: { sampleRate: 1 },
+      alert: FAST_ALERTS,
+    });
+    t.after(() => lp.close());
 
-  const browser: Browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  t.after(() => browser.close());
-  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
-  const origin = new URL(lp.adminUrl).origin;
-  const errors: string[] = [];
-  const foreign: string[] = [];
-  const requests: string[] = [];
-  page.on('console', (msg) => {
-    if (msg.type() === 'error') errors.push(msg.text());
-  });
-  page.on('pageerror', (e) => errors.push(String(e)));
-  page.on('request', (r) => {
-    requests.push(r.url());
-    if (!r.url().startsWith(`${origin}/`) && !r.url().startsWith('data:')) foreign.push(r.url());
-  });
-  await page.goto(`${lp.adminUrl}/ui`, { waitUntil: 'load' });
-  await page.waitForFunction("document.getElementById('status')?.textContent?.startsWith('updated')", undefined, { timeout: 10_000 });
-  assert.equal(await page.locator('#alert-body tr').count(), 4, 'every in-process alert, LogprobSelfInconsistency per backend');
-  assert.ok(await page.locator('#no-pairs').isVisible());
+    const browser: Browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+    });
+    t.after(() => browser.close());
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+    const origin = new URL(lp.adminUrl).origin;
+    const errors: string[] = [];
+    const foreign: string[] = [];
+    const requests: string[] = [];
+    page.on('console', (msg) => {
+      if (msg.type() === 'error') errors.push(msg.text());
+    });
+    page.on('pageerror', (e) => errors.push(String(e)));
+    page.on('request', (r) => {
+      requests.push(r.url());
+      if (!r.url().startsWith(`${origin}/`) && !r.url().startsWith('data:')) foreign.push(r.url());
+    });
+    await page.goto(`${lp.adminUrl}/ui`, { waitUntil: 'load' });
+    await page.waitForFunction("document.getElementById('status')?.textContent?.startsWith('updated')", undefined, {
+      timeout: 10_000,
+    });
+    assert.equal(
+      await page.locator('#alert-body tr').count(),
+      4,
+      'every in-process alert, LogprobSelfInconsistency per backend',
+    );
+    assert.ok(await page.locator('#no-pairs').isVisible());
 
-  // One request: its strip is on the page within seconds.
-  const sent = Date.now();
-  assert.equal(await send(lp.proxyUrl, 0), 200);
-  await page.waitForSelector('#pair-list .strip .tok', { timeout: 8000 });
-  const latency = Date.now() - sent;
-  t.diagnostic(`a pair's strip appeared ${latency} ms after its request`);
-  assert.ok(latency < 8000);
-  assert.match((await page.textContent('#pair-list .live-pair .live-prompt'))!, /live question 0/);
+    // One request: its strip is on the page within seconds.
+    const sent = Date.now();
+    assert.equal(await send(lp.proxyUrl, 0), 200);
+    await page.waitForSelector('#pair-list .strip .tok', { timeout: 8000 });
+    const latency = Date.now() - sent;
+    t.diagnostic(`a pair's strip appeared ${latency} ms after its request`);
+    assert.ok(latency < 8000);
+    assert.match((await page.textContent('#pair-list .live-pair .live-prompt'))!, /live question 0/);
 
-  // A few more: LogprobGlobalShift fires, and the page says so.
-  for (let i = 1; i < 8; i++) assert.equal(await send(lp.proxyUrl, i), 200);
-  await page.waitForSelector('tr[data-alert="LogprobGlobalShift"][data-phase="firing"]', { timeout: 10_000 });
-  assert.match((await page.textContent('tr[data-alert="LogprobGlobalShift"]'))!, /firing.*pooled share/s);
-  // Each backend's state (#26): both answered their copies.
-  assert.match((await page.textContent('tr[data-backend="candidate"]'))!, /candidate.*reachable.*no failure/s);
-  assert.equal(await page.getAttribute('tr[data-backend="baseline"]', 'data-state'), 'reachable');
-  await page.waitForFunction("document.querySelectorAll('#pair-list .live-pair').length === 8", undefined, { timeout: 8000 });
-  const shown = await page.$$eval('#mix-body tr', (rows) => Object.fromEntries(rows.map((r) => [r.getAttribute('data-verdict'), Number(r.querySelector('.count')!.textContent)])));
-  const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-  for (const v of ['global_shift', 'early_shift']) assert.equal(shown[v], metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: v }) ?? 0, v);
-  assert.ok((await page.locator('#share-chart polyline').count()) === 1, 'the pooled share over time');
-  assert.ok((await page.locator('#cusum-chart polyline').count()) === 1, 'the CUSUM over time');
-  // The permutation test's p-value (#25): the page shows the gauge's value.
-  const pvalue = metricValue(m, 'logprobe_alert_test_pvalue');
-  assert.ok(pvalue !== undefined && pvalue > 0 && pvalue <= 1, `logprobe_alert_test_pvalue ${pvalue}`);
-  const shownP = pvalue < 0.01 ? pvalue.toExponential(1) : pvalue.toFixed(2);
-  await page.waitForFunction(`document.getElementById('window-now')?.textContent?.includes(${JSON.stringify(`permutation test p = ${shownP} over `)})`, undefined, { timeout: 8000 });
-  assert.ok((await page.locator('#pair-list .tok.flip').count()) > 0, 'the flip is boxed');
+    // A few more: LogprobGlobalShift fires, and the page says so.
+    for (let i = 1; i < 8; i++) assert.equal(await send(lp.proxyUrl, i), 200);
+    await page.waitForSelector('tr[data-alert="LogprobGlobalShift"][data-phase="firing"]', { timeout: 10_000 });
+    assert.match((await page.textContent('tr[data-alert="LogprobGlobalShift"]'))!, /firing.*pooled share/s);
+    // Each backend's state (#26): both answered their copies.
+    assert.match((await page.textContent('tr[data-backend="candidate"]'))!, /candidate.*reachable.*no failure/s);
+    assert.equal(await page.getAttribute('tr[data-backend="baseline"]', 'data-state'), 'reachable');
+    await page.waitForFunction("document.querySelectorAll('#pair-list .live-pair').length === 8", undefined, {
+      timeout: 8000,
+    });
+    const shown = await page.$$eval('#mix-body tr', (rows) =>
+      Object.fromEntries(
+        rows.map((r) => [r.getAttribute('data-verdict'), Number(r.querySelector('.count')!.textContent)]),
+      ),
+    );
+    const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
+    for (const v of ['global_shift', 'early_shift'])
+      assert.equal(shown[v], metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: v }) ?? 0, v);
+    assert.ok((await page.locator('#share-chart polyline').count()) === 1, 'the pooled share over time');
+    assert.ok((await page.locator('#cusum-chart polyline').count()) === 1, 'the CUSUM over time');
+    // The permutation test's p-value (#25): the page shows the gauge's value.
+    const pvalue = metricValue(m, 'logprobe_alert_test_pvalue');
+    assert.ok(pvalue !== undefined && pvalue > 0 && pvalue <= 1, `logprobe_alert_test_pvalue ${pvalue}`);
+    const shownP = pvalue < 0.01 ? pvalue.toExponential(1) : pvalue.toFixed(2);
+    await page.waitForFunction(
+      `document.getElementById('window-now')?.textContent?.includes(${JSON.stringify(`permutation test p = ${shownP} over `)})`,
+      undefined,
+      { timeout: 8000 },
+    );
+    assert.ok((await page.locator('#pair-list .tok.flip').count()) > 0, 'the flip is boxed');
 
-  await page.locator('#pair-list .tok').first().hover();
-  await page.waitForSelector('#tip', { state: 'visible' });
-  const tip = (await page.textContent('#tip'))!;
-  assert.match(tip, /candidate/);
-  assert.match(tip, /baseline/);
-  assert.match(tip, /-\d\.\d{4}/, 'logprobs of the top-k');
-  await page.mouse.move(5, 5);
+    await page.locator('#pair-list .tok').first().hover();
+    await page.waitForSelector('#tip', { state: 'visible' });
+    const tip = (await page.textContent('#tip'))!;
+    assert.match(tip, /candidate/);
+    assert.match(tip, /baseline/);
+    assert.match(tip, /-\d\.\d{4}/, 'logprobs of the top-k');
+    await page.mouse.move(5, 5);
 
-  await page.screenshot({ path: SCREENSHOT, fullPage: true });
-  // Close-ups, to look at the charts and a strip at full size.
-  await page.locator('#detectors').screenshot({ path: SCREENSHOT.replace(/\.png$/, '-window.png') });
-  await page
-    .locator('#pair-list .live-pair')
-    .first()
-    .screenshot({ path: SCREENSHOT.replace(/\.png$/, '-pair.png') });
-  t.diagnostic(`screenshot: ${SCREENSHOT}`);
-  assert.deepEqual(foreign, [], 'nothing requested from another origin');
-  assert.ok(
-    requests.some((u) => u.startsWith(`${origin}/ui/data`)),
-    'the page polls its own origin',
-  );
-  assert.deepEqual(errors, [], 'no console error (a CSP violation would be one)');
-});
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    // Close-ups, to look at the charts and a strip at full size.
+    await page.locator('#detectors').screenshot({ path: SCREENSHOT.replace(/\.png$/, '-window.png') });
+    await page
+      .locator('#pair-list .live-pair')
+      .first()
+      .screenshot({ path: SCREENSHOT.replace(/\.png$/, '-pair.png') });
+    t.diagnostic(`screenshot: ${SCREENSHOT}`);
+    assert.deepEqual(foreign, [], 'nothing requested from another origin');
+    assert.ok(
+      requests.some((u) => u.startsWith(`${origin}/ui/data`)),
+      'the page polls its own origin',
+    );
+    assert.deepEqual(errors, [], 'no console error (a CSP violation would be one)');
+  },
+);

@@ -35,8 +35,14 @@ test('each thread registers the metrics it owns and those owned by both, nothing
   assert.match(main, /^process_start_time_seconds /m);
   assert.doesNotMatch(worker, /^process_/m);
   // A metric used on the wrong thread is a bug, said at once.
-  assert.throws(() => new Metrics({ thread: 'main' }).counter('logprobe_verdicts_total'), /not registered on the main thread/);
-  assert.throws(() => new Metrics({ thread: 'worker' }).observeRequest('/v1/completions', 200, 0.1), /not registered on the worker thread/);
+  assert.throws(
+    () => new Metrics({ thread: 'main' }).counter('logprobe_verdicts_total'),
+    /not registered on the main thread/,
+  );
+  assert.throws(
+    () => new Metrics({ thread: 'worker' }).observeRequest('/v1/completions', 200, 0.1),
+    /not registered on the worker thread/,
+  );
 });
 
 test('every metric has an owner; the ones owned by both are the counters and gauges both threads move', () => {
@@ -53,7 +59,11 @@ test('/metrics: families owned by one thread come from it alone; the shared ones
   const candidate = await startSim();
   const baseline = await startSim();
   t.after(() => Promise.all([candidate.close(), baseline.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } });
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1 },
+  });
   t.after(() => lp.close());
   const prompts = { chat: 'threads: the sky is', completion: 'threads: the sea is' };
   for (let i = 0; i < 4; i++) assert.equal(await sendChatOrCompletion(lp.proxyUrl, i, prompts), 200);

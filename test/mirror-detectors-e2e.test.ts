@@ -8,7 +8,12 @@ import { startUpstream } from './helpers/upstream.js';
 async function send(proxyUrl: string, i: number, maxTokens = 24) {
   const res = await request(`${proxyUrl}/v1/completions`, {
     method: 'POST',
-    body: JSON.stringify({ model: 'sim', prompt: `Prompt ${i}: the capital of France is`, max_tokens: maxTokens, temperature: 0.8 }),
+    body: JSON.stringify({
+      model: 'sim',
+      prompt: `Prompt ${i}: the capital of France is`,
+      max_tokens: maxTokens,
+      temperature: 0.8,
+    }),
     headers: { 'content-type': 'application/json' },
   });
   await res.body.dump();
@@ -64,7 +69,10 @@ test("calibration measures each backend's run-to-run noise and noiseFloor auto f
   assert.ok(base >= 0.001 && base <= 0.01, `baseline p99 ${base} for σ = 0.001`);
   assert.ok(cand / base > 4 && cand / base < 25, `ten times the noise gives ~ten times the p99 (${cand / base})`);
   const floor = metricValue(m, 'logprobe_noise_floor_nats')!;
-  assert.ok(Math.abs(floor - Math.max(0.01, base * 3)) < 1e-9, `auto floor ${floor} = max(minFloor, baseline p99 × margin), never the candidate's ${cand}`);
+  assert.ok(
+    Math.abs(floor - Math.max(0.01, base * 3)) < 1e-9,
+    `auto floor ${floor} = max(minFloor, baseline p99 × margin), never the candidate's ${cand}`,
+  );
 });
 
 test('the webhook receives the firing and the resolved alert in Alertmanager v2 format', async (t) => {
@@ -74,7 +82,11 @@ test('the webhook receives the firing and the resolved alert in Alertmanager v2 
   const clean = await startSim();
   // The candidate is a switch in front of a faulty and a clean engine: a fix being deployed.
   const candidate = await startUpstream(async (req, res, body) => {
-    const up = await request(target + req.url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+    const up = await request(target + req.url, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json' },
+    });
     res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type']) });
     res.end(Buffer.from(await up.body.arrayBuffer()));
   });
@@ -92,7 +104,8 @@ test('the webhook receives the firing and the resolved alert in Alertmanager v2 
   });
   t.after(() => lp.close());
 
-  const globalAlerts = () => received.flat().filter((a) => (a.labels as Record<string, string>).alertname === 'LogprobGlobalShift');
+  const globalAlerts = () =>
+    received.flat().filter((a) => (a.labels as Record<string, string>).alertname === 'LogprobGlobalShift');
   for (let i = 0; i < 10; i++) await send(lp.proxyUrl, i);
   await lp.runtime.mirror!.idle();
   const deadline = Date.now() + 5000;

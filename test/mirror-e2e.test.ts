@@ -7,10 +7,21 @@ import { startUpstream } from './helpers/upstream.js';
 
 const FAST_ALERTS = { window: 20, minRequests: 10, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } };
 
-async function send(proxyUrl: string, i: number, extra: Record<string, unknown> = {}, headers: Record<string, string> = {}) {
+async function send(
+  proxyUrl: string,
+  i: number,
+  extra: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
+) {
   const chat = i % 2 === 0;
   const body = chat
-    ? { model: 'sim', messages: [{ role: 'user', content: `question number ${i}: why is the sky blue?` }], max_tokens: 24, temperature: 0.9, ...extra }
+    ? {
+        model: 'sim',
+        messages: [{ role: 'user', content: `question number ${i}: why is the sky blue?` }],
+        max_tokens: 24,
+        temperature: 0.9,
+        ...extra,
+      }
     : { model: 'sim', prompt: `Prompt ${i}: the capital of France is`, max_tokens: 24, temperature: 0.9, ...extra };
   const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
     method: 'POST',
@@ -30,7 +41,12 @@ test('a corrupted prefill state gives global_shift verdicts and fires LogprobGlo
   const baseline = await startSim();
   const candidate = await startSim({ stateShift: 0.6 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 }, alert: FAST_ALERTS });
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1 },
+    alert: FAST_ALERTS,
+  });
   t.after(() => lp.close());
   for (let i = 0; i < 20; i++) assert.equal((await send(lp.proxyUrl, i)).status, 200);
   await lp.runtime.mirror!.idle();
@@ -56,7 +72,12 @@ test('float noise (σ = 1e-3) gives no global_shift verdict and no alert over 50
   const baseline = await startSim();
   const candidate = await startSim({ noise: 0.001 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1, concurrency: 4, queueSize: 1000 }, alert: FAST_ALERTS });
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1, concurrency: 4, queueSize: 1000 },
+    alert: FAST_ALERTS,
+  });
   t.after(() => lp.close());
   for (let batch = 0; batch < 50; batch++) {
     await Promise.all(Array.from({ length: 10 }, (_, j) => send(lp.proxyUrl, batch * 10 + j, { max_tokens: 16 })));
@@ -77,7 +98,11 @@ test("client responses are byte-identical to the candidate's while every request
   const baseline = await startSim();
   const candidate = await startSim({ stateShift: 0.6 });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } });
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1 },
+  });
   t.after(() => lp.close());
   for (const [i, extra] of [
     [0, { temperature: 0 }],
@@ -135,7 +160,11 @@ test('a non-greedy client request reaches the candidate unchanged; both mirrored
     assert.equal(b.logit_bias, undefined);
   }
   assert.equal(copies[0]!.body, copies[1]!.body, 'both backends get the same copy');
-  assert.equal(atCandidate[1]!.headers.authorization, 'Bearer sk-client-secret', "the candidate is the client's own deployment");
+  assert.equal(
+    atCandidate[1]!.headers.authorization,
+    'Bearer sk-client-secret',
+    "the candidate is the client's own deployment",
+  );
   assert.equal(copies[1]!.headers.authorization, 'Bearer sk-baseline-key');
   assert.ok(!JSON.stringify(baseline.requests).includes('sk-client-secret'), 'no client credential at the baseline');
   const m = await metrics(lp.adminUrl);
@@ -146,7 +175,11 @@ test('a full queue drops the mirror and counts it; clients are not slowed', asyn
   const baseline = await startSim({ faults: 'slow:400' });
   const candidate = await startSim();
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1, concurrency: 1, queueSize: 2 } });
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1, concurrency: 1, queueSize: 2 },
+  });
   t.after(() => lp.close());
   const started = Date.now();
   const results = await Promise.all(Array.from({ length: 12 }, (_, i) => send(lp.proxyUrl, i, { max_tokens: 4 })));
@@ -174,13 +207,20 @@ for (const [fault, outcome] of [
     const baselineUrl = baseline.url;
     if (fault === 'down') await baseline.close();
     t.after(() => Promise.all([candidate.close(), fault === 'down' ? undefined : baseline.close()]));
-    const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baselineUrl }, mirror: { sampleRate: 1 } });
+    const lp = await startLogprobe({
+      candidate: { url: candidate.url },
+      baseline: { url: baselineUrl },
+      mirror: { sampleRate: 1 },
+    });
     t.after(() => lp.close());
     for (let i = 0; i < 4; i++) {
       const direct = await send(candidate.url, i, { temperature: 0 });
       const proxied = await send(lp.proxyUrl, i, { temperature: 0 });
       assert.equal(proxied.status, 200);
-      assert.equal(proxied.text.replace(/"id":"[^"]*"/g, '').replace(/"created":\d+/g, ''), direct.text.replace(/"id":"[^"]*"/g, '').replace(/"created":\d+/g, ''));
+      assert.equal(
+        proxied.text.replace(/"id":"[^"]*"/g, '').replace(/"created":\d+/g, ''),
+        direct.text.replace(/"id":"[^"]*"/g, '').replace(/"created":\d+/g, ''),
+      );
     }
     await lp.runtime.mirror!.idle();
     const m = await metrics(lp.adminUrl);
@@ -201,10 +241,17 @@ test('a request the candidate refused is skipped; a mirrored copy the candidate 
       return;
     }
     res.writeHead(b.logprobs ? 500 : 200, { 'content-type': 'application/json' });
-    res.end(b.logprobs ? '{"error":{"message":"boom","type":"server_error","param":null,"code":null}}' : '{"choices":[{"index":0,"text":"x","finish_reason":"stop","logprobs":null}]}');
+    res.end(
+      b.logprobs
+        ? '{"error":{"message":"boom","type":"server_error","param":null,"code":null}}'
+        : '{"choices":[{"index":0,"text":"x","finish_reason":"stop","logprobs":null}]}',
+    );
   });
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } }, { level: 'debug' });
+  const lp = await startLogprobe(
+    { candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 } },
+    { level: 'debug' },
+  );
   t.after(() => lp.close());
   assert.equal((await send(lp.proxyUrl, 1)).status, 200);
   assert.equal((await send(lp.proxyUrl, 3, { refuse: true })).status, 400);
@@ -224,7 +271,11 @@ test('a graceful stop finishes the mirrored pairs still queued instead of droppi
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
   const pairs: string[] = [];
   const lp = await startLogprobe(
-    { candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1, concurrency: 1, queueSize: 10 } },
+    {
+      candidate: { url: candidate.url },
+      baseline: { url: baseline.url },
+      mirror: { sampleRate: 1, concurrency: 1, queueSize: 10 },
+    },
     { listeners: { onPair: (p) => pairs.push(p.outcome) } },
   );
   for (let i = 0; i < 5; i++) assert.equal((await send(lp.proxyUrl, i, { max_tokens: 4 })).status, 200);
@@ -243,16 +294,26 @@ test("candidate.model / baseline.model: every mirrored copy and scoring call nam
     startEngineServer({ model: createSimModel({ seed: 11 }), concurrency: 0, api: 'vllm' }),
   ]);
   // Each backend behind a recorder: the path and the `model` of every request it got.
-  const seen: Record<'candidate' | 'baseline', Array<{ path: string; model: unknown; mirrored: boolean }>> = { candidate: [], baseline: [] };
+  const seen: Record<'candidate' | 'baseline', Array<{ path: string; model: unknown; mirrored: boolean }>> = {
+    candidate: [],
+    baseline: [],
+  };
   const front = (side: 'candidate' | 'baseline', target: string) =>
     startUpstream(async (req, res, body) => {
       const json = body.length > 0 ? (JSON.parse(body.toString()) as Record<string, unknown>) : {};
       seen[side].push({ path: req.url!, model: json.model, mirrored: json.logprobs !== undefined });
-      const up = await request(target + req.url, { method: req.method as 'GET' | 'POST', body: body.length > 0 ? body : undefined, headers: { 'content-type': 'application/json' } });
+      const up = await request(target + req.url, {
+        method: req.method as 'GET' | 'POST',
+        body: body.length > 0 ? body : undefined,
+        headers: { 'content-type': 'application/json' },
+      });
       res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type'] ?? 'application/json') });
       res.end(Buffer.from(await up.body.arrayBuffer()));
     });
-  const [candidate, baseline] = await Promise.all([front('candidate', engines[0].url), front('baseline', engines[1].url)]);
+  const [candidate, baseline] = await Promise.all([
+    front('candidate', engines[0].url),
+    front('baseline', engines[1].url),
+  ]);
   t.after(() => Promise.all([candidate.close(), baseline.close(), ...engines.map((e) => e.close())]));
   const lp = await startLogprobe({
     candidate: { url: candidate.url, engine: 'vllm', model: 'cand-served' },
@@ -264,9 +325,18 @@ test("candidate.model / baseline.model: every mirrored copy and scoring call nam
   await lp.runtime.mirror!.idle();
   const client = seen.candidate.filter((s) => !s.mirrored && /completions$/.test(s.path) && s.model === 'client-name');
   assert.equal(client.length, 4, "the client path carries the client's model, byte for byte");
-  const copies = { candidate: seen.candidate.filter((s) => s.mirrored), baseline: seen.baseline.filter((s) => s.mirrored) };
-  assert.ok(copies.candidate.length >= 4 && copies.candidate.every((s) => s.model === 'cand-served'), JSON.stringify(copies.candidate));
-  assert.ok(copies.baseline.length >= 4 && copies.baseline.every((s) => s.model === 'base-served'), JSON.stringify(copies.baseline));
+  const copies = {
+    candidate: seen.candidate.filter((s) => s.mirrored),
+    baseline: seen.baseline.filter((s) => s.mirrored),
+  };
+  assert.ok(
+    copies.candidate.length >= 4 && copies.candidate.every((s) => s.model === 'cand-served'),
+    JSON.stringify(copies.candidate),
+  );
+  assert.ok(
+    copies.baseline.length >= 4 && copies.baseline.every((s) => s.model === 'base-served'),
+    JSON.stringify(copies.baseline),
+  );
   // The pairs diverged: scoring ran (vLLM profile: /tokenize, prompt_logprobs), also under the served names.
   const scoring = seen.baseline.filter((s) => !s.mirrored && s.model !== undefined);
   assert.ok(scoring.length > 0, JSON.stringify(seen.baseline.map((s) => s.path)));
@@ -274,5 +344,12 @@ test("candidate.model / baseline.model: every mirrored copy and scoring call nam
     scoring.every((s) => s.model === 'base-served'),
     JSON.stringify(scoring),
   );
-  assert.ok(seen.candidate.filter((s) => !s.mirrored && s.path !== '/v1/completions' && s.path !== '/v1/chat/completions' && s.model !== undefined).every((s) => s.model === 'cand-served'));
+  assert.ok(
+    seen.candidate
+      .filter(
+        (s) =>
+          !s.mirrored && s.path !== '/v1/completions' && s.path !== '/v1/chat/completions' && s.model !== undefined,
+      )
+      .every((s) => s.model === 'cand-served'),
+  );
 });

@@ -17,10 +17,20 @@ const RUNS = { numRuns: 400 };
 // ---------------------------------------------------------------------------------------------
 // (a) parseResponse
 
-const FIXTURES = ['openai_chat_nonstream_top_logprobs2.json', 'openai_chat_stream_logprobs.sse', 'openai_completions_stream_logprobs5.sse'].map((name) =>
-  readFileSync(new URL(`./fixtures/${name}`, import.meta.url), 'utf8'),
-);
-const FORMATS = new Set(['completions', 'chat', 'llamacpp-completions', 'llamacpp-native', 'sglang-native', 'error', 'unknown']);
+const FIXTURES = [
+  'openai_chat_nonstream_top_logprobs2.json',
+  'openai_chat_stream_logprobs.sse',
+  'openai_completions_stream_logprobs5.sse',
+].map((name) => readFileSync(new URL(`./fixtures/${name}`, import.meta.url), 'utf8'));
+const FORMATS = new Set([
+  'completions',
+  'chat',
+  'llamacpp-completions',
+  'llamacpp-native',
+  'sglang-native',
+  'error',
+  'unknown',
+]);
 
 /** The shape every result has, whatever came in. */
 function assertWellFormed(r: ParsedResponse): void {
@@ -36,7 +46,10 @@ function assertWellFormed(r: ParsedResponse): void {
   if (r.error !== undefined) assert.equal(typeof r.error, 'string');
   for (const s of r.steps) {
     assert.equal(typeof s.token, 'string');
-    assert.ok(s.logprob === null || (Number.isFinite(s.logprob) && s.logprob > -9999 && s.logprob <= 1), `logprob ${s.logprob}`);
+    assert.ok(
+      s.logprob === null || (Number.isFinite(s.logprob) && s.logprob > -9999 && s.logprob <= 1),
+      `logprob ${s.logprob}`,
+    );
     assert.ok(Array.isArray(s.top));
     for (let i = 0; i < s.top.length; i++) {
       const [tok, lp] = s.top[i]!;
@@ -92,7 +105,10 @@ const textMutation = fc.oneof(
   fc.record({
     op: fc.constant('insert' as const),
     at: fc.nat(),
-    text: fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('{', '}', '[', ']', '"', ',', ':', '\n\n', 'data: ', '\\', 'null', '-9999', 'NaN', '\u0000')),
+    text: fc.oneof(
+      fc.string({ maxLength: 12 }),
+      fc.constantFrom('{', '}', '[', ']', '"', ',', ':', '\n\n', 'data: ', '\\', 'null', '-9999', 'NaN', '\u0000'),
+    ),
   }),
   fc.record({ op: fc.constant('truncate' as const), at: fc.nat() }),
   fc.record({ op: fc.constant('duplicate' as const), at: fc.nat(), len: fc.nat(200) }),
@@ -114,15 +130,23 @@ function mutateText(text: string, ops: readonly TextMutation[]): string {
 
 test('parseResponse never throws over mutated real response bodies (text mutations)', () => {
   fc.assert(
-    fc.property(fc.constantFrom(...FIXTURES), fc.array(textMutation, { minLength: 1, maxLength: 6 }), (fixture, ops) => {
-      parses(mutateText(fixture, ops));
-    }),
+    fc.property(
+      fc.constantFrom(...FIXTURES),
+      fc.array(textMutation, { minLength: 1, maxLength: 6 }),
+      (fixture, ops) => {
+        parses(mutateText(fixture, ops));
+      },
+    ),
     RUNS,
   );
 });
 
 /** Every path to a value inside `v` (keys and indexes). */
-function paths(v: unknown, prefix: Array<string | number> = [], out: Array<Array<string | number>> = []): Array<Array<string | number>> {
+function paths(
+  v: unknown,
+  prefix: Array<string | number> = [],
+  out: Array<Array<string | number>> = [],
+): Array<Array<string | number>> {
   out.push(prefix);
   if (Array.isArray(v)) v.forEach((x, i) => paths(x, [...prefix, i], out));
   else if (v !== null && typeof v === 'object') for (const [k, x] of Object.entries(v)) paths(x, [...prefix, k], out);
@@ -155,21 +179,41 @@ const FIXTURE_VALUES: unknown[] = FIXTURES.map((text) =>
 
 const hostileValue = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }),
-  fc.constantFrom(null, -9999, -Infinity, Number.NaN, 1e308, -3.4028234663852886e38, 2, '', 'token_id:12', 'token_id:99999999999999999999', [], {}, [null], [[1, 2, 3]], { message: 1 }),
+  fc.constantFrom(
+    null,
+    -9999,
+    -Infinity,
+    Number.NaN,
+    1e308,
+    -3.4028234663852886e38,
+    2,
+    '',
+    'token_id:12',
+    'token_id:99999999999999999999',
+    [],
+    {},
+    [null],
+    [[1, 2, 3]],
+    { message: 1 },
+  ),
 );
 
 test('parseResponse never throws over mutated real response bodies (structural mutations, as values, JSON and SSE)', () => {
   fc.assert(
-    fc.property(fc.nat(FIXTURE_VALUES.length - 1), fc.array(fc.tuple(fc.nat(), fc.option(hostileValue, { nil: undefined })), { minLength: 1, maxLength: 4 }), (which, edits) => {
-      let v = FIXTURE_VALUES[which];
-      for (const [pick, replacement] of edits) {
-        const all = paths(v);
-        v = replaceAt(v, all[pick % all.length]!, replacement);
-      }
-      parses(v);
-      parses(JSON.stringify(v) ?? '');
-      if (Array.isArray(v)) parses(v.map((c) => `data: ${JSON.stringify(c)}\n\n`).join('') + 'data: [DONE]\n\n');
-    }),
+    fc.property(
+      fc.nat(FIXTURE_VALUES.length - 1),
+      fc.array(fc.tuple(fc.nat(), fc.option(hostileValue, { nil: undefined })), { minLength: 1, maxLength: 4 }),
+      (which, edits) => {
+        let v = FIXTURE_VALUES[which];
+        for (const [pick, replacement] of edits) {
+          const all = paths(v);
+          v = replaceAt(v, all[pick % all.length]!, replacement);
+        }
+        parses(v);
+        parses(JSON.stringify(v) ?? '');
+        if (Array.isArray(v)) parses(v.map((c) => `data: ${JSON.stringify(c)}\n\n`).join('') + 'data: [DONE]\n\n');
+      },
+    ),
     RUNS,
   );
 });
@@ -246,7 +290,10 @@ const fieldValue = fc.oneof(
 );
 /** A JSON object with the request's known fields (any values) and arbitrary others. */
 const requestBody = fc
-  .tuple(fc.dictionary(fc.constantFrom(...KNOWN), fieldValue, { maxKeys: 14 }), fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 5 }))
+  .tuple(
+    fc.dictionary(fc.constantFrom(...KNOWN), fieldValue, { maxKeys: 14 }),
+    fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 5 }),
+  )
   .map(([known, other]) => JSON.parse(JSON.stringify({ ...other, ...known })) as Record<string, unknown>);
 const kind = fc.constantFrom<RequestKind>('chat', 'completions');
 
@@ -279,17 +326,27 @@ function deepFreeze<T>(v: T): T {
 }
 
 /** The rewrite's contract (rewrite.ts), checked on one output. */
-function assertContract(k: RequestKind, input: Record<string, unknown>, out: Record<string, unknown>, o: RewriteOptions): void {
+function assertContract(
+  k: RequestKind,
+  input: Record<string, unknown>,
+  out: Record<string, unknown>,
+  o: RewriteOptions,
+): void {
   assert.equal(out.temperature, 0);
   assert.equal(out.top_p, 1);
   assert.equal(out.n, 1);
   assert.equal(out.stream, false);
-  for (const gone of ['stream_options', 'logit_bias', 'best_of', 'echo']) assert.ok(!Object.hasOwn(out, gone), `${gone} removed`);
+  for (const gone of ['stream_options', 'logit_bias', 'best_of', 'echo'])
+    assert.ok(!Object.hasOwn(out, gone), `${gone} removed`);
   assert.equal(out.presence_penalty, 0);
   assert.equal(out.frequency_penalty, 0);
   assert.equal(out.repetition_penalty, 1);
   assert.equal(out.seed, o.seed);
-  const positiveCap = (v: unknown, name: string) => assert.ok(Number.isSafeInteger(v) && (v as number) >= 1 && (v as number) <= o.maxTokens, `${name} ${String(v)} within 1..${o.maxTokens}`);
+  const positiveCap = (v: unknown, name: string) =>
+    assert.ok(
+      Number.isSafeInteger(v) && (v as number) >= 1 && (v as number) <= o.maxTokens,
+      `${name} ${String(v)} within 1..${o.maxTokens}`,
+    );
   if (k === 'chat') {
     assert.equal(out.logprobs, true);
     assert.equal(out.top_logprobs, o.topLogprobs);
@@ -306,9 +363,13 @@ function assertContract(k: RequestKind, input: Record<string, unknown>, out: Rec
     positiveCap(out.max_tokens, 'max_tokens');
   }
   // A client value smaller than the cap is kept (the mirror does not generate more than asked).
-  const asked = k === 'chat' && input.max_completion_tokens !== undefined ? input.max_completion_tokens : input.max_tokens;
+  const asked =
+    k === 'chat' && input.max_completion_tokens !== undefined ? input.max_completion_tokens : input.max_tokens;
   if (typeof asked === 'number' && Number.isSafeInteger(asked) && asked >= 1 && asked <= o.maxTokens) {
-    assert.equal(k === 'chat' && input.max_completion_tokens !== undefined ? out.max_completion_tokens : out.max_tokens, asked);
+    assert.equal(
+      k === 'chat' && input.max_completion_tokens !== undefined ? out.max_completion_tokens : out.max_tokens,
+      asked,
+    );
   }
   // Everything else is the client's, untouched.
   for (const key of Object.keys(input)) {
@@ -333,7 +394,11 @@ test('rewriteForMirror never throws, never mutates its input and always keeps it
 });
 
 test('rewriteForMirror: extraParams are merged last and win over everything', () => {
-  const extra = fc.dictionary(fc.oneof(fc.constantFrom(...KNOWN), fc.string({ minLength: 1 })), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 }).filter((d) => !Object.hasOwn(d, '__proto__'));
+  const extra = fc
+    .dictionary(fc.oneof(fc.constantFrom(...KNOWN), fc.string({ minLength: 1 })), fc.jsonValue({ maxDepth: 2 }), {
+      maxKeys: 4,
+    })
+    .filter((d) => !Object.hasOwn(d, '__proto__'));
   fc.assert(
     fc.property(kind, requestBody, OPTIONS, extra, (k, body, o, extraParams) => {
       const out = rewriteForMirror(k, body, { ...o, extraParams });
@@ -348,7 +413,11 @@ test('rewriteForMirror: a fractional or tiny max_tokens still gives a positive c
   for (const v of [0.5, 0.999, 1e-300, Number.MIN_VALUE]) {
     assert.equal(rewriteForMirror('completions', { prompt: 'x', max_tokens: v }, o).max_tokens, 64, `max_tokens ${v}`);
     assert.equal(rewriteForMirror('chat', { messages: [], max_tokens: v }, o).max_tokens, 64, `chat max_tokens ${v}`);
-    assert.equal(rewriteForMirror('chat', { messages: [], max_completion_tokens: v }, o).max_completion_tokens, 64, `max_completion_tokens ${v}`);
+    assert.equal(
+      rewriteForMirror('chat', { messages: [], max_completion_tokens: v }, o).max_completion_tokens,
+      64,
+      `max_completion_tokens ${v}`,
+    );
   }
   assert.equal(rewriteForMirror('completions', { prompt: 'x', max_tokens: 1.9 }, o).max_tokens, 1);
 });
@@ -385,24 +454,37 @@ function intake(k: RequestKind, bytes: Buffer, o: RewriteOptions): Intake {
 const goodBody = fc.oneof(
   fc.record({
     model: fc.string(),
-    messages: fc.array(fc.record({ role: fc.constantFrom('user', 'system', 'assistant'), content: fc.string({ unit: 'grapheme' }) }), { maxLength: 3 }),
+    messages: fc.array(
+      fc.record({ role: fc.constantFrom('user', 'system', 'assistant'), content: fc.string({ unit: 'grapheme' }) }),
+      { maxLength: 3 },
+    ),
     max_tokens: fieldValue,
     stream: fc.boolean(),
   }),
-  fc.record({ model: fc.string(), prompt: fc.oneof(fc.string({ unit: 'grapheme' }), fc.array(fc.integer({ min: 0, max: 50_000 }))), max_tokens: fieldValue, temperature: fieldValue }),
+  fc.record({
+    model: fc.string(),
+    prompt: fc.oneof(fc.string({ unit: 'grapheme' }), fc.array(fc.integer({ min: 0, max: 50_000 }))),
+    max_tokens: fieldValue,
+    temperature: fieldValue,
+  }),
 );
 /** Arbitrary request bodies as bytes: JSON of any shape, mutated good bodies, text, raw bytes. */
 const bodyBytes = fc.oneof(
   requestBody.map((b) => Buffer.from(JSON.stringify(b))),
   fc.jsonValue({ maxDepth: 4 }).map((v) => Buffer.from(JSON.stringify(v) ?? '')),
-  fc.tuple(goodBody, fc.array(textMutation, { maxLength: 4 })).map(([b, ops]) => Buffer.from(mutateText(JSON.stringify(b), ops))),
+  fc
+    .tuple(goodBody, fc.array(textMutation, { maxLength: 4 }))
+    .map(([b, ops]) => Buffer.from(mutateText(JSON.stringify(b), ops))),
   fc.string({ unit: 'binary', maxLength: 200 }).map((s) => Buffer.from(s)),
   fc.uint8Array({ maxLength: 200 }).map((a) => Buffer.from(a)),
   fc.tuple(goodBody, fc.uint8Array({ minLength: 1, maxLength: 8 }), fc.nat()).map(([b, junk, at]) => {
     // Invalid UTF-8 inside a JSON string: decoded to U+FFFD, still JSON.
     const text = Buffer.from(JSON.stringify({ ...b, note: 'XX' }));
     const i = text.indexOf('XX');
-    return Buffer.concat([text.subarray(0, i), Buffer.from(junk.map((x) => x | 0x80)), text.subarray(i + 2)]).subarray(0, at % 3 === 0 ? undefined : text.length + junk.length);
+    return Buffer.concat([text.subarray(0, i), Buffer.from(junk.map((x) => x | 0x80)), text.subarray(i + 2)]).subarray(
+      0,
+      at % 3 === 0 ? undefined : text.length + junk.length,
+    );
   }),
 );
 
@@ -425,7 +507,12 @@ test('mirror intake: every body is skipped or becomes a payload that keeps the c
 });
 
 test('mirror intake: a -0 in a client field is sent as 0 (JSON has no -0), everything else as parsed', () => {
-  const r = intake('completions', Buffer.from('{"prompt":"x","x":-0,"y":[-0.0]}'), { topLogprobs: 5, maxTokens: 64, seed: 1, extraParams: {} });
+  const r = intake('completions', Buffer.from('{"prompt":"x","x":-0,"y":[-0.0]}'), {
+    topLogprobs: 5,
+    maxTokens: 64,
+    seed: 1,
+    extraParams: {},
+  });
   assert.ok(!r.skipped);
   assert.match(r.payload, /"x":0,"y":\[0\]/);
 });

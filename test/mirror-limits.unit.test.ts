@@ -1,6 +1,13 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LogprobLimits, parseLogprobLimit, requestedLogprobs, sendWithinLimits, withinLogprobs, type Backend } from '../src/mirror/limits.js';
+import {
+  LogprobLimits,
+  parseLogprobLimit,
+  requestedLogprobs,
+  sendWithinLimits,
+  withinLogprobs,
+  type Backend,
+} from '../src/mirror/limits.js';
 import type { BackendResult } from '../src/mirror/dispatch.js';
 import { parseJson } from '../src/core/parse/json.js';
 import { parseResponse } from '../src/core/index.js';
@@ -10,10 +17,29 @@ describe('parseLogprobLimit reads the cap out of real refusals', () => {
     [
       'vLLM (current), nested envelope',
       400,
-      { error: { message: 'Requested sample logprobs of 21, which is greater than max allowed: 20 (parameter=logprobs, value=21)', type: 'BadRequestError', param: 'logprobs', code: 400 } },
+      {
+        error: {
+          message:
+            'Requested sample logprobs of 21, which is greater than max allowed: 20 (parameter=logprobs, value=21)',
+          type: 'BadRequestError',
+          param: 'logprobs',
+          code: 400,
+        },
+      },
       20,
     ],
-    ['vLLM (older), flat envelope', 400, { object: 'error', message: 'Requested sample logprobs of 20, which is greater than max of 5', type: 'BadRequestError', param: null, code: 400 }, 5],
+    [
+      'vLLM (older), flat envelope',
+      400,
+      {
+        object: 'error',
+        message: 'Requested sample logprobs of 20, which is greater than max of 5',
+        type: 'BadRequestError',
+        param: null,
+        code: 400,
+      },
+      5,
+    ],
     ['vLLM, as text', 400, 'Requested sample logprobs of 8, which is greater than max allowed: 0', 0],
     [
       'OpenAI chat',
@@ -28,17 +54,74 @@ describe('parseLogprobLimit reads the cap out of real refusals', () => {
       },
       20,
     ],
-    ['Together', 400, { message: "5 is greater than the maximum of 1 - 'logprobs'", type: 'invalid_request_error', param: 'logprobs', code: null }, 1],
-    ['Fireworks', 400, { error: { object: 'error', type: 'invalid_request_error', message: 'logprobs must be between 0 and 5: 20' } }, 5],
-    ['FastAPI / pydantic 422', 422, { detail: [{ type: 'less_than_equal', loc: ['body', 'top_logprobs'], msg: 'Input should be less than or equal to 20', input: 25, ctx: { le: 20 } }] }, 20],
-    ['logprobe engine (sim)', 400, { error: { message: "'top_logprobs' must be ≤ 20, got 25", type: 'invalid_request_error', param: 'top_logprobs', code: null } }, 20],
+    [
+      'Together',
+      400,
+      {
+        message: "5 is greater than the maximum of 1 - 'logprobs'",
+        type: 'invalid_request_error',
+        param: 'logprobs',
+        code: null,
+      },
+      1,
+    ],
+    [
+      'Fireworks',
+      400,
+      { error: { object: 'error', type: 'invalid_request_error', message: 'logprobs must be between 0 and 5: 20' } },
+      5,
+    ],
+    [
+      'FastAPI / pydantic 422',
+      422,
+      {
+        detail: [
+          {
+            type: 'less_than_equal',
+            loc: ['body', 'top_logprobs'],
+            msg: 'Input should be less than or equal to 20',
+            input: 25,
+            ctx: { le: 20 },
+          },
+        ],
+      },
+      20,
+    ],
+    [
+      'logprobe engine (sim)',
+      400,
+      {
+        error: {
+          message: "'top_logprobs' must be ≤ 20, got 25",
+          type: 'invalid_request_error',
+          param: 'top_logprobs',
+          code: null,
+        },
+      },
+      20,
+    ],
     ['key=value style', 400, 'logprobs=25 exceeds max_logprobs=20.', 20],
     ['a range', 400, { error: { message: 'top_logprobs must be in [0, 8]' } }, 8],
     // Not a logprobs cap: no retry.
-    ['a 500 with the same text', 500, { error: { message: 'Requested sample logprobs of 21, which is greater than max allowed: 20' } }, null],
-    ['prompt logprobs (lowering the sample logprobs would not help)', 400, { error: { message: 'Requested prompt logprobs of 21, which is greater than max allowed: 20' } }, null],
+    [
+      'a 500 with the same text',
+      500,
+      { error: { message: 'Requested sample logprobs of 21, which is greater than max allowed: 20' } },
+      null,
+    ],
+    [
+      'prompt logprobs (lowering the sample logprobs would not help)',
+      400,
+      { error: { message: 'Requested prompt logprobs of 21, which is greater than max allowed: 20' } },
+      null,
+    ],
     ['another parameter', 400, { error: { message: 'max_tokens must be at most 4096' } }, null],
-    ['the context length', 400, { error: { message: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens." } }, null],
+    [
+      'the context length',
+      400,
+      { error: { message: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens." } },
+      null,
+    ],
     ['a logprobs error without a number', 400, { error: { message: '`top_logprobs` must be an integer.' } }, null],
     ['a sign error', 400, { error: { message: '`logprobs` must be a positive value.' } }, null],
     ['an empty body', 400, null, null],
@@ -84,10 +167,14 @@ function fakeBackends(caps: Partial<Record<Backend, number>>, down: Partial<Reco
   const send = async (backend: Backend, payload: string): Promise<BackendResult> => {
     const k = (JSON.parse(payload) as { top_logprobs: number }).top_logprobs;
     sent[backend].push(k);
-    if (down[backend]) return { status: 0, latencyMs: 1, body: null, serverHeaders: {}, error: 'ECONNREFUSED: refused' };
+    if (down[backend])
+      return { status: 0, latencyMs: 1, body: null, serverHeaders: {}, error: 'ECONNREFUSED: refused' };
     const cap = caps[backend];
     if (cap !== undefined && k > cap) {
-      return { ...ok({ error: { message: `Requested sample logprobs of ${k}, which is greater than max allowed: ${cap}` } }), status: 400 };
+      return {
+        ...ok({ error: { message: `Requested sample logprobs of ${k}, which is greater than max allowed: ${cap}` } }),
+        status: 400,
+      };
     }
     return ok({ k, backend });
   };
@@ -99,7 +186,12 @@ describe('sendWithinLimits', () => {
 
   test("no cap: one call each, the caller's payload as is", async () => {
     const payloads: string[] = [];
-    const r = await sendWithinLimits({ body, payload: 'PAYLOAD', limits: new LogprobLimits(), send: async (_b, p) => (payloads.push(p), ok({})) });
+    const r = await sendWithinLimits({
+      body,
+      payload: 'PAYLOAD',
+      limits: new LogprobLimits(),
+      send: async (_b, p) => (payloads.push(p), ok({})),
+    });
     assert.deepEqual(payloads, ['PAYLOAD', 'PAYLOAD']);
     assert.equal(r.body, body);
   });
@@ -124,7 +216,9 @@ describe('sendWithinLimits', () => {
     const limits = new LogprobLimits();
     const { sent, send } = fakeBackends({ candidate: 3 });
     let learned = 0;
-    const pairs = await Promise.all([1, 2, 3].map(() => sendWithinLimits({ body, limits, send, onLearned: () => learned++ })));
+    const pairs = await Promise.all(
+      [1, 2, 3].map(() => sendWithinLimits({ body, limits, send, onLearned: () => learned++ })),
+    );
     assert.ok(pairs.every((p) => p.candidate.status === 200 && p.baseline.status === 200));
     assert.equal(learned, 1);
     assert.deepEqual(sent.candidate.sort(), [3, 3, 3, 5, 5, 5]);
@@ -139,7 +233,10 @@ describe('sendWithinLimits', () => {
       send: async (backend) => {
         if (backend === 'candidate') return ok({});
         calls++;
-        return { ...ok({ error: { message: 'Requested sample logprobs of 9, which is greater than max allowed: 1' } }), status: 400 };
+        return {
+          ...ok({ error: { message: 'Requested sample logprobs of 9, which is greater than max allowed: 1' } }),
+          status: 400,
+        };
       },
     });
     assert.equal(calls, 2);
@@ -159,7 +256,8 @@ describe('sendWithinLimits', () => {
     const r = await sendWithinLimits({
       body,
       limits,
-      send: async (b, p) => (b === 'baseline' ? { ...ok({ error: { message: 'top_logprobs must be <= 20' } }), status: 400 } : send(b, p)),
+      send: async (b, p) =>
+        b === 'baseline' ? { ...ok({ error: { message: 'top_logprobs must be <= 20' } }), status: 400 } : send(b, p),
     });
     assert.equal(r.baseline.status, 400);
     assert.equal(limits.get('baseline', 'top_logprobs'), undefined);
@@ -169,7 +267,11 @@ describe('sendWithinLimits', () => {
 
 describe('non-standard JSON numbers (Python json.dumps) are read as sentinels, not as garbage', () => {
   test('parseJson: NaN → null, ±Infinity → ±Infinity, strings untouched, other garbage still throws', () => {
-    assert.deepEqual(parseJson('{"a":NaN,"b":-Infinity,"c":[Infinity, 1]}'), { a: null, b: -Infinity, c: [Infinity, 1] });
+    assert.deepEqual(parseJson('{"a":NaN,"b":-Infinity,"c":[Infinity, 1]}'), {
+      a: null,
+      b: -Infinity,
+      c: [Infinity, 1],
+    });
     assert.deepEqual(parseJson('{"t":"NaN \\" Infinity","v":NaN}'), { t: 'NaN " Infinity', v: null });
     assert.throws(() => parseJson('{"a":NaN,'), SyntaxError);
     assert.throws(() => parseJson('{"a":nan}'), SyntaxError);
@@ -190,7 +292,9 @@ describe('non-standard JSON numbers (Python json.dumps) are read as sentinels, n
   });
 
   test('an SSE event with a bare NaN is kept, not counted bad', () => {
-    const p = parseResponse('data: {"object":"text_completion","choices":[{"index":0,"text":"a","logprobs":{"tokens":["a"],"token_logprobs":[NaN],"top_logprobs":[{"a":-0.5}]}}]}\n\ndata: [DONE]\n\n');
+    const p = parseResponse(
+      'data: {"object":"text_completion","choices":[{"index":0,"text":"a","logprobs":{"tokens":["a"],"token_logprobs":[NaN],"top_logprobs":[{"a":-0.5}]}}]}\n\ndata: [DONE]\n\n',
+    );
     assert.equal(p.format, 'completions');
     assert.equal(p.steps.length, 1);
     assert.equal(p.steps[0]!.logprob, null);

@@ -51,7 +51,11 @@ test('a sampled streaming chat request becomes greedy, non-streaming, with top l
 });
 
 test('completions get logprobs: K; a smaller client max_tokens is kept; echo and best_of are removed', () => {
-  const out = rewriteForMirror('completions', { prompt: 'x', max_tokens: 10, logprobs: 2, echo: true, best_of: 4 }, OPTS);
+  const out = rewriteForMirror(
+    'completions',
+    { prompt: 'x', max_tokens: 10, logprobs: 2, echo: true, best_of: 4 },
+    OPTS,
+  );
   assert.equal(out.logprobs, 5);
   assert.equal(out.max_tokens, 10);
   assert.ok(!('echo' in out));
@@ -68,7 +72,11 @@ test('chat max_completion_tokens is capped instead of adding max_tokens', () => 
 });
 
 test('extraParams are merged last and win', () => {
-  const out = rewriteForMirror('completions', { prompt: 'x', top_k: 40 }, { ...OPTS, extraParams: { top_k: 1, temperature: 0.0, custom: 'y' } });
+  const out = rewriteForMirror(
+    'completions',
+    { prompt: 'x', top_k: 40 },
+    { ...OPTS, extraParams: { top_k: 1, temperature: 0.0, custom: 'y' } },
+  );
   assert.equal(out.top_k, 1);
   assert.equal(out.custom, 'y');
 });

@@ -75,7 +75,11 @@ test('a worker that dies: /metrics keeps its last values, the firing alert stays
   const first = await scrape(lp.adminUrl);
   assert.ok(first.ms < SCRAPE_BOUND_MS, `/metrics answered in ${Math.round(first.ms)} ms`);
   assert.equal(metricValue(first.text, 'logprobe_mirror_worker_up'), 0);
-  assert.equal(metricValue(first.text, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 1, 'a firing alert does not read 0');
+  assert.equal(
+    metricValue(first.text, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }),
+    1,
+    'a firing alert does not read 0',
+  );
   const verdicts = metricValue(first.text, 'logprobe_verdicts_total')!;
   assert.ok(verdicts >= 10, `the verdict counters keep their values (${verdicts})`);
   assert.ok(metricValue(first.text, 'logprobe_window_global_shift_ratio')! >= 0.5, 'the window ratio as last seen');
@@ -112,9 +116,16 @@ test('a worker that does not answer does not hang /metrics: its last values with
   assert.equal(await send(lp.proxyUrl, `LOGPROBE-TEST-HANG:${hangMs}`), 200);
   await sleep(100); // the copy is handed over when the client's response closes
   const during = await scrape(lp.adminUrl);
-  assert.ok(during.ms >= WORKER_METRICS_TIMEOUT_MS - 50 && during.ms < SCRAPE_BOUND_MS, `/metrics answered in ${Math.round(during.ms)} ms`);
+  assert.ok(
+    during.ms >= WORKER_METRICS_TIMEOUT_MS - 50 && during.ms < SCRAPE_BOUND_MS,
+    `/metrics answered in ${Math.round(during.ms)} ms`,
+  );
   assert.equal(metricValue(during.text, 'logprobe_mirror_worker_up'), 0);
-  assert.equal(metricValue(during.text, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 1, 'the alert as last seen');
+  assert.equal(
+    metricValue(during.text, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }),
+    1,
+    'the alert as last seen',
+  );
   assert.equal(metricValue(during.text, 'logprobe_verdicts_total'), verdicts, 'the counters as last seen');
   assert.ok(mirror.workerRunning, 'a slow worker is not a dead one');
 

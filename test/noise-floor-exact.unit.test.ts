@@ -34,8 +34,18 @@ test('with a floor of 0 any difference is a shift, bitwise equal runs stay ident
 
 test('the CUSUM counts any shift at a floor of 0 (a whole step), and nothing for none', () => {
   const cfg = { window: 50, minRequests: 20, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } };
-  const moved = observe(initialDetectorState(), { shifted: 5, comparable: 5, maxShift: 1e-6, noiseFloor: 0, requestId: 'a' }, cfg, 0);
+  const moved = observe(
+    initialDetectorState(),
+    { shifted: 5, comparable: 5, maxShift: 1e-6, noiseFloor: 0, requestId: 'a' },
+    cfg,
+    0,
+  );
   assert.ok(moved.state.cusum > 0, String(moved.state.cusum));
-  const still = observe(initialDetectorState(), { shifted: 0, comparable: 5, maxShift: 0, noiseFloor: 0, requestId: 'b' }, cfg, 0);
+  const still = observe(
+    initialDetectorState(),
+    { shifted: 0, comparable: 5, maxShift: 0, noiseFloor: 0, requestId: 'b' },
+    cfg,
+    0,
+  );
   assert.equal(still.state.cusum, 0);
 });

@@ -4,7 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { createSimModel, startEngineServer, type EngineServerHandle, type EngineServerOptions } from '@logprobe/engine';
-import { probeEngine, UnreachableError, type CapabilityName, type ProbeOptions, type ProbeReport } from '../src/probe/probe.js';
+import {
+  probeEngine,
+  UnreachableError,
+  type CapabilityName,
+  type ProbeOptions,
+  type ProbeReport,
+} from '../src/probe/probe.js';
 import { runCli } from './helpers/cli.js';
 import { startLlamaReplay } from './helpers/llama-replay.js';
 
@@ -13,14 +19,20 @@ after(async () => {
   for (const s of servers) await s.close();
 });
 
-async function engine(options: Omit<EngineServerOptions, 'model'> & { batchNoise?: number } = {}): Promise<EngineServerHandle> {
+async function engine(
+  options: Omit<EngineServerOptions, 'model'> & { batchNoise?: number } = {},
+): Promise<EngineServerHandle> {
   const { batchNoise, ...rest } = options;
-  const s = await startEngineServer({ model: createSimModel({ seed: 11, ...(batchNoise !== undefined ? { batchNoise } : {}) }), ...rest });
+  const s = await startEngineServer({
+    model: createSimModel({ seed: 11, ...(batchNoise !== undefined ? { batchNoise } : {}) }),
+    ...rest,
+  });
   servers.push(s);
   return s;
 }
 
-const probe = (url: string, o: Partial<ProbeOptions> = {}): Promise<ProbeReport> => probeEngine({ url, timeoutMs: 5000, topK: 5, flush: true, required: [], ...o });
+const probe = (url: string, o: Partial<ProbeOptions> = {}): Promise<ProbeReport> =>
+  probeEngine({ url, timeoutMs: 5000, topK: 5, flush: true, required: [], ...o });
 const cap = (r: ProbeReport, name: CapabilityName) => {
   const c = r.capabilities.find((x) => x.name === name);
   assert.ok(c, `no ${name} line`);
@@ -35,7 +47,10 @@ describe('logprobe probe against the vLLM double', () => {
     assert.equal(r.version, '0.11.0');
     const topk = cap(r, 'top_k_cap');
     assert.equal(topk.ok, true);
-    assert.match(topk.detail, /^20 \(asked 21: HTTP 400: Requested sample logprobs of 21, which is greater than max allowed: 20/);
+    assert.match(
+      topk.detail,
+      /^20 \(asked 21: HTTP 400: Requested sample logprobs of 21, which is greater than max allowed: 20/,
+    );
     assert.match(topk.detail, /prompt_logprobs: 20/);
     assert.equal(cap(r, 'token_ids').ok, true);
     assert.equal(cap(r, 'scoring').ok, true);
@@ -94,7 +109,14 @@ describe('logprobe probe against the vLLM double', () => {
     assert.match(d.detail, /of 16 concurrent copies differ from the lone run/);
     assert.match(d.enable ?? '', /VLLM_BATCH_INVARIANT=1.*#51187/);
     assert.deepEqual(r.missing, ['determinism']);
-    const invariant = await engine({ api: 'vllm', prefixCache: false, concurrency: 0, tokenDelayMs: 2, batchNoise: 0.05, batchInvariant: true });
+    const invariant = await engine({
+      api: 'vllm',
+      prefixCache: false,
+      concurrency: 0,
+      tokenDelayMs: 2,
+      batchNoise: 0.05,
+      batchInvariant: true,
+    });
     const r2 = await probe(invariant.url, { required: ['determinism'] });
     assert.equal(cap(r2, 'determinism').ok, true, cap(r2, 'determinism').detail);
     assert.deepEqual(r2.missing, []);
@@ -127,9 +149,22 @@ describe('logprobe probe against the SGLang double', () => {
   });
 
   test('batch noise off under --enable-deterministic-inference', async () => {
-    const noisy = await engine({ api: 'sglang', prefixCache: false, concurrency: 0, tokenDelayMs: 2, batchNoise: 0.05 });
+    const noisy = await engine({
+      api: 'sglang',
+      prefixCache: false,
+      concurrency: 0,
+      tokenDelayMs: 2,
+      batchNoise: 0.05,
+    });
     assert.equal(cap(await probe(noisy.url), 'determinism').ok, false);
-    const det = await engine({ api: 'sglang', prefixCache: false, concurrency: 0, tokenDelayMs: 2, batchNoise: 0.05, batchInvariant: true });
+    const det = await engine({
+      api: 'sglang',
+      prefixCache: false,
+      concurrency: 0,
+      tokenDelayMs: 2,
+      batchNoise: 0.05,
+      batchInvariant: true,
+    });
     const d = cap(await probe(det.url), 'determinism');
     assert.equal(d.ok, true, d.detail);
     assert.match(d.detail, /server_info enable_deterministic_inference: true$/);
@@ -176,7 +211,10 @@ describe('logprobe probe against the llama-server double and recordings', () => 
   });
 
   test('a URL that answers nothing', async () => {
-    await assert.rejects(probe('http://127.0.0.1:9'), (err: unknown) => err instanceof UnreachableError && /^ECONNREFUSED 127\.0\.0\.1:9$/.test(err.message));
+    await assert.rejects(
+      probe('http://127.0.0.1:9'),
+      (err: unknown) => err instanceof UnreachableError && /^ECONNREFUSED 127\.0\.0\.1:9$/.test(err.message),
+    );
   });
 });
 
@@ -205,7 +243,16 @@ describe('logprobe probe (the command)', () => {
     const json = await runCli(['probe', vllm.url, '--config', cfg, '--json']);
     assert.equal(json.code, 1);
     const j = JSON.parse(json.stdout) as ProbeReport;
-    assert.deepEqual(Object.keys(j), ['url', 'engine', 'evidence', 'version', 'model', 'capabilities', 'required', 'missing']);
+    assert.deepEqual(Object.keys(j), [
+      'url',
+      'engine',
+      'evidence',
+      'version',
+      'model',
+      'capabilities',
+      'required',
+      'missing',
+    ]);
     assert.equal(j.engine, 'vllm');
     assert.deepEqual(j.missing, ['cache_path']);
     assert.ok(j.required.includes('cache_path') && j.required.includes('scoring'));

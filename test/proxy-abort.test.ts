@@ -5,7 +5,10 @@ import { startUpstream } from './helpers/upstream.js';
 import { startLogprobe } from './helpers/logprobe.js';
 
 function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timed out: ${what}`)), ms))]);
+  return Promise.race([
+    p,
+    new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timed out: ${what}`)), ms)),
+  ]);
 }
 
 test('a client that disconnects before the upstream answered aborts the upstream request', async (t) => {
@@ -18,7 +21,14 @@ test('a client that disconnects before the upstream answered aborts the upstream
   t.after(() => lp.close());
 
   const u = new URL(lp.proxyUrl);
-  const req = http.request({ host: u.hostname, port: u.port, method: 'POST', path: '/v1/completions', headers: { 'content-type': 'application/json' }, agent: false });
+  const req = http.request({
+    host: u.hostname,
+    port: u.port,
+    method: 'POST',
+    path: '/v1/completions',
+    headers: { 'content-type': 'application/json' },
+    agent: false,
+  });
   req.on('error', () => undefined);
   req.end('{"prompt":"x"}');
   while (up.seen.length === 0) await new Promise((r) => setTimeout(r, 10));
@@ -42,12 +52,22 @@ test('a client that disconnects mid-stream stops the upstream stream', async (t)
 
   const u = new URL(lp.proxyUrl);
   await new Promise<void>((resolve) => {
-    const req = http.request({ host: u.hostname, port: u.port, method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, agent: false }, (res) => {
-      res.once('data', () => {
-        req.destroy();
-        resolve();
-      });
-    });
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: u.port,
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: { 'content-type': 'application/json' },
+        agent: false,
+      },
+      (res) => {
+        res.once('data', () => {
+          req.destroy();
+          resolve();
+        });
+      },
+    );
     req.on('error', () => undefined);
     req.end('{"stream":true}');
   });

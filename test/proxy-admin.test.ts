@@ -14,7 +14,11 @@ test('metrics are served on the admin port and never on the public one', async (
   t.after(() => lp.close());
 
   for (let i = 0; i < 3; i++) {
-    const r = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+    const r = await request(`${lp.proxyUrl}/v1/completions`, {
+      method: 'POST',
+      body: '{}',
+      headers: { 'content-type': 'application/json' },
+    });
     await r.body.dump();
   }
   const other = await request(`${lp.proxyUrl}/some/path`);

@@ -27,7 +27,11 @@ test('an unreachable candidate gives 502 in the OpenAI error envelope', async (t
   const port = await freePort();
   const lp = await startLogprobe({ candidate: { url: `http://127.0.0.1:${port}` } });
   t.after(() => lp.close());
-  const res = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+  const res = await request(`${lp.proxyUrl}/v1/chat/completions`, {
+    method: 'POST',
+    body: '{}',
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(res.statusCode, 502);
   assert.match(String(res.headers['content-type']), /application\/json/);
   assertEnvelope(await res.body.json(), 'LOGPROBE_BAD_GATEWAY');
@@ -42,7 +46,11 @@ test('a candidate that does not answer in candidate.timeoutMs gives 504', async 
   const lp = await startLogprobe({ candidate: { url: up.url, timeoutMs: 200 } });
   t.after(() => lp.close());
   const started = Date.now();
-  const res = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+  const res = await request(`${lp.proxyUrl}/v1/completions`, {
+    method: 'POST',
+    body: '{}',
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(res.statusCode, 504);
   assertEnvelope(await res.body.json(), 'LOGPROBE_GATEWAY_TIMEOUT');
   assert.ok(Date.now() - started < 1400, 'answered at the timeout, not when the upstream finally did');
@@ -55,18 +63,30 @@ test('a body over limits.bodyMB gives 413, with or without content-length, and n
   t.after(() => lp.close());
   const big = Buffer.alloc(20_000, 0x61);
 
-  const withLength = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: big, headers: { 'content-type': 'application/json' } });
+  const withLength = await request(`${lp.proxyUrl}/v1/completions`, {
+    method: 'POST',
+    body: big,
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(withLength.statusCode, 413);
   assertEnvelope(await withLength.body.json(), 'LOGPROBE_PAYLOAD_TOO_LARGE');
 
   async function* chunks() {
     for (let i = 0; i < 20; i++) yield Buffer.alloc(1000, 0x62);
   }
-  const chunked = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: Readable.from(chunks()), headers: { 'content-type': 'application/json' } });
+  const chunked = await request(`${lp.proxyUrl}/v1/completions`, {
+    method: 'POST',
+    body: Readable.from(chunks()),
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(chunked.statusCode, 413);
   assertEnvelope(await chunked.body.json(), 'LOGPROBE_PAYLOAD_TOO_LARGE');
 
-  const small = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: Buffer.alloc(100, 0x63), headers: { 'content-type': 'application/json' } });
+  const small = await request(`${lp.proxyUrl}/v1/completions`, {
+    method: 'POST',
+    body: Buffer.alloc(100, 0x63),
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(small.statusCode, 200);
   await small.body.dump();
   assert.equal(up.seen.length, 1, 'only the small body was forwarded');
@@ -80,7 +100,14 @@ test('upstream error statuses are passed through untouched, not rewritten', asyn
   t.after(() => up.close());
   const lp = await startLogprobe({ candidate: { url: up.url } });
   t.after(() => lp.close());
-  const res = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+  const res = await request(`${lp.proxyUrl}/v1/completions`, {
+    method: 'POST',
+    body: '{}',
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(res.statusCode, 400);
-  assert.equal(await res.body.text(), '{"error":{"message":"bad","type":"BadRequestError","param":"logprobs","code":400}}');
+  assert.equal(
+    await res.body.text(),
+    '{"error":{"message":"bad","type":"BadRequestError","param":"logprobs","code":400}}',
+  );
 });

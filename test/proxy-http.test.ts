@@ -80,8 +80,10 @@ test('HEAD and 204 answers have no body and keep the connection usable', async (
   const lp = await startLogprobe({ candidate: { url: up.url }, mirror: { sampleRate: 0 } });
   t.after(() => lp.close());
   const host = new URL(lp.proxyUrl).host;
-  const text = await exchange(lp.proxyUrl, `HEAD /x HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /empty HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /x HTTP/1.1\r\nHost: ${host}\r\n\r\n`, (s) =>
-    s.endsWith('{"ok":true} '),
+  const text = await exchange(
+    lp.proxyUrl,
+    `HEAD /x HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /empty HTTP/1.1\r\nHost: ${host}\r\n\r\nGET /x HTTP/1.1\r\nHost: ${host}\r\n\r\n`,
+    (s) => s.endsWith('{"ok":true} '),
   );
   assert.equal(count(text, 'HTTP/1.1 200'), 2);
   assert.equal(count(text, 'HTTP/1.1 204'), 1);
@@ -100,7 +102,12 @@ test('a request with both Content-Length and Transfer-Encoding is not forwarded 
   // A smuggled "GET /admin" hides in the chunked body if CL were honoured over TE.
   const attack = `POST /v1/completions HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: ${host}\r\n\r\n`;
   // Refused as node:http refuses it (400), not answered twice, and never left hanging.
-  const text = await exchange(lp.proxyUrl, attack, (s) => s.includes('\r\n\r\n') && (s.includes('HTTP/1.1 400') || count(s, 'HTTP/1.1 ') >= 2), 3000);
+  const text = await exchange(
+    lp.proxyUrl,
+    attack,
+    (s) => s.includes('\r\n\r\n') && (s.includes('HTTP/1.1 400') || count(s, 'HTTP/1.1 ') >= 2),
+    3000,
+  );
   await new Promise((r) => setTimeout(r, 200));
   assert.match(text, /^HTTP\/1\.1 400 /, text);
   assert.equal(count(text, 'HTTP/1.1 '), 1, text);

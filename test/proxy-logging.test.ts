@@ -11,7 +11,11 @@ test('one JSON log line per request with method, route, status, duration and req
   t.after(() => up.close());
   const lp = await startLogprobe({ candidate: { url: up.url } });
   t.after(() => lp.close());
-  const r = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json', 'x-request-id': 'abc-123' } });
+  const r = await request(`${lp.proxyUrl}/v1/chat/completions`, {
+    method: 'POST',
+    body: '{}',
+    headers: { 'content-type': 'application/json', 'x-request-id': 'abc-123' },
+  });
   await r.body.dump();
   const lines = lp.logs.lines.filter((l) => l['msg'] === 'request');
   assert.equal(lines.length, 1);
@@ -30,7 +34,10 @@ test('a secret in Authorization, api-key headers or cookies never reaches the lo
     void res;
   });
   t.after(() => up.close());
-  const lp = await startLogprobe({ candidate: { url: up.url }, log: { level: 'trace', redact: ['x-org-token'] } }, { level: 'trace' });
+  const lp = await startLogprobe(
+    { candidate: { url: up.url }, log: { level: 'trace', redact: ['x-org-token'] } },
+    { level: 'trace' },
+  );
   t.after(() => lp.close());
   const r = await request(`${lp.proxyUrl}/v1/completions`, {
     method: 'POST',
@@ -48,7 +55,10 @@ test('a secret in Authorization, api-key headers or cookies never reaches the lo
   await r.body.dump();
   assert.equal(r.statusCode, 502);
   // Log a request object the way a careless handler might: redaction must still hold.
-  lp.runtime.logger.info({ req: { headers: { authorization: `Bearer ${SECRET}`, cookie: SECRET, 'x-org-token': SECRET } } }, 'probe');
+  lp.runtime.logger.info(
+    { req: { headers: { authorization: `Bearer ${SECRET}`, cookie: SECRET, 'x-org-token': SECRET } } },
+    'probe',
+  );
   lp.runtime.logger.info({ headers: { 'x-api-key': SECRET } }, 'probe');
   await new Promise((resolve) => setTimeout(resolve, 50));
   assert.ok(lp.logs.raw.length >= 3, 'logs were written');

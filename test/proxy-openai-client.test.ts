@@ -17,8 +17,18 @@ test('the official openai client gets the same objects through the proxy as dire
   const direct = new OpenAI({ baseURL: `${engine.url}/v1`, apiKey: 'sk-test', maxRetries: 0 });
   const proxied = new OpenAI({ baseURL: `${lp.proxyUrl}/v1`, apiKey: 'sk-test', maxRetries: 0 });
 
-  const chat = { model: 'sim', messages: [{ role: 'user' as const, content: 'Say something about caches.' }], max_tokens: 20, temperature: 0, logprobs: true, top_logprobs: 3 };
-  assert.deepEqual(stable(await proxied.chat.completions.create(chat)), stable(await direct.chat.completions.create(chat)));
+  const chat = {
+    model: 'sim',
+    messages: [{ role: 'user' as const, content: 'Say something about caches.' }],
+    max_tokens: 20,
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: 3,
+  };
+  assert.deepEqual(
+    stable(await proxied.chat.completions.create(chat)),
+    stable(await direct.chat.completions.create(chat)),
+  );
 
   const comp = { model: 'sim', prompt: 'The capital of France is', max_tokens: 20, temperature: 0, logprobs: 5 };
   const c1 = await proxied.completions.create(comp);
@@ -27,7 +37,11 @@ test('the official openai client gets the same objects through the proxy as dire
 
   const collect = async (client: OpenAI) => {
     const chunks: unknown[] = [];
-    const stream = await client.chat.completions.create({ ...chat, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      ...chat,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     for await (const chunk of stream) chunks.push(stable(chunk));
     return chunks;
   };

@@ -11,7 +11,12 @@ import type { MirroredPair } from '../src/mirror/types.js';
 const FAST_ALERTS = { window: 10, minRequests: 5, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } };
 
 function body(i: number): string {
-  return JSON.stringify({ model: 'sim', messages: [{ role: 'user', content: `shadow question ${i}: why is the sky blue?` }], max_tokens: 16, temperature: 0.9 });
+  return JSON.stringify({
+    model: 'sim',
+    messages: [{ role: 'user', content: `shadow question ${i}: why is the sky blue?` }],
+    max_tokens: 16,
+    temperature: 0.9,
+  });
 }
 
 async function metrics(adminUrl: string): Promise<string> {
@@ -33,7 +38,10 @@ test('mode: inline by default; serve --mode and LOGPROBE_MODE set it; anything e
   assert.equal(loadConfig({ env: {} }).mode, 'inline');
   assert.equal(loadConfig({ env: { LOGPROBE_MODE: 'shadow' } }).mode, 'shadow');
   assert.equal(loadConfig({ env: {}, overrides: { mode: 'shadow' } }).mode, 'shadow');
-  assert.throws(() => loadConfig({ env: { LOGPROBE_MODE: 'tap' } }), /mode \(from LOGPROBE_MODE=tap\): expected inline or shadow/);
+  assert.throws(
+    () => loadConfig({ env: { LOGPROBE_MODE: 'tap' } }),
+    /mode \(from LOGPROBE_MODE=tap\): expected inline or shadow/,
+  );
 });
 
 test('shadow mode: each copy is answered 202 with an empty body, never forwarded, and mirrored to candidate and baseline', async (t) => {
@@ -42,7 +50,13 @@ test('shadow mode: each copy is answered 202 with an empty body, never forwarded
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
   const pairs: MirroredPair[] = [];
   const lp = await startLogprobe(
-    { mode: 'shadow', candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 }, alert: FAST_ALERTS },
+    {
+      mode: 'shadow',
+      candidate: { url: candidate.url },
+      baseline: { url: baseline.url },
+      mirror: { sampleRate: 1 },
+      alert: FAST_ALERTS,
+    },
     { listeners: { onPair: (p) => pairs.push(p) } },
   );
   t.after(() => lp.close());
@@ -62,7 +76,11 @@ test('shadow mode: each copy is answered 202 with an empty body, never forwarded
   assert.equal(models.statusCode, 202);
   await models.body.dump();
   // x-logprobe-mirror: 0 still opts a request out.
-  const out = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: body(99), headers: { 'content-type': 'application/json', 'x-logprobe-mirror': '0' } });
+  const out = await request(`${lp.proxyUrl}/v1/chat/completions`, {
+    method: 'POST',
+    body: body(99),
+    headers: { 'content-type': 'application/json', 'x-logprobe-mirror': '0' },
+  });
   assert.equal(out.statusCode, 202);
   await out.body.dump();
 
@@ -85,16 +103,24 @@ test('shadow mode: each copy is answered 202 with an empty body, never forwarded
     assert.equal(b.seed, 1234);
   }
   // (The engine profile's detection may ask the candidate for /v1/models itself: not the copy's.)
-  assert.ok(!candidate.requests.some((r) => r.headers['x-request-id'] === 'models-copy'), 'the /v1/models copy was not forwarded');
+  assert.ok(
+    !candidate.requests.some((r) => r.headers['x-request-id'] === 'models-copy'),
+    'the /v1/models copy was not forwarded',
+  );
   assert.ok(!candidate.requests.some((r) => r.body.includes('shadow question 99')), 'the opted-out copy went nowhere');
 
   const m = await metrics(lp.adminUrl);
-  assert.equal(metricValue(m, 'logprobe_shadow_requests_total', { route: '/v1/chat/completions', status_class: '2xx' }), 9);
+  assert.equal(
+    metricValue(m, 'logprobe_shadow_requests_total', { route: '/v1/chat/completions', status_class: '2xx' }),
+    9,
+  );
   assert.equal(metricValue(m, 'logprobe_shadow_requests_total', { route: '/v1/models', status_class: '2xx' }), 1);
   assert.equal(metricValue(m, 'logprobe_proxy_requests_total'), 0, 'nothing was proxied');
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'ok' }), 8);
   assert.ok(
-    (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'global_shift' }) ?? 0) + (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'early_shift' }) ?? 0) === 8,
+    (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'global_shift' }) ?? 0) +
+      (metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'early_shift' }) ?? 0) ===
+      8,
   );
   assert.equal(metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobGlobalShift' }), 1);
 
@@ -110,10 +136,20 @@ test('shadow mode: a body over limits.bodyMB is refused 413 (by its length, or a
   const baseline = await startSim();
   const candidate = await startSim();
   t.after(() => Promise.all([baseline.close(), candidate.close()]));
-  const lp = await startLogprobe({ mode: 'shadow', candidate: { url: candidate.url }, baseline: { url: baseline.url }, mirror: { sampleRate: 1 }, limits: { bodyMB: 0.01 } });
+  const lp = await startLogprobe({
+    mode: 'shadow',
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1 },
+    limits: { bodyMB: 0.01 },
+  });
   t.after(() => lp.close());
   const big = JSON.stringify({ model: 'sim', prompt: 'x'.repeat(20_000), max_tokens: 4 });
-  const res = await request(`${lp.proxyUrl}/v1/completions`, { method: 'POST', body: big, headers: { 'content-type': 'application/json' } });
+  const res = await request(`${lp.proxyUrl}/v1/completions`, {
+    method: 'POST',
+    body: big,
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(res.statusCode, 413);
   assert.match(await res.body.text(), /limits\.bodyMB/);
 
@@ -127,7 +163,9 @@ test('shadow mode: a body over limits.bodyMB is refused 413 (by its length, or a
       sock.on('close', () => resolve(got));
       sock.on('error', (err) => (got ? resolve(got) : reject(err)));
       const chunk = 'y'.repeat(4096);
-      sock.write(`POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nx-logprobe-mirror: ${forced}\r\n\r\n`);
+      sock.write(
+        `POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nx-logprobe-mirror: ${forced}\r\n\r\n`,
+      );
       for (let i = 0; i < 4; i++) sock.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
       sock.end('0\r\n\r\n');
     });

@@ -12,12 +12,24 @@ function rawRequest(
 ): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const u = new URL(url);
-    const req = http.request({ host: u.hostname, port: u.port, method: options.method, path: options.path, headers: options.headers, agent: false }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: u.port,
+        method: options.method,
+        path: options.path,
+        headers: options.headers,
+        agent: false,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }),
+        );
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     if (Array.isArray(options.body)) {
       for (const part of options.body) req.write(part);
@@ -28,7 +40,10 @@ function rawRequest(
   });
 }
 
-const ODD_JSON = Buffer.from('{ "model":"m",  "prompt" : "Grüße — 🚀\\u00e9",\n"max_tokens":3 ,"temperature":0.7}  ', 'utf8');
+const ODD_JSON = Buffer.from(
+  '{ "model":"m",  "prompt" : "Grüße — 🚀\\u00e9",\n"max_tokens":3 ,"temperature":0.7}  ',
+  'utf8',
+);
 
 test('request bytes, method, path and query reach the candidate unchanged', async (t) => {
   const up = await startUpstream((_req, res) => {
@@ -59,7 +74,12 @@ test('a chunked request body is forwarded byte for byte', async (t) => {
   const lp = await startLogprobe({ candidate: { url: up.url }, mirror: { sampleRate: 0 } });
   t.after(() => lp.close());
   const parts = ['{"prompt":', '"a', 'b"}'];
-  await rawRequest(lp.proxyUrl, { method: 'POST', path: '/v1/completions', headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, body: parts });
+  await rawRequest(lp.proxyUrl, {
+    method: 'POST',
+    path: '/v1/completions',
+    headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+    body: parts,
+  });
   assert.equal(up.seen[0]!.body.toString('utf8'), parts.join(''));
 });
 
@@ -145,7 +165,11 @@ test('SSE passes through event by event, with no buffering', async (t) => {
   const lp = await startLogprobe({ candidate: { url: up.url }, mirror: { sampleRate: 0 } });
   t.after(() => lp.close());
 
-  const res = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{"stream":true}', headers: { 'content-type': 'application/json' } });
+  const res = await request(`${lp.proxyUrl}/v1/chat/completions`, {
+    method: 'POST',
+    body: '{"stream":true}',
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(res.headers['content-type'], 'text/event-stream');
   const received: string[] = [];
   for await (const chunk of res.body) {

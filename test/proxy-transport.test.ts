@@ -13,34 +13,103 @@ import { metricValue } from './helpers/sim.js';
 // configured limits answered with 503 at once.
 
 /** Writes bytes on a raw socket and collects everything until the proxy closes it. */
-function rawExchange(port: number, bytes: Buffer | string, timeoutMs = 5000): Promise<{ text: string; closed: boolean; ms: number }> {
+function rawExchange(
+  port: number,
+  bytes: Buffer | string,
+  timeoutMs = 5000,
+): Promise<{ text: string; closed: boolean; ms: number }> {
   return paced(port, [bytes], 0, timeoutMs);
 }
 
 const SMUGGLED = 'GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n';
-const bytes = (...parts: Array<string | number[]>): Buffer => Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p, 'latin1') : Buffer.from(p))));
+const bytes = (...parts: Array<string | number[]>): Buffer =>
+  Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p, 'latin1') : Buffer.from(p))));
 
 /**
  * Framing that llhttp refuses; a lax reader would forward a request hidden behind each. 400,
  * or 501 for a Transfer-Encoding other than exactly chunked (as nginx).
  */
 const SMUGGLING: Array<[string, Buffer, number?]> = [
-  ['Content-Length with Transfer-Encoding', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
-  ['Transfer-Encoding in an obs-fold', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
-  ['Content-Length with a trailing U+00A0', bytes('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5', [0xa0], `\r\n\r\nhello${SMUGGLED}`)],
-  ['Transfer-Encoding chunked with a trailing U+00A0', bytes('POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked', [0xa0], `\r\n\r\n0\r\n\r\n${SMUGGLED}`), 501],
-  ['Content-Length with a vertical tab', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\x0b\r\n\r\nhello${SMUGGLED}`)],
-  ['Content-Length after a form feed', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length:\x0c5\r\n\r\nhello${SMUGGLED}`)],
-  ['Transfer-Encoding after a vertical tab', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \x0bchunked\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
-  ['Transfer-Encoding with a bare CR', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\r\n\r\n0\r\n\r\n${SMUGGLED}`)],
-  ['Transfer-Encoding chunked, identity', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\nContent-Length: 3\r\n\r\n0\r\n\r\n${SMUGGLED}`), 501],
-  ['two Content-Length values that differ', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 38\r\n\r\nhello${SMUGGLED}`)],
-  ['a Content-Length list', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 38\r\n\r\nhello${SMUGGLED}`)],
-  ['whitespace before the colon', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello${SMUGGLED}`)],
-  ['a chunk size that overflows 64 bits', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000005\r\nhello\r\n0\r\n\r\n${SMUGGLED}`)],
-  ['a bare LF ending the head lines', bytes(`POST /v1/completions HTTP/1.1\nHost: x\nContent-Length: 5\n\nhello${SMUGGLED}`)],
-  ['a bare LF after one field', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\nContent-Length: 5\r\n\r\nhello${SMUGGLED}`)],
-  ['a bare LF after a chunk size', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n${SMUGGLED}`)],
+  [
+    'Content-Length with Transfer-Encoding',
+    bytes(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`,
+    ),
+  ],
+  [
+    'Transfer-Encoding in an obs-fold',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`),
+  ],
+  [
+    'Content-Length with a trailing U+00A0',
+    bytes('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5', [0xa0], `\r\n\r\nhello${SMUGGLED}`),
+  ],
+  [
+    'Transfer-Encoding chunked with a trailing U+00A0',
+    bytes(
+      'POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked',
+      [0xa0],
+      `\r\n\r\n0\r\n\r\n${SMUGGLED}`,
+    ),
+    501,
+  ],
+  [
+    'Content-Length with a vertical tab',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\x0b\r\n\r\nhello${SMUGGLED}`),
+  ],
+  [
+    'Content-Length after a form feed',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length:\x0c5\r\n\r\nhello${SMUGGLED}`),
+  ],
+  [
+    'Transfer-Encoding after a vertical tab',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \x0bchunked\r\n\r\n0\r\n\r\n${SMUGGLED}`),
+  ],
+  [
+    'Transfer-Encoding with a bare CR',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\r\n\r\n0\r\n\r\n${SMUGGLED}`),
+  ],
+  [
+    'Transfer-Encoding chunked, identity',
+    bytes(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\nContent-Length: 3\r\n\r\n0\r\n\r\n${SMUGGLED}`,
+    ),
+    501,
+  ],
+  [
+    'two Content-Length values that differ',
+    bytes(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 38\r\n\r\nhello${SMUGGLED}`,
+    ),
+  ],
+  [
+    'a Content-Length list',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 38\r\n\r\nhello${SMUGGLED}`),
+  ],
+  [
+    'whitespace before the colon',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello${SMUGGLED}`),
+  ],
+  [
+    'a chunk size that overflows 64 bits',
+    bytes(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000005\r\nhello\r\n0\r\n\r\n${SMUGGLED}`,
+    ),
+  ],
+  [
+    'a bare LF ending the head lines',
+    bytes(`POST /v1/completions HTTP/1.1\nHost: x\nContent-Length: 5\n\nhello${SMUGGLED}`),
+  ],
+  [
+    'a bare LF after one field',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\nContent-Length: 5\r\n\r\nhello${SMUGGLED}`),
+  ],
+  [
+    'a bare LF after a chunk size',
+    bytes(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n${SMUGGLED}`,
+    ),
+  ],
 ];
 
 test('request smuggling is refused at the edge: 400 (501 for a Transfer-Encoding other than chunked) in the OpenAI envelope, the connection closed, nothing reaches the candidate', async (t) => {
@@ -54,7 +123,9 @@ test('request smuggling is refused at the edge: 400 (501 for a Transfer-Encoding
     const r = await rawExchange(port, attack);
     assert.ok(r.closed, `${name}: the connection is closed`);
     assert.match(r.text, new RegExp(`^HTTP/1\\.1 ${status} `), `${name}: ${JSON.stringify(r.text.slice(0, 40))}`);
-    const body = JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4)) as { error: { message: string; code: string } };
+    const body = JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4)) as {
+      error: { message: string; code: string };
+    };
     assert.equal(typeof body.error.message, 'string', `${name}: the OpenAI envelope`);
     assert.equal(r.text.split('HTTP/1.1 ').length - 1, 1, `${name}: one answer, not two`);
   }
@@ -67,7 +138,11 @@ test('request smuggling is refused at the edge: 400 (501 for a Transfer-Encoding
 test('a head trickled in slower than limits.headTimeoutMs gets 408 in time, and the connection closes', async (t) => {
   const up = await startUpstream((_req, res) => res.end('ok'));
   t.after(() => up.close());
-  const lp = await startLogprobe({ candidate: { url: up.url }, mirror: { sampleRate: 0 }, limits: { headTimeoutMs: 1500 } });
+  const lp = await startLogprobe({
+    candidate: { url: up.url },
+    mirror: { sampleRate: 0 },
+    limits: { headTimeoutMs: 1500 },
+  });
   t.after(() => lp.close());
   const port = Number(new URL(lp.proxyUrl).port);
   const started = performance.now();
@@ -96,7 +171,9 @@ test('a head trickled in slower than limits.headTimeoutMs gets 408 in time, and 
 });
 
 /** An upstream that records every request head it gets (before any body), and answers `ok` once the body is in. */
-async function startHeadRecorder(t: { after(fn: () => unknown): void }): Promise<{ url: string; heads: string[]; bodies: number[] }> {
+async function startHeadRecorder(t: {
+  after(fn: () => unknown): void;
+}): Promise<{ url: string; heads: string[]; bodies: number[] }> {
   const heads: string[] = [];
   const bodies: number[] = [];
   const server = http.createServer((req, res) => {
@@ -114,7 +191,12 @@ async function startHeadRecorder(t: { after(fn: () => unknown): void }): Promise
 }
 
 /** Writes `parts` on a raw socket, one every `everyMs`, and collects the answer until the proxy closes the connection. */
-function paced(port: number, parts: Array<Buffer | string>, everyMs: number, timeoutMs = 8000): Promise<{ text: string; closed: boolean; ms: number }> {
+function paced(
+  port: number,
+  parts: Array<Buffer | string>,
+  everyMs: number,
+  timeoutMs = 8000,
+): Promise<{ text: string; closed: boolean; ms: number }> {
   const started = performance.now();
   return new Promise((resolve) => {
     const sock = net.connect(port, '127.0.0.1');
@@ -141,7 +223,9 @@ function paced(port: number, parts: Array<Buffer | string>, everyMs: number, tim
 }
 
 function envelopeOf(text: string): { error: { message: string; type: string; param: unknown; code: string | null } } {
-  return JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4)) as { error: { message: string; type: string; param: unknown; code: string | null } };
+  return JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4)) as {
+    error: { message: string; type: string; param: unknown; code: string | null };
+  };
 }
 
 const BIG = 100_000;
@@ -149,12 +233,24 @@ const BIG = 100_000;
 test('limits.bodyTimeoutMs: a body stalled mid-way gets 408 in the OpenAI envelope and the connection closes, on every read path and in shadow mode; counted', async (t) => {
   const up = await startHeadRecorder(t);
   const TIMEOUT = 600;
-  const lp = await startLogprobe({ candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 }, limits: { bodyTimeoutMs: TIMEOUT } });
+  const lp = await startLogprobe({
+    candidate: { url: up.url },
+    baseline: { url: up.url },
+    mirror: { sampleRate: 1 },
+    limits: { bodyTimeoutMs: TIMEOUT },
+  });
   t.after(() => lp.close());
-  const shadow = await startLogprobe({ mode: 'shadow', candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 }, limits: { bodyTimeoutMs: TIMEOUT } });
+  const shadow = await startLogprobe({
+    mode: 'shadow',
+    candidate: { url: up.url },
+    baseline: { url: up.url },
+    mirror: { sampleRate: 1 },
+    limits: { bodyTimeoutMs: TIMEOUT },
+  });
   t.after(() => shadow.close());
   const port = (u: string) => Number(new URL(u).port);
-  const head = (path: string, framing: string) => `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${framing}\r\n\r\n`;
+  const head = (path: string, framing: string) =>
+    `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${framing}\r\n\r\n`;
   const cases: Array<[string, number, string]> = [
     // Mirrored route, sampled: the body is kept for the mirror (readBody).
     ['kept for the mirror', port(lp.proxyUrl), head('/v1/completions', 'Content-Length: 20') + '{"a":'],
@@ -177,7 +273,10 @@ test('limits.bodyTimeoutMs: a body stalled mid-way gets 408 in the OpenAI envelo
     assert.equal(body.error.code, 'LOGPROBE_BODY_TIMEOUT', name);
     assert.match(body.error.message, /limits\.bodyTimeoutMs/, name);
     assert.equal(body.error.type, 'invalid_request_error', name);
-    assert.ok(r.ms >= TIMEOUT - 50 && r.ms < TIMEOUT + 2500, `${name}: answered after ${Math.round(r.ms)} ms (limit ${TIMEOUT} ms)`);
+    assert.ok(
+      r.ms >= TIMEOUT - 50 && r.ms < TIMEOUT + 2500,
+      `${name}: answered after ${Math.round(r.ms)} ms (limit ${TIMEOUT} ms)`,
+    );
   }
   const inline = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   assert.equal(metricValue(inline, 'logprobe_proxy_refused_total', { reason: 'body_timeout' }), 4);
@@ -193,13 +292,19 @@ test('limits.bodyTimeoutMs: a body stalled mid-way gets 408 in the OpenAI envelo
 test('limits.bodyTimeoutMs is an idle timer, not a deadline: a body trickled in slower than the limit in total but faster than it per byte is served', async (t) => {
   const up = await startHeadRecorder(t);
   const TIMEOUT = 500;
-  const lp = await startLogprobe({ candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 }, limits: { bodyTimeoutMs: TIMEOUT } });
+  const lp = await startLogprobe({
+    candidate: { url: up.url },
+    baseline: { url: up.url },
+    mirror: { sampleRate: 1 },
+    limits: { bodyTimeoutMs: TIMEOUT },
+  });
   t.after(() => lp.close());
   const port = Number(new URL(lp.proxyUrl).port);
   const body = '{"model":"m","n":1}\n';
   assert.equal(body.length, 20);
   const trickle = (h: string, prefix = '') => [h + prefix, ...body.split('')];
-  const head = (path: string, cl: number) => `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${cl}\r\nConnection: close\r\n\r\n`;
+  const head = (path: string, cl: number) =>
+    `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${cl}\r\nConnection: close\r\n\r\n`;
   // 20 bytes, one per 150 ms: 3 s in all, six times the limit.
   const [kept, readAhead, streamed] = await Promise.all([
     paced(port, trickle(head('/v1/completions', 20)), 150),
@@ -215,8 +320,16 @@ test('limits.bodyTimeoutMs is an idle timer, not a deadline: a body trickled in 
     assert.ok(r.ms > 6 * TIMEOUT, `${name}: the upload took ${Math.round(r.ms)} ms`);
   }
   // The mirror's copies of the kept one reach the upstream too, rewritten (longer than 20 bytes).
-  assert.equal(up.bodies.filter((n) => n === 20).length, 2, `the small bodies reached the candidate whole: ${JSON.stringify(up.bodies)}`);
-  assert.equal(up.bodies.filter((n) => n === BIG).length, 1, `the streamed body reached the candidate whole: ${JSON.stringify(up.bodies)}`);
+  assert.equal(
+    up.bodies.filter((n) => n === 20).length,
+    2,
+    `the small bodies reached the candidate whole: ${JSON.stringify(up.bodies)}`,
+  );
+  assert.equal(
+    up.bodies.filter((n) => n === BIG).length,
+    1,
+    `the streamed body reached the candidate whole: ${JSON.stringify(up.bodies)}`,
+  );
   const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   assert.equal(metricValue(metrics, 'logprobe_proxy_refused_total', { reason: 'body_timeout' }), 0);
 });
@@ -232,14 +345,22 @@ test('limits.bodyTimeoutMs times the client only: a streamed body waiting for a 
   });
   t.after(() => up.close());
   const TIMEOUT = 400;
-  const lp = await startLogprobe({ candidate: { url: up.url, maxConnections: 1, maxPending: 1 }, mirror: { sampleRate: 0 }, limits: { bodyTimeoutMs: TIMEOUT } });
+  const lp = await startLogprobe({
+    candidate: { url: up.url, maxConnections: 1, maxPending: 1 },
+    mirror: { sampleRate: 0 },
+    limits: { bodyTimeoutMs: TIMEOUT },
+  });
   t.after(() => lp.close());
   const port = Number(new URL(lp.proxyUrl).port);
   // The one connection is held by a request the candidate answers only when released.
   const held = request(`${lp.proxyUrl}/v1/models`);
   await new Promise((r) => setTimeout(r, 200));
   // The whole body is sent at once; the proxy reads it only once a connection is free.
-  const waiting = rawExchange(port, `POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: ${BIG}\r\nConnection: close\r\n\r\n${' '.repeat(BIG)}`, 8000);
+  const waiting = rawExchange(
+    port,
+    `POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: ${BIG}\r\nConnection: close\r\n\r\n${' '.repeat(BIG)}`,
+    8000,
+  );
   await new Promise((r) => setTimeout(r, 3 * TIMEOUT));
   release();
   const r = await waiting;
@@ -267,7 +388,11 @@ test('limits.bodyTimeoutMs times the client only: a streamed body held back by a
   t.after(() => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))));
   const lp = await startLogprobe({ candidate: { url }, mirror: { sampleRate: 0 }, limits: { bodyTimeoutMs: TIMEOUT } });
   t.after(() => lp.close());
-  const res = await request(`${lp.proxyUrl}/v1/embeddings`, { method: 'POST', body: Buffer.alloc(SIZE, 0x20), headers: { 'content-type': 'application/json' } });
+  const res = await request(`${lp.proxyUrl}/v1/embeddings`, {
+    method: 'POST',
+    body: Buffer.alloc(SIZE, 0x20),
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(res.statusCode, 200);
   assert.equal(await res.body.text(), 'ok');
   assert.equal(received, SIZE, 'the body reached the candidate whole');
@@ -288,7 +413,9 @@ const REFUSED_FRAMING: Array<[string, Buffer, number, string]> = [
   ],
   [
     'Transfer-Encoding gzip and chunked on two lines',
-    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`),
+    bytes(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`,
+    ),
     501,
     'LOGPROBE_UNSUPPORTED_TRANSFER_ENCODING',
   ],
@@ -306,18 +433,42 @@ const REFUSED_FRAMING: Array<[string, Buffer, number, string]> = [
   ],
   [
     'Transfer-Encoding chunked, chunked (llhttp refuses it in the head)',
-    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`),
+    bytes(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n${SMUGGLED}`,
+    ),
     501,
     'HPE_INVALID_TRANSFER_ENCODING',
   ],
-  ['Transfer-Encoding identity', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n${SMUGGLED}`), 501, 'LOGPROBE_UNSUPPORTED_TRANSFER_ENCODING'],
-  ['two Host fields', bytes(`GET /v1/models HTTP/1.1\r\nHost: x\r\nHost: evil.example\r\n\r\n${SMUGGLED}`), 400, 'LOGPROBE_BAD_REQUEST'],
-  ['two Host fields, the same value', bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nhost: x\r\nContent-Length: 2\r\n\r\n{}${SMUGGLED}`), 400, 'LOGPROBE_BAD_REQUEST'],
-  ['CONNECT', bytes(`CONNECT candidate.internal:443 HTTP/1.1\r\nHost: candidate.internal:443\r\n\r\n${SMUGGLED}`), 400, 'LOGPROBE_BAD_REQUEST'],
+  [
+    'Transfer-Encoding identity',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n${SMUGGLED}`),
+    501,
+    'LOGPROBE_UNSUPPORTED_TRANSFER_ENCODING',
+  ],
+  [
+    'two Host fields',
+    bytes(`GET /v1/models HTTP/1.1\r\nHost: x\r\nHost: evil.example\r\n\r\n${SMUGGLED}`),
+    400,
+    'LOGPROBE_BAD_REQUEST',
+  ],
+  [
+    'two Host fields, the same value',
+    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nhost: x\r\nContent-Length: 2\r\n\r\n{}${SMUGGLED}`),
+    400,
+    'LOGPROBE_BAD_REQUEST',
+  ],
+  [
+    'CONNECT',
+    bytes(`CONNECT candidate.internal:443 HTTP/1.1\r\nHost: candidate.internal:443\r\n\r\n${SMUGGLED}`),
+    400,
+    'LOGPROBE_BAD_REQUEST',
+  ],
   // The client waits for 100 Continue before its body: it must get the 413 instead, and no 100.
   [
     'Expect: 100-continue with a Content-Length over limits.bodyMB',
-    bytes(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: ${2 * 1024 * 1024}\r\n\r\n`),
+    bytes(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: ${2 * 1024 * 1024}\r\n\r\n`,
+    ),
     413,
     'LOGPROBE_PAYLOAD_TOO_LARGE',
   ],
@@ -325,7 +476,12 @@ const REFUSED_FRAMING: Array<[string, Buffer, number, string]> = [
 
 test('framing nginx refuses is refused at the edge: TE other than chunked 501, two Host 400, CONNECT 400, Expect over the limit 413 without 100; nothing reaches the candidate', async (t) => {
   const up = await startHeadRecorder(t);
-  const lp = await startLogprobe({ candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 }, limits: { bodyMB: 1 } });
+  const lp = await startLogprobe({
+    candidate: { url: up.url },
+    baseline: { url: up.url },
+    mirror: { sampleRate: 1 },
+    limits: { bodyMB: 1 },
+  });
   t.after(() => lp.close());
   const port = Number(new URL(lp.proxyUrl).port);
   for (const [name, attack, status, code] of REFUSED_FRAMING) {
@@ -350,10 +506,17 @@ test('framing nginx refuses is refused at the edge: TE other than chunked 501, t
     assert.equal(metricValue(metrics, 'logprobe_proxy_refused_total', { reason }), n, reason);
 
   // Controls: exactly chunked (any case) and one Host are served; Expect within the limit gets its 100, then the answer.
-  const chunkedOk = await rawExchange(port, `POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n`);
+  const chunkedOk = await rawExchange(
+    port,
+    `POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n`,
+  );
   assert.match(chunkedOk.text, /^HTTP\/1\.1 200 /);
   const expected = await new Promise<string>((resolve) => {
-    const sock = net.connect(port, '127.0.0.1', () => sock.write('POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n'));
+    const sock = net.connect(port, '127.0.0.1', () =>
+      sock.write(
+        'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n',
+      ),
+    );
     let text = '';
     sock.on('data', (d: Buffer) => {
       text += d.toString('latin1');
@@ -369,7 +532,10 @@ test('framing nginx refuses is refused at the edge: TE other than chunked 501, t
 
 test('a client that aborts its upload is logged at debug without a stack and counted as aborted, on the read and the streamed path', async (t) => {
   const up = await startHeadRecorder(t);
-  const lp = await startLogprobe({ candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 } }, { level: 'debug' });
+  const lp = await startLogprobe(
+    { candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 } },
+    { level: 'debug' },
+  );
   t.after(() => lp.close());
   const port = Number(new URL(lp.proxyUrl).port);
   const abortAfter = (bytes: string) =>
@@ -378,9 +544,16 @@ test('a client that aborts its upload is logged at debug without a stack and cou
       sock.on('error', () => undefined);
       sock.on('close', () => resolve());
     });
-  await abortAfter('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":');
-  await abortAfter(`POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${BIG}\r\n\r\n${' '.repeat(70_000)}`);
-  const aborted = async () => metricValue(await (await request(`${lp.adminUrl}/metrics`)).body.text(), 'logprobe_proxy_requests_total', { status_class: 'aborted' });
+  await abortAfter(
+    'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":',
+  );
+  await abortAfter(
+    `POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${BIG}\r\n\r\n${' '.repeat(70_000)}`,
+  );
+  const aborted = async () =>
+    metricValue(await (await request(`${lp.adminUrl}/metrics`)).body.text(), 'logprobe_proxy_requests_total', {
+      status_class: 'aborted',
+    });
   const deadline = Date.now() + 3000;
   while ((await aborted()) !== 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   assert.equal(await aborted(), 2, 'both counted in logprobe_proxy_requests_total{status_class="aborted"}');
@@ -403,7 +576,12 @@ test('one head limit everywhere: limits.maxHeaderKB holds for sampled and unsamp
     { maxHeaderSize: 256 * 1024 },
   );
   t.after(() => up.close());
-  const lp = await startLogprobe({ candidate: { url: up.url }, baseline: { url: up.url }, mirror: { sampleRate: 1 }, limits: { maxHeaderKB: 32 } });
+  const lp = await startLogprobe({
+    candidate: { url: up.url },
+    baseline: { url: up.url },
+    mirror: { sampleRate: 1 },
+    limits: { maxHeaderKB: 32 },
+  });
   t.after(() => lp.close());
   const port = Number(new URL(lp.proxyUrl).port);
   for (const path of ['/v1/models', '/v1/completions']) {
@@ -449,7 +627,12 @@ test('no hidden cap: 700 concurrent streams each get their own upstream connecti
   t.after(() => client.close());
   let firstBytes = 0;
   const streams = Array.from({ length: N }, async () => {
-    const res = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{"stream":true}', headers: { 'content-type': 'application/json' }, dispatcher: client });
+    const res = await request(`${lp.proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      body: '{"stream":true}',
+      headers: { 'content-type': 'application/json' },
+      dispatcher: client,
+    });
     connections.add(res);
     let text = '';
     let counted = false;
@@ -471,7 +654,10 @@ test('no hidden cap: 700 concurrent streams each get their own upstream connecti
   assert.equal(peak, N, `the upstream held ${peak} streams at once`);
   for (const text of texts) assert.ok(text.endsWith('data: [DONE]\n\n'));
   const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-  assert.ok(metricValue(metrics, 'logprobe_upstream_connections', { backend: 'candidate' })! >= N, 'the gauge counts the open upstream connections');
+  assert.ok(
+    metricValue(metrics, 'logprobe_upstream_connections', { backend: 'candidate' })! >= N,
+    'the gauge counts the open upstream connections',
+  );
   assert.equal(metricValue(metrics, 'logprobe_proxy_overflow_total', { reason: 'connections' }), 0);
 });
 
@@ -547,13 +733,25 @@ test('candidate.maxConnections and maxPending: a request beyond them gets 503 at
   const send = (url: string) => request(`${url}/v1/models`, { dispatcher: client });
 
   // maxConnections 2 with no waiting: the third is refused, reason connections.
-  const strict = await startLogprobe({ candidate: { url: up.url, maxConnections: 2, maxPending: 0 }, mirror: { sampleRate: 0 } });
+  const strict = await startLogprobe({
+    candidate: { url: up.url, maxConnections: 2, maxPending: 0 },
+    mirror: { sampleRate: 0 },
+  });
   t.after(() => strict.close());
   // maxConnections 2, 1 may wait: the fourth is refused, reason pending.
-  const queued = await startLogprobe({ candidate: { url: up.url, maxConnections: 2, maxPending: 1 }, mirror: { sampleRate: 0 } });
+  const queued = await startLogprobe({
+    candidate: { url: up.url, maxConnections: 2, maxPending: 1 },
+    mirror: { sampleRate: 0 },
+  });
   t.after(() => queued.close());
 
-  const held = [send(strict.proxyUrl), send(strict.proxyUrl), send(queued.proxyUrl), send(queued.proxyUrl), send(queued.proxyUrl)];
+  const held = [
+    send(strict.proxyUrl),
+    send(strict.proxyUrl),
+    send(queued.proxyUrl),
+    send(queued.proxyUrl),
+    send(queued.proxyUrl),
+  ];
   await new Promise((r) => setTimeout(r, 300));
   for (const [lp, reason] of [
     [strict, 'connections'],
@@ -590,14 +788,36 @@ test('config: the limits are validated, with their paths', async () => {
   const { buildConfig } = await import('../src/config/load.js');
   assert.throws(() => buildConfig({ candidate: { maxConnections: 0 } }), /candidate\.maxConnections/);
   assert.throws(() => buildConfig({ candidate: { maxPending: -1 } }), /candidate\.maxPending/);
-  assert.throws(() => buildConfig({ candidate: { maxPending: 5 } }), /candidate\.maxPending: applies only with candidate\.maxConnections/);
+  assert.throws(
+    () => buildConfig({ candidate: { maxPending: 5 } }),
+    /candidate\.maxPending: applies only with candidate\.maxConnections/,
+  );
   assert.throws(() => buildConfig({ limits: { maxHeaderKB: 0 } }), /limits\.maxHeaderKB/);
   assert.throws(() => buildConfig({ limits: { bodyTimeoutMs: 0 } }), /limits\.bodyTimeoutMs/);
   assert.throws(() => buildConfig({ baseline: { forwardHeaders: ['bad header'] } }), /baseline\.forwardHeaders\.0/);
   const c = buildConfig({});
   assert.deepEqual(
-    { maxConnections: c.candidate.maxConnections, maxPending: c.candidate.maxPending, limits: c.limits, forwardHeaders: c.baseline.forwardHeaders },
-    { maxConnections: null, maxPending: null, limits: { bodyMB: 32, maxHeaderKB: 64, headTimeoutMs: 30_000, bodyTimeoutMs: 60_000, keepAliveTimeoutMs: 65_000, backlog: 4096 }, forwardHeaders: [] },
+    {
+      maxConnections: c.candidate.maxConnections,
+      maxPending: c.candidate.maxPending,
+      limits: c.limits,
+      forwardHeaders: c.baseline.forwardHeaders,
+    },
+    {
+      maxConnections: null,
+      maxPending: null,
+      limits: {
+        bodyMB: 32,
+        maxHeaderKB: 64,
+        headTimeoutMs: 30_000,
+        bodyTimeoutMs: 60_000,
+        keepAliveTimeoutMs: 65_000,
+        backlog: 4096,
+      },
+      forwardHeaders: [],
+    },
   );
-  assert.deepEqual(buildConfig({ baseline: { forwardHeaders: ['OpenAI-Organization'] } }).baseline.forwardHeaders, ['openai-organization']);
+  assert.deepEqual(buildConfig({ baseline: { forwardHeaders: ['OpenAI-Organization'] } }).baseline.forwardHeaders, [
+    'openai-organization',
+  ]);
 });

@@ -26,7 +26,12 @@ function background(cmd: string, cwd: string): Bg {
   return bg;
 }
 
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms: number, detail: () => string): Promise<void> {
+async function until(
+  what: string,
+  ok: () => boolean | Promise<boolean>,
+  ms: number,
+  detail: () => string,
+): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await ok())) {
     if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}\n${detail()}`);
@@ -34,49 +39,60 @@ async function until(what: string, ok: () => boolean | Promise<boolean>, ms: num
   }
 }
 
-test("the README's engine and serve commands, run as written, give the demo's verdict: global_shift, scored", { skip: llamaSkip }, async (t) => {
-  const lines = readmeBlock('engines');
-  assert.equal(lines.length, 5, lines.join('\n'));
-  const cwd = mkdtempSync(join(tmpdir(), 'logprobe-readme-'));
-  const started: Bg[] = [];
-  t.after(() => {
-    for (const b of started) if (b.child.exitCode === null) process.kill(-b.child.pid!, 'SIGTERM');
-    rmSync(cwd, { recursive: true, force: true });
-  });
-  const logs = () => started.map((b) => b.out).join('\n---\n');
-  const outputs: string[] = [];
-  for (const line of lines) {
-    if (line.endsWith('&')) {
-      const bg = background(asHere(line.slice(0, -1).trim()), cwd);
-      started.push(bg);
-      const ready = / serve\b/.test(line) ? /"msg":"logprobe listening"/ : /listening on http/;
-      await until(`"${line}" to listen`, () => ready.test(bg.out) || bg.child.exitCode !== null, 180_000, logs);
-      assert.equal(bg.child.exitCode, null, `${line} exited:\n${bg.out}`);
-    } else if (/\/metrics/.test(line)) {
-      // The mirror answers after the client: poll the README's own grep until the pair is counted.
-      let last = '';
-      await until(
-        'a scored global_shift pair in the metrics',
-        async () => {
-          last = (await runLine(asHere(line), cwd)).out;
-          return /verdict="global_shift",kind="pair"\} [1-9]/.test(last) && /^logprobe_scoring_total\{route="\/v1\/completions",outcome="ok"\} [1-9]/m.test(last);
-        },
-        120_000,
-        () => `${last}\n${logs()}`,
-      );
-      outputs.push(last);
-    } else {
-      const r = await runLine(asHere(line), cwd);
-      assert.equal(r.code, 0, `${line}:\n${r.out}`);
-      outputs.push(r.out);
+test(
+  "the README's engine and serve commands, run as written, give the demo's verdict: global_shift, scored",
+  { skip: llamaSkip },
+  async (t) => {
+    const lines = readmeBlock('engines');
+    assert.equal(lines.length, 5, lines.join('\n'));
+    const cwd = mkdtempSync(join(tmpdir(), 'logprobe-readme-'));
+    const started: Bg[] = [];
+    t.after(() => {
+      for (const b of started) if (b.child.exitCode === null) process.kill(-b.child.pid!, 'SIGTERM');
+      rmSync(cwd, { recursive: true, force: true });
+    });
+    const logs = () => started.map((b) => b.out).join('\n---\n');
+    const outputs: string[] = [];
+    for (const line of lines) {
+      if (line.endsWith('&')) {
+        const bg = background(asHere(line.slice(0, -1).trim()), cwd);
+        started.push(bg);
+        const ready = / serve\b/.test(line) ? /"msg":"logprobe listening"/ : /listening on http/;
+        await until(`"${line}" to listen`, () => ready.test(bg.out) || bg.child.exitCode !== null, 180_000, logs);
+        assert.equal(bg.child.exitCode, null, `${line} exited:\n${bg.out}`);
+      } else if (/\/metrics/.test(line)) {
+        // The mirror answers after the client: poll the README's own grep until the pair is counted.
+        let last = '';
+        await until(
+          'a scored global_shift pair in the metrics',
+          async () => {
+            last = (await runLine(asHere(line), cwd)).out;
+            return (
+              /verdict="global_shift",kind="pair"\} [1-9]/.test(last) &&
+              /^logprobe_scoring_total\{route="\/v1\/completions",outcome="ok"\} [1-9]/m.test(last)
+            );
+          },
+          120_000,
+          () => `${last}\n${logs()}`,
+        );
+        outputs.push(last);
+      } else {
+        const r = await runLine(asHere(line), cwd);
+        assert.equal(r.code, 0, `${line}:\n${r.out}`);
+        outputs.push(r.out);
+      }
     }
-  }
-  // The client got the candidate's own answer, a llama-server completion.
-  const answer = JSON.parse(outputs[0]!) as { object: string; choices: Array<{ text: string }>; usage: { completion_tokens: number } };
-  assert.equal(answer.object, 'text_completion');
-  assert.equal(answer.usage.completion_tokens, 16);
-  // Every comparison of the run: global_shift, none early_shift (the pre-scoring verdict).
-  assert.doesNotMatch(outputs[1]!, /early_shift/);
-  const serveLog = started[2]!.out;
-  assert.match(serveLog, /mirroring 100% of \/v1\/completions/, 'the start line says every request is mirrored');
-});
+    // The client got the candidate's own answer, a llama-server completion.
+    const answer = JSON.parse(outputs[0]!) as {
+      object: string;
+      choices: Array<{ text: string }>;
+      usage: { completion_tokens: number };
+    };
+    assert.equal(answer.object, 'text_completion');
+    assert.equal(answer.usage.completion_tokens, 16);
+    // Every comparison of the run: global_shift, none early_shift (the pre-scoring verdict).
+    assert.doesNotMatch(outputs[1]!, /early_shift/);
+    const serveLog = started[2]!.out;
+    assert.match(serveLog, /mirroring 100% of \/v1\/completions/, 'the start line says every request is mirrored');
+  },
+);

@@ -14,7 +14,11 @@ test("the README's golden example works as written with the defaults: record, th
   const lines = readmeBlock('golden');
   assert.equal(lines.length, 2, lines.join('\n'));
   // A llama-server double: it scores, so the golden records carry their teacher-forced steps.
-  const engine = await startEngineServer({ model: createSimModel({ seed: 11, id: 'm' }), api: 'llamacpp', concurrency: 0 });
+  const engine = await startEngineServer({
+    model: createSimModel({ seed: 11, id: 'm' }),
+    api: 'llamacpp',
+    concurrency: 0,
+  });
   const cwd = mkdtempSync(join(tmpdir(), 'logprobe-readme-golden-'));
   t.after(async () => {
     await engine.close();
@@ -27,7 +31,12 @@ test("the README's golden example works as written with the defaults: record, th
   assert.match(record.out, /recorded 24 prompts to .*golden\.jsonl: 24 usable/);
   const replay = await runLine(asHere(lines[1]!), cwd, env);
   assert.equal(replay.code, 0, replay.out);
-  for (const gate of ["PASS logits:0.01: largest \\|Δ logprob\\| over each side's top-10 0\\.000", 'PASS tokens:128', 'PASS kl:0.05', 'PASS definition'])
+  for (const gate of [
+    "PASS logits:0.01: largest \\|Δ logprob\\| over each side's top-10 0\\.000",
+    'PASS tokens:128',
+    'PASS kl:0.05',
+    'PASS definition',
+  ])
     assert.match(replay.out, new RegExp(gate), replay.out);
   assert.doesNotMatch(replay.out, /shortest list read/);
   for (const f of ['golden.jsonl', 'gate.xml', 'replay.jsonl', 'replay.html']) assert.ok(existsSync(join(cwd, f)), f);

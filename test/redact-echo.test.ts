@@ -47,7 +47,14 @@ const HEADER_KINDS = [
  * that HTTP allows in a header value and JSON must escape (`"`, `\`), and a last letter so that the
  * value is what a header carries (no space trimmed away). 8 characters at least.
  */
-const valueArb = (letter: string) => fc.string({ unit: fc.constantFrom(...'abcXYZ0189-_.~+/="\\<>&%\' '.split('')), minLength: MIN_SECRET_LENGTH - 4, maxLength: 24 }).map((s) => `Zq${letter}${s}Q`);
+const valueArb = (letter: string) =>
+  fc
+    .string({
+      unit: fc.constantFrom(...'abcXYZ0189-_.~+/="\\<>&%\' '.split('')),
+      minLength: MIN_SECRET_LENGTH - 4,
+      maxLength: 24,
+    })
+    .map((s) => `Zq${letter}${s}Q`);
 
 /** One value per kind, all different, plus the baseline's key. */
 const plantedArb = fc.record({
@@ -72,8 +79,13 @@ function plantedHeaders(v: Record<string, string>): Record<string, string> {
  * What an echoing upstream says about the headers it got: as a JSON object and as free text, the
  * credentials first (an error message cut to one line then cuts through them).
  */
-function echoOf(headers: IncomingHttpHeaders | Record<string, string>): { headers: Record<string, unknown>; text: string } {
-  const entries = Object.entries(headers).sort(([a], [b]) => Number(!HEADER_KINDS.includes(a)) - Number(!HEADER_KINDS.includes(b)));
+function echoOf(headers: IncomingHttpHeaders | Record<string, string>): {
+  headers: Record<string, unknown>;
+  text: string;
+} {
+  const entries = Object.entries(headers).sort(
+    ([a], [b]) => Number(!HEADER_KINDS.includes(a)) - Number(!HEADER_KINDS.includes(b)),
+  );
   return { headers: { ...headers }, text: entries.map(([k, v]) => `${k}: ${String(v)}`).join('\n') };
 }
 
@@ -89,20 +101,41 @@ function leaks(text: string, values: readonly string[]): string[] {
 test('property: a record, a golden record and a log line hold none of the planted credentials, whatever echoes them and wherever', () => {
   fc.assert(
     fc.property(plantedArb, fc.boolean(), fc.boolean(), (v, candidate4xx, baseline4xx) => {
-      const headers = { ...plantedHeaders(v), 'user-agent': 'prop/1', 'content-type': 'application/json', 'x-request-id': 'prop-1' };
+      const headers = {
+        ...plantedHeaders(v),
+        'user-agent': 'prop/1',
+        'content-type': 'application/json',
+        'x-request-id': 'prop-1',
+      };
       const values = Object.values(v);
       const echo = echoOf(headers);
       const baselineEcho = echoOf({ authorization: `Bearer ${v.key}`, 'content-type': 'application/json' });
       const pair = makePair(1, { headers });
       const answer = (e: typeof echo, status: number) =>
         status >= 400
-          ? { status, latencyMs: 3, body: { error: { message: `rejected ${e.text}`, type: 'invalid_request_error', headers: e.headers } }, serverHeaders: {}, error: null }
+          ? {
+              status,
+              latencyMs: 3,
+              body: { error: { message: `rejected ${e.text}`, type: 'invalid_request_error', headers: e.headers } },
+              serverHeaders: {},
+              error: null,
+            }
           : { ...pair.candidate, body: { ...(pair.candidate.body as object), echo: e } };
       pair.candidate = answer(echo, candidate4xx ? 401 : 200);
       pair.baseline = answer(baselineEcho, baseline4xx ? 403 : 200);
-      pair.candidate.serverHeaders = { server: 'echo/1', 'openai-organization': v['openai-organization']!, 'x-engine-version': `1 ${v.key}` };
+      pair.candidate.serverHeaders = {
+        server: 'echo/1',
+        'openai-organization': v['openai-organization']!,
+        'x-engine-version': `1 ${v.key}`,
+      };
       pair.outcome = candidate4xx ? 'candidate_error' : baseline4xx ? 'baseline_error' : 'ok';
-      pair.analysis = pair.outcome === 'ok' ? { ...compare(pair.candidate.body, pair.baseline.body, DEFAULT_THRESHOLDS), scored: notScored('failed', `/tokenize answered 400: ${echo.text}`) } : null;
+      pair.analysis =
+        pair.outcome === 'ok'
+          ? {
+              ...compare(pair.candidate.body, pair.baseline.body, DEFAULT_THRESHOLDS),
+              scored: notScored('failed', `/tokenize answered 400: ${echo.text}`),
+            }
+          : null;
       pair.repeats = [
         {
           backend: 'candidate',
@@ -118,26 +151,60 @@ test('property: a record, a golden record and a log line hold none of the plante
           verdict: null,
         },
       ];
-      const options: RecordOptions = { includePrompts: true, thresholds: THRESHOLDS, secrets: [v.key], redactFields: [CUSTOM] };
+      const options: RecordOptions = {
+        includePrompts: true,
+        thresholds: THRESHOLDS,
+        secrets: [v.key],
+        redactFields: [CUSTOM],
+      };
 
       const line = recordLine(pair, options);
       assert.deepEqual(leaks(line, values), [], 'the capture line');
-      assert.equal(line, JSON.stringify(buildRecord(pair, options)), "the writer's fast path gives the full scrub's line");
-      const record = JSON.parse(line) as { clientHeaders: Record<string, string>; candidate: { body: { echo?: { headers: Record<string, string> } }; serverHeaders: Record<string, string> } };
-      assert.deepEqual(Object.keys(record.clientHeaders).sort(), ['content-type', 'user-agent', 'x-request-id'], 'no credential header is kept');
-      assert.equal(record.candidate.serverHeaders['openai-organization'], undefined, 'a credential response header is removed by name');
+      assert.equal(
+        line,
+        JSON.stringify(buildRecord(pair, options)),
+        "the writer's fast path gives the full scrub's line",
+      );
+      const record = JSON.parse(line) as {
+        clientHeaders: Record<string, string>;
+        candidate: { body: { echo?: { headers: Record<string, string> } }; serverHeaders: Record<string, string> };
+      };
+      assert.deepEqual(
+        Object.keys(record.clientHeaders).sort(),
+        ['content-type', 'user-agent', 'x-request-id'],
+        'no credential header is kept',
+      );
+      assert.equal(
+        record.candidate.serverHeaders['openai-organization'],
+        undefined,
+        'a credential response header is removed by name',
+      );
       if (!candidate4xx) {
         // By name in the body too, whatever the value's length; the logprobs are untouched.
         for (const k of HEADER_KINDS) assert.equal(record.candidate.body.echo!.headers[k], '[redacted]', k);
         assert.equal(
-          compare(record.candidate.body, (JSON.parse(line) as { baseline: { body: unknown } }).baseline.body, DEFAULT_THRESHOLDS).verdict,
+          compare(
+            record.candidate.body,
+            (JSON.parse(line) as { baseline: { body: unknown } }).baseline.body,
+            DEFAULT_THRESHOLDS,
+          ).verdict,
           compare(pair.candidate.body, pair.baseline.body, DEFAULT_THRESHOLDS).verdict,
         );
       }
 
       // `logprobe record`: the backend got only its key; its answer and its scoring's reason quote it.
       const golden = buildGoldenRecord(
-        { id: 'g:1', ts: pair.ts, route: pair.route, path: pair.path, request: pair.request, clientHeaders: {}, baseline: answer(baselineEcho, baseline4xx ? 401 : 200), outcome: 'ok', noiseFloor: 0 },
+        {
+          id: 'g:1',
+          ts: pair.ts,
+          route: pair.route,
+          path: pair.path,
+          request: pair.request,
+          clientHeaders: {},
+          baseline: answer(baselineEcho, baseline4xx ? 401 : 200),
+          outcome: 'ok',
+          noiseFloor: 0,
+        },
         'sha256:00',
         { outcome: 'failed', reason: `/tokenize answered 400: ${baselineEcho.text}` },
         { includePrompts: true, thresholds: THRESHOLDS, secrets: [v.key], redactFields: [CUSTOM] },
@@ -149,7 +216,14 @@ test('property: a record, a golden record and a log line hold none of the plante
       const logger = createLogger({ level: 'debug', redact: [CUSTOM], keys: [v.key], destination: sink });
       const rule = new Redaction({ fields: [CUSTOM], keys: [v.key] });
       logger.info({ headers, req: { headers } }, 'request');
-      logger.warn(scrubFields({ reqId: 'prop-1', reason: `/tokenize answered 400: ${echo.text}`, err: new Error(`answered ${echo.text}`) }, rule, rule.secrets(headers)), 'scoring failed');
+      logger.warn(
+        scrubFields(
+          { reqId: 'prop-1', reason: `/tokenize answered 400: ${echo.text}`, err: new Error(`answered ${echo.text}`) },
+          rule,
+          rule.secrets(headers),
+        ),
+        'scoring failed',
+      );
       logger.error({ detail: `the baseline said: ${baselineEcho.text}` }, 'a line about the configured key');
       logger.flush();
       assert.equal(sink.raw.length, 3);
@@ -163,13 +237,17 @@ test('property: a record, a golden record and a log line hold none of the plante
 test('the code redacts the credential headers the docs name', () => {
   assert.deepEqual([...CREDENTIAL_HEADERS].sort(), HEADER_KINDS.filter((k) => k !== CUSTOM.toLowerCase()).sort());
   const ops = readFileSync(new URL('../docs/operations.md', import.meta.url), 'utf8');
-  for (const h of CREDENTIAL_HEADERS) assert.ok(ops.toLowerCase().includes(`\`${h}\``), `docs/operations.md names ${h}`);
+  for (const h of CREDENTIAL_HEADERS)
+    assert.ok(ops.toLowerCase().includes(`\`${h}\``), `docs/operations.md names ${h}`);
 });
 
 test(`values under ${MIN_SECRET_LENGTH} characters are removed by name only, never searched for in text (docs/operations.md)`, () => {
   const short = 'abc1234';
   const pair = makePair(2, { headers: { 'x-goog-api-key': short, cookie: 'theme=dark' } });
-  pair.candidate.body = { ...(pair.candidate.body as object), echo: { 'X-Goog-Api-Key': short, text: `x-goog-api-key: ${short}` } };
+  pair.candidate.body = {
+    ...(pair.candidate.body as object),
+    echo: { 'X-Goog-Api-Key': short, text: `x-goog-api-key: ${short}` },
+  };
   const record = buildRecord(pair, { includePrompts: true, thresholds: THRESHOLDS });
   const echo = (record.candidate.body as { echo: Record<string, string> }).echo;
   assert.equal(echo['X-Goog-Api-Key'], '[redacted]', 'a field named like a credential is redacted whatever its length');
@@ -198,14 +276,21 @@ async function echoingFront(engineUrl: string, mode: () => Mode, status: number,
       const token = String(req.headers.authorization ?? '').replace(/^Bearer /, '');
       const message = `${'.'.repeat(Math.max(0, 200 - 'rejected: Bearer '.length - Math.ceil(token.length / 2)))}rejected: Bearer ${token}\n${echo.text}`;
       res.writeHead(status, { 'content-type': 'application/json' });
-      return res.end(JSON.stringify({ error: { message, type: 'invalid_request_error', code: status, headers: echo.headers } }));
+      return res.end(
+        JSON.stringify({ error: { message, type: 'invalid_request_error', code: status, headers: echo.headers } }),
+      );
     }
-    const up = await request(engineUrl + req.url, { method: req.method as 'POST', body: body.length > 0 ? body : undefined, headers: { 'content-type': 'application/json' } });
+    const up = await request(engineUrl + req.url, {
+      method: req.method as 'POST',
+      body: body.length > 0 ? body : undefined,
+      headers: { 'content-type': 'application/json' },
+    });
     const text = await up.body.text();
     let out = text;
     try {
       const parsed = JSON.parse(text) as unknown;
-      if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) out = JSON.stringify({ ...parsed, echo });
+      if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed))
+        out = JSON.stringify({ ...parsed, echo });
     } catch {
       // not JSON: passed on as it is
     }
@@ -241,18 +326,30 @@ test('end to end: echoing upstreams (200 and 4xx, copies, repeats, scoring calls
         { level: 'debug' },
       );
       const { authorization: _a, 'openai-organization': org, 'openai-project': project, ...others } = plantedHeaders(v);
-      const client = new OpenAI({ baseURL: `${lp.proxyUrl}/v1`, apiKey: v.authorization, organization: org, project, maxRetries: 0, defaultHeaders: others });
+      const client = new OpenAI({
+        baseURL: `${lp.proxyUrl}/v1`,
+        apiKey: v.authorization,
+        organization: org,
+        project,
+        maxRetries: 0,
+        defaultHeaders: others,
+      });
       try {
         for (const m of ['echo', 'copy4xx', 'score4xx'] as const) {
           mode = m;
           const before = candidate.seen.length;
-          const answer = await client.chat.completions.create({ model: 'sim', messages: [{ role: 'user', content: `tell me about ${m}` }], max_tokens: 6 });
+          const answer = await client.chat.completions.create({
+            model: 'sim',
+            messages: [{ role: 'user', content: `tell me about ${m}` }],
+            max_tokens: 6,
+          });
           assert.ok(answer.choices.length > 0);
           await lp.runtime.mirror!.idle();
           // The candidate really got (and so quoted) every planted header but the hop-by-hop one.
           const copy = candidate.seen.slice(before).find((s) => s.body.includes('"logprobs"'));
           assert.ok(copy, 'the mirrored copy reached the candidate');
-          for (const k of HEADER_KINDS.filter((h) => h !== 'proxy-authorization')) assert.ok(String(copy.headers[k]).includes(v[k]!), `the candidate got ${k}`);
+          for (const k of HEADER_KINDS.filter((h) => h !== 'proxy-authorization'))
+            assert.ok(String(copy.headers[k]).includes(v[k]!), `the candidate got ${k}`);
         }
       } finally {
         await lp.close();
@@ -283,11 +380,22 @@ test('end to end: logprobe record writes a golden file without the key its backe
   const input = join(dir, 'prompts.jsonl');
   // One prompt per mode: an echoed 200, a 401 to the copy, a 401 to the scoring call.
   const modes: Mode[] = ['echo', 'copy4xx', 'score4xx'];
-  writeFileSync(input, modes.map((m) => `${JSON.stringify({ route: '/v1/chat/completions', body: { model: 'sim', messages: [{ role: 'user', content: `hello ${m}` }], max_tokens: 4 } })}\n`).join(''));
+  writeFileSync(
+    input,
+    modes
+      .map(
+        (m) =>
+          `${JSON.stringify({ route: '/v1/chat/completions', body: { model: 'sim', messages: [{ role: 'user', content: `hello ${m}` }], max_tokens: 4 } })}\n`,
+      )
+      .join(''),
+  );
   await fc.assert(
     fc.asyncProperty(valueArb('k'), async (key) => {
       const config = join(dir, 'logprobe.yaml');
-      writeFileSync(config, `baseline: { engine: vllm, apiKey: ${JSON.stringify(key)} }\nanalysis: { scoring: { when: always } }\nlog: { redact: [${CUSTOM}] }\n`);
+      writeFileSync(
+        config,
+        `baseline: { engine: vllm, apiKey: ${JSON.stringify(key)} }\nanalysis: { scoring: { when: always } }\nlog: { redact: [${CUSTOM}] }\n`,
+      );
       const out = join(dir, 'golden.jsonl');
       const before = backend.seen.length;
       const r = await runCli(['record', input, '--backend', backend.url, '--out', out, '--config', config]);

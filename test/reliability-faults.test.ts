@@ -7,7 +7,16 @@ import type { ConfigInput } from '../src/config/schema.js';
 import { MIRROR_OUTCOMES } from '../src/metrics/catalog.js';
 import { startLogprobe, type StartedLogprobe } from './helpers/logprobe.js';
 import { metricValue, startSim } from './helpers/sim.js';
-import { deadUrl, errorBody, forward, relay, startFaultServer, type FaultReply, type FaultRequest, type FaultServer } from './helpers/fault-server.js';
+import {
+  deadUrl,
+  errorBody,
+  forward,
+  relay,
+  startFaultServer,
+  type FaultReply,
+  type FaultRequest,
+  type FaultServer,
+} from './helpers/fault-server.js';
 
 /**
  * The fault matrix (issue #9): the mirrored copy meets a backend that is down, refuses, is slow,
@@ -30,7 +39,12 @@ after(() => Promise.all([candSim.close(), baseSim.close()]));
 
 function clientBody(kind: Kind, n: number): Record<string, unknown> {
   return kind === 'chat'
-    ? { model: 'sim', messages: [{ role: 'user', content: `fault case ${n}: tell me about rivers` }], max_tokens: 12, temperature: 0 }
+    ? {
+        model: 'sim',
+        messages: [{ role: 'user', content: `fault case ${n}: tell me about rivers` }],
+        max_tokens: 12,
+        temperature: 0,
+      }
     : { model: 'sim', prompt: `Fault case ${n}: the longest river is`, max_tokens: 12, temperature: 0 };
 }
 
@@ -42,7 +56,11 @@ interface ClientAnswer {
 
 /** One client request with undici. */
 async function sendRaw(base: string, kind: Kind, n: number): Promise<ClientAnswer> {
-  const res = await request(`${base}${PATH[kind]}`, { method: 'POST', body: JSON.stringify(clientBody(kind, n)), headers: { 'content-type': 'application/json' } });
+  const res = await request(`${base}${PATH[kind]}`, {
+    method: 'POST',
+    body: JSON.stringify(clientBody(kind, n)),
+    headers: { 'content-type': 'application/json' },
+  });
   return { status: res.statusCode, contentType: String(res.headers['content-type']), text: await res.body.text() };
 }
 
@@ -52,7 +70,9 @@ async function sendOpenAI(base: string, kind: Kind, n: number): Promise<ClientAn
   const body = clientBody(kind, n);
   const res =
     kind === 'chat'
-      ? await client.chat.completions.create(body as unknown as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming).asResponse()
+      ? await client.chat.completions
+          .create(body as unknown as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming)
+          .asResponse()
       : await client.completions.create(body as unknown as OpenAI.CompletionCreateParamsNonStreaming).asResponse();
   return { status: res.status, contentType: res.headers.get('content-type') ?? '', text: await res.text() };
 }
@@ -64,7 +84,9 @@ async function scrape(lp: StartedLogprobe): Promise<string> {
 
 /** The one outcome counted for `route`, asserting that exactly one pair was counted. */
 function countedOutcome(metrics: string, route: string): Outcome {
-  const counted = MIRROR_OUTCOMES.filter((o) => (metricValue(metrics, 'logprobe_mirror_total', { route, outcome: o }) ?? 0) > 0);
+  const counted = MIRROR_OUTCOMES.filter(
+    (o) => (metricValue(metrics, 'logprobe_mirror_total', { route, outcome: o }) ?? 0) > 0,
+  );
   assert.equal(counted.length, 1, `one outcome counted, got ${counted.join(', ') || 'none'}`);
   assert.equal(metricValue(metrics, 'logprobe_mirror_total', { route, outcome: counted[0]! }), 1);
   return counted[0]!;
@@ -89,7 +111,8 @@ interface FaultCase {
 }
 
 /** A sim answer to the same mirrored copy, altered textually (for values JSON cannot hold). */
-const alteredRelay = (transform: (text: string) => string) => async (req: FaultRequest, healthy: string) => relay(await forward(healthy, req), transform);
+const alteredRelay = (transform: (text: string) => string) => async (req: FaultRequest, healthy: string) =>
+  relay(await forward(healthy, req), transform);
 
 /** Replaces the first chosen-token logprob with `literal` (raw JSON text: NaN, -Infinity, …). */
 const firstLogprob = (literal: string) => (text: string) => {
@@ -108,7 +131,11 @@ const sseWithoutDone = async (req: FaultRequest, healthy: string): Promise<Fault
   const f = await forward(healthy, req, JSON.stringify({ ...req.json, stream: true }));
   assert.match(f.contentType, /text\/event-stream/);
   const events = f.text.split('\n\n').filter((e) => e.trim() !== '' && !e.includes('[DONE]'));
-  return { type: 'respond', headers: { 'content-type': 'text/event-stream' }, body: `${events.slice(0, -1).join('\n\n')}\n\n` };
+  return {
+    type: 'respond',
+    headers: { 'content-type': 'text/event-stream' },
+    body: `${events.slice(0, -1).join('\n\n')}\n\n`,
+  };
 };
 
 /** A backend with a logprobs cap: copies over it get a 400 with `message(k)`, the rest the sim's answer. */
@@ -142,13 +169,33 @@ function assertLearnedOnce(lp: StartedLogprobe, backend: string, limit: number):
   assert.match(String(lines[0]!.msg), new RegExp(`${backend} caps .* at ${limit}`));
 }
 
-const INVALID_JSON = '{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},';
+const INVALID_JSON =
+  '{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},';
 
 const CASES: FaultCase[] = [
   // The baseline misbehaves; the candidate is the sim, on the client path and for its copy.
-  { name: 'baseline down (connection refused)', side: 'baseline', kind: 'chat', client: 'openai', down: true, outcome: 'baseline_error' },
-  { name: 'baseline accepts then closes at once', side: 'baseline', kind: 'completions', refuse: 'close', outcome: 'baseline_error' },
-  { name: 'baseline accepts then resets at once', side: 'baseline', kind: 'chat', refuse: 'reset', outcome: 'baseline_error' },
+  {
+    name: 'baseline down (connection refused)',
+    side: 'baseline',
+    kind: 'chat',
+    client: 'openai',
+    down: true,
+    outcome: 'baseline_error',
+  },
+  {
+    name: 'baseline accepts then closes at once',
+    side: 'baseline',
+    kind: 'completions',
+    refuse: 'close',
+    outcome: 'baseline_error',
+  },
+  {
+    name: 'baseline accepts then resets at once',
+    side: 'baseline',
+    kind: 'chat',
+    refuse: 'reset',
+    outcome: 'baseline_error',
+  },
   {
     name: 'baseline slower than baseline.timeoutMs',
     side: 'baseline',
@@ -165,12 +212,20 @@ const CASES: FaultCase[] = [
     reply: () => ({ type: 'respond', status: 500, body: errorBody('engine crashed', 'InternalServerError', 500) }),
     outcome: 'baseline_error',
   },
-  { name: 'baseline answers invalid JSON', side: 'baseline', kind: 'chat', reply: () => ({ type: 'respond', body: INVALID_JSON }), outcome: 'unparseable' },
+  {
+    name: 'baseline answers invalid JSON',
+    side: 'baseline',
+    kind: 'chat',
+    reply: () => ({ type: 'respond', body: INVALID_JSON }),
+    outcome: 'unparseable',
+  },
   {
     name: 'baseline answers valid JSON without logprobs',
     side: 'baseline',
     kind: 'chat',
-    reply: alteredRelay((t) => JSON.stringify({ ...JSON.parse(t), choices: [{ ...JSON.parse(t).choices[0], logprobs: null }] })),
+    reply: alteredRelay((t) =>
+      JSON.stringify({ ...JSON.parse(t), choices: [{ ...JSON.parse(t).choices[0], logprobs: null }] }),
+    ),
     outcome: 'incomparable',
   },
   {
@@ -189,10 +244,34 @@ const CASES: FaultCase[] = [
     outcome: 'baseline_error',
   },
   // The copy asks for JSON (stream: false); a stream is still read, and one cut short compares its common prefix.
-  { name: 'baseline answers an SSE stream that stops without [DONE]', side: 'baseline', kind: 'chat', reply: sseWithoutDone, outcome: 'ok' },
-  { name: 'baseline logprob is a bare NaN', side: 'baseline', kind: 'chat', reply: alteredRelay(firstLogprob('NaN')), outcome: 'ok' },
-  { name: 'baseline logprob is a bare -Infinity', side: 'baseline', kind: 'completions', reply: alteredRelay(firstTokenLogprob('-Infinity')), outcome: 'ok' },
-  { name: 'baseline logprob is the -9999 sentinel', side: 'baseline', kind: 'chat', reply: alteredRelay(firstLogprob('-9999.0')), outcome: 'ok' },
+  {
+    name: 'baseline answers an SSE stream that stops without [DONE]',
+    side: 'baseline',
+    kind: 'chat',
+    reply: sseWithoutDone,
+    outcome: 'ok',
+  },
+  {
+    name: 'baseline logprob is a bare NaN',
+    side: 'baseline',
+    kind: 'chat',
+    reply: alteredRelay(firstLogprob('NaN')),
+    outcome: 'ok',
+  },
+  {
+    name: 'baseline logprob is a bare -Infinity',
+    side: 'baseline',
+    kind: 'completions',
+    reply: alteredRelay(firstTokenLogprob('-Infinity')),
+    outcome: 'ok',
+  },
+  {
+    name: 'baseline logprob is the -9999 sentinel',
+    side: 'baseline',
+    kind: 'chat',
+    reply: alteredRelay(firstLogprob('-9999.0')),
+    outcome: 'ok',
+  },
   {
     name: 'baseline repeats the "logprob" key',
     side: 'baseline',
@@ -204,7 +283,9 @@ const CASES: FaultCase[] = [
     name: 'baseline repeats a key in a completions top dict',
     side: 'baseline',
     kind: 'completions',
-    reply: alteredRelay((t) => t.replace(/"top_logprobs":\[\{("[^"]*"):(-?[\d.eE+-]+)/, '"top_logprobs":[{$1:$2,$1:-20')),
+    reply: alteredRelay((t) =>
+      t.replace(/"top_logprobs":\[\{("[^"]*"):(-?[\d.eE+-]+)/, '"top_logprobs":[{$1:$2,$1:-20'),
+    ),
     outcome: 'ok',
   },
   {
@@ -221,12 +302,28 @@ const CASES: FaultCase[] = [
     side: 'baseline',
     kind: 'chat',
     client: 'openai',
-    reply: capped('top_logprobs', 2, (k) => errorBody(`Requested sample logprobs of ${k}, which is greater than max allowed: 2 (parameter=logprobs, value=${k})`)),
+    reply: capped('top_logprobs', 2, (k) =>
+      errorBody(
+        `Requested sample logprobs of ${k}, which is greater than max allowed: 2 (parameter=logprobs, value=${k})`,
+      ),
+    ),
     outcome: 'ok',
     check: async ({ n, lp, fault }) => {
-      assert.deepEqual(copiesAsked(fault!.seen, 'top_logprobs'), [5, 2, 2], 'the refused copy, its one retry, then the next copy within the cap');
-      assert.deepEqual(copiesAsked(simCopies(candSim, n), 'top_logprobs'), [5, 2, 2], 'the candidate is compared over the same top-k');
-      assert.equal(metricValue(await scrape(lp), 'logprobe_verdicts_total', { verdict: 'identical' }), 2, 'same model, same top-k: identical');
+      assert.deepEqual(
+        copiesAsked(fault!.seen, 'top_logprobs'),
+        [5, 2, 2],
+        'the refused copy, its one retry, then the next copy within the cap',
+      );
+      assert.deepEqual(
+        copiesAsked(simCopies(candSim, n), 'top_logprobs'),
+        [5, 2, 2],
+        'the candidate is compared over the same top-k',
+      );
+      assert.equal(
+        metricValue(await scrape(lp), 'logprobe_verdicts_total', { verdict: 'identical' }),
+        2,
+        'same model, same top-k: identical',
+      );
       assertLearnedOnce(lp, 'baseline', 2);
     },
   },
@@ -247,7 +344,13 @@ const CASES: FaultCase[] = [
     name: 'baseline caps top_logprobs at 4 (OpenAI text)',
     side: 'baseline',
     kind: 'chat',
-    reply: capped('top_logprobs', 4, (k) => errorBody(`Invalid 'top_logprobs': integer above maximum value. Expected a value <= 4, but got ${k} instead.`, 'invalid_request_error', null)),
+    reply: capped('top_logprobs', 4, (k) =>
+      errorBody(
+        `Invalid 'top_logprobs': integer above maximum value. Expected a value <= 4, but got ${k} instead.`,
+        'invalid_request_error',
+        null,
+      ),
+    ),
     outcome: 'ok',
     check: ({ fault }) => assert.deepEqual(copiesAsked(fault!.seen, 'top_logprobs'), [5, 4, 4]),
   },
@@ -255,9 +358,20 @@ const CASES: FaultCase[] = [
     name: 'baseline still refuses the lowered copy: retried once only',
     side: 'baseline',
     kind: 'chat',
-    reply: (req) => ({ type: 'respond', status: 400, body: errorBody(`Requested sample logprobs of ${String(req.json?.top_logprobs)}, which is greater than max allowed: 1`) }),
+    reply: (req) => ({
+      type: 'respond',
+      status: 400,
+      body: errorBody(
+        `Requested sample logprobs of ${String(req.json?.top_logprobs)}, which is greater than max allowed: 1`,
+      ),
+    }),
     outcome: 'baseline_error',
-    check: ({ fault }) => assert.deepEqual(copiesAsked(fault!.seen, 'top_logprobs'), [5, 1, 1], 'one retry for the first copy, none for the next (sent within the cap)'),
+    check: ({ fault }) =>
+      assert.deepEqual(
+        copiesAsked(fault!.seen, 'top_logprobs'),
+        [5, 1, 1],
+        'one retry for the first copy, none for the next (sent within the cap)',
+      ),
   },
 
   // The candidate's mirrored copy misbehaves; its client requests are answered by the sim.
@@ -269,14 +383,35 @@ const CASES: FaultCase[] = [
     reply: () => ({ type: 'respond', status: 500, body: errorBody('boom', 'InternalServerError', 500) }),
     outcome: 'candidate_error',
   },
-  { name: 'candidate copy closes the connection', side: 'candidate', kind: 'completions', reply: () => ({ type: 'close' }), outcome: 'candidate_error' },
-  { name: 'candidate copy slower than candidate.timeoutMs', side: 'candidate', kind: 'chat', reply: () => ({ type: 'hang' }), config: { candidate: { timeoutMs: 400 } }, outcome: 'candidate_error' },
-  { name: 'candidate copy answers invalid JSON', side: 'candidate', kind: 'completions', reply: () => ({ type: 'respond', body: '{"choices":[{"text":' }), outcome: 'unparseable' },
+  {
+    name: 'candidate copy closes the connection',
+    side: 'candidate',
+    kind: 'completions',
+    reply: () => ({ type: 'close' }),
+    outcome: 'candidate_error',
+  },
+  {
+    name: 'candidate copy slower than candidate.timeoutMs',
+    side: 'candidate',
+    kind: 'chat',
+    reply: () => ({ type: 'hang' }),
+    config: { candidate: { timeoutMs: 400 } },
+    outcome: 'candidate_error',
+  },
+  {
+    name: 'candidate copy answers invalid JSON',
+    side: 'candidate',
+    kind: 'completions',
+    reply: () => ({ type: 'respond', body: '{"choices":[{"text":' }),
+    outcome: 'unparseable',
+  },
   {
     name: 'candidate copy answers without logprobs',
     side: 'candidate',
     kind: 'completions',
-    reply: alteredRelay((t) => JSON.stringify({ ...JSON.parse(t), choices: [{ ...JSON.parse(t).choices[0], logprobs: null }] })),
+    reply: alteredRelay((t) =>
+      JSON.stringify({ ...JSON.parse(t), choices: [{ ...JSON.parse(t).choices[0], logprobs: null }] }),
+    ),
     outcome: 'incomparable',
   },
   {
@@ -294,8 +429,20 @@ const CASES: FaultCase[] = [
     reply: async (req, h) => ({ type: 'resetMidBody', body: (await forward(h, req)).text, bytes: 30 }),
     outcome: 'candidate_error',
   },
-  { name: 'candidate copy answers an SSE stream without [DONE]', side: 'candidate', kind: 'chat', reply: sseWithoutDone, outcome: 'ok' },
-  { name: 'candidate copy logprob is a bare NaN', side: 'candidate', kind: 'completions', reply: alteredRelay(firstTokenLogprob('NaN')), outcome: 'ok' },
+  {
+    name: 'candidate copy answers an SSE stream without [DONE]',
+    side: 'candidate',
+    kind: 'chat',
+    reply: sseWithoutDone,
+    outcome: 'ok',
+  },
+  {
+    name: 'candidate copy logprob is a bare NaN',
+    side: 'candidate',
+    kind: 'completions',
+    reply: alteredRelay(firstTokenLogprob('NaN')),
+    outcome: 'ok',
+  },
 ];
 
 /**
@@ -319,8 +466,11 @@ function fixedCandidate(copy: (req: FaultRequest) => FaultReply | Promise<FaultR
 
 async function runCase(c: FaultCase): Promise<void> {
   const n = CASES.indexOf(c);
-  const reply = (req: FaultRequest, healthy: string) => (c.reply ? c.reply(req, healthy) : forward(healthy, req).then((f) => relay(f)));
-  const candidate = await fixedCandidate((req) => (c.side === 'candidate' ? reply(req, candSim.url) : forward(candSim.url, req).then((f) => relay(f))));
+  const reply = (req: FaultRequest, healthy: string) =>
+    c.reply ? c.reply(req, healthy) : forward(healthy, req).then((f) => relay(f));
+  const candidate = await fixedCandidate((req) =>
+    c.side === 'candidate' ? reply(req, candSim.url) : forward(candSim.url, req).then((f) => relay(f)),
+  );
   let baseline: FaultServer | undefined;
   if (c.side === 'baseline' && !c.down) {
     baseline = await startFaultServer((req) => reply(req, baseSim.url));

@@ -46,7 +46,8 @@ function judge(req: http.IncomingMessage, raw: Buffer): Judged {
   if (req.method === 'GET') return { status: 200, body: MODELS };
   if (req.headers['x-judge'] === 'lenient') return { status: 200, body: FIXTURE };
   const ct = req.headers['content-type'];
-  if (ct !== undefined && !/^application\/json\b/i.test(ct)) return { status: 415, body: envelope(`unsupported content type ${ct}`) };
+  if (ct !== undefined && !/^application\/json\b/i.test(ct))
+    return { status: 415, body: envelope(`unsupported content type ${ct}`) };
   let bytes = raw;
   if (req.headers['content-encoding'] === 'gzip') {
     try {
@@ -61,7 +62,8 @@ function judge(req: http.IncomingMessage, raw: Buffer): Judged {
   } catch (err) {
     return { status: 400, body: envelope(`the request body is not valid JSON: ${(err as Error).message}`) };
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) return { status: 400, body: envelope('the request body must be a JSON object') };
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    return { status: 400, body: envelope('the request body must be a JSON object') };
   return { status: 200, body: FIXTURE };
 }
 
@@ -136,7 +138,8 @@ function parseOne(buf: Buffer, ended: boolean): { resp: Resp; used: number } | n
     headers[name] = name in headers ? `${headers[name]}, ${value}` : value;
   }
   let pos = headEnd + 4;
-  if (status === 204 || status === 304 || (status >= 100 && status < 200)) return { resp: { statusLine, status, headers, body: Buffer.alloc(0) }, used: pos };
+  if (status === 204 || status === 304 || (status >= 100 && status < 200))
+    return { resp: { statusLine, status, headers, body: Buffer.alloc(0) }, used: pos };
   if (/chunked/i.test(headers['transfer-encoding'] ?? '')) {
     const parts: Buffer[] = [];
     for (;;) {
@@ -201,7 +204,11 @@ function exchange(port: number, parts: Array<Buffer | string>, want = 1, timeout
     const timer = setTimeout(() => {
       settled = true;
       sock.destroy();
-      reject(new Error(`timeout: ${responses.length}/${want} responses, pending ${JSON.stringify(buf.toString('latin1', 0, 200))}`));
+      reject(
+        new Error(
+          `timeout: ${responses.length}/${want} responses, pending ${JSON.stringify(buf.toString('latin1', 0, 200))}`,
+        ),
+      );
     }, timeoutMs);
     sock.on('data', (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
@@ -240,12 +247,19 @@ function exchange(port: number, parts: Array<Buffer | string>, want = 1, timeout
 }
 
 /** A request as raw bytes, with content-length unless the headers already frame the body. */
-function req(method: string, path: string, headers: Record<string, string> | Array<[string, string]>, body?: Buffer | string, version = 'HTTP/1.1'): Buffer {
+function req(
+  method: string,
+  path: string,
+  headers: Record<string, string> | Array<[string, string]>,
+  body?: Buffer | string,
+  version = 'HTTP/1.1',
+): Buffer {
   const list: Array<[string, string]> = Array.isArray(headers) ? [...headers] : Object.entries(headers);
   const b = body === undefined ? undefined : typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
   const names = new Set(list.map(([n]) => n.toLowerCase()));
   if (!names.has('host') && version === 'HTTP/1.1') list.unshift(['Host', 'logprobe.test']);
-  if (b !== undefined && !names.has('content-length') && !names.has('transfer-encoding')) list.push(['Content-Length', String(b.length)]);
+  if (b !== undefined && !names.has('content-length') && !names.has('transfer-encoding'))
+    list.push(['Content-Length', String(b.length)]);
   const head = `${method} ${path} ${version}\r\n${list.map(([n, v]) => `${n}: ${v}\r\n`).join('')}\r\n`;
   return b === undefined ? Buffer.from(head, 'latin1') : Buffer.concat([Buffer.from(head, 'latin1'), b]);
 }
@@ -282,7 +296,10 @@ let proxyPort: number;
 
 before(async () => {
   upstream = await startJudge();
-  lp = await startLogprobe({ candidate: { url: upstream.url }, baseline: { url: upstream.url }, mirror: { sampleRate: 1 } }, { level: 'warn' });
+  lp = await startLogprobe(
+    { candidate: { url: upstream.url }, baseline: { url: upstream.url }, mirror: { sampleRate: 1 } },
+    { level: 'warn' },
+  );
   proxyPort = Number(new URL(lp.proxyUrl).port);
 });
 
@@ -291,7 +308,15 @@ after(async () => {
   await upstream?.close();
 });
 
-const OUTCOMES = ['ok', 'skipped', 'dropped', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'] as const;
+const OUTCOMES = [
+  'ok',
+  'skipped',
+  'dropped',
+  'candidate_error',
+  'baseline_error',
+  'unparseable',
+  'incomparable',
+] as const;
 type Outcome = (typeof OUTCOMES)[number];
 type Totals = Record<Outcome, number>;
 
@@ -328,13 +353,18 @@ async function mirrorDelta(before: Totals, expect: (d: Totals) => boolean, timeo
 function assertBadBodiesSkipped(d: Totals, bad: number, ok = 0): void {
   assert.equal(d.ok, ok, `ok: ${JSON.stringify(d)}`);
   assert.ok(d.skipped === 0 || d.skipped === bad, `skipped ${d.skipped} of ${bad} bad bodies: ${JSON.stringify(d)}`);
-  for (const o of ['dropped', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'] as const) assert.equal(d[o], 0, `${o}: ${JSON.stringify(d)}`);
+  for (const o of ['dropped', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'] as const)
+    assert.equal(d[o], 0, `${o}: ${JSON.stringify(d)}`);
 }
 
 /** After every case: a good request is served (and mirrored `ok`), the admin /healthz is 200. */
 async function assertStillServing(): Promise<void> {
   const before = await mirrorTotals();
-  const res = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: GOOD_CHAT, headers: { 'content-type': 'application/json' } });
+  const res = await request(`${lp.proxyUrl}/v1/chat/completions`, {
+    method: 'POST',
+    body: GOOD_CHAT,
+    headers: { 'content-type': 'application/json' },
+  });
   assert.equal(res.statusCode, 200);
   assert.deepEqual(Buffer.from(await res.body.arrayBuffer()), FIXTURE);
   const raw = await exchange(proxyPort, [req('GET', '/v1/models', {})]);
@@ -355,7 +385,8 @@ async function sameAsDirect(bytes: Buffer): Promise<Resp> {
   assert.ok(d && p, 'both answered');
   assert.equal(p.status, d.status);
   assert.deepEqual(p.body, d.body, 'body byte for byte');
-  for (const h of ['content-type', 'content-length', 'x-echo-sha256', 'x-echo-length']) assert.equal(p.headers[h], d.headers[h], h);
+  for (const h of ['content-type', 'content-length', 'x-echo-sha256', 'x-echo-length'])
+    assert.equal(p.headers[h], d.headers[h], h);
   return p;
 }
 
@@ -407,16 +438,22 @@ test('wrong content types (text/plain, multipart, none) are the upstream’s to 
   const boundary = 'XyZlogprobe';
   const multipart = Buffer.concat([
     Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nm\r\n--${boundary}\r\n`),
-    Buffer.from('Content-Disposition: form-data; name="file"; filename="a.bin"\r\nContent-Type: application/octet-stream\r\n\r\n'),
+    Buffer.from(
+      'Content-Disposition: form-data; name="file"; filename="a.bin"\r\nContent-Type: application/octet-stream\r\n\r\n',
+    ),
     Buffer.from([0, 1, 0xff, 0xfe, 0x0d, 0x0a, 0x2d, 0x2d]),
     Buffer.from(`\r\n--${boundary}--\r\n`),
   ]);
   const before = await mirrorTotals();
   const plain = await sameAsDirect(req('POST', '/v1/chat/completions', { 'Content-Type': 'text/plain' }, GOOD_CHAT));
   assert.equal(plain.status, 415);
-  const form = await sameAsDirect(req('POST', '/v1/completions', { 'Content-Type': `multipart/form-data; boundary=${boundary}` }, multipart));
+  const form = await sameAsDirect(
+    req('POST', '/v1/completions', { 'Content-Type': `multipart/form-data; boundary=${boundary}` }, multipart),
+  );
   assert.equal(form.status, 415);
-  const urlencoded = await sameAsDirect(req('POST', '/v1/completions', { 'Content-Type': 'application/x-www-form-urlencoded' }, 'model=m&prompt=hi'));
+  const urlencoded = await sameAsDirect(
+    req('POST', '/v1/completions', { 'Content-Type': 'application/x-www-form-urlencoded' }, 'model=m&prompt=hi'),
+  );
   assert.equal(urlencoded.status, 415);
   assertBadBodiesSkipped(await mirrorDelta(before, (d) => d.skipped >= 3), 3);
 
@@ -445,7 +482,10 @@ test('a 40 MB body over the default 32 MB limit gets 413 in the OpenAI envelope,
     assert.equal(r.headers.connection, 'close');
     assertEnvelope(r.body, 'LOGPROBE_PAYLOAD_TOO_LARGE');
     assert.ok(withLength.closed, 'the connection is closed (the rest of the body is not read)');
-    assert.ok(withLength.written < big.length / 2, `${path}: answered before the upload (${withLength.written} bytes written)`);
+    assert.ok(
+      withLength.written < big.length / 2,
+      `${path}: answered before the upload (${withLength.written} bytes written)`,
+    );
 
     // Chunked: the 413 can only come once 32 MB have been read, while the client is still
     // uploading, and the proxy closes at once (no lingering close): about one upload in 15 sees
@@ -472,7 +512,10 @@ test('a body just under the limit is forwarded whole (chunked) and the proxy sta
   // 1 MB of JSON, chunked in odd sizes: forwarded, mirrored as usual.
   const body = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(1 << 20) }] }));
   const before = await mirrorTotals();
-  const r = await exchange(proxyPort, [req('POST', '/v1/chat/completions', { ...JSON_CT, 'Transfer-Encoding': 'chunked' }), chunked(body, 65_537)]);
+  const r = await exchange(proxyPort, [
+    req('POST', '/v1/chat/completions', { ...JSON_CT, 'Transfer-Encoding': 'chunked' }),
+    chunked(body, 65_537),
+  ]);
   assert.equal(r.responses[0]?.status, 200);
   assert.equal(r.responses[0]!.headers['x-echo-sha256'], createHash('sha256').update(body).digest('hex'));
   const d = await mirrorDelta(before, (x) => x.ok >= 1);
@@ -504,12 +547,20 @@ test('deeply nested JSON is counted as skipped by the mirror, not lost silently'
 
 test('invalid UTF-8 in the body is forwarded byte for byte', async () => {
   const bad = Buffer.from([0xff, 0xfe, 0xc3, 0x28, 0xed, 0xa0, 0x80, 0xf4, 0x90, 0x80, 0x80, 0xc0, 0xaf]);
-  const inString = Buffer.concat([Buffer.from('{"model":"m","messages":[{"role":"user","content":"'), bad, Buffer.from('"}]}')]);
+  const inString = Buffer.concat([
+    Buffer.from('{"model":"m","messages":[{"role":"user","content":"'),
+    bad,
+    Buffer.from('"}]}'),
+  ]);
   const garbage = Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 7919 + 13) & 0xff));
   const loneSurrogate = '{"model":"m","messages":[{"role":"user","content":"\\ud800 \\udfff"}]}';
   const before = await mirrorTotals();
   const a = await sameAsDirect(req('POST', '/v1/chat/completions', JSON_CT, inString));
-  assert.equal(a.headers['x-echo-sha256'], createHash('sha256').update(inString).digest('hex'), 'the bytes the upstream got are the client’s');
+  assert.equal(
+    a.headers['x-echo-sha256'],
+    createHash('sha256').update(inString).digest('hex'),
+    'the bytes the upstream got are the client’s',
+  );
   assert.equal(a.status, 200, 'this upstream decodes with U+FFFD replacement, as most do');
   const b = await sameAsDirect(req('POST', '/v1/completions', JSON_CT, garbage));
   assert.equal(b.status, 400);
@@ -527,7 +578,10 @@ test('500 headers reach the upstream sampled for the mirror or not', async () =>
   for (let i = 0; i < 500; i++) headers.push([`X-Many-${i}`, `value-${i}`]);
   const mirrored = await exchange(proxyPort, [req('POST', '/v1/chat/completions', headers, GOOD_CHAT)]);
   assert.equal(mirrored.responses[0]?.status, 200);
-  assert.ok(Number(mirrored.responses[0]!.headers['x-echo-headers']) >= 501, `upstream saw ${mirrored.responses[0]!.headers['x-echo-headers']} headers`);
+  assert.ok(
+    Number(mirrored.responses[0]!.headers['x-echo-headers']) >= 501,
+    `upstream saw ${mirrored.responses[0]!.headers['x-echo-headers']} headers`,
+  );
   await mirrorDelta(before, (d) => d.ok >= 1);
   const fast = await exchange(proxyPort, [req('GET', '/v1/models', headers)]);
   assert.equal(fast.responses[0]?.status, 200);
@@ -538,7 +592,10 @@ test('500 headers reach the upstream sampled for the mirror or not', async () =>
 test('a head far over the limit (200 KB) is refused with 431 and the connection closed, sampled for the mirror or not', async () => {
   const huge = 'a'.repeat(200 * 1024);
   const seenBefore = upstream.seen;
-  for (const bytes of [req('GET', '/v1/models', { 'X-Huge': huge }), req('POST', '/v1/chat/completions', { ...JSON_CT, 'X-Huge': huge }, GOOD_CHAT)]) {
+  for (const bytes of [
+    req('GET', '/v1/models', { 'X-Huge': huge }),
+    req('POST', '/v1/chat/completions', { ...JSON_CT, 'X-Huge': huge }, GOOD_CHAT),
+  ]) {
     const r = await exchange(proxyPort, [bytes], Infinity);
     assert.equal(r.responses.length, 1);
     assert.equal(r.responses[0]!.status, 431);
@@ -553,9 +610,13 @@ test('a 60 KB header is forwarded, sampled for the mirror or not', async () => {
   const big = 'b'.repeat(60 * 1024);
   const fast = await exchange(proxyPort, [req('GET', '/v1/models', { 'X-Big': big })]);
   assert.equal(fast.responses[0]?.status, 200);
-  const sampled = await exchange(proxyPort, [req('POST', '/v1/chat/completions', { ...JSON_CT, 'X-Big': big }, GOOD_CHAT)]);
+  const sampled = await exchange(proxyPort, [
+    req('POST', '/v1/chat/completions', { ...JSON_CT, 'X-Big': big }, GOOD_CHAT),
+  ]);
   assert.equal(sampled.responses[0]?.status, 200);
-  const unsampled = await exchange(proxyPort, [req('POST', '/v1/chat/completions', { ...JSON_CT, 'X-Big': big, 'X-Logprobe-Mirror': '0' }, GOOD_CHAT)]);
+  const unsampled = await exchange(proxyPort, [
+    req('POST', '/v1/chat/completions', { ...JSON_CT, 'X-Big': big, 'X-Logprobe-Mirror': '0' }, GOOD_CHAT),
+  ]);
   assert.equal(unsampled.responses[0]?.status, 200);
   await mirrorDelta(before, (d) => d.ok >= 1);
   await assertStillServing();
@@ -624,22 +685,33 @@ test('unparseable heads get 400 from the proxy (as node:http does) and reach no 
     const r = await exchange(proxyPort, [h], Infinity);
     assert.ok(r.closed, JSON.stringify(h));
     assert.ok(r.responses.length <= 1, JSON.stringify(h));
-    assert.ok(r.responses.length === 0 || r.responses[0]!.status === 400, `${JSON.stringify(h)}: ${r.responses[0]?.statusLine}`);
+    assert.ok(
+      r.responses.length === 0 || r.responses[0]!.status === 400,
+      `${JSON.stringify(h)}: ${r.responses[0]?.statusLine}`,
+    );
   }
   assert.equal(upstream.seen, seenBefore, 'no unparseable request reached the upstream');
   await assertStillServing();
 });
 
-test('bytes that can never start a request (a TLS ClientHello) are refused at once, as node:http does', {}, async () => {
-  const hello = Buffer.from('16030100a5010000a10303' + '00'.repeat(32), 'hex');
-  const r = await exchange(proxyPort, [hello], Infinity, 2000);
-  assert.ok(r.closed);
-  assert.ok(r.responses.length === 0 || r.responses[0]!.status === 400);
-});
+test(
+  'bytes that can never start a request (a TLS ClientHello) are refused at once, as node:http does',
+  {},
+  async () => {
+    const hello = Buffer.from('16030100a5010000a10303' + '00'.repeat(32), 'hex');
+    const r = await exchange(proxyPort, [hello], Infinity, 2000);
+    assert.ok(r.closed);
+    assert.ok(r.responses.length === 0 || r.responses[0]!.status === 400);
+  },
+);
 
 test('HTTP/1.0 requests are served (and mirrored), with and without keep-alive', async () => {
   const before = await mirrorTotals();
-  const post = await exchange(proxyPort, [req('POST', '/v1/chat/completions', JSON_CT, GOOD_CHAT, 'HTTP/1.0')], Infinity);
+  const post = await exchange(
+    proxyPort,
+    [req('POST', '/v1/chat/completions', JSON_CT, GOOD_CHAT, 'HTTP/1.0')],
+    Infinity,
+  );
   assert.equal(post.responses.length, 1);
   assert.equal(post.responses[0]!.status, 200);
   assert.deepEqual(post.responses[0]!.body, FIXTURE);
@@ -650,7 +722,14 @@ test('HTTP/1.0 requests are served (and mirrored), with and without keep-alive',
 
   // Keep-alive: two requests on one HTTP/1.0 connection.
   const ka = { ...JSON_CT, Connection: 'keep-alive' };
-  const two = await exchange(proxyPort, [req('POST', '/v1/completions', ka, GOOD_COMPLETION, 'HTTP/1.0'), req('GET', '/v1/models', { Connection: 'keep-alive' }, undefined, 'HTTP/1.0')], 2);
+  const two = await exchange(
+    proxyPort,
+    [
+      req('POST', '/v1/completions', ka, GOOD_COMPLETION, 'HTTP/1.0'),
+      req('GET', '/v1/models', { Connection: 'keep-alive' }, undefined, 'HTTP/1.0'),
+    ],
+    2,
+  );
   assert.deepEqual(
     two.responses.map((r) => r.status),
     [200, 200],
@@ -686,7 +765,14 @@ test('pipelined requests mixing good and bad are answered in order', async () =>
   const before2 = await mirrorTotals();
   const bad = await exchange(
     proxyPort,
-    [Buffer.concat([req('GET', '/v1/models', {}), req('POST', '/v1/completions', JSON_CT, GOOD_COMPLETION), Buffer.from('BROKEN\r\n\r\n'), req('GET', '/v1/models', {})])],
+    [
+      Buffer.concat([
+        req('GET', '/v1/models', {}),
+        req('POST', '/v1/completions', JSON_CT, GOOD_COMPLETION),
+        Buffer.from('BROKEN\r\n\r\n'),
+        req('GET', '/v1/models', {}),
+      ]),
+    ],
     Infinity,
   );
   assert.deepEqual(
@@ -699,7 +785,14 @@ test('pipelined requests mixing good and bad are answered in order', async () =>
   // And a 413 in the middle: answered, the connection closed, what followed never served.
   const cut = await exchange(
     proxyPort,
-    [Buffer.concat([req('GET', '/v1/models', {}), req('POST', '/v1/embeddings', { ...JSON_CT, 'Content-Length': String(64 * 1024 * 1024) }), Buffer.alloc(1024, 0x20), req('GET', '/v1/models', {})])],
+    [
+      Buffer.concat([
+        req('GET', '/v1/models', {}),
+        req('POST', '/v1/embeddings', { ...JSON_CT, 'Content-Length': String(64 * 1024 * 1024) }),
+        Buffer.alloc(1024, 0x20),
+        req('GET', '/v1/models', {}),
+      ]),
+    ],
     Infinity,
   );
   assert.deepEqual(
@@ -723,7 +816,14 @@ test('header names with bytes node:http refuses are refused, not forwarded', {},
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(() => new Promise<void>((r) => server.close(() => r())));
   const port = (server.address() as net.AddressInfo).port;
-  const lax = await startLogprobe({ candidate: { url: `http://127.0.0.1:${port}` }, baseline: { url: `http://127.0.0.1:${port}` }, mirror: { sampleRate: 0 } }, { level: 'silent' });
+  const lax = await startLogprobe(
+    {
+      candidate: { url: `http://127.0.0.1:${port}` },
+      baseline: { url: `http://127.0.0.1:${port}` },
+      mirror: { sampleRate: 0 },
+    },
+    { level: 'silent' },
+  );
   t.after(() => lax.close());
   const laxPort = Number(new URL(lax.proxyUrl).port);
   for (const h of [

@@ -49,7 +49,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A body long enough to need many TCP segments, so that a cut response cannot pass for complete. */
 const BIG = JSON.stringify({ object: 'text_completion', choices: [{ text: 'x'.repeat(200_000) }] });
-const SSE_EVENTS = Array.from({ length: 6 }, (_, i) => `data: {"choices":[{"text":"part ${i}"}]}\n\n`).join('') + 'data: [DONE]\n\n';
+const SSE_EVENTS =
+  Array.from({ length: 6 }, (_, i) => `data: {"choices":[{"text":"part ${i}"}]}\n\n`).join('') + 'data: [DONE]\n\n';
 
 test('SIGTERM with 10 slow requests in flight: all 10 finish complete with 200, new connections are refused at once, exit 0 within drainSeconds', async (t) => {
   // The upstream answers after ~1.5 s: half of the requests get a 200 KB JSON body, half an SSE
@@ -77,7 +78,12 @@ test('SIGTERM with 10 slow requests in flight: all 10 finish complete with 200, 
   const clients = Array.from({ length: 10 }, () => new Client(p.proxyUrl));
   t.after(() => Promise.all(clients.map((c) => c.destroy())));
   const inflight = clients.map(async (c, i) => {
-    const res = await c.request({ path: i % 2 === 0 ? '/v1/completions' : '/v1/completions?stream', method: 'POST', body: `{"i":${i}}`, headers: { 'content-type': 'application/json' } });
+    const res = await c.request({
+      path: i % 2 === 0 ? '/v1/completions' : '/v1/completions?stream',
+      method: 'POST',
+      body: `{"i":${i}}`,
+      headers: { 'content-type': 'application/json' },
+    });
     return { status: res.statusCode, body: await res.body.text(), at: performance.now() };
   });
   while (up.seen.length < 10) await sleep(10);
@@ -109,33 +115,39 @@ test('SIGTERM with 10 slow requests in flight: all 10 finish complete with 200, 
   assert.doesNotMatch(p.output(), /drain time over/);
 });
 
-test('SIGTERM with a request longer than drainSeconds: the drain timer cuts it and the process exits 0 at about drainSeconds', {}, async (t) => {
-  const up = await startUpstream((_req, res) => {
-    const timer = setTimeout(() => res.end('{"late":true}'), 20_000);
-    res.on('close', () => clearTimeout(timer));
-  });
-  t.after(() => up.close());
-  const p = await serve(
-    t,
-    `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\nmirror: { sampleRate: 0 }\ncapture: { enabled: false }\nshutdown: { drainSeconds: 1 }\n`,
-  );
-  const client = new Client(p.proxyUrl);
-  t.after(() => client.destroy());
-  const inflight = client.request({ path: '/v1/completions', method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } }).then(
-    async (r) => ({ status: r.statusCode, body: await r.body.text() }),
-    (err: Error) => ({ error: err }),
-  );
-  while (up.seen.length < 1) await sleep(10);
-  const signalled = performance.now();
-  p.child.kill('SIGTERM');
-  const code = await Promise.race([p.exited, sleep(6000).then(() => 'still running' as const)]);
-  const after = performance.now() - signalled;
-  assert.equal(code, 0, `exit code after ${Math.round(after)} ms\n${p.output()}`);
-  assert.ok(after < 3000, `exited ${Math.round(after)} ms after SIGTERM (drainSeconds 1)`);
-  assert.match(p.output(), /drain time over/);
-  const r = await inflight;
-  assert.ok('error' in r, 'the cut request fails on the client side (no fake success)');
-});
+test(
+  'SIGTERM with a request longer than drainSeconds: the drain timer cuts it and the process exits 0 at about drainSeconds',
+  {},
+  async (t) => {
+    const up = await startUpstream((_req, res) => {
+      const timer = setTimeout(() => res.end('{"late":true}'), 20_000);
+      res.on('close', () => clearTimeout(timer));
+    });
+    t.after(() => up.close());
+    const p = await serve(
+      t,
+      `listen: { host: 127.0.0.1, port: 0 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${up.url} }\nmirror: { sampleRate: 0 }\ncapture: { enabled: false }\nshutdown: { drainSeconds: 1 }\n`,
+    );
+    const client = new Client(p.proxyUrl);
+    t.after(() => client.destroy());
+    const inflight = client
+      .request({ path: '/v1/completions', method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } })
+      .then(
+        async (r) => ({ status: r.statusCode, body: await r.body.text() }),
+        (err: Error) => ({ error: err }),
+      );
+    while (up.seen.length < 1) await sleep(10);
+    const signalled = performance.now();
+    p.child.kill('SIGTERM');
+    const code = await Promise.race([p.exited, sleep(6000).then(() => 'still running' as const)]);
+    const after = performance.now() - signalled;
+    assert.equal(code, 0, `exit code after ${Math.round(after)} ms\n${p.output()}`);
+    assert.ok(after < 3000, `exited ${Math.round(after)} ms after SIGTERM (drainSeconds 1)`);
+    assert.match(p.output(), /drain time over/);
+    const r = await inflight;
+    assert.ok('error' in r, 'the cut request fails on the client side (no fake success)');
+  },
+);
 
 /** A sim engine whose every generated token takes `tokenDelayMs` (in this process). */
 function slowSim(seed: number, tokenDelayMs: number) {
@@ -247,7 +259,9 @@ test('SIGKILL while capturing: a new process writes a new file beside the old on
     tornByTest = true;
   }
   const completeLines = oldBytes.toString('utf8').split('\n').length - 1;
-  t.diagnostic(`killed after ${sent} requests; old file: ${completeLines} complete records + a torn one (${tornByTest ? 'cut by the test' : 'torn by the kill'})`);
+  t.diagnostic(
+    `killed after ${sent} requests; old file: ${completeLines} complete records + a torn one (${tornByTest ? 'cut by the test' : 'torn by the kill'})`,
+  );
 
   const second = await serve(t, yaml);
   for (let i = 0; i < 5; i++) assert.equal(await sendCompletion(second.proxyUrl, 1000 + i), 200);

@@ -32,7 +32,16 @@ function engine(api: Api, sim: SimOptions, flags: object = FLAGS[api]): Promise<
 
 const FAST_ALERT = { window: 20, minRequests: 5, fireFraction: 0.5, forSeconds: 0 };
 
-const TOOLS = [{ type: 'function' as const, function: { name: 'lookup', description: 'Look a word up', parameters: { type: 'object', properties: { word: { type: 'string' } } } } }];
+const TOOLS = [
+  {
+    type: 'function' as const,
+    function: {
+      name: 'lookup',
+      description: 'Look a word up',
+      parameters: { type: 'object', properties: { word: { type: 'string' } } },
+    },
+  },
+];
 
 /**
  * n requests alternating completions and chat (every third chat with tools, response_format and
@@ -43,7 +52,14 @@ async function traffic(client: OpenAI, from: number, n: number): Promise<void> {
     const text = `Request ${i}: tell a short story about the number ${i * 7 + 3}, with a river, a lantern, a ferry and an old map, in plain words that anyone can follow`;
     if (i % 2 === 0) await client.completions.create({ model: 'm', prompt: text, max_tokens: 8 });
     else if (i % 3 === 0)
-      await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: text }], max_tokens: 8, tools: TOOLS, response_format: { type: 'json_object' }, reasoning_effort: 'low' });
+      await client.chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: text }],
+        max_tokens: 8,
+        tools: TOOLS,
+        response_format: { type: 'json_object' },
+        reasoning_effort: 'low',
+      });
     else
       await client.chat.completions.create({
         model: 'm',
@@ -56,11 +72,23 @@ async function traffic(client: OpenAI, from: number, n: number): Promise<void> {
   }
 }
 
-async function probe(t: { after(fn: () => unknown): void }, cand: EngineServerHandle, n: number, config: ConfigInput = {}, apiKey = 'none') {
+async function probe(
+  t: { after(fn: () => unknown): void },
+  cand: EngineServerHandle,
+  n: number,
+  config: ConfigInput = {},
+  apiKey = 'none',
+) {
   const pairs: MirroredPair[] = [];
   const alerts: AlertTransition[] = [];
   const lp = await startLogprobe(
-    { candidate: { url: cand.url }, baseline: null, alert: FAST_ALERT, ...config, mirror: { sampleRate: 1, concurrency: 1, repeat: { rate: 1, flush: true }, ...config.mirror } },
+    {
+      candidate: { url: cand.url },
+      baseline: null,
+      alert: FAST_ALERT,
+      ...config,
+      mirror: { sampleRate: 1, concurrency: 1, repeat: { rate: 1, flush: true }, ...config.mirror },
+    },
     { listeners: { onPair: (p) => pairs.push(p), onAlert: (a) => alerts.push(a) } },
   );
   t.after(() => lp.close());
@@ -85,17 +113,29 @@ for (const api of ['vllm', 'sglang', 'llamacpp'] as const) {
     assert.equal(r.repeats.length, 30);
     const probes = r.repeats.filter((x) => x.probe === 'cold_warm');
     const hit = probes.filter((x) => x.verdict === 'self_inconsistent').length;
-    console.log(`# ${api} cache-hit: ${hit} of ${probes.length} cold→warm probes self_inconsistent (${r.repeats.length} pairs)`);
+    console.log(
+      `# ${api} cache-hit: ${hit} of ${probes.length} cold→warm probes self_inconsistent (${r.repeats.length} pairs)`,
+    );
     assert.ok(probes.length >= 27, `${probes.length} of 30 cold→warm: ${figures(r.repeats)}`);
     assert.ok(hit / probes.length >= 0.9, `self_inconsistent on ${hit} of ${probes.length}: ${figures(r.repeats)}`);
-    assert.ok(r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === 'candidate' && a.to === 'firing'));
-    assert.equal(metricValue(r.metrics, 'logprobe_self_probes_total', { backend: 'candidate', probe: 'cold_warm' }), probes.length);
-    assert.equal(metricValue(r.metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'cache_path' }), 1);
+    assert.ok(
+      r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === 'candidate' && a.to === 'firing'),
+    );
+    assert.equal(
+      metricValue(r.metrics, 'logprobe_self_probes_total', { backend: 'candidate', probe: 'cold_warm' }),
+      probes.length,
+    );
+    assert.equal(
+      metricValue(r.metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'cache_path' }),
+      1,
+    );
     // The warm run's own evidence stands: where the engine's scoring does not read the cache, none is made.
     for (const x of r.repeats) {
       assert.equal(x.sides.first.by, 'generation');
-      if (api !== 'llamacpp' && x.sides.scored) assert.equal(x.sides.scored.counted, false, 'a prompt-logprob scoring never stands in for the warm run');
-      if (api !== 'llamacpp' && x.analysis?.scored?.outcome === 'ok') assert.fail(`a ${api} repeat was scored by a method that does not read the cache: ${x.analysis.scored.method}`);
+      if (api !== 'llamacpp' && x.sides.scored)
+        assert.equal(x.sides.scored.counted, false, 'a prompt-logprob scoring never stands in for the warm run');
+      if (api !== 'llamacpp' && x.analysis?.scored?.outcome === 'ok')
+        assert.fail(`a ${api} repeat was scored by a method that does not read the cache: ${x.analysis.scored.method}`);
     }
   });
 
@@ -104,7 +144,9 @@ for (const api of ['vllm', 'sglang', 'llamacpp'] as const) {
     t.after(() => cand.close());
     // Scoring on every pair where it is made in a repeat (llama-server's reads the cache, one call a
     // position: on diverged pairs only, to keep the test short); vLLM's and SGLang's are never made.
-    const r = await probe(t, cand, 200, { analysis: { scoring: { when: api === 'llamacpp' ? 'diverged' : 'always' } } });
+    const r = await probe(t, cand, 200, {
+      analysis: { scoring: { when: api === 'llamacpp' ? 'diverged' : 'always' } },
+    });
     assert.equal(r.repeats.length, 200);
     const bad = r.repeats.filter((x) => x.verdict === 'self_inconsistent');
     const mix: Record<string, number> = {};
@@ -134,7 +176,10 @@ test('vLLM without its flags: every repeat pair unprobed, counted and never fed 
   );
   assert.ok(!r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency'));
   assert.equal(metricValue(r.metrics, 'logprobe_self_probes_total', { backend: 'candidate', probe: 'unprobed' }), 12);
-  assert.equal(metricValue(r.metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'cache_path' }), 0);
+  assert.equal(
+    metricValue(r.metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'cache_path' }),
+    0,
+  );
   await r.lp.close();
   const said = r.lp.logs.lines.filter((l) => String(l.msg).startsWith('candidate cannot probe its cache path'));
   assert.equal(said.length, 1, 'said once');
@@ -153,7 +198,11 @@ test('vLLM in dev mode without the counts flag: /reset_prefix_cache answers 200 
 });
 
 test('SGLang with --admin-api-key: the flush goes with candidate.adminApiKey (the client key is refused there) and ?timeout=; without it, 401 and no flush', async (t) => {
-  const cand = await engine('sglang', { cacheHitShift: 0.5 }, { enableCacheReport: true, apiKey: 'client-key', adminApiKey: 'admin-key' });
+  const cand = await engine(
+    'sglang',
+    { cacheHitShift: 0.5 },
+    { enableCacheReport: true, apiKey: 'client-key', adminApiKey: 'admin-key' },
+  );
   t.after(() => cand.close());
   const r = await probe(t, cand, 6, { candidate: { url: cand.url, adminApiKey: 'admin-key' } }, 'client-key');
   assert.ok(
@@ -174,7 +223,13 @@ test('SGLang with --admin-api-key: the flush goes with candidate.adminApiKey (th
   const { sglangProfile } = await import('../src/scoring/sglang.js');
   const pool = new Pool(`http://127.0.0.1:${(srv.address() as AddressInfo).port}`);
   t.after(() => pool.close());
-  await sglangProfile.flush({ pool, url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, headers: { authorization: 'Bearer client-key' }, timeoutMs: 60_000, adminApiKey: 'admin-key' });
+  await sglangProfile.flush({
+    pool,
+    url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`,
+    headers: { authorization: 'Bearer client-key' },
+    timeoutMs: 60_000,
+    adminApiKey: 'admin-key',
+  });
   assert.deepEqual(seen, ['POST /flush_cache?timeout=30 Bearer admin-key']);
   await r.lp.close();
 

@@ -13,7 +13,8 @@ const KEY = 'sk-baseline-replay-9876';
 
 function mixOf(stdout: string): Record<string, number> {
   const mix: Record<string, number> = {};
-  for (const m of stdout.matchAll(/^ {2}(\w+) +([\d,]+) +[\d.]+%/gm)) if (m[2] !== '0') mix[m[1]!] = Number(m[2]!.replace(/,/g, ''));
+  for (const m of stdout.matchAll(/^ {2}(\w+) +([\d,]+) +[\d.]+%/gm))
+    if (m[2] !== '0') mix[m[1]!] = Number(m[2]!.replace(/,/g, ''));
   return mix;
 }
 
@@ -25,13 +26,19 @@ test('the CI gate: the golden prompts against a noisy candidate exit 0, against 
   t.after(() => Promise.all([baseline.close(), noisy.close(), corrupted.close()]));
   const env = { LOGPROBE_BASELINE_API_KEY: KEY };
 
-  const pass = await runCli(['replay', GOLDEN, '--candidate', noisy.url, '--baseline', baseline.url, '--out', join(dir, 'noisy.jsonl')], { env });
+  const pass = await runCli(
+    ['replay', GOLDEN, '--candidate', noisy.url, '--baseline', baseline.url, '--out', join(dir, 'noisy.jsonl')],
+    { env },
+  );
   assert.equal(pass.code, 0, pass.stdout + pass.stderr);
   assert.match(pass.stdout, /^gate: PASS \(no global_shift, no local_shift, no tokenizer_mismatch\)$/m);
   assert.deepEqual(mixOf(pass.stdout), { noise: 24 });
 
   const out = join(dir, 'corrupted.jsonl');
-  const fail = await runCli(['replay', GOLDEN, '--candidate', corrupted.url, '--baseline', baseline.url, '--out', out, '--concurrency', '8'], { env });
+  const fail = await runCli(
+    ['replay', GOLDEN, '--candidate', corrupted.url, '--baseline', baseline.url, '--out', out, '--concurrency', '8'],
+    { env },
+  );
   assert.equal(fail.code, 1, fail.stdout + fail.stderr);
   assert.match(fail.stdout, /^gate: FAIL \(global_shift \d+\)$/m);
   assert.match(fail.stdout, new RegExp(`^capture: ${out}$`, 'm'));
@@ -67,10 +74,32 @@ test('the CI gate: the golden prompts against a noisy candidate exit 0, against 
   assert.deepEqual(offline, mixOf(fail.stdout), "analyze of the replay capture gives the replay's verdicts");
 
   // A capture is a replay input too: the same requests, again.
-  const again = await runCli(['replay', out, '--candidate', corrupted.url, '--baseline', baseline.url, '--out', join(dir, 'again.jsonl'), '--fail-on', 'global_shift,early_shift']);
+  const again = await runCli([
+    'replay',
+    out,
+    '--candidate',
+    corrupted.url,
+    '--baseline',
+    baseline.url,
+    '--out',
+    join(dir, 'again.jsonl'),
+    '--fail-on',
+    'global_shift,early_shift',
+  ]);
   assert.equal(again.code, 1);
   assert.equal(readFileSync(join(dir, 'again.jsonl'), 'utf8').trim().split('\n').length, 24);
-  const none = await runCli(['replay', out, '--candidate', corrupted.url, '--baseline', baseline.url, '--out', join(dir, 'none.jsonl'), '--fail-on', 'none']);
+  const none = await runCli([
+    'replay',
+    out,
+    '--candidate',
+    corrupted.url,
+    '--baseline',
+    baseline.url,
+    '--out',
+    join(dir, 'none.jsonl'),
+    '--fail-on',
+    'none',
+  ]);
   assert.equal(none.code, 0, 'fail-on none never fails');
 });
 
@@ -83,7 +112,10 @@ test('prompt-set lines: {route, body} and {route, …fields}; bad lines are repo
   writeFileSync(
     prompts,
     [
-      JSON.stringify({ route: '/v1/chat/completions', body: { messages: [{ role: 'user', content: 'hello' }], temperature: 1.5, max_tokens: 4 } }),
+      JSON.stringify({
+        route: '/v1/chat/completions',
+        body: { messages: [{ role: 'user', content: 'hello' }], temperature: 1.5, max_tokens: 4 },
+      }),
       JSON.stringify({ route: '/v1/completions', prompt: 'The capital of France is', max_tokens: 4 }),
       JSON.stringify({ route: '/v1/embeddings', input: 'x' }),
       JSON.stringify({ route: '/v1/chat/completions', body: { prompt: 'no messages' } }),
@@ -91,7 +123,18 @@ test('prompt-set lines: {route, body} and {route, …fields}; bad lines are repo
       JSON.stringify({ prompt: 'no route' }),
     ].join('\n'),
   );
-  const res = await runCli(['replay', prompts, '--candidate', candidate.url, '--baseline', baseline.url, '--out', join(dir, 'o.jsonl'), '--max-tokens', '12']);
+  const res = await runCli([
+    'replay',
+    prompts,
+    '--candidate',
+    candidate.url,
+    '--baseline',
+    baseline.url,
+    '--out',
+    join(dir, 'o.jsonl'),
+    '--max-tokens',
+    '12',
+  ]);
   assert.equal(res.code, 0, res.stdout + res.stderr);
   assert.deepEqual(mixOf(res.stdout), { identical: 2 });
   assert.deepEqual(res.stderr.trim().split('\n'), [
@@ -117,12 +160,18 @@ test('usage errors exit 2; a replay where nothing could be compared exits 1', as
   const base = ['--candidate', sim.url, '--baseline', sim.url];
   const cases: Array<[string[], RegExp]> = [
     [['replay', GOLDEN, '--baseline', sim.url], /^logprobe: --candidate URL is required\n$/],
-    [['replay', GOLDEN, '--candidate', 'ftp://x', '--baseline', sim.url], /^logprobe: --candidate: expected an http\(s\) URL, got 'ftp:\/\/x'\n$/],
+    [
+      ['replay', GOLDEN, '--candidate', 'ftp://x', '--baseline', sim.url],
+      /^logprobe: --candidate: expected an http\(s\) URL, got 'ftp:\/\/x'\n$/,
+    ],
     [['replay', join(dir, 'missing.jsonl'), ...base], /^logprobe: .*missing\.jsonl: no such file\n$/],
     [['replay', GOLDEN, ...base, '--concurrency', '0'], /^logprobe: --concurrency: must be ≥ 1, got 0\n$/],
     [['replay', GOLDEN, ...base, '--fail-on', 'global_shift,typo'], /^logprobe: --fail-on: unknown item 'typo'/],
     [['replay', GOLDEN, ...base, '--out', dir], /^logprobe: .*: is a directory\n$/],
-    [['replay', GOLDEN, ...base, '--out', join(bad, 'x.jsonl')], /^logprobe: .*x\.jsonl: a part of the path is not a directory\n$/],
+    [
+      ['replay', GOLDEN, ...base, '--out', join(bad, 'x.jsonl')],
+      /^logprobe: .*x\.jsonl: a part of the path is not a directory\n$/,
+    ],
     [['replay', bad, ...base, '--out', join(dir, 'x.jsonl')], /logprobe: nothing to replay in/],
   ];
   for (const [args, err] of cases) {
@@ -136,11 +185,23 @@ test('usage errors exit 2; a replay where nothing could be compared exits 1', as
       err,
     );
   }
-  const down = await runCli(['replay', GOLDEN, '--candidate', 'http://127.0.0.1:9', '--baseline', sim.url, '--out', join(dir, 'down.jsonl')]);
+  const down = await runCli([
+    'replay',
+    GOLDEN,
+    '--candidate',
+    'http://127.0.0.1:9',
+    '--baseline',
+    sim.url,
+    '--out',
+    join(dir, 'down.jsonl'),
+  ]);
   assert.equal(down.code, 1, 'a gate does not pass on no evidence');
   assert.match(down.stdout, /not compared: candidate_error 24/);
   // The gate names the cause with its count: it is in the records, and now on the FAIL line too.
-  assert.match(down.stdout, /^gate: FAIL \(no pair could be compared: candidate_error 24: ECONNREFUSED 127\.0\.0\.1:9\)$/m);
+  assert.match(
+    down.stdout,
+    /^gate: FAIL \(no pair could be compared: candidate_error 24: ECONNREFUSED 127\.0\.0\.1:9\)$/m,
+  );
   assert.match(down.stdout, /^ {2}candidate_error: ECONNREFUSED 127\.0\.0\.1:9 \(24\)$/m, 'and the report lists it');
   // A baseline that refuses: the status and the error envelope's message.
   const refusing = await startUpstream((_req, res) => {
@@ -148,9 +209,21 @@ test('usage errors exit 2; a replay where nothing could be compared exits 1', as
     res.end('{"error":{"message":"invalid api key","type":"auth_error","param":null,"code":null}}');
   });
   t.after(() => refusing.close());
-  const denied = await runCli(['replay', GOLDEN, '--candidate', sim.url, '--baseline', refusing.url, '--out', join(dir, 'denied.jsonl')]);
+  const denied = await runCli([
+    'replay',
+    GOLDEN,
+    '--candidate',
+    sim.url,
+    '--baseline',
+    refusing.url,
+    '--out',
+    join(dir, 'denied.jsonl'),
+  ]);
   assert.equal(denied.code, 1, denied.stderr);
-  assert.match(denied.stdout, /^gate: FAIL \(no pair could be compared: baseline_error 24: HTTP 401: invalid api key\)$/m);
+  assert.match(
+    denied.stdout,
+    /^gate: FAIL \(no pair could be compared: baseline_error 24: HTTP 401: invalid api key\)$/m,
+  );
 });
 
 test('an --out that opens but takes no bytes is exit 2 before any request is sent; /dev/null still works', async (t) => {
@@ -173,7 +246,16 @@ test('an --out that opens but takes no bytes is exit 2 before any request is sen
   }
   assert.equal(requests, 0, 'nothing was sent');
   const mode = statSync('/dev/null').mode;
-  const discard = await runCli(['replay', GOLDEN, '--candidate', baseline.url, '--baseline', baseline.url, '--out', '/dev/null']);
+  const discard = await runCli([
+    'replay',
+    GOLDEN,
+    '--candidate',
+    baseline.url,
+    '--baseline',
+    baseline.url,
+    '--out',
+    '/dev/null',
+  ]);
   assert.equal(discard.code, 0, discard.stderr);
   assert.match(discard.stdout, /^gate: PASS/m);
   assert.equal(statSync('/dev/null').mode, mode, '/dev/null keeps its mode');
@@ -191,16 +273,39 @@ test("replay learns a backend's logprobs cap from its 400 like the live mirror: 
     asked.push(k);
     if (k > 2) {
       res.writeHead(400, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ object: 'error', message: `Requested sample logprobs of ${k}, which is greater than max allowed: 2`, type: 'BadRequestError', param: null, code: 400 }));
+      res.end(
+        JSON.stringify({
+          object: 'error',
+          message: `Requested sample logprobs of ${k}, which is greater than max allowed: 2`,
+          type: 'BadRequestError',
+          param: null,
+          code: 400,
+        }),
+      );
       return;
     }
-    const up = await fetch(sim.url + req.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const up = await fetch(sim.url + req.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
     res.writeHead(up.status, { 'content-type': 'application/json' });
     res.end(await up.text());
   });
   t.after(() => capped.close());
   const out = join(dir, 'capped.jsonl');
-  const res = await runCli(['replay', GOLDEN, '--candidate', capped.url, '--baseline', sim.url, '--out', out, '--concurrency', '1']);
+  const res = await runCli([
+    'replay',
+    GOLDEN,
+    '--candidate',
+    capped.url,
+    '--baseline',
+    sim.url,
+    '--out',
+    out,
+    '--concurrency',
+    '1',
+  ]);
   assert.equal(res.code, 0, res.stdout + res.stderr);
   // One refusal per field (chat's top_logprobs, completions' logprobs: OpenAI caps them differently), then within the cap.
   assert.equal(asked.filter((k) => k > 2).length, 2, `refused copies: ${asked.join(',')}`);
@@ -226,7 +331,11 @@ test("replay sends candidate.model / baseline.model from --config as each backen
   const front = (side: string) =>
     startUpstream(async (req, res, body) => {
       models[side]!.push((JSON.parse(body.toString() || '{}') as { model?: unknown }).model);
-      const up = await fetch(sim.url + req.url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+      const up = await fetch(sim.url + req.url, {
+        method: 'POST',
+        body,
+        headers: { 'content-type': 'application/json' },
+      });
       res.writeHead(up.status, { 'content-type': 'application/json' });
       res.end(Buffer.from(await up.arrayBuffer()));
     });
@@ -234,7 +343,18 @@ test("replay sends candidate.model / baseline.model from --config as each backen
   t.after(() => Promise.all([candidate.close(), baseline.close(), sim.close()]));
   const config = join(dir, 'models.yaml');
   writeFileSync(config, 'candidate: { model: cand-served }\nbaseline: { model: base-served }\n');
-  const res = await runCli(['replay', GOLDEN, '--candidate', candidate.url, '--baseline', baseline.url, '--config', config, '--out', join(dir, 'r.jsonl')]);
+  const res = await runCli([
+    'replay',
+    GOLDEN,
+    '--candidate',
+    candidate.url,
+    '--baseline',
+    baseline.url,
+    '--config',
+    config,
+    '--out',
+    join(dir, 'r.jsonl'),
+  ]);
   assert.equal(res.code, 0, res.stdout + res.stderr);
   assert.equal(models.candidate!.length, 24);
   assert.deepEqual(new Set(models.candidate), new Set(['cand-served']));

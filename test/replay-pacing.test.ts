@@ -32,7 +32,12 @@ async function slowEngine(delayMs: number) {
 
 function promptSet(dir: string, n: number): string {
   const file = join(dir, 'p.jsonl');
-  writeFileSync(file, Array.from({ length: n }, (_, i) => JSON.stringify({ route: '/v1/chat/completions', messages: [{ role: 'user', content: `p${i}` }] })).join('\n'));
+  writeFileSync(
+    file,
+    Array.from({ length: n }, (_, i) =>
+      JSON.stringify({ route: '/v1/chat/completions', messages: [{ role: 'user', content: `p${i}` }] }),
+    ).join('\n'),
+  );
   return file;
 }
 
@@ -42,14 +47,36 @@ test('--concurrency bounds the pairs in flight (default 4)', async (t) => {
   const b = await slowEngine(60);
   t.after(() => Promise.all([c.up.close(), b.up.close()]));
   const file = promptSet(dir, 12);
-  const r1 = await runCli(['replay', file, '--candidate', c.up.url, '--baseline', b.up.url, '--concurrency', '3', '--out', join(dir, 'a.jsonl')]);
+  const r1 = await runCli([
+    'replay',
+    file,
+    '--candidate',
+    c.up.url,
+    '--baseline',
+    b.up.url,
+    '--concurrency',
+    '3',
+    '--out',
+    join(dir, 'a.jsonl'),
+  ]);
   assert.equal(r1.code, 0, r1.stdout + r1.stderr);
   assert.equal(c.stats.maxActive, 3);
   assert.equal(b.stats.maxActive, 3);
-  const first = JSON.parse(readFileSync(join(dir, 'a.jsonl'), 'utf8').split('\n')[0]!) as { candidate: { serverHeaders: Record<string, string> } };
+  const first = JSON.parse(readFileSync(join(dir, 'a.jsonl'), 'utf8').split('\n')[0]!) as {
+    candidate: { serverHeaders: Record<string, string> };
+  };
   assert.equal(first.candidate.serverHeaders.server, 'slow-engine/2.1', 'server-identifying headers kept');
   c.stats.maxActive = 0;
-  const r2 = await runCli(['replay', file, '--candidate', c.up.url, '--baseline', b.up.url, '--out', join(dir, 'b.jsonl')]);
+  const r2 = await runCli([
+    'replay',
+    file,
+    '--candidate',
+    c.up.url,
+    '--baseline',
+    b.up.url,
+    '--out',
+    join(dir, 'b.jsonl'),
+  ]);
   assert.equal(r2.code, 0);
   assert.equal(c.stats.maxActive, 4, 'default concurrency');
   assert.match(r2.stdout, /identical +12 /);
@@ -60,7 +87,20 @@ test('--rps paces the pairs evenly (token bucket, no burst)', async (t) => {
   const c = await slowEngine(1);
   const b = await slowEngine(1);
   t.after(() => Promise.all([c.up.close(), b.up.close()]));
-  const res = await runCli(['replay', promptSet(dir, 9), '--candidate', c.up.url, '--baseline', b.up.url, '--rps', '20', '--concurrency', '16', '--out', join(dir, 'o.jsonl')]);
+  const res = await runCli([
+    'replay',
+    promptSet(dir, 9),
+    '--candidate',
+    c.up.url,
+    '--baseline',
+    b.up.url,
+    '--rps',
+    '20',
+    '--concurrency',
+    '16',
+    '--out',
+    join(dir, 'o.jsonl'),
+  ]);
   assert.equal(res.code, 0, res.stdout + res.stderr);
   const a = c.stats.arrivals;
   assert.equal(a.length, 9);
@@ -74,27 +114,34 @@ test('--rps paces the pairs evenly (token bucket, no burst)', async (t) => {
     .slice(2)
     .map((x, i) => x - a[i + 1]!)
     .sort((x, y) => x - y);
-  assert.ok(gaps[Math.floor(gaps.length / 2)]! >= 40, `evenly spaced: median gap ${gaps[Math.floor(gaps.length / 2)]!.toFixed(0)} ms, gaps ${gaps.map((g) => g.toFixed(0)).join(' ')}`);
+  assert.ok(
+    gaps[Math.floor(gaps.length / 2)]! >= 40,
+    `evenly spaced: median gap ${gaps[Math.floor(gaps.length / 2)]!.toFixed(0)} ms, gaps ${gaps.map((g) => g.toFixed(0)).join(' ')}`,
+  );
 });
 
-test('on a terminal replay draws a progress bar on stderr; piped, stderr stays clean', { skip: existsSync('/usr/bin/script') ? false : 'script(1) is absent' }, async (t) => {
-  const dir = tempDir(t);
-  const c = await slowEngine(20);
-  const b = await slowEngine(20);
-  t.after(() => Promise.all([c.up.close(), b.up.close()]));
-  const file = promptSet(dir, 12);
-  const args = ['replay', file, '--candidate', c.up.url, '--baseline', b.up.url, '--out', join(dir, 'o.jsonl')];
-  // script(1) gives the command a pseudo-terminal; stdout goes to /dev/null, so what shows is stderr.
-  const shell = `${process.execPath} ${BIN} ${args.join(' ')} > /dev/null`;
-  const tty = await new Promise<{ code: number | null; out: string }>((resolve) => {
-    const child = spawn('script', ['-qec', shell, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.on('close', (code) => resolve({ code, out }));
-  });
-  assert.equal(tty.code, 0, tty.out);
-  assert.match(tty.out, /replay \[[█░]+\] 100% \| 12 of 12/);
-  const piped = await runCli(args);
-  assert.equal(piped.code, 0);
-  assert.equal(piped.stderr, '');
-});
+test(
+  'on a terminal replay draws a progress bar on stderr; piped, stderr stays clean',
+  { skip: existsSync('/usr/bin/script') ? false : 'script(1) is absent' },
+  async (t) => {
+    const dir = tempDir(t);
+    const c = await slowEngine(20);
+    const b = await slowEngine(20);
+    t.after(() => Promise.all([c.up.close(), b.up.close()]));
+    const file = promptSet(dir, 12);
+    const args = ['replay', file, '--candidate', c.up.url, '--baseline', b.up.url, '--out', join(dir, 'o.jsonl')];
+    // script(1) gives the command a pseudo-terminal; stdout goes to /dev/null, so what shows is stderr.
+    const shell = `${process.execPath} ${BIN} ${args.join(' ')} > /dev/null`;
+    const tty = await new Promise<{ code: number | null; out: string }>((resolve) => {
+      const child = spawn('script', ['-qec', shell, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.on('close', (code) => resolve({ code, out }));
+    });
+    assert.equal(tty.code, 0, tty.out);
+    assert.match(tty.out, /replay \[[█░]+\] 100% \| 12 of 12/);
+    const piped = await runCli(args);
+    assert.equal(piped.code, 0);
+    assert.equal(piped.stderr, '');
+  },
+);

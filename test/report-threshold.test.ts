@@ -16,7 +16,17 @@ import { tempDir } from './helpers/capture.js';
 const GOLDEN = fileURLToPath(new URL('../config/golden-prompts.example.jsonl', import.meta.url));
 
 function row(i: number, gap: number | null, flipped = false): PositionRow {
-  return { i, token: 't', ...(flipped ? { candidateToken: 'u' } : {}), candidate: -1, baseline: -1, diff: flipped ? null : 0, shift: 0, gap, kl: 0 };
+  return {
+    i,
+    token: 't',
+    ...(flipped ? { candidateToken: 'u' } : {}),
+    candidate: -1,
+    baseline: -1,
+    diff: flipped ? null : 0,
+    shift: 0,
+    gap,
+    kl: 0,
+  };
 }
 
 test('FlipCurve: positions and flips per gap bucket; flips stop at the 95th percentile of the flips’ gaps, not before five flips', () => {
@@ -47,10 +57,24 @@ test('the reports show the curve: a state shift flips tokens up to a gap of its 
   t.after(() => Promise.all([baseline.close(), shifted.close(), noisy.close()]));
   const dir = tempDir(t);
   const html = join(dir, 'r.html');
-  const sh = await runCli(['replay', GOLDEN, '--candidate', shifted.url, '--baseline', baseline.url, '--out', join(dir, 's.jsonl'), '--html', html]);
+  const sh = await runCli([
+    'replay',
+    GOLDEN,
+    '--candidate',
+    shifted.url,
+    '--baseline',
+    baseline.url,
+    '--out',
+    join(dir, 's.jsonl'),
+    '--html',
+    html,
+  ]);
   assert.equal(sh.code, 1, sh.stderr);
   assert.match(sh.stdout, /^flip share by the baseline's gap/m);
-  const stop = /flips stop at a gap of about ([\d.]+) nats \(95% of (\d+) flips below it\): a systematic shift of size s flips/.exec(sh.stdout);
+  const stop =
+    /flips stop at a gap of about ([\d.]+) nats \(95% of (\d+) flips below it\): a systematic shift of size s flips/.exec(
+      sh.stdout,
+    );
   assert.ok(stop, sh.stdout);
   const gap = Number(stop[1]);
   t.diagnostic(`stateShift 0.5: flips stop at ${gap} nats over ${stop[2]} flips`);
@@ -60,10 +84,20 @@ test('the reports show the curve: a state shift flips tokens up to a gap of its 
   assert.match(page, /<svg id="flip-curve"/);
   assert.match(page, /flips stop ≈ /);
 
-  const no = await runCli(['replay', GOLDEN, '--candidate', noisy.url, '--baseline', baseline.url, '--out', join(dir, 'n.jsonl')]);
+  const no = await runCli([
+    'replay',
+    GOLDEN,
+    '--candidate',
+    noisy.url,
+    '--baseline',
+    baseline.url,
+    '--out',
+    join(dir, 'n.jsonl'),
+  ]);
   const line = /^ {2}flips stop.*$/m.exec(no.stdout)?.[0];
   assert.ok(line, no.stdout);
   assert.match(line, /only near-ties flip — the pattern of float noise|too few flips to say/);
   assert.match(no.stdout, /^ {2}gap 0–0\.05 .* flipped/m, 'the near-tie bucket');
-  for (const m of no.stdout.matchAll(/^ {2}gap (\S+) +\d+ positions +(\d+) flipped/gm)) if (m[1] !== '0–0.05' && m[1] !== '0.05–0.1') assert.equal(m[2], '0', `noise flips nothing at gap ${m[1]}`);
+  for (const m of no.stdout.matchAll(/^ {2}gap (\S+) +\d+ positions +(\d+) flipped/gm))
+    if (m[1] !== '0–0.05' && m[1] !== '0.05–0.1') assert.equal(m[2], '0', `noise flips nothing at gap ${m[1]}`);
 });

@@ -20,10 +20,22 @@ function engine(api: 'vllm' | 'sglang', sim: SimOptions = {}, flags: object = {}
   return startEngineServer({ model: createSimModel({ seed: 5, id: 'm', ...sim }), api, ...flags });
 }
 
-async function pairs(t: { after(fn: () => unknown): void }, cand: EngineServerHandle, base: EngineServerHandle, config: ConfigInput, send: (c: OpenAI) => Promise<unknown>) {
+async function pairs(
+  t: { after(fn: () => unknown): void },
+  cand: EngineServerHandle,
+  base: EngineServerHandle,
+  config: ConfigInput,
+  send: (c: OpenAI) => Promise<unknown>,
+) {
   const got: MirroredPair[] = [];
   const lp = await startLogprobe(
-    { candidate: { url: cand.url }, baseline: { url: base.url }, analysis: { scoring: { when: 'always' } }, ...config, mirror: { sampleRate: 1, concurrency: 1, ...config.mirror } },
+    {
+      candidate: { url: cand.url },
+      baseline: { url: base.url },
+      analysis: { scoring: { when: 'always' } },
+      ...config,
+      mirror: { sampleRate: 1, concurrency: 1, ...config.mirror },
+    },
     { listeners: { onPair: (p) => got.push(p) } },
   );
   t.after(() => lp.close());
@@ -48,13 +60,23 @@ test('vLLM --max-logprobs below mirror.topLogprobs: scoring learns the cap from 
     assert.equal(s?.outcome, 'ok', JSON.stringify(s));
   }
   for (const backend of ['candidate', 'baseline']) {
-    assert.equal(metricValue(r.metrics, 'logprobe_logprobs_capped_total', { backend, field: 'prompt_logprobs' }), 1, `${backend}: one refusal, then within the cap`);
+    assert.equal(
+      metricValue(r.metrics, 'logprobe_logprobs_capped_total', { backend, field: 'prompt_logprobs' }),
+      1,
+      `${backend}: one refusal, then within the cap`,
+    );
     assert.equal(metricValue(r.metrics, 'logprobe_logprobs_capped_total', { backend, field: 'logprobs' }), 1);
   }
-  const scoring = cand.requests.filter((q) => q.body.includes('"prompt_logprobs"')).map((q) => (JSON.parse(q.body) as { prompt_logprobs: number }).prompt_logprobs);
+  const scoring = cand.requests
+    .filter((q) => q.body.includes('"prompt_logprobs"'))
+    .map((q) => (JSON.parse(q.body) as { prompt_logprobs: number }).prompt_logprobs);
   assert.deepEqual(scoring, [5, 3, 3, 3, 3], 'asked 5 once, refused, then 3');
   await r.lp.close();
-  assert.ok(r.lp.logs.lines.some((l) => String(l.msg) === 'candidate caps prompt_logprobs at 3: scoring now asks for at most 3 alternatives'));
+  assert.ok(
+    r.lp.logs.lines.some(
+      (l) => String(l.msg) === 'candidate caps prompt_logprobs at 3: scoring now asks for at most 3 alternatives',
+    ),
+  );
 });
 
 test("vLLM's V2 model runner (prompt logprobs of the prompt token only): scoring still compares the chosen tokens and says that gaps and flips are unknown", async (t) => {
@@ -89,10 +111,17 @@ test('SGLang from 0.5.4: a chat prompt is tokenized through /tokenize with messa
     });
     // The double's chat route returns no prompt_token_ids (as SGLang versions without it): chat
     // is then not scored, and says why.
-    for (const p of r.pairs) assert.equal(p.analysis!.scored!.outcome, version === '0.5.4' ? 'ok' : 'unsupported', `${version}: ${JSON.stringify(p.analysis!.scored)}`);
+    for (const p of r.pairs)
+      assert.equal(
+        p.analysis!.scored!.outcome,
+        version === '0.5.4' ? 'ok' : 'unsupported',
+        `${version}: ${JSON.stringify(p.analysis!.scored)}`,
+      );
     // The baseline's prompt is prepared first (scoring.ts scorePair).
     const tokenizeChat = base.requests.filter((q) => q.path === '/tokenize' && q.body.includes('"messages"'));
-    const oneToken = base.requests.filter((q) => q.path === '/v1/chat/completions' && q.body.includes('"return_prompt_token_ids":true'));
+    const oneToken = base.requests.filter(
+      (q) => q.path === '/v1/chat/completions' && q.body.includes('"return_prompt_token_ids":true'),
+    );
     if (version === '0.5.4') {
       assert.equal(tokenizeChat.length, 2, 'one /tokenize with messages per chat pair');
       assert.equal(oneToken.length, 0, 'no generation spent on a prompt');
@@ -131,20 +160,50 @@ test("vLLM chat rendering for scoring: the request's own add_generation_prompt, 
     tools,
     tool_choice: 'auto',
     response_format: { type: 'json_object' },
-    chat_template_kwargs: { foo: 1, documents: [{ title: 't', text: 'x' }], reasoning_effort: 'none', enable_thinking: false },
+    chat_template_kwargs: {
+      foo: 1,
+      documents: [{ title: 't', text: 'x' }],
+      reasoning_effort: 'none',
+      enable_thinking: false,
+    },
   });
-  const plain = vllmTokenizeChat({ model: 'm', messages: [], reasoning_effort: 'high', chat_template_kwargs: { enable_thinking: false } });
+  const plain = vllmTokenizeChat({
+    model: 'm',
+    messages: [],
+    reasoning_effort: 'high',
+    chat_template_kwargs: { enable_thinking: false },
+  });
   assert.equal(plain.add_generation_prompt, true, 'not set by the client: vLLM’s default');
-  assert.deepEqual(plain.chat_template_kwargs, { enable_thinking: false, reasoning_effort: 'high' }, "the client's enable_thinking wins, as build_chat_params leaves it");
-  assert.equal(vllmTokenizeChat({ messages: [], continue_final_message: true }).add_generation_prompt, false, 'continuing the final message, no generation prompt');
+  assert.deepEqual(
+    plain.chat_template_kwargs,
+    { enable_thinking: false, reasoning_effort: 'high' },
+    "the client's enable_thinking wins, as build_chat_params leaves it",
+  );
+  assert.equal(
+    vllmTokenizeChat({ messages: [], continue_final_message: true }).add_generation_prompt,
+    false,
+    'continuing the final message, no generation prompt',
+  );
 });
 
 test("the prompt-logprob cap is read from vLLM's refusal; the copies' parser still leaves it out", () => {
-  const refusal = { error: { message: 'Requested prompt logprobs of 5, which is greater than max allowed: 3 (parameter=prompt_logprobs, value=5)', type: 'BadRequestError', code: 400 } };
+  const refusal = {
+    error: {
+      message:
+        'Requested prompt logprobs of 5, which is greater than max allowed: 3 (parameter=prompt_logprobs, value=5)',
+      type: 'BadRequestError',
+      code: 400,
+    },
+  };
   assert.equal(parsePromptLogprobLimit(400, refusal), 3);
   assert.equal(parseCapFor('prompt_logprobs', 400, refusal), 3);
   assert.equal(parseLogprobLimit(400, refusal), null, 'a copy asks no prompt logprobs');
-  assert.equal(parsePromptLogprobLimit(400, { error: { message: 'Requested sample logprobs of 5, which is greater than max allowed: 3' } }), null);
+  assert.equal(
+    parsePromptLogprobLimit(400, {
+      error: { message: 'Requested sample logprobs of 5, which is greater than max allowed: 3' },
+    }),
+    null,
+  );
   assert.equal(parsePromptLogprobLimit(500, refusal), null);
 });
 
@@ -155,11 +214,28 @@ test('unknown is unknown: a backend that has reported a cache count has its miss
   // SGLang / older vLLM: a count only above 0. The first seen makes the missing one a 0.
   assert.deepEqual(counts.read('candidate', { first: null, second: 32 }), { first: 0, second: 32 });
   assert.equal(probeShape(counts.read('candidate', { first: null, second: 32 })), 'cold_warm');
-  assert.equal(probeShape(counts.read('candidate', { first: null, second: null })), 'not_warm', 'both cold, as the engine says by saying nothing');
+  assert.equal(
+    probeShape(counts.read('candidate', { first: null, second: null })),
+    'not_warm',
+    'both cold, as the engine says by saying nothing',
+  );
   assert.equal(counts.reported('baseline'), false, 'per backend');
   const free = { shifted: 5, comparable: 5, maxShift: 0.5 } as Comparison;
-  const scored = { ...free, shifted: 0, comparable: 20, maxShift: 0.5, scored: { outcome: 'ok', shifted: 0, comparable: 20, maxShift: 0.001, readsCache: false } } as unknown as Comparison;
+  const scored = {
+    ...free,
+    shifted: 0,
+    comparable: 20,
+    maxShift: 0.5,
+    scored: { outcome: 'ok', shifted: 0, comparable: 20, maxShift: 0.001, readsCache: false },
+  } as unknown as Comparison;
   assert.deepEqual(selfEvidence(scored), { shifted: 0, comparable: 20, maxShift: 0.5 });
-  const other = { ...free, scored: { outcome: 'ok', shifted: 20, comparable: 20, maxShift: 0.9, readsCache: false } } as unknown as Comparison;
-  assert.deepEqual(selfEvidence(other), { shifted: 5, comparable: 5, maxShift: 0.5 }, 'the warm run’s own positions, not the cold prefill');
+  const other = {
+    ...free,
+    scored: { outcome: 'ok', shifted: 20, comparable: 20, maxShift: 0.9, readsCache: false },
+  } as unknown as Comparison;
+  assert.deepEqual(
+    selfEvidence(other),
+    { shifted: 5, comparable: 5, maxShift: 0.5 },
+    'the warm run’s own positions, not the cold prefill',
+  );
 });

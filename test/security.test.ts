@@ -13,11 +13,26 @@ import { metricValue, startSim } from './helpers/sim.js';
 import { startUpstream, type TestUpstream } from './helpers/upstream.js';
 import { allText, chatBody, tempDir } from './helpers/capture.js';
 import { buildConfig } from '../src/config/load.js';
-import { ALERT_NAMES, LATENCY_BUCKETS, METRIC_CATALOG, MIRROR_OUTCOMES, NATS_BUCKETS, POSITION_BUCKETS, REFUSAL_REASONS, SCORING_OUTCOMES } from '../src/metrics/catalog.js';
+import {
+  ALERT_NAMES,
+  LATENCY_BUCKETS,
+  METRIC_CATALOG,
+  MIRROR_OUTCOMES,
+  NATS_BUCKETS,
+  POSITION_BUCKETS,
+  REFUSAL_REASONS,
+  SCORING_OUTCOMES,
+} from '../src/metrics/catalog.js';
 import { VERDICTS } from '../src/core/types.js';
 import { PROBE_SHAPES, SELF_VERDICTS } from '../src/core/self.js';
 import { CAPABILITIES } from '../src/probe/probe.js';
-import { CAPPED_FIELDS, CAPTURE_ERROR_REASONS, ENGINE_NAMES, KNOWN_ROUTES, OVERFLOW_REASONS } from '../src/metrics/labels.js';
+import {
+  CAPPED_FIELDS,
+  CAPTURE_ERROR_REASONS,
+  ENGINE_NAMES,
+  KNOWN_ROUTES,
+  OVERFLOW_REASONS,
+} from '../src/metrics/labels.js';
 
 // What must hold whatever a client sends: the admin surface is private, no secret leaks to any
 // output, TLS is verified unless told otherwise, the mirror header cannot reach the baseline,
@@ -74,7 +89,8 @@ test('the admin port binds 127.0.0.1 by default, and /metrics, /healthz, /readyz
     .flat()
     .filter((a) => a && !a.internal && a.family === 'IPv4')
     .map((a) => a!.address);
-  for (const addr of external) assert.equal(await tryConnect(addr, adminPort), 'refused', `admin port reachable on ${addr}`);
+  for (const addr of external)
+    assert.equal(await tryConnect(addr, adminPort), 'refused', `admin port reachable on ${addr}`);
   if (external.length === 0) t.diagnostic('no non-loopback IPv4 address: the external reachability check did not run');
 
   const metrics = await (await request(`${p.adminUrl}/metrics`)).body.text();
@@ -91,7 +107,8 @@ test('the admin port binds 127.0.0.1 by default, and /metrics, /healthz, /readyz
     const res = await request(`${p.proxyUrl}${path}`, { method });
     const body = await res.body.text();
     assert.equal(res.statusCode, 200, `${method} ${path}`);
-    if (method !== 'HEAD') assert.equal(body, `candidate answered ${method} ${path}`, `${method} ${path} is forwarded to the candidate`);
+    if (method !== 'HEAD')
+      assert.equal(body, `candidate answered ${method} ${path}`, `${method} ${path} is forwarded to the candidate`);
     assert.doesNotMatch(body, /logprobe_|# HELP|# TYPE|"status":"(ok|ready)"/);
     assert.equal(res.headers['content-type'], 'text/plain');
   }
@@ -109,17 +126,35 @@ const BODY_KEY = 'SECRET7-bodyField-0042';
 const QUERY_KEY = 'SECRET8-queryKey-9090';
 const BASELINE_KEY = 'sk-base-SECRET3-Kq2Lp9';
 const NEEDLES = ['SECRET1', 'SECRET2', 'SECRET3', 'SECRET4', 'SECRET5', 'SECRET6', 'SECRET7', 'SECRET8'];
-const SECRET_HEADERS = { authorization: CLIENT_AUTH, cookie: COOKIE, 'x-api-key': X_API_KEY, 'api-key': API_KEY, 'proxy-authorization': PROXY_AUTH };
+const SECRET_HEADERS = {
+  authorization: CLIENT_AUTH,
+  cookie: COOKIE,
+  'x-api-key': X_API_KEY,
+  'api-key': API_KEY,
+  'proxy-authorization': PROXY_AUTH,
+};
 
 function leaks(text: string): string[] {
   return NEEDLES.filter((n) => text.includes(n));
 }
 
 /** Forwards a request to a sim engine and relays its answer (a real engine behind a scriptable front). */
-async function relay(sim: { url: string }, req: { method?: string; url?: string }, res: import('node:http').ServerResponse, body: Buffer): Promise<void> {
-  const r = await request(`${sim.url}${req.url}`, { method: (req.method ?? 'GET') as 'POST', body: body.length > 0 ? body : undefined, headers: { 'content-type': 'application/json' } });
+async function relay(
+  sim: { url: string },
+  req: { method?: string; url?: string },
+  res: import('node:http').ServerResponse,
+  body: Buffer,
+): Promise<void> {
+  const r = await request(`${sim.url}${req.url}`, {
+    method: (req.method ?? 'GET') as 'POST',
+    body: body.length > 0 ? body : undefined,
+    headers: { 'content-type': 'application/json' },
+  });
   const text = await r.body.text();
-  res.writeHead(r.statusCode, { 'content-type': String(r.headers['content-type'] ?? 'application/json'), server: 'sim-relay/1' });
+  res.writeHead(r.statusCode, {
+    'content-type': String(r.headers['content-type'] ?? 'application/json'),
+    server: 'sim-relay/1',
+  });
   res.end(text);
 }
 
@@ -135,7 +170,13 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
     if (candidateMode === 'echo401' && isMirrorCopy(body)) {
       // A server that quotes the credentials it refused: the capture must scrub them by value.
       res.writeHead(401, { 'content-type': 'application/json' });
-      return res.end(JSON.stringify({ error: { message: `bad credentials: ${req.headers.authorization} / ${req.headers.cookie} / ${req.headers['x-api-key']} / ${req.headers['api-key']}` } }));
+      return res.end(
+        JSON.stringify({
+          error: {
+            message: `bad credentials: ${req.headers.authorization} / ${req.headers.cookie} / ${req.headers['x-api-key']} / ${req.headers['api-key']}`,
+          },
+        }),
+      );
     }
     return relay(sim, req, res, body);
   });
@@ -145,7 +186,11 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
     if (baselineMode === 'reset') return req.socket.destroy();
     if (baselineMode === 'echo500') {
       res.writeHead(500, { 'content-type': 'application/json' });
-      return res.end(JSON.stringify({ error: { message: `key ${req.headers.authorization} rejected`, body: body.toString('utf8') } }));
+      return res.end(
+        JSON.stringify({
+          error: { message: `key ${req.headers.authorization} rejected`, body: body.toString('utf8') },
+        }),
+      );
     }
     return relay(sim, req, res, body);
   });
@@ -160,22 +205,43 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
 
   const received: string[] = [];
   let mirrored = 0;
-  async function send(i: number, options: { extraHeaders?: Record<string, string>; body?: string; method?: string; path?: string; mirror?: boolean } = {}): Promise<number> {
+  async function send(
+    i: number,
+    options: {
+      extraHeaders?: Record<string, string>;
+      body?: string;
+      method?: string;
+      path?: string;
+      mirror?: boolean;
+    } = {},
+  ): Promise<number> {
     const chat = i % 2 === 0;
     const body =
       options.body ??
       JSON.stringify(
         chat
-          ? { model: 'sim', messages: [{ role: 'user', content: `question ${i}: why is the sky blue?` }], max_tokens: 8 }
+          ? {
+              model: 'sim',
+              messages: [{ role: 'user', content: `question ${i}: why is the sky blue?` }],
+              max_tokens: 8,
+            }
           : { model: 'sim', prompt: `Prompt ${i}: the capital of France is`, max_tokens: 8 },
       );
     // Every third request also carries a key in its query string (some clients do that).
     const query = i % 3 === 0 ? `?api_key=${QUERY_KEY}` : '';
-    const res = await request(`${p.proxyUrl}${options.path ?? (chat ? '/v1/chat/completions' : '/v1/completions')}${query}`, {
-      method: (options.method ?? 'POST') as 'POST',
-      body,
-      headers: { 'content-type': 'application/json', 'x-request-id': `sec-${i}`, ...SECRET_HEADERS, ...options.extraHeaders },
-    });
+    const res = await request(
+      `${p.proxyUrl}${options.path ?? (chat ? '/v1/chat/completions' : '/v1/completions')}${query}`,
+      {
+        method: (options.method ?? 'POST') as 'POST',
+        body,
+        headers: {
+          'content-type': 'application/json',
+          'x-request-id': `sec-${i}`,
+          ...SECRET_HEADERS,
+          ...options.extraHeaders,
+        },
+      },
+    );
     received.push(JSON.stringify(res.headers), await res.body.text());
     if (res.statusCode === 200 && options.mirror !== false) mirrored++;
     return res.statusCode;
@@ -184,7 +250,10 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
   async function mirrorDone(): Promise<void> {
     for (let tries = 0; tries < 500; tries++) {
       const text = await (await request(`${p.adminUrl}/metrics`)).body.text();
-      const done = ['ok', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'].reduce((n, o) => n + (metricValue(text, 'logprobe_mirror_total', { outcome: o }) ?? 0), 0);
+      const done = ['ok', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'].reduce(
+        (n, o) => n + (metricValue(text, 'logprobe_mirror_total', { outcome: o }) ?? 0),
+        0,
+      );
       if (done >= mirrored) return;
       await sleep(20);
     }
@@ -193,7 +262,13 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
 
   // Success, then every error path the mirror and the client can meet.
   for (let i = 0; i < 4; i++) assert.equal(await send(i), 200);
-  assert.equal(await send(4, { path: '/v1/completions', body: JSON.stringify({ model: 'sim', prompt: 'p', max_tokens: 4, api_key: BODY_KEY }) }), 200);
+  assert.equal(
+    await send(4, {
+      path: '/v1/completions',
+      body: JSON.stringify({ model: 'sim', prompt: 'p', max_tokens: 4, api_key: BODY_KEY }),
+    }),
+    200,
+  );
   await mirrorDone();
   baselineMode = 'echo500';
   for (let i = 5; i < 8; i++) assert.equal(await send(i), 200);
@@ -218,7 +293,8 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
   assert.equal(mirrored, 15);
 
   const metricsText = await (await request(`${p.adminUrl}/metrics`)).body.text();
-  for (const outcome of ['ok', 'baseline_error', 'candidate_error']) assert.ok((metricValue(metricsText, 'logprobe_mirror_total', { outcome }) ?? 0) > 0, `the ${outcome} path ran`);
+  for (const outcome of ['ok', 'baseline_error', 'candidate_error'])
+    assert.ok((metricValue(metricsText, 'logprobe_mirror_total', { outcome }) ?? 0) > 0, `the ${outcome} path ran`);
   assert.equal(metricValue(metricsText, 'logprobe_mirror_total', { outcome: 'baseline_error' }), 7);
   assert.equal(metricValue(metricsText, 'logprobe_mirror_total', { outcome: 'candidate_error' }), 3);
   p.child.kill('SIGTERM');
@@ -231,7 +307,11 @@ test('planted secrets (client headers, body field, baseline key) appear in no lo
   );
   const capture = allText(dir);
   assert.equal(capture.split('\n').filter((l) => l.startsWith('{')).length, 15, 'every mirrored pair captured');
-  assert.match(capture, /bad credentials: \[redacted\]/, "the candidate's quote of the client credentials was scrubbed");
+  assert.match(
+    capture,
+    /bad credentials: \[redacted\]/,
+    "the candidate's quote of the client credentials was scrubbed",
+  );
   assert.match(capture, /key Bearer \[redacted\] rejected/, "the baseline's quote of its key was scrubbed");
   const logs = p.output();
   assert.match(logs, /"level":"debug"/, 'debug lines were written');
@@ -265,7 +345,10 @@ test('a password in an upstream URL (http://user:pass@host) is refused by the co
   for (const key of ['candidate', 'baseline'] as const) {
     assert.throws(
       () => buildConfig({ [key]: { url: 'http://user:SECRET9-pass@127.0.0.1:1' } }),
-      (err: Error) => err.message.includes(`${key}.url`) && err.message.includes('credentials in the URL') && !err.message.includes('SECRET9'),
+      (err: Error) =>
+        err.message.includes(`${key}.url`) &&
+        err.message.includes('credentials in the URL') &&
+        !err.message.includes('SECRET9'),
     );
   }
 });
@@ -278,7 +361,10 @@ const TLS = {
 };
 
 /** An https engine stand-in with the self-signed fixture certificate (SAN 127.0.0.1, localhost). */
-async function startHttps(t: { after(fn: () => void): void }, who: string): Promise<{ url: string; requests: () => number; tlsErrors: () => number }> {
+async function startHttps(
+  t: { after(fn: () => void): void },
+  who: string,
+): Promise<{ url: string; requests: () => number; tlsErrors: () => number }> {
   let requests = 0;
   let tlsErrors = 0;
   const server = https.createServer(TLS, (req, res) => {
@@ -307,10 +393,18 @@ async function startHttps(t: { after(fn: () => void): void }, who: string): Prom
         server.close(() => r());
       }),
   );
-  return { url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, requests: () => requests, tlsErrors: () => tlsErrors };
+  return {
+    url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests: () => requests,
+    tlsErrors: () => tlsErrors,
+  };
 }
 
-const chatRequest = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Why is the sky blue?' }], max_tokens: 4 });
+const chatRequest = JSON.stringify({
+  model: 'm',
+  messages: [{ role: 'user', content: 'Why is the sky blue?' }],
+  max_tokens: 4,
+});
 
 for (const tlsInsecure of [false, true]) {
   test(`TLS: a self-signed https candidate and baseline are ${tlsInsecure ? 'accepted with tlsInsecure: true' : 'refused by default'}`, async (t) => {
@@ -332,9 +426,18 @@ for (const tlsInsecure of [false, true]) {
     t.after(() => plainCandidate.close());
 
     // The client path: an https candidate.
-    const a = await startLogprobe({ candidate: { url: httpsCandidate.url }, baseline: { url: httpsBaseline.url }, tlsInsecure, mirror: { sampleRate: 0 } });
+    const a = await startLogprobe({
+      candidate: { url: httpsCandidate.url },
+      baseline: { url: httpsBaseline.url },
+      tlsInsecure,
+      mirror: { sampleRate: 0 },
+    });
     t.after(() => a.close());
-    const res = await request(`${a.proxyUrl}/v1/chat/completions`, { method: 'POST', body: chatRequest, headers: { 'content-type': 'application/json' } });
+    const res = await request(`${a.proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      body: chatRequest,
+      headers: { 'content-type': 'application/json' },
+    });
     const body = (await res.body.json()) as { who?: string; error?: { type: string; message: string } };
     const ready = await request(`${a.adminUrl}/readyz`);
     await ready.body.dump();
@@ -345,17 +448,30 @@ for (const tlsInsecure of [false, true]) {
     } else {
       assert.equal(res.statusCode, 502, JSON.stringify(body));
       assert.equal(body.error?.type, 'upstream_error');
-      assert.match(body.error!.message, /self[- ]signed certificate/i, 'refused for the certificate, not for anything else');
+      assert.match(
+        body.error!.message,
+        /self[- ]signed certificate/i,
+        'refused for the certificate, not for anything else',
+      );
       assert.equal(httpsCandidate.requests(), 0, 'no request reached the untrusted candidate');
       assert.ok(httpsCandidate.tlsErrors() > 0, 'the TLS handshake was aborted by the proxy');
       assert.equal(ready.statusCode, 503, '/readyz: an untrusted candidate is not reachable');
     }
 
     // The mirror: a plain candidate, an https baseline.
-    const b = await startLogprobe({ candidate: { url: plainCandidate.url }, baseline: { url: httpsBaseline.url }, tlsInsecure, mirror: { sampleRate: 1 } });
+    const b = await startLogprobe({
+      candidate: { url: plainCandidate.url },
+      baseline: { url: httpsBaseline.url },
+      tlsInsecure,
+      mirror: { sampleRate: 1 },
+    });
     t.after(() => b.close());
     for (let i = 0; i < 3; i++) {
-      const r = await request(`${b.proxyUrl}/v1/chat/completions`, { method: 'POST', body: chatRequest, headers: { 'content-type': 'application/json' } });
+      const r = await request(`${b.proxyUrl}/v1/chat/completions`, {
+        method: 'POST',
+        body: chatRequest,
+        headers: { 'content-type': 'application/json' },
+      });
       assert.equal(r.statusCode, 200);
       await r.body.dump();
     }
@@ -393,10 +509,30 @@ test('x-logprobe-mirror, whatever its value or spelling, never sends the client 
   const cand = await startUpstream(answer('candidate'));
   const base = await startUpstream(answer('baseline'));
   t.after(() => Promise.all([cand.close(), base.close()]));
-  const lp = await startLogprobe({ candidate: { url: cand.url }, baseline: { url: base.url }, mirror: { sampleRate: 0 } });
+  const lp = await startLogprobe({
+    candidate: { url: cand.url },
+    baseline: { url: base.url },
+    mirror: { sampleRate: 0 },
+  });
   t.after(() => lp.close());
 
-  const values: Array<string | string[]> = ['1', 'true', 'baseline', 'BASELINE', '0', 'yes', 'on', '', ' 1 ', 'http://evil/', '../baseline', '1, 1', ['1', '0'], ['baseline', '1'], 'x'.repeat(4000)];
+  const values: Array<string | string[]> = [
+    '1',
+    'true',
+    'baseline',
+    'BASELINE',
+    '0',
+    'yes',
+    'on',
+    '',
+    ' 1 ',
+    'http://evil/',
+    '../baseline',
+    '1, 1',
+    ['1', '0'],
+    ['baseline', '1'],
+    'x'.repeat(4000),
+  ];
   const targets: Array<[string, string]> = [
     ['POST', '/v1/chat/completions'],
     ['POST', '/v1/completions'],
@@ -439,14 +575,20 @@ test('x-logprobe-mirror, whatever its value or spelling, never sends the client 
   await lp.runtime.mirror!.idle();
 
   for (const s of cand.seen) {
-    assert.ok(!s.rawHeaders.some((h) => h.toLowerCase() === 'x-logprobe-mirror'), `the header reached the candidate: ${s.method} ${s.url}`);
+    assert.ok(
+      !s.rawHeaders.some((h) => h.toLowerCase() === 'x-logprobe-mirror'),
+      `the header reached the candidate: ${s.method} ${s.url}`,
+    );
   }
   const mirroredCopies = cand.seen.length - clientRequests;
   assert.equal(base.seen.length, mirroredCopies, 'the baseline only ever got mirrored copies (one per candidate copy)');
   assert.ok(base.seen.length > 0, 'forcing did mirror some');
   for (const s of base.seen) {
     assert.equal(s.method, 'POST');
-    assert.ok(['/v1/completions', '/v1/chat/completions'].includes(s.url), `only configured mirror routes reach the baseline: ${s.url}`);
+    assert.ok(
+      ['/v1/completions', '/v1/chat/completions'].includes(s.url),
+      `only configured mirror routes reach the baseline: ${s.url}`,
+    );
     const sent = JSON.parse(s.body.toString('utf8')) as { temperature: number; logprobs: boolean };
     assert.equal(sent.temperature, 0, 'a rewritten mirror copy, not the client request');
     assert.ok(!s.rawHeaders.some((h) => h.toLowerCase() === 'x-logprobe-mirror'));
@@ -489,7 +631,15 @@ const ALLOWED: Record<string, ReadonlySet<string>> = {
 test('nothing a client sends creates new metric label values: random paths, methods, queries, headers and bodies leave the series set unchanged', async (t) => {
   // The candidate answers by method only, so two batches of different random requests with the
   // same methods and route kinds should produce exactly the same series.
-  const STATUS: Record<string, number> = { GET: 200, POST: 200, PUT: 201, DELETE: 404, PATCH: 500, OPTIONS: 204, HEAD: 301 };
+  const STATUS: Record<string, number> = {
+    GET: 200,
+    POST: 200,
+    PUT: 201,
+    DELETE: 404,
+    PATCH: 500,
+    OPTIONS: 204,
+    HEAD: 301,
+  };
   const cand = await startUpstream((req, res) => {
     const status = STATUS[req.method!] ?? 400;
     const body =
@@ -502,7 +652,10 @@ test('nothing a client sends creates new metric label values: random paths, meth
             ]),
           )
         : '{}';
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': status === 204 || status === 301 ? 0 : Buffer.byteLength(body) });
+    res.writeHead(status, {
+      'content-type': 'application/json',
+      'content-length': status === 204 || status === 301 ? 0 : Buffer.byteLength(body),
+    });
     res.end(status === 204 || status === 301 ? undefined : body);
   });
   const base = await startUpstream((_req, res) => {
@@ -518,13 +671,18 @@ test('nothing a client sends creates new metric label values: random paths, meth
     );
   });
   t.after(() => Promise.all([cand.close(), base.close()]));
-  const lp = await startLogprobe({ candidate: { url: cand.url }, baseline: { url: base.url }, mirror: { sampleRate: 1 } });
+  const lp = await startLogprobe({
+    candidate: { url: cand.url },
+    baseline: { url: base.url },
+    mirror: { sampleRate: 1 },
+  });
   t.after(() => lp.close());
   const port = Number(new URL(lp.proxyUrl).port);
 
   let seed = 7;
   const rand = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
-  const junk = (n: number) => Array.from({ length: n }, () => 'abcdefghijklmnopqrstuvwxyz0123456789-_.~%'[Math.floor(rand() * 42)]).join('');
+  const junk = (n: number) =>
+    Array.from({ length: n }, () => 'abcdefghijklmnopqrstuvwxyz0123456789-_.~%'[Math.floor(rand() * 42)]).join('');
   const kinds = ['/v1/completions', '/v1/chat/completions', '/v1/models', '/health', 'random', 'lookalike'] as const;
   const methods = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD', 'PROPFIND', 'BREW'];
 
@@ -536,12 +694,20 @@ test('nothing a client sends creates new metric label values: random paths, meth
         if (kind === 'lookalike') path = `/v1/completions/${junk(6)}`;
         const url = `${path}?${junk(5)}=${junk(10)}`;
         // With a body: a JSON one and a garbage one each time (the mirror treats them differently).
-        const bodies = method === 'POST' || method === 'PUT' ? [JSON.stringify({ model: junk(5), prompt: junk(20), max_tokens: 3, [junk(4)]: junk(6) }), junk(40)] : [undefined];
+        const bodies =
+          method === 'POST' || method === 'PUT'
+            ? [JSON.stringify({ model: junk(5), prompt: junk(20), max_tokens: 3, [junk(4)]: junk(6) }), junk(40)]
+            : [undefined];
         for (const body of bodies) {
           const res = await request(`${lp.proxyUrl}${url}`, {
             method: method as 'POST',
             body,
-            headers: { 'x-request-id': junk(30), 'x-logprobe-mirror': rand() < 0.5 ? '1' : junk(6), [`x-${junk(6)}`]: junk(10), 'user-agent': junk(12) },
+            headers: {
+              'x-request-id': junk(30),
+              'x-logprobe-mirror': rand() < 0.5 ? '1' : junk(6),
+              [`x-${junk(6)}`]: junk(10),
+              'user-agent': junk(12),
+            },
           }).catch(() => null);
           await res?.body.dump();
         }
@@ -576,7 +742,8 @@ test('nothing a client sends creates new metric label values: random paths, meth
   assert.deepEqual(added, [], 'a second batch of different random inputs added no series');
   // An upper bound from the fixed sets alone (routes × everything), far below one series per request.
   const catalogNames = new Set<string>(METRIC_CATALOG.map((m) => m.name));
-  for (const key of second.keys()) assert.ok(catalogNames.has(key.replace(/(_bucket|_sum|_count)?\{.*$/, '')), `not in the catalog: ${key}`);
+  for (const key of second.keys())
+    assert.ok(catalogNames.has(key.replace(/(_bucket|_sum|_count)?\{.*$/, '')), `not in the catalog: ${key}`);
   assert.ok(second.size < 1000, `${second.size} series after ${2 * kinds.length * methods.length} distinct requests`);
 });
 
@@ -602,13 +769,21 @@ test('the baseline copy carries an allow-list of headers: content-type, accept, 
   t.after(() => Promise.all([candidate.close(), baseline.close()]));
   const chat = JSON.stringify({ model: 'sim', messages: [{ role: 'user', content: 'allow-list' }], max_tokens: 4 });
   const send = async (lp: { proxyUrl: string; runtime: { mirror?: { idle(): Promise<void> } | undefined } }) => {
-    const res = await request(`${lp.proxyUrl}/v1/chat/completions`, { method: 'POST', body: chat, headers: { ...planted, 'content-type': 'application/json' } });
+    const res = await request(`${lp.proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      body: chat,
+      headers: { ...planted, 'content-type': 'application/json' },
+    });
     assert.equal(res.statusCode, 200);
     await res.body.dump();
     await lp.runtime.mirror!.idle();
   };
 
-  const strict = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: baseline.url, apiKey: 'sk-baseline-own' }, mirror: { sampleRate: 1 } });
+  const strict = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url, apiKey: 'sk-baseline-own' },
+    mirror: { sampleRate: 1 },
+  });
   await send(strict);
   await strict.close();
   const copy = baseline.seen.at(-1)!;
@@ -636,5 +811,6 @@ test('the baseline copy carries an allow-list of headers: content-type, accept, 
   assert.equal(copy2.headers['openai-organization'], planted['openai-organization']);
   assert.equal(copy2.headers.authorization, planted.authorization);
   assert.equal(copy2.headers['x-api-key'], planted['x-api-key']);
-  for (const h of ['cookie', 'x-goog-api-key', 'openai-project', 'x-custom-token', 'user-agent']) assert.equal(copy2.headers[h], undefined, `${h} was not named`);
+  for (const h of ['cookie', 'x-goog-api-key', 'openai-project', 'x-custom-token', 'user-agent'])
+    assert.equal(copy2.headers[h], undefined, `${h} was not named`);
 });

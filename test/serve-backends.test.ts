@@ -27,22 +27,46 @@ const DEAD = 'http://127.0.0.1:9';
 test('serve with a dead baseline: said at start with the cause, failures logged rate-limited, /readyz 200 naming it, /ui shows it; the candidate probed and exported', async () => {
   const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed: 11 }), api: 'vllm' });
   started.push(candidate);
-  const lp: StartedLogprobe = await startLogprobe({ candidate: { url: candidate.url }, baseline: { url: DEAD }, mirror: { sampleRate: 1 }, probe: { atStart: 'full' } });
+  const lp: StartedLogprobe = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: DEAD },
+    mirror: { sampleRate: 1 },
+    probe: { atStart: 'full' },
+  });
   started.push(lp);
   const lines = () => lp.logs.lines;
 
   // At start, in the background: the dead baseline with its cause, the candidate with its engine.
-  const dead = await until(() => lines().find((l) => l.backend === 'baseline' && l.reason !== undefined && l.outcome === undefined), 'the baseline state line');
+  const dead = await until(
+    () => lines().find((l) => l.backend === 'baseline' && l.reason !== undefined && l.outcome === undefined),
+    'the baseline state line',
+  );
   assert.equal(dead.level, 'warn');
-  assert.equal(dead.msg, "baseline unreachable at 127.0.0.1:9: ECONNREFUSED 127.0.0.1:9 (the mirror's copies to it will fail until it answers)");
-  const up = await until(() => lines().find((l) => l.backend === 'candidate' && typeof l.msg === 'string' && l.msg.startsWith('candidate reachable')), 'the candidate state line');
+  assert.equal(
+    dead.msg,
+    "baseline unreachable at 127.0.0.1:9: ECONNREFUSED 127.0.0.1:9 (the mirror's copies to it will fail until it answers)",
+  );
+  const up = await until(
+    () =>
+      lines().find(
+        (l) => l.backend === 'candidate' && typeof l.msg === 'string' && l.msg.startsWith('candidate reachable'),
+      ),
+    'the candidate state line',
+  );
   assert.match(String(up.msg), /^candidate reachable at 127\.0\.0\.1:\d+: vllm 0\.11\.0$/);
-  const probeLine = await until(() => lines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('candidate probe:')), 'the candidate probe line');
+  const probeLine = await until(
+    () => lines().find((l) => typeof l.msg === 'string' && l.msg.startsWith('candidate probe:')),
+    'the candidate probe line',
+  );
   assert.match(
     String(probeLine.msg),
     /^candidate probe: vllm 0\.11\.0; works: logprobs, top-k cap, token ids, scoring, prompt top-k, chat rendering, determinism; does not: cache counts \(.*enable: --enable-prompt-tokens-details\)/,
   );
-  assert.equal(lines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('candidate probe:')).length, 1, 'logged once');
+  assert.equal(
+    lines().filter((l) => typeof l.msg === 'string' && l.msg.startsWith('candidate probe:')).length,
+    1,
+    'logged once',
+  );
 
   // Six client requests: all answered by the candidate; six baseline failures, one line (the first, at once).
   for (let i = 0; i < 6; i++) {
@@ -58,12 +82,18 @@ test('serve with a dead baseline: said at start with the cause, failures logged 
   const failures = lines().filter((l) => l.outcome === 'baseline_error');
   assert.equal(failures.length, 1, JSON.stringify(failures));
   assert.equal(failures[0]!.reason, 'ECONNREFUSED 127.0.0.1:9');
-  assert.match(String(failures[0]!.msg), /^baseline_error: ECONNREFUSED 127\.0\.0\.1:9 \(mirrored copies to baseline fail; further failures are logged at most once a minute\)$/);
+  assert.match(
+    String(failures[0]!.msg),
+    /^baseline_error: ECONNREFUSED 127\.0\.0\.1:9 \(mirrored copies to baseline fail; further failures are logged at most once a minute\)$/,
+  );
 
   // /readyz: about the client path (200), its body naming the backend the mirror cannot reach.
   const ready = await request(`${lp.adminUrl}/readyz`);
   assert.equal(ready.statusCode, 200);
-  const body = (await ready.body.json()) as { status: string; mirror?: Array<{ backend: string; host: string; reason: string }> };
+  const body = (await ready.body.json()) as {
+    status: string;
+    mirror?: Array<{ backend: string; host: string; reason: string }>;
+  };
   assert.equal(body.status, 'ready');
   assert.deepEqual(
     body.mirror?.map((m) => [m.backend, m.host, m.reason]),
@@ -72,25 +102,53 @@ test('serve with a dead baseline: said at start with the cause, failures logged 
 
   // /ui/data: each backend's state with the last error.
   const ui = (await (await request(`${lp.adminUrl}/ui/data`)).body.json()) as {
-    data: { backends: Array<{ backend: string; state: string; engine: string | null; failures: number; lastError: { reason: string; outcome: string } | null }> };
+    data: {
+      backends: Array<{
+        backend: string;
+        state: string;
+        engine: string | null;
+        failures: number;
+        lastError: { reason: string; outcome: string } | null;
+      }>;
+    };
   };
   const base = ui.data.backends.find((b) => b.backend === 'baseline')!;
   assert.equal(base.state, 'unreachable');
-  assert.deepEqual([base.lastError?.outcome, base.lastError?.reason, base.failures], ['baseline_error', 'ECONNREFUSED 127.0.0.1:9', 6]);
+  assert.deepEqual(
+    [base.lastError?.outcome, base.lastError?.reason, base.failures],
+    ['baseline_error', 'ECONNREFUSED 127.0.0.1:9', 6],
+  );
   const cand = ui.data.backends.find((b) => b.backend === 'candidate')!;
   assert.deepEqual([cand.state, cand.engine, cand.lastError], ['reachable', 'vllm', null]);
 
   // The probe's capabilities, exported by the worker.
   const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-  assert.equal(metricValue(metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'top_k_cap' }), 1);
-  assert.equal(metricValue(metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'cache_counts' }), 0);
-  assert.equal(metricValue(metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'flush' }), undefined, 'not asked: mirror.repeat.flush is off');
-  assert.equal(metricValue(metrics, 'logprobe_engine_capability', { backend: 'baseline', capability: 'logprobs' }), undefined, 'an unreachable backend has no capability series');
+  assert.equal(
+    metricValue(metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'top_k_cap' }),
+    1,
+  );
+  assert.equal(
+    metricValue(metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'cache_counts' }),
+    0,
+  );
+  assert.equal(
+    metricValue(metrics, 'logprobe_engine_capability', { backend: 'candidate', capability: 'flush' }),
+    undefined,
+    'not asked: mirror.repeat.flush is off',
+  );
+  assert.equal(
+    metricValue(metrics, 'logprobe_engine_capability', { backend: 'baseline', capability: 'logprobs' }),
+    undefined,
+    'an unreachable backend has no capability series',
+  );
 });
 
 test('failure lines: the first at once, then at most one a minute with the count since the last line', () => {
   const logged: Array<{ obj: Record<string, unknown>; msg: string }> = [];
-  const log = { warn: (obj: Record<string, unknown>, msg: string) => logged.push({ obj, msg }), info: () => {} } as unknown as Logger;
+  const log = {
+    warn: (obj: Record<string, unknown>, msg: string) => logged.push({ obj, msg }),
+    info: () => {},
+  } as unknown as Logger;
   let now = 1_000_000;
   const h = new BackendHealth(
     log,
@@ -108,7 +166,10 @@ test('failure lines: the first at once, then at most one a minute with the count
   now += FAILURE_LOG_MS;
   h.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', false);
   assert.equal(logged.length, 2);
-  assert.equal(logged[1]!.msg, 'baseline_error: HTTP 503: overloaded (6 failed copies in the last minute, 7 since the start)');
+  assert.equal(
+    logged[1]!.msg,
+    'baseline_error: HTTP 503: overloaded (6 failed copies in the last minute, 7 since the start)',
+  );
   assert.deepEqual([logged[1]!.obj.count, logged[1]!.obj.total], [6, 7]);
   now += 10;
   h.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', false);
@@ -139,9 +200,15 @@ test('a shutdown never waits for the start-up probe: a candidate that never answ
   await until(() => hung.seen.length > 0, 'the probe to reach the candidate');
   const signalled = performance.now();
   p.child.kill('SIGTERM');
-  const code = await Promise.race([p.exited, new Promise<'still running'>((r) => setTimeout(() => r('still running'), 8000))]);
+  const code = await Promise.race([
+    p.exited,
+    new Promise<'still running'>((r) => setTimeout(() => r('still running'), 8000)),
+  ]);
   const after = performance.now() - signalled;
   if (code === 'still running') p.child.kill('SIGKILL');
   assert.equal(code, 0, `exit after ${Math.round(after)} ms:\n${p.output()}`);
-  assert.ok(after < 4000, `exited ${Math.round(after)} ms after SIGTERM (drainSeconds 1, the probe's requests hung for 60 s)`);
+  assert.ok(
+    after < 4000,
+    `exited ${Math.round(after)} ms after SIGTERM (drainSeconds 1, the probe's requests hung for 60 s)`,
+  );
 });

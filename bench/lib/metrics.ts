@@ -39,7 +39,9 @@ export async function mirrorCounters(adminUrl: string): Promise<MirrorCounters> 
  * is reset at every collect. Sampled every 10 ms, so an idle loop reads about 10 ms.
  */
 export function eventLoopLagMs(text: string): { p50: number; p99: number; max: number } {
-  const g = (name: string) => Number(new RegExp(`^nodejs_eventloop_lag_${name}_seconds(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? NaN) * 1000;
+  const g = (name: string) =>
+    Number(new RegExp(`^nodejs_eventloop_lag_${name}_seconds(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? NaN) *
+    1000;
   return { p50: g('p50'), p99: g('p99'), max: g('max') };
 }
 
@@ -57,14 +59,20 @@ export function series(text: string, name: string): Series[] {
     const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
     if (!m || m[1] !== name) continue;
     const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1] as string] = l[2] as string;
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[l[1] as string] = l[2] as string;
     out.push({ labels, value: Number(m[3]) });
   }
   return out;
 }
 
 /** Sums of `name`'s samples by one label's value (those matching `where`). */
-export function sumBy(text: string, name: string, label: string, where: Record<string, string> = {}): Record<string, number> {
+export function sumBy(
+  text: string,
+  name: string,
+  label: string,
+  where: Record<string, string> = {},
+): Record<string, number> {
   const out: Record<string, number> = {};
   for (const s of series(text, name)) {
     if (Object.entries(where).some(([k, v]) => s.labels[k] !== v)) continue;

@@ -64,7 +64,12 @@ export interface StartOptions {
 /** Starts a process in its own group and waits until it prints `ready`. */
 export async function start(opts: StartOptions): Promise<{ proc: Proc; match: RegExpMatchArray }> {
   hookExit();
-  const child = spawn(opts.cmd, opts.args, { cwd: opts.cwd, env: opts.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(opts.cmd, opts.args, {
+    cwd: opts.cwd,
+    env: opts.env ?? process.env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   const pid = child.pid;
   if (pid === undefined) throw new Error(`${opts.name}: could not start ${opts.cmd}`);
   const log = opts.logFile ? createWriteStream(opts.logFile) : null;
@@ -115,9 +120,14 @@ export async function start(opts: StartOptions): Promise<{ proc: Proc; match: Re
     };
     child.stdout?.on('data', onData);
     child.stderr?.on('data', onData);
-    child.once('exit', (code) => finish(new Error(`${opts.name} exited (${code}) before it was ready: ${seen.slice(-400)}`)));
+    child.once('exit', (code) =>
+      finish(new Error(`${opts.name} exited (${code}) before it was ready: ${seen.slice(-400)}`)),
+    );
     child.once('error', (err) => finish(err));
-    const timer = setTimeout(() => finish(new Error(`${opts.name} not ready after ${opts.timeoutMs ?? 20000} ms: ${seen.slice(-400)}`)), opts.timeoutMs ?? 20000);
+    const timer = setTimeout(
+      () => finish(new Error(`${opts.name} not ready after ${opts.timeoutMs ?? 20000} ms: ${seen.slice(-400)}`)),
+      opts.timeoutMs ?? 20000,
+    );
     if (opts.port !== undefined) {
       waitForPort(opts.port, opts.timeoutMs ?? 20000).then(
         () => finish(null, [String(opts.port)] as RegExpMatchArray),
@@ -132,10 +142,19 @@ export async function start(opts: StartOptions): Promise<{ proc: Proc; match: Re
 }
 
 /** Runs a command to completion and returns its output (bounded by a timeout). */
-export function runToEnd(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs: number }): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runToEnd(
+  cmd: string,
+  args: string[],
+  opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs: number },
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   hookExit();
   return new Promise((resolve) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const child = spawn(cmd, args, {
+      cwd: opts.cwd,
+      env: opts.env ?? process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     const proc: Proc = { name: cmd, child, pid: child.pid ?? -1, stop: async () => undefined };

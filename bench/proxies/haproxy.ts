@@ -48,5 +48,12 @@ backend candidate
 `,
   );
   const { proc } = await start({ name: key, cmd: 'haproxy', args: ['-f', cfg, '-db'], port });
-  return { key, label, url: `http://127.0.0.1:${port}`, headers: {}, pids: async () => [proc.pid], stop: () => proc.stop() };
+  return {
+    key,
+    label,
+    url: `http://127.0.0.1:${port}`,
+    headers: {},
+    pids: async () => [proc.pid],
+    stop: () => proc.stop(),
+  };
 }

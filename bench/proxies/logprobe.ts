@@ -45,7 +45,9 @@ export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
       `log: { level: ${t.logLevel} }`,
       ...(t.mode ? [`mode: ${t.mode}`] : []),
       `mirror: { sampleRate: ${t.sampleRate} }`,
-      t.capture ? `capture: { enabled: true, dir: ${JSON.stringify(t.capture.dir)}, maxFileMB: ${t.capture.maxFileMB} }` : 'capture: { enabled: false }',
+      t.capture
+        ? `capture: { enabled: true, dir: ${JSON.stringify(t.capture.dir)}, maxFileMB: ${t.capture.maxFileMB} }`
+        : 'capture: { enabled: false }',
       '',
     ].join('\n'),
   );

@@ -85,7 +85,11 @@ ${
 `,
   );
   const args = ['-c', conf, '-p', dir, '-e', `${dir}/error.log`];
-  const { proc } = await start({ name: key, ...(o.nofile ? withNofile('nginx', args, o.nofile) : { cmd: 'nginx', args }), port });
+  const { proc } = await start({
+    name: key,
+    ...(o.nofile ? withNofile('nginx', args, o.nofile) : { cmd: 'nginx', args }),
+    port,
+  });
   return {
     key,
     label,

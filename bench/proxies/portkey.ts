@@ -21,8 +21,13 @@ export function portkeyVersion(): string | null {
 /** Installs @portkey-ai/gateway into bench/.deps (git-ignored) unless it is there; null or the reason it failed. */
 export async function ensurePortkey(): Promise<string | null> {
   if (existsSync(ENTRY)) return null;
-  const r = await runToEnd('npm', ['install', '--no-save', '--no-audit', '--no-fund', '--prefix', DEPS, '@portkey-ai/gateway'], { timeoutMs: 240_000 });
-  if (r.code !== 0 || !existsSync(ENTRY)) return `npm install @portkey-ai/gateway failed: ${(r.stderr || r.stdout).trim().split('\n').slice(-2).join(' ')}`;
+  const r = await runToEnd(
+    'npm',
+    ['install', '--no-save', '--no-audit', '--no-fund', '--prefix', DEPS, '@portkey-ai/gateway'],
+    { timeoutMs: 240_000 },
+  );
+  if (r.code !== 0 || !existsSync(ENTRY))
+    return `npm install @portkey-ai/gateway failed: ${(r.stderr || r.stdout).trim().split('\n').slice(-2).join(' ')}`;
   return null;
 }
 
@@ -39,12 +44,24 @@ export async function startPortkey(o: { upstream: string; skip?: string }): Prom
   if (failed) return { key, label, reason: `not available: ${failed}` };
   const port = await freePort();
   try {
-    const { proc } = await start({ name: key, cmd: 'node', args: [ENTRY, `--port=${port}`, '--headless'], cwd: PKG, env: { ...process.env, NODE_ENV: 'production' }, port, timeoutMs: 30_000 });
+    const { proc } = await start({
+      name: key,
+      cmd: 'node',
+      args: [ENTRY, `--port=${port}`, '--headless'],
+      cwd: PKG,
+      env: { ...process.env, NODE_ENV: 'production' },
+      port,
+      timeoutMs: 30_000,
+    });
     return {
       key,
       label: `${label} ${portkeyVersion() ?? ''}`.trim(),
       url: `http://127.0.0.1:${port}`,
-      headers: { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${o.upstream}/v1`, authorization: 'Bearer sk-bench' },
+      headers: {
+        'x-portkey-provider': 'openai',
+        'x-portkey-custom-host': `${o.upstream}/v1`,
+        authorization: 'Bearer sk-bench',
+      },
       pids: async () => [proc.pid],
       stop: () => proc.stop(),
     };

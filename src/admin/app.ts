@@ -43,7 +43,10 @@ function count(v: unknown): number {
  */
 export function buildAdminApp(deps: AdminDeps): FastifyInstance {
   const log = deps.logger.child({ module: 'admin' });
-  const app = Fastify({ loggerInstance: log as unknown as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
+  const app = Fastify({
+    loggerInstance: log as unknown as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+  });
 
   // DNS rebinding (src/admin/hosts.ts): before any route, the unknown ones included.
   let refused = 0;
@@ -55,7 +58,10 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
     refused++;
     const now = performance.now();
     if (now - loggedAt >= MISDIRECTED_LOG_MS) {
-      log.warn({ host: host?.slice(0, 256), refused }, 'admin port: request for a Host not in admin.allowedHosts answered 421 (add the name there if it is yours)');
+      log.warn(
+        { host: host?.slice(0, 256), refused },
+        'admin port: request for a Host not in admin.allowedHosts answered 421 (add the name there if it is yours)',
+      );
       loggedAt = now;
       refused = 0;
     }
@@ -63,7 +69,11 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
       .code(421)
       .type('application/json; charset=utf-8')
       .header('cache-control', 'no-store')
-      .send({ status: 'misdirected', error: 'this Host is not served by the admin port: add the name to admin.allowedHosts, or use localhost or an IP address' });
+      .send({
+        status: 'misdirected',
+        error:
+          'this Host is not served by the admin port: add the name to admin.allowedHosts, or use localhost or an IP address',
+      });
   });
 
   app.get('/metrics', async (_request, reply) => {
@@ -91,21 +101,38 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
   // The worker's bytes are relayed as they came: this thread neither builds, parses nor encodes them.
   app.get('/ui/data', async (request, reply) => {
     const q = request.query as Record<string, unknown>;
-    const answer: LiveAnswer | { worker: 'off' } = deps.live ? await deps.live(count(q.since), count(q.t)) : { worker: 'off' };
-    const body = answer.worker === 'up' ? Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength) : JSON.stringify({ worker: answer.worker, data: null });
-    return reply.type('application/json; charset=utf-8').header('cache-control', 'no-store').header('x-content-type-options', 'nosniff').send(body);
+    const answer: LiveAnswer | { worker: 'off' } = deps.live
+      ? await deps.live(count(q.since), count(q.t))
+      : { worker: 'off' };
+    const body =
+      answer.worker === 'up'
+        ? Buffer.from(answer.body.buffer, answer.body.byteOffset, answer.body.byteLength)
+        : JSON.stringify({ worker: answer.worker, data: null });
+    return reply
+      .type('application/json; charset=utf-8')
+      .header('cache-control', 'no-store')
+      .header('x-content-type-options', 'nosniff')
+      .send(body);
   });
 
   app.get('/readyz', async (_request, reply) => {
     if (!deps.accepting()) return reply.code(503).send({ status: 'shutting down' });
-    if (deps.proxyListening && !deps.proxyListening()) return reply.code(503).send({ status: 'no proxy worker listening' });
+    if (deps.proxyListening && !deps.proxyListening())
+      return reply.code(503).send({ status: 'no proxy worker listening' });
     const ok = await deps.candidateReachable();
     // About the client path only; a backend the mirror cannot reach is named, never a 503.
     const unreachable = (deps.mirrorBackends?.() ?? []).filter((b) => b.state === 'unreachable');
     const mirror =
       unreachable.length === 0
         ? {}
-        : { mirror: unreachable.map((b) => ({ backend: b.backend, host: b.host, reason: b.lastError?.reason ?? 'unreachable', since: b.lastError ? new Date(b.lastError.at).toISOString() : null })) };
+        : {
+            mirror: unreachable.map((b) => ({
+              backend: b.backend,
+              host: b.host,
+              reason: b.lastError?.reason ?? 'unreachable',
+              since: b.lastError ? new Date(b.lastError.at).toISOString() : null,
+            })),
+          };
     return reply.code(ok ? 200 : 503).send({ status: ok ? 'ready' : 'candidate unreachable', ...mirror });
   });
 

@@ -6,7 +6,15 @@
 (function () {
   const DATA = location.pathname.replace(/\/+$/, '') + '/data';
   const SVG = 'http://www.w3.org/2000/svg';
-  const VERDICTS = ['global_shift', 'early_shift', 'local_shift', 'tokenizer_mismatch', 'noise', 'identical', 'incomparable'];
+  const VERDICTS = [
+    'global_shift',
+    'early_shift',
+    'local_shift',
+    'tokenizer_mismatch',
+    'noise',
+    'identical',
+    'incomparable',
+  ];
   // What /ui/data sends (src/live/feed.ts's LiveData), read loosely.
   const state = {
     since: 0,
@@ -62,7 +70,20 @@
       tr.appendChild(st);
       tr.appendChild(el('td', 'muted', b.engine ? b.engine + (b.version ? ' ' + b.version : '') : ''));
       tr.appendChild(
-        el('td', 'evidence', b.lastError ? b.lastError.outcome + ': ' + b.lastError.reason + ' (' + ago(b.lastError.at, now) + '; ' + b.failures + ' failed copies since the start)' : 'no failure'),
+        el(
+          'td',
+          'evidence',
+          b.lastError
+            ? b.lastError.outcome +
+                ': ' +
+                b.lastError.reason +
+                ' (' +
+                ago(b.lastError.at, now) +
+                '; ' +
+                b.failures +
+                ' failed copies since the start)'
+            : 'no failure',
+        ),
       );
       body.appendChild(tr);
     });
@@ -82,7 +103,9 @@
       const st = el('td');
       st.appendChild(el('span', 'badge a-' + a.phase, a.phase));
       tr.appendChild(st);
-      tr.appendChild(el('td', 'muted', a.since === null ? '' : 'since ' + clock(a.since) + ' (' + ago(a.since, now) + ')'));
+      tr.appendChild(
+        el('td', 'muted', a.since === null ? '' : 'since ' + clock(a.since) + ' (' + ago(a.since, now) + ')'),
+      );
       let ev = '';
       if (a.last) {
         const e = a.last.evidence;
@@ -96,7 +119,11 @@
           e.requestsInWindow +
           ' compared requests, CUSUM ' +
           e.cusum.toFixed(1) +
-          (e.medianShift !== null ? ', median per-request max shift ' + nats(e.medianShift) + ' nats (free-running and teacher-forced positions)' : '') +
+          (e.medianShift !== null
+            ? ', median per-request max shift ' +
+              nats(e.medianShift) +
+              ' nats (free-running and teacher-forced positions)'
+            : '') +
           (e.exampleRequestId ? ', e.g. request ' + e.exampleRequestId : '');
       }
       tr.appendChild(el('td', 'evidence', ev));
@@ -188,7 +215,15 @@
     return e;
   }
   // A line chart of one figure over the last settings.seconds, with its firing limit dashed.
-  function chart(id: string, title: string, key: string, limit: number, limitLabel: string, fixedMax: number | null, now: number) {
+  function chart(
+    id: string,
+    title: string,
+    key: string,
+    limit: number,
+    limitLabel: string,
+    fixedMax: number | null,
+    now: number,
+  ) {
     const box = byId(id);
     clear(box);
     const W = 500,
@@ -220,11 +255,19 @@
     box.appendChild(svg('text', { x: L, y: 14, class: 'title' }, title));
     [0, 0.5, 1].forEach(function (f) {
       box.appendChild(svg('line', { x1: L, x2: W - R, y1: y(max * f), y2: y(max * f), class: 'grid' }));
-      box.appendChild(svg('text', { x: L - 4, y: y(max * f) + 4, 'text-anchor': 'end' }, String(Number((max * f).toPrecision(2)))));
+      box.appendChild(
+        svg('text', { x: L - 4, y: y(max * f) + 4, 'text-anchor': 'end' }, String(Number((max * f).toPrecision(2)))),
+      );
     });
     [5, 4, 3, 2, 1, 0].forEach(function (m) {
       const t = now - (m * span) / 5;
-      box.appendChild(svg('text', { x: x(t), y: H - 6, 'text-anchor': 'middle' }, m === 0 ? 'now' : '\u2212' + Math.round((m * span) / 5 / 1000) + ' s'));
+      box.appendChild(
+        svg(
+          'text',
+          { x: x(t), y: H - 6, 'text-anchor': 'middle' },
+          m === 0 ? 'now' : '\u2212' + Math.round((m * span) / 5 / 1000) + ' s',
+        ),
+      );
     });
     box.appendChild(svg('line', { x1: L, x2: W - R, y1: y(limit), y2: y(limit), class: 'limit' }));
     box.appendChild(svg('text', { x: L + 4, y: y(limit) - 4, class: 'limit-label' }, limitLabel));
@@ -248,7 +291,10 @@
     wrap.setAttribute('data-seq', String(p.seq));
     let card;
     if (p.strip) {
-      card = renderStrip(p.strip, p.verdict === null && p.repeats.length ? 'repeat of the ' + p.repeats[0].backend + ' (baseline-free)' : null);
+      card = renderStrip(
+        p.strip,
+        p.verdict === null && p.repeats.length ? 'repeat of the ' + p.repeats[0].backend + ' (baseline-free)' : null,
+      );
     } else {
       card = el('article', 'strip');
       card.setAttribute('data-pair', String(p.seq));
@@ -256,7 +302,13 @@
       head.appendChild(el('span', 'badge', p.outcome));
       head.appendChild(el('span', 'pair-id', '#' + p.seq + ' ' + p.id));
       head.appendChild(el('span', 'muted', p.ts.slice(11, 19) + 'Z ' + p.route));
-      head.appendChild(el('span', 'muted', p.unbuilt ? 'no strip: it came while no page was open' : p.outcome === 'ok' ? '' : 'not compared'));
+      head.appendChild(
+        el(
+          'span',
+          'muted',
+          p.unbuilt ? 'no strip: it came while no page was open' : p.outcome === 'ok' ? '' : 'not compared',
+        ),
+      );
       card.appendChild(head);
     }
     if (p.prompt) card.insertBefore(el('p', 'live-prompt', p.prompt), card.children[1] || null);
@@ -267,7 +319,12 @@
           'repeats muted',
           p.repeats
             .map(function (r: any) {
-              return r.backend + ' repeat: ' + (r.verdict || 'failed') + (r.verdict && r.probe !== 'cold_warm' ? ' (' + r.probe + ')' : '');
+              return (
+                r.backend +
+                ' repeat: ' +
+                (r.verdict || 'failed') +
+                (r.verdict && r.probe !== 'cold_warm' ? ' (' + r.probe + ')' : '')
+              );
             })
             .join(' \u00b7 '),
         ),
@@ -302,8 +359,11 @@
     if (!msg || msg.worker !== 'up') {
       statusEl.className = 'stale';
       statusEl.textContent =
-        (msg && msg.worker === 'down' ? 'the mirror\u2019s worker is not running' : msg && msg.worker === 'off' ? 'no mirror in this process' : 'the mirror\u2019s worker did not answer in time') +
-        ': showing what was last received';
+        (msg && msg.worker === 'down'
+          ? 'the mirror\u2019s worker is not running'
+          : msg && msg.worker === 'off'
+            ? 'no mirror in this process'
+            : 'the mirror\u2019s worker did not answer in time') + ': showing what was last received';
       return;
     }
     const d = msg.data;
@@ -330,8 +390,24 @@
     renderBackends(d.backends, d.now);
     renderAlerts(d.alerts, d.now);
     renderMix(d);
-    chart('share-chart', 'pooled share of shifted positions (window of ' + d.settings.window + ')', 'share', d.settings.fireFraction, 'fires at ' + d.settings.fireFraction, 1, d.now);
-    chart('cusum-chart', 'CUSUM of maxShift / noise floor', 'cusum', d.settings.cusumH, 'h = ' + d.settings.cusumH, null, d.now);
+    chart(
+      'share-chart',
+      'pooled share of shifted positions (window of ' + d.settings.window + ')',
+      'share',
+      d.settings.fireFraction,
+      'fires at ' + d.settings.fireFraction,
+      1,
+      d.now,
+    );
+    chart(
+      'cusum-chart',
+      'CUSUM of maxShift / noise floor',
+      'cusum',
+      d.settings.cusumH,
+      'h = ' + d.settings.cusumH,
+      null,
+      d.now,
+    );
     byId('window-now').textContent =
       'now: pooled share ' +
       d.window.share.toFixed(2) +
@@ -341,7 +417,11 @@
       d.window.cusum.toFixed(1) +
       (d.window.pvalue === undefined
         ? ''
-        : ', permutation test p = ' + (d.window.pvalue < 0.01 ? d.window.pvalue.toExponential(1) : d.window.pvalue.toFixed(2)) + ' over ' + d.window.pvaluePairs + ' pairs');
+        : ', permutation test p = ' +
+          (d.window.pvalue < 0.01 ? d.window.pvalue.toExponential(1) : d.window.pvalue.toFixed(2)) +
+          ' over ' +
+          d.window.pvaluePairs +
+          ' pairs');
     renderPairs();
     statusEl.className = '';
     statusEl.textContent = 'updated ' + clock(d.now) + ' \u00b7 every ' + POLL_MS / 1000 + ' s';

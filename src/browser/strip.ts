@@ -62,7 +62,16 @@ function renderStrip(s: any, note: string | null) {
   }
   if (s.locus || s.prompt) {
     const where: string[] = [];
-    if (s.prompt) where.push('prompt: ' + s.prompt.shifted + ' of ' + s.prompt.comparable + ' positions shifted (prompt max shift ' + nats(s.prompt.maxShift) + ')');
+    if (s.prompt)
+      where.push(
+        'prompt: ' +
+          s.prompt.shifted +
+          ' of ' +
+          s.prompt.comparable +
+          ' positions shifted (prompt max shift ' +
+          nats(s.prompt.maxShift) +
+          ')',
+      );
     if (s.locus) where.push('locus: ' + s.locus.replace('_', ' '));
     box.appendChild(el('p', 'muted', where.join(' \u00b7 ')));
   }
@@ -76,12 +85,36 @@ function stripHead(s: any, note: string | null) {
   head.appendChild(el('span', 'badge v-' + s.verdict, s.verdict));
   head.appendChild(el('span', 'pair-id', '#' + s.n + ' ' + s.id));
   head.appendChild(el('span', 'muted', s.at + ' ' + s.route));
-  head.appendChild(el('span', 'figures-free', 'free-running max shift ' + nats(s.maxShift) + ' \u00b7 shifted ' + s.shifted + '/' + s.comparable));
-  if (s.forced) head.appendChild(el('span', 'figures-forced', 'teacher-forced max shift ' + nats(s.forced.maxShift) + ' \u00b7 shifted ' + s.forced.shifted + '/' + s.forced.comparable));
+  head.appendChild(
+    el(
+      'span',
+      'figures-free',
+      'free-running max shift ' + nats(s.maxShift) + ' \u00b7 shifted ' + s.shifted + '/' + s.comparable,
+    ),
+  );
+  if (s.forced)
+    head.appendChild(
+      el(
+        'span',
+        'figures-forced',
+        'teacher-forced max shift ' +
+          nats(s.forced.maxShift) +
+          ' \u00b7 shifted ' +
+          s.forced.shifted +
+          '/' +
+          s.forced.comparable,
+      ),
+    );
   head.appendChild(el('span', 'muted', 'floor ' + nats(s.noiseFloor)));
   if (s.flip) {
     const g = s.flip.gap === null ? '?' : (s.flip.lowerBound ? '\u2265 ' : '') + nats(s.flip.gap);
-    head.appendChild(el('span', 'flip-info c-' + s.flip.class, 'flip @' + s.flip.index + ': flip gap ' + g + ' (' + s.flip.class + ')'));
+    head.appendChild(
+      el(
+        'span',
+        'flip-info c-' + s.flip.class,
+        'flip @' + s.flip.index + ': flip gap ' + g + ' (' + s.flip.class + ')',
+      ),
+    );
   }
   if (s.similar) {
     const similar = el('span', 'similar', '\u00d7' + (s.similar + 1) + ' similar');
@@ -103,7 +136,14 @@ function stripTokens(s: any) {
       span.appendChild(el('span', 'flip-b', show(t.t)));
       span.appendChild(el('span', 'flip-arrow', '\u2192'));
       span.appendChild(el('span', 'flip-c', show(t.c)));
-      if (s.flip) span.appendChild(el('sup', 'gap', 'gap ' + (s.flip.gap === null ? '?' : (s.flip.lowerBound ? '\u2265 ' : '') + nats(s.flip.gap))));
+      if (s.flip)
+        span.appendChild(
+          el(
+            'sup',
+            'gap',
+            'gap ' + (s.flip.gap === null ? '?' : (s.flip.lowerBound ? '\u2265 ' : '') + nats(s.flip.gap)),
+          ),
+        );
     } else {
       span.textContent = show(t.t);
     }
@@ -144,7 +184,17 @@ function attachTips(container: HTMLElement, tip: HTMLElement, lookup: (n: number
     const t = s && s.tokens[Number(span.getAttribute('data-i'))];
     if (!t) return;
     while (tip.firstChild) tip.removeChild(tip.firstChild);
-    tip.appendChild(el('div', 'tip-head', 'position ' + span.getAttribute('data-i') + ' \u00b7 shift ' + nats(t.s) + (t.d !== null ? ' \u00b7 diff ' + (t.d > 0 ? '+' : '') + nats(t.d) : '')));
+    tip.appendChild(
+      el(
+        'div',
+        'tip-head',
+        'position ' +
+          span.getAttribute('data-i') +
+          ' \u00b7 shift ' +
+          nats(t.s) +
+          (t.d !== null ? ' \u00b7 diff ' + (t.d > 0 ? '+' : '') + nats(t.d) : ''),
+      ),
+    );
     // The two sides' names: a pair's, or a repeat's (the second run against the first).
     const sides = s.sides || ['candidate', 'baseline'];
     const row = el('div', 'tip-tables');

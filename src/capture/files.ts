@@ -46,7 +46,8 @@ export async function makeDir(dir: string): Promise<void> {
   if (await once()) return;
   const parent = dirname(dir);
   if (parent !== dir) await makeDir(parent);
-  if (!(await once())) throw Object.assign(new Error(`ENOENT: cannot create directory '${dir}'`), { code: 'ENOENT', path: dir });
+  if (!(await once()))
+    throw Object.assign(new Error(`ENOENT: cannot create directory '${dir}'`), { code: 'ENOENT', path: dir });
 }
 
 /** The real file system. */

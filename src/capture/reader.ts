@@ -7,7 +7,9 @@ import { READABLE_CAPTURE_VERSIONS, type CaptureRecord } from './record.js';
 import { errnoReason, LogprobeError, unreadableFile } from '../errors.js';
 
 /** One line of a JSONL file: its parsed value, or why it could not be used (`file:line: error`). */
-export type LineItem = { file: string; line: number; value: unknown; error?: undefined } | { file: string; line: number; error: string; value?: undefined };
+export type LineItem =
+  | { file: string; line: number; value: unknown; error?: undefined }
+  | { file: string; line: number; error: string; value?: undefined };
 
 /** Longest line kept in memory; a longer one is skipped and reported (a corrupt file without newlines must not exhaust memory). */
 export const MAX_LINE_BYTES = 256 * 1024 * 1024;
@@ -76,7 +78,10 @@ export async function resolveInputs(paths: readonly string[]): Promise<{ files: 
  * Long on purpose: one generator: the line splitter's state (the parts of the line so far, its size, whether it is over the limit, the line number) lives across its yields.
  */
 // eslint-disable-next-line max-lines-per-function -- one generator
-export async function* readJsonLines(file: string, options: { onBytes?: (n: number) => void; maxLineBytes?: number } = {}): AsyncGenerator<LineItem> {
+export async function* readJsonLines(
+  file: string,
+  options: { onBytes?: (n: number) => void; maxLineBytes?: number } = {},
+): AsyncGenerator<LineItem> {
   const { gzip } = await probeFile(file);
   const maxLine = options.maxLineBytes ?? MAX_LINE_BYTES;
   const raw = createReadStream(file, { highWaterMark: 256 * 1024 });
@@ -100,7 +105,8 @@ export async function* readJsonLines(file: string, options: { onBytes?: (n: numb
     parts = [];
     size = 0;
     overlong = false;
-    if (wasOverlong) return { file, line: lineNo, error: `line longer than ${Math.round(maxLine / 1024 / 1024)} MB, skipped` };
+    if (wasOverlong)
+      return { file, line: lineNo, error: `line longer than ${Math.round(maxLine / 1024 / 1024)} MB, skipped` };
     const text = bytes.toString('utf8').replace(/\r$/, '');
     if (text.trim() === '') return null;
     try {
@@ -140,7 +146,10 @@ export async function* readJsonLines(file: string, options: { onBytes?: (n: numb
       if (item) yield item;
     }
     const code = (err as { code?: string }).code;
-    const what = gzip && (code === 'Z_BUF_ERROR' || code === 'Z_DATA_ERROR') ? `gzip stream cut short or corrupt (${(err as Error).message})` : `read failed (${errnoReason(err, 'read')})`;
+    const what =
+      gzip && (code === 'Z_BUF_ERROR' || code === 'Z_DATA_ERROR')
+        ? `gzip stream cut short or corrupt (${(err as Error).message})`
+        : `read failed (${errnoReason(err, 'read')})`;
     yield { file, line: lineNo + 1, error: what };
     return;
   } finally {
@@ -155,10 +164,12 @@ export async function* readJsonLines(file: string, options: { onBytes?: (n: numb
 
 /** Why a parsed line is not a capture record of a version this logprobe reads, or null when it is one. */
 export function captureRecordError(value: unknown): string | null {
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) return 'not a capture record (not an object)';
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    return 'not a capture record (not an object)';
   const r = value as Record<string, unknown>;
   if (r.v === undefined) return 'not a capture record (no "v" field)';
-  if (typeof r.v !== 'number' || !READABLE_CAPTURE_VERSIONS.includes(r.v)) return `unsupported capture version ${JSON.stringify(r.v)} (this logprobe reads ${READABLE_CAPTURE_VERSIONS.join(' and ')})`;
+  if (typeof r.v !== 'number' || !READABLE_CAPTURE_VERSIONS.includes(r.v))
+    return `unsupported capture version ${JSON.stringify(r.v)} (this logprobe reads ${READABLE_CAPTURE_VERSIONS.join(' and ')})`;
   if (typeof r.route !== 'string') return 'not a capture record (no "route")';
   for (const side of ['candidate', 'baseline'] as const) {
     const s = r[side] as Record<string, unknown> | null | undefined;
@@ -170,7 +181,8 @@ export function captureRecordError(value: unknown): string | null {
     if (typeof s.status !== 'number') return `not a capture record (no "${side}.status")`;
     if (!('body' in s)) return `not a capture record (no "${side}.body")`;
   }
-  if (r.request === null || typeof r.request !== 'object' || Array.isArray(r.request)) return 'not a capture record (no "request")';
+  if (r.request === null || typeof r.request !== 'object' || Array.isArray(r.request))
+    return 'not a capture record (no "request")';
   return null;
 }
 

@@ -91,7 +91,11 @@ export interface RecordOptions {
 }
 
 function side(r: BackendResult, includePrompts: boolean): CaptureSide {
-  const out: CaptureSide = { status: r.status, latencyMs: Math.round(r.latencyMs * 10) / 10, body: includePrompts ? r.body : hashEchoedPrompts(r.body) };
+  const out: CaptureSide = {
+    status: r.status,
+    latencyMs: Math.round(r.latencyMs * 10) / 10,
+    body: includePrompts ? r.body : hashEchoedPrompts(r.body),
+  };
   if (r.error !== null) out.error = r.error;
   if (r.body !== null && typeof r.body === 'object' && !Array.isArray(r.body)) {
     const b = r.body as Record<string, unknown>;
@@ -112,7 +116,8 @@ const rules = new WeakMap<RecordOptions, Redaction>();
 /** The redaction rule of these options (built once per options object). */
 export function redactionFor(options: RecordOptions): Redaction {
   let r = rules.get(options);
-  if (r === undefined) rules.set(options, (r = new Redaction({ fields: options.redactFields, keys: options.secrets ?? [] })));
+  if (r === undefined)
+    rules.set(options, (r = new Redaction({ fields: options.redactFields, keys: options.secrets ?? [] })));
   return r;
 }
 
@@ -147,7 +152,12 @@ export function recordLine(pair: MirroredPair, options: RecordOptions): string {
 }
 
 /** The record, redacted by `rule` (null: not redacted, for {@link recordLine}'s first look). */
-function assemble(pair: MirroredPair, options: RecordOptions, rule: Redaction | null, secrets: readonly string[]): CaptureRecord {
+function assemble(
+  pair: MirroredPair,
+  options: RecordOptions,
+  rule: Redaction | null,
+  secrets: readonly string[],
+): CaptureRecord {
   const clean = <T>(v: T, byName = true): T => (rule === null ? v : (rule.scrub(v, secrets, { byName }) as T));
   const clientHeaders: Record<string, string> = {};
   for (const name of HARMLESS_HEADERS) {
@@ -156,7 +166,13 @@ function assemble(pair: MirroredPair, options: RecordOptions, rule: Redaction | 
   }
   const request = clean(options.includePrompts ? pair.request : hashPrompts(pair.request));
   const analysis: CapturedAnalysis | null =
-    pair.analysis === null ? null : { ...withoutPositions(pair.analysis), noiseFloor: pair.noiseFloor, thresholds: { ...options.thresholds, noiseFloor: pair.noiseFloor } };
+    pair.analysis === null
+      ? null
+      : {
+          ...withoutPositions(pair.analysis),
+          noiseFloor: pair.noiseFloor,
+          thresholds: { ...options.thresholds, noiseFloor: pair.noiseFloor },
+        };
   const sideOf = (r: BackendResult): CaptureSide => {
     const s = side(r, options.includePrompts);
     if (rule === null) return s;

@@ -135,7 +135,13 @@ export class Redaction {
       for (const key of Object.keys(src)) {
         const cleanKey = secrets.length > 0 ? scrubString(key) : key;
         const x = src[key];
-        const named = byName && x !== null && x !== undefined && typeof x !== 'number' && typeof x !== 'boolean' && this.names.has(key.toLowerCase());
+        const named =
+          byName &&
+          x !== null &&
+          x !== undefined &&
+          typeof x !== 'number' &&
+          typeof x !== 'boolean' &&
+          this.names.has(key.toLowerCase());
         const w = named ? REDACTED : walk(x);
         if (w !== x || cleanKey !== key) {
           copy ??= { ...src };
@@ -151,7 +157,8 @@ export class Redaction {
   /** A copy of a header map without the redacted names, the values of the others scrubbed. */
   headers(headers: Readonly<Record<string, string>>, secrets: readonly string[]): Record<string, string> {
     const out: Record<string, string> = {};
-    for (const [k, v] of Object.entries(headers)) if (!this.names.has(k.toLowerCase())) out[k] = this.scrub(v, secrets) as string;
+    for (const [k, v] of Object.entries(headers))
+      if (!this.names.has(k.toLowerCase())) out[k] = this.scrub(v, secrets) as string;
     return out;
   }
 
@@ -180,21 +187,36 @@ function longestFirst(values: ReadonlyArray<string | null | undefined>): string[
 
 /** The rule of a config: `log.redact` by name, `baseline.apiKey` by value. */
 /** The credentials a config holds, scrubbed by value wherever they appear: the baseline's API key and both admin keys. */
-export function configuredKeys(config: { baseline: { apiKey: string | null; adminApiKey?: string | null }; candidate: { adminApiKey?: string | null } }): Array<string | null> {
+export function configuredKeys(config: {
+  baseline: { apiKey: string | null; adminApiKey?: string | null };
+  candidate: { adminApiKey?: string | null };
+}): Array<string | null> {
   return [config.baseline.apiKey, config.baseline.adminApiKey ?? null, config.candidate.adminApiKey ?? null];
 }
 
-export function redactionOf(config: { log: { redact: readonly string[] }; baseline: { apiKey: string | null; adminApiKey?: string | null }; candidate: { adminApiKey?: string | null } }): Redaction {
+export function redactionOf(config: {
+  log: { redact: readonly string[] };
+  baseline: { apiKey: string | null; adminApiKey?: string | null };
+  candidate: { adminApiKey?: string | null };
+}): Redaction {
   return new Redaction({ fields: config.log.redact, keys: configuredKeys(config) });
 }
 
 /** The secret values of a request (see {@link Redaction.secrets}), with `extra` configured keys and `extraNames` redacted headers. */
-export function secretValues(headers: Headers, extra: ReadonlyArray<string | null | undefined> = [], extraNames: readonly string[] = []): string[] {
+export function secretValues(
+  headers: Headers,
+  extra: ReadonlyArray<string | null | undefined> = [],
+  extraNames: readonly string[] = [],
+): string[] {
   return new Redaction({ fields: extraNames, keys: extra }).secrets(headers);
 }
 
 /** {@link Redaction.scrub} with the built-in names plus `extraFields`. */
-export function scrub(value: unknown, secrets: readonly string[], options: { extraFields?: readonly string[]; byName?: boolean } = {}): unknown {
+export function scrub(
+  value: unknown,
+  secrets: readonly string[],
+  options: { extraFields?: readonly string[]; byName?: boolean } = {},
+): unknown {
   return new Redaction({ fields: options.extraFields }).scrub(value, secrets, { byName: options.byName });
 }
 

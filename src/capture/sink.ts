@@ -31,9 +31,13 @@ export async function checkCaptureDir(dir: string): Promise<void> {
       await unlink(probe).catch(() => undefined);
     }
   } catch (err) {
-    throw new LogprobeError('LOGPROBE_UNWRITABLE_FILE', `capture.dir ${dir}: cannot ${step}: ${errnoReason(err, 'write')} (set capture.dir to a writable directory, or capture.enabled: false)`, {
-      cause: err,
-    });
+    throw new LogprobeError(
+      'LOGPROBE_UNWRITABLE_FILE',
+      `capture.dir ${dir}: cannot ${step}: ${errnoReason(err, 'write')} (set capture.dir to a writable directory, or capture.enabled: false)`,
+      {
+        cause: err,
+      },
+    );
   }
 }
 
@@ -44,7 +48,12 @@ export async function checkCaptureDir(dir: string): Promise<void> {
  * first), and `logprobe_capture_ok` 0 from a loss until a write succeeds again. Clients never see
  * it: `/readyz` does not depend on captures.
  */
-export function createCaptureWriter(deps: { config: Config; logger: Logger; metrics: Metrics; fs?: CaptureFs }): CaptureWriter {
+export function createCaptureWriter(deps: {
+  config: Config;
+  logger: Logger;
+  metrics: Metrics;
+  fs?: CaptureFs;
+}): CaptureWriter {
   const { config, metrics } = deps;
   const errors = metrics.counter('logprobe_capture_errors_total');
   const dropped = metrics.counter('logprobe_capture_records_dropped_total');
@@ -60,7 +69,12 @@ export function createCaptureWriter(deps: { config: Config; logger: Logger; metr
     gzip: config.capture.gzip,
     record: {
       includePrompts: config.capture.includePrompts,
-      thresholds: { gapAmbiguous: config.analysis.gapAmbiguous, gapSystematic: config.analysis.gapSystematic, globalFraction: config.analysis.globalFraction, minAligned: config.analysis.minAligned },
+      thresholds: {
+        gapAmbiguous: config.analysis.gapAmbiguous,
+        gapSystematic: config.analysis.gapSystematic,
+        globalFraction: config.analysis.globalFraction,
+        minAligned: config.analysis.minAligned,
+      },
       secrets: [config.baseline.apiKey, config.candidate.adminApiKey, config.baseline.adminApiKey],
       redactFields: config.log.redact,
     },

@@ -240,7 +240,10 @@ export class CaptureWriter {
     this.failing.set(reason, (lost ?? 0) + records);
     if (lost !== undefined) return;
     const e = err as { code?: string; message?: string };
-    this.log.error({ reason, code: e.code, error: e.message ?? String(err), dir: this.options.dir, recordsLost: records }, 'capture write failed: records are dropped until it recovers');
+    this.log.error(
+      { reason, code: e.code, error: e.message ?? String(err), dir: this.options.dir, recordsLost: records },
+      'capture write failed: records are dropped until it recovers',
+    );
   }
 
   private recovered(): void {

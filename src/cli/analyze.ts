@@ -3,7 +3,15 @@ import type { CommandFactory } from './commands.js';
 import { noInput } from '../errors.js';
 import { numberArg } from './options.js';
 import { startProgress } from './progress.js';
-import { configFrom, describeThresholds, parseFailOn, thresholdOptions, thresholdOverrides, thresholdsNote, type ThresholdFlags } from './thresholds.js';
+import {
+  configFrom,
+  describeThresholds,
+  parseFailOn,
+  thresholdOptions,
+  thresholdOverrides,
+  thresholdsNote,
+  type ThresholdFlags,
+} from './thresholds.js';
 import { DEFAULT_THRESHOLDS, HealthAccumulator, type Thresholds } from '../core/index.js';
 import { comparePairs, isTokenFile, readSequenceFile, renderTraining, trainerFirst } from './compare-training.js';
 import { resolveInputs } from '../capture/reader.js';
@@ -44,11 +52,16 @@ Exit codes: 0; 1 when --fail-on names a verdict (or outcome, or 'alert') that oc
 export const analyzeCommand: CommandFactory = (setExit) =>
   thresholdOptions(
     new Command('analyze')
-      .description('re-analyse captured pairs offline: verdict mix, shift distribution, flips, worst pairs; --html report')
+      .description(
+        're-analyse captured pairs offline: verdict mix, shift distribution, flips, worst pairs; --html report',
+      )
       .argument('<files...>', 'capture files (.jsonl or .jsonl.gz), or directories of them')
       .option('--json', 'one JSON object per pair on stdout (docs/format.md fields)')
       .option('--html <file>', 'write a self-contained HTML report')
-      .option('--fail-on <list>', 'exit 1 when any of these verdicts/outcomes occurs (comma-separated; also error, alert)')
+      .option(
+        '--fail-on <list>',
+        'exit 1 when any of these verdicts/outcomes occurs (comma-separated; also error, alert)',
+      )
       .option('--top <n>', 'worst pairs listed', numberArg('--top', { min: 0, integer: true }), 10),
   )
     .addHelpText('after', HELP)
@@ -74,9 +87,19 @@ async function analyze(inputs: string[], flags: AnalyzeFlags): Promise<number> {
   const overrides = thresholdOverrides(flags, config);
   const { files, bytes: totalBytes } = await resolveInputs(inputs);
   if (flags.html) await checkWritable(flags.html);
-  const s: AnalyzeSettings = { files, totalBytes, top, failOn, config, overrides, json: flags.json === true, summary: new Summary({ alert: config.alert }) };
+  const s: AnalyzeSettings = {
+    files,
+    totalBytes,
+    top,
+    failOn,
+    config,
+    overrides,
+    json: flags.json === true,
+    summary: new Summary({ alert: config.alert }),
+  };
   // Two token-logprob files, or one against engine responses: the training comparison (docs/training.md).
-  if (files.length === 2 && ((await isTokenFile(files[0]!)) || (await isTokenFile(files[1]!)))) return analyzeTraining(s, flags);
+  if (files.length === 2 && ((await isTokenFile(files[0]!)) || (await isTokenFile(files[1]!))))
+    return analyzeTraining(s, flags);
   return analyzeCaptures(s, flags);
 }
 
@@ -116,7 +139,12 @@ async function analyzeTraining(s: AnalyzeSettings, flags: AnalyzeFlags): Promise
 async function analyzeCaptures(s: AnalyzeSettings, flags: AnalyzeFlags): Promise<number> {
   const { files, summary, json } = s;
   // Large inputs only: a few MB finish before a progress line would help.
-  const progress = startProgress({ label: 'analyze', total: s.totalBytes, unit: 'bytes', lines: s.totalBytes >= 64 * 1024 * 1024 });
+  const progress = startProgress({
+    label: 'analyze',
+    total: s.totalBytes,
+    unit: 'bytes',
+    lines: s.totalBytes >= 64 * 1024 * 1024,
+  });
   let consumed = 0;
   let first: Thresholds | null = null;
   let varied = false;
@@ -142,7 +170,9 @@ async function analyzeCaptures(s: AnalyzeSettings, flags: AnalyzeFlags): Promise
   progress.stop();
   if (records === 0)
     throw noInput(
-      golden > 0 ? `${files.join(', ')}: golden records only (logprobe record: one side, no pair to compare); use them with replay --baseline-from` : `no capture records in ${files.join(', ')}`,
+      golden > 0
+        ? `${files.join(', ')}: golden records only (logprobe record: one side, no pair to compare); use them with replay --baseline-from`
+        : `no capture records in ${files.join(', ')}`,
     );
   const data = summary.data();
   const t: Thresholds = first!;
@@ -155,7 +185,11 @@ async function analyzeCaptures(s: AnalyzeSettings, flags: AnalyzeFlags): Promise
   };
   if (!json) await writeOut(renderSummaryText(data, ctx));
   if (flags.html) {
-    await writeHtmlReport(flags.html, data, { title: `logprobe analyze: ${files.length === 1 ? files[0] : `${files.length} files`}`, inputs: files, ...ctx });
+    await writeHtmlReport(flags.html, data, {
+      title: `logprobe analyze: ${files.length === 1 ? files[0] : `${files.length} files`}`,
+      inputs: files,
+      ...ctx,
+    });
     process.stderr.write(`report: ${flags.html}\n`);
   }
   const failed = summary.count(s.failOn) + (s.failOn.has('alert') ? summary.alertsFired : 0);
@@ -163,7 +197,13 @@ async function analyzeCaptures(s: AnalyzeSettings, flags: AnalyzeFlags): Promise
 }
 
 function sameThresholds(a: Thresholds, b: Thresholds): boolean {
-  return a.noiseFloor === b.noiseFloor && a.gapAmbiguous === b.gapAmbiguous && a.gapSystematic === b.gapSystematic && a.globalFraction === b.globalFraction && a.minAligned === b.minAligned;
+  return (
+    a.noiseFloor === b.noiseFloor &&
+    a.gapAmbiguous === b.gapAmbiguous &&
+    a.gapSystematic === b.gapSystematic &&
+    a.globalFraction === b.globalFraction &&
+    a.minAligned === b.minAligned
+  );
 }
 
 /** A pair as `--json` prints it: the comparison's fields (docs/format.md) and where it came from. */

@@ -12,4 +12,13 @@ import { probeCommand } from './probe.js';
 export type CommandFactory = (setExit: (code: number) => void) => Command;
 
 /** Every subcommand of `logprobe`, in help order. */
-export const commands: CommandFactory[] = [serveCommand, compareCommand, analyzeCommand, replayCommand, recordCommand, probeCommand, demoCommand, engineCommand];
+export const commands: CommandFactory[] = [
+  serveCommand,
+  compareCommand,
+  analyzeCommand,
+  replayCommand,
+  recordCommand,
+  probeCommand,
+  demoCommand,
+  engineCommand,
+];

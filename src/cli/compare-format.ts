@@ -23,13 +23,22 @@ export function renderComparison(r: Comparison, t: Thresholds, color: boolean): 
       const token = p.candidateToken === undefined ? show(p.token) : `${show(p.token)}→${show(p.candidateToken)}`;
       const shifted = p.shift !== null && p.shift > t.noiseFloor;
       return {
-        cells: [String(p.i), token, num(p.candidate), num(p.baseline), signed(p.diff), num(p.gap), shifted ? `${num(p.shift)}*` : num(p.shift)],
+        cells: [
+          String(p.i),
+          token,
+          num(p.candidate),
+          num(p.baseline),
+          signed(p.diff),
+          num(p.gap),
+          shifted ? `${num(p.shift)}*` : num(p.shift),
+        ],
         shifted,
         flip: p.candidateToken !== undefined,
       };
     });
     const widths = header.map((h, k) => Math.max(h.length, ...rows.map((row) => row.cells[k]!.length)));
-    const fit = (cells: string[]): string[] => cells.map((c, k) => (k === 1 ? c.padEnd(widths[k]!) : c.padStart(widths[k]!)));
+    const fit = (cells: string[]): string[] =>
+      cells.map((c, k) => (k === 1 ? c.padEnd(widths[k]!) : c.padStart(widths[k]!)));
     lines.push(fit(header).join('  '));
     for (const row of rows) {
       const cells = fit(row.cells);
@@ -37,7 +46,9 @@ export function renderComparison(r: Comparison, t: Thresholds, color: boolean): 
       if (row.flip) cells[1] = paint(cells[1]!, YELLOW);
       lines.push(cells.join('  '));
     }
-    lines.push("top gap: the baseline's top-1 − top-2 at the position (the flip's gap below is lp_b(A) − lp_b(B), its own token against the candidate's)");
+    lines.push(
+      "top gap: the baseline's top-1 − top-2 at the position (the flip's gap below is lp_b(A) − lp_b(B), its own token against the candidate's)",
+    );
     lines.push('');
   }
   const share = r.shiftedFraction === null ? 'n/a' : `${(r.shiftedFraction * 100).toFixed(0)}%`;
@@ -50,24 +61,38 @@ export function renderComparison(r: Comparison, t: Thresholds, color: boolean): 
     const gap = f.gap === null ? 'unknown' : `${f.lowerBound ? '≥ ' : ''}${formatNats(f.gap)}`;
     const cross = f.crossPathDiff === null ? 'n/a' : signed(f.crossPathDiff);
     const top = r.positions.find((p) => p.i === f.index)?.gap ?? null;
-    const topNote = top === null || formatNats(top) === formatNats(f.gap) ? '' : ` (top gap there ${formatNats(top)}: the baseline's top-2 is not the candidate's token)`;
-    lines.push(`flip at ${f.index}: baseline ${show(f.baselineToken)} → candidate ${show(f.candidateToken)}, flip gap lp_b(A) − lp_b(B) ${gap} nats (${f.class})${topNote}, cross-path diff ${cross}`);
+    const topNote =
+      top === null || formatNats(top) === formatNats(f.gap)
+        ? ''
+        : ` (top gap there ${formatNats(top)}: the baseline's top-2 is not the candidate's token)`;
+    lines.push(
+      `flip at ${f.index}: baseline ${show(f.baselineToken)} → candidate ${show(f.candidateToken)}, flip gap lp_b(A) − lp_b(B) ${gap} nats (${f.class})${topNote}, cross-path diff ${cross}`,
+    );
   } else {
     lines.push('flip: none');
   }
   const s = r.scored;
   if (s?.outcome === 'ok') {
-    const sshare = s.shiftedFraction === null || s.shiftedFraction === undefined ? 'n/a' : `${(s.shiftedFraction * 100).toFixed(0)}%`;
-    lines.push(`scored ${s.comparable} teacher-forced positions (${s.method}, ${s.mode}): shifted ${s.shifted} (${sshare}), teacher-forced max shift ${formatNats(s.maxShift ?? null)}`);
+    const sshare =
+      s.shiftedFraction === null || s.shiftedFraction === undefined
+        ? 'n/a'
+        : `${(s.shiftedFraction * 100).toFixed(0)}%`;
+    lines.push(
+      `scored ${s.comparable} teacher-forced positions (${s.method}, ${s.mode}): shifted ${s.shifted} (${sshare}), teacher-forced max shift ${formatNats(s.maxShift ?? null)}`,
+    );
   } else if (s) {
     lines.push(`scored: ${s.outcome} (${s.reason ?? 'no reason given'})`);
   }
-  if (r.prompt) lines.push(`prompt: ${r.prompt.comparable} positions from ${r.prompt.start}, shifted ${r.prompt.shifted}, prompt max shift ${formatNats(r.prompt.maxShift)}`);
+  if (r.prompt)
+    lines.push(
+      `prompt: ${r.prompt.comparable} positions from ${r.prompt.start}, shifted ${r.prompt.shifted}, prompt max shift ${formatNats(r.prompt.maxShift)}`,
+    );
   if (r.locus) lines.push(`locus: ${r.locus}`);
   const h = r.health;
   if (h) {
     const m = healthMarks(h);
-    const fig = (x: number | null, ok: boolean | null, limit: number) => `${x === null ? 'n/a' : x.toPrecision(2)}${ok === false ? ` (above ${limit})` : ''}`;
+    const fig = (x: number | null, ok: boolean | null, limit: number) =>
+      `${x === null ? 'n/a' : x.toPrecision(2)}${ok === false ? ` (above ${limit})` : ''}`;
     lines.push(
       `health (${h.over === 'scored' ? 'teacher-forced' : 'free-running'} positions, the seeds' thresholds): KL mean ${fig(h.kl.mean, m.kl, HEALTH_LIMITS.kl)}, relative error mean ${fig(h.relErr.mean, m.relErrMean, HEALTH_LIMITS.relErrMean)}, max ${fig(h.relErr.max, m.relErrMax, HEALTH_LIMITS.relErrMax)}; largest |Δ logprob| over each side's top-${Math.min(h.logits.topK ?? 10, 10)} ${formatNats(h.logits.max)}`,
     );

@@ -73,7 +73,10 @@ export async function isTokenFile(file: string): Promise<boolean> {
 }
 
 /** Which input is the trainer: the token-logprob file when only one is, else the first (the candidate). */
-export function trainerFirst(a: SequenceInput, b: SequenceInput): { train: SequenceInput; infer: SequenceInput; swapped: boolean } {
+export function trainerFirst(
+  a: SequenceInput,
+  b: SequenceInput,
+): { train: SequenceInput; infer: SequenceInput; swapped: boolean } {
   const swapped = a.sequences.kind !== 'tokens' && b.sequences.kind === 'tokens';
   return swapped ? { train: b, infer: a, swapped } : { train: a, infer: b, swapped };
 }
@@ -84,9 +87,14 @@ export function compareFiles(train: SequenceInput, infer: SequenceInput, t: Thre
 }
 
 /** {@link compareFiles} with each pair's lined-up steps (analyze's report draws them). */
-export function comparePairs(train: SequenceInput, infer: SequenceInput, t: Thresholds): Array<{ comparison: TrainingComparison; candidate: ParsedResponse; baseline: ParsedResponse }> {
+export function comparePairs(
+  train: SequenceInput,
+  infer: SequenceInput,
+  t: Thresholds,
+): Array<{ comparison: TrainingComparison; candidate: ParsedResponse; baseline: ParsedResponse }> {
   for (const s of [train, infer]) {
-    if (s.sequences.sequences.length === 0) throw noInput(`${s.file}: no scored sequence (${s.sequences.problems[0] ?? 'empty'})`);
+    if (s.sequences.sequences.length === 0)
+      throw noInput(`${s.file}: no scored sequence (${s.sequences.problems[0] ?? 'empty'})`);
   }
   const pairs = pairSequences(train.sequences.sequences, infer.sequences.sequences);
   if ('error' in pairs) throw noInput(`${train.file} vs ${infer.file}: ${pairs.error}`);
@@ -97,7 +105,8 @@ export function comparePairs(train: SequenceInput, infer: SequenceInput, t: Thre
   });
 }
 
-const f = (x: number | null, digits = 4) => (x === null ? '—' : Math.abs(x) >= 1e-3 || x === 0 ? x.toFixed(digits) : x.toExponential(1));
+const f = (x: number | null, digits = 4) =>
+  x === null ? '—' : Math.abs(x) >= 1e-3 || x === 0 ? x.toFixed(digits) : x.toExponential(1);
 const mark = (ok: boolean | null) => (ok === null ? 'n/a' : ok ? 'ok' : 'ABOVE');
 
 /**
@@ -106,9 +115,17 @@ const mark = (ok: boolean | null) => (ok === null ? 'n/a' : ok ? 'ok' : 'ABOVE')
  * Long on purpose: the report's two layouts (a table for one sequence, a line per sequence) share its columns and the summary.
  */
 // eslint-disable-next-line max-lines-per-function -- the report's two layouts
-export function renderTraining(results: readonly TrainingComparison[], files: { train: string; infer: string; swapped: boolean }, t: Thresholds): string {
+export function renderTraining(
+  results: readonly TrainingComparison[],
+  files: { train: string; infer: string; swapped: boolean },
+  t: Thresholds,
+): string {
   const out: string[] = [];
-  out.push(`train (candidate): ${files.train}`, `infer (baseline):  ${files.infer}${files.swapped ? '  (the token-logprob file is the trainer: sides swapped from the command line)' : ''}`, '');
+  out.push(
+    `train (candidate): ${files.train}`,
+    `infer (baseline):  ${files.infer}${files.swapped ? '  (the token-logprob file is the trainer: sides swapped from the command line)' : ''}`,
+    '',
+  );
   const [lo, hi] = RATIO_BOUNDS;
   if (results.length === 1) {
     const r = results[0]!;
@@ -129,7 +146,8 @@ export function renderTraining(results: readonly TrainingComparison[], files: { 
     });
     const header = ['pos', 'token', 'train', 'infer', 'diff', 'ratio', 'rel err', 'KL'];
     const widths = header.map((h, k) => Math.max(h.length, ...rows.map((row) => row[k]!.length)));
-    const fit = (cells: string[]) => cells.map((c, k) => (k === 1 ? c.padEnd(widths[k]!) : c.padStart(widths[k]!))).join('  ');
+    const fit = (cells: string[]) =>
+      cells.map((c, k) => (k === 1 ? c.padEnd(widths[k]!) : c.padStart(widths[k]!))).join('  ');
     out.push(fit(header), ...rows.map(fit), `(* ratio exp(lp_train − lp_infer) outside [${lo}, ${hi}])`, '');
   } else {
     out.push(`${results.length} sequences`);
@@ -161,10 +179,16 @@ export function renderTraining(results: readonly TrainingComparison[], files: { 
   }
   const h = acc.health();
   const marks = healthMarks(h);
-  out.push(`health (the seeds' thresholds, over ${h.kl.n} positions${results.length > 1 ? ` of ${results.length} sequences` : ''})`);
+  out.push(
+    `health (the seeds' thresholds, over ${h.kl.n} positions${results.length > 1 ? ` of ${results.length} sequences` : ''})`,
+  );
   out.push(`  KL mean               ${f(h.kl.mean).padStart(10)}  ${mark(marks.kl).padEnd(5)} (< ${HEALTH_LIMITS.kl})`);
-  out.push(`  relative error mean   ${f(h.relErr.mean).padStart(10)}  ${mark(marks.relErrMean).padEnd(5)} (< ${HEALTH_LIMITS.relErrMean})`);
-  out.push(`  relative error max    ${f(h.relErr.max).padStart(10)}  ${mark(marks.relErrMax).padEnd(5)} (< ${HEALTH_LIMITS.relErrMax})`);
+  out.push(
+    `  relative error mean   ${f(h.relErr.mean).padStart(10)}  ${mark(marks.relErrMean).padEnd(5)} (< ${HEALTH_LIMITS.relErrMean})`,
+  );
+  out.push(
+    `  relative error max    ${f(h.relErr.max).padStart(10)}  ${mark(marks.relErrMax).padEnd(5)} (< ${HEALTH_LIMITS.relErrMax})`,
+  );
   out.push(
     `importance ratio exp(lp_train − lp_infer) over ${n} positions: mean ${f(n ? sum / n : null)}, min ${f(n ? min : null)}, max ${f(n ? max : null)}; ${outside} (${pct(n ? outside / n : null)}) outside [${lo}, ${hi}]`,
     `KL(infer ‖ train) from the sampled tokens, mean(r − 1 − log r): ${f(n ? k3 / n : null)}${h.logits.max !== null ? `; largest |Δ logprob| over the top lists ${formatNats(h.logits.max)}` : ''}`,
@@ -175,10 +199,15 @@ export function renderTraining(results: readonly TrainingComparison[], files: { 
     .slice(0, 10);
   if (worst.length > 0) {
     out.push('worst positions (largest |lp_train − lp_infer|)');
-    for (const w of worst) out.push(`  ${results.length > 1 ? `${w.id ?? ''} ` : ''}@${w.i} ${show(w.token)}  train ${f(w.train)}  infer ${f(w.infer)}  ratio ${w.ratio!.toFixed(4)}`);
+    for (const w of worst)
+      out.push(
+        `  ${results.length > 1 ? `${w.id ?? ''} ` : ''}@${w.i} ${show(w.token)}  train ${f(w.train)}  infer ${f(w.infer)}  ratio ${w.ratio!.toFixed(4)}`,
+      );
   }
   for (const d of acc.definition())
-    out.push(`definition: ${d.check} (${d.side === 'candidate' ? 'train' : d.side === 'baseline' ? 'infer' : 'both'}) on ${d.pairs} sequence${d.pairs === 1 ? '' : 's'}: ${d.example}`);
+    out.push(
+      `definition: ${d.check} (${d.side === 'candidate' ? 'train' : d.side === 'baseline' ? 'infer' : 'both'}) on ${d.pairs} sequence${d.pairs === 1 ? '' : 's'}: ${d.example}`,
+    );
   const notes = [...new Set(results.flatMap((r) => r.notes.filter((n) => n !== 'tokens matched by id')))];
   for (const n of notes.slice(0, 5)) out.push(`note: ${n}`);
   if (results.length === 1) {
@@ -187,7 +216,9 @@ export function renderTraining(results: readonly TrainingComparison[], files: { 
   } else {
     const mix = new Map<string, number>();
     for (const r of results) mix.set(r.verdict, (mix.get(r.verdict) ?? 0) + 1);
-    out.push(`verdicts: ${[...mix].map(([v, c]) => `${v} ${c}`).join(', ')} (noise floor ${formatNats(t.noiseFloor)} nats)`);
+    out.push(
+      `verdicts: ${[...mix].map(([v, c]) => `${v} ${c}`).join(', ')} (noise floor ${formatNats(t.noiseFloor)} nats)`,
+    );
   }
   return `${out.join('\n')}\n`;
 }

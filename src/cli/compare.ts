@@ -6,7 +6,16 @@ import { THRESHOLD_ARGS, thresholdOverrides, type ThresholdFlags } from './thres
 import { renderComparison } from './compare-format.js';
 import { compareFiles, isTokenFile, readSequenceFile, renderTraining, trainerFirst } from './compare-training.js';
 import { loadConfig } from '../config/load.js';
-import { compare, DEFAULT_THRESHOLDS, notScored, parseResponse, withScoring, type ParsedResponse, type Thresholds, type Verdict } from '../core/index.js';
+import {
+  compare,
+  DEFAULT_THRESHOLDS,
+  notScored,
+  parseResponse,
+  withScoring,
+  type ParsedResponse,
+  type Thresholds,
+  type Verdict,
+} from '../core/index.js';
 
 type CompareOptions = ThresholdFlags & { json?: boolean };
 
@@ -46,11 +55,31 @@ export const compareCommand: CommandFactory = (setExit) =>
     .argument('<baseline>', "the baseline's response body (JSON or SSE)")
     .option('--json', 'print the comparison object (docs/format.md field list) instead of the table')
     .option('-c, --config <file>', 'take analysis.* thresholds from a YAML config')
-    .option('--noise-floor <nats>', `a position shift above this is not float noise (default ${DEFAULT_THRESHOLDS.noiseFloor})`, THRESHOLD_ARGS.noiseFloor)
-    .option('--gap-ambiguous <nats>', `flips below this gap are near-ties (default ${DEFAULT_THRESHOLDS.gapAmbiguous})`, THRESHOLD_ARGS.gapAmbiguous)
-    .option('--gap-systematic <nats>', `flips above this gap need a systematic shift (default ${DEFAULT_THRESHOLDS.gapSystematic})`, THRESHOLD_ARGS.gapSystematic)
-    .option('--global-fraction <share>', `shifted share for a global shift (default ${DEFAULT_THRESHOLDS.globalFraction})`, THRESHOLD_ARGS.globalFraction)
-    .option('--min-aligned <n>', `fewer comparable positions make an early shift (default ${DEFAULT_THRESHOLDS.minAligned})`, THRESHOLD_ARGS.minAligned)
+    .option(
+      '--noise-floor <nats>',
+      `a position shift above this is not float noise (default ${DEFAULT_THRESHOLDS.noiseFloor})`,
+      THRESHOLD_ARGS.noiseFloor,
+    )
+    .option(
+      '--gap-ambiguous <nats>',
+      `flips below this gap are near-ties (default ${DEFAULT_THRESHOLDS.gapAmbiguous})`,
+      THRESHOLD_ARGS.gapAmbiguous,
+    )
+    .option(
+      '--gap-systematic <nats>',
+      `flips above this gap need a systematic shift (default ${DEFAULT_THRESHOLDS.gapSystematic})`,
+      THRESHOLD_ARGS.gapSystematic,
+    )
+    .option(
+      '--global-fraction <share>',
+      `shifted share for a global shift (default ${DEFAULT_THRESHOLDS.globalFraction})`,
+      THRESHOLD_ARGS.globalFraction,
+    )
+    .option(
+      '--min-aligned <n>',
+      `fewer comparable positions make an early shift (default ${DEFAULT_THRESHOLDS.minAligned})`,
+      THRESHOLD_ARGS.minAligned,
+    )
     .addHelpText('after', EXIT_HELP)
     .action(async (candidateFile: string, baselineFile: string, opts: CompareOptions) => {
       const thresholds = resolveThresholds(opts);
@@ -59,7 +88,11 @@ export const compareCommand: CommandFactory = (setExit) =>
         const results = compareFiles(sides.train, sides.infer, thresholds);
         const where = { train: sides.train.file, infer: sides.infer.file };
         if (opts.json)
-          process.stdout.write(results.length === 1 ? `${JSON.stringify({ ...results[0], ...where }, null, 2)}\n` : results.map((r) => `${JSON.stringify({ ...r, ...where })}\n`).join(''));
+          process.stdout.write(
+            results.length === 1
+              ? `${JSON.stringify({ ...results[0], ...where }, null, 2)}\n`
+              : results.map((r) => `${JSON.stringify({ ...r, ...where })}\n`).join(''),
+          );
         else process.stdout.write(renderTraining(results, { ...where, swapped: sides.swapped }, thresholds));
         setExit(Math.max(...results.map((r) => verdictExitCode(r.verdict))));
         return;
@@ -69,7 +102,10 @@ export const compareCommand: CommandFactory = (setExit) =>
       // Two saved bodies and no engine: past a divergence nothing can be scored here (the proxy, replay and record score live).
       const result = withScoring(
         compare(candidate, baseline, thresholds),
-        notScored('skipped', 'two saved responses, no engine to score them on (the proxy, replay and record score past the divergence)'),
+        notScored(
+          'skipped',
+          'two saved responses, no engine to score them on (the proxy, replay and record score past the divergence)',
+        ),
         null,
         thresholds,
       );

@@ -61,7 +61,13 @@ export function captureFolder(root: string, at: number): string {
 }
 
 /** A port the user left at its default moves to a free one when taken; one they chose does not. */
-async function pickPort(cmd: Command, name: 'port' | 'adminPort', flag: string, port: number, notice: (line: string) => void): Promise<number> {
+async function pickPort(
+  cmd: Command,
+  name: 'port' | 'adminPort',
+  flag: string,
+  port: number,
+  notice: (line: string) => void,
+): Promise<number> {
   if (port === 0 || cmd.getOptionValueSource(name) !== 'default' || (await portFree('127.0.0.1', port))) return port;
   notice(`port ${port} is in use: using a free one (choose with ${flag})`);
   return 0;
@@ -69,26 +75,56 @@ async function pickPort(cmd: Command, name: 'port' | 'adminPort', flag: string, 
 
 export const demoCommand: CommandFactory = (setExit) =>
   new Command('demo')
-    .description('the main job on an embedded default: two engines (the candidate with a fault), the proxy in front, live traffic, verdicts and alerts')
+    .description(
+      'the main job on an embedded default: two engines (the candidate with a fault), the proxy in front, live traffic, verdicts and alerts',
+    )
     .option('--fault <fault>', 'candidate fault (see below)', 'zero-layer:1')
     .option('--engine <engine>', 'which engines: auto, llama, sim', 'auto')
-    .option('--duration <seconds>', 'seconds of traffic, then exit 0 (default: until Ctrl-C)', numberArg('--duration', { min: 1 }))
+    .option(
+      '--duration <seconds>',
+      'seconds of traffic, then exit 0 (default: until Ctrl-C)',
+      numberArg('--duration', { min: 1 }),
+    )
     .option('--rate <rps>', 'client requests per second', numberArg('--rate', { min: 0.1, max: 1000 }), 4)
-    .option('--port <n>', 'proxy port (0: any free port)', numberArg('--port', { min: 0, max: 65535, integer: true }), 8080)
-    .option('--admin-port <n>', 'admin port for /metrics (0: any free port)', numberArg('--admin-port', { min: 0, max: 65535, integer: true }), 9464)
-    .option('--seed <n>', 'llama.cpp: seed of the generated model', numberArg('--seed', { min: 0, max: 0xffffffff, integer: true }), 1)
-    .option('--baseline <none>', "'none': no baseline, the candidate against itself (each request twice: cold, then warm; the default fault becomes cache-hit:3)")
+    .option(
+      '--port <n>',
+      'proxy port (0: any free port)',
+      numberArg('--port', { min: 0, max: 65535, integer: true }),
+      8080,
+    )
+    .option(
+      '--admin-port <n>',
+      'admin port for /metrics (0: any free port)',
+      numberArg('--admin-port', { min: 0, max: 65535, integer: true }),
+      9464,
+    )
+    .option(
+      '--seed <n>',
+      'llama.cpp: seed of the generated model',
+      numberArg('--seed', { min: 0, max: 0xffffffff, integer: true }),
+      1,
+    )
+    .option(
+      '--baseline <none>',
+      "'none': no baseline, the candidate against itself (each request twice: cold, then warm; the default fault becomes cache-hit:3)",
+    )
     .option('--captures <dir>', 'where the captures go (a folder per run inside it)', 'captures-demo')
     .addHelpText('after', () => help(installed))
     .action(async (opts: DemoCliOptions, cmd: Command) => {
       const startedAt = Date.now();
-      const { DEMO_ENGINES, EngineStartError, UnknownDemoFaultError, chooseEngines, planFault, needsPrefixCache } = await loadEngines('logprobe demo');
-      if (opts.baseline !== undefined && opts.baseline !== 'none') throw usageError(`--baseline: the demo runs its own baseline; only 'none' (no baseline) can be given, got '${opts.baseline}'`);
-      if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine)) throw usageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
+      const { DEMO_ENGINES, EngineStartError, UnknownDemoFaultError, chooseEngines, planFault, needsPrefixCache } =
+        await loadEngines('logprobe demo');
+      if (opts.baseline !== undefined && opts.baseline !== 'none')
+        throw usageError(
+          `--baseline: the demo runs its own baseline; only 'none' (no baseline) can be given, got '${opts.baseline}'`,
+        );
+      if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine))
+        throw usageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
       const choice = opts.engine;
       // One server alone can only disagree with itself on its cache path: without a baseline the
       // default fault is a wrong restore on a prefix-cache hit (a compute fault would agree with itself).
-      const fault = opts.baseline === 'none' && cmd.getOptionValueSource('fault') === 'default' ? 'cache-hit:3' : opts.fault;
+      const fault =
+        opts.baseline === 'none' && cmd.getOptionValueSource('fault') === 'default' ? 'cache-hit:3' : opts.fault;
       let plan: DemoFaultPlan;
       try {
         plan = planFault(fault);
@@ -117,12 +153,24 @@ export const demoCommand: CommandFactory = (setExit) =>
           port,
           adminPort,
           startedAt,
-          engines: () => chooseEngines({ choice, plan, seed, notice: out, engine: { api: 'llamacpp', slotSavePath, cacheSlots: 16 } }),
+          engines: () =>
+            chooseEngines({
+              choice,
+              plan,
+              seed,
+              notice: out,
+              engine: { api: 'llamacpp', slotSavePath, cacheSlots: 16 },
+            }),
           signal: AbortSignal.any([stop.stopping, stdoutGone]),
           out,
         });
       } catch (err) {
-        if (err instanceof EngineStartError) throw new LogprobeError('LOGPROBE_ENGINES_UNAVAILABLE', `--engine ${choice}: llama.cpp engines unavailable (${err.reason})`, { cause: err });
+        if (err instanceof EngineStartError)
+          throw new LogprobeError(
+            'LOGPROBE_ENGINES_UNAVAILABLE',
+            `--engine ${choice}: llama.cpp engines unavailable (${err.reason})`,
+            { cause: err },
+          );
         throw err;
       } finally {
         stop.dispose();

@@ -8,7 +8,9 @@ import { loadEngines } from './engines.js';
  */
 export const engineCommand: CommandFactory = (setExit) =>
   new Command('engine')
-    .description('run an OpenAI-compatible test engine (the simulated model, or llama.cpp on a generated model); see logprobe engine --help')
+    .description(
+      'run an OpenAI-compatible test engine (the simulated model, or llama.cpp on a generated model); see logprobe engine --help',
+    )
     .helpOption(false)
     .allowUnknownOption()
     .allowExcessArguments()

@@ -6,7 +6,9 @@ import { guardStdout } from './stdout.js';
 import { prepareDemoHelp } from './demo.js';
 
 /** The package's version, from its package.json (two folders up from src/cli and from dist/cli alike). */
-const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const VERSION = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 
 /**
  * The CLI entry: parses argv, runs one command, returns the exit code. Commands never call
@@ -18,7 +20,9 @@ export async function main(argv: string[]): Promise<number> {
   guardStdout();
   if (argv[0] === 'demo') await prepareDemoHelp();
   const program = new Command('logprobe')
-    .description('Transparent OpenAI-compatible proxy that measures per-token logprob drift between a candidate and a baseline')
+    .description(
+      'Transparent OpenAI-compatible proxy that measures per-token logprob drift between a candidate and a baseline',
+    )
     .version(VERSION)
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride()

@@ -2,7 +2,11 @@ import { isHttpUrl } from '../config/values.js';
 import { usageError } from '../errors.js';
 
 /** Parses a CLI number option, naming the flag when it is not a number or out of range. */
-export function parseNumberOption(flag: string, raw: string, opts: { min?: number; max?: number; integer?: boolean } = {}): number {
+export function parseNumberOption(
+  flag: string,
+  raw: string,
+  opts: { min?: number; max?: number; integer?: boolean } = {},
+): number {
   const n = Number(raw);
   if (raw.trim() === '' || !Number.isFinite(n)) throw usageError(`${flag}: expected a number, got '${raw}'`);
   if (opts.integer && !Number.isInteger(n)) throw usageError(`${flag}: expected a whole number, got '${raw}'`);
@@ -15,7 +19,10 @@ export function parseNumberOption(flag: string, raw: string, opts: { min?: numbe
  * Commander's argParser for a number flag: `.option('--top <n>', '…', numberArg('--top', { min: 0 }), 10)`.
  * A bad value is a usage error naming the flag (exit 2), raised while the arguments are parsed.
  */
-export function numberArg(flag: string, opts: { min?: number; max?: number; integer?: boolean } = {}): (raw: string) => number {
+export function numberArg(
+  flag: string,
+  opts: { min?: number; max?: number; integer?: boolean } = {},
+): (raw: string) => number {
   return (raw) => parseNumberOption(flag, raw, opts);
 }
 

@@ -38,13 +38,25 @@ Exit codes:
 /** `logprobe probe URL`: what an engine server offers logprobe, and how to turn on what it lacks. */
 export const probeCommand: CommandFactory = (setExit) =>
   new Command('probe')
-    .description('ask an engine server what logprobe needs of it (cap, ids, scoring, cache counts, flush, chat, determinism) and which flag enables what is missing')
+    .description(
+      'ask an engine server what logprobe needs of it (cap, ids, scoring, cache counts, flush, chat, determinism) and which flag enables what is missing',
+    )
     .argument('<url>', 'the engine server (http(s)://host:port)')
     .option('--api-key <key>', 'sent as Authorization: Bearer KEY (SGLang: the admin key for the flush)')
     .option('--model <name>', "the served model (default: the first of the server's /v1/models)")
-    .option('-c, --config <file>', 'take the features to check (scoring, repeat, flush, noiseFloor) and mirror.topLogprobs from a YAML config')
-    .option('--engine <engine>', `the engine profile instead of detecting it: ${ENGINE_SETTINGS.join(', ')}`, choiceArg('--engine', ENGINE_SETTINGS))
-    .option('--flush', "test the cache flush even when the configuration does not use it (empties the engine's prefix cache)")
+    .option(
+      '-c, --config <file>',
+      'take the features to check (scoring, repeat, flush, noiseFloor) and mirror.topLogprobs from a YAML config',
+    )
+    .option(
+      '--engine <engine>',
+      `the engine profile instead of detecting it: ${ENGINE_SETTINGS.join(', ')}`,
+      choiceArg('--engine', ENGINE_SETTINGS),
+    )
+    .option(
+      '--flush',
+      "test the cache flush even when the configuration does not use it (empties the engine's prefix cache)",
+    )
     .option('--timeout <ms>', 'per request', numberArg('--timeout', { min: 1, integer: true }), 10000)
     .option('--json', 'one JSON object (docs/engines.md)')
     .addHelpText('after', HELP)
@@ -67,10 +79,14 @@ export const probeCommand: CommandFactory = (setExit) =>
           required,
         });
       } catch (err) {
-        if (err instanceof UnreachableError) throw new LogprobeError('LOGPROBE_UNREACHABLE', `${url} answers nothing: ${err.message}`);
+        if (err instanceof UnreachableError)
+          throw new LogprobeError('LOGPROBE_UNREACHABLE', `${url} answers nothing: ${err.message}`);
         throw err;
       }
       await writeOut(flags.json ? probeJson(report) : probeTable(report));
-      if (report.missing.length > 0 && !flags.json) process.stderr.write(`logprobe: ${url} lacks what the configuration uses: ${report.missing.map((n) => missingText(report, n)).join('; ')}\n`);
+      if (report.missing.length > 0 && !flags.json)
+        process.stderr.write(
+          `logprobe: ${url} lacks what the configuration uses: ${report.missing.map((n) => missingText(report, n)).join('; ')}\n`,
+        );
       setExit(report.missing.length > 0 ? 1 : 0);
     });

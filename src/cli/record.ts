@@ -50,13 +50,27 @@ Exit codes:
 // eslint-disable-next-line max-lines-per-function -- commander's declaration of the flags and the action that reads them, one chain
 export const recordCommand: CommandFactory = (setExit) =>
   new Command('record')
-    .description('send a prompt set or capture to one backend and write a golden file (baseline side and its own scoring) for replay --baseline-from')
+    .description(
+      'send a prompt set or capture to one backend and write a golden file (baseline side and its own scoring) for replay --baseline-from',
+    )
     .argument('<inputs...>', 'prompt sets or captures (.jsonl or .jsonl.gz), or directories of captures')
     .option('--backend <url>', 'the trusted build to record')
     .option('--out <file>', 'the golden file to write (JSONL; emptied if it exists)')
-    .option('-c, --config <file>', 'take mirror.*, analysis.scoring, baseline.apiKey/engine and timeouts from a YAML config')
-    .option('--max-tokens <n>', "tokens to generate per prompt (default: the input's, capped by mirror.maxTokens)", numberArg('--max-tokens', { min: 1, integer: true }))
-    .option('--concurrency <n>', 'prompts in flight at once', numberArg('--concurrency', { min: 1, max: 1024, integer: true }), 4)
+    .option(
+      '-c, --config <file>',
+      'take mirror.*, analysis.scoring, baseline.apiKey/engine and timeouts from a YAML config',
+    )
+    .option(
+      '--max-tokens <n>',
+      "tokens to generate per prompt (default: the input's, capped by mirror.maxTokens)",
+      numberArg('--max-tokens', { min: 1, integer: true }),
+    )
+    .option(
+      '--concurrency <n>',
+      'prompts in flight at once',
+      numberArg('--concurrency', { min: 1, max: 1024, integer: true }),
+      4,
+    )
     .addHelpText('after', HELP)
     .action(async (args: string[], flags: RecordFlags) => {
       const backend = httpUrlFlag('--backend', flags.backend);
@@ -116,7 +130,10 @@ export const recordCommand: CommandFactory = (setExit) =>
         ...result.problems.map((p) => `  ${p}`),
         ...result.definition.map((d) => `definition: ${d.check} on ${d.records} records, first ${d.at}: ${d.detail}`),
       ];
-      if (s.unsupported > 0 && s.ok === 0) lines.push("note: the backend's engine offers no scoring (docs/engines.md): replay will compare free-running generations only");
+      if (s.unsupported > 0 && s.ok === 0)
+        lines.push(
+          "note: the backend's engine offers no scoring (docs/engines.md): replay will compare free-running generations only",
+        );
       void writeOut(`${lines.join('\n')}\n`);
       setExit(ok < result.records || s.failed > 0 ? 1 : 0);
     });

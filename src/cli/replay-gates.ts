@@ -1,7 +1,15 @@
 import { writeFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import type { Config } from '../config/schema.js';
-import { GateAccumulator, HealthAccumulator, LOGITS_TOP, parseGates, type GatePair, type GateResult, type GateSpec } from '../core/index.js';
+import {
+  GateAccumulator,
+  HealthAccumulator,
+  LOGITS_TOP,
+  parseGates,
+  type GatePair,
+  type GateResult,
+  type GateSpec,
+} from '../core/index.js';
 import { unwritableFile, usageError } from '../errors.js';
 import { Summary, type SummaryData, type SummaryEntry, type SummaryOptions } from '../report/summary.js';
 import type { HealthReport } from '../report/health-text.js';
@@ -38,7 +46,10 @@ export function gateOptions(cmd: Command): Command {
       [] as string[],
     )
     .option('--junit <file>', 'also write a JUnit XML report: one test case per prompt and gate')
-    .option('--json', 'print the run summary (health, definition warnings, gates, the verdict gate) as one JSON object instead of the text report');
+    .option(
+      '--json',
+      'print the run summary (health, definition warnings, gates, the verdict gate) as one JSON object instead of the text report',
+    );
 }
 
 /** A summary that also hands each pair to the gates (the replay runners feed a summary; this one listens). */
@@ -75,13 +86,19 @@ export class ReplayGates {
   private readonly junit: JUnitReport | null;
   private readonly byId = new Map<string, Record<string, unknown>>();
 
-  private constructor(flags: GateFlags, o: { specs: GateSpec[]; golden: GoldenIndex | null; maxTokens: number | undefined; failOn: ReadonlySet<string> }) {
+  private constructor(
+    flags: GateFlags,
+    o: { specs: GateSpec[]; golden: GoldenIndex | null; maxTokens: number | undefined; failOn: ReadonlySet<string> },
+  ) {
     this.specs = o.specs;
     this.golden = o.golden;
     this.maxTokens = o.maxTokens;
     this.junit = flags.junit ? new JUnitReport('logprobe replay') : null;
     this.failOn = o.failOn;
-    this.gates = new GateAccumulator(o.specs, this.junit ? (spec, p, r) => this.junit!.gateCase(spec, { ...p, order: this.order }, r) : undefined);
+    this.gates = new GateAccumulator(
+      o.specs,
+      this.junit ? (spec, p, r) => this.junit!.gateCase(spec, { ...p, order: this.order }, r) : undefined,
+    );
   }
 
   private readonly failOn: ReadonlySet<string>;
@@ -94,15 +111,28 @@ export class ReplayGates {
    * tokens (implied as `--max-tokens N` for a live replay without one; said when capped).
    * Loads the golden file and refuses inputs it has no record for. Throws usage errors (exit 2).
    */
-  static async setup(flags: GateFlags, o: { config: Config; inputs: readonly string[]; maxTokens: number | undefined; baselineGiven: boolean; failOn: ReadonlySet<string> }): Promise<ReplayGates> {
+  static async setup(
+    flags: GateFlags,
+    o: {
+      config: Config;
+      inputs: readonly string[];
+      maxTokens: number | undefined;
+      baselineGiven: boolean;
+      failOn: ReadonlySet<string>;
+    },
+  ): Promise<ReplayGates> {
     let specs: GateSpec[];
     try {
       specs = parseGates(flags.gate ?? []);
     } catch (err) {
       throw usageError((err as Error).message);
     }
-    if (flags.baselineFrom && o.baselineGiven) throw usageError('--baseline and --baseline-from are exclusive: compare with a live baseline or with a golden file');
-    const baselineFree = !flags.baselineFrom && o.baselineGiven && isNone((flags as { baseline?: string }).baseline ?? '');
+    if (flags.baselineFrom && o.baselineGiven)
+      throw usageError(
+        '--baseline and --baseline-from are exclusive: compare with a live baseline or with a golden file',
+      );
+    const baselineFree =
+      !flags.baselineFrom && o.baselineGiven && isNone((flags as { baseline?: string }).baseline ?? '');
     if (baselineFree && specs.length > 0)
       throw usageError(
         `--gate ${specs.map((g) => g.name).join(',')} compares a candidate with a baseline: give --baseline URL or --baseline-from GOLDEN (--baseline none compares the candidate with itself only)`,
@@ -113,7 +143,10 @@ export class ReplayGates {
     if (flags.baselineFrom) {
       golden = await loadGolden(flags.baselineFrom);
       for (const p of golden.problems.slice(0, 5)) notes.push(p);
-      if (golden.records === 0) throw usageError(`--baseline-from ${flags.baselineFrom}: no golden record in it (write one with logprobe record)`);
+      if (golden.records === 0)
+        throw usageError(
+          `--baseline-from ${flags.baselineFrom}: no golden record in it (write one with logprobe record)`,
+        );
       const { missing } = await missingFromGolden(o.inputs, golden);
       if (missing.length > 0) {
         const list = missing.slice(0, 10).join('; ');
@@ -147,7 +180,9 @@ export class ReplayGates {
         maxTokens = n;
         notes.push(`--gate ${tokens.name}: every request generates ${n} tokens (--max-tokens ${n} implied)`);
       } else if (o.maxTokens < n) {
-        notes.push(`--gate ${tokens.name}: --max-tokens ${o.maxTokens} caps generation, so only the first ${o.maxTokens} tokens are checked`);
+        notes.push(
+          `--gate ${tokens.name}: --max-tokens ${o.maxTokens} caps generation, so only the first ${o.maxTokens} tokens are checked`,
+        );
       }
     }
     const g = new ReplayGates(flags, { specs, golden, maxTokens, failOn: o.failOn });
@@ -208,7 +243,12 @@ export class ReplayGates {
   }
 
   /** Writes the JUnit report: the per-prompt cases, plus the run-level checks of the verdict gate. */
-  async writeJunit(file: string, results: readonly GateResult[], data: SummaryData, run: { alertsFired: number }): Promise<void> {
+  async writeJunit(
+    file: string,
+    results: readonly GateResult[],
+    data: SummaryData,
+    run: { alertsFired: number },
+  ): Promise<void> {
     if (!this.junit) return;
     this.junit.declare(results);
     const suite = this.verdictSuite();
@@ -216,7 +256,10 @@ export class ReplayGates {
       name: 'run: at least one pair compared',
       classname: 'logprobe.gate.verdict',
       status: data.compared > 0 ? 'passed' : 'failed',
-      message: data.compared > 0 ? `${data.compared} of ${data.pairs} pairs compared` : 'no pair could be compared: a gate does not pass on no evidence',
+      message:
+        data.compared > 0
+          ? `${data.compared} of ${data.pairs} pairs compared`
+          : 'no pair could be compared: a gate does not pass on no evidence',
       type: 'evidence',
     });
     if (this.failOn.has('alert')) {
@@ -224,7 +267,10 @@ export class ReplayGates {
         name: 'run: offline detectors (alert)',
         classname: 'logprobe.gate.verdict',
         status: run.alertsFired > 0 ? 'failed' : 'passed',
-        message: run.alertsFired > 0 ? `would fire: ${data.alerts.map((a) => `${a.alert} at pair ${a.atPair}`).join(', ')}` : 'no offline alert would fire',
+        message:
+          run.alertsFired > 0
+            ? `would fire: ${data.alerts.map((a) => `${a.alert} at pair ${a.atPair}`).join(', ')}`
+            : 'no offline alert would fire',
         type: 'alert',
       });
     }

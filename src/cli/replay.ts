@@ -8,7 +8,15 @@ import { startProgress } from './progress.js';
 import { checkWritable, writeHtmlReport } from './report-file.js';
 import { writeOut } from './stdout.js';
 import { gateOptions, ReplayGates, type GateFlags } from './replay-gates.js';
-import { configFrom, DEFAULT_FAIL_ON, describeThresholds, parseFailOn, resolveThresholds, thresholdOptions, type ThresholdFlags } from './thresholds.js';
+import {
+  configFrom,
+  DEFAULT_FAIL_ON,
+  describeThresholds,
+  parseFailOn,
+  resolveThresholds,
+  thresholdOptions,
+  type ThresholdFlags,
+} from './thresholds.js';
 import { readJsonLines, resolveInputs } from '../capture/reader.js';
 import { decideGate } from '../replay/gate.js';
 import { openReplayCapture } from '../replay/output.js';
@@ -68,15 +76,33 @@ export const replayCommand: CommandFactory = (setExit) =>
   gateOptions(
     thresholdOptions(
       new Command('replay')
-        .description('re-send captured requests or a prompt set to two backends, compare, report; exit 1 on a shift (the CI gate)')
+        .description(
+          're-send captured requests or a prompt set to two backends, compare, report; exit 1 on a shift (the CI gate)',
+        )
         .argument('<inputs...>', 'captures or prompt sets (.jsonl or .jsonl.gz), or directories of captures')
         .option('--candidate <url>', 'the build under test')
-        .option('--baseline <url>', 'the trusted build, or none: repeat each request on the candidate (cold, then warm) and compare it with itself')
-        .option('--concurrency <n>', 'pairs in flight at once', numberArg('--concurrency', { min: 1, max: 1024, integer: true }), 4)
+        .option(
+          '--baseline <url>',
+          'the trusted build, or none: repeat each request on the candidate (cold, then warm) and compare it with itself',
+        )
+        .option(
+          '--concurrency <n>',
+          'pairs in flight at once',
+          numberArg('--concurrency', { min: 1, max: 1024, integer: true }),
+          4,
+        )
         .option('--rps <r>', 'pairs started per second at most (default: no limit)', numberArg('--rps', { min: 0.001 }))
         .option('--out <file>', 'the new capture (default replay-<time>.jsonl in the current directory)')
-        .option('--fail-on <list>', 'verdicts (or outcomes, error, alert) that fail the gate; none for never', DEFAULT_FAIL_ON)
-        .option('--max-tokens <n>', "tokens to generate per request (default: the input's, capped by mirror.maxTokens)", numberArg('--max-tokens', { min: 1, integer: true }))
+        .option(
+          '--fail-on <list>',
+          'verdicts (or outcomes, error, alert) that fail the gate; none for never',
+          DEFAULT_FAIL_ON,
+        )
+        .option(
+          '--max-tokens <n>',
+          "tokens to generate per request (default: the input's, capped by mirror.maxTokens)",
+          numberArg('--max-tokens', { min: 1, integer: true }),
+        )
         .option('--html <file>', 'also write the HTML report'),
     ),
   )
@@ -110,7 +136,8 @@ async function replay(args: string[], flags: ReplayFlags): Promise<number> {
     secrets: configuredKeys(s.config),
     redactFields: s.config.log.redact,
     onError: (reason) => {
-      if (!lost.has(reason)) process.stderr.write(`logprobe: writing ${s.out} failed (${reason}); pairs are missing from it\n`);
+      if (!lost.has(reason))
+        process.stderr.write(`logprobe: writing ${s.out} failed (${reason}); pairs are missing from it\n`);
       lost.add(reason);
     },
   });
@@ -130,7 +157,11 @@ async function replaySettings(args: string[], flags: ReplayFlags): Promise<Repla
   const candidateUrl = httpUrlFlag('--candidate', flags.candidate);
   // `--baseline none`: baseline-free, each input probes the candidate against itself (cold → warm).
   const baselineUrl =
-    flags.baselineFrom !== undefined && flags.baseline === undefined ? null : flags.baseline !== undefined && isNone(flags.baseline) ? null : httpUrlFlag('--baseline', flags.baseline);
+    flags.baselineFrom !== undefined && flags.baseline === undefined
+      ? null
+      : flags.baseline !== undefined && isNone(flags.baseline)
+        ? null
+        : httpUrlFlag('--baseline', flags.baseline);
   const { concurrency, maxTokens } = flags;
   const rps = flags.rps ?? null;
   const failOn = parseFailOn(flags.failOn);
@@ -138,7 +169,13 @@ async function replaySettings(args: string[], flags: ReplayFlags): Promise<Repla
   const thresholds = resolveThresholds(flags, config);
   const { files: inputs } = await resolveInputs(args);
   if (flags.html) await checkWritable(flags.html);
-  const gates = await ReplayGates.setup(flags, { config, inputs, maxTokens, baselineGiven: flags.baseline !== undefined, failOn });
+  const gates = await ReplayGates.setup(flags, {
+    config,
+    inputs,
+    maxTokens,
+    baselineGiven: flags.baseline !== undefined,
+    failOn,
+  });
   for (const n of gates.notes) process.stderr.write(`logprobe: ${n}\n`);
   const out = resolve(flags.out ?? `replay-${new Date().toISOString().replace(/:/g, '')}.jsonl`);
   return { inputs, candidateUrl, baselineUrl, concurrency, rps, maxTokens, failOn, config, thresholds, gates, out };
@@ -149,7 +186,12 @@ async function sendAll(s: ReplaySettings, writer: CaptureWriter, summary: Summar
   const { config } = s;
   const total = process.stderr.isTTY ? await countLines(s.inputs) : 0;
   const progress = startProgress({ label: 'replay', total, unit: 'items', lines: false });
-  const upstream = (u: string, base: Omit<UpstreamOptions, 'url'>) => ({ url: u, timeoutMs: base.timeoutMs, connectTimeoutMs: base.connectTimeoutMs, idleTimeoutMs: base.idleTimeoutMs });
+  const upstream = (u: string, base: Omit<UpstreamOptions, 'url'>) => ({
+    url: u,
+    timeoutMs: base.timeoutMs,
+    connectTimeoutMs: base.connectTimeoutMs,
+    idleTimeoutMs: base.idleTimeoutMs,
+  });
   // What both runs take alike: the inputs, the pacing, the thresholds, where results go.
   const common = {
     inputs: s.inputs,
@@ -165,12 +207,25 @@ async function sendAll(s: ReplaySettings, writer: CaptureWriter, summary: Summar
   };
   try {
     if (s.gates.golden) {
-      await runGoldenReplay({ ...common, candidate: upstream(s.candidateUrl, config.candidate), golden: s.gates.golden, maxTokens: s.maxTokens, onAnalysed: s.gates.onAnalysed });
+      await runGoldenReplay({
+        ...common,
+        candidate: upstream(s.candidateUrl, config.candidate),
+        golden: s.gates.golden,
+        maxTokens: s.maxTokens,
+        onAnalysed: s.gates.onAnalysed,
+      });
     } else
       await runReplay({
         ...common,
         candidate: { ...upstream(s.candidateUrl, config.candidate), model: config.candidate.model },
-        baseline: s.baselineUrl === null ? null : { ...upstream(s.baselineUrl, config.baseline), apiKey: config.baseline.apiKey, model: config.baseline.model },
+        baseline:
+          s.baselineUrl === null
+            ? null
+            : {
+                ...upstream(s.baselineUrl, config.baseline),
+                apiKey: config.baseline.apiKey,
+                model: config.baseline.model,
+              },
         rewrite: config.mirror,
         maxTokens: s.gates.maxTokens,
       });
@@ -185,14 +240,23 @@ async function reportReplay(s: ReplaySettings, flags: ReplayFlags, summary: Summ
   const { thresholds, gates } = s;
   const data = summary.data();
   const { results, report } = gates.outcome();
-  const ctx = { thresholds: describeThresholds(thresholds), gapAmbiguous: thresholds.gapAmbiguous, gapSystematic: thresholds.gapSystematic, health: report };
+  const ctx = {
+    thresholds: describeThresholds(thresholds),
+    gapAmbiguous: thresholds.gapAmbiguous,
+    gapSystematic: thresholds.gapSystematic,
+    health: report,
+  };
   // --json: the summary alone on stdout (docs/format.md, "replay --json"); the lines below go to stderr.
   const say = (line: string) => (flags.json ? process.stderr.write(line) : writeOut(line));
   if (!flags.json) void writeOut(renderSummaryText(data, ctx));
   void say(`capture: ${s.out}\n`);
   const against = gates.golden ? `golden ${flags.baselineFrom}` : (s.baselineUrl ?? 'itself');
   if (flags.html) {
-    await writeHtmlReport(flags.html, data, { title: `logprobe replay: ${s.candidateUrl} vs ${against}`, inputs: s.inputs, ...ctx });
+    await writeHtmlReport(flags.html, data, {
+      title: `logprobe replay: ${s.candidateUrl} vs ${against}`,
+      inputs: s.inputs,
+      ...ctx,
+    });
     void say(`report: ${flags.html}\n`);
   }
   if (flags.junit) {

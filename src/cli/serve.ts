@@ -12,16 +12,29 @@ export const serveCommand: CommandFactory = (setExit) =>
   new Command('serve')
     .description('run the proxy (config from YAML, overridden by LOGPROBE_* env vars)')
     .option('-c, --config <file>', 'YAML config file (see config/logprobe.example.yaml)')
-    .option('--mode <mode>', "inline (in the client path) or shadow (the target of an existing mirror: docs/operations.md#shadow-mode); overrides the config's mode")
-    .option('--check-config', 'validate the config, print it as YAML (secrets redacted, where each value came from), and exit')
+    .option(
+      '--mode <mode>',
+      "inline (in the client path) or shadow (the target of an existing mirror: docs/operations.md#shadow-mode); overrides the config's mode",
+    )
+    .option(
+      '--check-config',
+      'validate the config, print it as YAML (secrets redacted, where each value came from), and exit',
+    )
     .action(async (opts: { config?: string; mode?: string; checkConfig?: boolean }) => {
-      const resolved = resolveConfig({ file: opts.config, ...(opts.mode !== undefined ? { overrides: { mode: opts.mode as 'inline' | 'shadow' }, overridesFrom: '--mode' } : {}) });
+      const resolved = resolveConfig({
+        file: opts.config,
+        ...(opts.mode !== undefined
+          ? { overrides: { mode: opts.mode as 'inline' | 'shadow' }, overridesFrom: '--mode' }
+          : {}),
+      });
       const config = resolved.config;
       // A mistyped LOGPROBE_* name leaves its key at the default: said at once, on stderr, and in the log below.
       const unknownEnv = unknownEnvWarnings();
       if (opts.checkConfig) {
         for (const w of unknownEnv) process.stderr.write(`logprobe: warning: ${w}\n`);
-        const header = [`logprobe: config ok (${opts.config ? `file ${opts.config}` : 'no file'}, then LOGPROBE_* environment); the effective values:`];
+        const header = [
+          `logprobe: config ok (${opts.config ? `file ${opts.config}` : 'no file'}, then LOGPROBE_* environment); the effective values:`,
+        ];
         process.stdout.write(renderConfigYaml(resolved, header));
         setExit(0);
         return;
@@ -37,7 +50,8 @@ export const serveCommand: CommandFactory = (setExit) =>
       } catch (err) {
         const e = err as NodeJS.ErrnoException;
         await runtime.close({ quiet: true }).catch(() => undefined);
-        if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL') throw new LogprobeError('LOGPROBE_LISTEN', `cannot listen: ${e.message}`, { cause: err });
+        if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL')
+          throw new LogprobeError('LOGPROBE_LISTEN', `cannot listen: ${e.message}`, { cause: err });
         throw err;
       }
       // The first SIGTERM/SIGINT drains (shutdown.drainSeconds); a second one exits at once.
@@ -45,7 +59,11 @@ export const serveCommand: CommandFactory = (setExit) =>
       try {
         await aborted(stop.stopping);
         runtime.logger.info({ signal: stop.signal() }, 'shutting down');
-        await runtime.close().catch((err: unknown) => process.stderr.write(`logprobe: error during shutdown: ${(err as Error).message}\n`));
+        await runtime
+          .close()
+          .catch((err: unknown) =>
+            process.stderr.write(`logprobe: error during shutdown: ${(err as Error).message}\n`),
+          );
       } finally {
         stop.dispose();
       }

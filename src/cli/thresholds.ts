@@ -28,11 +28,18 @@ export const THRESHOLD_ARGS = {
 /** Adds `--config` and the threshold flags to a command. */
 export function thresholdOptions(cmd: Command): Command {
   return cmd
-    .option('-c, --config <file>', 'take analysis.* (and for replay mirror.*, baseline.apiKey, timeouts) from a YAML config')
+    .option(
+      '-c, --config <file>',
+      'take analysis.* (and for replay mirror.*, baseline.apiKey, timeouts) from a YAML config',
+    )
     .option('--noise-floor <nats>', 'a position shift above this is not float noise', THRESHOLD_ARGS.noiseFloor)
     .option('--gap-ambiguous <nats>', 'flips below this gap are near-ties', THRESHOLD_ARGS.gapAmbiguous)
     .option('--gap-systematic <nats>', 'flips above this gap need a systematic shift', THRESHOLD_ARGS.gapSystematic)
-    .option('--global-fraction <share>', 'shifted share of comparable positions for a global shift', THRESHOLD_ARGS.globalFraction)
+    .option(
+      '--global-fraction <share>',
+      'shifted share of comparable positions for a global shift',
+      THRESHOLD_ARGS.globalFraction,
+    )
     .option('--min-aligned <n>', 'fewer comparable positions make an early shift', THRESHOLD_ARGS.minAligned);
 }
 
@@ -62,7 +69,8 @@ export function thresholdOverrides(flags: ThresholdFlags, config: Config | null)
     if (value !== undefined) t[key] = value;
   }
   const full = { ...DEFAULT_THRESHOLDS, ...t };
-  if (full.gapSystematic < full.gapAmbiguous) throw usageError(`--gap-systematic (${full.gapSystematic}) must be ≥ --gap-ambiguous (${full.gapAmbiguous})`);
+  if (full.gapSystematic < full.gapAmbiguous)
+    throw usageError(`--gap-systematic (${full.gapSystematic}) must be ≥ --gap-ambiguous (${full.gapAmbiguous})`);
   return t;
 }
 
@@ -87,7 +95,9 @@ export function describeThresholds(t: Thresholds, note?: string): string {
 /** Where analyze's thresholds came from: each record's own, or flags for every record. */
 export function thresholdsNote(overrides: Partial<Thresholds>, varied: boolean): string {
   const set = Object.keys(overrides);
-  const own = varied ? "each record's own, which vary: the first record's shown" : "each record's own: those in force online";
+  const own = varied
+    ? "each record's own, which vary: the first record's shown"
+    : "each record's own: those in force online";
   if (set.length === 0) return own;
   if (set.length === 5) return 'set for every record by --config or flags';
   return `${set.join(', ')} set for every record; the others ${own}`;
@@ -107,7 +117,8 @@ export function parseFailOn(raw: string): Set<string> {
   const out = new Set<string>();
   for (const item of items) {
     if (item === 'none') continue;
-    if (!FAIL_ON_ITEMS.includes(item)) throw usageError(`--fail-on: unknown item '${item}' (expected ${FAIL_ON_ITEMS.join(', ')}, or none)`);
+    if (!FAIL_ON_ITEMS.includes(item))
+      throw usageError(`--fail-on: unknown item '${item}' (expected ${FAIL_ON_ITEMS.join(', ')}, or none)`);
     if (item === 'error') for (const o of UNCOMPARED) out.add(o);
     else out.add(item);
   }

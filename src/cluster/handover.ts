@@ -53,7 +53,9 @@ export class HandOver implements MirrorTap {
     const choice = mirrorChoice(this.sampler, ex);
     if (choice === 'no') return;
     if (choice === 'skipped' || this.full()) {
-      this.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome: choice === 'skipped' ? 'skipped' : 'dropped' });
+      this.metrics
+        .counter('logprobe_mirror_total')
+        .inc({ route: ex.route, outcome: choice === 'skipped' ? 'skipped' : 'dropped' });
       return;
     }
     this.outstanding++;

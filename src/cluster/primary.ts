@@ -50,7 +50,12 @@ export interface ClusterRuntime {
 export function createClusterRuntime(config: Config, workers: number): ClusterRuntime {
   if (!cluster.isPrimary) throw new Error('createClusterRuntime runs in the primary process only');
   const logDestination = stdoutDestination();
-  const logger = createLogger({ level: config.log.level, redact: config.log.redact, keys: configuredKeys(config), destination: logDestination });
+  const logger = createLogger({
+    level: config.log.level,
+    redact: config.log.redact,
+    keys: configuredKeys(config),
+    destination: logDestination,
+  });
   // The primary's own: the mirror's hand-over (skipped, dropped), logprobe_mirror_worker_up, the
   // readiness probe's connection, its process metrics; the client path's families stay at 0 here.
   const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });
@@ -60,7 +65,13 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     () => supervisor.current(),
     () => mirror.metricsParts(metrics.registry),
   );
-  const supervisor: Supervisor = new Supervisor({ config, workers, log: logger.child({ module: 'cluster' }), mirror, events: clusterMetrics });
+  const supervisor: Supervisor = new Supervisor({
+    config,
+    workers,
+    log: logger.child({ module: 'cluster' }),
+    mirror,
+    events: clusterMetrics,
+  });
   let accepting = true;
   const admin = buildAdminApp({
     logger,
@@ -88,9 +99,27 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
       const proxyUrl = supervisor.proxyUrl;
       const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
       mirror.adminListening(Number(new URL(adminUrl).port));
-      if (!(await mirror.ready()) && mirror.workerRunning) logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
-      logger.info({ proxyUrl, adminUrl, candidate: config.candidate.url, baseline: config.baseline.url, workers, pids: supervisor.slotPids() }, 'logprobe listening');
-      logger.info({ sampleRate: config.mirror.sampleRate, routes: config.mirror.routes, capture: config.capture.enabled ? config.capture.dir : null }, mirrorStartLine(config));
+      if (!(await mirror.ready()) && mirror.workerRunning)
+        logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
+      logger.info(
+        {
+          proxyUrl,
+          adminUrl,
+          candidate: config.candidate.url,
+          baseline: config.baseline.url,
+          workers,
+          pids: supervisor.slotPids(),
+        },
+        'logprobe listening',
+      );
+      logger.info(
+        {
+          sampleRate: config.mirror.sampleRate,
+          routes: config.mirror.routes,
+          capture: config.capture.enabled ? config.capture.dir : null,
+        },
+        mirrorStartLine(config),
+      );
       return { proxyUrl, adminUrl };
     },
     close(closeOptions = {}) {

@@ -44,9 +44,18 @@ export function runProxyWorker(): void {
   send({ t: 'hello' });
 }
 
-async function serveWorker(config: Config, index: number, send: (m: FromProxyWorker, cb?: (err: Error | null) => void) => void): Promise<void> {
+async function serveWorker(
+  config: Config,
+  index: number,
+  send: (m: FromProxyWorker, cb?: (err: Error | null) => void) => void,
+): Promise<void> {
   const logDestination = stdoutDestination();
-  const logger = createLogger({ level: config.log.level, redact: config.log.redact, keys: configuredKeys(config), destination: logDestination }).child({ worker: index, pid: process.pid });
+  const logger = createLogger({
+    level: config.log.level,
+    redact: config.log.redact,
+    keys: configuredKeys(config),
+    destination: logDestination,
+  }).child({ worker: index, pid: process.pid });
   // The client path's metrics (thread `main`): requests, durations, overflow, the candidate
   // pool's connections, the hand-over's skipped and dropped copies.
   const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });
@@ -64,7 +73,11 @@ async function serveWorker(config: Config, index: number, send: (m: FromProxyWor
         await drainProxy(proxy, config, logger);
         // The last exchanges' jobs are on their way: the primary hands them to the mirror,
         // which drains after every worker has stopped.
-        if (!(await handOver.idle(HANDOVER_FLUSH_MS))) logger.warn({ jobs: handOver.inFlight }, 'proxy worker: mirrored copies not acknowledged by the primary before exit');
+        if (!(await handOver.idle(HANDOVER_FLUSH_MS)))
+          logger.warn(
+            { jobs: handOver.inFlight },
+            'proxy worker: mirrored copies not acknowledged by the primary before exit',
+          );
         await candidatePool.close();
       } catch (err) {
         logger.error({ err }, 'proxy worker: error while draining');

@@ -14,7 +14,9 @@ export const RESTART_BASE_MS = 100;
 export const RESTART_MAX_MS = 10_000;
 
 /** The proxy worker's entry, next to this file (`.ts` when running from the sources under tsx). */
-const WORKER_ENTRY = fileURLToPath(new URL(`./proxy-worker-main${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url));
+const WORKER_ENTRY = fileURLToPath(
+  new URL(`./proxy-worker-main${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url),
+);
 
 /** One proxy worker process, from its fork until its last message is read. */
 export interface Proc {
@@ -76,8 +78,23 @@ export class Supervisor {
   /** Waiting for the workers (`start()`, the drain): checked when a worker listens or exits. */
   private readonly watchers = new Set<() => void>();
 
-  constructor(private readonly deps: { config: Config; workers: number; log: Logger; mirror: Pick<MirrorThread, 'handOver'>; events: ProcEvents }) {
-    this.slots = Array.from({ length: deps.workers }, (_, i) => ({ index: i + 1, proc: null, startedAt: 0, failures: 0, restart: null, failed: null }));
+  constructor(
+    private readonly deps: {
+      config: Config;
+      workers: number;
+      log: Logger;
+      mirror: Pick<MirrorThread, 'handOver'>;
+      events: ProcEvents;
+    },
+  ) {
+    this.slots = Array.from({ length: deps.workers }, (_, i) => ({
+      index: i + 1,
+      proc: null,
+      startedAt: 0,
+      failures: 0,
+      restart: null,
+      failed: null,
+    }));
   }
 
   /** Forks every worker and waits until all listen; throws (the worker's own error, with its code) when one fails or exits first. */
@@ -86,10 +103,17 @@ export class Supervisor {
     // inherit execArgv (--cpu-prof profiles each one).
     cluster.setupPrimary({ exec: WORKER_ENTRY, args: [], serialization: 'advanced' });
     for (const slot of this.slots) this.fork(slot);
-    const ok = await this.until(() => this.slots.every((s) => s.proc?.listening === true) || this.slots.some((s) => !running(s)), START_TIMEOUT_MS);
+    const ok = await this.until(
+      () => this.slots.every((s) => s.proc?.listening === true) || this.slots.some((s) => !running(s)),
+      START_TIMEOUT_MS,
+    );
     const bad = this.slots.find((s) => s.failed !== null || !running(s));
     if (!ok || bad !== undefined) {
-      const why = bad?.failed?.message ?? (bad ? `proxy worker ${bad.index} exited before it listened` : `the proxy workers did not listen within ${START_TIMEOUT_MS / 1000} s`);
+      const why =
+        bad?.failed?.message ??
+        (bad
+          ? `proxy worker ${bad.index} exited before it listened`
+          : `the proxy workers did not listen within ${START_TIMEOUT_MS / 1000} s`);
       throw Object.assign(new Error(why), { code: bad?.failed?.code ?? undefined });
     }
     this.started = true;
@@ -127,7 +151,10 @@ export class Supervisor {
     }
     for (const slot of this.slots) if (running(slot)) sendTo(slot.proc!.w, { t: 'drain' });
     if (await this.until(() => !this.slots.some(running), graceMs)) return;
-    this.deps.log.warn({ pids: this.slots.flatMap((s) => (running(s) ? [s.proc!.pid] : [])) }, 'proxy workers did not stop in time: killed');
+    this.deps.log.warn(
+      { pids: this.slots.flatMap((s) => (running(s) ? [s.proc!.pid] : [])) },
+      'proxy workers did not stop in time: killed',
+    );
     for (const slot of this.slots) if (running(slot)) slot.proc!.w.process.kill('SIGKILL');
     await this.until(() => !this.slots.some(running), 5000);
   }
@@ -141,7 +168,17 @@ export class Supervisor {
     slot.failed = null;
     slot.startedAt = performance.now();
     const w = cluster.fork();
-    const p: Proc = { w, pid: w.process.pid ?? null, listening: false, snapshot: [], waiters: new Map(), acks: 0, exited: false, disconnected: false, retired: false };
+    const p: Proc = {
+      w,
+      pid: w.process.pid ?? null,
+      listening: false,
+      snapshot: [],
+      waiters: new Map(),
+      acks: 0,
+      exited: false,
+      disconnected: false,
+      retired: false,
+    };
     slot.proc = p;
     w.on('message', (m: FromProxyWorker) => this.onMessage(slot, p, m));
     w.on('error', (err) => this.deps.log.error({ err, worker: slot.index }, 'proxy worker: IPC error'));

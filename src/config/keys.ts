@@ -10,7 +10,15 @@ import { configSchema } from './schema.js';
 /** The primitive kinds of value a key takes: `string` any string, `literal` only some strings (an enum, `auto`). */
 export type ValueKind = 'string' | 'literal' | 'number' | 'boolean' | 'null' | 'array' | 'object' | 'other';
 
-type Def = { type: string; innerType?: z.ZodType; in?: z.ZodType; out?: z.ZodType; options?: z.ZodType[]; values?: unknown[]; shape?: Record<string, z.ZodType> };
+type Def = {
+  type: string;
+  innerType?: z.ZodType;
+  in?: z.ZodType;
+  out?: z.ZodType;
+  options?: z.ZodType[];
+  values?: unknown[];
+  shape?: Record<string, z.ZodType>;
+};
 
 function def(schema: z.ZodType): Def {
   return (schema as unknown as { def: Def }).def;
@@ -21,7 +29,16 @@ function unwrap(schema: z.ZodType): z.ZodType {
   let s = schema;
   for (;;) {
     const d = def(s);
-    if ((d.type === 'default' || d.type === 'prefault' || d.type === 'optional' || d.type === 'nullable' || d.type === 'readonly' || d.type === 'catch') && d.innerType) s = d.innerType;
+    if (
+      (d.type === 'default' ||
+        d.type === 'prefault' ||
+        d.type === 'optional' ||
+        d.type === 'nullable' ||
+        d.type === 'readonly' ||
+        d.type === 'catch') &&
+      d.innerType
+    )
+      s = d.innerType;
     // z.preprocess(fn, schema) is a pipe from a transform into the schema; s.transform(fn) a pipe from s into one.
     else if (d.type === 'pipe' && d.in && d.out) s = def(d.out).type === 'transform' ? d.in : d.out;
     else return s;
@@ -77,7 +94,18 @@ export function valueKinds(schema: z.ZodType): Set<ValueKind> {
         kinds.add('literal');
         return;
       case 'literal':
-        for (const v of d.values ?? []) kinds.add(v === null ? 'null' : typeof v === 'string' ? 'literal' : typeof v === 'number' ? 'number' : typeof v === 'boolean' ? 'boolean' : 'other');
+        for (const v of d.values ?? [])
+          kinds.add(
+            v === null
+              ? 'null'
+              : typeof v === 'string'
+                ? 'literal'
+                : typeof v === 'number'
+                  ? 'number'
+                  : typeof v === 'boolean'
+                    ? 'boolean'
+                    : 'other',
+          );
         return;
       case 'number':
         kinds.add('number');
@@ -131,7 +159,8 @@ export function editDistance(a: string, b: string): number {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const row = [i];
-    for (let j = 1; j <= b.length; j++) row.push(Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1)));
+    for (let j = 1; j <= b.length; j++)
+      row.push(Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1)));
     prev = row;
   }
   return prev[b.length]!;

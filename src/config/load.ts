@@ -29,7 +29,8 @@ export const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: readonly string[
   { name: 'LOGPROBE_ALERT_WEBHOOK_URL', path: ['alert', 'webhookUrl'] },
   { name: 'LOGPROBE_ALERT_GENERATOR_URL', path: ['alert', 'generatorUrl'] },
 ];
-for (const o of ENV_OVERRIDES) if (schemaAt(o.path) === undefined) throw new Error(`${o.name}: no config key ${o.path.join('.')}`);
+for (const o of ENV_OVERRIDES)
+  if (schemaAt(o.path) === undefined) throw new Error(`${o.name}: no config key ${o.path.join('.')}`);
 
 /**
  * `LOGPROBE_*` variables that are not config keys, so that they are not reported as unknown:
@@ -48,9 +49,16 @@ export function unknownEnvWarnings(env: Env = process.env): string[] {
   const known = [...overrides, ...NON_CONFIG_ENV];
   const out: string[] = [];
   for (const name of Object.keys(env).sort()) {
-    if (!name.toUpperCase().startsWith('LOGPROBE_') || known.includes(name) || NON_CONFIG_ENV_PREFIXES.some((p) => name.startsWith(p))) continue;
+    if (
+      !name.toUpperCase().startsWith('LOGPROBE_') ||
+      known.includes(name) ||
+      NON_CONFIG_ENV_PREFIXES.some((p) => name.startsWith(p))
+    )
+      continue;
     const near = closest(name, overrides, 'LOGPROBE_') ?? closest(name, NON_CONFIG_ENV, 'LOGPROBE_');
-    out.push(`unknown environment variable ${name}, ignored${near ? `: did you mean ${near}?` : ''} (every LOGPROBE_* variable: config/logprobe.example.yaml)`);
+    out.push(
+      `unknown environment variable ${name}, ignored${near ? `: did you mean ${near}?` : ''} (every LOGPROBE_* variable: config/logprobe.example.yaml)`,
+    );
   }
   return out;
 }
@@ -95,7 +103,13 @@ function protectReferences(text: string): { text: string; names: string[] } {
  * type (`port: ${ADMIN_PORT}` is a number, `apiKey: ${KEY}` a string whatever it looks like), or
  * null when the variable is unset or empty; `refs` gets the variable of each such key.
  */
-function interpolate(value: unknown, names: string[], env: Env, path: string[] = [], refs?: Map<string, string>): unknown {
+function interpolate(
+  value: unknown,
+  names: string[],
+  env: Env,
+  path: string[] = [],
+  refs?: Map<string, string>,
+): unknown {
   if (typeof value === 'string') {
     const whole = /^__LOGPROBE_ENV_(\d+)__$/.exec(value);
     if (whole) {
@@ -108,7 +122,9 @@ function interpolate(value: unknown, names: string[], env: Env, path: string[] =
   }
   if (Array.isArray(value)) return value.map((v, i) => interpolate(v, names, env, [...path, String(i)], refs));
   if (value !== null && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, names, env, [...path, k], refs)]));
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, interpolate(v, names, env, [...path, k], refs)]),
+    );
   }
   return value;
 }
@@ -157,7 +173,13 @@ function keepStringKeysText(doc: Document): void {
   visit(doc, {
     Pair(_, pair: Pair, ancestors) {
       const v = pair.value;
-      if (!isScalar(v) || v.type !== 'PLAIN' || v.source === undefined || (typeof v.value !== 'number' && typeof v.value !== 'boolean')) return;
+      if (
+        !isScalar(v) ||
+        v.type !== 'PLAIN' ||
+        v.source === undefined ||
+        (typeof v.value !== 'number' && typeof v.value !== 'boolean')
+      )
+        return;
       const keyOf = (p: Pair) => String(isScalar(p.key) ? p.key.value : p.key);
       const schema = schemaAt([...ancestors.filter(isPair).map(keyOf), keyOf(pair)]);
       const kinds = schema ? valueKinds(schema) : undefined;
@@ -167,7 +189,11 @@ function keepStringKeysText(doc: Document): void {
 }
 
 /** Reads and parses a YAML file into a plain object; throws ConfigError naming the file. */
-export function readConfigFile(file: string, env: Env = process.env, refs?: Map<string, string>): Record<string, unknown> {
+export function readConfigFile(
+  file: string,
+  env: Env = process.env,
+  refs?: Map<string, string>,
+): Record<string, unknown> {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -226,7 +252,9 @@ export interface ResolvedConfig {
 }
 
 /** Defaults ← YAML file ← env ← flags, validated and frozen, with each value's origin. */
-export function resolveConfig(options: { file?: string | undefined; env?: Env; overrides?: ConfigInput; overridesFrom?: string } = {}): ResolvedConfig {
+export function resolveConfig(
+  options: { file?: string | undefined; env?: Env; overrides?: ConfigInput; overridesFrom?: string } = {},
+): ResolvedConfig {
   const env = options.env ?? process.env;
   const refs = new Map<string, string>();
   const fromFile = options.file ? readConfigFile(options.file, env, refs) : {};
@@ -238,7 +266,8 @@ export function resolveConfig(options: { file?: string | undefined; env?: Env; o
   const envPaths = ENV_OVERRIDES.filter((o) => env[o.name] !== undefined && env[o.name] !== '');
   // As the schema reads it: `baseline: null` is `baseline: { url: null }`.
   const file = fromFile.baseline === null ? { ...fromFile, baseline: { url: null } } : fromFile;
-  const covers = (set: readonly string[], path: readonly string[]) => set.length <= path.length && set.every((k, i) => path[i] === k);
+  const covers = (set: readonly string[], path: readonly string[]) =>
+    set.length <= path.length && set.every((k, i) => path[i] === k);
   return {
     config,
     origin(path) {
@@ -258,7 +287,8 @@ export function resolveConfig(options: { file?: string | undefined; env?: Env; o
 
 /** The paths of an object's leaves (scalars, arrays, empty objects). */
 function leafPaths(value: unknown, path: string[] = []): string[][] {
-  if (value === null || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).length === 0) return [path];
+  if (value === null || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).length === 0)
+    return [path];
   return Object.entries(value).flatMap(([k, v]) => leafPaths(v, [...path, k]));
 }
 
@@ -270,7 +300,14 @@ export function loadConfig(options: { file?: string | undefined; env?: Env; over
 function mergeInto(target: Record<string, unknown>, src: Record<string, unknown>): void {
   for (const [k, v] of Object.entries(src)) {
     const t = target[k];
-    if (v !== null && typeof v === 'object' && !Array.isArray(v) && t !== null && typeof t === 'object' && !Array.isArray(t)) {
+    if (
+      v !== null &&
+      typeof v === 'object' &&
+      !Array.isArray(v) &&
+      t !== null &&
+      typeof t === 'object' &&
+      !Array.isArray(t)
+    ) {
       mergeInto(t as Record<string, unknown>, v as Record<string, unknown>);
     } else {
       target[k] = v;

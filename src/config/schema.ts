@@ -8,24 +8,47 @@ import { cusumUnit, resolveCusum } from '../core/arl.js';
  * key is an error that names its path (a typo must not silently fall back to a default).
  */
 
-const port = z.number({ error: 'expected a port number' }).int({ error: 'expected a port number' }).min(0, { error: 'expected a port number' }).max(65535, { error: 'expected a port number' });
+const port = z
+  .number({ error: 'expected a port number' })
+  .int({ error: 'expected a port number' })
+  .min(0, { error: 'expected a port number' })
+  .max(65535, { error: 'expected a port number' });
 
-const host = z.string({ error: 'expected a host name or address' }).min(1, { error: 'expected a host name or address' });
+const host = z
+  .string({ error: 'expected a host name or address' })
+  .min(1, { error: 'expected a host name or address' });
 
 const httpUrl = z.string({ error: 'expected an http(s) URL' }).refine(isHttpUrl, { error: 'expected an http(s) URL' });
 
-const positiveMs = z.number({ error: 'expected milliseconds' }).int({ error: 'expected whole milliseconds' }).positive({ error: 'expected a positive number of milliseconds' });
-const share = z.number({ error: 'expected a number from 0 to 1' }).min(0, { error: 'expected a number from 0 to 1' }).max(1, { error: 'expected a number from 0 to 1' });
-const positiveNumber = z.number({ error: 'expected a positive number' }).positive({ error: 'expected a positive number' });
+const positiveMs = z
+  .number({ error: 'expected milliseconds' })
+  .int({ error: 'expected whole milliseconds' })
+  .positive({ error: 'expected a positive number of milliseconds' });
+const share = z
+  .number({ error: 'expected a number from 0 to 1' })
+  .min(0, { error: 'expected a number from 0 to 1' })
+  .max(1, { error: 'expected a number from 0 to 1' });
+const positiveNumber = z
+  .number({ error: 'expected a positive number' })
+  .positive({ error: 'expected a positive number' });
 const nonNegative = z.number({ error: 'expected a number ≥ 0' }).min(0, { error: 'expected a number ≥ 0' });
-const positiveInt = z.number({ error: 'expected a positive whole number' }).int({ error: 'expected a positive whole number' }).positive({ error: 'expected a positive whole number' });
-const nonNegativeInt = z.number({ error: 'expected a whole number ≥ 0' }).int({ error: 'expected a whole number ≥ 0' }).min(0, { error: 'expected a whole number ≥ 0' });
+const positiveInt = z
+  .number({ error: 'expected a positive whole number' })
+  .int({ error: 'expected a positive whole number' })
+  .positive({ error: 'expected a positive whole number' });
+const nonNegativeInt = z
+  .number({ error: 'expected a whole number ≥ 0' })
+  .int({ error: 'expected a whole number ≥ 0' })
+  .min(0, { error: 'expected a whole number ≥ 0' });
 const optionalSecret = z.string({ error: 'expected a string' }).nullable().default(null);
 
 // Credentials in the URL would be logged and are not sent (the pools use the origin only).
-const upstreamUrl = httpUrl.refine((s) => !URL.canParse(s) || (new URL(s).username === '' && new URL(s).password === ''), {
-  error: 'credentials in the URL are not sent: remove user:password@ (the baseline takes baseline.apiKey)',
-});
+const upstreamUrl = httpUrl.refine(
+  (s) => !URL.canParse(s) || (new URL(s).username === '' && new URL(s).password === ''),
+  {
+    error: 'credentials in the URL are not sent: remove user:password@ (the baseline takes baseline.apiKey)',
+  },
+);
 
 const upstream = (defaultUrl: string) =>
   z.strictObject({
@@ -38,7 +61,11 @@ const upstream = (defaultUrl: string) =>
     /** How to get token ids and score a fixed sequence on this backend (src/scoring); `auto` detects it once. */
     engine: z.enum(ENGINE_SETTINGS, { error: `expected one of ${ENGINE_SETTINGS.join(', ')}` }).default('auto'),
     /** The `model` of every mirrored copy and scoring call to this backend (its served name); null: the client's. */
-    model: z.string({ error: 'expected a model name or null' }).min(1, { error: 'expected a model name or null' }).nullable().default(null),
+    model: z
+      .string({ error: 'expected a model name or null' })
+      .min(1, { error: 'expected a model name or null' })
+      .nullable()
+      .default(null),
   });
 
 /** A limit that is off unless set: `null` means no limit (as nginx), a number is a hard cap. */
@@ -53,7 +80,9 @@ const headerName = z
 /** A host name as a `Host` header carries it, without a port; compared lower-cased, without a trailing dot. */
 const adminHostName = z
   .string({ error: 'expected a host name' })
-  .regex(/^[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$/, { error: 'expected a host name without port or scheme (e.g. logprobe-admin.monitoring.svc)' })
+  .regex(/^[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?$/, {
+    error: 'expected a host name without port or scheme (e.g. logprobe-admin.monitoring.svc)',
+  })
   .transform((s) => s.toLowerCase().replace(/\.$/, ''));
 
 const sections = z.strictObject({
@@ -71,7 +100,9 @@ const sections = z.strictObject({
        * Proxy processes (node:cluster) serving the port; `auto`: os.availableParallelism(). Absent
        * means 1, a single process (the key is not among the defaults).
        */
-      workers: z.union([positiveInt, z.literal('auto')], { error: 'expected a positive whole number or auto' }).optional(),
+      workers: z
+        .union([positiveInt, z.literal('auto')], { error: 'expected a positive whole number or auto' })
+        .optional(),
     })
     .prefault({}),
   admin: z
@@ -88,7 +119,9 @@ const sections = z.strictObject({
   candidate: upstream('http://127.0.0.1:30000')
     .extend({
       /** Most upstream connections the client path opens at once; null: as many as clients need. */
-      maxConnections: z.union([positiveInt, z.null()], { error: 'expected a positive whole number or null' }).default(null),
+      maxConnections: z
+        .union([positiveInt, z.null()], { error: 'expected a positive whole number or null' })
+        .default(null),
       /** With maxConnections: most requests that may wait for a busy connection; null: no limit. */
       maxPending: optionalLimit,
       /** The engine's admin key (SGLang `--admin-api-key`), sent to its cache flush only (`mirror.repeat.flush`). */
@@ -136,7 +169,11 @@ const sections = z.strictObject({
     .strictObject({
       sampleRate: share.default(0.05),
       sampleBy: z.enum(['random', 'hash'], { error: 'expected random or hash' }).default('random'),
-      routes: z.array(z.string().startsWith('/', { error: 'expected a path starting with /' }), { error: 'expected a list of paths' }).default(['/v1/completions', '/v1/chat/completions']),
+      routes: z
+        .array(z.string().startsWith('/', { error: 'expected a path starting with /' }), {
+          error: 'expected a list of paths',
+        })
+        .default(['/v1/completions', '/v1/chat/completions']),
       topLogprobs: positiveInt.max(20, { error: 'expected a whole number from 1 to 20' }).default(5),
       maxTokens: positiveInt.default(64),
       concurrency: positiveInt.default(4),
@@ -152,7 +189,9 @@ const sections = z.strictObject({
         .strictObject({
           rate: share.default(0),
           backends: z
-            .array(z.enum(['candidate', 'baseline'], { error: 'expected candidate or baseline' }), { error: 'expected a list of backends' })
+            .array(z.enum(['candidate', 'baseline'], { error: 'expected candidate or baseline' }), {
+              error: 'expected a list of backends',
+            })
             .min(1, { error: 'expected at least one backend' })
             .default(['candidate']),
           flush: z.boolean({ error: 'expected true or false' }).default(false),
@@ -174,7 +213,11 @@ const sections = z.strictObject({
   analysis: z
     .strictObject({
       /** `exact`: no floor at all, any difference is a shift (for engines that are deterministic: `logprobe probe`). */
-      noiseFloor: z.union([positiveNumber, z.literal('auto'), z.literal('exact')], { error: 'expected a positive number of nats, auto or exact' }).default(0.1),
+      noiseFloor: z
+        .union([positiveNumber, z.literal('auto'), z.literal('exact')], {
+          error: 'expected a positive number of nats, auto or exact',
+        })
+        .default(0.1),
       gapAmbiguous: nonNegative.default(0.3),
       gapSystematic: nonNegative.default(0.4),
       globalFraction: share.default(0.8),
@@ -182,7 +225,9 @@ const sections = z.strictObject({
       /** Teacher-forced scoring past the first divergence (docs/engines.md). */
       scoring: z
         .strictObject({
-          when: z.enum(['diverged', 'always', 'never'], { error: 'expected diverged, always or never' }).default('diverged'),
+          when: z
+            .enum(['diverged', 'always', 'never'], { error: 'expected diverged, always or never' })
+            .default('diverged'),
           maxPositions: positiveInt.default(64),
         })
         .prefault({}),
@@ -216,7 +261,11 @@ const sections = z.strictObject({
           k: nonNegative.nullable().optional(),
           h: positiveNumber.nullable().optional(),
           targetShift: positiveNumber.nullable().default(null),
-          falseAlarmPairs: z.number({ error: 'expected a number of pairs > 1' }).gt(1, { error: 'expected a number of pairs > 1' }).nullable().default(null),
+          falseAlarmPairs: z
+            .number({ error: 'expected a number of pairs > 1' })
+            .gt(1, { error: 'expected a number of pairs > 1' })
+            .nullable()
+            .default(null),
         })
         .prefault({}),
       /** The permutation test beside the alerts, over the last `window` pairs (src/core/permutation.ts). */
@@ -234,7 +283,10 @@ const sections = z.strictObject({
   capture: z
     .strictObject({
       enabled: z.boolean({ error: 'expected true or false' }).default(true),
-      dir: z.string({ error: 'expected a directory path' }).min(1, { error: 'expected a directory path' }).default('./captures'),
+      dir: z
+        .string({ error: 'expected a directory path' })
+        .min(1, { error: 'expected a directory path' })
+        .default('./captures'),
       maxFileMB: positiveNumber.default(100),
       gzip: z.boolean({ error: 'expected true or false' }).default(false),
       includePrompts: z.boolean({ error: 'expected true or false' }).default(true),

@@ -21,8 +21,12 @@ export function mirrorStartLine(config: Config): string {
       : m.sampleRate === 0
         ? `mirroring nothing by default on ${routes} (mirror.sampleRate 0): a request with header x-logprobe-mirror: 1 is mirrored`
         : `mirroring ${percent(m.sampleRate)} of ${routes}${m.sampleBy === 'hash' ? ' (by body hash)' : ''}` +
-          (m.sampleRate < 1 ? ' — for a first try send header x-logprobe-mirror: 1, or set LOGPROBE_SAMPLE_RATE=1' : '');
-  const against = config.baseline.url ? `against the baseline ${config.baseline.url}` : "baseline-free (the candidate's own repeats)";
+          (m.sampleRate < 1
+            ? ' — for a first try send header x-logprobe-mirror: 1, or set LOGPROBE_SAMPLE_RATE=1'
+            : '');
+  const against = config.baseline.url
+    ? `against the baseline ${config.baseline.url}`
+    : "baseline-free (the candidate's own repeats)";
   const capture = !config.capture.enabled
     ? 'captures off'
     : `captures to ${config.capture.dir}${config.capture.includePrompts ? ', prompts included (capture.includePrompts: false drops them)' : ', prompts hashed'}`;
@@ -37,7 +41,14 @@ export function runLengthStart(config: Config): { fields: Record<string, number>
   const unit = cusumUnit(config.analysis.noiseFloor, config.calibration.minFloor);
   const r = impliedRunLengths(config.alert.cusum, unit, config.alert.minRequests);
   return {
-    fields: { cusumK: r.k, cusumH: r.h, floorUnit: r.unit, arl0: Math.round(r.arl0), arl1: Number(r.arl1.toFixed(1)), arl1Shift: r.shift },
+    fields: {
+      cusumK: r.k,
+      cusumH: r.h,
+      floorUnit: r.unit,
+      arl0: Math.round(r.arl0),
+      arl1: Number(r.arl1.toFixed(1)),
+      arl1Shift: r.shift,
+    },
     line: runLengthLine(r, config.alert.minRequests),
   };
 }

@@ -92,7 +92,11 @@ export interface ImpliedRunLengths {
  * `k + h / minRequests` (src/core/detector.ts), so S passes h no sooner than minRequests + 1
  * requests: ARL1 is Siegmund's or that, whichever is longer.
  */
-export function impliedRunLengths(cusum: { k: number; h: number; targetShift: number | null }, unit: number, minRequests: number): ImpliedRunLengths {
+export function impliedRunLengths(
+  cusum: { k: number; h: number; targetShift: number | null },
+  unit: number,
+  minRequests: number,
+): ImpliedRunLengths {
   const shift = cusum.targetShift ?? 2 * cusum.k * unit;
   const arl1Siegmund = siegmundArl(cusum.k, cusum.h, shift / unit);
   return {

@@ -5,7 +5,15 @@ import { klAtMatchedPosition } from './kl.js';
 import { matchPosition, scratch, topSums } from './match.js';
 import { parseResponse } from './parse/index.js';
 import { boundariesDiffer, chooseVerdict, flipClass } from './verdict.js';
-import { DEFAULT_THRESHOLDS, type Comparison, type Flip, type ParsedResponse, type PositionRow, type Thresholds, type TokenStep } from './types.js';
+import {
+  DEFAULT_THRESHOLDS,
+  type Comparison,
+  type Flip,
+  type ParsedResponse,
+  type PositionRow,
+  type Thresholds,
+  type TokenStep,
+} from './types.js';
 
 /**
  * Compares a candidate's response with a baseline's for the same greedy request (docs/format.md, "The
@@ -33,7 +41,11 @@ import { DEFAULT_THRESHOLDS, type Comparison, type Flip, type ParsedResponse, ty
  * locals. test/core-fused.unit.test.ts holds the fused figures equal to the separate ones.
  */
 // eslint-disable-next-line max-lines-per-function -- the one pass over the positions (see above)
-export function compare(candidate: unknown, baseline: unknown, thresholds: Thresholds = DEFAULT_THRESHOLDS): Comparison {
+export function compare(
+  candidate: unknown,
+  baseline: unknown,
+  thresholds: Thresholds = DEFAULT_THRESHOLDS,
+): Comparison {
   const t = thresholds;
   const c = asParsed(candidate);
   const b = asParsed(baseline);
@@ -173,10 +185,19 @@ export function compare(candidate: unknown, baseline: unknown, thresholds: Thres
 
   const shifted = shiftedAt.length;
   const tokenizerMismatch = d >= 0 && boundariesDiffer(cs, bs, d);
-  const verdict = chooseVerdict({ incomparable: false, tokenizerMismatch, identical, comparable, shifted, flipClass: flip ? flip.class : null }, t);
+  const verdict = chooseVerdict(
+    { incomparable: false, tokenizerMismatch, identical, comparable, shifted, flipClass: flip ? flip.class : null },
+    t,
+  );
   const maxShiftOut = maxShift >= 0 ? maxShift : null;
   const shiftedFraction = comparable > 0 ? shifted / comparable : null;
-  const health: Health = { over: 'free', positions: comparable, kl: klSum.figure(), relErr: relSum.figure(), logits: logits.figure() };
+  const health: Health = {
+    over: 'free',
+    positions: comparable,
+    kl: klSum.figure(),
+    relErr: relSum.figure(),
+    logits: logits.figure(),
+  };
   return {
     verdict,
     aligned: d >= 0 ? d : n,
@@ -289,7 +310,10 @@ function unusableReason(p: ParsedResponse, side: string): string | undefined {
 }
 
 function incomparable(reason: string, t: Thresholds): Comparison {
-  const explanation = explain({ verdict: 'incomparable', reason, comparable: 0, shifted: 0, maxShift: null, flip: null, shiftedAt: [] }, t);
+  const explanation = explain(
+    { verdict: 'incomparable', reason, comparable: 0, shifted: 0, maxShift: null, flip: null, shiftedAt: [] },
+    t,
+  );
   return {
     verdict: 'incomparable',
     aligned: 0,
@@ -313,7 +337,9 @@ function notesFor(c: ParsedResponse, b: ParsedResponse, d: number, topById: bool
   const nc = c.steps.length;
   const nb = b.steps.length;
   if (d < 0 && nc !== nb) {
-    notes.push(`lengths differ (candidate ${nc} tokens, baseline ${nb}) with no divergence in the common ${Math.min(nc, nb)}: compared those, no flip`);
+    notes.push(
+      `lengths differ (candidate ${nc} tokens, baseline ${nb}) with no divergence in the common ${Math.min(nc, nb)}: compared those, no flip`,
+    );
   }
   if (topById) notes.push('tokens matched by id');
   if (c.flags.length > 0) notes.push(`candidate: ${c.flags.join(', ')}`);

@@ -15,7 +15,12 @@ import type { TokenStep } from './types.js';
  * - `probabilities`: values in [0, 1] that are probabilities, not logprobs.
  */
 
-export const DEFINITION_CHECKS = ['renormalised_subset', 'single_survivor', 'temperature_scaled', 'probabilities'] as const;
+export const DEFINITION_CHECKS = [
+  'renormalised_subset',
+  'single_survivor',
+  'temperature_scaled',
+  'probabilities',
+] as const;
 export type DefinitionCheck = (typeof DEFINITION_CHECKS)[number];
 
 /** One warning: which check, which side (`both` for a relation between the sides), and what was seen, in the seeds' terms. */
@@ -109,7 +114,11 @@ function smallestP(top: TokenStep['top'], sums?: TopSums): number {
 }
 
 /** The checks of one side's steps alone (`renormalised_subset`, `single_survivor`, `probabilities`). */
-export function sideChecks(steps: readonly TokenStep[], side: DefinitionWarning['side'], other?: readonly TokenStep[]): DefinitionWarning[] {
+export function sideChecks(
+  steps: readonly TokenStep[],
+  side: DefinitionWarning['side'],
+  other?: readonly TokenStep[],
+): DefinitionWarning[] {
   const t = new SideTally();
   for (const s of steps) {
     t.chosen(s);
@@ -119,7 +128,13 @@ export function sideChecks(steps: readonly TokenStep[], side: DefinitionWarning[
 }
 
 /** The one-side warnings of a tally of `steps`; `other` (its first `otherN` steps) is the other side at the same contexts. */
-function sideWarnings(t: SideTally, steps: readonly TokenStep[], side: DefinitionWarning['side'], other: readonly TokenStep[] | undefined, otherN: number): DefinitionWarning[] {
+function sideWarnings(
+  t: SideTally,
+  steps: readonly TokenStep[],
+  side: DefinitionWarning['side'],
+  other: readonly TokenStep[] | undefined,
+  otherN: number,
+): DefinitionWarning[] {
   const out: DefinitionWarning[] = [];
   if (steps.length === 0) return out;
   const { known, negative, positive, over, whole, masked, listed, maxSum } = t;
@@ -183,7 +198,12 @@ function sideWarnings(t: SideTally, steps: readonly TokenStep[], side: Definitio
  * divides every logit, so one side's gaps are the other's times 1/T; without, the chosen
  * logprobs themselves. Flagged when one ratio fits far better than 1 and differs from it.
  */
-export function temperatureCheck(cs: readonly TokenStep[], bs: readonly TokenStep[], n: number, byId: boolean): DefinitionWarning | null {
+export function temperatureCheck(
+  cs: readonly TokenStep[],
+  bs: readonly TokenStep[],
+  n: number,
+  byId: boolean,
+): DefinitionWarning | null {
   const sum = new GapSum();
   for (let i = 0; i < n; i++) {
     const c = cs[i]!;
@@ -244,7 +264,12 @@ export class GapSum {
 }
 
 /** The temperature warning of a pair's gap sums, or of its chosen logprobs when there are too few gaps. */
-function temperatureWarning(g: GapSum, cs: readonly TokenStep[], bs: readonly TokenStep[], n: number): DefinitionWarning | null {
+function temperatureWarning(
+  g: GapSum,
+  cs: readonly TokenStep[],
+  bs: readonly TokenStep[],
+  n: number,
+): DefinitionWarning | null {
   const { sxy, sxx, syy, points } = g;
   if (points >= 8 && sxx > 0) {
     const s = sxy / sxx;
@@ -304,7 +329,12 @@ function chosenRatio(cs: readonly TokenStep[], bs: readonly TokenStep[], n: numb
 }
 
 /** Every check of a pair: each side alone over all its steps, then the two sides over the `n` positions they share a context at. */
-export function definitionChecks(cs: readonly TokenStep[], bs: readonly TokenStep[], n: number, byId: boolean): DefinitionWarning[] {
+export function definitionChecks(
+  cs: readonly TokenStep[],
+  bs: readonly TokenStep[],
+  n: number,
+  byId: boolean,
+): DefinitionWarning[] {
   const out = [...sideChecks(cs, 'candidate', bs.slice(0, n)), ...sideChecks(bs, 'baseline', cs.slice(0, n))];
   if (!out.some((w) => w.check === 'probabilities')) {
     const t = temperatureCheck(cs, bs, n, byId);
@@ -318,7 +348,14 @@ export function definitionChecks(cs: readonly TokenStep[], bs: readonly TokenSte
  * over every step of each side, `gaps` over the `n` shared positions): the same warnings, in the
  * same order, without a second pass.
  */
-export function definitionFrom(tc: SideTally, tb: SideTally, gaps: GapSum, cs: readonly TokenStep[], bs: readonly TokenStep[], n: number): DefinitionWarning[] {
+export function definitionFrom(
+  tc: SideTally,
+  tb: SideTally,
+  gaps: GapSum,
+  cs: readonly TokenStep[],
+  bs: readonly TokenStep[],
+  n: number,
+): DefinitionWarning[] {
   const out = sideWarnings(tc, cs, 'candidate', bs, n);
   const ob = sideWarnings(tb, bs, 'baseline', cs, n);
   for (const w of ob) out.push(w);

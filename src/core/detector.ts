@@ -100,7 +100,12 @@ export function pooledShare(state: DetectorState): number {
  * Advances one alert's state machine. `condition` is the alert's raw condition now; it must hold
  * for `forSeconds` to fire and stay false for `forSeconds` to resolve (hysteresis both ways).
  */
-export function stepAlert(state: AlertState, condition: boolean, now: number, forSeconds: number): { state: AlertState; change: 'firing' | 'resolved' | null } {
+export function stepAlert(
+  state: AlertState,
+  condition: boolean,
+  now: number,
+  forSeconds: number,
+): { state: AlertState; change: 'firing' | 'resolved' | null } {
   switch (state.phase) {
     case 'inactive':
       if (!condition) return { state, change: null };
@@ -108,15 +113,18 @@ export function stepAlert(state: AlertState, condition: boolean, now: number, fo
       return { state: { phase: 'pending', since: now, firedAt: null }, change: null };
     case 'pending':
       if (!condition) return { state: { phase: 'inactive', since: now, firedAt: null }, change: null };
-      if (now - state.since >= forSeconds) return { state: { phase: 'firing', since: now, firedAt: now }, change: 'firing' };
+      if (now - state.since >= forSeconds)
+        return { state: { phase: 'firing', since: now, firedAt: now }, change: 'firing' };
       return { state, change: null };
     case 'firing':
       if (condition) return { state, change: null };
       if (forSeconds <= 0) return { state: { phase: 'inactive', since: now, firedAt: null }, change: 'resolved' };
       return { state: { phase: 'resolving', since: now, firedAt: state.firedAt }, change: null };
     case 'resolving':
-      if (condition) return { state: { phase: 'firing', since: state.firedAt ?? now, firedAt: state.firedAt }, change: null };
-      if (now - state.since >= forSeconds) return { state: { phase: 'inactive', since: now, firedAt: null }, change: 'resolved' };
+      if (condition)
+        return { state: { phase: 'firing', since: state.firedAt ?? now, firedAt: state.firedAt }, change: null };
+      if (now - state.since >= forSeconds)
+        return { state: { phase: 'inactive', since: now, firedAt: null }, change: 'resolved' };
       return { state, change: null };
   }
 }
@@ -158,7 +166,12 @@ function conditions(state: DetectorState, cfg: AlertConfig): { global: boolean; 
   };
 }
 
-function transitions(prev: DetectorState, next: DetectorState, cfg: AlertConfig, now: number): { state: DetectorState; transitions: AlertTransition[] } {
+function transitions(
+  prev: DetectorState,
+  next: DetectorState,
+  cfg: AlertConfig,
+  now: number,
+): { state: DetectorState; transitions: AlertTransition[] } {
   const cond = conditions(next, cfg);
   const out: AlertTransition[] = [];
   const g = stepAlert(prev.global, cond.global, now, cfg.forSeconds);
@@ -168,8 +181,22 @@ function transitions(prev: DetectorState, next: DetectorState, cfg: AlertConfig,
   let state: DetectorState = { ...next, global: g.state, sustained: s.state };
   if (s.change === 'resolved') state = { ...state, cusum: 0, cusumRun: 0 };
   const ev = evidence(next);
-  if (g.change) out.push({ alert: 'LogprobGlobalShift', to: g.change, at: now, startsAt: prev.global.firedAt ?? g.state.firedAt ?? now, evidence: ev });
-  if (s.change) out.push({ alert: 'LogprobSustainedShift', to: s.change, at: now, startsAt: prev.sustained.firedAt ?? s.state.firedAt ?? now, evidence: ev });
+  if (g.change)
+    out.push({
+      alert: 'LogprobGlobalShift',
+      to: g.change,
+      at: now,
+      startsAt: prev.global.firedAt ?? g.state.firedAt ?? now,
+      evidence: ev,
+    });
+  if (s.change)
+    out.push({
+      alert: 'LogprobSustainedShift',
+      to: s.change,
+      at: now,
+      startsAt: prev.sustained.firedAt ?? s.state.firedAt ?? now,
+      evidence: ev,
+    });
   return { state, transitions: out };
 }
 
@@ -195,10 +222,25 @@ export function cusumIncrement(x: number, cfg: Pick<AlertConfig, 'minRequests' |
  * `x = maxShift/noiseFloor` ({@link cusumIncrement}), capped at `2h` so that after a fix it falls
  * back below `h` within about `2h/k` clean requests instead of paying back an unbounded excursion.
  */
-export function observe(state: DetectorState, obs: DetectorObservation, cfg: AlertConfig, now: number): { state: DetectorState; transitions: AlertTransition[] } {
+export function observe(
+  state: DetectorState,
+  obs: DetectorObservation,
+  cfg: AlertConfig,
+  now: number,
+): { state: DetectorState; transitions: AlertTransition[] } {
   // A floor of 0 (`noiseFloor: exact`, a deterministic engine): any shift counts as a whole step (k + h, clipped below).
-  const x = obs.maxShift === null ? 0 : obs.noiseFloor > 0 ? obs.maxShift / obs.noiseFloor : obs.maxShift > 0 ? cfg.cusum.k + cfg.cusum.h : 0;
-  const recent = [...state.recent, { shifted: obs.shifted, comparable: obs.comparable, maxShift: obs.maxShift, requestId: obs.requestId, x }];
+  const x =
+    obs.maxShift === null
+      ? 0
+      : obs.noiseFloor > 0
+        ? obs.maxShift / obs.noiseFloor
+        : obs.maxShift > 0
+          ? cfg.cusum.k + cfg.cusum.h
+          : 0;
+  const recent = [
+    ...state.recent,
+    { shifted: obs.shifted, comparable: obs.comparable, maxShift: obs.maxShift, requestId: obs.requestId, x },
+  ];
   let shiftedSum = state.shiftedSum + obs.shifted;
   let comparableSum = state.comparableSum + obs.comparable;
   while (recent.length > cfg.window) {
@@ -212,6 +254,10 @@ export function observe(state: DetectorState, obs: DetectorObservation, cfg: Ale
 }
 
 /** Advances the alerts with no new request (time passing alone can fire or resolve them). */
-export function tick(state: DetectorState, cfg: AlertConfig, now: number): { state: DetectorState; transitions: AlertTransition[] } {
+export function tick(
+  state: DetectorState,
+  cfg: AlertConfig,
+  now: number,
+): { state: DetectorState; transitions: AlertTransition[] } {
   return transitions(state, state, cfg, now);
 }

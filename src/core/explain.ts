@@ -35,7 +35,8 @@ export function formatNats(x: number | null | undefined): string {
   return x.toExponential(1);
 }
 
-const NOISE_CAVEAT = 'A noise verdict does not prove there is no bug: a large-gap flip proves presence; small diffs do not prove absence.';
+const NOISE_CAVEAT =
+  'A noise verdict does not prove there is no bug: a large-gap flip proves presence; small diffs do not prove absence.';
 
 /**
  * The verdict in the seed's terms (docs/format.md): global → suspect the shared prefill input
@@ -45,7 +46,8 @@ const NOISE_CAVEAT = 'A noise verdict does not prove there is no bug: a large-ga
  */
 export function explain(e: ExplainInput, t: Thresholds): string {
   // A floor of 0 is `noiseFloor: exact` (a deterministic engine): any difference at all is a shift.
-  const floor = t.noiseFloor === 0 ? 'a floor of 0 (noiseFloor: exact)' : `the ${formatNats(t.noiseFloor)}-nat noise floor`;
+  const floor =
+    t.noiseFloor === 0 ? 'a floor of 0 (noiseFloor: exact)' : `the ${formatNats(t.noiseFloor)}-nat noise floor`;
   const over = e.over ?? 'free-running';
   const moved = `${e.shifted} of ${e.comparable} ${over} positions moved more than ${floor} (${over} max shift ${formatNats(e.maxShift)})`;
   const parts: string[] = [];
@@ -60,10 +62,14 @@ export function explain(e: ExplainInput, t: Thresholds): string {
       );
       return parts.join(' ');
     case 'identical':
-      parts.push(`Identical: every chosen token, logprob and top-k entry is exactly equal over ${e.comparable} positions.`);
+      parts.push(
+        `Identical: every chosen token, logprob and top-k entry is exactly equal over ${e.comparable} positions.`,
+      );
       break;
     case 'noise':
-      parts.push(`Noise: no ${over} position moved more than ${floor} (max shift ${formatNats(e.maxShift)} over ${e.comparable} ${over} positions).`);
+      parts.push(
+        `Noise: no ${over} position moved more than ${floor} (max shift ${formatNats(e.maxShift)} over ${e.comparable} ${over} positions).`,
+      );
       break;
     case 'early_shift':
       parts.push(
@@ -74,7 +80,9 @@ export function explain(e: ExplainInput, t: Thresholds): string {
       parts.push(`Global shift: ${moved}. ${globalCause(e.locus ?? null)}`);
       break;
     case 'local_shift':
-      parts.push(`Local shift: ${moved}, at ${positionList(e.shiftedAt)}. Specific positions: suspect a token-specific path.`);
+      parts.push(
+        `Local shift: ${moved}, at ${positionList(e.shiftedAt)}. Specific positions: suspect a token-specific path.`,
+      );
       break;
   }
   if (e.flip) parts.push(flipSentence(e.flip));
@@ -102,7 +110,10 @@ function flipSentence(f: Flip): string {
       : f.class === 'systematic'
         ? 'systematic: more force than float noise supplies, so the distributions themselves moved'
         : 'gray: between the thresholds, not attributable on its own';
-  const cross = f.crossPathDiff === null ? '' : ` The baseline's token moved by ${formatNats(f.crossPathDiff)} nats on the candidate's path.`;
+  const cross =
+    f.crossPathDiff === null
+      ? ''
+      : ` The baseline's token moved by ${formatNats(f.crossPathDiff)} nats on the candidate's path.`;
   return `Flip at position ${f.index}: the baseline chose ${quote(f.baselineToken)}, the candidate ${quote(f.candidateToken)}; gap ${gap} (${meaning}).${cross}`;
 }
 

@@ -11,7 +11,13 @@ import type { Comparison, ParsedResponse, Thresholds, TokenStep } from './types.
 
 /** Steps as a parsed response (for `compare`). */
 export function asForced(steps: readonly TokenStep[]): ParsedResponse {
-  return { format: 'completions', stream: false, steps: [...steps], text: steps.map((s) => s.token).join(''), flags: [] };
+  return {
+    format: 'completions',
+    stream: false,
+    steps: [...steps],
+    text: steps.map((s) => s.token).join(''),
+    flags: [],
+  };
 }
 
 function relabel(l: LogitsFigure, block: PositionBlock, offset = 0): LogitsFigure {
@@ -27,13 +33,21 @@ export function withScoredHealth<C extends Comparison>(c: C, pair: ScoredPair | 
   if (!pair) return c;
   const n = Math.min(pair.candidate.continuation.length, pair.baseline.continuation.length);
   if (n === 0) return c;
-  const cont = compare(asForced(pair.candidate.continuation.slice(0, n)), asForced(pair.baseline.continuation.slice(0, n)), t).health;
+  const cont = compare(
+    asForced(pair.candidate.continuation.slice(0, n)),
+    asForced(pair.baseline.continuation.slice(0, n)),
+    t,
+  ).health;
   if (!cont) return c;
   let logits = relabel(cont.logits, 'scored');
   if (c.health) logits = maxLogits(c.health.logits, logits);
   const m = Math.min(pair.candidate.prompt.length, pair.baseline.prompt.length);
   if (m > 0) {
-    const p = compare(asForced(pair.candidate.prompt.slice(0, m)), asForced(pair.baseline.prompt.slice(0, m)), t).health;
+    const p = compare(
+      asForced(pair.candidate.prompt.slice(0, m)),
+      asForced(pair.baseline.prompt.slice(0, m)),
+      t,
+    ).health;
     if (p) logits = maxLogits(logits, relabel(p.logits, 'prompt', pair.promptStart));
   }
   const health: Health = { over: 'scored', positions: n, kl: cont.kl, relErr: cont.relErr, logits };

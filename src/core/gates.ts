@@ -25,7 +25,11 @@ export interface GateSpec {
 }
 
 /** The seeds' numbers: top-10 within 0.01, 128 greedy tokens, KL 0.05. */
-export const GATE_DEFAULTS: Readonly<Record<Exclude<GateKind, 'definition'>, number>> = Object.freeze({ logits: 0.01, tokens: 128, kl: 0.05 });
+export const GATE_DEFAULTS: Readonly<Record<Exclude<GateKind, 'definition'>, number>> = Object.freeze({
+  logits: 0.01,
+  tokens: 128,
+  kl: 0.05,
+});
 
 /** Parses `--gate` values (each may hold a comma-separated list); throws an Error naming the bad item. */
 export function parseGates(values: readonly string[]): GateSpec[] {
@@ -34,7 +38,8 @@ export function parseGates(values: readonly string[]): GateSpec[] {
     const item = raw.trim();
     if (item === '') continue;
     const [kind, arg, extra] = item.split(':');
-    if (!(GATE_KINDS as readonly string[]).includes(kind!) || extra !== undefined) throw new Error(`--gate: unknown gate '${item}' (expected logits[:T], tokens[:N], kl[:T] or definition)`);
+    if (!(GATE_KINDS as readonly string[]).includes(kind!) || extra !== undefined)
+      throw new Error(`--gate: unknown gate '${item}' (expected logits[:T], tokens[:N], kl[:T] or definition)`);
     const k = kind as GateKind;
     if (k === 'definition') {
       if (arg !== undefined) throw new Error(`--gate: 'definition' takes no value (got '${item}')`);
@@ -45,7 +50,10 @@ export function parseGates(values: readonly string[]): GateSpec[] {
     if (arg !== undefined) {
       const n = Number(arg);
       const ok = arg.trim() !== '' && Number.isFinite(n) && (k === 'tokens' ? Number.isInteger(n) && n >= 1 : n >= 0);
-      if (!ok) throw new Error(`--gate ${k}: expected ${k === 'tokens' ? 'a whole number of tokens ≥ 1' : 'a number of nats ≥ 0'}, got '${arg}'`);
+      if (!ok)
+        throw new Error(
+          `--gate ${k}: expected ${k === 'tokens' ? 'a whole number of tokens ≥ 1' : 'a number of nats ≥ 0'}, got '${arg}'`,
+        );
       threshold = n;
     }
     const spec: GateSpec = { kind: k, threshold, name: `${k}:${threshold}` };
@@ -123,14 +131,28 @@ export interface GateResult {
 // eslint-disable-next-line max-lines-per-function -- one case per gate kind, each a few lines reading the same pair
 export function judge(spec: GateSpec, p: GatePair): GateCase {
   const c = p.comparison;
-  if (c === null) return { status: 'error', figure: null, message: `not compared (${p.outcome}): a gate does not pass on no evidence` };
+  if (c === null)
+    return {
+      status: 'error',
+      figure: null,
+      message: `not compared (${p.outcome}): a gate does not pass on no evidence`,
+    };
   switch (spec.kind) {
     case 'logits': {
       const t = spec.threshold!;
       const l = c.health?.logits;
-      if (!l || l.max === null) return { status: 'error', figure: null, message: 'no position with a top list on both sides: the logits gate needs top logprobs (mirror.topLogprobs ≥ 10)' };
+      if (!l || l.max === null)
+        return {
+          status: 'error',
+          figure: null,
+          message:
+            'no position with a top list on both sides: the logits gate needs top logprobs (mirror.topLogprobs ≥ 10)',
+        };
       const where = l.at ? `${l.at.block} position ${l.at.i}` : 'n/a';
-      const note = l.topK !== null && l.topK < LOGITS_TOP ? `top lists of ${l.topK} (fewer than the ${LOGITS_TOP} asked)` : undefined;
+      const note =
+        l.topK !== null && l.topK < LOGITS_TOP
+          ? `top lists of ${l.topK} (fewer than the ${LOGITS_TOP} asked)`
+          : undefined;
       const msg = `max |Δ logprob| over each side's top-${LOGITS_TOP}${shortest(l.topK)} ${l.lowerBound ? '≥ ' : ''}${formatNats(l.max)} ${l.max <= t ? '≤' : '>'} ${t} nats at ${where} (${l.n} positions)`;
       return { status: l.max <= t ? 'passed' : 'failed', figure: l.max, message: msg, ...(note ? { note } : {}) };
     }
@@ -146,13 +168,23 @@ export function judge(spec: GateSpec, p: GatePair): GateCase {
     }
     case 'definition': {
       const w: DefinitionWarning[] = c.definition ?? [];
-      if (w.length === 0) return { status: 'passed', figure: 0, message: 'no definition warning: both sides read as raw full-vocabulary logprobs' };
-      return { status: 'failed', figure: w.length, message: w.map((x) => `${x.check} (${x.side}): ${x.detail}`).join('; ') };
+      if (w.length === 0)
+        return {
+          status: 'passed',
+          figure: 0,
+          message: 'no definition warning: both sides read as raw full-vocabulary logprobs',
+        };
+      return {
+        status: 'failed',
+        figure: w.length,
+        message: w.map((x) => `${x.check} (${x.side}): ${x.detail}`).join('; '),
+      };
     }
     case 'tokens': {
       const n = spec.threshold!;
       const lengths = p.lengths;
-      if (c.verdict === 'incomparable' || lengths === null) return { status: 'error', figure: null, message: `no tokens to compare (${c.notes[0] ?? c.verdict})` };
+      if (c.verdict === 'incomparable' || lengths === null)
+        return { status: 'error', figure: null, message: `no tokens to compare (${c.notes[0] ?? c.verdict})` };
       const d = c.firstDivergence;
       if (d !== null && d < n) {
         const f = c.flip;
@@ -164,7 +196,12 @@ export function judge(spec: GateSpec, p: GatePair): GateCase {
       }
       const common = Math.min(lengths.candidate, lengths.baseline);
       const capped = p.maxTokens !== null && p.maxTokens < n;
-      if (d === null && lengths.candidate !== lengths.baseline && common < n && (p.maxTokens === null || common < p.maxTokens)) {
+      if (
+        d === null &&
+        lengths.candidate !== lengths.baseline &&
+        common < n &&
+        (p.maxTokens === null || common < p.maxTokens)
+      ) {
         const shorter = lengths.candidate < lengths.baseline ? 'candidate' : 'baseline';
         return {
           status: 'failed',
@@ -173,7 +210,9 @@ export function judge(spec: GateSpec, p: GatePair): GateCase {
         };
       }
       const checked = Math.min(n, d ?? common);
-      const note = capped ? `max_tokens ${p.maxTokens} < ${n}: only the first ${p.maxTokens} tokens could be checked` : undefined;
+      const note = capped
+        ? `max_tokens ${p.maxTokens} < ${n}: only the first ${p.maxTokens} tokens could be checked`
+        : undefined;
       return {
         status: 'passed',
         figure: checked,
@@ -202,7 +241,17 @@ export class GateAccumulator {
     readonly specs: readonly GateSpec[],
     private readonly onCase?: (spec: GateSpec, pair: GatePair, result: GateCase) => void,
   ) {
-    this.state = specs.map((spec) => ({ spec, prompts: 0, failed: 0, errors: 0, worst: [], notes: new Map(), pooled: new FigureSum(), figure: null, topK: null }));
+    this.state = specs.map((spec) => ({
+      spec,
+      prompts: 0,
+      failed: 0,
+      errors: 0,
+      worst: [],
+      notes: new Map(),
+      pooled: new FigureSum(),
+      figure: null,
+      topK: null,
+    }));
   }
 
   add(p: GatePair): void {
@@ -213,11 +262,13 @@ export class GateAccumulator {
       if (r.status === 'error') s.errors++;
       if (r.note) s.notes.set(r.note, (s.notes.get(r.note) ?? 0) + 1);
       if (s.spec.kind === 'kl' && p.comparison?.health) s.pooled.merge(p.comparison.health.kl);
-      if (s.spec.kind === 'logits' && p.comparison?.health?.logits.topK != null) s.topK = Math.min(s.topK ?? LOGITS_TOP, p.comparison.health.logits.topK);
+      if (s.spec.kind === 'logits' && p.comparison?.health?.logits.topK != null)
+        s.topK = Math.min(s.topK ?? LOGITS_TOP, p.comparison.health.logits.topK);
       const rank = rankOf(s.spec.kind, r);
       if (r.status !== 'passed' || s.spec.kind !== 'definition') {
         if (r.figure !== null && (s.spec.kind === 'tokens' ? r.status === 'failed' : true)) {
-          if (s.figure === null || (s.spec.kind === 'tokens' ? r.figure < s.figure : r.figure > s.figure)) s.figure = r.figure;
+          if (s.figure === null || (s.spec.kind === 'tokens' ? r.figure < s.figure : r.figure > s.figure))
+            s.figure = r.figure;
         }
         s.worst.push({ at: p.at, id: p.id, route: p.route, figure: r.figure, message: r.message, rank });
         s.worst.sort((a, b) => b.rank - a.rank);
@@ -232,9 +283,24 @@ export class GateAccumulator {
       const passed = s.prompts > 0 && s.failed === 0;
       const worst = s.worst.filter((w) => w.rank > -Infinity).map(({ rank: _r, ...w }) => w);
       const notes = [...s.notes].map(([note, n]) => `${n} prompt${n === 1 ? '' : 's'}: ${note}`);
-      const base = { gate: s.spec.name, kind: s.spec.kind, threshold: s.spec.threshold, passed, prompts: s.prompts, failed: s.failed, errors: s.errors, figure: s.figure, worst, notes };
+      const base = {
+        gate: s.spec.name,
+        kind: s.spec.kind,
+        threshold: s.spec.threshold,
+        passed,
+        prompts: s.prompts,
+        failed: s.failed,
+        errors: s.errors,
+        figure: s.figure,
+        worst,
+        notes,
+      };
       const pooled = s.spec.kind === 'kl' ? s.pooled.figure().mean : s.spec.kind === 'logits' ? s.topK : undefined;
-      return { ...base, ...(pooled !== undefined ? { pooled } : {}), summary: summaryLine(s.spec, base, pooled ?? null) };
+      return {
+        ...base,
+        ...(pooled !== undefined ? { pooled } : {}),
+        summary: summaryLine(s.spec, base, pooled ?? null),
+      };
     });
   }
 }
@@ -258,8 +324,15 @@ function shortest(topK: number | null): string {
   return topK !== null && topK < LOGITS_TOP ? ` (the shortest list read: ${topK})` : '';
 }
 
-function summaryLine(spec: GateSpec, r: Pick<GateResult, 'passed' | 'prompts' | 'failed' | 'errors' | 'figure'>, pooled: number | null): string {
-  const failing = r.failed > 0 ? `${r.failed} of ${r.prompts} prompts fail${r.errors > 0 ? ` (${r.errors} not judged)` : ''}` : `all ${r.prompts} prompts pass`;
+function summaryLine(
+  spec: GateSpec,
+  r: Pick<GateResult, 'passed' | 'prompts' | 'failed' | 'errors' | 'figure'>,
+  pooled: number | null,
+): string {
+  const failing =
+    r.failed > 0
+      ? `${r.failed} of ${r.prompts} prompts fail${r.errors > 0 ? ` (${r.errors} not judged)` : ''}`
+      : `all ${r.prompts} prompts pass`;
   const verb = r.passed ? 'PASS' : 'FAIL';
   switch (spec.kind) {
     case 'logits':
@@ -313,7 +386,8 @@ export class HealthAccumulator {
       const key = `${w.check} ${w.side}`;
       const known = this.defs.get(key);
       if (known) known.pairs++;
-      else if (this.defs.size < 32) this.defs.set(key, { check: w.check, side: w.side, pairs: 1, example: w.detail, at });
+      else if (this.defs.size < 32)
+        this.defs.set(key, { check: w.check, side: w.side, pairs: 1, example: w.detail, at });
     }
     const h = c.health;
     if (!h) return;
@@ -321,7 +395,8 @@ export class HealthAccumulator {
     this.kl.merge(h.kl);
     this.rel.merge(h.relErr);
     const l = h.logits;
-    if (l.max !== null && (this.logits.max === null || l.max > this.logits.max)) this.logits = { ...this.logits, max: l.max, at };
+    if (l.max !== null && (this.logits.max === null || l.max > this.logits.max))
+      this.logits = { ...this.logits, max: l.max, at };
     if (l.topK !== null) this.logits.topK = Math.min(this.logits.topK ?? LOGITS_TOP, l.topK);
     if (h.kl.mean !== null || h.relErr.max !== null) {
       this.worst.push({ at, id, kl: h.kl.mean, relErrMax: h.relErr.max, logits: l.max });

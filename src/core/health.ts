@@ -86,14 +86,26 @@ export function relativeError(diff: number): number {
   return Math.abs(Math.expm1(diff));
 }
 
-const NO_LOGITS: LogitsFigure = Object.freeze({ max: null, n: 0, topK: null, at: null, lowerBound: false }) as LogitsFigure;
+const NO_LOGITS: LogitsFigure = Object.freeze({
+  max: null,
+  n: 0,
+  topK: null,
+  at: null,
+  lowerBound: false,
+}) as LogitsFigure;
 
 /**
  * The logits figure over positions `0..n−1` of two step lists (the same context at each index:
  * free-running up to the divergence, or teacher-forced). `byId` matches tokens by id (both sides
  * carry ids on every step and top entry), else by text — as `compare` does.
  */
-export function logitsFigure(cs: readonly TokenStep[], bs: readonly TokenStep[], n: number, byId: boolean, block: PositionBlock): LogitsFigure {
+export function logitsFigure(
+  cs: readonly TokenStep[],
+  bs: readonly TokenStep[],
+  n: number,
+  byId: boolean,
+  block: PositionBlock,
+): LogitsFigure {
   const sum = new LogitsSum(block);
   for (let i = 0; i < n; i++) {
     const c = cs[i]!;
@@ -166,7 +178,15 @@ export class LogitsSum {
   }
 
   figure(): LogitsFigure {
-    return this.read === 0 ? { ...NO_LOGITS } : { max: this.best, n: this.read, topK: this.topK, at: { block: this.block, i: this.atI }, lowerBound: this.lowerBound };
+    return this.read === 0
+      ? { ...NO_LOGITS }
+      : {
+          max: this.best,
+          n: this.read,
+          topK: this.topK,
+          at: { block: this.block, i: this.atI },
+          lowerBound: this.lowerBound,
+        };
   }
 
   /**
@@ -218,7 +238,13 @@ export function maxLogits(a: LogitsFigure, b: LogitsFigure): LogitsFigure {
   if (b.n === 0) return a;
   if (a.n === 0) return b;
   const top = (a.max ?? -1) >= (b.max ?? -1) ? a : b;
-  return { max: top.max, n: a.n + b.n, topK: Math.min(a.topK ?? LOGITS_TOP, b.topK ?? LOGITS_TOP), at: top.at, lowerBound: top.lowerBound };
+  return {
+    max: top.max,
+    n: a.n + b.n,
+    topK: Math.min(a.topK ?? LOGITS_TOP, b.topK ?? LOGITS_TOP),
+    at: top.at,
+    lowerBound: top.lowerBound,
+  };
 }
 
 /**
@@ -226,18 +252,35 @@ export function maxLogits(a: LogitsFigure, b: LogitsFigure): LogitsFigure {
  * position, the relative error over the aligned ones (the divergence has two chosen tokens), and
  * the logits figure over the comparable positions.
  */
-export function healthOf(positions: readonly PositionRow[], cs: readonly TokenStep[], bs: readonly TokenStep[], byId: boolean, over: Health['over'] = 'free'): Health {
+export function healthOf(
+  positions: readonly PositionRow[],
+  cs: readonly TokenStep[],
+  bs: readonly TokenStep[],
+  byId: boolean,
+  over: Health['over'] = 'free',
+): Health {
   const kl = new FigureSum();
   const rel = new FigureSum();
   for (const p of positions) {
     kl.add(p.kl);
-    if (p.candidateToken === undefined && p.candidate !== null && p.baseline !== null) rel.add(relativeError(p.candidate - p.baseline));
+    if (p.candidateToken === undefined && p.candidate !== null && p.baseline !== null)
+      rel.add(relativeError(p.candidate - p.baseline));
   }
-  return { over, positions: positions.length, kl: kl.figure(), relErr: rel.figure(), logits: logitsFigure(cs, bs, positions.length, byId, over === 'scored' ? 'scored' : 'free') };
+  return {
+    over,
+    positions: positions.length,
+    kl: kl.figure(),
+    relErr: rel.figure(),
+    logits: logitsFigure(cs, bs, positions.length, byId, over === 'scored' ? 'scored' : 'free'),
+  };
 }
 
 /** Whether a figure passes the seeds' health thresholds: `{kl, relErrMean, relErrMax}`, each true, false or null (not measured). */
-export function healthMarks(h: Pick<Health, 'kl' | 'relErr'>): { kl: boolean | null; relErrMean: boolean | null; relErrMax: boolean | null } {
+export function healthMarks(h: Pick<Health, 'kl' | 'relErr'>): {
+  kl: boolean | null;
+  relErrMean: boolean | null;
+  relErrMax: boolean | null;
+} {
   return {
     kl: h.kl.mean === null ? null : h.kl.mean < HEALTH_LIMITS.kl,
     relErrMean: h.relErr.mean === null ? null : h.relErr.mean < HEALTH_LIMITS.relErrMean,

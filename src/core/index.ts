@@ -40,8 +40,28 @@ export {
   type ScoringMode,
   type ScoringOutcome,
 } from './scored.js';
-export { HEALTH_LIMITS, LOGITS_TOP, FigureSum, healthMarks, healthOf, logitsFigure, maxLogits, relativeError, type Figure, type Health, type LogitsFigure, type PositionBlock } from './health.js';
-export { DEFINITION_CHECKS, definitionChecks, sideChecks, temperatureCheck, type DefinitionCheck, type DefinitionWarning } from './definition.js';
+export {
+  HEALTH_LIMITS,
+  LOGITS_TOP,
+  FigureSum,
+  healthMarks,
+  healthOf,
+  logitsFigure,
+  maxLogits,
+  relativeError,
+  type Figure,
+  type Health,
+  type LogitsFigure,
+  type PositionBlock,
+} from './health.js';
+export {
+  DEFINITION_CHECKS,
+  definitionChecks,
+  sideChecks,
+  temperatureCheck,
+  type DefinitionCheck,
+  type DefinitionWarning,
+} from './definition.js';
 export { asForced, withScoredHealth } from './forced.js';
 export {
   GATE_DEFAULTS,
@@ -59,5 +79,19 @@ export {
   type RunDefinition,
   type RunHealth,
 } from './gates.js';
-export { engineSequence, isTokenSequence, readSequences, type SequenceFile, type TokenSequence } from './parse/tokenfile.js';
-export { alignSequences, compareTraining, pairSequences, trainingPair, RATIO_BOUNDS, type TrainingBlock, type TrainingComparison } from './training.js';
+export {
+  engineSequence,
+  isTokenSequence,
+  readSequences,
+  type SequenceFile,
+  type TokenSequence,
+} from './parse/tokenfile.js';
+export {
+  alignSequences,
+  compareTraining,
+  pairSequences,
+  trainingPair,
+  RATIO_BOUNDS,
+  type TrainingBlock,
+  type TrainingComparison,
+} from './training.js';

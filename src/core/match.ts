@@ -104,7 +104,14 @@ const keysB: Array<string | number | undefined> = [];
  * the top list's sums into `out`; returns the index of the chosen token (its top copy, or k when
  * it is appended). A chosen entry with a known logprob takes that logprob.
  */
-function load(s: TokenStep, v: Float64Array, e: Float64Array, keys: Array<string | number | undefined>, out: TopSums, byId: boolean): number {
+function load(
+  s: TokenStep,
+  v: Float64Array,
+  e: Float64Array,
+  keys: Array<string | number | undefined>,
+  out: TopSums,
+  byId: boolean,
+): number {
   const top = s.top;
   const k = top.length;
   const ids = s.topIds;

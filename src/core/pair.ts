@@ -40,15 +40,32 @@ function unreadable(p: ParsedResponse): boolean {
  * `ok` with nothing compared. `score` folds scoring into the comparison before the verdict is read
  * (offline: the captured scoring re-counted). Pure.
  */
-export function classifyPair(candidate: SideAnswer, baseline: SideAnswer | null, t: Thresholds, score?: (free: Comparison) => Comparison): PairClass {
+export function classifyPair(
+  candidate: SideAnswer,
+  baseline: SideAnswer | null,
+  t: Thresholds,
+  score?: (free: Comparison) => Comparison,
+): PairClass {
   const none = { comparison: null, candidate: null, baseline: null };
   if (failedAnswer(candidate)) return { outcome: 'candidate_error', side: 'candidate', ...none };
   if (baseline === null) return { outcome: 'ok', ...none };
   if (failedAnswer(baseline)) return { outcome: 'baseline_error', side: 'baseline', ...none };
   const pc = parseResponse(candidate.body);
   const pb = parseResponse(baseline.body);
-  if (unreadable(pc) || unreadable(pb)) return { outcome: 'unparseable', side: unreadable(pc) ? 'candidate' : 'baseline', comparison: null, candidate: pc, baseline: pb };
+  if (unreadable(pc) || unreadable(pb))
+    return {
+      outcome: 'unparseable',
+      side: unreadable(pc) ? 'candidate' : 'baseline',
+      comparison: null,
+      candidate: pc,
+      baseline: pb,
+    };
   const free = compare(pc, pb, t);
   const comparison = score ? score(free) : free;
-  return { outcome: comparison.verdict === 'incomparable' ? 'incomparable' : 'ok', comparison, candidate: pc, baseline: pb };
+  return {
+    outcome: comparison.verdict === 'incomparable' ? 'incomparable' : 'ok',
+    comparison,
+    candidate: pc,
+    baseline: pb,
+  };
 }

@@ -77,9 +77,22 @@ export type PromptBlock = ForcedStats & {
 export type Locus = 'compute' | 'decode_state' | 'unknown';
 
 /** Statistics of forced positions: the chosen tokens are the same on both sides by construction. */
-export function forcedStats(candidate: readonly TokenStep[], baseline: readonly TokenStep[], t: Thresholds): ForcedStats {
+export function forcedStats(
+  candidate: readonly TokenStep[],
+  baseline: readonly TokenStep[],
+  t: Thresholds,
+): ForcedStats {
   const n = Math.min(candidate.length, baseline.length);
-  if (n === 0) return { positions: 0, comparable: 0, shifted: 0, maxShift: null, meanShift: null, shiftedFraction: null, shifts: [] };
+  if (n === 0)
+    return {
+      positions: 0,
+      comparable: 0,
+      shifted: 0,
+      maxShift: null,
+      meanShift: null,
+      shiftedFraction: null,
+      shifts: [],
+    };
   const c = compare(asResponse(candidate.slice(0, n)), asResponse(baseline.slice(0, n)), t);
   const shifts = c.positions.map((p) => p.shift);
   const known = shifts.filter((s): s is number => s !== null);
@@ -132,8 +145,14 @@ export type ScoredComparison = Comparison & { scored: ScoredBlock; prompt: Promp
  * not compared, with a prefill scoring that agrees) and the continuation moved; `unknown` when
  * something moved and nothing says where; `null` when nothing moved.
  */
-export function withScoring(free: Comparison, scored: ScoredBlock, prompt: PromptBlock | null, t: Thresholds): ScoredComparison {
-  const fixed = free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
+export function withScoring(
+  free: Comparison,
+  scored: ScoredBlock,
+  prompt: PromptBlock | null,
+  t: Thresholds,
+): ScoredComparison {
+  const fixed =
+    free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
   const hasScored = scored.outcome === 'ok' && (scored.comparable ?? 0) > 0;
   const scoredShifted = hasScored ? (scored.shifted ?? 0) : 0;
   const freeShifted = free.shifted > 0 || free.flip?.class === 'systematic';
@@ -142,7 +161,14 @@ export function withScoring(free: Comparison, scored: ScoredBlock, prompt: Promp
   let verdict = free.verdict;
   if (!fixed && hasScored && !decodePathOnly) {
     verdict = chooseVerdict(
-      { incomparable: false, tokenizerMismatch: false, identical: false, comparable: scored.comparable ?? 0, shifted: scoredShifted, flipClass: free.flip?.class ?? null },
+      {
+        incomparable: false,
+        tokenizerMismatch: false,
+        identical: false,
+        comparable: scored.comparable ?? 0,
+        shifted: scoredShifted,
+        flipClass: free.flip?.class ?? null,
+      },
       // Every position is comparable once scored: minAligned is about free-running alignment.
       { ...t, minAligned: 1 },
     );
@@ -167,8 +193,15 @@ export function withScoring(free: Comparison, scored: ScoredBlock, prompt: Promp
   return { ...free, verdict, explanation, scored, prompt, locus };
 }
 
-function locusSentence(locus: Locus | null, prompt: PromptBlock | null, scored: ScoredBlock, decodePathOnly: boolean): string {
-  const promptPart = prompt ? `${prompt.shifted} of ${prompt.comparable} prompt positions shifted (max ${formatNats(prompt.maxShift)})` : '';
+function locusSentence(
+  locus: Locus | null,
+  prompt: PromptBlock | null,
+  scored: ScoredBlock,
+  decodePathOnly: boolean,
+): string {
+  const promptPart = prompt
+    ? `${prompt.shifted} of ${prompt.comparable} prompt positions shifted (max ${formatNats(prompt.maxShift)})`
+    : '';
   switch (locus) {
     case 'compute':
       return `Locus: compute — ${promptPart}: the model computes differently on any input (weights, kernels, a layer, the cache's number format); compare the computation, not the cache medium.`;
@@ -188,7 +221,13 @@ function locusSentence(locus: Locus | null, prompt: PromptBlock | null, scored: 
  * same tokens agree when computed together and move when generated one by one.
  */
 function prefillAgreesOnly(free: Comparison, scored: ScoredBlock | undefined): boolean {
-  return scored?.outcome === 'ok' && (scored.comparable ?? 0) > 0 && scored.mode === 'prefill' && (scored.shifted ?? 0) === 0 && (free.shifted > 0 || free.flip?.class === 'systematic');
+  return (
+    scored?.outcome === 'ok' &&
+    (scored.comparable ?? 0) > 0 &&
+    scored.mode === 'prefill' &&
+    (scored.shifted ?? 0) === 0 &&
+    (free.shifted > 0 || free.flip?.class === 'systematic')
+  );
 }
 
 /**
@@ -199,7 +238,8 @@ function prefillAgreesOnly(free: Comparison, scored: ScoredBlock | undefined): b
  */
 export function detectorEvidence(c: Comparison): { shifted: number; comparable: number; maxShift: number | null } {
   const s = c.scored;
-  if (!s || s.outcome !== 'ok' || (s.comparable ?? 0) === 0 || prefillAgreesOnly(c, s)) return { shifted: c.shifted, comparable: c.comparable, maxShift: c.maxShift };
+  if (!s || s.outcome !== 'ok' || (s.comparable ?? 0) === 0 || prefillAgreesOnly(c, s))
+    return { shifted: c.shifted, comparable: c.comparable, maxShift: c.maxShift };
   const maxShift = Math.max(c.maxShift ?? -1, s.maxShift ?? -1);
   return { shifted: s.shifted ?? 0, comparable: s.comparable ?? 0, maxShift: maxShift >= 0 ? maxShift : null };
 }

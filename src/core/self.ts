@@ -1,4 +1,11 @@
-import { observe, tick, type AlertConfig, type AlertTransition, type DetectorObservation, type DetectorState } from './detector.js';
+import {
+  observe,
+  tick,
+  type AlertConfig,
+  type AlertTransition,
+  type DetectorObservation,
+  type DetectorState,
+} from './detector.js';
 import type { Comparison } from './types.js';
 
 /**
@@ -34,12 +41,19 @@ export function selfEvidence(c: Comparison): { shifted: number; comparable: numb
   // is a fresh prefill: no evidence of the warm path, never in place of the warm run's own.
   if (!s || s.outcome !== 'ok' || !s.comparable || s.readsCache === false) return free;
   const share = (x: { shifted: number; comparable: number }) => (x.comparable > 0 ? x.shifted / x.comparable : 0);
-  const scored = { shifted: s.shifted ?? 0, comparable: s.comparable, maxShift: Math.max(s.maxShift ?? -1, c.maxShift ?? -1) };
+  const scored = {
+    shifted: s.shifted ?? 0,
+    comparable: s.comparable,
+    maxShift: Math.max(s.maxShift ?? -1, c.maxShift ?? -1),
+  };
   return share(scored) > share(free) ? scored : free;
 }
 
 /** The self alert: the window detector over a backend's repeat pairs. */
-export type SelfAlertTransition = AlertTransition & { alert: 'LogprobSelfInconsistency'; backend: 'candidate' | 'baseline' };
+export type SelfAlertTransition = AlertTransition & {
+  alert: 'LogprobSelfInconsistency';
+  backend: 'candidate' | 'baseline';
+};
 
 /**
  * Observes one repeat pair of `backend` on its own detector state: the window of the global
@@ -58,12 +72,25 @@ export function observeSelf(
 }
 
 /** Time alone can fire or resolve the self alert, as it does the others. */
-export function tickSelf(state: DetectorState, cfg: AlertConfig, now: number, backend: 'candidate' | 'baseline'): { state: DetectorState; transitions: SelfAlertTransition[] } {
+export function tickSelf(
+  state: DetectorState,
+  cfg: AlertConfig,
+  now: number,
+  backend: 'candidate' | 'baseline',
+): { state: DetectorState; transitions: SelfAlertTransition[] } {
   return relabel(tick(state, cfg, now), backend);
 }
 
-function relabel(r: { state: DetectorState; transitions: AlertTransition[] }, backend: 'candidate' | 'baseline'): { state: DetectorState; transitions: SelfAlertTransition[] } {
-  return { state: r.state, transitions: r.transitions.filter((t) => t.alert === 'LogprobGlobalShift').map((t) => ({ ...t, alert: 'LogprobSelfInconsistency' as const, backend })) };
+function relabel(
+  r: { state: DetectorState; transitions: AlertTransition[] },
+  backend: 'candidate' | 'baseline',
+): { state: DetectorState; transitions: SelfAlertTransition[] } {
+  return {
+    state: r.state,
+    transitions: r.transitions
+      .filter((t) => t.alert === 'LogprobGlobalShift')
+      .map((t) => ({ ...t, alert: 'LogprobSelfInconsistency' as const, backend })),
+  };
 }
 
 function count(v: unknown): number | null {
@@ -78,7 +105,11 @@ function count(v: unknown): number | null {
  */
 export function cachedPromptTokens(body: unknown): number | null {
   if (typeof body !== 'object' || body === null) return null;
-  const b = body as { usage?: { prompt_tokens?: unknown; prompt_tokens_details?: { cached_tokens?: unknown } | null }; meta_info?: { cached_tokens?: unknown }; timings?: { prompt_n?: unknown } };
+  const b = body as {
+    usage?: { prompt_tokens?: unknown; prompt_tokens_details?: { cached_tokens?: unknown } | null };
+    meta_info?: { cached_tokens?: unknown };
+    timings?: { prompt_n?: unknown };
+  };
   const details = count(b.usage?.prompt_tokens_details?.cached_tokens);
   if (details !== null) return details;
   const meta = count(b.meta_info?.cached_tokens);

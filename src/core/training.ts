@@ -24,7 +24,15 @@ export interface TrainingBlock {
   /** How the two were lined up (by ids, by text, by position) and where. */
   alignment: string;
   /** `r = exp(lp_train − lp_infer)` over positions where both logprobs are known. */
-  ratio: { mean: number | null; min: number | null; max: number | null; n: number; outside: number; outsideShare: number | null; bounds: readonly [number, number] };
+  ratio: {
+    mean: number | null;
+    min: number | null;
+    max: number | null;
+    n: number;
+    outside: number;
+    outsideShare: number | null;
+    bounds: readonly [number, number];
+  };
   /** `mean(r − 1 − log r)`: an estimate of KL(infer ‖ train) from the tokens themselves, unbiased when they were sampled from the inference side. */
   klSampled: number | null;
   /** Up to ten positions with the largest |lp_train − lp_infer|. */
@@ -37,7 +45,8 @@ export type TrainingComparison = Comparison & { training: TrainingBlock; id?: st
 type Lined = { train: TokenStep[]; infer: TokenStep[]; alignment: string };
 
 const hasIds = (s: TokenSequence) => !s.chosenUnknown && s.steps.length > 0 && s.steps.every((x) => x.id !== undefined);
-const hasTexts = (s: TokenSequence) => !s.chosenUnknown && s.steps.length > 0 && s.steps.every((x) => x.token !== '' && !/^token_id:\d+$/.test(x.token));
+const hasTexts = (s: TokenSequence) =>
+  !s.chosenUnknown && s.steps.length > 0 && s.steps.every((x) => x.token !== '' && !/^token_id:\d+$/.test(x.token));
 
 /** A token's text with byte-level BPE and SentencePiece markers read as what they stand for (Ġ and ▁ a space, Ċ a newline). */
 function spelled(t: string): string {
@@ -68,7 +77,12 @@ function firstDiff(n: number, same: (i: number) => boolean): number {
 function withChosen(step: TokenStep, id: number, text: string): TokenStep | null {
   const j = step.topIds?.indexOf(id) ?? -1;
   if (j < 0) return null;
-  return { ...step, id, token: step.top[j]![0].startsWith('token_id:') ? text : step.top[j]![0], logprob: Number.isFinite(step.top[j]![1]) ? step.top[j]![1] : null };
+  return {
+    ...step,
+    id,
+    token: step.top[j]![0].startsWith('token_id:') ? text : step.top[j]![0],
+    logprob: Number.isFinite(step.top[j]![1]) ? step.top[j]![1] : null,
+  };
 }
 
 /**
@@ -81,7 +95,8 @@ function withChosen(step: TokenStep, id: number, text: string): TokenStep | null
 export function alignSequences(train: TokenSequence, infer: TokenSequence): Lined | { error: string } {
   const a = train.steps;
   const b = infer.steps;
-  if (a.length === 0 || b.length === 0) return { error: `a sequence with no positions (train ${a.length}, infer ${b.length})` };
+  if (a.length === 0 || b.length === 0)
+    return { error: `a sequence with no positions (train ${a.length}, infer ${b.length})` };
   const unknown = train.chosenUnknown ? 'train' : infer.chosenUnknown ? 'infer' : null;
   if (unknown) {
     const known = unknown === 'train' ? infer : train;
@@ -91,12 +106,19 @@ export function alignSequences(train: TokenSequence, infer: TokenSequence): Line
         error: `the ${unknown === 'train' ? 'trainer' : 'engine'}'s side names no scored token (prompt_logprobs without prompt_token_ids) and the other side names no token ids to take them from`,
       };
     const ks = known.steps;
-    if (ks.length > dist.length) return { error: `the side with token ids has ${ks.length} positions, the distributions only ${dist.length}` };
+    if (ks.length > dist.length)
+      return { error: `the side with token ids has ${ks.length} positions, the distributions only ${dist.length}` };
     const found = offsets(ks.length, dist.length, (i, o) => (dist[o + i]!.topIds ?? []).includes(ks[i]!.id!));
-    if (found.length === 0) return { error: `the token ids are not among the other side's entries at any offset: not the same tokens (or the engine was asked for the wrong prompt)` };
+    if (found.length === 0)
+      return {
+        error: `the token ids are not among the other side's entries at any offset: not the same tokens (or the engine was asked for the wrong prompt)`,
+      };
     const o = found[0]!;
     const filled = ks.map((s, i) => withChosen(dist[o + i]!, s.id!, s.token)!);
-    const lined = unknown === 'train' ? { train: filled, infer: ks.map((s) => ({ ...s })) } : { train: ks.map((s) => ({ ...s })), infer: filled };
+    const lined =
+      unknown === 'train'
+        ? { train: filled, infer: ks.map((s) => ({ ...s })) }
+        : { train: ks.map((s) => ({ ...s })), infer: filled };
     return {
       ...lined,
       alignment: `by token ids: the ${ks.length} ids of the ${unknown === 'train' ? 'engine' : 'trainer'} found among the ${unknown === 'train' ? 'trainer' : 'engine'}'s entries at offset ${o} of ${dist.length}`,
@@ -135,8 +157,15 @@ export function alignSequences(train: TokenSequence, infer: TokenSequence): Line
       alignment: `by ${how}: the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} at offset ${o} of the ${shortIsTrain ? 'engine' : 'trainer'}'s ${long.length}`,
     };
   }
-  if (a.length !== b.length) return { error: `the sides name their tokens differently (ids on one, texts on the other) and their lengths differ (${a.length} and ${b.length}): cannot line them up` };
-  return { train: a, infer: b, alignment: `by position (${a.length}): one side names ids, the other texts, so the tokens are not verified` };
+  if (a.length !== b.length)
+    return {
+      error: `the sides name their tokens differently (ids on one, texts on the other) and their lengths differ (${a.length} and ${b.length}): cannot line them up`,
+    };
+  return {
+    train: a,
+    infer: b,
+    alignment: `by position (${a.length}): one side names ids, the other texts, so the tokens are not verified`,
+  };
 }
 
 const PLACEHOLDER = /^token_id:(\d+)$/;
@@ -183,7 +212,8 @@ function reconcileTops(c: TokenStep[], b: TokenStep[]): string | null {
   };
   fix(c);
   fix(b);
-  if (keySpace(c).texts && keySpace(b).texts) return 'alternatives keyed by token ids on one side were spelled from the tokens both sides name, and matched by text';
+  if (keySpace(c).texts && keySpace(b).texts)
+    return 'alternatives keyed by token ids on one side were spelled from the tokens both sides name, and matched by text';
   for (const s of [...c, ...b]) {
     s.top = [];
     delete s.topIds;
@@ -244,7 +274,15 @@ function trainingBlock(c: Comparison, alignment: string): TrainingBlock {
     infer: 'baseline',
     positions: c.positions.length,
     alignment,
-    ratio: { mean: n ? sum / n : null, min: n ? min : null, max: n ? max : null, n, outside, outsideShare: n ? outside / n : null, bounds: RATIO_BOUNDS },
+    ratio: {
+      mean: n ? sum / n : null,
+      min: n ? min : null,
+      max: n ? max : null,
+      n,
+      outside,
+      outsideShare: n ? outside / n : null,
+      bounds: RATIO_BOUNDS,
+    },
     klSampled: n ? Math.max(0, k3 / n) : null,
     worst,
   };
@@ -255,18 +293,31 @@ function trainingBlock(c: Comparison, alignment: string): TrainingBlock {
  * position compared (`compare` on the forced steps: shift, KL, health, definition checks), and
  * the training block.
  */
-export function compareTraining(train: TokenSequence, infer: TokenSequence, t: Thresholds): TrainingComparison | { error: string } {
+export function compareTraining(
+  train: TokenSequence,
+  infer: TokenSequence,
+  t: Thresholds,
+): TrainingComparison | { error: string } {
   const r = trainingPair(train, infer, t);
   return 'error' in r ? r : r.comparison;
 }
 
 /** {@link compareTraining}, with both sides' lined-up steps as parsed responses (for the report's token strips). */
-export function trainingPair(train: TokenSequence, infer: TokenSequence, t: Thresholds): { comparison: TrainingComparison; candidate: ParsedResponse; baseline: ParsedResponse } | { error: string } {
+export function trainingPair(
+  train: TokenSequence,
+  infer: TokenSequence,
+  t: Thresholds,
+): { comparison: TrainingComparison; candidate: ParsedResponse; baseline: ParsedResponse } | { error: string } {
   const lined = alignSequences(train, infer);
   if ('error' in lined) return lined;
   const [c, b] = sameChosen(lined.train, lined.infer);
   // Each side's own numbers are checked before their alternatives are made comparable (which may drop them).
-  const definition = definitionChecks(c, b, c.length, c.every((x) => x.topIds !== undefined) && b.every((x) => x.topIds !== undefined));
+  const definition = definitionChecks(
+    c,
+    b,
+    c.length,
+    c.every((x) => x.topIds !== undefined) && b.every((x) => x.topIds !== undefined),
+  );
   const note = reconcileTops(c, b);
   const candidate = asForced(c);
   const baseline = asForced(b);
@@ -275,7 +326,11 @@ export function trainingPair(train: TokenSequence, infer: TokenSequence, t: Thre
   if (note) cmp.definition = definition;
   if (cmp.verdict === 'incomparable') return { error: cmp.notes[0] ?? 'incomparable' };
   const health = cmp.health ? { ...cmp.health, over: 'scored' as const } : undefined;
-  const out: TrainingComparison = { ...cmp, ...(health ? { health } : {}), training: trainingBlock(cmp, lined.alignment) };
+  const out: TrainingComparison = {
+    ...cmp,
+    ...(health ? { health } : {}),
+    training: trainingBlock(cmp, lined.alignment),
+  };
   const id = train.id ?? infer.id;
   if (id !== undefined) out.id = id;
   return { comparison: out, candidate, baseline };
@@ -285,15 +340,25 @@ export function trainingPair(train: TokenSequence, infer: TokenSequence, t: Thre
  * Pairs the sequences of two files: by `id` when every sequence on both sides has one, else in
  * order (the counts must agree). Returns why not.
  */
-export function pairSequences(train: readonly TokenSequence[], infer: readonly TokenSequence[]): Array<[TokenSequence, TokenSequence]> | { error: string } {
-  if (train.length === 0 || infer.length === 0) return { error: `no sequence on ${train.length === 0 ? 'the trainer' : 'the engine'}'s side` };
+export function pairSequences(
+  train: readonly TokenSequence[],
+  infer: readonly TokenSequence[],
+): Array<[TokenSequence, TokenSequence]> | { error: string } {
+  if (train.length === 0 || infer.length === 0)
+    return { error: `no sequence on ${train.length === 0 ? 'the trainer' : 'the engine'}'s side` };
   const ided = train.every((s) => s.id !== undefined) && infer.every((s) => s.id !== undefined);
   if (ided) {
     const byId = new Map(infer.map((s) => [s.id!, s] as const));
     const missing = train.filter((s) => !byId.has(s.id!)).map((s) => s.id!);
     if (missing.length === 0) return train.map((s) => [s, byId.get(s.id!)!]);
-    if (train.length !== infer.length) return { error: `sequence ids ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', …' : ''} have no counterpart on the other side` };
+    if (train.length !== infer.length)
+      return {
+        error: `sequence ids ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', …' : ''} have no counterpart on the other side`,
+      };
   }
-  if (train.length !== infer.length) return { error: `${train.length} sequences on one side and ${infer.length} on the other (pair them by "id", or give the same number in the same order)` };
+  if (train.length !== infer.length)
+    return {
+      error: `${train.length} sequences on one side and ${infer.length} on the other (pair them by "id", or give the same number in the same order)`,
+    };
   return train.map((s, i) => [s, infer[i]!]);
 }

@@ -32,10 +32,19 @@ export const DEFAULT_THRESHOLDS: Readonly<Thresholds> = Object.freeze({
 });
 
 /** The five thresholds out of a wider object (a config's `analysis`, which also holds `scoring`). */
-export function pickThresholds(a: Readonly<Omit<Thresholds, 'noiseFloor'> & { noiseFloor: unknown }>, noiseFloor?: number): Thresholds {
+export function pickThresholds(
+  a: Readonly<Omit<Thresholds, 'noiseFloor'> & { noiseFloor: unknown }>,
+  noiseFloor?: number,
+): Thresholds {
   const floor = noiseFloor ?? a.noiseFloor;
   if (typeof floor !== 'number') throw new TypeError('pickThresholds: a numeric noise floor is needed');
-  return { noiseFloor: floor, gapAmbiguous: a.gapAmbiguous, gapSystematic: a.gapSystematic, globalFraction: a.globalFraction, minAligned: a.minAligned };
+  return {
+    noiseFloor: floor,
+    gapAmbiguous: a.gapAmbiguous,
+    gapSystematic: a.gapSystematic,
+    globalFraction: a.globalFraction,
+    minAligned: a.minAligned,
+  };
 }
 
 /**
@@ -54,7 +63,15 @@ export function pickThresholds(a: Readonly<Omit<Thresholds, 'noiseFloor'> & { no
  * - `tokenIdPlaceholder`: the token came as vLLM's `token_id:N`; its text is unknown.
  * - `probability`: the value came as a probability (llama.cpp `post_sampling_probs`) and was logged.
  */
-export type StepFlag = 'sentinel' | 'nullLogprob' | 'missingTop' | 'sentinelInTop' | 'collapsedTopK' | 'duplicateTopKeys' | 'tokenIdPlaceholder' | 'probability';
+export type StepFlag =
+  | 'sentinel'
+  | 'nullLogprob'
+  | 'missingTop'
+  | 'sentinelInTop'
+  | 'collapsedTopK'
+  | 'duplicateTopKeys'
+  | 'tokenIdPlaceholder'
+  | 'probability';
 
 /** One top-k alternative: `[token, logprob]`, the logprob finite or `-Infinity` for a sentinel. */
 export type TopEntry = [token: string, logprob: number];
@@ -81,7 +98,8 @@ export interface TokenStep {
  * The wire format a body was recognised as. `error` is an error envelope from the server,
  * `unknown` anything that is not a completion response.
  */
-export type ResponseFormat = 'completions' | 'chat' | 'llamacpp-completions' | 'llamacpp-native' | 'sglang-native' | 'error' | 'unknown';
+export type ResponseFormat =
+  'completions' | 'chat' | 'llamacpp-completions' | 'llamacpp-native' | 'sglang-native' | 'error' | 'unknown';
 
 /** A response body reduced to its token steps. */
 export interface ParsedResponse {
@@ -107,7 +125,15 @@ export interface ParsedResponse {
  * The seven verdicts, in the documented order of precedence (the first that matches wins): the one
  * list every other place (metrics' zero-initialised series, reports, `--fail-on`) uses.
  */
-export const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'] as const;
+export const VERDICTS = [
+  'incomparable',
+  'tokenizer_mismatch',
+  'identical',
+  'noise',
+  'early_shift',
+  'global_shift',
+  'local_shift',
+] as const;
 
 /** A verdict: one of {@link VERDICTS}. */
 export type Verdict = (typeof VERDICTS)[number];

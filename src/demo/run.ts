@@ -80,10 +80,15 @@ export interface DemoSummary {
 export function pairLine(n: number, pair: MirroredPair): string {
   const a = pair.analysis;
   if (!a) return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${pair.outcome}`;
-  const flip = a.flip ? `flip@${a.flip.index} gap ${a.flip.lowerBound ? '≥ ' : ''}${formatNats(a.flip.gap)} ${a.flip.class}` : 'no flip';
+  const flip = a.flip
+    ? `flip@${a.flip.index} gap ${a.flip.lowerBound ? '≥ ' : ''}${formatNats(a.flip.gap)} ${a.flip.class}`
+    : 'no flip';
   const s = a.scored;
   const free = `free-running ${String(a.shifted).padStart(3)}/${String(a.comparable).padEnd(3)} max ${formatNats(a.maxShift)}`;
-  const forced = s?.outcome === 'ok' && (s.comparable ?? 0) > 0 ? `  teacher-forced ${String(s.shifted).padStart(3)}/${String(s.comparable).padEnd(3)} max ${formatNats(s.maxShift ?? null)}` : '';
+  const forced =
+    s?.outcome === 'ok' && (s.comparable ?? 0) > 0
+      ? `  teacher-forced ${String(s.shifted).padStart(3)}/${String(s.comparable).padEnd(3)} max ${formatNats(s.maxShift ?? null)}`
+      : '';
   const where = a.locus ? `  locus ${a.locus}` : '';
   return `#${String(n).padStart(4)} ${pair.route.padEnd(21)} ${a.verdict.padEnd(18)} aligned ${String(a.aligned).padStart(3)}  ${free}${forced}  ${flip}${where}`;
 }
@@ -137,7 +142,11 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
 }
 
 /** The demo's config: the engines behind the proxy at sampleRate 1, the capture on, a short alert window. */
-function demoConfig(options: DemoOptions, engines: DemoEngines, alertCfg: NonNullable<DemoOptions['alert']>): ReturnType<typeof buildConfig> {
+function demoConfig(
+  options: DemoOptions,
+  engines: DemoEngines,
+  alertCfg: NonNullable<DemoOptions['alert']>,
+): ReturnType<typeof buildConfig> {
   // Baseline-free, every request is a repeat probe. With a baseline, one in five requests is:
   // their first copy runs cold (the cache emptied before it) and matches the baseline, the rest
   // reuse the client's prefix and show a cache fault in the pair — the "sometimes yes, sometimes
@@ -152,7 +161,13 @@ function demoConfig(options: DemoOptions, engines: DemoEngines, alertCfg: NonNul
     admin: { host: '127.0.0.1', port: options.adminPort },
     candidate: { url: engines.candidateUrl },
     baseline: options.baselineFree ? null : { url: engines.baselineUrl },
-    mirror: { sampleRate: 1, concurrency: engines.mirrorConcurrency, queueSize: 64, maxTokens: engines.maxTokens, ...(repeat ? { repeat } : {}) },
+    mirror: {
+      sampleRate: 1,
+      concurrency: engines.mirrorConcurrency,
+      queueSize: 64,
+      maxTokens: engines.maxTokens,
+      ...(repeat ? { repeat } : {}),
+    },
     alert: { ...alertCfg, cusum: { k: 0.5, h: 5 } },
     capture: { enabled: true, dir: options.captureDir },
     // The demo's engines are its own: whether they answer is worth a line, the full probe's ~25
@@ -163,24 +178,46 @@ function demoConfig(options: DemoOptions, engines: DemoEngines, alertCfg: NonNul
 }
 
 /** The opening block: what runs where, what to open, how to try it. */
-function banner(options: DemoOptions, engines: DemoEngines, urls: { proxyUrl: string; adminUrl: string }, alertCfg: NonNullable<DemoOptions['alert']>): void {
+function banner(
+  options: DemoOptions,
+  engines: DemoEngines,
+  urls: { proxyUrl: string; adminUrl: string },
+  alertCfg: NonNullable<DemoOptions['alert']>,
+): void {
   const { out } = options;
   const { proxyUrl, adminUrl } = urls;
   out(`logprobe demo — ${engines.kind}`);
   out(`  candidate ${engines.candidateUrl}  (${engines.candidateLabel})`);
-  out(options.baselineFree ? '  baseline  none: the candidate against itself (each request twice: cold, then warm from its cache)' : `  baseline  ${engines.baselineUrl}  (clean)`);
-  if (options.repeats && !options.baselineFree) out('  repeats   1 in 5 mirrored requests once more to each backend: cold (cache emptied), then warm from its prefix cache');
+  out(
+    options.baselineFree
+      ? '  baseline  none: the candidate against itself (each request twice: cold, then warm from its cache)'
+      : `  baseline  ${engines.baselineUrl}  (clean)`,
+  );
+  if (options.repeats && !options.baselineFree)
+    out(
+      '  repeats   1 in 5 mirrored requests once more to each backend: cold (cache emptied), then warm from its prefix cache',
+    );
   out(`  captures  ${options.captureDir}`);
   out(`  proxy     ${proxyUrl}   (every request mirrored: sampleRate 1)`);
   out(`  live page ${adminUrl}/ui   (verdicts, alerts and token strips as they come; open it while the demo runs)`);
   out(`  metrics   ${adminUrl}/metrics`);
-  out(`  try:      curl -s ${proxyUrl}/v1/chat/completions -H 'content-type: application/json' -d '{"messages":[{"role":"user","content":"hello"}],"max_tokens":16}'`);
-  out(`  alert window ${alertCfg.window} requests, min ${alertCfg.minRequests}, for ${alertCfg.forSeconds} s; ${options.duration ? `running ${options.duration} s` : 'Ctrl-C to stop'}`);
+  out(
+    `  try:      curl -s ${proxyUrl}/v1/chat/completions -H 'content-type: application/json' -d '{"messages":[{"role":"user","content":"hello"}],"max_tokens":16}'`,
+  );
+  out(
+    `  alert window ${alertCfg.window} requests, min ${alertCfg.minRequests}, for ${alertCfg.forSeconds} s; ${options.duration ? `running ${options.duration} s` : 'Ctrl-C to stop'}`,
+  );
   out('');
 }
 
 /** The client's traffic until the signal or the duration, a progress line every 5 s; how many requests were sent. */
-async function driveTraffic(options: DemoOptions, engines: DemoEngines, proxyUrl: string, live: ReturnType<typeof createRuntime>, tally: DemoTally): Promise<number> {
+async function driveTraffic(
+  options: DemoOptions,
+  engines: DemoEngines,
+  proxyUrl: string,
+  live: ReturnType<typeof createRuntime>,
+  tally: DemoTally,
+): Promise<number> {
   const stop = new AbortController();
   const onAbort = () => stop.abort();
   if (options.signal.aborted) stop.abort();
@@ -197,7 +234,13 @@ async function driveTraffic(options: DemoOptions, engines: DemoEngines, proxyUrl
     );
   }, 5000);
   try {
-    return await runTraffic({ proxyUrl, rate: options.rate, maxTokens: engines.maxTokens, signal: stop.signal, onResponse: () => answered++ });
+    return await runTraffic({
+      proxyUrl,
+      rate: options.rate,
+      maxTokens: engines.maxTokens,
+      signal: stop.signal,
+      onResponse: () => answered++,
+    });
   } finally {
     clearInterval(progress);
     if (timer) clearTimeout(timer);
@@ -227,7 +270,8 @@ class DemoTally {
     // Outcomes, pair verdicts and repeat verdicts are three tallies: a pair has one outcome,
     // at most one verdict (none baseline-free), and one verdict per repeat probe.
     this.outcomes[pair.outcome] = (this.outcomes[pair.outcome] ?? 0) + 1;
-    if (pair.analysis && pair.baseline !== null) this.verdicts[pair.analysis.verdict] = (this.verdicts[pair.analysis.verdict] ?? 0) + 1;
+    if (pair.analysis && pair.baseline !== null)
+      this.verdicts[pair.analysis.verdict] = (this.verdicts[pair.analysis.verdict] ?? 0) + 1;
     for (const r of pair.repeats ?? []) {
       const tally = (this.repeats[r.backend] ??= {});
       const key = r.verdict ?? 'failed';
@@ -257,7 +301,11 @@ class DemoTally {
 }
 
 /** The progress line's tallies, each named: pair outcomes, pair verdicts, repeat verdicts per backend. */
-export function tallyText(outcomes: Record<string, number>, verdicts: Record<string, number>, repeats: DemoSummary['repeats']): string {
+export function tallyText(
+  outcomes: Record<string, number>,
+  verdicts: Record<string, number>,
+  repeats: DemoSummary['repeats'],
+): string {
   const list = (r: Record<string, number>) =>
     Object.entries(r)
       .map(([k, v]) => `${k} ${v}`)
@@ -272,7 +320,8 @@ export function tallyText(outcomes: Record<string, number>, verdicts: Record<str
 const PROBE_WORDS: Partial<Record<ProbeShape, string>> = {
   not_cold: 'both runs warm (the first was not cold: another request left a shared prefix)',
   not_warm: 'both runs cold (the second was not warm: its prefix was evicted)',
-  unprobed: 'unprobed (the engine reports no cache hits and no flush was confirmed: cold and warm cannot be told apart)',
+  unprobed:
+    'unprobed (the engine reports no cache hits and no flush was confirmed: cold and warm cannot be told apart)',
 };
 
 /** What a repeat found, in words: the cold run against the warm one. */

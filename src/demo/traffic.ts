@@ -46,7 +46,14 @@ export async function runTraffic(options: TrafficOptions): Promise<number> {
     const stream = index % 3 === 0;
     const route = chat ? '/v1/chat/completions' : '/v1/completions';
     const body = chat
-      ? { model: options.model ?? 'demo', messages: [{ role: 'user', content: prompt }], temperature: 0.8, top_p: 0.95, max_tokens: maxTokens, stream }
+      ? {
+          model: options.model ?? 'demo',
+          messages: [{ role: 'user', content: prompt }],
+          temperature: 0.8,
+          top_p: 0.95,
+          max_tokens: maxTokens,
+          stream,
+        }
       : { model: options.model ?? 'demo', prompt, temperature: 0.7, max_tokens: maxTokens, stream };
     const p = (async () => {
       try {

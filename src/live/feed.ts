@@ -122,16 +122,31 @@ export interface LiveData {
 }
 
 const cut = (s: string, n: number): string => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
-const cutTop = (top: Array<[string, number | null]>): Array<[string, number | null]> => top.map(([t, v]) => [cut(t, TOKEN_CHARS), v]);
+const cutTop = (top: Array<[string, number | null]>): Array<[string, number | null]> =>
+  top.map(([t, v]) => [cut(t, TOKEN_CHARS), v]);
 
 /** The strip with every token, the id and the top-k bounded in length. */
 function bounded(s: LiveStrip): LiveStrip {
   return {
     ...s,
     id: cut(s.id, ID_CHARS),
-    tokens: s.tokens.map((t) => ({ ...t, t: cut(t.t, TOKEN_CHARS), ...(t.c !== undefined ? { c: cut(t.c, TOKEN_CHARS) } : {}), tc: cutTop(t.tc), tb: cutTop(t.tb) })),
+    tokens: s.tokens.map((t) => ({
+      ...t,
+      t: cut(t.t, TOKEN_CHARS),
+      ...(t.c !== undefined ? { c: cut(t.c, TOKEN_CHARS) } : {}),
+      tc: cutTop(t.tc),
+      tb: cutTop(t.tb),
+    })),
     ...(s.scored ? { scored: s.scored.map((x) => ({ ...x, t: cut(x.t, TOKEN_CHARS) })) } : {}),
-    ...(s.flip ? { flip: { ...s.flip, baselineToken: cut(s.flip.baselineToken, TOKEN_CHARS), candidateToken: cut(s.flip.candidateToken, TOKEN_CHARS) } } : {}),
+    ...(s.flip
+      ? {
+          flip: {
+            ...s.flip,
+            baselineToken: cut(s.flip.baselineToken, TOKEN_CHARS),
+            candidateToken: cut(s.flip.candidateToken, TOKEN_CHARS),
+          },
+        }
+      : {}),
   };
 }
 
@@ -141,7 +156,13 @@ export function promptExcerpt(request: Record<string, unknown>): string | null {
     if (typeof v === 'string') return v;
     if (Array.isArray(v)) {
       const parts = v
-        .map((p) => (typeof p === 'string' ? p : p !== null && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : ''))
+        .map((p) =>
+          typeof p === 'string'
+            ? p
+            : p !== null && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string'
+              ? (p as { text: string }).text
+              : '',
+        )
         .filter(Boolean);
       return parts.length > 0 ? parts.join(' ') : null;
     }
@@ -150,7 +171,9 @@ export function promptExcerpt(request: Record<string, unknown>): string | null {
   let out: string | null = null;
   if (Array.isArray(request.messages)) {
     const msgs = request.messages as Array<{ role?: unknown; content?: unknown }>;
-    const user = [...msgs].reverse().find((m) => m !== null && typeof m === 'object' && m.role === 'user') ?? msgs[msgs.length - 1];
+    const user =
+      [...msgs].reverse().find((m) => m !== null && typeof m === 'object' && m.role === 'user') ??
+      msgs[msgs.length - 1];
     out = user && typeof user === 'object' ? text(user.content) : null;
   } else {
     out = text(request.prompt);
@@ -158,7 +181,8 @@ export function promptExcerpt(request: Record<string, unknown>): string | null {
   return out === null ? null : cut(out.replace(/\s+/g, ' ').trim(), PROMPT_CHARS);
 }
 
-const zeros = <K extends string>(keys: readonly K[]): Record<K, number> => Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
+const zeros = <K extends string>(keys: readonly K[]): Record<K, number> =>
+  Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
 
 export class LiveFeed {
   private readonly pairs: LivePair[] = [];
@@ -170,9 +194,18 @@ export class LiveFeed {
   private noiseFloor: number | null = null;
   private readonly outcomes: Partial<Record<MirrorOutcome, number>> = {};
   private readonly verdicts = zeros(VERDICTS);
-  private readonly self: Record<Backend, Record<SelfVerdict, number>> = { candidate: zeros(SELF_VERDICTS), baseline: zeros(SELF_VERDICTS) };
-  private readonly probes: Record<Backend, Record<ProbeShape, number>> = { candidate: zeros(PROBE_SHAPES), baseline: zeros(PROBE_SHAPES) };
-  private readonly selfAlerts: Record<Backend, { firing: boolean; since: number | null }> = { candidate: { firing: false, since: null }, baseline: { firing: false, since: null } };
+  private readonly self: Record<Backend, Record<SelfVerdict, number>> = {
+    candidate: zeros(SELF_VERDICTS),
+    baseline: zeros(SELF_VERDICTS),
+  };
+  private readonly probes: Record<Backend, Record<ProbeShape, number>> = {
+    candidate: zeros(PROBE_SHAPES),
+    baseline: zeros(PROBE_SHAPES),
+  };
+  private readonly selfAlerts: Record<Backend, { firing: boolean; since: number | null }> = {
+    candidate: { firing: false, since: null },
+    baseline: { firing: false, since: null },
+  };
   private readonly lastTransition = new Map<string, LiveAlert['last']>();
   private readonly timer: NodeJS.Timeout;
 
@@ -194,7 +227,13 @@ export class LiveFeed {
   private point(): LivePoint {
     const d = this.detector();
     const p = this.permutation();
-    return { t: this.now(), share: pooledShare(d as DetectorState), cusum: d.cusum, requests: d.recent.length, ...(p ? { pvalue: p.pValue(), pvaluePairs: p.pairs } : {}) };
+    return {
+      t: this.now(),
+      share: pooledShare(d as DetectorState),
+      cusum: d.cusum,
+      requests: d.recent.length,
+      ...(p ? { pvalue: p.pValue(), pvaluePairs: p.pairs } : {}),
+    };
   }
 
   /** One point a second; the oldest beyond {@link LIVE_SECONDS} go. */
@@ -241,10 +280,18 @@ export class LiveFeed {
 
   /** The pair's strip (candidate against baseline), or baseline-free the first repeat's (second run against first). */
   private strip(seq: number, pair: MirroredPair): LiveStrip | null {
-    const meta = { n: seq, id: pair.id, at: `${pair.ts.slice(11, 19)}Z`, route: pair.route, noiseFloor: pair.noiseFloor };
+    const meta = {
+      n: seq,
+      id: pair.id,
+      at: `${pair.ts.slice(11, 19)}Z`,
+      route: pair.route,
+      noiseFloor: pair.noiseFloor,
+    };
     try {
       if (pair.analysis && pair.baseline && pair.outcome !== 'unparseable') {
-        return bounded(buildStrip(meta, pair.analysis, parseResponse(pair.candidate.body), parseResponse(pair.baseline.body)));
+        return bounded(
+          buildStrip(meta, pair.analysis, parseResponse(pair.candidate.body), parseResponse(pair.baseline.body)),
+        );
       }
       const r = pair.repeats?.find((x) => x.analysis !== null && x.analysis.verdict !== 'incomparable');
       if (r && r.analysis) {
@@ -263,7 +310,8 @@ export class LiveFeed {
   onAlert(t: AlertTransition): void {
     const key = t.backend ? `${t.alert}/${t.backend}` : t.alert;
     this.lastTransition.set(key, { to: t.to, at: t.at * 1000, evidence: t.evidence });
-    if (t.alert === 'LogprobSelfInconsistency' && t.backend) this.selfAlerts[t.backend] = { firing: t.to === 'firing', since: t.at * 1000 };
+    if (t.alert === 'LogprobSelfInconsistency' && t.backend)
+      this.selfAlerts[t.backend] = { firing: t.to === 'firing', since: t.at * 1000 };
   }
 
   private alerts(): LiveAlert[] {

@@ -15,7 +15,15 @@ export function redactPaths(extra: readonly string[] = []): string[] {
   for (const k of keys) {
     const key = /^[A-Za-z_$][\w$]*$/.test(k) ? `.${k}` : `["${k}"]`;
     const top = key.startsWith('.') ? key.slice(1) : key;
-    paths.push(top, `headers${key}`, `req.headers${key}`, `request.headers${key}`, `res.headers${key}`, `clientHeaders${key}`, `err.headers${key}`);
+    paths.push(
+      top,
+      `headers${key}`,
+      `req.headers${key}`,
+      `request.headers${key}`,
+      `res.headers${key}`,
+      `clientHeaders${key}`,
+      `err.headers${key}`,
+    );
   }
   return [...new Set(paths)];
 }
@@ -43,11 +51,23 @@ export function scrubLine(line: string, rule: Redaction, secrets: readonly strin
  * mirror logs about one request (an upstream's error text, a scoring failure's reason) may quote
  * the headers that request carried. Errors become plain `{type, message, code, stack}`.
  */
-export function scrubFields(fields: Record<string, unknown>, rule: Redaction, secrets: readonly string[]): Record<string, unknown> {
+export function scrubFields(
+  fields: Record<string, unknown>,
+  rule: Redaction,
+  secrets: readonly string[],
+): Record<string, unknown> {
   if (secrets.length === 0) return fields;
   const plain: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(fields)) {
-    plain[k] = v instanceof Error ? { type: v.name, message: v.message, ...((v as { code?: unknown }).code !== undefined ? { code: (v as { code?: unknown }).code } : {}), stack: v.stack } : v;
+    plain[k] =
+      v instanceof Error
+        ? {
+            type: v.name,
+            message: v.message,
+            ...((v as { code?: unknown }).code !== undefined ? { code: (v as { code?: unknown }).code } : {}),
+            stack: v.stack,
+          }
+        : v;
   }
   return rule.scrub(plain, secrets, { byName: false }) as Record<string, unknown>;
 }
@@ -67,7 +87,12 @@ export function stdoutDestination(): LogDestination {
  * The one root logger: JSON lines, written to `destination` (default stdout), secrets redacted
  * by name (pino paths) and the configured `keys` (`baseline.apiKey`) by value in every line.
  */
-export function createLogger(options: { level: string; redact?: readonly string[]; keys?: ReadonlyArray<string | null | undefined>; destination?: LogDestination }): Logger {
+export function createLogger(options: {
+  level: string;
+  redact?: readonly string[];
+  keys?: ReadonlyArray<string | null | undefined>;
+  destination?: LogDestination;
+}): Logger {
   const rule = new Redaction({ fields: options.redact, keys: options.keys });
   return pino(
     {

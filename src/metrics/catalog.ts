@@ -36,7 +36,13 @@ export interface MetricSpec {
 }
 
 export const METRIC_CATALOG = [
-  { name: 'logprobe_proxy_requests_total', type: 'counter', help: 'Client requests proxied to the candidate, by route and status class.', labelNames: ['route', 'status_class'], owner: 'main' },
+  {
+    name: 'logprobe_proxy_requests_total',
+    type: 'counter',
+    help: 'Client requests proxied to the candidate, by route and status class.',
+    labelNames: ['route', 'status_class'],
+    owner: 'main',
+  },
   {
     name: 'logprobe_shadow_requests_total',
     type: 'counter',
@@ -44,7 +50,14 @@ export const METRIC_CATALOG = [
     labelNames: ['route', 'status_class'],
     owner: 'main',
   },
-  { name: 'logprobe_proxy_request_duration_seconds', type: 'histogram', help: 'Client request duration through the proxy, seconds.', labelNames: ['route'], owner: 'main', buckets: LATENCY_BUCKETS },
+  {
+    name: 'logprobe_proxy_request_duration_seconds',
+    type: 'histogram',
+    help: 'Client request duration through the proxy, seconds.',
+    labelNames: ['route'],
+    owner: 'main',
+    buckets: LATENCY_BUCKETS,
+  },
   // Both: the proxy's thread counts what it never hands over (skipped: not a mirrored kind;
   // dropped: the hand-over is full, the worker is gone or closing), the worker everything it takes.
   {
@@ -78,7 +91,14 @@ export const METRIC_CATALOG = [
     owner: 'worker',
     buckets: NATS_BUCKETS,
   },
-  { name: 'logprobe_token_gap_nats', type: 'histogram', help: 'Baseline top-1 minus top-2 logprob, per comparable position, nats.', labelNames: ['route'], owner: 'worker', buckets: NATS_BUCKETS },
+  {
+    name: 'logprobe_token_gap_nats',
+    type: 'histogram',
+    help: 'Baseline top-1 minus top-2 logprob, per comparable position, nats.',
+    labelNames: ['route'],
+    owner: 'worker',
+    buckets: NATS_BUCKETS,
+  },
   {
     name: 'logprobe_flip_gap_nats',
     type: 'histogram',
@@ -95,7 +115,14 @@ export const METRIC_CATALOG = [
     owner: 'worker',
     buckets: NATS_BUCKETS,
   },
-  { name: 'logprobe_first_divergence_tokens', type: 'histogram', help: 'Position of the first divergence, for pairs that diverge.', labelNames: ['route'], owner: 'worker', buckets: POSITION_BUCKETS },
+  {
+    name: 'logprobe_first_divergence_tokens',
+    type: 'histogram',
+    help: 'Position of the first divergence, for pairs that diverge.',
+    labelNames: ['route'],
+    owner: 'worker',
+    buckets: POSITION_BUCKETS,
+  },
   {
     name: 'logprobe_verdicts_total',
     type: 'counter',
@@ -110,7 +137,13 @@ export const METRIC_CATALOG = [
     labelNames: [],
     owner: 'worker',
   },
-  { name: 'logprobe_cusum_statistic', type: 'gauge', help: 'One-sided CUSUM of per-request maxShift / noiseFloor.', labelNames: [], owner: 'worker' },
+  {
+    name: 'logprobe_cusum_statistic',
+    type: 'gauge',
+    help: 'One-sided CUSUM of per-request maxShift / noiseFloor.',
+    labelNames: [],
+    owner: 'worker',
+  },
   {
     name: 'logprobe_alert_test_pvalue',
     type: 'gauge',
@@ -118,8 +151,20 @@ export const METRIC_CATALOG = [
     labelNames: [],
     owner: 'worker',
   },
-  { name: 'logprobe_alert_firing', type: 'gauge', help: 'In-process alert state: 1 firing, 0 not (LogprobSelfInconsistency per backend).', labelNames: ['alert', 'backend'], owner: 'worker' },
-  { name: 'logprobe_noise_floor_nats', type: 'gauge', help: 'Noise floor in force, nats.', labelNames: [], owner: 'worker' },
+  {
+    name: 'logprobe_alert_firing',
+    type: 'gauge',
+    help: 'In-process alert state: 1 firing, 0 not (LogprobSelfInconsistency per backend).',
+    labelNames: ['alert', 'backend'],
+    owner: 'worker',
+  },
+  {
+    name: 'logprobe_noise_floor_nats',
+    type: 'gauge',
+    help: 'Noise floor in force, nats.',
+    labelNames: [],
+    owner: 'worker',
+  },
   {
     name: 'logprobe_noise_floor_observed_nats',
     type: 'gauge',
@@ -127,7 +172,13 @@ export const METRIC_CATALOG = [
     labelNames: ['backend'],
     owner: 'worker',
   },
-  { name: 'logprobe_mirror_queue_depth', type: 'gauge', help: 'Mirrored requests waiting to be dispatched.', labelNames: [], owner: 'worker' },
+  {
+    name: 'logprobe_mirror_queue_depth',
+    type: 'gauge',
+    help: 'Mirrored requests waiting to be dispatched.',
+    labelNames: [],
+    owner: 'worker',
+  },
   {
     name: 'logprobe_proxy_overflow_total',
     type: 'counter',
@@ -151,8 +202,20 @@ export const METRIC_CATALOG = [
   },
   // Both: the proxy's thread has the client path's candidate pool, the worker the mirror's
   // candidate and baseline pools; a backend's figure is the sum.
-  { name: 'logprobe_upstream_connections', type: 'gauge', help: 'Open connections to each upstream (the client path and the mirror together).', labelNames: ['backend'], owner: 'both' },
-  { name: 'logprobe_capture_errors_total', type: 'counter', help: 'Capture write failures, by reason.', labelNames: ['reason'], owner: 'worker' },
+  {
+    name: 'logprobe_upstream_connections',
+    type: 'gauge',
+    help: 'Open connections to each upstream (the client path and the mirror together).',
+    labelNames: ['backend'],
+    owner: 'both',
+  },
+  {
+    name: 'logprobe_capture_errors_total',
+    type: 'counter',
+    help: 'Capture write failures, by reason.',
+    labelNames: ['reason'],
+    owner: 'worker',
+  },
   {
     name: 'logprobe_capture_records_dropped_total',
     type: 'counter',
@@ -160,7 +223,13 @@ export const METRIC_CATALOG = [
     labelNames: ['reason'],
     owner: 'worker',
   },
-  { name: 'logprobe_capture_ok', type: 'gauge', help: 'Captures enabled and working: 0 from a record lost until a write succeeds again, then 1.', labelNames: [], owner: 'worker' },
+  {
+    name: 'logprobe_capture_ok',
+    type: 'gauge',
+    help: 'Captures enabled and working: 0 from a record lost until a write succeeds again, then 1.',
+    labelNames: [],
+    owner: 'worker',
+  },
   {
     name: 'logprobe_scoring_total',
     type: 'counter',
@@ -230,7 +299,9 @@ export type MetricNameOf<T extends MetricType> = Extract<CatalogEntry, { type: T
  * metric without labels gets one name no caller writes (prom-client's label type for none is
  * `{}`, which takes any object), so a label given to it fails too.
  */
-export type LabelOf<N extends MetricName> = [Extract<CatalogEntry, { name: N }>['labelNames'][number]] extends [never] ? '(no labels)' : Extract<CatalogEntry, { name: N }>['labelNames'][number];
+export type LabelOf<N extends MetricName> = [Extract<CatalogEntry, { name: N }>['labelNames'][number]] extends [never]
+  ? '(no labels)'
+  : Extract<CatalogEntry, { name: N }>['labelNames'][number];
 
 /** The catalogue's metrics a thread registers: its own and those owned by both. */
 export function metricsOf(thread: MetricThread): MetricSpec[] {
@@ -242,9 +313,19 @@ export function metricsOf(thread: MetricThread): MetricSpec[] {
  * the series of its metrics for every known value at 0 when it starts (src/metrics/registry.ts),
  * so that every series a dashboard panel or a rule reads exists on a fresh proxy.
  */
-export const MIRROR_OUTCOMES = ['ok', 'dropped', 'skipped', 'candidate_error', 'baseline_error', 'unparseable', 'incomparable'] as const;
+export const MIRROR_OUTCOMES = [
+  'ok',
+  'dropped',
+  'skipped',
+  'candidate_error',
+  'baseline_error',
+  'unparseable',
+  'incomparable',
+] as const;
 /** The outcomes the proxy's thread counts itself (src/mirror/thread.ts): what it never hands over. */
-export const MAIN_MIRROR_OUTCOMES = ['skipped', 'dropped'] as const satisfies ReadonlyArray<(typeof MIRROR_OUTCOMES)[number]>;
+export const MAIN_MIRROR_OUTCOMES = ['skipped', 'dropped'] as const satisfies ReadonlyArray<
+  (typeof MIRROR_OUTCOMES)[number]
+>;
 export const ALERT_NAMES = ['LogprobGlobalShift', 'LogprobSustainedShift', 'LogprobSelfInconsistency'] as const;
 export const BACKENDS = ['candidate', 'baseline'] as const;
 /** Outcomes of `logprobe_scoring_total`. */
@@ -254,7 +335,16 @@ export const FLIP_CLASSES = ['ambiguous', 'gray', 'systematic'] as const satisfi
 /** `logprobe_proxy_requests_total{status_class}`: the status' hundreds, `aborted` for a client gone (499). */
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'aborted'] as const;
 /** `logprobe_proxy_refused_total{reason}`: the client-side limits and HTTP rules the proxy answers itself (src/proxy/app.ts). */
-export const REFUSAL_REASONS = ['body_timeout', 'body_too_large', 'head_timeout', 'header_too_large', 'transfer_encoding', 'duplicate_host', 'connect', 'malformed'] as const;
+export const REFUSAL_REASONS = [
+  'body_timeout',
+  'body_too_large',
+  'head_timeout',
+  'header_too_large',
+  'transfer_encoding',
+  'duplicate_host',
+  'connect',
+  'malformed',
+] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 /** Every value of a client request's `route` label (src/proxy/routes.ts). */
 export const ROUTE_LABELS = [...KNOWN_ROUTES, 'other'] as const;

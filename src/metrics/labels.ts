@@ -8,7 +8,14 @@
  * Bounded values for the `route` label: the OpenAI-compatible paths users send, anything else
  * is `other` (a path in a label would make the series count unbounded).
  */
-export const KNOWN_ROUTES = ['/v1/completions', '/v1/chat/completions', '/v1/models', '/v1/embeddings', '/v1/responses', '/health'] as const;
+export const KNOWN_ROUTES = [
+  '/v1/completions',
+  '/v1/chat/completions',
+  '/v1/models',
+  '/v1/embeddings',
+  '/v1/responses',
+  '/health',
+] as const;
 
 const known = new Set<string>(KNOWN_ROUTES);
 

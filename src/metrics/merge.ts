@@ -1,4 +1,10 @@
-import { AggregatorRegistry, type Aggregator, type Registry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
+import {
+  AggregatorRegistry,
+  type Aggregator,
+  type Registry,
+  type MetricObjectWithValues,
+  type MetricValue,
+} from 'prom-client';
 
 /** A registry's metrics as `getMetricsAsJSON()` gives them (what crosses threads and processes). */
 export type MetricsJSON = Array<MetricObjectWithValues<MetricValue<string>>>;
@@ -50,7 +56,10 @@ export function retiredPart(last: MetricsJSON): MetricsJSON {
  * every exited process left, kept in one list however many have exited.
  */
 export function sumParts(parts: readonly MetricsJSON[]): MetricsJSON {
-  const families = new Map<string, { metric: MetricObjectWithValues<MetricValue<string>>; values: Map<string, MetricValue<string>> }>();
+  const families = new Map<
+    string,
+    { metric: MetricObjectWithValues<MetricValue<string>>; values: Map<string, MetricValue<string>> }
+  >();
   for (const part of parts) {
     for (const m of part) {
       let f = families.get(m.name);

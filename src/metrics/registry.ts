@@ -1,6 +1,13 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { VERDICTS } from '../core/index.js';
-import { CAPPED_FIELDS, CAPTURE_ERROR_REASONS, ENGINE_NAMES, OVERFLOW_REASONS, routeLabel, type OverflowReason } from './labels.js';
+import {
+  CAPPED_FIELDS,
+  CAPTURE_ERROR_REASONS,
+  ENGINE_NAMES,
+  OVERFLOW_REASONS,
+  routeLabel,
+  type OverflowReason,
+} from './labels.js';
 import {
   ALERT_NAMES,
   BACKENDS,
@@ -83,7 +90,8 @@ export class Metrics {
     this.counter('logprobe_admin_misdirected_total').inc(0);
     for (const reason of REFUSAL_REASONS) this.counter('logprobe_proxy_refused_total').inc({ reason }, 0);
     this.gauge('logprobe_upstream_connections').set({ backend: 'candidate' }, 0);
-    for (const route of mirrorRoutes) for (const outcome of MAIN_MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
+    for (const route of mirrorRoutes)
+      for (const outcome of MAIN_MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
     // Until the worker has answered a scrape (src/mirror/thread.ts sets it).
     this.gauge('logprobe_mirror_worker_up').set(0);
   }
@@ -93,8 +101,16 @@ export class Metrics {
     for (const route of mirrorRoutes) {
       for (const outcome of MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
       for (const verdict of VERDICTS) this.counter('logprobe_verdicts_total').inc({ route, verdict, kind: 'pair' }, 0);
-      for (const backend of BACKENDS) for (const verdict of SELF_VERDICTS) this.counter('logprobe_verdicts_total').inc({ route, verdict, kind: 'self', backend }, 0);
-      for (const name of ['logprobe_token_crosspath_diff_nats', 'logprobe_token_shift_nats', 'logprobe_token_gap_nats', 'logprobe_token_kl_nats', 'logprobe_first_divergence_tokens'] as const) {
+      for (const backend of BACKENDS)
+        for (const verdict of SELF_VERDICTS)
+          this.counter('logprobe_verdicts_total').inc({ route, verdict, kind: 'self', backend }, 0);
+      for (const name of [
+        'logprobe_token_crosspath_diff_nats',
+        'logprobe_token_shift_nats',
+        'logprobe_token_gap_nats',
+        'logprobe_token_kl_nats',
+        'logprobe_first_divergence_tokens',
+      ] as const) {
         this.histogram(name).zero({ route });
       }
       for (const flipClass of FLIP_CLASSES) this.histogram('logprobe_flip_gap_nats').zero({ route, class: flipClass });
@@ -102,26 +118,32 @@ export class Metrics {
       for (const outcome of SCORING_OUTCOMES) this.counter('logprobe_scoring_total').inc({ route, outcome }, 0);
       this.histogram('logprobe_prompt_shift_nats').zero({ route });
     }
-    for (const backend of BACKENDS) for (const profile of ENGINE_NAMES) this.gauge('logprobe_engine_profile').set({ backend, profile }, 0);
+    for (const backend of BACKENDS)
+      for (const profile of ENGINE_NAMES) this.gauge('logprobe_engine_profile').set({ backend, profile }, 0);
     for (const backend of BACKENDS) {
       this.gauge('logprobe_upstream_connections').set({ backend }, 0);
       // Not measured yet: NaN, not 0 (a measured floor of 0 would be a claim).
       this.gauge('logprobe_noise_floor_observed_nats').set({ backend }, Number.NaN);
     }
     for (const alert of ALERT_NAMES) {
-      if (alert === 'LogprobSelfInconsistency') for (const backend of BACKENDS) this.gauge('logprobe_alert_firing').set({ alert, backend }, 0);
+      if (alert === 'LogprobSelfInconsistency')
+        for (const backend of BACKENDS) this.gauge('logprobe_alert_firing').set({ alert, backend }, 0);
       else this.gauge('logprobe_alert_firing').set({ alert }, 0);
     }
     for (const backend of BACKENDS) this.histogram('logprobe_self_shift_nats').zero({ backend });
-    for (const backend of BACKENDS) for (const probe of PROBE_SHAPES) this.counter('logprobe_self_probes_total').inc({ backend, probe }, 0);
+    for (const backend of BACKENDS)
+      for (const probe of PROBE_SHAPES) this.counter('logprobe_self_probes_total').inc({ backend, probe }, 0);
     // Not known until the backend's first repeat probe: NaN, not 0.
-    for (const backend of BACKENDS) this.gauge('logprobe_engine_capability').set({ backend, capability: 'cache_path' }, Number.NaN);
-    for (const backend of BACKENDS) for (const field of CAPPED_FIELDS) this.counter('logprobe_logprobs_capped_total').inc({ backend, field }, 0);
+    for (const backend of BACKENDS)
+      this.gauge('logprobe_engine_capability').set({ backend, capability: 'cache_path' }, Number.NaN);
+    for (const backend of BACKENDS)
+      for (const field of CAPPED_FIELDS) this.counter('logprobe_logprobs_capped_total').inc({ backend, field }, 0);
     this.gauge('logprobe_window_global_shift_ratio').set(0);
     this.gauge('logprobe_cusum_statistic').set(0);
     this.gauge('logprobe_mirror_queue_depth').set(0);
     for (const reason of CAPTURE_ERROR_REASONS) this.counter('logprobe_capture_errors_total').inc({ reason }, 0);
-    for (const reason of CAPTURE_ERROR_REASONS) this.counter('logprobe_capture_records_dropped_total').inc({ reason }, 0);
+    for (const reason of CAPTURE_ERROR_REASONS)
+      this.counter('logprobe_capture_records_dropped_total').inc({ reason }, 0);
     // 0 until a capture writer says it works (captures off: none does).
     this.gauge('logprobe_capture_ok').set(0);
   }
@@ -176,7 +198,10 @@ export class Metrics {
 
   private get(name: MetricName): AnyMetric {
     const m = this.byName.get(name);
-    if (!m) throw new Error(`metric ${name} is not registered on the ${this.thread ?? '?'} thread: it belongs to another one (src/metrics/catalog.ts)`);
+    if (!m)
+      throw new Error(
+        `metric ${name} is not registered on the ${this.thread ?? '?'} thread: it belongs to another one (src/metrics/catalog.ts)`,
+      );
     return m;
   }
 }

@@ -7,8 +7,16 @@
  * disagrees with its cold one shows a finding, not noise, and never raises the floor.
  */
 export class Calibration {
-  private readonly shifts: Record<'candidate' | 'baseline' | 'trusted', number[]> = { candidate: [], baseline: [], trusted: [] };
-  private readonly p99Cache: Record<'candidate' | 'baseline' | 'trusted', number | null> = { candidate: null, baseline: null, trusted: null };
+  private readonly shifts: Record<'candidate' | 'baseline' | 'trusted', number[]> = {
+    candidate: [],
+    baseline: [],
+    trusted: [],
+  };
+  private readonly p99Cache: Record<'candidate' | 'baseline' | 'trusted', number | null> = {
+    candidate: null,
+    baseline: null,
+    trusted: null,
+  };
   /** Repeat pairs measured so far, per backend, and the trusted ones among them. */
   readonly samples: Record<'candidate' | 'baseline' | 'trusted', number> = { candidate: 0, baseline: 0, trusted: 0 };
 

@@ -11,10 +11,21 @@ const AUTH_HEADERS = ['authorization', 'x-api-key', 'api-key'] as const;
  * `proxy-authorization` is the client's credential for this proxy, it goes to no upstream),
  * framing (the body is new) and our own.
  */
-const NEVER_COPIED = new Set([...CONNECTION_FIELDS, 'host', 'transfer-encoding', 'content-length', 'content-encoding', 'accept-encoding', 'expect', 'x-logprobe-mirror']);
+const NEVER_COPIED = new Set([
+  ...CONNECTION_FIELDS,
+  'host',
+  'transfer-encoding',
+  'content-length',
+  'content-encoding',
+  'accept-encoding',
+  'expect',
+  'x-logprobe-mirror',
+]);
 
 /** Who a mirrored copy goes to, and what the baseline may be given. */
-export type MirrorTarget = { role: 'candidate' } | { role: 'baseline'; apiKey?: string | null; forwardAuth?: boolean; forwardHeaders?: readonly string[] };
+export type MirrorTarget =
+  | { role: 'candidate' }
+  | { role: 'baseline'; apiKey?: string | null; forwardAuth?: boolean; forwardHeaders?: readonly string[] };
 
 const one = (v: string | string[]): string => (Array.isArray(v) ? v.join(', ') : v);
 
@@ -97,7 +108,11 @@ export async function callBackend(
       bodyTimeout: target.idleTimeoutMs,
     });
     // Not JSON: the comparison core decides what it is (an SSE stream, or garbage).
-    const parsed = await readJsonOrText(res.body, MAX_BODY_BYTES, () => new Error(`response body over ${MAX_BODY_BYTES} bytes`));
+    const parsed = await readJsonOrText(
+      res.body,
+      MAX_BODY_BYTES,
+      () => new Error(`response body over ${MAX_BODY_BYTES} bytes`),
+    );
     const serverHeaders: Record<string, string> = {};
     for (const [k, v] of Object.entries(res.headers)) {
       if (v !== undefined && SERVER_HEADER.test(k)) serverHeaders[k] = Array.isArray(v) ? v.join(', ') : v;
@@ -105,6 +120,12 @@ export async function callBackend(
     return { status: res.statusCode, latencyMs: performance.now() - started, body: parsed, serverHeaders, error: null };
   } catch (err) {
     const e = err as { code?: string; message?: string };
-    return { status: 0, latencyMs: performance.now() - started, body: null, serverHeaders: {}, error: `${e.code ?? 'ERROR'}: ${e.message ?? String(err)}` };
+    return {
+      status: 0,
+      latencyMs: performance.now() - started,
+      body: null,
+      serverHeaders: {},
+      error: `${e.code ?? 'ERROR'}: ${e.message ?? String(err)}`,
+    };
   }
 }

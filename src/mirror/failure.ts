@@ -20,6 +20,13 @@ export function failureReason(s: FailedAnswer): string {
     return clip(m ? `${m[1]}${m[2] ? ` ${m[2]}` : ''}` : s.error);
   }
   const body = s.body as { error?: { message?: unknown } | string; message?: unknown } | null;
-  const message = typeof body === 'string' ? body : typeof body?.error === 'string' ? body.error : (body?.error?.message ?? body?.message);
-  return clip(`HTTP ${s.status}${typeof message === 'string' && message.trim() ? `: ${message.trim().split('\n')[0]}` : ''}`);
+  const message =
+    typeof body === 'string'
+      ? body
+      : typeof body?.error === 'string'
+        ? body.error
+        : (body?.error?.message ?? body?.message);
+  return clip(
+    `HTTP ${s.status}${typeof message === 'string' && message.trim() ? `: ${message.trim().split('\n')[0]}` : ''}`,
+  );
 }

@@ -46,21 +46,41 @@ export class BackendHealth {
     private readonly now: () => number = Date.now,
   ) {
     for (const { backend, url } of backends) {
-      this.entries.set(backend, { backend, host: new URL(url).host, state: 'unknown', engine: null, version: null, lastError: null, failures: 0, pending: 0, lastLogAt: -Infinity, timer: null });
+      this.entries.set(backend, {
+        backend,
+        host: new URL(url).host,
+        state: 'unknown',
+        engine: null,
+        version: null,
+        lastError: null,
+        failures: 0,
+        pending: 0,
+        lastLogAt: -Infinity,
+        timer: null,
+      });
     }
   }
 
   /** The start-up probe's answer: logged once per backend. */
-  probed(backend: Backend, r: { reachable: true; engine: string; version: string | null } | { reachable: false; reason: string }): void {
+  probed(
+    backend: Backend,
+    r: { reachable: true; engine: string; version: string | null } | { reachable: false; reason: string },
+  ): void {
     const e = this.entries.get(backend);
     if (!e) return;
     if (r.reachable) {
       Object.assign(e, { state: 'reachable', engine: r.engine, version: r.version });
-      this.log.info({ backend, url: e.host, engine: r.engine, version: r.version }, `${backend} reachable at ${e.host}: ${r.engine}${r.version ? ` ${r.version}` : ''}`);
+      this.log.info(
+        { backend, url: e.host, engine: r.engine, version: r.version },
+        `${backend} reachable at ${e.host}: ${r.engine}${r.version ? ` ${r.version}` : ''}`,
+      );
     } else {
       e.state = 'unreachable';
       e.lastError = { reason: r.reason, outcome: 'probe', at: this.now() };
-      this.log.warn({ backend, url: e.host, reason: r.reason }, `${backend} unreachable at ${e.host}: ${r.reason} (the mirror's copies to it will fail until it answers)`);
+      this.log.warn(
+        { backend, url: e.host, reason: r.reason },
+        `${backend} unreachable at ${e.host}: ${r.reason} (the mirror's copies to it will fail until it answers)`,
+      );
     }
     this.changed();
   }
@@ -112,7 +132,15 @@ export class BackendHealth {
   }
 
   snapshot(): BackendStatus[] {
-    return [...this.entries.values()].map((e) => ({ backend: e.backend, host: e.host, state: e.state, engine: e.engine, version: e.version, lastError: e.lastError, failures: e.failures }));
+    return [...this.entries.values()].map((e) => ({
+      backend: e.backend,
+      host: e.host,
+      state: e.state,
+      engine: e.engine,
+      version: e.version,
+      lastError: e.lastError,
+      failures: e.failures,
+    }));
   }
 
   private changed(): void {

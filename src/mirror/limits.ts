@@ -60,7 +60,13 @@ export function parseLogprobLimit(status: number, body: unknown, options: { prom
   if (!REFUSAL.has(status)) return null;
   const text = errorText(body);
   // `prompt`: the cap of prompt logprobs instead (what `logprobe probe` asks of vLLM's scoring).
-  if (text.length === 0 || text.length > 64 * 1024 || !/logprob/i.test(text) || PROMPT_LOGPROBS.test(text) !== (options.prompt ?? false)) return null;
+  if (
+    text.length === 0 ||
+    text.length > 64 * 1024 ||
+    !/logprob/i.test(text) ||
+    PROMPT_LOGPROBS.test(text) !== (options.prompt ?? false)
+  )
+    return null;
   for (const pattern of CAP_PATTERNS) {
     const m = pattern.exec(text);
     if (!m) continue;
@@ -94,8 +100,10 @@ export type LogprobsField = 'top_logprobs' | 'logprobs';
  * none that a cap applies to.
  */
 export function requestedLogprobs(body: Readonly<Record<string, unknown>>): { field: LogprobsField; k: number } | null {
-  if (typeof body.top_logprobs === 'number' && Number.isFinite(body.top_logprobs)) return { field: 'top_logprobs', k: body.top_logprobs };
-  if (typeof body.logprobs === 'number' && Number.isFinite(body.logprobs)) return { field: 'logprobs', k: body.logprobs };
+  if (typeof body.top_logprobs === 'number' && Number.isFinite(body.top_logprobs))
+    return { field: 'top_logprobs', k: body.top_logprobs };
+  if (typeof body.logprobs === 'number' && Number.isFinite(body.logprobs))
+    return { field: 'logprobs', k: body.logprobs };
   return null;
 }
 
@@ -166,13 +174,20 @@ function succeeded(r: BackendResult): boolean {
  * Sends a mirrored copy to one backend within its cap (baseline-free mode, repeat probes): a
  * refusal for asking too many logprobs is learned and retried once within the cap.
  */
-export async function sendOneWithinLimits(opts: LimitedSend, backend: Backend): Promise<{ result: BackendResult; body: Record<string, unknown> }> {
+export async function sendOneWithinLimits(
+  opts: LimitedSend,
+  backend: Backend,
+): Promise<{ result: BackendResult; body: Record<string, unknown> }> {
   const asked = requestedLogprobs(opts.body);
-  if (asked === null) return { result: await opts.send(backend, opts.payload ?? JSON.stringify(opts.body)), body: opts.body };
+  if (asked === null)
+    return { result: await opts.send(backend, opts.payload ?? JSON.stringify(opts.body)), body: opts.body };
   const known = opts.limits.get(backend, asked.field) ?? Infinity;
   const k = Math.min(asked.k, known);
   const body = k < asked.k ? withinLogprobs(opts.body, k) : opts.body;
-  const result = await opts.send(backend, k < asked.k || opts.payload === undefined ? JSON.stringify(body) : opts.payload);
+  const result = await opts.send(
+    backend,
+    k < asked.k || opts.payload === undefined ? JSON.stringify(body) : opts.payload,
+  );
   const cap = parseLogprobLimit(result.status, result.body);
   if (cap === null || cap >= k) return { result, body };
   opts.onRefused?.(backend, asked.field);
@@ -210,7 +225,8 @@ export async function sendWithinLimits(opts: LimitedSend): Promise<LimitedPair> 
     return { result: await opts.send(backend, JSON.stringify(withinLogprobs(first, cap))), k: cap };
   };
   const [c, b] = await Promise.all([attempt('candidate'), attempt('baseline')]);
-  if (c.k === b.k) return { candidate: c.result, baseline: b.result, body: c.k === k ? first : withinLogprobs(first, c.k) };
+  if (c.k === b.k)
+    return { candidate: c.result, baseline: b.result, body: c.k === k ? first : withinLogprobs(first, c.k) };
   // One side was lowered here: send the other the same lowered copy (once), so both match.
   const low = Math.min(c.k, b.k);
   const lowered = withinLogprobs(first, low);

@@ -1,9 +1,24 @@
 import type { Dispatcher, Pool } from 'undici';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
-import { compare, detectorEvidence, pickThresholds, type Comparison, type ParsedResponse, type Thresholds } from '../core/index.js';
+import {
+  compare,
+  detectorEvidence,
+  pickThresholds,
+  type Comparison,
+  type ParsedResponse,
+  type Thresholds,
+} from '../core/index.js';
 import { classifyPair } from '../core/pair.js';
-import { initialDetectorState, observe as observeDetector, pooledShare, tick, type AlertPhase, type AlertTransition, type DetectorState } from '../core/detector.js';
+import {
+  initialDetectorState,
+  observe as observeDetector,
+  pooledShare,
+  tick,
+  type AlertPhase,
+  type AlertTransition,
+  type DetectorState,
+} from '../core/detector.js';
 import type { Metrics } from '../metrics/registry.js';
 import { redactionOf, type Redaction } from '../capture/redact.js';
 import { scrubFields } from '../log/logger.js';
@@ -84,7 +99,10 @@ export class Mirror {
   /** The permutation test beside the alerts (src/core/permutation.ts): its p-value is a gauge and on /ui. */
   readonly permutation: PermutationWindow;
   /** The self-consistency detectors, one per backend probed with repeats. */
-  private readonly selfDetectors: Record<Backend, DetectorState> = { candidate: initialDetectorState(), baseline: initialDetectorState() };
+  private readonly selfDetectors: Record<Backend, DetectorState> = {
+    candidate: initialDetectorState(),
+    baseline: initialDetectorState(),
+  };
   /** The logprobs caps the backends told us about (limits.ts). */
   private readonly limits = new LogprobLimits();
   /** Teacher-forced scoring through each backend's engine profile (src/scoring). */
@@ -128,7 +146,11 @@ export class Mirror {
       },
       onCap: (backend, field, cap, requested, learned) => {
         deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend, field });
-        if (learned) this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: scoring now asks for at most ${cap} alternatives`);
+        if (learned)
+          this.log.info(
+            { backend, field, limit: cap, requested },
+            `${backend} caps ${field} at ${cap}: scoring now asks for at most ${cap} alternatives`,
+          );
       },
     });
     this.notifier = new AlertNotifier({
@@ -152,7 +174,8 @@ export class Mirror {
     // Time alone can fire or resolve an alert (forSeconds), with or without traffic.
     this.ticker = setInterval(() => {
       this.advance(tick(this.detector, config.alert, this.now()));
-      for (const b of ['candidate', 'baseline'] as const) this.advanceSelf(b, tickSelf(this.selfDetectors[b], config.alert, this.now(), b));
+      for (const b of ['candidate', 'baseline'] as const)
+        this.advanceSelf(b, tickSelf(this.selfDetectors[b], config.alert, this.now(), b));
     }, 1000);
     this.ticker.unref();
   }
@@ -219,7 +242,15 @@ export class Mirror {
       count('skipped', 'the rewritten body cannot be serialised (nested too deep)');
       return;
     }
-    const accepted = this.queue.push({ id: ex.requestId, route: ex.route, path: ex.path, headers: ex.headers, body, payload, settle });
+    const accepted = this.queue.push({
+      id: ex.requestId,
+      route: ex.route,
+      path: ex.path,
+      headers: ex.headers,
+      body,
+      payload,
+      settle,
+    });
     if (!accepted) count('dropped');
   }
 
@@ -241,7 +272,12 @@ export class Mirror {
         // Baseline-free: never called (no copy, no scoring goes to a baseline that is not there).
         pool: this.baselinePool ?? this.deps.candidatePool,
         url: config.baseline.url ?? config.candidate.url,
-        headers: mirrorHeaders(job.headers, { role: 'baseline', apiKey: config.baseline.apiKey, forwardAuth: config.baseline.forwardAuth, forwardHeaders: config.baseline.forwardHeaders }),
+        headers: mirrorHeaders(job.headers, {
+          role: 'baseline',
+          apiKey: config.baseline.apiKey,
+          forwardAuth: config.baseline.forwardAuth,
+          forwardHeaders: config.baseline.forwardHeaders,
+        }),
         timeoutMs: config.baseline.timeoutMs,
         model: config.baseline.model,
         adminApiKey: config.baseline.adminApiKey,
@@ -255,20 +291,44 @@ export class Mirror {
    * backend refusing the copy for asking too many is retried once within its cap: limits.ts).
    * `job.body` becomes what both backends finally got, so the pair records what was sent.
    */
-  private async sendPair(job: Job, payload: string, targets: Record<Backend, ScoringTarget>): Promise<[BackendResult, BackendResult]> {
+  private async sendPair(
+    job: Job,
+    payload: string,
+    targets: Record<Backend, ScoringTarget>,
+  ): Promise<[BackendResult, BackendResult]> {
     const { config } = this.deps;
     // Fields an engine profile adds so its answer names the generated token ids (vLLM, SGLang).
-    const [cExtra, bExtra] = await Promise.all([this.scorer.copyParams('candidate', targets.candidate), this.scorer.copyParams('baseline', targets.baseline)]);
+    const [cExtra, bExtra] = await Promise.all([
+      this.scorer.copyParams('candidate', targets.candidate),
+      this.scorer.copyParams('baseline', targets.baseline),
+    ]);
     const sent = await sendWithinLimits({
       body: job.body,
       payload,
       limits: this.limits,
       send: (backend, p) =>
         backend === 'candidate'
-          ? callBackend(this.deps.candidatePool, config.candidate, job.path, targets.candidate.headers as Record<string, string>, withCopyParams(p, cExtra))
-          : callBackend(targets.baseline.pool, { ...config.baseline, url: targets.baseline.url }, job.path, targets.baseline.headers as Record<string, string>, withCopyParams(p, bExtra)),
-      onLearned: (backend, field, cap, requested) => this.log.info({ backend, field, limit: cap, requested }, `${backend} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
-      onRefused: (backend, field) => this.deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend, field }),
+          ? callBackend(
+              this.deps.candidatePool,
+              config.candidate,
+              job.path,
+              targets.candidate.headers as Record<string, string>,
+              withCopyParams(p, cExtra),
+            )
+          : callBackend(
+              targets.baseline.pool,
+              { ...config.baseline, url: targets.baseline.url },
+              job.path,
+              targets.baseline.headers as Record<string, string>,
+              withCopyParams(p, bExtra),
+            ),
+      onLearned: (backend, field, cap, requested) =>
+        this.log.info(
+          { backend, field, limit: cap, requested },
+          `${backend} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`,
+        ),
+      onRefused: (backend, field) =>
+        this.deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend, field }),
     });
     job.body = sent.body;
     return [sent.candidate, sent.baseline];
@@ -284,8 +344,13 @@ export class Mirror {
       {
         body: job.body,
         limits: this.limits,
-        send: (_b, p) => callBackend(t.pool, upstream, job.path, t.headers as Record<string, string>, withCopyParams(p, extra)),
-        onLearned: (b, field, cap, requested) => this.log.info({ backend: b, field, limit: cap, requested }, `${b} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`),
+        send: (_b, p) =>
+          callBackend(t.pool, upstream, job.path, t.headers as Record<string, string>, withCopyParams(p, extra)),
+        onLearned: (b, field, cap, requested) =>
+          this.log.info(
+            { backend: b, field, limit: cap, requested },
+            `${b} caps ${field} at ${cap}: mirrored copies now ask for at most ${cap}`,
+          ),
         onRefused: (b, field) => this.deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend: b, field }),
       },
       backend,
@@ -343,33 +408,50 @@ export class Mirror {
     const t = pickThresholds(this.deps.config.analysis, floor);
     const classed = classifyPair(cand, base, t);
     let analysis = classed.comparison;
-    if (analysis !== null && classed.outcome === 'ok') analysis = await this.score(job, analysis, { parsed: classed.baseline!, body: base!.body }, targets, t);
+    if (analysis !== null && classed.outcome === 'ok')
+      analysis = await this.score(job, analysis, { parsed: classed.baseline!, body: base!.body }, targets, t);
     if (analysis !== null) this.observe(job, analysis, floor);
-    const repeats = plan ? await this.repeats(job, plan, { candidate: cand, baseline: base }, flushErrors, targets, t) : [];
+    const repeats = plan
+      ? await this.repeats(job, plan, { candidate: cand, baseline: base }, flushErrors, targets, t)
+      : [];
     // Baseline-free, the repeat is the comparison: a second run that failed leaves nothing compared.
-    const outcome: MirrorOutcome = base === null && repeats[0]?.verdict === null && classed.outcome === 'ok' ? 'candidate_error' : classed.outcome;
+    const outcome: MirrorOutcome =
+      base === null && repeats[0]?.verdict === null && classed.outcome === 'ok' ? 'candidate_error' : classed.outcome;
     this.emit(job, { candidate: cand, baseline: base, outcome, analysis, noiseFloor: floor, repeats });
     const rate = this.deps.config.calibration.rate;
     if (outcome === 'ok' && rate > 0 && this.random() < rate) await this.calibrate(job, cand, base, targets);
   }
 
   /** Empties the caches of the backends a repeat probes, so the first run is cold; what failed is kept (the probe is then not `flushed`). */
-  private async flushFirst(job: Job, backends: readonly Backend[], targets: Record<Backend, ScoringTarget>): Promise<Map<Backend, string>> {
+  private async flushFirst(
+    job: Job,
+    backends: readonly Backend[],
+    targets: Record<Backend, ScoringTarget>,
+  ): Promise<Map<Backend, string>> {
     const errors = new Map<Backend, string>();
     for (const b of backends) {
       try {
         await this.scorer.flush(b, targets[b]);
       } catch (err) {
         errors.set(b, (err as Error).message);
-        this.log.debug(this.jobFields(job, { reqId: job.id, backend: b, err }), 'cache flush before a repeat failed: the first run may be warm');
+        this.log.debug(
+          this.jobFields(job, { reqId: job.id, backend: b, err }),
+          'cache flush before a repeat failed: the first run may be warm',
+        );
       }
     }
     return errors;
   }
 
   /** Step send: the copy to both backends at once (to the candidate alone baseline-free), each one's latency observed. */
-  private async send(job: Job, targets: Record<Backend, ScoringTarget>): Promise<[BackendResult, BackendResult | null]> {
-    const [cand, base] = this.baselinePool !== null ? await this.sendPair(job, job.payload, targets) : [await this.sendOne(job, 'candidate', targets), null];
+  private async send(
+    job: Job,
+    targets: Record<Backend, ScoringTarget>,
+  ): Promise<[BackendResult, BackendResult | null]> {
+    const [cand, base] =
+      this.baselinePool !== null
+        ? await this.sendPair(job, job.payload, targets)
+        : [await this.sendOne(job, 'candidate', targets), null];
     const dur = this.deps.metrics.histogram('logprobe_upstream_duration_seconds');
     dur.observe({ backend: 'candidate', route: job.route }, cand.latencyMs / 1000);
     if (base) dur.observe({ backend: 'baseline', route: job.route }, base.latencyMs / 1000);
@@ -377,11 +459,26 @@ export class Mirror {
   }
 
   /** Step score: teacher-forced scoring past the divergence (src/scoring), counted; the comparison with it. */
-  private async score(job: Job, free: Comparison, baseline: { parsed: ParsedResponse; body: unknown }, targets: Record<Backend, ScoringTarget>, t: Thresholds): Promise<Comparison> {
+  private async score(
+    job: Job,
+    free: Comparison,
+    baseline: { parsed: ParsedResponse; body: unknown },
+    targets: Record<Backend, ScoringTarget>,
+    t: Thresholds,
+  ): Promise<Comparison> {
     const source = { kind: requestKind(job.path) ?? 'completions', body: job.body };
-    const scoring = await scoreComparison(this.scorer, { source, free, baseline, targets, thresholds: t, busy: this.busy });
-    if (scoring.counted) this.deps.metrics.counter('logprobe_scoring_total').inc({ route: job.route, outcome: scoring.outcome });
-    if (scoring.outcome === 'failed') this.log.warn(this.jobFields(job, { reqId: job.id, reason: scoring.reason }), 'scoring failed');
+    const scoring = await scoreComparison(this.scorer, {
+      source,
+      free,
+      baseline,
+      targets,
+      thresholds: t,
+      busy: this.busy,
+    });
+    if (scoring.counted)
+      this.deps.metrics.counter('logprobe_scoring_total').inc({ route: job.route, outcome: scoring.outcome });
+    if (scoring.outcome === 'failed')
+      this.log.warn(this.jobFields(job, { reqId: job.id, reason: scoring.reason }), 'scoring failed');
     return scoring.comparison;
   }
 
@@ -389,7 +486,14 @@ export class Mirror {
   private observe(job: Job, analysis: Comparison, floor: number): void {
     recordComparison(this.deps.metrics, job.route, analysis);
     if (analysis.verdict === 'incomparable' || analysis.comparable === 0) return;
-    this.advance(observeDetector(this.detector, { ...detectorEvidence(analysis), noiseFloor: floor, requestId: job.id }, this.deps.config.alert, this.now()));
+    this.advance(
+      observeDetector(
+        this.detector,
+        { ...detectorEvidence(analysis), noiseFloor: floor, requestId: job.id },
+        this.deps.config.alert,
+        this.now(),
+      ),
+    );
     this.permutation.add(analysis);
     this.deps.metrics.gauge('logprobe_alert_test_pvalue').set(this.permutation.pValue());
   }
@@ -429,12 +533,22 @@ export class Mirror {
   }
 
   /** Step emit: the outcome counted, each backend's health told, a pair not compared logged, the pair handed to the listeners. */
-  private emit(job: Job, r: Pick<MirroredPair, 'candidate' | 'baseline' | 'outcome' | 'analysis' | 'noiseFloor'> & { repeats: RepeatPair[] }): void {
+  private emit(
+    job: Job,
+    r: Pick<MirroredPair, 'candidate' | 'baseline' | 'outcome' | 'analysis' | 'noiseFloor'> & { repeats: RepeatPair[] },
+  ): void {
     const { candidate: cand, baseline: base, outcome, repeats } = r;
     this.deps.metrics.counter('logprobe_mirror_total').inc({ route: job.route, outcome });
     this.tellHealth(job, cand, base, base === null ? repeats[0]?.second : undefined);
     if (outcome !== 'ok') {
-      const fields = { reqId: job.id, outcome, candidateStatus: cand.status, baselineStatus: base?.status, candidateError: cand.error, baselineError: base?.error };
+      const fields = {
+        reqId: job.id,
+        outcome,
+        candidateStatus: cand.status,
+        baselineStatus: base?.status,
+        candidateError: cand.error,
+        baselineError: base?.error,
+      };
       this.log.debug(this.jobFields(job, fields), 'mirror pair not compared');
     }
     const pair: MirroredPair = {
@@ -459,13 +573,24 @@ export class Mirror {
   }
 
   /** Each side's answer to the health record: a failure (logged rate-limited, with the cause) or a backend that answers. */
-  private tellHealth(job: Job, cand: BackendResult, base: BackendResult | null, repeat: BackendResult | undefined): void {
+  private tellHealth(
+    job: Job,
+    cand: BackendResult,
+    base: BackendResult | null,
+    repeat: BackendResult | undefined,
+  ): void {
     const h = this.deps.health;
     if (!h) return;
     // The cause is logged and shown on /ui: an answer may quote the request's credentials.
     const secrets = this.redaction.secrets(job.headers);
     const one = (backend: 'candidate' | 'baseline', r: BackendResult) => {
-      if (r.error !== null || r.status >= 400) h.failed(backend, `${backend}_error`, this.redaction.scrub(failureReason(r), secrets, { byName: false }) as string, r.status === 0);
+      if (r.error !== null || r.status >= 400)
+        h.failed(
+          backend,
+          `${backend}_error`,
+          this.redaction.scrub(failureReason(r), secrets, { byName: false }) as string,
+          r.status === 0,
+        );
       else h.answered(backend);
     };
     one('candidate', repeat && cand.error === null && cand.status < 400 ? repeat : cand);
@@ -477,7 +602,9 @@ export class Mirror {
     const { metrics, config } = this.deps;
     const c = rp.analysis;
     if (c === null || rp.verdict === null) return;
-    metrics.counter('logprobe_verdicts_total').inc({ route: job.route, verdict: rp.verdict, kind: 'self', backend: rp.backend });
+    metrics
+      .counter('logprobe_verdicts_total')
+      .inc({ route: job.route, verdict: rp.verdict, kind: 'self', backend: rp.backend });
     const h = metrics.histogram('logprobe_self_shift_nats');
     // The runs' own positions (cold vs warm): what the probe measures, and what the floor may learn.
     const shifts = c.positions.map((p) => p.shift);
@@ -488,7 +615,16 @@ export class Mirror {
     metrics.counter('logprobe_self_probes_total').inc({ backend: rp.backend, probe: rp.probe });
     this.cachePathCapability(rp);
     if (rp.probe === 'cold_warm' && c.verdict !== 'incomparable' && c.comparable > 0) {
-      this.advanceSelf(rp.backend, observeSelf(this.selfDetectors[rp.backend], { ...selfEvidence(c), noiseFloor: floor, requestId: job.id }, config.alert, this.now(), rp.backend));
+      this.advanceSelf(
+        rp.backend,
+        observeSelf(
+          this.selfDetectors[rp.backend],
+          { ...selfEvidence(c), noiseFloor: floor, requestId: job.id },
+          config.alert,
+          this.now(),
+          rp.backend,
+        ),
+      );
     }
     // The floor learns from the trusted side only: the baseline's repeats, or (baseline-free) the
     // candidate's when both runs were cold — never the candidate's warm-vs-cold disagreement,
@@ -543,7 +679,12 @@ export class Mirror {
    * teaches the floor and the candidate's is only observed; baseline-free, the candidate's counts
    * only when both its runs were cold (`mirror.repeat.flush`: its cache emptied before each).
    */
-  private async calibrate(job: Job, cand1: BackendResult, base1: BackendResult | null, targets: Record<Backend, ScoringTarget>): Promise<void> {
+  private async calibrate(
+    job: Job,
+    cand1: BackendResult,
+    base1: BackendResult | null,
+    targets: Record<Backend, ScoringTarget>,
+  ): Promise<void> {
     const t = this.thresholds();
     let cold = false;
     if (base1 === null && this.deps.config.mirror.repeat.flush) {
@@ -556,8 +697,13 @@ export class Mirror {
     }
     // From job.body, not job.payload: the first send may have lowered it to a learned logprobs
     // cap, and the second run must ask for what the first one got.
-    const [cand2, base2] = base1 === null ? [await this.sendOne(job, 'candidate', targets), null] : await this.sendPair(job, JSON.stringify(job.body), targets);
-    const runs = [['candidate', cand1, cand2, base1 === null && cold]] as Array<[Backend, BackendResult, BackendResult, boolean]>;
+    const [cand2, base2] =
+      base1 === null
+        ? [await this.sendOne(job, 'candidate', targets), null]
+        : await this.sendPair(job, JSON.stringify(job.body), targets);
+    const runs = [['candidate', cand1, cand2, base1 === null && cold]] as Array<
+      [Backend, BackendResult, BackendResult, boolean]
+    >;
     if (base1 !== null && base2 !== null) runs.push(['baseline', base1, base2, true]);
     for (const [backend, first, second, trusted] of runs) {
       if (second.error !== null || second.status >= 400) continue;
@@ -593,7 +739,9 @@ export class Mirror {
   /** A backend's self-consistency detector moved: its alert gauge and transitions. */
   private advanceSelf(backend: Backend, result: { state: DetectorState; transitions: AlertTransition[] }): void {
     this.selfDetectors[backend] = result.state;
-    this.deps.metrics.gauge('logprobe_alert_firing').set({ alert: 'LogprobSelfInconsistency', backend }, firingValue(result.state.global.phase));
+    this.deps.metrics
+      .gauge('logprobe_alert_firing')
+      .set({ alert: 'LogprobSelfInconsistency', backend }, firingValue(result.state.global.phase));
     this.announce(result.transitions);
   }
 

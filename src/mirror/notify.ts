@@ -34,7 +34,9 @@ export function alertSummary(t: AlertTransition): string {
     case 'LogprobSustainedShift': {
       const x = t.evidence.medianX;
       if (x === null) return 'a shift above the noise floor persists across requests';
-      return x <= SMALL_X ? `a small shift (median ${x.toFixed(2)}× the noise floor) persists across requests` : `a shift of ${x.toFixed(2)}× the noise floor (median) persists across requests`;
+      return x <= SMALL_X
+        ? `a small shift (median ${x.toFixed(2)}× the noise floor) persists across requests`
+        : `a shift of ${x.toFixed(2)}× the noise floor (median) persists across requests`;
     }
   }
 }
@@ -78,13 +80,20 @@ export function medianShiftText(m: number | null): string {
 export function toAlertmanager(t: AlertTransition, instance: string, generatorURL?: string): Record<string, unknown> {
   const startsAt = new Date(t.startsAt * 1000).toISOString();
   return {
-    labels: { alertname: t.alert, severity: t.alert === 'LogprobSustainedShift' ? 'warning' : 'critical', service: 'logprobe', instance, ...(t.backend ? { backend: t.backend } : {}) },
+    labels: {
+      alertname: t.alert,
+      severity: t.alert === 'LogprobSustainedShift' ? 'warning' : 'critical',
+      service: 'logprobe',
+      instance,
+      ...(t.backend ? { backend: t.backend } : {}),
+    },
     annotations: {
       summary: alertSummary(t),
       description: DESCRIPTION[t.alert],
       pooled_share: t.evidence.pooledShare.toFixed(3),
       median_shift_nats: formatNats(t.evidence.medianShift),
-      median_shift_covers: 'per-request max shift over free-running and teacher-forced positions, median over the window',
+      median_shift_covers:
+        'per-request max shift over free-running and teacher-forced positions, median over the window',
       cusum: t.evidence.cusum.toFixed(2),
       cusum_requests: String(t.evidence.cusumRequests),
       median_x: t.evidence.medianX === null ? 'n/a' : t.evidence.medianX.toFixed(2),
@@ -100,7 +109,9 @@ export function toAlertmanager(t: AlertTransition, instance: string, generatorUR
 /** Logs every alert transition at warn with its evidence and POSTs it to the webhook, if any. */
 export class AlertNotifier {
   private pending: Promise<unknown> = Promise.resolve();
-  constructor(private readonly options: { logger: Logger; webhookUrl: string | null; instance: string; generatorUrl?: string }) {}
+  constructor(
+    private readonly options: { logger: Logger; webhookUrl: string | null; instance: string; generatorUrl?: string },
+  ) {}
 
   /** The link later alerts carry (the admin port is known once it listens: port 0 in tests). */
   setGeneratorUrl(url: string): void {
@@ -118,9 +129,16 @@ export class AlertNotifier {
     // Sent in order; a slow or failing receiver is logged, never retried in a loop, never thrown.
     this.pending = this.pending.then(async () => {
       try {
-        const res = await request(url, { method: 'POST', body: payload, headers: { 'content-type': 'application/json' }, headersTimeout: 5000, bodyTimeout: 5000 });
+        const res = await request(url, {
+          method: 'POST',
+          body: payload,
+          headers: { 'content-type': 'application/json' },
+          headersTimeout: 5000,
+          bodyTimeout: 5000,
+        });
         await res.body.dump();
-        if (res.statusCode >= 300) this.options.logger.error({ status: res.statusCode, alert: t.alert }, 'alert webhook refused the alert');
+        if (res.statusCode >= 300)
+          this.options.logger.error({ status: res.statusCode, alert: t.alert }, 'alert webhook refused the alert');
       } catch (err) {
         this.options.logger.error({ err, alert: t.alert }, 'alert webhook unreachable');
       }

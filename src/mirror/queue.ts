@@ -8,7 +8,14 @@ export class WorkQueue<T> {
   private idleWaiters: Array<() => void> = [];
   private closed = false;
 
-  constructor(private readonly options: { concurrency: number; size: number; run: (job: T) => Promise<void>; onDepth?: (depth: number) => void }) {}
+  constructor(
+    private readonly options: {
+      concurrency: number;
+      size: number;
+      run: (job: T) => Promise<void>;
+      onDepth?: (depth: number) => void;
+    },
+  ) {}
 
   /** Waiting jobs (not counting those running). */
   get depth(): number {

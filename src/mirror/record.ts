@@ -28,6 +28,8 @@ export function recordComparison(metrics: Metrics, route: string, c: Comparison)
     const promptH = metrics.histogram('logprobe_prompt_shift_nats');
     for (const s of c.prompt.shifts) if (s !== null) promptH.observe(labels, s);
   }
-  if (c.firstDivergence !== null) metrics.histogram('logprobe_first_divergence_tokens').observe(labels, c.firstDivergence);
-  if (c.flip && c.flip.gap !== null) metrics.histogram('logprobe_flip_gap_nats').observe({ route, class: c.flip.class }, c.flip.gap);
+  if (c.firstDivergence !== null)
+    metrics.histogram('logprobe_first_divergence_tokens').observe(labels, c.firstDivergence);
+  if (c.flip && c.flip.gap !== null)
+    metrics.histogram('logprobe_flip_gap_nats').observe({ route, class: c.flip.class }, c.flip.gap);
 }

@@ -1,5 +1,24 @@
-import { compare, forcedStats, notScored, parseResponse, withScoring, type Comparison, type ParsedResponse, type ScoredBlock, type Thresholds } from '../core/index.js';
-import { probeShape, repeatCache, selfVerdict, type CacheCounts, type ProbeShape, type RepeatCache, type RepeatSides, type SelfVerdict } from '../core/self.js';
+import {
+  compare,
+  forcedStats,
+  notScored,
+  parseResponse,
+  withScoring,
+  type Comparison,
+  type ParsedResponse,
+  type ScoredBlock,
+  type Thresholds,
+} from '../core/index.js';
+import {
+  probeShape,
+  repeatCache,
+  selfVerdict,
+  type CacheCounts,
+  type ProbeShape,
+  type RepeatCache,
+  type RepeatSides,
+  type SelfVerdict,
+} from '../core/self.js';
 import type { ScoringTarget } from '../scoring/http.js';
 import type { EngineProfile, PromptSource } from '../scoring/profile.js';
 import { withTopless, type Backend, type Scorer } from '../scoring/score.js';
@@ -77,14 +96,22 @@ export async function repeatOnce(o: RepeatInput): Promise<RepeatPair> {
   const cached = bad ? { first: null, second: null } : repeatCache(o.first.body, second.body);
   const counts = bad ? cached : o.counts.read(o.backend, cached);
   const judged = { cached, counts, confirmedFlush, probe: probeShape(counts, confirmedFlush) };
-  const sides: RepeatSides = { first: { by: 'generation', readCache: confirmedFlush ? false : readCache(counts.first) }, second: { by: 'generation', readCache: readCache(counts.second) } };
+  const sides: RepeatSides = {
+    first: { by: 'generation', readCache: confirmedFlush ? false : readCache(counts.first) },
+    second: { by: 'generation', readCache: readCache(counts.second) },
+  };
   if (bad) return { ...base, second, ...judged, sides, analysis: null, verdict: null };
   const p1 = parseResponse(o.first.body);
   const p2 = parseResponse(second.body);
   const free = compare(p2, p1, o.thresholds);
   const analysis = free.verdict === 'incomparable' ? free : await scoredSelf(o, profile, free, p1);
   const s = analysis.scored;
-  if (s && s.method !== undefined && s.outcome !== 'skipped') sides.scored = { by: s.method, readCache: s.readsCache ?? null, counted: s.outcome === 'ok' && s.readsCache !== false };
+  if (s && s.method !== undefined && s.outcome !== 'skipped')
+    sides.scored = {
+      by: s.method,
+      readCache: s.readsCache ?? null,
+      counted: s.outcome === 'ok' && s.readsCache !== false,
+    };
   else if (s?.readsCache === false) sides.scored = { by: s.method ?? 'scoring', readCache: false, counted: false };
   return { ...base, second, ...judged, sides, analysis, verdict: selfVerdict(analysis) };
 }
@@ -100,23 +127,41 @@ function readCache(n: number | null): boolean | null {
  * block: one backend's prompt positions have nothing to be compared with. Only where the scoring
  * reads the cache: elsewhere the free-running comparison stands, with the reason.
  */
-async function scoredSelf(o: RepeatInput, profile: EngineProfile | null, free: Comparison, first: ParsedResponse): Promise<Comparison> {
+async function scoredSelf(
+  o: RepeatInput,
+  profile: EngineProfile | null,
+  free: Comparison,
+  first: ParsedResponse,
+): Promise<Comparison> {
   const settled = free.verdict === 'identical' || free.verdict === 'tokenizer_mismatch';
   if (o.when === 'never' || settled || (o.when === 'diverged' && free.firstDivergence === null)) return free;
   let scored: ScoredBlock;
   if (profile !== null && !profile.readsCache) {
     scored = {
-      ...notScored('skipped', `${profile.method} does not read the prefix cache: it would score a cold prefill, no evidence of the warm path; the warm run's own positions stand`),
+      ...notScored(
+        'skipped',
+        `${profile.method} does not read the prefix cache: it would score a cold prefill, no evidence of the warm path; the warm run's own positions stand`,
+      ),
       method: profile.method,
       readsCache: false,
     };
-  } else if (o.busy) scored = notScored('skipped', 'the mirror is behind (its queue is half full): scoring skipped to keep up');
+  } else if (o.busy)
+    scored = notScored('skipped', 'the mirror is behind (its queue is half full): scoring skipped to keep up');
   else {
     try {
-      const { profile: p, spec } = await o.scorer.prepare(o.backend, o.target, o.source, { parsed: first, body: o.first.body });
+      const { profile: p, spec } = await o.scorer.prepare(o.backend, o.target, o.source, {
+        parsed: first,
+        body: o.first.body,
+      });
       const forced = await o.scorer.scoreSide(o.backend, o.target, p, spec);
       const stats = forcedStats(forced.continuation, first.steps.slice(0, forced.continuation.length), o.thresholds);
-      scored = { outcome: 'ok', method: `${withTopless(p.method, forced.topless === true)}, the first run's tokens again`, mode: p.mode, readsCache: p.readsCache, ...stats };
+      scored = {
+        outcome: 'ok',
+        method: `${withTopless(p.method, forced.topless === true)}, the first run's tokens again`,
+        mode: p.mode,
+        readsCache: p.readsCache,
+        ...stats,
+      };
     } catch (err) {
       scored = notScored((err as Error).name === 'UnsupportedError' ? 'unsupported' : 'failed', (err as Error).message);
     }

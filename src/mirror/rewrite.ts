@@ -50,7 +50,11 @@ function cap(value: unknown, max: number): number {
  * the model's generation config, which may differ between the two builds), `logit_bias`,
  * `best_of` and `echo` removed, a fixed `seed`; then `extraParams` merged last.
  */
-export function rewriteForMirror(kind: RequestKind, body: Readonly<Record<string, unknown>>, options: RewriteOptions): Record<string, unknown> {
+export function rewriteForMirror(
+  kind: RequestKind,
+  body: Readonly<Record<string, unknown>>,
+  options: RewriteOptions,
+): Record<string, unknown> {
   const out: Record<string, unknown> = { ...body };
   out.temperature = 0;
   out.top_p = 1;

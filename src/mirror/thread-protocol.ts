@@ -53,5 +53,12 @@ export type FromWorker =
   | { t: 'closed' };
 
 export function summarize(s: Readonly<DetectorState>): DetectorSummary {
-  return { shiftedSum: s.shiftedSum, comparableSum: s.comparableSum, cusum: s.cusum, cusumRun: s.cusumRun, global: s.global, sustained: s.sustained };
+  return {
+    shiftedSum: s.shiftedSum,
+    comparableSum: s.comparableSum,
+    cusum: s.cusum,
+    cusumRun: s.cusumRun,
+    global: s.global,
+    sustained: s.sustained,
+  };
 }

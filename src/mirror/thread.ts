@@ -66,7 +66,14 @@ export type LiveAnswer = { worker: 'up'; body: Uint8Array } | { worker: 'late' |
  * fault soak's RSS swing, #23). With `sampleBy: hash` the choice needs the bytes: the body is kept
  * and a full hand-over drops it after the response, as before.
  */
-export function keepBodyFor(sampler: Sampler, method: string, path: string, forced: boolean | undefined, full: boolean, metrics: Metrics): boolean {
+export function keepBodyFor(
+  sampler: Sampler,
+  method: string,
+  path: string,
+  forced: boolean | undefined,
+  full: boolean,
+  metrics: Metrics,
+): boolean {
   if (!sampler.wantsBody(method, path, forced)) return false;
   if (!full || !sampler.finalBeforeBody(forced)) return true;
   metrics.counter('logprobe_mirror_total').inc({ route: routeLabel(path), outcome: 'dropped' });
@@ -83,7 +90,10 @@ export function mirrorChoice(sampler: Sampler, ex: Exchange): 'no' | 'skipped' |
 }
 
 /** The worker's entry: the compiled worker.js next to this file; from the sources (under tsx), worker-tsx.mjs, which loads worker.ts. */
-export const DEFAULT_WORKER_URL = new URL(import.meta.url.endsWith('.ts') ? './worker-tsx.mjs' : './worker.js', import.meta.url);
+export const DEFAULT_WORKER_URL = new URL(
+  import.meta.url.endsWith('.ts') ? './worker-tsx.mjs' : './worker.js',
+  import.meta.url,
+);
 
 /** What a {@link MirrorThread} is built from. */
 export interface MirrorThreadDeps {
@@ -142,8 +152,16 @@ export class MirrorThread implements MirrorTap {
     // As many as the worker's queue holds and runs: beyond that it would drop them anyway.
     this.cap = config.mirror.queueSize + config.mirror.concurrency;
     this.started = new Promise((resolve) => (this.markStarted = resolve));
-    const workerData: WorkerInit = { config, forwardPairs: Boolean(deps.listeners?.onPair), forwardAlerts: Boolean(deps.listeners?.onAlert) };
-    this.worker = new Worker(deps.workerUrl ?? DEFAULT_WORKER_URL, { workerData, name: 'logprobe-mirror', resourceLimits: WORKER_LIMITS });
+    const workerData: WorkerInit = {
+      config,
+      forwardPairs: Boolean(deps.listeners?.onPair),
+      forwardAlerts: Boolean(deps.listeners?.onAlert),
+    };
+    this.worker = new Worker(deps.workerUrl ?? DEFAULT_WORKER_URL, {
+      workerData,
+      name: 'logprobe-mirror',
+      resourceLimits: WORKER_LIMITS,
+    });
     this.worker.on('message', (m: FromWorker) => this.onMessage(m));
     this.worker.on('error', (err) => {
       deps.logger.error({ err }, 'mirror worker failed');
@@ -151,7 +169,10 @@ export class MirrorThread implements MirrorTap {
     this.closed = new Promise((resolve) => {
       this.worker.once('exit', (code) => {
         if (this.closing === null)
-          deps.logger.error({ exitCode: code }, 'mirror worker stopped: mirroring stopped, the proxy keeps serving; /metrics keeps its last values with logprobe_mirror_worker_up 0');
+          deps.logger.error(
+            { exitCode: code },
+            'mirror worker stopped: mirroring stopped, the proxy keeps serving; /metrics keeps its last values with logprobe_mirror_worker_up 0',
+          );
         this.alive = false;
         this.outstanding = 0;
         this.deps.metrics.gauge('logprobe_mirror_worker_up').set(0);

@@ -80,7 +80,10 @@ const outer = capture ? withCapture(capture, forward) : forward;
 // (rate-limited) and told to the proxy's thread for /readyz.
 const health = new BackendHealth(
   logger.child({ module: 'mirror' }),
-  [{ backend: 'candidate', url: config.candidate.url }, ...(config.baseline.url !== null ? [{ backend: 'baseline' as const, url: config.baseline.url }] : [])],
+  [
+    { backend: 'candidate', url: config.candidate.url },
+    ...(config.baseline.url !== null ? [{ backend: 'baseline' as const, url: config.baseline.url }] : []),
+  ],
   (backends) => post({ t: 'backends', backends }),
 );
 const live = new LiveFeed(

@@ -20,7 +20,18 @@ import { PROFILES } from '../scoring/score.js';
  */
 
 /** What the probe reports on, one line each; `logprobe_engine_capability{capability}`. */
-export const CAPABILITIES = ['logprobs', 'top_k_cap', 'token_ids', 'scoring', 'prompt_top_k', 'cache_counts', 'flush', 'cache_path', 'chat_rendering', 'determinism'] as const;
+export const CAPABILITIES = [
+  'logprobs',
+  'top_k_cap',
+  'token_ids',
+  'scoring',
+  'prompt_top_k',
+  'cache_counts',
+  'flush',
+  'cache_path',
+  'chat_rendering',
+  'determinism',
+] as const;
 export type CapabilityName = (typeof CAPABILITIES)[number];
 
 /** The table's names for the capabilities. */
@@ -97,8 +108,16 @@ const ENABLE: Partial<Record<CapabilityName, Partial<Record<EngineName, string>>
   token_ids: { vllm: 'vLLM 0.10.2+ (return_token_ids)' },
   prompt_top_k: { vllm: 'VLLM_USE_V2_MODEL_RUNNER=0 (the V2 runner returns no prompt top-k)' },
   cache_counts: { vllm: '--enable-prompt-tokens-details', sglang: '--enable-cache-report' },
-  flush: { vllm: 'VLLM_SERVER_DEV_MODE=1', sglang: 'the admin key (--admin-api-key) as --api-key', llamacpp: '--slot-save-path DIR' },
-  cache_path: { vllm: '--enable-prompt-tokens-details (dev mode alone does not do: its flush answers 200 without proof)', sglang: '--enable-cache-report', llamacpp: '--slot-save-path DIR' },
+  flush: {
+    vllm: 'VLLM_SERVER_DEV_MODE=1',
+    sglang: 'the admin key (--admin-api-key) as --api-key',
+    llamacpp: '--slot-save-path DIR',
+  },
+  cache_path: {
+    vllm: '--enable-prompt-tokens-details (dev mode alone does not do: its flush answers 200 without proof)',
+    sglang: '--enable-cache-report',
+    llamacpp: '--slot-save-path DIR',
+  },
   chat_rendering: { sglang: 'an SGLang whose /tokenize takes messages (or returns prompt_token_ids)' },
   determinism: {
     vllm: 'VLLM_BATCH_INVARIANT=1 (vllm-project/vllm#51187: breaks near 44 co-resident sequences)',
@@ -122,7 +141,10 @@ const SCORING_READS_CACHE: Readonly<Record<EngineName, string>> = {
  * baseline) need a visible cache path, and `mirror.repeat.flush` a flush; `noiseFloor: exact`
  * needs determinism.
  */
-export function requiredCapabilities(config: Config, backend: 'candidate' | 'baseline' = 'candidate'): CapabilityName[] {
+export function requiredCapabilities(
+  config: Config,
+  backend: 'candidate' | 'baseline' = 'candidate',
+): CapabilityName[] {
   const out: CapabilityName[] = ['logprobs', 'top_k_cap'];
   if (config.analysis.scoring.when !== 'never') {
     out.push('scoring', 'prompt_top_k');
@@ -140,14 +162,20 @@ export function requiredCapabilities(config: Config, backend: 'candidate' | 'bas
 
 /** A prompt long enough that a repeat is served from whole cache blocks (vLLM caches 16-token blocks only). */
 function longPrompt(nonce: string): string {
-  return `${nonce} The cache holds key 3 and value 7; the next line repeats it, so that a prefix cache has whole blocks to keep. `.repeat(3);
+  return `${nonce} The cache holds key 3 and value 7; the next line repeats it, so that a prefix cache has whole blocks to keep. `.repeat(
+    3,
+  );
 }
 
 const GREEDY = { temperature: 0, top_p: 1, seed: 1234 };
 
 /** Runs the probe. Throws {@link UnreachableError} when the URL answers nothing. */
 export async function probeEngine(o: ProbeOptions): Promise<ProbeReport> {
-  const pool = new Pool(new URL(o.url).origin, { connections: null, pipelining: 1, connect: { rejectUnauthorized: !o.tlsInsecure, timeout: o.timeoutMs } });
+  const pool = new Pool(new URL(o.url).origin, {
+    connections: null,
+    pipelining: 1,
+    connect: { rejectUnauthorized: !o.tlsInsecure, timeout: o.timeoutMs },
+  });
   // A shutdown must not wait for a probe's requests (each may take probe.timeoutMs).
   const abort = () => void pool.destroy(new Error('probe aborted: shutting down')).catch(() => undefined);
   if (o.signal?.aborted) abort();
@@ -164,7 +192,8 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   const headers: Record<string, string> = o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {};
   const target: ScoringTarget = { pool, url: o.url, headers, timeoutMs: o.timeoutMs, model: null };
   const get = (path: string): Promise<JsonAnswer> => requestJson(target, 'GET', path, undefined, o.timeoutMs);
-  const post = (path: string, body: unknown): Promise<JsonAnswer> => requestJson(target, 'POST', path, body, o.timeoutMs);
+  const post = (path: string, body: unknown): Promise<JsonAnswer> =>
+    requestJson(target, 'POST', path, body, o.timeoutMs);
 
   let models: JsonAnswer;
   try {
@@ -172,14 +201,28 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   } catch (err) {
     throw new UnreachableError(failureReason({ status: 0, body: null, error: transportError(err) }));
   }
-  const listed = ((models.body as { data?: Array<{ id?: unknown }> } | null)?.data ?? []).map((m) => m?.id).find((id) => typeof id === 'string') as string | undefined;
+  const listed = ((models.body as { data?: Array<{ id?: unknown }> } | null)?.data ?? [])
+    .map((m) => m?.id)
+    .find((id) => typeof id === 'string') as string | undefined;
   const model = o.model ?? listed ?? null;
   const detected =
-    o.engine && o.engine !== 'auto' ? { engine: o.engine, evidence: 'configured' } : await detectEngine(target).catch(() => ({ engine: 'openai' as const, evidence: 'detection failed' }));
+    o.engine && o.engine !== 'auto'
+      ? { engine: o.engine, evidence: 'configured' }
+      : await detectEngine(target).catch(() => ({ engine: 'openai' as const, evidence: 'detection failed' }));
   const engine = detected.engine;
   const profile = PROFILES[engine];
   const version = await engineVersion(engine, get);
-  if (o.reachabilityOnly) return { url: o.url, engine, evidence: detected.evidence, version, model, capabilities: [], required: [], missing: [] };
+  if (o.reachabilityOnly)
+    return {
+      url: o.url,
+      engine,
+      evidence: detected.evidence,
+      version,
+      model,
+      capabilities: [],
+      required: [],
+      missing: [],
+    };
   const caps = new Map<CapabilityName, Capability>();
   const c: ProbeContext = {
     target,
@@ -188,7 +231,13 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
     model,
     get,
     post,
-    set: (name, ok, detail, enable) => void caps.set(name, { name, ok, detail, enable: enable === undefined ? (ENABLE[name]?.[engine] ?? null) : enable }),
+    set: (name, ok, detail, enable) =>
+      void caps.set(name, {
+        name,
+        ok,
+        detail,
+        enable: enable === undefined ? (ENABLE[name]?.[engine] ?? null) : enable,
+      }),
     completion: (extra) => post('/v1/completions', { ...(model ? { model } : {}), ...GREEDY, ...extra }),
     why: (a) => failureReason({ status: a.status, body: a.body, error: null }),
   };
@@ -203,14 +252,27 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   c.set(
     'cache_path',
     pathOk,
-    countsOk ? 'visible: the engine reports its cache hits' : flushOk ? 'visible: the flush makes the first run cold' : 'not visible: no cache counts and no confirmed flush',
+    countsOk
+      ? 'visible: the engine reports its cache hits'
+      : flushOk
+        ? 'visible: the flush makes the first run cold'
+        : 'not visible: no cache counts and no confirmed flush',
   );
 
   await probeChat(c);
   await probeDeterminism(c, k, o.copies ?? 16, caps);
   const capabilities = CAPABILITIES.map((n) => caps.get(n)!).filter(Boolean);
   const missing = o.required.filter((n) => caps.get(n)?.ok !== true);
-  return { url: o.url, engine, evidence: detected.evidence, version, model, capabilities, required: o.required, missing };
+  return {
+    url: o.url,
+    engine,
+    evidence: detected.evidence,
+    version,
+    model,
+    capabilities,
+    required: o.required,
+    missing,
+  };
 }
 
 /** What every check of a probe asks with: the server, its engine and profile, and where results go. */
@@ -232,20 +294,29 @@ interface ProbeContext {
 async function probeTopK(c: ProbeContext, topK: number): Promise<number> {
   // The logprobs cap, asked: one above anything logprobe asks (mirror.topLogprobs ≤ 20).
   const ask = 21;
-  const above = await c.completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, logprobs: ask }).catch(errAnswer);
+  const above = await c
+    .completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, logprobs: ask })
+    .catch(errAnswer);
   let cap: number | null = null;
   let capText: string;
   if (above.status === 200) {
     const got = topWidth(parseResponse(above.body).steps);
     cap = got !== null && got < ask ? got : null;
-    capText = got === null ? `asked ${ask}: answered no top logprobs` : got < ask ? `asked ${ask}: answered ${got} per token` : `none at ${ask} (answered ${got} per token)`;
+    capText =
+      got === null
+        ? `asked ${ask}: answered no top logprobs`
+        : got < ask
+          ? `asked ${ask}: answered ${got} per token`
+          : `none at ${ask} (answered ${got} per token)`;
   } else {
     cap = parseLogprobLimit(above.status, above.body);
     capText = cap !== null ? `${cap} (asked ${ask}: ${c.why(above)})` : `asked ${ask}: ${c.why(above)}`;
   }
   if (c.engine === 'vllm') {
     // prompt_logprobs have their own check against the same cap (sampling_params.py _validate_logprobs).
-    const p = await c.completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, prompt_logprobs: ask }).catch(errAnswer);
+    const p = await c
+      .completion({ prompt: 'The cache holds key 3 and value', max_tokens: 1, prompt_logprobs: ask })
+      .catch(errAnswer);
     if (p.status !== 200) {
       const pc = parseLogprobLimit(p.status, p.body, { prompt: true });
       if (pc !== null) cap = Math.min(cap ?? pc, pc);
@@ -259,7 +330,9 @@ async function probeTopK(c: ProbeContext, topK: number): Promise<number> {
 /** logprobs and token_ids: a mirrored copy (with the profile's own fields); its steps. */
 async function probeCopy(c: ProbeContext, k: number): Promise<{ steps: TokenStep[]; text: string | undefined }> {
   // Logprobs and token ids on a mirrored copy (with the profile's own extra fields).
-  const copy = await c.completion({ prompt: 'The cache holds key 3 and value', max_tokens: 8, logprobs: k, ...c.profile.copyParams }).catch(errAnswer);
+  const copy = await c
+    .completion({ prompt: 'The cache holds key 3 and value', max_tokens: 8, logprobs: k, ...c.profile.copyParams })
+    .catch(errAnswer);
   const parsed = copy.status === 200 ? parseResponse(copy.body) : null;
   const steps = parsed?.steps ?? [];
   const withLp = steps.filter((s) => s.logprob !== null).length;
@@ -274,25 +347,45 @@ async function probeCopy(c: ProbeContext, k: number): Promise<{ steps: TokenStep
     null,
   );
   const ids = steps.filter((s) => s.id !== undefined).length;
-  const asked = Object.keys(c.profile.copyParams).length ? ` (asked with ${Object.keys(c.profile.copyParams).join(', ')})` : '';
+  const asked = Object.keys(c.profile.copyParams).length
+    ? ` (asked with ${Object.keys(c.profile.copyParams).join(', ')})`
+    : '';
   c.set(
     'token_ids',
     steps.length > 0 && ids === steps.length,
-    steps.length === 0 ? 'no tokens to read' : `${ids} of ${steps.length} generated tokens with their id${asked}${ids < steps.length ? ': scoring re-tokenizes the text' : ''}`,
+    steps.length === 0
+      ? 'no tokens to read'
+      : `${ids} of ${steps.length} generated tokens with their id${asked}${ids < steps.length ? ': scoring re-tokenizes the text' : ''}`,
   );
 
   return { steps, text: parsed?.text };
 }
 
 /** scoring and prompt_top_k: the profile's own method on the prompt and the copy's tokens. */
-async function probeScoring(c: ProbeContext, k: number, copy: { steps: TokenStep[]; text: string | undefined }): Promise<void> {
+async function probeScoring(
+  c: ProbeContext,
+  k: number,
+  copy: { steps: TokenStep[]; text: string | undefined },
+): Promise<void> {
   const { steps } = copy;
   // Scoring: the profile's own method on the prompt + the answer's tokens.
   let scored: { prompt: TokenStep[]; continuation: TokenStep[] } | null = null;
   try {
-    const promptIds = await c.profile.promptIds(c.target, { kind: 'completions', body: { prompt: 'The cache holds key 3 and value', ...(c.model ? { model: c.model } : {}) } });
-    const cont = steps.every((s) => s.id !== undefined) && steps.length > 0 ? steps.map((s) => s.id!) : await c.profile.tokenize(c.target, copy.text ?? ' 7', c.model ?? undefined);
-    scored = await c.profile.score(c.target, { model: c.model ?? undefined, prompt: promptIds, continuation: cont.slice(0, 4), topK: k, promptPositions: 4 });
+    const promptIds = await c.profile.promptIds(c.target, {
+      kind: 'completions',
+      body: { prompt: 'The cache holds key 3 and value', ...(c.model ? { model: c.model } : {}) },
+    });
+    const cont =
+      steps.every((s) => s.id !== undefined) && steps.length > 0
+        ? steps.map((s) => s.id!)
+        : await c.profile.tokenize(c.target, copy.text ?? ' 7', c.model ?? undefined);
+    scored = await c.profile.score(c.target, {
+      model: c.model ?? undefined,
+      prompt: promptIds,
+      continuation: cont.slice(0, 4),
+      topK: k,
+      promptPositions: 4,
+    });
     const forced = scored.continuation.filter((s) => s.logprob !== null).length;
     c.set(
       'scoring',
@@ -303,11 +396,18 @@ async function probeScoring(c: ProbeContext, k: number, copy: { steps: TokenStep
   } catch (err) {
     c.set('scoring', false, `${c.profile.method}: ${(err as Error).message}`, null);
   }
-  if (scored === null || scored.prompt.length === 0) c.set('prompt_top_k', false, scored === null ? 'no scoring' : 'no prompt positions scored');
+  if (scored === null || scored.prompt.length === 0)
+    c.set('prompt_top_k', false, scored === null ? 'no scoring' : 'no prompt positions scored');
   else {
     const widths = scored.prompt.map((s) => s.top.length);
     const min = Math.min(...widths);
-    c.set('prompt_top_k', min >= Math.min(k, 2), min <= 1 ? `prompt positions carry the prompt token only (top ${min})` : `top-${min} at each of ${widths.length} prompt positions`);
+    c.set(
+      'prompt_top_k',
+      min >= Math.min(k, 2),
+      min <= 1
+        ? `prompt positions carry the prompt token only (top ${min})`
+        : `top-${min} at each of ${widths.length} prompt positions`,
+    );
   }
 }
 
@@ -337,7 +437,11 @@ async function probeCacheCounts(c: ProbeContext): Promise<{ countsOk: boolean; c
 }
 
 /** flush: the engine's cache reset, confirmed by the counts where they are reported; whether it worked. */
-async function probeFlush(c: ProbeContext, countsOk: boolean, cacheBody: Record<string, unknown>): Promise<boolean | null> {
+async function probeFlush(
+  c: ProbeContext,
+  countsOk: boolean,
+  cacheBody: Record<string, unknown>,
+): Promise<boolean | null> {
   const f = await flushRequest(c.engine, c.post);
   if (f === null) {
     c.set('flush', false, 'no cache reset on an OpenAI-compatible server', null);
@@ -370,18 +474,37 @@ async function probeChat(c: ProbeContext): Promise<void> {
     { role: 'user', content: 'Tell me about layer 3' },
   ];
   try {
-    const rendered = await c.profile.promptIds(c.target, { kind: 'chat', body: { messages, ...(c.model ? { model: c.model } : {}) } });
-    const chat = await c.post('/v1/chat/completions', { ...(c.model ? { model: c.model } : {}), messages, max_tokens: 1, ...GREEDY });
+    const rendered = await c.profile.promptIds(c.target, {
+      kind: 'chat',
+      body: { messages, ...(c.model ? { model: c.model } : {}) },
+    });
+    const chat = await c.post('/v1/chat/completions', {
+      ...(c.model ? { model: c.model } : {}),
+      messages,
+      max_tokens: 1,
+      ...GREEDY,
+    });
     const used = (chat.body as { usage?: { prompt_tokens?: unknown } } | null)?.usage?.prompt_tokens;
-    if (chat.status !== 200 || typeof used !== 'number') c.set('chat_rendering', true, `${rendered.length} tokens (the chat generation did not say how many it read)`);
-    else c.set('chat_rendering', used === rendered.length, `${rendered.length} tokens rendered, the chat generation read ${used}${used === rendered.length ? '' : ': not the same prompt'}`);
+    if (chat.status !== 200 || typeof used !== 'number')
+      c.set('chat_rendering', true, `${rendered.length} tokens (the chat generation did not say how many it read)`);
+    else
+      c.set(
+        'chat_rendering',
+        used === rendered.length,
+        `${rendered.length} tokens rendered, the chat generation read ${used}${used === rendered.length ? '' : ': not the same prompt'}`,
+      );
   } catch (err) {
     c.set('chat_rendering', false, (err as Error).message);
   }
 }
 
 /** determinism: one greedy request alone, then among `copies` concurrent copies of itself. */
-async function probeDeterminism(c: ProbeContext, k: number, copies: number, caps: Map<CapabilityName, Capability>): Promise<void> {
+async function probeDeterminism(
+  c: ProbeContext,
+  k: number,
+  copies: number,
+  caps: Map<CapabilityName, Capability>,
+): Promise<void> {
   const det = { prompt: 'Count the layers: one, two,', max_tokens: 16, logprobs: k };
   const alone = await c.completion(det).catch(errAnswer);
   if (alone.status !== 200) c.set('determinism', false, `/v1/completions: ${c.why(alone)}`);
@@ -389,7 +512,9 @@ async function probeDeterminism(c: ProbeContext, k: number, copies: number, caps
     const ref = parseResponse(alone.body).steps;
     const again = runDifference(ref, parseResponse((await c.completion(det).catch(errAnswer)).body).steps);
     const batch = await Promise.all(Array.from({ length: copies }, () => c.completion(det).catch(errAnswer)));
-    const diffs = batch.map((a) => (a.status === 200 ? runDifference(ref, parseResponse(a.body).steps) : { equal: false, shift: 0, flipped: true }));
+    const diffs = batch.map((a) =>
+      a.status === 200 ? runDifference(ref, parseResponse(a.body).steps) : { equal: false, shift: 0, flipped: true },
+    );
     const differ = diffs.filter((d) => !d.equal).length;
     const flipped = diffs.filter((d) => d.flipped).length;
     const worst = Math.max(0, ...diffs.map((d) => d.shift));
@@ -403,7 +528,8 @@ async function probeDeterminism(c: ProbeContext, k: number, copies: number, caps
           ? `bitwise equal alone and in each of ${copies} concurrent copies`
           : `${differ} of ${copies} concurrent copies differ from the lone run (max ${worst.toPrecision(2)} nats${flipped ? `, ${flipped} with another token` : ''})`,
     );
-    if (serverSays !== null) caps.get('determinism')!.detail += `; server_info enable_deterministic_inference: ${serverSays}`;
+    if (serverSays !== null)
+      caps.get('determinism')!.detail += `; server_info enable_deterministic_inference: ${serverSays}`;
   }
 }
 
@@ -429,7 +555,10 @@ function topWidth(steps: readonly TokenStep[]): number | null {
  * (tokens, ids, logprobs, top lists); `shift` the largest |Δ logprob| of the chosen token before
  * the first token that differs (0 when none moved); `flipped` when a token differs.
  */
-export function runDifference(a: readonly TokenStep[], b: readonly TokenStep[]): { equal: boolean; shift: number; flipped: boolean } {
+export function runDifference(
+  a: readonly TokenStep[],
+  b: readonly TokenStep[],
+): { equal: boolean; shift: number; flipped: boolean } {
   const key = (s: readonly TokenStep[]) => JSON.stringify(s.map((x) => [x.token, x.id ?? null, x.logprob, x.top]));
   let shift = 0;
   let flipped = a.length !== b.length;
@@ -449,7 +578,10 @@ async function engineVersion(engine: EngineName, get: (p: string) => Promise<Jso
   const read = async (path: string, key: string): Promise<string | null> => {
     try {
       const a = await get(path);
-      const v = a.status === 200 && typeof a.body === 'object' && a.body !== null ? (a.body as Record<string, unknown>)[key] : undefined;
+      const v =
+        a.status === 200 && typeof a.body === 'object' && a.body !== null
+          ? (a.body as Record<string, unknown>)[key]
+          : undefined;
       return typeof v === 'string' ? v : null;
     } catch {
       return null;
@@ -475,8 +607,18 @@ async function deterministicFlag(get: (p: string) => Promise<JsonAnswer>): Promi
 }
 
 /** The engine's cache reset as the profile's flush sends it, with the answer kept (null: the engine has none). */
-async function flushRequest(engine: EngineName, post: (p: string, b: unknown) => Promise<JsonAnswer>): Promise<(JsonAnswer & { path: string }) | null> {
-  const path = engine === 'vllm' ? '/reset_prefix_cache' : engine === 'sglang' ? '/flush_cache' : engine === 'llamacpp' ? '/slots/0?action=erase' : null;
+async function flushRequest(
+  engine: EngineName,
+  post: (p: string, b: unknown) => Promise<JsonAnswer>,
+): Promise<(JsonAnswer & { path: string }) | null> {
+  const path =
+    engine === 'vllm'
+      ? '/reset_prefix_cache'
+      : engine === 'sglang'
+        ? '/flush_cache'
+        : engine === 'llamacpp'
+          ? '/slots/0?action=erase'
+          : null;
   if (path === null) return null;
   const a = await post(path, {}).catch(errAnswer);
   return { ...a, path };

@@ -16,14 +16,23 @@ type Backend = 'candidate' | 'baseline';
  * credentials (the mirror's copies carry the client's; at start there is no client), the baseline
  * with `baseline.apiKey`. The flush is tried only where `mirror.repeat.flush` will flush anyway.
  */
-export async function probeAtStart(o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger; signal?: AbortSignal }): Promise<Array<ProbeReport | null>> {
+export async function probeAtStart(o: {
+  config: Config;
+  health: BackendHealth;
+  metrics: Metrics;
+  logger: Logger;
+  signal?: AbortSignal;
+}): Promise<Array<ProbeReport | null>> {
   const { config } = o;
   if (config.probe.atStart === 'off') return [];
   const backends: Backend[] = config.baseline.url === null ? ['candidate'] : ['candidate', 'baseline'];
   return Promise.all(backends.map((b) => one(o, b)));
 }
 
-async function one(o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger; signal?: AbortSignal }, backend: Backend): Promise<ProbeReport | null> {
+async function one(
+  o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger; signal?: AbortSignal },
+  backend: Backend,
+): Promise<ProbeReport | null> {
   const { config } = o;
   const side = backend === 'candidate' ? config.candidate : config.baseline;
   const url = side.url!;
@@ -45,7 +54,10 @@ async function one(o: { config: Config; health: BackendHealth; metrics: Metrics;
     });
   } catch (err) {
     if (o.signal?.aborted) return null;
-    o.health.probed(backend, { reachable: false, reason: err instanceof UnreachableError ? err.message : (err as Error).message });
+    o.health.probed(backend, {
+      reachable: false,
+      reason: err instanceof UnreachableError ? err.message : (err as Error).message,
+    });
     return null;
   }
   o.health.probed(backend, { reachable: true, engine: report.engine, version: report.version });
@@ -53,10 +65,22 @@ async function one(o: { config: Config; health: BackendHealth; metrics: Metrics;
   const g = o.metrics.gauge('logprobe_engine_capability');
   for (const c of report.capabilities) if (c.ok !== null) g.set({ backend, capability: c.name }, c.ok ? 1 : 0);
   const works = report.capabilities.filter((c) => c.ok === true).map((c) => CAPABILITY_LABELS[c.name]);
-  const not = report.capabilities.filter((c) => c.ok === false).map((c) => `${CAPABILITY_LABELS[c.name]} (${c.detail}${c.enable ? `; enable: ${c.enable}` : ''})`);
+  const not = report.capabilities
+    .filter((c) => c.ok === false)
+    .map((c) => `${CAPABILITY_LABELS[c.name]} (${c.detail}${c.enable ? `; enable: ${c.enable}` : ''})`);
   const line = `${backend} probe: ${report.engine}${report.version ? ` ${report.version}` : ''}; works: ${works.join(', ') || 'nothing'}; does not: ${not.join('; ') || 'nothing'}`;
-  const fields = { backend, engine: report.engine, version: report.version, capabilities: Object.fromEntries(report.capabilities.map((c) => [c.name, c.ok])), missing: report.missing };
-  if (report.missing.length > 0) o.logger.warn(fields, `${line}; this configuration needs what is missing: ${report.missing.map((n) => missingText(report, n)).join('; ')}`);
+  const fields = {
+    backend,
+    engine: report.engine,
+    version: report.version,
+    capabilities: Object.fromEntries(report.capabilities.map((c) => [c.name, c.ok])),
+    missing: report.missing,
+  };
+  if (report.missing.length > 0)
+    o.logger.warn(
+      fields,
+      `${line}; this configuration needs what is missing: ${report.missing.map((n) => missingText(report, n)).join('; ')}`,
+    );
   else o.logger.info(fields, line);
   return report;
 }

@@ -36,23 +36,34 @@ export interface ProxyDeps {
 const FORWARDED_METHODS = new Set(['DELETE', 'GET', 'HEAD', 'PATCH', 'POST', 'PUT', 'OPTIONS']);
 
 /** What a request gets while the proxy drains: the OpenAI envelope, like every error we make. */
-const CLOSING_BODY = JSON.stringify(openAIError(503, 'logprobe is shutting down: retry on another replica', 'LOGPROBE_SHUTTING_DOWN'));
+const CLOSING_BODY = JSON.stringify(
+  openAIError(503, 'logprobe is shutting down: retry on another replica', 'LOGPROBE_SHUTTING_DOWN'),
+);
 
 function notFound(ctx: ExchangeContext, req: IncomingMessage, res: ServerResponse, shadow: boolean): void {
   const started = performance.now();
   const payload = JSON.stringify(openAIError(404, `no route for ${req.method ?? ''} ${req.url ?? ''}`, 'not_found'));
-  res.writeHead(404, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload) });
+  res.writeHead(404, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(payload),
+  });
   res.end(payload);
   if (shadow) ctx.metrics.observeShadow?.('other', 404);
   else ctx.metrics.observeRequest('other', 404, (performance.now() - started) / 1000);
-  if (ctx.logRequests()) ctx.log.info({ method: req.method, route: 'other', status: 404, durationMs: 0, aborted: false }, 'request');
+  if (ctx.logRequests())
+    ctx.log.info({ method: req.method, route: 'other', status: 404, durationMs: 0, aborted: false }, 'request');
 }
 
 const CLIENT_ERRORS: Record<string, [number, string, string, RefusalReason]> = {
   HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'request header fields too large', 'header_too_large'],
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'request not received in time', 'head_timeout'],
   // llhttp refuses a request whose last coding is not chunked, or that names chunked twice.
-  HPE_INVALID_TRANSFER_ENCODING: [501, 'Not Implemented', 'Transfer-Encoding other than chunked is not supported', 'transfer_encoding'],
+  HPE_INVALID_TRANSFER_ENCODING: [
+    501,
+    'Not Implemented',
+    'Transfer-Encoding other than chunked is not supported',
+    'transfer_encoding',
+  ],
 };
 const MALFORMED: [number, string, string, RefusalReason] = [400, 'Bad Request', 'malformed HTTP request', 'malformed'];
 
@@ -60,7 +71,9 @@ const MALFORMED: [number, string, string, RefusalReason] = [400, 'Bad Request', 
 function answerAndClose(socket: Duplex, status: number, text: string, message: string, code: string | null): void {
   const payload = JSON.stringify(openAIError(status, message, code));
   if (socket.writable)
-    socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`);
+    socket.end(
+      `HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`,
+    );
   else socket.destroy();
 }
 
@@ -69,7 +82,12 @@ function answerAndClose(socket: Duplex, status: number, text: string, message: s
  * in the OpenAI envelope, like every error we make, and the connection closed — after the
  * answers to the requests pipelined before it, so a client reads them in order.
  */
-function onClientError(err: Error & { code?: string; reason?: string }, socket: Duplex, before: Promise<void> | undefined, refused: (reason: RefusalReason) => void): void {
+function onClientError(
+  err: Error & { code?: string; reason?: string },
+  socket: Duplex,
+  before: Promise<void> | undefined,
+  refused: (reason: RefusalReason) => void,
+): void {
   if (!socket.writable || err.code === 'ECONNRESET') {
     socket.destroy();
     return;
@@ -91,10 +109,13 @@ function onClientError(err: Error & { code?: string; reason?: string }, socket: 
  */
 function framingError(req: IncomingMessage): (Error & { statusCode: number; code: string }) | null {
   const te = req.headers['transfer-encoding'];
-  if (te !== undefined && (te.length !== 7 || te.toLowerCase() !== 'chunked')) return new UnsupportedTransferEncodingError();
+  if (te !== undefined && (te.length !== 7 || te.toLowerCase() !== 'chunked'))
+    return new UnsupportedTransferEncodingError();
   const raw = req.rawHeaders;
   let hosts = 0;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 4 && raw[i]!.toLowerCase() === 'host' && ++hosts > 1) return new BadRequestError('two Host header fields (RFC 9112 §3.2)');
+  for (let i = 0; i < raw.length; i += 2)
+    if (raw[i]!.length === 4 && raw[i]!.toLowerCase() === 'host' && ++hosts > 1)
+      return new BadRequestError('two Host header fields (RFC 9112 §3.2)');
   return null;
 }
 
@@ -190,7 +211,10 @@ class ClientPath {
    * The last request on each connection while an exchange is in flight there: its request, the
    * promise its response's close settles, and the one of the request before it.
    */
-  private readonly inFlight = new WeakMap<object, { req: IncomingMessage; done: Promise<void>; before: Promise<void> | undefined }>();
+  private readonly inFlight = new WeakMap<
+    object,
+    { req: IncomingMessage; done: Promise<void>; before: Promise<void> | undefined }
+  >();
   /**
    * Connections whose request was refused for its framing: answered, then closed after the
    * answer ("connection: close"). Whatever the parser still reads there (a request hidden in a
@@ -226,7 +250,14 @@ class ClientPath {
     metrics.refused('connect');
     if (this.shadow) metrics.observeShadow?.('other', 400);
     else metrics.observeRequest('other', 400, 0);
-    const answer = () => answerAndClose(socket, 400, 'Bad Request', 'CONNECT is not supported: logprobe is a reverse proxy, not a tunnel', 'LOGPROBE_BAD_REQUEST');
+    const answer = () =>
+      answerAndClose(
+        socket,
+        400,
+        'Bad Request',
+        'CONNECT is not supported: logprobe is a reverse proxy, not a tunnel',
+        'LOGPROBE_BAD_REQUEST',
+      );
     const last = this.inFlight.get(socket);
     if (last === undefined) answer();
     else void last.done.then(answer);
@@ -242,7 +273,12 @@ class ClientPath {
     if (this.refusedSockets.has(socket)) return;
     const last = this.inFlight.get(socket);
     const metrics = this.ctx.metrics;
-    onClientError(err, socket, last === undefined ? undefined : last.req.complete ? last.done : last.before, metrics.refused.bind(metrics));
+    onClientError(
+      err,
+      socket,
+      last === undefined ? undefined : last.req.complete ? last.done : last.before,
+      metrics.refused.bind(metrics),
+    );
   }
 
   /** Answers a request we refuse for its framing, in the OpenAI envelope, and closes its connection. */
@@ -252,11 +288,19 @@ class ClientPath {
     this.refusedSockets.add(req.socket);
     ctx.metrics.refused(REFUSAL_OF[err.code] ?? 'malformed');
     const payload = JSON.stringify(openAIError(err.statusCode, err.message, err.code));
-    res.writeHead(err.statusCode, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload), connection: 'close' });
+    res.writeHead(err.statusCode, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(payload),
+      connection: 'close',
+    });
     res.end(payload);
     if (this.shadow) ctx.metrics.observeShadow?.('other', err.statusCode);
     else ctx.metrics.observeRequest('other', err.statusCode, (performance.now() - started) / 1000);
-    if (ctx.logRequests()) ctx.log.info({ method: req.method, route: 'other', status: err.statusCode, durationMs: 0, aborted: false, code: err.code }, 'request');
+    if (ctx.logRequests())
+      ctx.log.info(
+        { method: req.method, route: 'other', status: err.statusCode, durationMs: 0, aborted: false, code: err.code },
+        'request',
+      );
   }
 
   /**
@@ -274,7 +318,11 @@ class ClientPath {
       return;
     }
     if (this.closing) {
-      res.writeHead(503, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(CLOSING_BODY)), connection: 'close' });
+      res.writeHead(503, {
+        'content-type': 'application/json',
+        'content-length': String(Buffer.byteLength(CLOSING_BODY)),
+        connection: 'close',
+      });
       res.end(CLOSING_BODY);
       return;
     }

@@ -18,13 +18,21 @@ export class ClientAbortedError extends Error {
  * unknown); other bodies stream through untouched (see {@link watchStreamedBody}).
  * Callback style: it runs once per proxied request, so no Promise and no closure per chunk.
  */
-export function readBody(stream: IncomingMessage, limitBytes: number, idleMs: number, keep: boolean, callback: (err: Error | null, body: Buffer) => void): void {
+export function readBody(
+  stream: IncomingMessage,
+  limitBytes: number,
+  idleMs: number,
+  keep: boolean,
+  callback: (err: Error | null, body: Buffer) => void,
+): void {
   let first: Buffer | null = null;
   let chunks: Buffer[] | null = null;
   let size = 0;
   let done = false;
   // The parser has the whole body already (it came with the head): nothing can stall.
-  let timer: NodeJS.Timeout | null = stream.complete ? null : setTimeout(() => finish(new RequestBodyTimeoutError(idleMs), EMPTY), idleMs);
+  let timer: NodeJS.Timeout | null = stream.complete
+    ? null
+    : setTimeout(() => finish(new RequestBodyTimeoutError(idleMs), EMPTY), idleMs);
   const finish = (err: Error | null, buf: Buffer) => {
     if (done) return;
     done = true;

@@ -15,8 +15,20 @@ const TYPE_BY_STATUS: Record<number, string> = {
 };
 
 /** Builds the envelope for a status, message and machine-readable code. */
-export function openAIError(status: number, message: string, code: string | null, param: string | null = null): OpenAIErrorBody {
-  return { error: { message, type: TYPE_BY_STATUS[status] ?? (status >= 500 ? 'server_error' : 'invalid_request_error'), param, code } };
+export function openAIError(
+  status: number,
+  message: string,
+  code: string | null,
+  param: string | null = null,
+): OpenAIErrorBody {
+  return {
+    error: {
+      message,
+      type: TYPE_BY_STATUS[status] ?? (status >= 500 ? 'server_error' : 'invalid_request_error'),
+      param,
+      code,
+    },
+  };
 }
 
 /** An upstream transport failure, mapped once from undici's `err.code` (the cause is kept). */

@@ -196,7 +196,10 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
       const refused = budget.admit();
       if (refused !== null) {
         this.ctx.overflowed(refused);
-        const why = refused === 'pending' ? 'too many requests waiting for a connection (candidate.maxPending)' : 'every connection is busy (candidate.maxConnections)';
+        const why =
+          refused === 'pending'
+            ? 'too many requests waiting for a connection (candidate.maxPending)'
+            : 'every connection is busy (candidate.maxConnections)';
         // A streamed body was not read: the connection cannot carry another request.
         this.fail(new UpstreamOverflowError(why), body !== null && !(body instanceof Buffer));
         return;
@@ -206,7 +209,16 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     const headers = upstreamRequestHeaders(this.req.headers, this.ctx.host);
     if (body instanceof Buffer) headers['content-length'] = String(body.length);
     try {
-      this.ctx.candidate.dispatch({ origin: this.ctx.origin, path: this.ctx.basePath + (this.req.url as string), method: this.req.method as Dispatcher.HttpMethod, headers, body }, this);
+      this.ctx.candidate.dispatch(
+        {
+          origin: this.ctx.origin,
+          path: this.ctx.basePath + (this.req.url as string),
+          method: this.req.method as Dispatcher.HttpMethod,
+          headers,
+          body,
+        },
+        this,
+      );
     } catch (err) {
       this.onResponseError(null, err as Error);
     }
@@ -217,7 +229,11 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     if (this.res.destroyed) controller.abort(new ClientGoneError());
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
     if (this.res.destroyed || this.bodyTimedOut) {
       controller.abort(new ClientGoneError());
       return;
@@ -276,7 +292,8 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     const res = this.res;
     if (res.destroyed || res.headersSent || err instanceof ClientAbortedError) {
       // The client left in the middle of its upload: its doing, not ours (counted as aborted).
-      if (err instanceof ClientAbortedError) this.ctx.log.debug({ reqId: this.requestId(), reason: err.message }, 'client aborted the request');
+      if (err instanceof ClientAbortedError)
+        this.ctx.log.debug({ reqId: this.requestId(), reason: err.message }, 'client aborted the request');
       res.destroy();
       return;
     }
@@ -284,9 +301,13 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     if (status === 413) this.ctx.metrics.refused('body_too_large');
     else if (status === 408 && !this.bodyTimedOut) this.ctx.metrics.refused('body_timeout');
     // Refusals by the configured limits are logged by the budget's own rate-limited line.
-    if (status >= 500 && !(err instanceof UpstreamOverflowError)) this.ctx.log.warn({ reqId: this.requestId(), err }, 'proxy error');
+    if (status >= 500 && !(err instanceof UpstreamOverflowError))
+      this.ctx.log.warn({ reqId: this.requestId(), err }, 'proxy error');
     const payload = JSON.stringify(openAIError(status, err.message, err.code ?? null));
-    const headers: OutgoingHttpHeaders = { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload) };
+    const headers: OutgoingHttpHeaders = {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(payload),
+    };
     // The rest of an oversized body is never read: the connection cannot be reused.
     if (status === 413 || status === 408 || unreadBody) headers.connection = 'close';
     res.writeHead(status, headers);
@@ -304,7 +325,17 @@ export class ProxyExchange implements Dispatcher.DispatchHandler {
     const { ctx, req } = this;
     ctx.metrics.observeRequest(this.route, aborted ? 499 : res.statusCode, seconds);
     if (ctx.logRequests()) {
-      ctx.log.info({ reqId: this.requestId(), method: req.method, route: this.route, status: res.statusCode, durationMs: Math.round(seconds * 1e6) / 1e3, aborted }, 'request');
+      ctx.log.info(
+        {
+          reqId: this.requestId(),
+          method: req.method,
+          route: this.route,
+          status: res.statusCode,
+          durationMs: Math.round(seconds * 1e6) / 1e3,
+          aborted,
+        },
+        'request',
+      );
     }
     if (ctx.mirror && this.body) {
       try {

@@ -6,7 +6,17 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
  * are hop-by-hop too. `transfer-encoding` is not in this list: the byte-level path keeps the
  * body's framing as it is, the undici path re-frames it (see HOP_BY_HOP).
  */
-export const CONNECTION_FIELDS: readonly string[] = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade', 'http2-settings'];
+export const CONNECTION_FIELDS: readonly string[] = [
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'upgrade',
+  'http2-settings',
+];
 /** The hop-by-hop fields plus `transfer-encoding`, for paths that re-frame the body. */
 const HOP_BY_HOP = new Set([...CONNECTION_FIELDS, 'transfer-encoding']);
 
@@ -36,12 +46,23 @@ function connectionTokens(value: string | string[] | number | undefined): Readon
  * `Expect` too: node:http has already answered `100 Continue` to the client (undici refuses to
  * send it).
  */
-export function upstreamRequestHeaders(headers: IncomingHttpHeaders, upstreamHost: string): Record<string, string | string[]> {
+export function upstreamRequestHeaders(
+  headers: IncomingHttpHeaders,
+  upstreamHost: string,
+): Record<string, string | string[]> {
   const drop = connectionTokens(headers.connection);
   const out: Record<string, string | string[]> = {};
   for (const name in headers) {
     const value = headers[name];
-    if (value === undefined || HOP_BY_HOP.has(name) || drop.has(name) || name === MIRROR_HEADER || name === 'host' || name === 'expect') continue;
+    if (
+      value === undefined ||
+      HOP_BY_HOP.has(name) ||
+      drop.has(name) ||
+      name === MIRROR_HEADER ||
+      name === 'host' ||
+      name === 'expect'
+    )
+      continue;
     out[name] = value;
   }
   out.host = upstreamHost;

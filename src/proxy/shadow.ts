@@ -97,7 +97,9 @@ export class ShadowExchange {
       return;
     }
     // Kept when the sampler wants it, else its bytes are dropped as they come.
-    readBody(req, this.ctx.limitBytes, this.ctx.bodyTimeoutMs, this.keepBody, (err, buf) => (err ? this.fail(err) : this.accept(this.keepBody ? buf : null)));
+    readBody(req, this.ctx.limitBytes, this.ctx.bodyTimeoutMs, this.keepBody, (err, buf) =>
+      err ? this.fail(err) : this.accept(this.keepBody ? buf : null),
+    );
   }
 
   private accept(body: Buffer | null): void {
@@ -112,14 +114,19 @@ export class ShadowExchange {
     const status = err.statusCode;
     if (res.destroyed || res.headersSent || (status !== 413 && status !== 408)) {
       // The mirror source went away mid-body: nothing to answer, nothing to mirror.
-      if (err instanceof ClientAbortedError) this.ctx.log.debug({ reqId: this.requestId(), reason: err.message }, 'mirror source aborted the request');
+      if (err instanceof ClientAbortedError)
+        this.ctx.log.debug({ reqId: this.requestId(), reason: err.message }, 'mirror source aborted the request');
       res.destroy();
       return;
     }
     this.ctx.metrics.refused(status === 413 ? 'body_too_large' : 'body_timeout');
     const payload = JSON.stringify(openAIError(status, err.message, err.code ?? null));
     // The rest of the body is never read: the connection cannot be reused.
-    res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload), connection: 'close' });
+    res.writeHead(status, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(payload),
+      connection: 'close',
+    });
     res.end(payload);
   }
 

@@ -14,15 +14,26 @@ export interface GateDecision {
  * offline detectors fired over the run), and also when no pair at all could be compared — a
  * candidate that is down must not pass on no evidence.
  */
-export function decideGate(summary: Summary, data: SummaryData, failOn: ReadonlySet<string>, gates: readonly GateResult[] = []): GateDecision {
-  const hits = [...failOn].filter((v) => v !== 'alert' && summary.count([v]) > 0).map((v) => withReasons(data, v, summary.count([v])));
+export function decideGate(
+  summary: Summary,
+  data: SummaryData,
+  failOn: ReadonlySet<string>,
+  gates: readonly GateResult[] = [],
+): GateDecision {
+  const hits = [...failOn]
+    .filter((v) => v !== 'alert' && summary.count([v]) > 0)
+    .map((v) => withReasons(data, v, summary.count([v])));
   if (failOn.has('alert') && summary.alertsFired > 0) hits.push(`alert ${data.alerts.map((a) => a.alert).join(', ')}`);
   // The named gates (--gate, src/core/gates.ts): each fails on its own prompts.
   for (const g of gates) if (!g.passed) hits.push(`${g.gate} on ${g.failed} of ${g.prompts} prompts`);
   if (hits.length > 0) return { passed: false, line: `gate: FAIL (${hits.join(', ')})` };
-  if (data.compared === 0 && summary.selfCompared === 0) return { passed: false, line: `gate: FAIL (no pair could be compared: ${noEvidence(data)})` };
+  if (data.compared === 0 && summary.selfCompared === 0)
+    return { passed: false, line: `gate: FAIL (no pair could be compared: ${noEvidence(data)})` };
   const named = gates.length > 0 ? `; ${gates.map((g) => g.gate).join(', ')} passed` : '';
-  return { passed: true, line: `gate: PASS (${failOn.size ? `no ${[...failOn].join(', no ')}` : '--fail-on none'}${named})` };
+  return {
+    passed: true,
+    line: `gate: PASS (${failOn.size ? `no ${[...failOn].join(', no ')}` : '--fail-on none'}${named})`,
+  };
 }
 
 /**
@@ -41,5 +52,7 @@ function noEvidence(data: SummaryData): string {
   const outcomes = Object.entries(data.uncompared)
     .filter(([, n]) => (n ?? 0) > 0)
     .sort((a, b) => (b[1] ?? 0) - (a[1] ?? 0));
-  return outcomes.length > 0 ? outcomes.map(([o, n]) => withReasons(data, o, n ?? 0)).join('; ') : 'a gate does not pass on no evidence';
+  return outcomes.length > 0
+    ? outcomes.map(([o, n]) => withReasons(data, o, n ?? 0)).join('; ')
+    : 'a gate does not pass on no evidence';
 }

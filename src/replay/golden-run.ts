@@ -44,7 +44,10 @@ export interface GoldenReplayOptions {
 }
 
 /** The golden request, shortened to `maxTokens` when asked. */
-export function goldenBody(request: Readonly<Record<string, unknown>>, maxTokens: number | undefined): Record<string, unknown> {
+export function goldenBody(
+  request: Readonly<Record<string, unknown>>,
+  maxTokens: number | undefined,
+): Record<string, unknown> {
   const out: Record<string, unknown> = { ...request };
   if (maxTokens === undefined) return out;
   let named = false;
@@ -65,7 +68,11 @@ export function goldenBody(request: Readonly<Record<string, unknown>>, maxTokens
  * ({@link missingFromGolden} is checked first). Input is streamed; at most `concurrency` pairs run.
  */
 export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: number }> {
-  const pool = createUpstreamPool(o.candidate, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
+  const pool = createUpstreamPool(o.candidate, {
+    tlsInsecure: o.tlsInsecure,
+    connections: o.concurrency,
+    maxHeaderSize: 64 * 1024,
+  });
   const limits = new LogprobLimits();
   const headers = mirrorHeaders({}, { role: 'candidate' });
   const scorer = new Scorer(o.scoring);
@@ -76,25 +83,52 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
     const golden = o.golden.byKey.get(key)!;
     const extra = await scorer.copyParams('candidate', target);
     const sent = await sendOneWithinLimits(
-      { body: goldenBody(golden.request, o.maxTokens), limits, send: (_b, p) => callBackend(pool, o.candidate, item.route, headers, withCopyParams(p, extra)) },
+      {
+        body: goldenBody(golden.request, o.maxTokens),
+        limits,
+        send: (_b, p) => callBackend(pool, o.candidate, item.route, headers, withCopyParams(p, extra)),
+      },
       'candidate',
     );
     const [request, cand, base] = [sent.body, sent.result, goldenSide(golden)];
     const result = analyzePair(cand, base, o.thresholds);
     if (result.outcome === 'ok' && result.comparison && result.baseline) {
       const free = result.comparison;
-      const r = await scoreAgainstGolden(scorer, { when: o.scoring.when, source: { kind: item.kind, body: request }, free, golden, target, thresholds: o.thresholds });
+      const r = await scoreAgainstGolden(scorer, {
+        when: o.scoring.when,
+        source: { kind: item.kind, body: request },
+        free,
+        golden,
+        target,
+        thresholds: o.thresholds,
+      });
       result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
     }
-    const pair = replayedPair(id, item, { request, candidate: cand, baseline: base, outcome: result.outcome, analysis: result.comparison, noiseFloor: o.thresholds.noiseFloor });
+    const pair = replayedPair(id, item, {
+      request,
+      candidate: cand,
+      baseline: base,
+      outcome: result.outcome,
+      analysis: result.comparison,
+      noiseFloor: o.thresholds.noiseFloor,
+    });
     o.writer.write(pair);
     o.onAnalysed?.({ at: id, file: at.file, line: at.line, route: item.route, request, result });
-    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, request });
+    o.summary.add({
+      file: at.file,
+      line: at.line,
+      id,
+      route: item.route,
+      result,
+      noiseFloor: o.thresholds.noiseFloor,
+      request,
+    });
     o.onPair?.(++done);
   };
 
   try {
-    const missing = (item: ReplayItem, value: unknown) => (o.golden.byKey.has(itemKey(item, value)) ? null : `no golden record for this prompt in ${o.golden.file}`);
+    const missing = (item: ReplayItem, value: unknown) =>
+      o.golden.byKey.has(itemKey(item, value)) ? null : `no golden record for this prompt in ${o.golden.file}`;
     return { pairs: await forEachItem(o, (id, item, at, value) => one(id, item, at, itemKey(item, value)), missing) };
   } finally {
     await pool.close();
@@ -105,7 +139,11 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
 export function describePrompt(item: ReplayItem): string {
   const b = item.body;
   const text =
-    typeof b.prompt === 'string' ? b.prompt : Array.isArray(b.messages) ? JSON.stringify((b.messages.at(-1) as { content?: unknown } | undefined)?.content ?? '') : JSON.stringify(b.prompt ?? '');
+    typeof b.prompt === 'string'
+      ? b.prompt
+      : Array.isArray(b.messages)
+        ? JSON.stringify((b.messages.at(-1) as { content?: unknown } | undefined)?.content ?? '')
+        : JSON.stringify(b.prompt ?? '');
   const t = typeof text === 'string' ? text : String(text);
   return `${item.route} ${JSON.stringify(t.length > 40 ? `${t.slice(0, 40)}…` : t)}`;
 }
@@ -114,7 +152,10 @@ export function describePrompt(item: ReplayItem): string {
  * The inputs that have no golden record (before anything is sent: a golden gate missing a prompt
  * is misconfigured), as `file:line (route "prompt…")`; and how many inputs have one.
  */
-export async function missingFromGolden(inputs: readonly string[], golden: GoldenIndex): Promise<{ missing: string[]; found: number }> {
+export async function missingFromGolden(
+  inputs: readonly string[],
+  golden: GoldenIndex,
+): Promise<{ missing: string[]; found: number }> {
   const missing: string[] = [];
   let found = 0;
   for (const file of inputs) {

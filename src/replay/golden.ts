@@ -1,8 +1,23 @@
 import { createHash } from 'node:crypto';
 import { readJsonLines } from '../capture/reader.js';
-import { buildRecord, recordSecrets, redactionFor, type CaptureRecord, type CaptureSide, type RecordOptions } from '../capture/record.js';
+import {
+  buildRecord,
+  recordSecrets,
+  redactionFor,
+  type CaptureRecord,
+  type CaptureSide,
+  type RecordOptions,
+} from '../capture/record.js';
 import type { Comparison, Thresholds, TokenStep } from '../core/types.js';
-import { notScored, scoredBlocks, type PromptBlock, type ScoredBlock, type ScoredPair, type ScoringMode, type ScoringOutcome } from '../core/scored.js';
+import {
+  notScored,
+  scoredBlocks,
+  type PromptBlock,
+  type ScoredBlock,
+  type ScoredPair,
+  type ScoringMode,
+  type ScoringOutcome,
+} from '../core/scored.js';
 import type { BackendResult } from '../mirror/dispatch.js';
 import { requestedLogprobs } from '../mirror/limits.js';
 import type { MirroredPair } from '../mirror/types.js';
@@ -41,10 +56,20 @@ export interface GoldenScoring {
   continuation?: CompactStep[];
 }
 
-export type CompactStep = [id: number, text: string, logprob: number | null, top: Array<[id: number | null, text: string, logprob: number | null]>];
+export type CompactStep = [
+  id: number,
+  text: string,
+  logprob: number | null,
+  top: Array<[id: number | null, text: string, logprob: number | null]>,
+];
 
 /** A golden record: a capture record (v2) with the baseline side only. */
-export type GoldenRecord = Omit<CaptureRecord, 'candidate'> & { golden: true; candidate: null; key: string; scored: GoldenScoring | null };
+export type GoldenRecord = Omit<CaptureRecord, 'candidate'> & {
+  golden: true;
+  candidate: null;
+  key: string;
+  scored: GoldenScoring | null;
+};
 
 /** True for a parsed line that is a golden record. */
 export function isGoldenRecord(value: unknown): value is GoldenRecord {
@@ -104,7 +129,12 @@ export function itemKey(item: ReplayItem, value: unknown): string {
 const finiteOrNull = (x: number | null): number | null => (x !== null && Number.isFinite(x) ? x : null);
 
 export function encodeSteps(steps: readonly TokenStep[]): CompactStep[] {
-  return steps.map((s) => [s.id ?? -1, s.token, finiteOrNull(s.logprob), s.top.map((e, j) => [s.topIds?.[j] ?? null, e[0], finiteOrNull(e[1])])]);
+  return steps.map((s) => [
+    s.id ?? -1,
+    s.token,
+    finiteOrNull(s.logprob),
+    s.top.map((e, j) => [s.topIds?.[j] ?? null, e[0], finiteOrNull(e[1])]),
+  ]);
 }
 
 export function decodeSteps(steps: readonly CompactStep[]): TokenStep[] {
@@ -120,7 +150,11 @@ export function decodeSteps(steps: readonly CompactStep[]): TokenStep[] {
 
 /** A golden scoring as one side's {@link ProfileScore}. */
 export function goldenScore(g: GoldenScoring): ProfileScore {
-  return { promptStart: g.promptStart ?? 0, prompt: decodeSteps(g.prompt ?? []), continuation: decodeSteps(g.continuation ?? []) };
+  return {
+    promptStart: g.promptStart ?? 0,
+    prompt: decodeSteps(g.prompt ?? []),
+    continuation: decodeSteps(g.continuation ?? []),
+  };
 }
 
 /**
@@ -128,12 +162,19 @@ export function goldenScore(g: GoldenScoring): ProfileScore {
  * candidate side null, the key, and the scoring — its reason and token texts scrubbed of the same
  * secrets by value (a scoring call's error may quote what the backend was sent).
  */
-export function buildGoldenRecord(pair: Omit<MirroredPair, 'candidate' | 'analysis'> & { baseline: BackendResult }, key: string, scored: GoldenScoring | null, options: RecordOptions): GoldenRecord {
+export function buildGoldenRecord(
+  pair: Omit<MirroredPair, 'candidate' | 'analysis'> & { baseline: BackendResult },
+  key: string,
+  scored: GoldenScoring | null,
+  options: RecordOptions,
+): GoldenRecord {
   // The candidate slot is filled for the shared builder and emptied after: a golden record has one side.
   const full = { ...pair, candidate: pair.baseline, analysis: null } as MirroredPair;
   const record = buildRecord(full, options);
   const { v, candidate: _c, analysis: _a, ...rest } = record;
-  const clean = redactionFor(options).scrub(scored, recordSecrets(full, options), { byName: false }) as GoldenScoring | null;
+  const clean = redactionFor(options).scrub(scored, recordSecrets(full, options), {
+    byName: false,
+  }) as GoldenScoring | null;
   return { v, golden: true, ...rest, key, candidate: null, analysis: null, scored: clean };
 }
 
@@ -165,11 +206,19 @@ export async function loadGolden(file: string): Promise<GoldenIndex> {
       continue;
     }
     if (!isGoldenRecord(line.value)) {
-      index.problems.push(`${line.file}:${line.line}: not a golden record (no "golden": true; write golden files with logprobe record)`);
+      index.problems.push(
+        `${line.file}:${line.line}: not a golden record (no "golden": true; write golden files with logprobe record)`,
+      );
       continue;
     }
     const r = line.value;
-    if (typeof r.key !== 'string' || typeof r.baseline !== 'object' || r.baseline === null || typeof r.request !== 'object' || r.request === null) {
+    if (
+      typeof r.key !== 'string' ||
+      typeof r.baseline !== 'object' ||
+      r.baseline === null ||
+      typeof r.request !== 'object' ||
+      r.request === null
+    ) {
       index.problems.push(`${line.file}:${line.line}: a golden record without key, request or baseline`);
       continue;
     }
@@ -186,8 +235,15 @@ export async function loadGolden(file: string): Promise<GoldenIndex> {
 /** A golden record's baseline side as a backend answer. */
 export function goldenSide(r: GoldenRecord): BackendResult {
   const s: CaptureSide | null = r.baseline;
-  if (!s) return { status: 0, latencyMs: 0, body: null, serverHeaders: {}, error: 'the golden record has no baseline side' };
-  return { status: s.status, latencyMs: s.latencyMs ?? 0, body: s.body, serverHeaders: s.serverHeaders ?? {}, error: s.error ?? null };
+  if (!s)
+    return { status: 0, latencyMs: 0, body: null, serverHeaders: {}, error: 'the golden record has no baseline side' };
+  return {
+    status: s.status,
+    latencyMs: s.latencyMs ?? 0,
+    body: s.body,
+    serverHeaders: s.serverHeaders ?? {},
+    error: s.error ?? null,
+  };
 }
 
 /** What scoring a candidate against a golden record needs. */
@@ -206,13 +262,22 @@ export interface GoldenScoringInput {
  * sides make the pair's `scored`/`prompt` blocks, as a live pair's would. The same rules as live
  * scoring decide whether it is needed (`analysis.scoring.when`, settled verdicts). Never throws.
  */
-export async function scoreAgainstGolden(scorer: Scorer, o: GoldenScoringInput): Promise<{ scored: ScoredBlock; prompt: PromptBlock | null; pair: ScoredPair | null }> {
+export async function scoreAgainstGolden(
+  scorer: Scorer,
+  o: GoldenScoringInput,
+): Promise<{ scored: ScoredBlock; prompt: PromptBlock | null; pair: ScoredPair | null }> {
   const free = o.free;
-  const settled = free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
-  const none = (outcome: Exclude<ScoringOutcome, 'ok'>, why: string) => ({ scored: notScored(outcome, why), prompt: null, pair: null });
+  const settled =
+    free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
+  const none = (outcome: Exclude<ScoringOutcome, 'ok'>, why: string) => ({
+    scored: notScored(outcome, why),
+    prompt: null,
+    pair: null,
+  });
   if (o.when === 'never') return none('skipped', 'scoring is off (analysis.scoring.when: never)');
   if (settled) return none('skipped', `not needed: the pair is ${free.verdict}`);
-  if (o.when === 'diverged' && free.firstDivergence === null) return none('skipped', 'not needed: no divergence, every position is comparable (analysis.scoring.when: diverged)');
+  if (o.when === 'diverged' && free.firstDivergence === null)
+    return none('skipped', 'not needed: no divergence, every position is comparable (analysis.scoring.when: diverged)');
   const g = o.golden.scored;
   if (!g || g.outcome !== 'ok' || !g.promptIds || !g.continuationIds) {
     const why = `the golden record carries no scoring of its answer${g?.reason ? ` (${g.reason})` : ''}`;
@@ -222,16 +287,31 @@ export async function scoreAgainstGolden(scorer: Scorer, o: GoldenScoringInput):
     const profile: EngineProfile = await scorer.profile('candidate', o.target);
     const prompt = await profile.promptIds(o.target, o.source);
     if (!sameIds(prompt, g.promptIds)) {
-      throw new ScoringError(`the candidate tokenizes the prompt differently from the golden's backend (${prompt.length} and ${g.promptIds.length} tokens): tokenizers or chat templates differ`);
+      throw new ScoringError(
+        `the candidate tokenizes the prompt differently from the golden's backend (${prompt.length} and ${g.promptIds.length} tokens): tokenizers or chat templates differ`,
+      );
     }
-    const spec = { model: modelOf(o.source.body), prompt, continuation: g.continuationIds, topK: g.topK ?? 5, promptPositions: PROMPT_POSITIONS };
+    const spec = {
+      model: modelOf(o.source.body),
+      prompt,
+      continuation: g.continuationIds,
+      topK: g.topK ?? 5,
+      promptPositions: PROMPT_POSITIONS,
+    };
     const c = await scorer.scoreSide('candidate', o.target, profile, spec);
-    const pair = pairOf(c, goldenScore(g), profile, { name: g.profile ?? profile.name, method: g.method ?? 'golden', mode: g.mode ?? 'prefill' });
+    const pair = pairOf(c, goldenScore(g), profile, {
+      name: g.profile ?? profile.name,
+      method: g.method ?? 'golden',
+      mode: g.mode ?? 'prefill',
+    });
     return { ...scoredBlocks(pair, o.thresholds), pair };
   } catch (err) {
     const e = err as { message?: string; code?: string };
     const msg = e?.message ?? String(err);
-    return none(err instanceof UnsupportedError ? 'unsupported' : 'failed', e?.code && !msg.includes(e.code) ? `${e.code}: ${msg}` : msg);
+    return none(
+      err instanceof UnsupportedError ? 'unsupported' : 'failed',
+      e?.code && !msg.includes(e.code) ? `${e.code}: ${msg}` : msg,
+    );
   }
 }
 

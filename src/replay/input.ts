@@ -27,16 +27,19 @@ export function toReplayItem(value: unknown): ReplayItem | { error: string } {
     const bad = captureRecordError(value);
     if (bad) return { error: bad };
     const record = value as unknown as CaptureRecord;
-    if (record.promptsHashed) return { error: 'the prompt was not captured (capture.includePrompts: false), nothing to replay' };
+    if (record.promptsHashed)
+      return { error: 'the prompt was not captured (capture.includePrompts: false), nothing to replay' };
     const path = typeof record.path === 'string' ? record.path : record.route;
     const kind = requestKind(path);
-    if (kind === null || !path.startsWith('/')) return { error: `route '${path}' cannot be replayed (not a completions route)` };
+    if (kind === null || !path.startsWith('/'))
+      return { error: `route '${path}' cannot be replayed (not a completions route)` };
     return { route: path, kind, body: record.request };
   }
   if (typeof value.route !== 'string') return { error: 'not a capture record or a prompt-set line (no "route")' };
   const route = value.route;
   const kind = requestKind(route);
-  if (kind === null || !route.startsWith('/')) return { error: `route '${route}' is neither a /completions nor a /chat/completions path` };
+  if (kind === null || !route.startsWith('/'))
+    return { error: `route '${route}' is neither a /completions nor a /chat/completions path` };
   let body: Record<string, unknown>;
   if (value.body !== undefined) {
     if (!isObject(value.body)) return { error: '"body" must be a JSON object' };
@@ -55,7 +58,11 @@ export function toReplayItem(value: unknown): ReplayItem | { error: string } {
  * it (no client headers: a replay has no client), for `replay`, `--baseline none` and
  * `--baseline-from` alike.
  */
-export function replayedPair(id: string, item: ReplayItem, p: Pick<MirroredPair, 'request' | 'candidate' | 'baseline' | 'outcome' | 'analysis' | 'noiseFloor' | 'repeats'>): MirroredPair {
+export function replayedPair(
+  id: string,
+  item: ReplayItem,
+  p: Pick<MirroredPair, 'request' | 'candidate' | 'baseline' | 'outcome' | 'analysis' | 'noiseFloor' | 'repeats'>,
+): MirroredPair {
   return { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, clientHeaders: {}, ...p };
 }
 
@@ -73,7 +80,14 @@ export interface InputPlace {
  * many were started, once all have finished.
  */
 export async function forEachItem(
-  o: { inputs: readonly string[]; concurrency: number; rps: number | null; summary: Summary; onSkip?: (message: string) => void; signal?: AbortSignal },
+  o: {
+    inputs: readonly string[];
+    concurrency: number;
+    rps: number | null;
+    summary: Summary;
+    onSkip?: (message: string) => void;
+    signal?: AbortSignal;
+  },
   run: (id: string, item: ReplayItem, at: InputPlace, value: unknown) => Promise<void>,
   refuse: (item: ReplayItem, value: unknown) => string | null = () => null,
 ): Promise<number> {
@@ -100,7 +114,9 @@ export async function forEachItem(
       while (inflight.size >= o.concurrency) await Promise.race(inflight);
       await limiter.take();
       started++;
-      const p = run(`${basename(file)}:${line.line}`, item, { file, line: line.line }, line.value).finally(() => inflight.delete(p));
+      const p = run(`${basename(file)}:${line.line}`, item, { file, line: line.line }, line.value).finally(() =>
+        inflight.delete(p),
+      );
       inflight.add(p);
     }
   }

@@ -27,8 +27,9 @@ interface Suite {
 }
 
 /** Characters XML 1.0 cannot hold at all (most C0 controls, lone surrogates, U+FFFE/FFFF). */
-// eslint-disable-next-line no-control-regex -- the control characters are what it finds
-const INVALID = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+const INVALID =
+  // eslint-disable-next-line no-control-regex -- the control characters are what it finds
+  /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 /** Text for an XML attribute or element: escaped, with characters XML cannot hold replaced by U+FFFD. */
 export function xmlEscape(s: string): string {
@@ -67,7 +68,12 @@ export class JUnitReport {
   }
 
   /** One prompt's result under a gate (`GateAccumulator`'s `onCase`). */
-  gateCase(spec: GateSpec, prompt: { at: string; route: string; order?: [string, number] }, r: GateCase, time = 0): void {
+  gateCase(
+    spec: GateSpec,
+    prompt: { at: string; route: string; order?: [string, number] },
+    r: GateCase,
+    time = 0,
+  ): void {
     const props: Array<[string, string]> = spec.threshold === null ? [] : [['threshold', String(spec.threshold)]];
     this.suite(`gate ${spec.name}`, props).cases.push({
       ...(prompt.order ? { order: prompt.order } : {}),
@@ -83,7 +89,15 @@ export class JUnitReport {
   /** One test case of any suite (the verdict gate's). */
   add(
     suite: string,
-    c: { order?: [string, number]; name: string; classname: string; status: GateCase['status']; message: string; type: string; time?: number },
+    c: {
+      order?: [string, number];
+      name: string;
+      classname: string;
+      status: GateCase['status'];
+      message: string;
+      type: string;
+      time?: number;
+    },
     properties: Array<[string, string]> = [],
   ): void {
     this.suite(suite, properties).cases.push({ ...c, time: c.time ?? 0 });
@@ -91,19 +105,30 @@ export class JUnitReport {
 
   /** Ensures every gate has its suite, even with no prompt (an empty run). */
   declare(results: readonly GateResult[]): void {
-    for (const g of results) this.suite(`gate ${g.gate}`, g.threshold === null ? [] : [['threshold', String(g.threshold)]]);
+    for (const g of results)
+      this.suite(`gate ${g.gate}`, g.threshold === null ? [] : [['threshold', String(g.threshold)]]);
   }
 
   render(): string {
     const suites = [...this.suites.values()];
-    const count = (cases: readonly Case[], status: GateCase['status']) => cases.filter((c) => c.status === status).length;
+    const count = (cases: readonly Case[], status: GateCase['status']) =>
+      cases.filter((c) => c.status === status).length;
     const all = suites.flatMap((s) => s.cases);
     const total = ((Date.now() - this.started) / 1000).toFixed(3);
     const ts = new Date(this.started).toISOString().replace(/\.\d{3}Z$/, '');
     const host = xmlEscape(hostname());
     const out: string[] = ['<?xml version="1.0" encoding="UTF-8"?>'];
-    out.push(`<testsuites name="${xmlEscape(this.name)}" tests="${all.length}" failures="${count(all, 'failed')}" errors="${count(all, 'error')}" time="${total}">`);
-    const byInput = (a: Case, b: Case) => (a.order && b.order ? a.order[0].localeCompare(b.order[0]) || a.order[1] - b.order[1] : a.order ? -1 : b.order ? 1 : 0);
+    out.push(
+      `<testsuites name="${xmlEscape(this.name)}" tests="${all.length}" failures="${count(all, 'failed')}" errors="${count(all, 'error')}" time="${total}">`,
+    );
+    const byInput = (a: Case, b: Case) =>
+      a.order && b.order
+        ? a.order[0].localeCompare(b.order[0]) || a.order[1] - b.order[1]
+        : a.order
+          ? -1
+          : b.order
+            ? 1
+            : 0;
     for (const s of suites) s.cases.sort(byInput);
     suites.forEach((s, i) => {
       const time = s.cases.reduce((a, c) => a + c.time, 0).toFixed(3);
@@ -122,7 +147,11 @@ export class JUnitReport {
         } else {
           const tag = c.status === 'failed' ? 'failure' : 'error';
           const first = c.message.length > 300 ? `${c.message.slice(0, 297)}…` : c.message;
-          out.push(`${open}>`, `      <${tag} message="${xmlEscape(first)}" type="${xmlEscape(c.type)}">${xmlText(c.message)}</${tag}>`, '    </testcase>');
+          out.push(
+            `${open}>`,
+            `      <${tag} message="${xmlEscape(first)}" type="${xmlEscape(c.type)}">${xmlText(c.message)}</${tag}>`,
+            '    </testcase>',
+          );
         }
       }
       out.push('  </testsuite>');

@@ -59,11 +59,19 @@ export async function openGoldenFile(file: string): Promise<FileHandle> {
   }
 }
 
-function mirroredBody(item: ReplayItem, rewrite: RewriteOptions, maxTokens: number | undefined): Record<string, unknown> {
+function mirroredBody(
+  item: ReplayItem,
+  rewrite: RewriteOptions,
+  maxTokens: number | undefined,
+): Record<string, unknown> {
   let body = item.body;
   let r = rewrite;
   if (maxTokens !== undefined) {
-    body = { ...body, [item.kind === 'chat' && body.max_completion_tokens !== undefined ? 'max_completion_tokens' : 'max_tokens']: maxTokens };
+    body = {
+      ...body,
+      [item.kind === 'chat' && body.max_completion_tokens !== undefined ? 'max_completion_tokens' : 'max_tokens']:
+        maxTokens,
+    };
     r = { ...rewrite, maxTokens };
   }
   return rewriteForMirror(item.kind, body, r);
@@ -143,7 +151,14 @@ class InOrderLines {
 class GoldenRecorder {
   readonly scorer: Scorer;
   readonly target: ScoringTarget;
-  readonly result: RecordRunResult = { records: 0, outcomes: {}, scoring: { ok: 0, unsupported: 0, skipped: 0, failed: 0 }, methods: [], problems: [], definition: [] };
+  readonly result: RecordRunResult = {
+    records: 0,
+    outcomes: {},
+    scoring: { ok: 0, unsupported: 0, skipped: 0, failed: 0 },
+    methods: [],
+    problems: [],
+    definition: [],
+  };
   /** In input order: a golden file diffs cleanly from one recording to the next. */
   readonly out: InOrderLines;
   private readonly pool: ReturnType<typeof createUpstreamPool>;
@@ -154,13 +169,28 @@ class GoldenRecorder {
   private readonly problem: (m: string) => void;
 
   constructor(private readonly o: RecordRunOptions) {
-    this.pool = createUpstreamPool(o.backend, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: 64 * 1024 });
+    this.pool = createUpstreamPool(o.backend, {
+      tlsInsecure: o.tlsInsecure,
+      connections: o.concurrency,
+      maxHeaderSize: 64 * 1024,
+    });
     this.headers = mirrorHeaders({}, { role: 'baseline', apiKey: o.backend.apiKey, forwardAuth: false });
     const secretValues = o.secrets.filter((s): s is string => typeof s === 'string' && s.length > 0);
-    this.target = { pool: this.pool, url: o.backend.url, headers: this.headers, timeoutMs: o.backend.timeoutMs, secrets: secretValues };
+    this.target = {
+      pool: this.pool,
+      url: o.backend.url,
+      headers: this.headers,
+      timeoutMs: o.backend.timeoutMs,
+      secrets: secretValues,
+    };
     this.scorer = new Scorer(o.scoring);
     // One options object for every record: the redaction rule is built once (src/capture/record.ts).
-    this.recordOptions = { includePrompts: true, thresholds: o.thresholds, secrets: o.secrets, redactFields: o.redactFields ?? [] };
+    this.recordOptions = {
+      includePrompts: true,
+      thresholds: o.thresholds,
+      secrets: o.secrets,
+      redactFields: o.redactFields ?? [],
+    };
     this.out = new InOrderLines((line) => o.out.write(line));
     // Printed by the CLI: an answer or a scoring error may quote the key the backend was sent.
     const rule = redactionFor(this.recordOptions);
@@ -179,7 +209,11 @@ class GoldenRecorder {
     const { o, result } = this;
     const extra = await this.scorer.copyParams('baseline', this.target);
     const sent = await sendOneWithinLimits(
-      { body: mirroredBody(item, o.rewrite, o.maxTokens), limits: this.limits, send: (_b, p) => callBackend(this.pool, o.backend, item.route, this.headers, withCopyParams(p, extra)) },
+      {
+        body: mirroredBody(item, o.rewrite, o.maxTokens),
+        limits: this.limits,
+        send: (_b, p) => callBackend(this.pool, o.backend, item.route, this.headers, withCopyParams(p, extra)),
+      },
       'baseline',
     );
     const answer: BackendResult = sent.result;
@@ -187,7 +221,17 @@ class GoldenRecorder {
     const scored = parsed === null ? null : await this.scored(id, item, sent.body, parsed, answer.body);
     result.outcomes[outcome] = (result.outcomes[outcome] ?? 0) + 1;
     const record = buildGoldenRecord(
-      { id, ts: new Date().toISOString(), route: routeLabel(item.route), path: item.route, request: sent.body, clientHeaders: {}, baseline: answer, outcome, noiseFloor: 0 },
+      {
+        id,
+        ts: new Date().toISOString(),
+        route: routeLabel(item.route),
+        path: item.route,
+        request: sent.body,
+        clientHeaders: {},
+        baseline: answer,
+        outcome,
+        noiseFloor: 0,
+      },
       goldenKey(item.route, item.body),
       scored,
       this.recordOptions,
@@ -198,7 +242,10 @@ class GoldenRecorder {
   }
 
   /** The answer's outcome (an error, an unreadable body, no logprobs, or usable: then its steps), each problem said. */
-  private judge(id: string, answer: BackendResult): { outcome: MirrorOutcome; parsed: ReturnType<typeof parseResponse> | null } {
+  private judge(
+    id: string,
+    answer: BackendResult,
+  ): { outcome: MirrorOutcome; parsed: ReturnType<typeof parseResponse> | null } {
     if (answer.error !== null || answer.status >= 400) {
       this.problem(`${id}: the backend answered ${answer.error ?? `HTTP ${answer.status}`}`);
       return { outcome: 'baseline_error', parsed: null };
@@ -216,7 +263,13 @@ class GoldenRecorder {
   }
 
   /** A usable answer's definition warnings counted, and the backend's scoring of it. */
-  private async scored(id: string, item: ReplayItem, request: Record<string, unknown>, parsed: ReturnType<typeof parseResponse>, body: unknown): Promise<GoldenScoring> {
+  private async scored(
+    id: string,
+    item: ReplayItem,
+    request: Record<string, unknown>,
+    parsed: ReturnType<typeof parseResponse>,
+    body: unknown,
+  ): Promise<GoldenScoring> {
     const { result } = this;
     for (const w of sideChecks(parsed.steps, 'baseline')) {
       const known = result.definition.find((d) => d.check === w.check);

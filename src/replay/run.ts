@@ -47,7 +47,11 @@ function mirroredBody(item: ReplayItem, o: ReplayOptions): Record<string, unknow
   let body = item.body;
   let rewrite = o.rewrite;
   if (o.maxTokens !== undefined) {
-    body = { ...body, [item.kind === 'chat' && body.max_completion_tokens !== undefined ? 'max_completion_tokens' : 'max_tokens']: o.maxTokens };
+    body = {
+      ...body,
+      [item.kind === 'chat' && body.max_completion_tokens !== undefined ? 'max_completion_tokens' : 'max_tokens']:
+        o.maxTokens,
+    };
     rewrite = { ...rewrite, maxTokens: o.maxTokens };
   }
   return rewriteForMirror(item.kind, body, rewrite);
@@ -66,7 +70,11 @@ const REPLAY_MAX_HEADER = 64 * 1024;
 export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   const r = new PairReplay(o);
   try {
-    return { pairs: await forEachItem(o, (id, item, at) => (o.baseline === null ? r.alone(id, item, at) : r.paired(id, item, at))) };
+    return {
+      pairs: await forEachItem(o, (id, item, at) =>
+        o.baseline === null ? r.alone(id, item, at) : r.paired(id, item, at),
+      ),
+    };
   } finally {
     await r.close();
   }
@@ -86,14 +94,25 @@ class PairReplay {
   private done = 0;
 
   constructor(private readonly o: ReplayOptions) {
-    const pool = (u: UpstreamOptions) => createUpstreamPool(u, { tlsInsecure: o.tlsInsecure, connections: o.concurrency, maxHeaderSize: REPLAY_MAX_HEADER });
+    const pool = (u: UpstreamOptions) =>
+      createUpstreamPool(u, {
+        tlsInsecure: o.tlsInsecure,
+        connections: o.concurrency,
+        maxHeaderSize: REPLAY_MAX_HEADER,
+      });
     this.candidatePool = pool(o.candidate);
     this.baselinePool = o.baseline === null ? null : pool(o.baseline);
     const baseline = (this.baseline = o.baseline ?? { ...o.candidate, apiKey: null });
     this.bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: baseline.apiKey, forwardAuth: false });
     this.scorer = new Scorer(o.scoring);
     this.targets = {
-      candidate: { pool: this.candidatePool, url: o.candidate.url, headers: this.cHeaders, timeoutMs: o.candidate.timeoutMs, model: o.candidate.model ?? null },
+      candidate: {
+        pool: this.candidatePool,
+        url: o.candidate.url,
+        headers: this.cHeaders,
+        timeoutMs: o.candidate.timeoutMs,
+        model: o.candidate.model ?? null,
+      },
       baseline: {
         pool: this.baselinePool ?? this.candidatePool,
         url: baseline.url,
@@ -114,7 +133,15 @@ class PairReplay {
     const { o, targets } = this;
     const cExtra = await this.scorer.copyParams('candidate', targets.candidate);
     const sendIt = async (body: Record<string, unknown>) =>
-      sendOneWithinLimits({ body, limits: this.limits, send: (_b, p) => callBackend(this.candidatePool, o.candidate, item.route, this.cHeaders, withCopyParams(p, cExtra)) }, 'candidate');
+      sendOneWithinLimits(
+        {
+          body,
+          limits: this.limits,
+          send: (_b, p) =>
+            callBackend(this.candidatePool, o.candidate, item.route, this.cHeaders, withCopyParams(p, cExtra)),
+        },
+        'candidate',
+      );
     const first = await sendIt(mirroredBody(item, o));
     const request = first.body;
     const rp = await repeatOnce({
@@ -132,17 +159,40 @@ class PairReplay {
     });
     const cand = first.result;
     const { outcome } = classifyPair(cand, null, o.thresholds);
-    o.writer.write(replayedPair(id, item, { request, candidate: cand, baseline: null, outcome, analysis: null, noiseFloor: o.thresholds.noiseFloor, repeats: [rp] }));
+    o.writer.write(
+      replayedPair(id, item, {
+        request,
+        candidate: cand,
+        baseline: null,
+        outcome,
+        analysis: null,
+        noiseFloor: o.thresholds.noiseFloor,
+        repeats: [rp],
+      }),
+    );
     const result: PairResult = { outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };
-    const repeats = [{ backend: 'candidate' as const, flushed: false, probe: rp.probe, comparison: rp.analysis, verdict: rp.verdict }];
-    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, repeats });
+    const repeats = [
+      { backend: 'candidate' as const, flushed: false, probe: rp.probe, comparison: rp.analysis, verdict: rp.verdict },
+    ];
+    o.summary.add({
+      file: at.file,
+      line: at.line,
+      id,
+      route: item.route,
+      result,
+      noiseFloor: o.thresholds.noiseFloor,
+      repeats,
+    });
     o.onPair?.(++this.done);
   }
 
   /** Both backends at once, within the logprobs caps they told us about (like the live mirror: limits.ts); compared, scored. */
   async paired(id: string, item: ReplayItem, at: InputPlace): Promise<void> {
     const { o, targets, scorer } = this;
-    const [cExtra, bExtra] = await Promise.all([scorer.copyParams('candidate', targets.candidate), scorer.copyParams('baseline', targets.baseline)]);
+    const [cExtra, bExtra] = await Promise.all([
+      scorer.copyParams('candidate', targets.candidate),
+      scorer.copyParams('baseline', targets.baseline),
+    ]);
     const sent = await sendWithinLimits({
       body: mirroredBody(item, o),
       limits: this.limits,
@@ -156,12 +206,36 @@ class PairReplay {
     const result = analyzePair(cand, base, o.thresholds);
     if (result.outcome === 'ok' && result.comparison && result.baseline) {
       const free = result.comparison;
-      const r = await scorer.score({ source: { kind: item.kind, body: request }, free, baseline: { parsed: result.baseline, body: base.body }, targets, thresholds: o.thresholds, busy: false });
+      const r = await scorer.score({
+        source: { kind: item.kind, body: request },
+        free,
+        baseline: { parsed: result.baseline, body: base.body },
+        targets,
+        thresholds: o.thresholds,
+        busy: false,
+      });
       // The health of a scored pair is taken over its teacher-forced positions (docs/format.md, `health`).
       result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
     }
-    o.writer.write(replayedPair(id, item, { request, candidate: cand, baseline: base, outcome: result.outcome, analysis: result.comparison, noiseFloor: o.thresholds.noiseFloor }));
-    o.summary.add({ file: at.file, line: at.line, id, route: item.route, result, noiseFloor: o.thresholds.noiseFloor, request });
+    o.writer.write(
+      replayedPair(id, item, {
+        request,
+        candidate: cand,
+        baseline: base,
+        outcome: result.outcome,
+        analysis: result.comparison,
+        noiseFloor: o.thresholds.noiseFloor,
+      }),
+    );
+    o.summary.add({
+      file: at.file,
+      line: at.line,
+      id,
+      route: item.route,
+      result,
+      noiseFloor: o.thresholds.noiseFloor,
+      request,
+    });
     o.onPair?.(++this.done);
   }
 }

@@ -36,7 +36,9 @@ export interface AnalyzeFilesOptions {
  */
 export function recordThresholds(record: CaptureRecord, overrides: Partial<Thresholds>): Thresholds {
   const a = record.analysis;
-  const own: Partial<Thresholds> = a ? { ...(a.thresholds ?? {}), ...(typeof a.noiseFloor === 'number' ? { noiseFloor: a.noiseFloor } : {}) } : {};
+  const own: Partial<Thresholds> = a
+    ? { ...(a.thresholds ?? {}), ...(typeof a.noiseFloor === 'number' ? { noiseFloor: a.noiseFloor } : {}) }
+    : {};
   return { ...DEFAULT_THRESHOLDS, ...own, ...overrides };
 }
 
@@ -93,7 +95,9 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
         record.baseline === null
           ? { outcome: record.outcome, comparison: null, candidate: null, baseline: null, baselineFree: true }
           : analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
-      const repeats = (record.repeats ?? []).map((r) => analyzeRepeat(r.backend === 'candidate' ? record.candidate : record.baseline, r, thresholds));
+      const repeats = (record.repeats ?? []).map((r) =>
+        analyzeRepeat(r.backend === 'candidate' ? record.candidate : record.baseline, r, thresholds),
+      );
       records++;
       o.summary.add({
         file,
@@ -102,7 +106,8 @@ export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: n
         route: record.route,
         result,
         noiseFloor: thresholds.noiseFloor,
-        online: record.analysis === undefined || record.baseline === null ? undefined : (record.analysis?.verdict ?? null),
+        online:
+          record.analysis === undefined || record.baseline === null ? undefined : (record.analysis?.verdict ?? null),
         repeats,
         request: record.request,
         promptsHashed: record.promptsHashed === true,

@@ -1,4 +1,11 @@
-import { formatNats, HEALTH_LIMITS, LOGITS_TOP, type GateResult, type RunDefinition, type RunHealth } from '../core/index.js';
+import {
+  formatNats,
+  HEALTH_LIMITS,
+  LOGITS_TOP,
+  type GateResult,
+  type RunDefinition,
+  type RunHealth,
+} from '../core/index.js';
 import { esc } from './html-svg.js';
 
 /**
@@ -32,8 +39,13 @@ function rows(h: RunHealth): Array<[string, number | null, boolean | null, strin
 export function healthLines(r: HealthReport): string[] {
   const h = r.health;
   const out: string[] = [];
-  out.push(`health (the seeds' thresholds; KL over ${int(h.kl.n)} positions, relative error |p_c − p_b| / p_b of the chosen token over ${int(h.relErr.n)}, ${int(h.pairs)} pairs)`);
-  for (const [name, v, ok, limit] of rows(h)) out.push(`  ${name.padEnd(21)}${(v === null ? 'n/a' : v.toPrecision(3)).padStart(10)}  ${mark(ok).padEnd(5)} (${limit})`);
+  out.push(
+    `health (the seeds' thresholds; KL over ${int(h.kl.n)} positions, relative error |p_c − p_b| / p_b of the chosen token over ${int(h.relErr.n)}, ${int(h.pairs)} pairs)`,
+  );
+  for (const [name, v, ok, limit] of rows(h))
+    out.push(
+      `  ${name.padEnd(21)}${(v === null ? 'n/a' : v.toPrecision(3)).padStart(10)}  ${mark(ok).padEnd(5)} (${limit})`,
+    );
   if (h.logits.max !== null) {
     const k = Math.min(h.logits.topK ?? LOGITS_TOP, LOGITS_TOP);
     out.push(
@@ -42,10 +54,18 @@ export function healthLines(r: HealthReport): string[] {
   }
   const worst = h.worst.filter((w) => (w.kl ?? 0) > 0 || (w.relErrMax ?? 0) > 0).slice(0, 3);
   if (worst.length > 0)
-    out.push(`  worst: ${worst.map((w) => `${w.at} (KL ${w.kl === null ? 'n/a' : w.kl.toPrecision(2)}, rel. err max ${w.relErrMax === null ? 'n/a' : w.relErrMax.toPrecision(2)})`).join('; ')}`);
+    out.push(
+      `  worst: ${worst.map((w) => `${w.at} (KL ${w.kl === null ? 'n/a' : w.kl.toPrecision(2)}, rel. err max ${w.relErrMax === null ? 'n/a' : w.relErrMax.toPrecision(2)})`).join('; ')}`,
+    );
   if (r.definition.length > 0) {
-    out.push('', 'definition warnings (the two sides may not be the same quantity: compare definitions before numbers)');
-    for (const d of r.definition) out.push(`  ${d.check} (${d.side}) on ${int(d.pairs)} pair${d.pairs === 1 ? '' : 's'}, first ${d.at}: ${d.example}`);
+    out.push(
+      '',
+      'definition warnings (the two sides may not be the same quantity: compare definitions before numbers)',
+    );
+    for (const d of r.definition)
+      out.push(
+        `  ${d.check} (${d.side}) on ${int(d.pairs)} pair${d.pairs === 1 ? '' : 's'}, first ${d.at}: ${d.example}`,
+      );
   }
   if (r.gates && r.gates.length > 0) {
     out.push('', 'gates');
@@ -62,7 +82,12 @@ export function healthLines(r: HealthReport): string[] {
 /** The HTML section (`<section id="health">`), inline styles from the report's sheet only. */
 export function healthHtml(r: HealthReport): string {
   const h = r.health;
-  const badge = (ok: boolean | null) => (ok === null ? '<span class="badge">n/a</span>' : ok ? '<span class="badge v-noise">ok</span>' : '<span class="badge v-global_shift">above</span>');
+  const badge = (ok: boolean | null) =>
+    ok === null
+      ? '<span class="badge">n/a</span>'
+      : ok
+        ? '<span class="badge v-noise">ok</span>'
+        : '<span class="badge v-global_shift">above</span>';
   const trs = rows(h)
     .map(
       ([name, v, ok, limit]) =>

@@ -2,7 +2,10 @@
 
 /** Escapes text for HTML and SVG content and attribute values. */
 export function esc(s: string | number): string {
-  return String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+  return String(s).replace(
+    /[&<>"']/g,
+    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!,
+  );
 }
 
 /** One bar of a histogram, stacked from segments (each with a CSS class for its colour). */
@@ -36,7 +39,11 @@ export interface PlacedLabel {
  * row where its text (right of its line, or left of it near the right edge) keeps clear of the
  * labels already there. Above the plot no label can cover a bar either.
  */
-export function layoutMarkerLabels(markers: ReadonlyArray<{ x: number; label: string }>, minX: number, maxX: number): PlacedLabel[] {
+export function layoutMarkerLabels(
+  markers: ReadonlyArray<{ x: number; label: string }>,
+  minX: number,
+  maxX: number,
+): PlacedLabel[] {
   const rows: Array<Array<[number, number]>> = [];
   const order = markers.map((m, i) => ({ ...m, i })).sort((a, b) => a.x - b.x);
   const out: PlacedLabel[] = new Array(markers.length);
@@ -91,7 +98,9 @@ export function svgHistogram(o: {
   const max = Math.max(1, ...o.bars.map((b) => b.segments.reduce((s, x) => s + x.count, 0)));
   const y = (v: number) => top + plotH - (plotH * v) / max;
   const parts: string[] = [];
-  parts.push(`<svg id="${esc(o.id)}" class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-labelledby="${esc(o.id)}-t">`);
+  parts.push(
+    `<svg id="${esc(o.id)}" class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-labelledby="${esc(o.id)}-t">`,
+  );
   parts.push(`<title id="${esc(o.id)}-t">${esc(o.title)}</title>`);
   for (const frac of [0, 0.5, 1]) {
     const v = Math.round(max * frac);
@@ -106,16 +115,22 @@ export function svgHistogram(o: {
       .filter((s) => s.count > 0)
       .map((s) => `${s.name} ${s.count.toLocaleString('en-US')}`)
       .join(', ');
-    parts.push(`<g class="bar"><title>${esc(b.label)}: ${esc(total.toLocaleString('en-US'))}${detail && b.segments.length > 1 ? ` (${esc(detail)})` : ''}</title>`);
+    parts.push(
+      `<g class="bar"><title>${esc(b.label)}: ${esc(total.toLocaleString('en-US'))}${detail && b.segments.length > 1 ? ` (${esc(detail)})` : ''}</title>`,
+    );
     for (const s of b.segments) {
       if (s.count <= 0) continue;
       const y1 = y(acc + s.count);
       const h = y(acc) - y1;
-      parts.push(`<rect class="${esc(s.cls)}" x="${(left + i * bw + 0.5).toFixed(1)}" y="${y1.toFixed(1)}" width="${Math.max(1, bw - 1).toFixed(1)}" height="${Math.max(0.5, h).toFixed(1)}"/>`);
+      parts.push(
+        `<rect class="${esc(s.cls)}" x="${(left + i * bw + 0.5).toFixed(1)}" y="${y1.toFixed(1)}" width="${Math.max(1, bw - 1).toFixed(1)}" height="${Math.max(0.5, h).toFixed(1)}"/>`,
+      );
       acc += s.count;
     }
     // An invisible full-height target, so that short bars are easy to hover.
-    parts.push(`<rect class="hit" x="${(left + i * bw).toFixed(1)}" y="${top}" width="${bw.toFixed(1)}" height="${plotH}"/></g>`);
+    parts.push(
+      `<rect class="hit" x="${(left + i * bw).toFixed(1)}" y="${top}" width="${bw.toFixed(1)}" height="${plotH}"/></g>`,
+    );
   });
   parts.push(`<line class="axisline" x1="${left}" x2="${width - right}" y1="${top + plotH}" y2="${top + plotH}"/>`);
   for (const t of o.ticks) {
@@ -128,19 +143,30 @@ export function svgHistogram(o: {
   const rowY = (row: number) => top - 4 - row * LABEL_ROW_PX;
   (o.markers ?? []).forEach((m, i) => {
     const x = left + m.at * bw;
-    parts.push(`<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${(rowY(labels[i]!.row) - 9).toFixed(1)}" y2="${top + plotH}"/>`);
+    parts.push(
+      `<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${(rowY(labels[i]!.row) - 9).toFixed(1)}" y2="${top + plotH}"/>`,
+    );
   });
   (o.markers ?? []).forEach((m, i) => {
     const l = labels[i]!;
-    parts.push(`<text class="marker-label" x="${(l.anchor === 'start' ? l.x + 3 : l.x - 3).toFixed(1)}" y="${rowY(l.row).toFixed(1)}" text-anchor="${l.anchor}">${esc(m.label)}</text>`);
+    parts.push(
+      `<text class="marker-label" x="${(l.anchor === 'start' ? l.x + 3 : l.x - 3).toFixed(1)}" y="${rowY(l.row).toFixed(1)}" text-anchor="${l.anchor}">${esc(m.label)}</text>`,
+    );
   });
-  parts.push(`<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text>`);
+  parts.push(
+    `<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text>`,
+  );
   parts.push('</svg>');
   return parts.join('');
 }
 
 /** A single horizontal bar split by share (the verdict mix at a glance). */
-export function svgStackedBar(o: { id: string; title: string; parts: Array<{ name: string; count: number; cls: string }>; width?: number }): string {
+export function svgStackedBar(o: {
+  id: string;
+  title: string;
+  parts: Array<{ name: string; count: number; cls: string }>;
+  width?: number;
+}): string {
   const width = o.width ?? 720;
   const height = 28;
   const total = o.parts.reduce((s, p) => s + p.count, 0);
@@ -195,10 +221,15 @@ export function svgShareChart(o: {
     parts.push(
       `<g class="bar"><title>${esc(`${p.label}: ${p.detail}`)}</title><rect class="s-shift" x="${(x + 1).toFixed(1)}" y="${y(p.share).toFixed(1)}" width="${Math.max(1, bw - 2).toFixed(1)}" height="${(top + plotH - y(p.share)).toFixed(1)}"/></g>`,
     );
-    parts.push(`<text class="axis" x="${(x + bw / 2).toFixed(1)}" y="${top + plotH + 16}" text-anchor="middle">${esc(p.label)}</text>`);
+    parts.push(
+      `<text class="axis" x="${(x + bw / 2).toFixed(1)}" y="${top + plotH + 16}" text-anchor="middle">${esc(p.label)}</text>`,
+    );
     line.push(`${(x + bw / 2).toFixed(1)},${y(p.share).toFixed(1)}`);
   });
-  if (line.length > 1) parts.push(`<polyline class="curve" fill="none" stroke="currentColor" stroke-width="1.5" points="${line.join(' ')}"/>`);
+  if (line.length > 1)
+    parts.push(
+      `<polyline class="curve" fill="none" stroke="currentColor" stroke-width="1.5" points="${line.join(' ')}"/>`,
+    );
   if (o.marker) {
     const x = left + o.marker.at * bw;
     // Right of the line where it fits inside the viewBox, else left of it (a stop near the last bucket).
@@ -207,6 +238,8 @@ export function svgShareChart(o: {
       `<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top - 12}" y2="${top + plotH}"/><text class="marker-label" x="${(end ? x - 3 : x + 3).toFixed(1)}" y="${top - 14}" text-anchor="${end ? 'end' : 'start'}">${esc(o.marker.label)}</text>`,
     );
   }
-  parts.push(`<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text></svg>`);
+  parts.push(
+    `<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text></svg>`,
+  );
   return parts.join('');
 }

@@ -33,28 +33,48 @@ function shiftChart(h: HistogramData, floors: readonly number[]): string {
   const keep = [0];
   for (let e = -50; e <= 10; e += 2) keep.push(Number((10 ** (e / 10)).toPrecision(6)));
   const c = coarsen(h, keep);
-  const label = (i: number) => (i === 0 ? '0' : i >= keep.length ? `> ${keep[keep.length - 1]}` : `(${formatNats(keep[i - 1]!)}, ${formatNats(keep[i]!)}]`);
+  const label = (i: number) =>
+    i === 0
+      ? '0'
+      : i >= keep.length
+        ? `> ${keep[keep.length - 1]}`
+        : `(${formatNats(keep[i - 1]!)}, ${formatNats(keep[i]!)}]`;
   const bars: Bar[] = c.counts.map((count, i) => ({
     label: `shift ${label(i)} nats`,
-    segments: [{ count, cls: i === 0 ? 's-zero' : keep[i]! <= (floors[0] ?? 0.1) ? 's-noise' : 's-shift', name: 'positions' }],
+    segments: [
+      { count, cls: i === 0 ? 's-zero' : keep[i]! <= (floors[0] ?? 0.1) ? 's-noise' : 's-shift', name: 'positions' },
+    ],
   }));
   // Bar 0 holds exact zeros; bar i ≥ 1 spans x ∈ [i, i+1] and ends at keep[i], so a value v ≥ 1e-5 sits at x = 2 + 5(log10 v + 5).
   const at = (v: number) => 2 + 5 * (Math.log10(v) + 5);
   const ticks = [-5, -4, -3, -2, -1, 0, 1].map((k) => ({ index: at(10 ** k), text: `1e${k}` }));
   ticks.unshift({ index: 0.5, text: '0' });
   const markers = floors.slice(0, 3).map((f) => ({ at: at(f), label: `floor ${formatNats(f)}` }));
-  return svgHistogram({ id: 'shift-hist', title: `Position shift over ${int(h.n)} comparable free-running positions (log scale)`, bars, ticks, markers, xLabel: 'position shift, nats (log scale)' });
+  return svgHistogram({
+    id: 'shift-hist',
+    title: `Position shift over ${int(h.n)} comparable free-running positions (log scale)`,
+    bars,
+    ticks,
+    markers,
+    xLabel: 'position shift, nats (log scale)',
+  });
 }
 
 /** Flip-gap histogram: 0.1-nat bars up to 3 nats, stacked by class, the two gap thresholds marked. */
 function flipChart(d: SummaryData, ctx: HtmlContext): string {
   const keep: number[] = [];
   for (let i = 1; i <= 30; i++) keep.push(Number((i * 0.1).toFixed(6)));
-  const byClass = Object.fromEntries(FLIP_CLASSES.map((c) => [c, coarsen(d.flips[c], keep)])) as Record<string, HistogramData>;
+  const byClass = Object.fromEntries(FLIP_CLASSES.map((c) => [c, coarsen(d.flips[c], keep)])) as Record<
+    string,
+    HistogramData
+  >;
   const bars: Bar[] = [];
   for (let i = 0; i <= keep.length; i++) {
     const label = i === keep.length ? '> 3 nats' : `gap ${(i * 0.1).toFixed(1)}–${keep[i]!.toFixed(1)} nats`;
-    bars.push({ label, segments: FLIP_CLASSES.map((c) => ({ count: byClass[c]!.counts[i]!, cls: `c-${c}`, name: c })) });
+    bars.push({
+      label,
+      segments: FLIP_CLASSES.map((c) => ({ count: byClass[c]!.counts[i]!, cls: `c-${c}`, name: c })),
+    });
   }
   const ticks = [0, 0.5, 1, 1.5, 2, 2.5, 3].map((v) => ({ index: v * 10, text: String(v) }));
   const markers = [
@@ -62,14 +82,25 @@ function flipChart(d: SummaryData, ctx: HtmlContext): string {
     { at: ctx.gapSystematic * 10, label: `systematic > ${ctx.gapSystematic}` },
   ];
   const n = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
-  return svgHistogram({ id: 'flip-hist', title: `Flip gap of ${int(n)} diverging pairs, by class`, bars, ticks, markers, xLabel: 'flip gap lp_b(A) − lp_b(B), nats' });
+  return svgHistogram({
+    id: 'flip-hist',
+    title: `Flip gap of ${int(n)} diverging pairs, by class`,
+    bars,
+    ticks,
+    markers,
+    xLabel: 'flip gap lp_b(A) − lp_b(B), nats',
+  });
 }
 
 /** The threshold model: the share of positions that flipped per baseline-gap bucket, and where flips stop. */
 function flipCurveSection(d: SummaryData, ctx: HtmlContext): string {
   const fc = d.flipCurve;
   if (fc.positions.every((n) => n === 0) || fc.flips.every((f) => f === 0)) return '';
-  const points = fc.positions.map((n, i) => ({ label: gapBucketLabel(fc.edges, i), share: n > 0 ? fc.flips[i]! / n : 0, detail: `${int(fc.flips[i]!)} of ${int(n)} positions flipped` }));
+  const points = fc.positions.map((n, i) => ({
+    label: gapBucketLabel(fc.edges, i),
+    share: n > 0 ? fc.flips[i]! / n : 0,
+    detail: `${int(fc.flips[i]!)} of ${int(n)} positions flipped`,
+  }));
   let marker;
   if (fc.stop !== null) {
     const g = fc.stop.gap;
@@ -95,9 +126,19 @@ function verdictSection(d: SummaryData): string {
   );
   const unc = Object.entries(d.uncompared)
     .filter(([, n]) => (n ?? 0) > 0)
-    .map(([k, n]) => `<tr data-outcome="${esc(k)}"><th scope="row">${esc(k)}</th><td class="num count" data-count="${n}">${int(n ?? 0)}</td><td class="num muted">not compared</td></tr>`);
-  const bar = svgStackedBar({ id: 'verdict-bar', title: 'Verdict mix', parts: VERDICT_ORDER.map((v) => ({ name: v, count: d.verdicts[v], cls: `v-${v}` })) });
-  const changed = d.changed === null ? '' : `<p>${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online.</p>`;
+    .map(
+      ([k, n]) =>
+        `<tr data-outcome="${esc(k)}"><th scope="row">${esc(k)}</th><td class="num count" data-count="${n}">${int(n ?? 0)}</td><td class="num muted">not compared</td></tr>`,
+    );
+  const bar = svgStackedBar({
+    id: 'verdict-bar',
+    title: 'Verdict mix',
+    parts: VERDICT_ORDER.map((v) => ({ name: v, count: d.verdicts[v], cls: `v-${v}` })),
+  });
+  const changed =
+    d.changed === null
+      ? ''
+      : `<p>${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online.</p>`;
   return `<section id="verdicts"><h2>Verdict mix</h2>
 <p><span id="pairs-total" data-count="${d.pairs}">${int(d.pairs)}</span> pairs, <span id="pairs-compared" data-count="${d.compared}">${int(d.compared)}</span> compared.</p>
 ${bar}<table class="verdicts"><thead><tr><th>verdict</th><th class="num">pairs</th><th class="num">share</th></tr></thead><tbody>${rows.join('')}${unc.join('')}</tbody></table>${changed}
@@ -116,7 +157,9 @@ function promptCell(s: Strip, chars = 160): string {
 
 /** "×N similar": the pairs a folded row or strip stands for (the same prompt and verdict). */
 function similarBadge(s: Strip): string {
-  return s.similar ? ` <span class="similar" title="${s.similar + 1} pairs with this prompt and verdict; the worst of them is shown">×${s.similar + 1} similar</span>` : '';
+  return s.similar
+    ? ` <span class="similar" title="${s.similar + 1} pairs with this prompt and verdict; the worst of them is shown">×${s.similar + 1} similar</span>`
+    : '';
 }
 
 /** What each verdict and flip class means, said once for the page (the cards and rows keep their own figures). */
@@ -125,8 +168,10 @@ const VERDICT_MEANING: Record<string, string> = {
     'Most comparable positions moved above the noise floor: every decode step moved, not decode-time noise. Where a pair was scored with its prompt, its locus says where: compute (the prompt moved too: weights, kernels, a layer — compare the computation) or decode state (only the continuation: suspect the KV cache / state — compare it where it is written, in the cache medium and where it is read back).',
   early_shift:
     'Diverged within the first few tokens with a real shift: too few positions to localise from one pair alone. Pooled over many pairs (the alert window online, the offline detectors here) it says whether every step moved.',
-  local_shift: 'Specific positions moved above the noise floor: suspect a token-specific path (a vocabulary slice, an embedding row, a sampling-side change).',
-  tokenizer_mismatch: 'The same text with other token boundaries: the servers tokenize or detokenize differently, so their logprobs cannot be compared token by token.',
+  local_shift:
+    'Specific positions moved above the noise floor: suspect a token-specific path (a vocabulary slice, an embedding row, a sampling-side change).',
+  tokenizer_mismatch:
+    'The same text with other token boundaries: the servers tokenize or detokenize differently, so their logprobs cannot be compared token by token.',
   noise:
     'No comparable position moved more than the noise floor and no flip is systematic. A noise verdict does not prove there is no bug: a large-gap flip proves presence; small differences do not prove absence.',
   identical: 'Every chosen token, logprob and top-k entry is exactly equal.',
@@ -136,7 +181,9 @@ const VERDICT_MEANING: Record<string, string> = {
 function keySection(d: SummaryData, ctx: HtmlContext): string {
   const present = VERDICT_ORDER.filter((v) => d.verdicts[v] > 0);
   if (present.length === 0) return '';
-  const verdicts = present.map((v) => `<dt><span class="badge v-${v}">${v}</span></dt><dd>${esc(VERDICT_MEANING[v] ?? '')}</dd>`).join('');
+  const verdicts = present
+    .map((v) => `<dt><span class="badge v-${v}">${v}</span></dt><dd>${esc(VERDICT_MEANING[v] ?? '')}</dd>`)
+    .join('');
   const flips = FLIP_CLASSES.some((c) => d.flips[c].n > 0)
     ? `<dt>flip classes</dt><dd>At the first divergence the gap lp<sub>b</sub>(A) − lp<sub>b</sub>(B) is the force a flip needs: <span class="badge c-ambiguous">ambiguous</span> below ${esc(ctx.gapAmbiguous)} nats, a near-tie float noise can flip, so it cannot be attributed; <span class="badge c-gray">gray</span> between the thresholds, not attributable on its own; <span class="badge c-systematic">systematic</span> above ${esc(ctx.gapSystematic)}, more force than float noise supplies: the distributions themselves moved.</dd>`
     : '';
@@ -165,7 +212,9 @@ function legend(): string {
     [10, '≥ 10×'],
     [null, 'no shift known'],
   ];
-  const swatches = steps.map(([r, label]) => `<span class="tok" style="background: ${shiftColour(r)}">${esc(label)}</span>`).join('');
+  const swatches = steps
+    .map(([r, label]) => `<span class="tok" style="background: ${shiftColour(r)}">${esc(label)}</span>`)
+    .join('');
   return `<div class="legend" id="legend"><span>Shift relative to the pair's noise floor:</span>${swatches}<span class="muted">green: at or below the floor; yellow to red: 1× to 10× above it. Each token has its own outline; the flip is boxed with its gap.</span></div>`;
 }
 
@@ -202,11 +251,16 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
   const alerts = d.alerts.length
     ? `<section id="alerts"><h2>Detectors</h2><ul>${d.alerts.map((a) => `<li><strong>${a.alert}</strong> would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}, CUSUM ${a.cusum.toFixed(1)}); pairs in input order, forSeconds not applied.</li>`).join('')}</ul></section>`
     : '';
-  const skipped = d.skipped ? `<section id="skipped"><h2>Skipped lines (${int(d.skipped)})</h2><ul>${d.skippedExamples.map((m) => `<li><code>${esc(m)}</code></li>`).join('')}</ul></section>` : '';
+  const skipped = d.skipped
+    ? `<section id="skipped"><h2>Skipped lines (${int(d.skipped)})</h2><ul>${d.skippedExamples.map((m) => `<li><code>${esc(m)}</code></li>`).join('')}</ul></section>`
+    : '';
   const flips = FLIP_CLASSES.map(
-    (c) => `<tr data-flip-class="${c}"><th scope="row"><span class="badge c-${c}">${c}</span></th><td class="num count" data-count="${d.flips[c].n}">${int(d.flips[c].n)}</td></tr>`,
+    (c) =>
+      `<tr data-flip-class="${c}"><th scope="row"><span class="badge c-${c}">${c}</span></th><td class="num count" data-count="${d.flips[c].n}">${int(d.flips[c].n)}</td></tr>`,
   ).join('');
-  const options = ['all', ...VERDICT_ORDER].map((v) => `<option value="${v}">${v === 'all' ? 'all verdicts' : v}</option>`).join('');
+  const options = ['all', ...VERDICT_ORDER]
+    .map((v) => `<option value="${v}">${v === 'all' ? 'all verdicts' : v}</option>`)
+    .join('');
   const blob = embedJson({ perPage, worst: d.worst, sampled: d.sampled });
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

@@ -1,4 +1,15 @@
-import { compare, parseResponse, recount, withScoring, type Comparison, type Health, type ParsedResponse, type PromptBlock, type ScoredBlock, type Thresholds } from '../core/index.js';
+import {
+  compare,
+  parseResponse,
+  recount,
+  withScoring,
+  type Comparison,
+  type Health,
+  type ParsedResponse,
+  type PromptBlock,
+  type ScoredBlock,
+  type Thresholds,
+} from '../core/index.js';
 import { classifyPair, failedAnswer, type SideAnswer } from '../core/pair.js';
 import { clip, failureReason } from '../mirror/failure.js';
 import type { MirrorOutcome } from '../mirror/types.js';
@@ -22,14 +33,36 @@ export interface PairResult {
  * against `thresholds` before the verdict is read. Pure; the same inputs and thresholds give the
  * online result exactly.
  */
-export function analyzePair(candidate: SideAnswer, baseline: SideAnswer, thresholds: Thresholds, scoring?: CapturedScoring): PairResult {
-  const c = classifyPair(candidate, baseline, thresholds, scoring?.scored ? (free) => rescored(free, scoring, thresholds) : undefined);
+export function analyzePair(
+  candidate: SideAnswer,
+  baseline: SideAnswer,
+  thresholds: Thresholds,
+  scoring?: CapturedScoring,
+): PairResult {
+  const c = classifyPair(
+    candidate,
+    baseline,
+    thresholds,
+    scoring?.scored ? (free) => rescored(free, scoring, thresholds) : undefined,
+  );
   const { outcome, comparison } = c;
   if (outcome === 'candidate_error' || outcome === 'baseline_error')
-    return { outcome, reason: failureReason(outcome === 'candidate_error' ? candidate : baseline), comparison, candidate: null, baseline: null };
+    return {
+      outcome,
+      reason: failureReason(outcome === 'candidate_error' ? candidate : baseline),
+      comparison,
+      candidate: null,
+      baseline: null,
+    };
   if (outcome === 'unparseable') {
     const p = (c.side === 'candidate' ? c.candidate : c.baseline)!;
-    return { outcome, reason: clip(`${c.side}: ${p.error ?? `a ${p.format} body`}`), comparison, candidate: c.candidate, baseline: c.baseline };
+    return {
+      outcome,
+      reason: clip(`${c.side}: ${p.error ?? `a ${p.format} body`}`),
+      comparison,
+      candidate: c.candidate,
+      baseline: c.baseline,
+    };
   }
   return { outcome, comparison, candidate: c.candidate, baseline: c.baseline };
 }
@@ -47,16 +80,28 @@ export interface RepeatResult {
 /** Re-analyses a captured repeat probe: second run vs first (the record's side of that backend). */
 export function analyzeRepeat(
   first: SideAnswer | null,
-  r: { backend: 'candidate' | 'baseline'; flushed: boolean; probe?: unknown; second: SideAnswer & { body?: unknown }; analysis?: CapturedScoring | null },
+  r: {
+    backend: 'candidate' | 'baseline';
+    flushed: boolean;
+    probe?: unknown;
+    second: SideAnswer & { body?: unknown };
+    analysis?: CapturedScoring | null;
+  },
   t: Thresholds,
 ): RepeatResult {
   // As judged online (the counts as the backend was known to report them, the flush confirmed or
   // not); a record before it: from its own counts, a flush taken as confirmed.
-  const probe = PROBE_SHAPES.includes(r.probe as ProbeShape) ? (r.probe as ProbeShape) : probeShape(repeatCache(first?.body, r.second.body), r.flushed);
+  const probe = PROBE_SHAPES.includes(r.probe as ProbeShape)
+    ? (r.probe as ProbeShape)
+    : probeShape(repeatCache(first?.body, r.second.body), r.flushed);
   const base = { backend: r.backend, flushed: r.flushed, probe };
-  if (first === null || failedAnswer(first) || failedAnswer(r.second)) return { ...base, comparison: null, verdict: null };
+  if (first === null || failedAnswer(first) || failedAnswer(r.second))
+    return { ...base, comparison: null, verdict: null };
   const free = compare(parseResponse(r.second.body), parseResponse(first.body), t);
-  const comparison = r.analysis?.scored && free.verdict !== 'incomparable' ? rescored(free, { scored: r.analysis.scored, prompt: null }, t) : free;
+  const comparison =
+    r.analysis?.scored && free.verdict !== 'incomparable'
+      ? rescored(free, { scored: r.analysis.scored, prompt: null }, t)
+      : free;
   return { ...base, comparison, verdict: selfVerdict(comparison) };
 }
 
@@ -75,8 +120,10 @@ export interface CapturedScoring {
  */
 function rescored(free: Comparison, s: CapturedScoring, t: Thresholds): Comparison {
   const scored = s.scored!;
-  const block: ScoredBlock = scored.outcome === 'ok' && Array.isArray(scored.shifts) ? { ...scored, ...recount(scored.shifts, t) } : scored;
-  const prompt: PromptBlock | null = s.prompt && Array.isArray(s.prompt.shifts) ? { ...recount(s.prompt.shifts, t), start: s.prompt.start } : null;
+  const block: ScoredBlock =
+    scored.outcome === 'ok' && Array.isArray(scored.shifts) ? { ...scored, ...recount(scored.shifts, t) } : scored;
+  const prompt: PromptBlock | null =
+    s.prompt && Array.isArray(s.prompt.shifts) ? { ...recount(s.prompt.shifts, t), start: s.prompt.start } : null;
   const c = withScoring(free, block, prompt, t);
   // Health over teacher-forced positions was measured live (nothing is scored again): the captured figures stand.
   return s.health?.over === 'scored' && block.outcome === 'ok' ? { ...c, health: s.health } : c;

@@ -22,7 +22,9 @@ function compiled(name: BrowserScript): string {
   if (import.meta.url.endsWith('.ts')) {
     const ts = createRequire(import.meta.url)('typescript') as typeof import('typescript');
     const source = readFileSync(new URL(`../browser/${name}.ts`, import.meta.url), 'utf8');
-    js = ts.transpileModule(source, { compilerOptions: { target: ts.ScriptTarget.ES2020, removeComments: true, alwaysStrict: true } }).outputText;
+    js = ts.transpileModule(source, {
+      compilerOptions: { target: ts.ScriptTarget.ES2020, removeComments: true, alwaysStrict: true },
+    }).outputText;
   } else {
     js = readFileSync(new URL(`../browser/${name}.js`, import.meta.url), 'utf8');
   }

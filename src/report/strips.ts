@@ -32,7 +32,14 @@ export interface Strip {
   /** The teacher-forced positions (the baseline's sequence scored on both), when the pair was scored: the figures its verdict is taken over. */
   forced?: { comparable: number; shifted: number; maxShift: number | null };
   noiseFloor: number;
-  flip: { index: number; baselineToken: string; candidateToken: string; gap: number | null; lowerBound: boolean; class: FlipClass } | null;
+  flip: {
+    index: number;
+    baselineToken: string;
+    candidateToken: string;
+    gap: number | null;
+    lowerBound: boolean;
+    class: FlipClass;
+  } | null;
   explanation: string;
   /** Generated tokens after the compared ones (after the divergence, or the longer side's tail). */
   after: number;
@@ -61,8 +68,16 @@ export const MAX_PROMPT_CHARS = 400;
 export function promptText(body: unknown): string | null {
   if (body === null || typeof body !== 'object') return null;
   const b = body as { prompt?: unknown; messages?: unknown };
-  const one = (p: unknown): string => (typeof p === 'string' ? p : Array.isArray(p) && p.every((x) => typeof x === 'number') ? `[${p.length} token ids]` : JSON.stringify(p));
-  if (b.prompt !== undefined) return Array.isArray(b.prompt) && b.prompt.some((x) => typeof x !== 'number') ? b.prompt.map(one).join('\n') : one(b.prompt);
+  const one = (p: unknown): string =>
+    typeof p === 'string'
+      ? p
+      : Array.isArray(p) && p.every((x) => typeof x === 'number')
+        ? `[${p.length} token ids]`
+        : JSON.stringify(p);
+  if (b.prompt !== undefined)
+    return Array.isArray(b.prompt) && b.prompt.some((x) => typeof x !== 'number')
+      ? b.prompt.map(one).join('\n')
+      : one(b.prompt);
   if (!Array.isArray(b.messages)) return null;
   return b.messages
     .map((m: unknown) => {
@@ -71,7 +86,9 @@ export function promptText(body: unknown): string | null {
         typeof content === 'string'
           ? content
           : Array.isArray(content)
-            ? content.map((c) => (typeof (c as { text?: unknown })?.text === 'string' ? (c as { text: string }).text : '')).join('')
+            ? content
+                .map((c) => (typeof (c as { text?: unknown })?.text === 'string' ? (c as { text: string }).text : ''))
+                .join('')
             : JSON.stringify(content ?? null);
       return `${typeof role === 'string' ? role : '?'}: ${text}`;
     })
@@ -112,13 +129,21 @@ const MAX_GROUPS = 100_000;
 export const MAX_STRIP_TOKENS = 256;
 const TOP_K = 5;
 
-const round = (x: number | null): number | null => (x === null || !Number.isFinite(x) ? null : Number(x.toPrecision(5)));
+const round = (x: number | null): number | null =>
+  x === null || !Number.isFinite(x) ? null : Number(x.toPrecision(5));
 /** A figure a report prints (max shift, flip gap): kept whole, so that its one rounding (formatNats) gives the number every other surface prints. */
-const figure = (x: number | null | undefined): number | null => (x === null || x === undefined || !Number.isFinite(x) ? null : x);
-const top = (entries: readonly TopEntry[] | undefined): Array<[string, number | null]> => (entries ?? []).slice(0, TOP_K).map(([tok, lp]) => [tok, round(lp)]);
+const figure = (x: number | null | undefined): number | null =>
+  x === null || x === undefined || !Number.isFinite(x) ? null : x;
+const top = (entries: readonly TopEntry[] | undefined): Array<[string, number | null]> =>
+  (entries ?? []).slice(0, TOP_K).map(([tok, lp]) => [tok, round(lp)]);
 
 /** Builds a pair's strip from its comparison and the parsed bodies. */
-export function buildStrip(meta: { n: number; id: string; at: string; route: string; noiseFloor: number; input?: Strip['input'] }, c: Comparison, cand: ParsedResponse, base: ParsedResponse): Strip {
+export function buildStrip(
+  meta: { n: number; id: string; at: string; route: string; noiseFloor: number; input?: Strip['input'] },
+  c: Comparison,
+  cand: ParsedResponse,
+  base: ParsedResponse,
+): Strip {
   const shown = c.positions.slice(0, MAX_STRIP_TOKENS);
   const f = c.flip;
   return {
@@ -127,7 +152,16 @@ export function buildStrip(meta: { n: number; id: string; at: string; route: str
     maxShift: figure(c.maxShift),
     shifted: c.shifted,
     comparable: c.comparable,
-    flip: f ? { index: f.index, baselineToken: f.baselineToken, candidateToken: f.candidateToken, gap: figure(f.gap), lowerBound: f.lowerBound, class: f.class } : null,
+    flip: f
+      ? {
+          index: f.index,
+          baselineToken: f.baselineToken,
+          candidateToken: f.candidateToken,
+          gap: figure(f.gap),
+          lowerBound: f.lowerBound,
+          class: f.class,
+        }
+      : null,
     explanation: c.explanation,
     after: Math.max(cand.steps.length, base.steps.length) - c.comparable,
     cut: c.positions.length - shown.length,
@@ -144,21 +178,37 @@ export function buildStrip(meta: { n: number; id: string; at: string; route: str
 }
 
 /** The teacher-forced positions past the compared ones, the locus and the prompt block, for the strip. */
-function scoredTail(c: Comparison, base: ParsedResponse, from: number): Pick<Strip, 'scored' | 'locus' | 'prompt' | 'forced'> {
+function scoredTail(
+  c: Comparison,
+  base: ParsedResponse,
+  from: number,
+): Pick<Strip, 'scored' | 'locus' | 'prompt' | 'forced'> {
   const out: Pick<Strip, 'scored' | 'locus' | 'prompt' | 'forced'> = {};
   const sc = c.scored;
-  if (sc?.outcome === 'ok' && (sc.comparable ?? 0) > 0) out.forced = { comparable: sc.comparable ?? 0, shifted: sc.shifted ?? 0, maxShift: figure(sc.maxShift) };
+  if (sc?.outcome === 'ok' && (sc.comparable ?? 0) > 0)
+    out.forced = { comparable: sc.comparable ?? 0, shifted: sc.shifted ?? 0, maxShift: figure(sc.maxShift) };
   const shifts = c.scored?.outcome === 'ok' ? (c.scored.shifts ?? []) : [];
   if (shifts.length > from) {
-    out.scored = shifts.slice(from, MAX_STRIP_TOKENS).map((s, k) => ({ t: base.steps[from + k]?.token ?? '', s: round(s) }));
+    out.scored = shifts
+      .slice(from, MAX_STRIP_TOKENS)
+      .map((s, k) => ({ t: base.steps[from + k]?.token ?? '', s: round(s) }));
   }
   if (c.locus) out.locus = c.locus;
-  if (c.prompt) out.prompt = { comparable: c.prompt.comparable, shifted: c.prompt.shifted, maxShift: figure(c.prompt.maxShift) };
+  if (c.prompt)
+    out.prompt = { comparable: c.prompt.comparable, shifted: c.prompt.shifted, maxShift: figure(c.prompt.maxShift) };
   return out;
 }
 
 /** How bad a verdict is, for ordering the worst pairs: shifts first, then mismatches, then noise. */
-const SEVERITY: Record<Verdict, number> = { global_shift: 6, early_shift: 5, local_shift: 4, tokenizer_mismatch: 3, noise: 2, identical: 1, incomparable: 0 };
+const SEVERITY: Record<Verdict, number> = {
+  global_shift: 6,
+  early_shift: 5,
+  local_shift: 4,
+  tokenizer_mismatch: 3,
+  noise: 2,
+  identical: 1,
+  incomparable: 0,
+};
 
 /** The ordering key of a pair: severity, then the largest shift, then the flip gap. */
 export function badness(c: Comparison): [number, number, number] {
@@ -198,7 +248,8 @@ export class StripSelector {
   consider(key: [number, number, number], make: () => Strip, group: string | null = null): void {
     let strip: Strip | null = null;
     const get = () => (strip ??= make());
-    if (group !== null && (this.groups.has(group) || this.groups.size < MAX_GROUPS)) this.groups.set(group, (this.groups.get(group) ?? 0) + 1);
+    if (group !== null && (this.groups.has(group) || this.groups.size < MAX_GROUPS))
+      this.groups.set(group, (this.groups.get(group) ?? 0) + 1);
     const same = group === null ? -1 : this.worstList.findIndex((w) => w.group === group);
     const last = this.worstList[this.worstList.length - 1];
     if (same >= 0) {
@@ -206,7 +257,10 @@ export class StripSelector {
         this.worstList.splice(same, 1);
         this.insertWorst(key, get(), group);
       }
-    } else if (this.worstN > 0 && (this.worstList.length < this.worstN || (last !== undefined && worse(key, last.key)))) {
+    } else if (
+      this.worstN > 0 &&
+      (this.worstList.length < this.worstN || (last !== undefined && worse(key, last.key)))
+    ) {
       this.insertWorst(key, get(), group);
       if (this.worstList.length > this.worstN) this.worstList.pop();
     }

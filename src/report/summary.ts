@@ -1,6 +1,20 @@
-import { initialDetectorState, observe, pooledShare, type AlertConfig, type AlertName, type DetectorState } from '../core/detector.js';
+import {
+  initialDetectorState,
+  observe,
+  pooledShare,
+  type AlertConfig,
+  type AlertName,
+  type DetectorState,
+} from '../core/detector.js';
 import { observeSelf, SELF_VERDICTS, selfEvidence, type SelfVerdict } from '../core/self.js';
-import { detectorEvidence, VERDICTS, type FlipClass, type Locus, type ScoringOutcome, type Verdict } from '../core/index.js';
+import {
+  detectorEvidence,
+  VERDICTS,
+  type FlipClass,
+  type Locus,
+  type ScoringOutcome,
+  type Verdict,
+} from '../core/index.js';
 import type { MirrorOutcome } from '../mirror/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
 import type { PairResult, RepeatResult } from './pair.js';
@@ -128,7 +142,9 @@ export class Summary {
   private readonly positionShift = new Histogram(logEdges(-6, 2, 10));
   private readonly pairMaxShift = new Histogram(logEdges(-6, 2, 10));
   private readonly flipCurve = new FlipCurve();
-  private readonly flipGap = Object.fromEntries(FLIP_CLASSES.map((c) => [c, new Histogram(linearEdges(0.05, 5))])) as Record<FlipClass, Histogram>;
+  private readonly flipGap = Object.fromEntries(
+    FLIP_CLASSES.map((c) => [c, new Histogram(linearEdges(0.05, 5))]),
+  ) as Record<FlipClass, Histogram>;
   private lowerBound = 0;
   private readonly strips: StripSelector;
   private detector: DetectorState = initialDetectorState();
@@ -146,7 +162,16 @@ export class Summary {
   private baselineFree = 0;
   private readonly selfStats = new Map<
     'candidate' | 'baseline',
-    { pairs: number; flushed: number; notCold: number; notWarm: number; unprobed: number; verdicts: Record<SelfVerdict, number>; shift: Histogram; detector: DetectorState }
+    {
+      pairs: number;
+      flushed: number;
+      notCold: number;
+      notWarm: number;
+      unprobed: number;
+      verdicts: Record<SelfVerdict, number>;
+      shift: Histogram;
+      detector: DetectorState;
+    }
   >();
 
   constructor(private readonly options: SummaryOptions = {}) {
@@ -188,12 +213,30 @@ export class Summary {
       const input = stripInput(e.request, e.promptsHashed);
       this.strips.consider(
         badness(c),
-        () => buildStrip({ n, id: e.id, at: `${e.file}:${e.line}`, route: e.route, noiseFloor: e.noiseFloor, ...(input ? { input } : {}) }, c, candidate, baseline),
+        () =>
+          buildStrip(
+            {
+              n,
+              id: e.id,
+              at: `${e.file}:${e.line}`,
+              route: e.route,
+              noiseFloor: e.noiseFloor,
+              ...(input ? { input } : {}),
+            },
+            c,
+            candidate,
+            baseline,
+          ),
         group,
       );
     }
     // Each alert is reported once, when it first fires: after both have, the detectors can rest.
-    if (this.options.alert && c.comparable > 0 && this.alerts.filter((a) => a.alert !== 'LogprobSelfInconsistency').length < 2) this.detect(n, e, this.options.alert);
+    if (
+      this.options.alert &&
+      c.comparable > 0 &&
+      this.alerts.filter((a) => a.alert !== 'LogprobSelfInconsistency').length < 2
+    )
+      this.detect(n, e, this.options.alert);
   }
 
   private addScoring(c: NonNullable<PairResult['comparison']>): void {
@@ -202,7 +245,8 @@ export class Summary {
     if (s && !(s.outcome === 'skipped' && s.reason?.startsWith('not needed'))) {
       this.scoringOutcomes[s.outcome]++;
       if (s.outcome === 'ok' && s.method) this.methods.add(s.method);
-      if (s.outcome !== 'ok' && s.reason && (this.reasons.has(s.reason) || this.reasons.size < 50)) this.reasons.set(s.reason, (this.reasons.get(s.reason) ?? 0) + 1);
+      if (s.outcome !== 'ok' && s.reason && (this.reasons.has(s.reason) || this.reasons.size < 50))
+        this.reasons.set(s.reason, (this.reasons.get(s.reason) ?? 0) + 1);
       if (s.outcome === 'ok') for (const x of s.shifts ?? []) if (x !== null) this.scoredShift.add(x);
     }
     if (c.locus) this.loci[c.locus]++;
@@ -238,10 +282,29 @@ export class Summary {
     s.verdicts[r.verdict]++;
     for (const p of c.positions) if (p.shift !== null) s.shift.add(p.shift);
     const cfg = this.options.alert;
-    if (cfg && r.probe === 'cold_warm' && c.comparable > 0 && !this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === r.backend)) {
-      const o = observeSelf(s.detector, { ...selfEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id }, { ...cfg, forSeconds: 0 }, n, r.backend);
+    if (
+      cfg &&
+      r.probe === 'cold_warm' &&
+      c.comparable > 0 &&
+      !this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === r.backend)
+    ) {
+      const o = observeSelf(
+        s.detector,
+        { ...selfEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id },
+        { ...cfg, forSeconds: 0 },
+        n,
+        r.backend,
+      );
       s.detector = o.state;
-      for (const t of o.transitions) if (t.to === 'firing') this.alerts.push({ alert: t.alert, backend: r.backend, atPair: n, pooledShare: pooledShare(o.state), cusum: o.state.cusum });
+      for (const t of o.transitions)
+        if (t.to === 'firing')
+          this.alerts.push({
+            alert: t.alert,
+            backend: r.backend,
+            atPair: n,
+            pooledShare: pooledShare(o.state),
+            cusum: o.state.cusum,
+          });
     }
   }
 
@@ -264,7 +327,8 @@ export class Summary {
     let n = 0;
     for (const name of names) {
       if (name === 'self_inconsistent') for (const s of this.selfStats.values()) n += s.verdicts.self_inconsistent;
-      else n += (this.verdicts as Record<string, number>)[name] ?? (this.uncompared as Record<string, number>)[name] ?? 0;
+      else
+        n += (this.verdicts as Record<string, number>)[name] ?? (this.uncompared as Record<string, number>)[name] ?? 0;
     }
     return n;
   }
@@ -276,7 +340,8 @@ export class Summary {
   /** Repeat pairs compared (their two runs both answered), over every backend: evidence too. */
   get selfCompared(): number {
     let n = 0;
-    for (const s of this.selfStats.values()) n += s.verdicts.identical + s.verdicts.noise + s.verdicts.self_inconsistent;
+    for (const s of this.selfStats.values())
+      n += s.verdicts.identical + s.verdicts.noise + s.verdicts.self_inconsistent;
     return n;
   }
 
@@ -287,10 +352,16 @@ export class Summary {
   private detect(n: number, e: SummaryEntry, cfg: AlertConfig): void {
     const c = e.result.comparison!;
     // Pairs carry no usable time offline: each is one second, and alerts fire without waiting.
-    const r = observe(this.detector, { ...detectorEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id }, { ...cfg, forSeconds: 0 }, n);
+    const r = observe(
+      this.detector,
+      { ...detectorEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id },
+      { ...cfg, forSeconds: 0 },
+      n,
+    );
     this.detector = r.state;
     for (const t of r.transitions) {
-      if (t.to === 'firing' && !this.alerts.some((a) => a.alert === t.alert)) this.alerts.push({ alert: t.alert, atPair: n, pooledShare: pooledShare(r.state), cusum: r.state.cusum });
+      if (t.to === 'firing' && !this.alerts.some((a) => a.alert === t.alert))
+        this.alerts.push({ alert: t.alert, atPair: n, pooledShare: pooledShare(r.state), cusum: r.state.cusum });
     }
   }
 
@@ -316,7 +387,12 @@ export class Summary {
       moreFloors: this.moreFloors,
       positionShift: this.positionShift.toJSON(),
       pairMaxShift: this.pairMaxShift.toJSON(),
-      flips: { ambiguous: this.flipGap.ambiguous.toJSON(), gray: this.flipGap.gray.toJSON(), systematic: this.flipGap.systematic.toJSON(), lowerBound: this.lowerBound },
+      flips: {
+        ambiguous: this.flipGap.ambiguous.toJSON(),
+        gray: this.flipGap.gray.toJSON(),
+        systematic: this.flipGap.systematic.toJSON(),
+        lowerBound: this.lowerBound,
+      },
       flipCurve: this.flipCurve.toJSON(),
       alerts: [...this.alerts],
       baselineFree: this.baselineFree,

@@ -19,17 +19,27 @@ export interface ReportContext {
 }
 
 /** How alarming each verdict is, most first (a Record: a new verdict cannot be left out). */
-const ALARM_RANK: Readonly<Record<Verdict, number>> = { global_shift: 0, early_shift: 1, local_shift: 2, tokenizer_mismatch: 3, noise: 4, identical: 5, incomparable: 6 };
+const ALARM_RANK: Readonly<Record<Verdict, number>> = {
+  global_shift: 0,
+  early_shift: 1,
+  local_shift: 2,
+  tokenizer_mismatch: 3,
+  noise: 4,
+  identical: 5,
+  incomparable: 6,
+};
 
 /** Every verdict ({@link VERDICTS}) from the most to the least alarming: the order reports list them in. */
 export const VERDICT_ORDER: readonly Verdict[] = [...VERDICTS].sort((a, b) => ALARM_RANK[a] - ALARM_RANK[b]);
 
 /** The caveat every report carries. */
-export const ABSENCE_NOTE = 'a noise verdict does not prove there is no bug: small differences do not prove absence; a large-gap flip proves presence.';
+export const ABSENCE_NOTE =
+  'a noise verdict does not prove there is no bug: small differences do not prove absence; a large-gap flip proves presence.';
 
 const int = (n: number): string => n.toLocaleString('en-US');
 const pct = (n: number, of: number): string => (of > 0 ? `${((100 * n) / of).toFixed(1)}%` : '—');
-const bar = (n: number, max: number, width = 30): string => (max > 0 && n > 0 ? '█'.repeat(Math.max(1, Math.round((width * n) / max))) : '');
+const bar = (n: number, max: number, width = 30): string =>
+  max > 0 && n > 0 ? '█'.repeat(Math.max(1, Math.round((width * n) / max))) : '';
 
 /** The decade edges of the shift histograms, for display. */
 export const SHIFT_DECADES = [0, 1e-4, 1e-3, 1e-2, 1e-1, 1, 10];
@@ -47,7 +57,8 @@ function quantiles(h: HistogramData, qs: Array<[string, number]>): string {
     let seen = 0;
     for (let i = 0; i < h.counts.length; i++) {
       seen += h.counts[i]!;
-      if (seen >= target) return `${label} ≤ ${formatNats(i < h.edges.length ? Math.min(h.edges[i]!, h.max ?? Infinity) : h.max)}`;
+      if (seen >= target)
+        return `${label} ≤ ${formatNats(i < h.edges.length ? Math.min(h.edges[i]!, h.max ?? Infinity) : h.max)}`;
     }
     return `${label} ${formatNats(h.max)}`;
   });
@@ -59,9 +70,15 @@ function flipCurveLines(d: SummaryData, ctx: ReportContext): string[] {
   const fc = d.flipCurve;
   const total = fc.positions.reduce((a, b) => a + b, 0);
   if (total === 0 || fc.flips.every((f) => f === 0)) return [];
-  const out = ['', "flip share by the baseline's gap (top-1 − top-2 at every comparable position; a flip is a pair's first divergence)"];
+  const out = [
+    '',
+    "flip share by the baseline's gap (top-1 − top-2 at every comparable position; a flip is a pair's first divergence)",
+  ];
   fc.positions.forEach((n, i) => {
-    if (n > 0) out.push(`  gap ${gapBucketLabel(fc.edges, i).padEnd(9)} ${int(n).padStart(8)} positions  ${int(fc.flips[i]!).padStart(6)} flipped (${((100 * fc.flips[i]!) / n).toFixed(1)}%)`);
+    if (n > 0)
+      out.push(
+        `  gap ${gapBucketLabel(fc.edges, i).padEnd(9)} ${int(n).padStart(8)} positions  ${int(fc.flips[i]!).padStart(6)} flipped (${((100 * fc.flips[i]!) / n).toFixed(1)}%)`,
+      );
   });
   out.push(`  ${flipStopSentence(fc, ctx.gapAmbiguous, d.positionShift)}`);
   return out;
@@ -69,7 +86,8 @@ function flipCurveLines(d: SummaryData, ctx: ReportContext): string[] {
 
 /** Where flips stop, read as the seed's threshold model does (shared by the text and HTML reports). */
 export function flipStopSentence(fc: FlipCurveData, gapAmbiguous: number, positionShift: HistogramData): string {
-  if (fc.stop === null) return `flips stop: too few flips to say (${int(fc.flips.reduce((a, b) => a + b, 0))}, at least ${MIN_FLIPS_FOR_STOP} needed)`;
+  if (fc.stop === null)
+    return `flips stop: too few flips to say (${int(fc.flips.reduce((a, b) => a + b, 0))}, at least ${MIN_FLIPS_FOR_STOP} needed)`;
   const at = `flips stop at a gap of about ${formatNats(fc.stop.gap)} nats (95% of ${int(fc.stop.flips)} flips below it)`;
   if (fc.stop.gap < gapAmbiguous) return `${at}: only near-ties flip — the pattern of float noise`;
   return `${at}: a systematic shift of size s flips the tokens whose gap is below about s, so this is a second estimate of the offset, independent of the logprobs (median position shift ${quantiles(
@@ -89,7 +107,9 @@ function describeFlip(s: Strip): string {
 /** A pair's figures, each set of positions named: free-running, and teacher-forced when scored (the verdict's). */
 export function stripFigures(s: Pick<Strip, 'maxShift' | 'shifted' | 'comparable' | 'forced'>): string {
   const free = `free-running max shift ${formatNats(s.maxShift)} shifted ${s.shifted}/${s.comparable}`;
-  return s.forced ? `${free}; teacher-forced max shift ${formatNats(s.forced.maxShift)} shifted ${s.forced.shifted}/${s.forced.comparable}` : free;
+  return s.forced
+    ? `${free}; teacher-forced max shift ${formatNats(s.forced.maxShift)} shifted ${s.forced.shifted}/${s.forced.comparable}`
+    : free;
 }
 
 /** The worst pairs worth reading: a shift, a tokenizer mismatch or a systematic flip (ten noise pairs say nothing). */
@@ -115,9 +135,13 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
 function headerLines(d: SummaryData, ctx: ReportContext): string[] {
   const out: string[] = [];
   const unc = Object.entries(d.uncompared).filter(([, n]) => (n ?? 0) > 0);
-  out.push(`pairs ${int(d.pairs)}, compared ${int(d.compared)}${unc.length ? `; not compared: ${unc.map(([k, n]) => `${k} ${int(n ?? 0)}`).join(', ')}` : ''}`);
+  out.push(
+    `pairs ${int(d.pairs)}, compared ${int(d.compared)}${unc.length ? `; not compared: ${unc.map(([k, n]) => `${k} ${int(n ?? 0)}`).join(', ')}` : ''}`,
+  );
   // Why they were not compared: the causes are in the capture's records, and said here.
-  for (const [k] of unc) for (const r of d.uncomparedReasons[k as keyof SummaryData['uncomparedReasons']] ?? []) out.push(`  ${k}: ${r.reason} (${int(r.count)})`);
+  for (const [k] of unc)
+    for (const r of d.uncomparedReasons[k as keyof SummaryData['uncomparedReasons']] ?? [])
+      out.push(`  ${k}: ${r.reason} (${int(r.count)})`);
   out.push(`thresholds: ${ctx.thresholds}`);
   return out;
 }
@@ -131,7 +155,8 @@ function verdictLines(d: SummaryData): string[] {
     const n = d.verdicts[v];
     out.push(`  ${v.padEnd(19)}${int(n).padStart(9)}  ${pct(n, d.compared).padStart(6)}  ${bar(n, vmax)}`);
   }
-  if (d.changed !== null) out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
+  if (d.changed !== null)
+    out.push(`  ${int(d.changed)} of ${int(d.pairs)} verdicts differ from the ones captured online`);
   return out;
 }
 
@@ -144,7 +169,9 @@ function shiftLines(d: SummaryData): string[] {
     `position shift, nats (${int(d.positionShift.n)} comparable free-running positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`,
   );
   const smax = Math.max(0, ...ps.counts);
-  ps.counts.forEach((n, i) => out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`));
+  ps.counts.forEach((n, i) =>
+    out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`),
+  );
   out.push(
     `  ${quantiles(d.positionShift, [
       ['p50', 0.5],
@@ -166,12 +193,19 @@ function flipLines(d: SummaryData, ctx: ReportContext): string[] {
   const out: string[] = [];
   const flips = FLIP_CLASSES.reduce((s, c) => s + d.flips[c].n, 0);
   out.push('', `flips: ${int(flips)} pairs diverged (gap = lp_b(A) − lp_b(B), the force a flip needs)`);
-  const bounds: Record<string, string> = { ambiguous: `gap < ${ctx.gapAmbiguous}`, gray: `${ctx.gapAmbiguous}–${ctx.gapSystematic}`, systematic: `gap > ${ctx.gapSystematic}` };
+  const bounds: Record<string, string> = {
+    ambiguous: `gap < ${ctx.gapAmbiguous}`,
+    gray: `${ctx.gapAmbiguous}–${ctx.gapSystematic}`,
+    systematic: `gap > ${ctx.gapSystematic}`,
+  };
   for (const c of FLIP_CLASSES) {
     const h = d.flips[c];
-    out.push(`  ${c.padEnd(11)} ${`(${bounds[c]})`.padEnd(14)}${int(h.n).padStart(8)}  ${h.n > 0 ? `median ${quantiles(h, [['', 0.5]]).replace(/^ /, '')}` : ''}`.trimEnd());
+    out.push(
+      `  ${c.padEnd(11)} ${`(${bounds[c]})`.padEnd(14)}${int(h.n).padStart(8)}  ${h.n > 0 ? `median ${quantiles(h, [['', 0.5]]).replace(/^ /, '')}` : ''}`.trimEnd(),
+    );
   }
-  if (d.flips.lowerBound > 0) out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
+  if (d.flips.lowerBound > 0)
+    out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
   return out;
 }
 
@@ -197,21 +231,28 @@ function scoringLines(d: SummaryData): string[] {
   }
   if (sc.prompt.pairs > 0) {
     out.push(
-      `prompt positions: ${int(sc.prompt.pairs)} pairs compared, ${int(sc.prompt.shifted)} with a shifted prompt position; ${quantiles(sc.prompt.positionShift, [
-        ['p50', 0.5],
-        ['p99', 0.99],
-      ])}`,
+      `prompt positions: ${int(sc.prompt.pairs)} pairs compared, ${int(sc.prompt.shifted)} with a shifted prompt position; ${quantiles(
+        sc.prompt.positionShift,
+        [
+          ['p50', 0.5],
+          ['p99', 0.99],
+        ],
+      )}`,
     );
   }
   const loci = (['compute', 'decode_state', 'unknown'] as const).filter((l) => sc.loci[l] > 0);
-  if (loci.length > 0) out.push(`locus: ${loci.map((l) => `${l} ${int(sc.loci[l])}`).join(', ')} (compute: the prompt already moved; decode_state: the prompt agrees, the continuation moved)`);
+  if (loci.length > 0)
+    out.push(
+      `locus: ${loci.map((l) => `${l} ${int(sc.loci[l])}`).join(', ')} (compute: the prompt already moved; decode_state: the prompt agrees, the continuation moved)`,
+    );
   return out;
 }
 
 /** The repeat probes of each backend (cold, then warm), and the baseline-free note. */
 function repeatLines(d: SummaryData): string[] {
   const out: string[] = [];
-  if (d.baselineFree > 0) out.push('', `baseline-free: ${int(d.baselineFree)} pairs had no baseline; their repeats below are the comparison`);
+  if (d.baselineFree > 0)
+    out.push('', `baseline-free: ${int(d.baselineFree)} pairs had no baseline; their repeats below are the comparison`);
   for (const r of d.repeats) {
     const mix =
       SELF_VERDICTS.filter((v) => r.verdicts[v] > 0)
@@ -257,12 +298,17 @@ function worstLines(d: SummaryData, ctx: ReportContext): string[] {
   if (top.length > 0) {
     out.push('', 'worst pairs');
     top.forEach((s, i) => {
-      out.push(`  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  ${stripFigures(s)}  ${describeFlip(s)}${s.similar ? `  (×${s.similar + 1} with this prompt and verdict)` : ''}`);
+      out.push(
+        `  ${i + 1}. ${s.at}  ${s.id}  ${s.route}  ${s.verdict}  ${stripFigures(s)}  ${describeFlip(s)}${s.similar ? `  (×${s.similar + 1} with this prompt and verdict)` : ''}`,
+      );
       out.push(`     ${s.explanation}`);
     });
   } else if (d.worst[0] && (ctx.top ?? 10) > 0) {
     const s = d.worst[0];
-    out.push('', `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest free-running max shift ${formatNats(s.maxShift)}, ${s.at})`);
+    out.push(
+      '',
+      `worst pairs: none with a shift, a tokenizer mismatch or a systematic flip (largest free-running max shift ${formatNats(s.maxShift)}, ${s.at})`,
+    );
   }
   return out;
 }

@@ -49,7 +49,12 @@ export class FlipCurve {
 
   toJSON(): FlipCurveData {
     const n = this.flipGaps.n;
-    return { edges: [...GAP_BUCKETS], positions: [...this.positions.counts], flips: [...this.flips.counts], stop: n >= MIN_FLIPS_FOR_STOP ? { gap: this.flipGaps.quantile(0.95)!, flips: n } : null };
+    return {
+      edges: [...GAP_BUCKETS],
+      positions: [...this.positions.counts],
+      flips: [...this.flips.counts],
+      stop: n >= MIN_FLIPS_FOR_STOP ? { gap: this.flipGaps.quantile(0.95)!, flips: n } : null,
+    };
   }
 }
 

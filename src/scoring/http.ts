@@ -47,10 +47,19 @@ export interface JsonAnswer {
 const LIMIT = 64 * 1024 * 1024;
 
 /** Sends one request to a backend's path (under the URL's own path prefix) and reads a JSON answer. */
-export async function requestJson(target: ScoringTarget, method: 'GET' | 'POST', path: string, body?: unknown, timeoutMs = target.timeoutMs): Promise<JsonAnswer> {
+export async function requestJson(
+  target: ScoringTarget,
+  method: 'GET' | 'POST',
+  path: string,
+  body?: unknown,
+  timeoutMs = target.timeoutMs,
+): Promise<JsonAnswer> {
   const base = new URL(target.url);
   // A body that names a model names this backend's (served names may differ between the two).
-  const named = target.model && typeof body === 'object' && body !== null && !Array.isArray(body) && 'model' in body ? { ...body, model: target.model } : body;
+  const named =
+    target.model && typeof body === 'object' && body !== null && !Array.isArray(body) && 'model' in body
+      ? { ...body, model: target.model }
+      : body;
   const payload = named === undefined ? undefined : JSON.stringify(named);
   const res = await target.pool.request({
     origin: base.origin,
@@ -60,14 +69,20 @@ export async function requestJson(target: ScoringTarget, method: 'GET' | 'POST',
       ...target.headers,
       host: base.host,
       accept: 'application/json',
-      ...(payload !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(payload)) } : {}),
+      ...(payload !== undefined
+        ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(payload)) }
+        : {}),
     },
     body: payload,
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
   });
   // Not JSON (a plain-text answer such as SGLang's /flush_cache): kept as text.
-  const parsed = await readJsonOrText(res.body, LIMIT, () => new ScoringError(`${method} ${path}: answer over ${LIMIT} bytes`));
+  const parsed = await readJsonOrText(
+    res.body,
+    LIMIT,
+    () => new ScoringError(`${method} ${path}: answer over ${LIMIT} bytes`),
+  );
   const server = res.headers.server;
   return { status: res.statusCode, body: parsed, server: typeof server === 'string' ? server : null };
 }
@@ -75,9 +90,15 @@ export async function requestJson(target: ScoringTarget, method: 'GET' | 'POST',
 /** POSTs and insists on a 2xx JSON object; anything else is a {@link ScoringError} naming the path and the engine's message. */
 export async function postOk(target: ScoringTarget, path: string, body: unknown): Promise<Record<string, unknown>> {
   const a = await requestJson(target, 'POST', path, body);
-  if (a.status === 404 || a.status === 405 || a.status === 501) throw new UnsupportedError(`${path} answered ${a.status}${errorText(a.body, target.secrets)}`);
-  if (a.status < 200 || a.status >= 300) throw new ScoringError(`${path} answered ${a.status}${errorText(a.body, target.secrets)}`, { status: a.status, body: a.body });
-  if (typeof a.body !== 'object' || a.body === null || Array.isArray(a.body)) throw new ScoringError(`${path} answered a body that is not a JSON object`);
+  if (a.status === 404 || a.status === 405 || a.status === 501)
+    throw new UnsupportedError(`${path} answered ${a.status}${errorText(a.body, target.secrets)}`);
+  if (a.status < 200 || a.status >= 300)
+    throw new ScoringError(`${path} answered ${a.status}${errorText(a.body, target.secrets)}`, {
+      status: a.status,
+      body: a.body,
+    });
+  if (typeof a.body !== 'object' || a.body === null || Array.isArray(a.body))
+    throw new ScoringError(`${path} answered a body that is not a JSON object`);
   return a.body as Record<string, unknown>;
 }
 
@@ -92,6 +113,11 @@ function errorText(body: unknown, secrets: readonly string[] = []): string {
   if (typeof body !== 'object' || body === null) return '';
   const b = body as { error?: unknown; message?: unknown; detail?: unknown };
   const e = b.error;
-  const msg = typeof e === 'object' && e !== null ? (e as { message?: unknown }).message : typeof e === 'string' ? e : (b.message ?? b.detail);
+  const msg =
+    typeof e === 'object' && e !== null
+      ? (e as { message?: unknown }).message
+      : typeof e === 'string'
+        ? e
+        : (b.message ?? b.detail);
   return typeof msg === 'string' ? `: ${cut(msg)}` : '';
 }

@@ -1,6 +1,14 @@
 import type { TokenStep } from '../core/types.js';
 import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import { idPrompt, postFlush, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
+import {
+  idPrompt,
+  postFlush,
+  tokenIds,
+  type EngineProfile,
+  type ProfileScore,
+  type PromptSource,
+  type ScoreSpec,
+} from './profile.js';
 import { forcedStep, logprobAmong, objectAlternatives } from './steps.js';
 
 /**
@@ -26,7 +34,8 @@ export const llamacppProfile: EngineProfile = {
     if (source.kind === 'completions') {
       const ids = idPrompt(source.body);
       if (ids) return ids;
-      if (typeof source.body.prompt !== 'string') throw new UnsupportedError('the completions prompt is neither a string nor token ids');
+      if (typeof source.body.prompt !== 'string')
+        throw new UnsupportedError('the completions prompt is neither a string nor token ids');
       return tokenIds(await postOk(target, '/tokenize', { content: source.body.prompt, add_special: true }));
     }
     const templated = await postOk(target, '/apply-template', { messages: source.body.messages });
@@ -35,7 +44,11 @@ export const llamacppProfile: EngineProfile = {
   },
 
   // Slot actions need --slot-save-path (501 otherwise); one slot (-np 1) is slot 0.
-  flush: (target) => postFlush(target, '/slots/0?action=erase', { 501: 'llama-server erases a slot only when started with --slot-save-path', 404: 'this llama-server has no /slots endpoint' }),
+  flush: (target) =>
+    postFlush(target, '/slots/0?action=erase', {
+      501: 'llama-server erases a slot only when started with --slot-save-path',
+      404: 'this llama-server has no /slots endpoint',
+    }),
 
   async tokenize(target, text) {
     return tokenIds(await postOk(target, '/tokenize', { content: text, add_special: false }));
@@ -46,7 +59,8 @@ export const llamacppProfile: EngineProfile = {
     // Prompt positions first (fresh prefills), the last `promptPositions` of them.
     const promptStart = Math.max(1, P.length - spec.promptPositions);
     const prompt: TokenStep[] = [];
-    for (let i = promptStart; i < P.length; i++) prompt.push(await position(target, P.slice(0, i), P[i]!, spec.topK, false));
+    for (let i = promptStart; i < P.length; i++)
+      prompt.push(await position(target, P.slice(0, i), P[i]!, spec.topK, false));
     const continuation: TokenStep[] = [];
     const seq = [...P];
     for (const id of spec.continuation) {
@@ -58,11 +72,27 @@ export const llamacppProfile: EngineProfile = {
 };
 
 /** The distribution after `prefix`, as the step forcing `id`. */
-async function position(target: ScoringTarget, prefix: readonly number[], id: number, k: number, cache: boolean): Promise<TokenStep> {
-  const body = await postOk(target, '/completion', { prompt: prefix, n_predict: 1, n_probs: k, cache_prompt: cache, temperature: 0, top_k: 1, stream: false });
-  const first = (body.completion_probabilities as unknown[] | undefined)?.[0] as { top_logprobs?: unknown; top_probs?: unknown } | undefined;
+async function position(
+  target: ScoringTarget,
+  prefix: readonly number[],
+  id: number,
+  k: number,
+  cache: boolean,
+): Promise<TokenStep> {
+  const body = await postOk(target, '/completion', {
+    prompt: prefix,
+    n_predict: 1,
+    n_probs: k,
+    cache_prompt: cache,
+    temperature: 0,
+    top_k: 1,
+    stream: false,
+  });
+  const first = (body.completion_probabilities as unknown[] | undefined)?.[0] as
+    { top_logprobs?: unknown; top_probs?: unknown } | undefined;
   if (!first) throw new ScoringError('/completion answered no completion_probabilities');
-  if (first.top_logprobs === undefined && first.top_probs !== undefined) throw new ScoringError('/completion answered probabilities, not logprobs (post_sampling_probs)');
+  if (first.top_logprobs === undefined && first.top_probs !== undefined)
+    throw new ScoringError('/completion answered probabilities, not logprobs (post_sampling_probs)');
   const alts = objectAlternatives(first.top_logprobs);
   const own = alts.find((a) => a.id === id);
   return forcedStep(id, own?.text ?? `token_id:${id}`, logprobAmong(id, alts), alts);

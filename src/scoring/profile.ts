@@ -66,10 +66,16 @@ export interface EngineProfile {
 }
 
 /** POSTs a cache-reset endpoint: 2xx is done; `unsupported` (status → why) is an UnsupportedError, anything else a ScoringError. */
-export async function postFlush(target: ScoringTarget, path: string, unsupported: Readonly<Record<number, string>>): Promise<void> {
+export async function postFlush(
+  target: ScoringTarget,
+  path: string,
+  unsupported: Readonly<Record<number, string>>,
+): Promise<void> {
   // The admin key (`candidate.adminApiKey` / `baseline.adminApiKey`) where one is configured:
   // SGLang's admin endpoints refuse the plain API key once `--admin-api-key` is set.
-  const t = target.adminApiKey ? { ...target, headers: { ...target.headers, authorization: `Bearer ${target.adminApiKey}` } } : target;
+  const t = target.adminApiKey
+    ? { ...target, headers: { ...target.headers, authorization: `Bearer ${target.adminApiKey}` } }
+    : target;
   const a = await requestJson(t, 'POST', path, {});
   if (a.status >= 200 && a.status < 300) return;
   const why = unsupported[a.status];
@@ -85,7 +91,12 @@ export function modelOf(body: Readonly<Record<string, unknown>>): string | undef
 /** A completions prompt given as token ids (`prompt: [1, 2, 3]`), or null. */
 export function idPrompt(body: Readonly<Record<string, unknown>>): number[] | null {
   const p = body.prompt;
-  if (!Array.isArray(p) || p.length === 0 || !p.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)) return null;
+  if (
+    !Array.isArray(p) ||
+    p.length === 0 ||
+    !p.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)
+  )
+    return null;
   return p as number[];
 }
 
@@ -95,6 +106,7 @@ export function tokenIds(body: Readonly<Record<string, unknown>>): number[] {
   if (!Array.isArray(t)) throw new ScoringError('/tokenize answered no token ids');
   // llama.cpp's with_pieces form is [{id, piece}].
   const ids = t.map((x) => readId(typeof x === 'object' && x !== null ? (x as { id?: unknown }).id : x));
-  if (!ids.every((x) => x !== undefined)) throw new ScoringError('/tokenize answered something that is not a list of token ids');
+  if (!ids.every((x) => x !== undefined))
+    throw new ScoringError('/tokenize answered something that is not a list of token ids');
   return ids as number[];
 }

@@ -1,5 +1,12 @@
 import type { Comparison, ParsedResponse, Thresholds } from '../core/types.js';
-import { notScored, scoredBlocks, withScoring, type PromptBlock, type ScoredBlock, type ScoredPair } from '../core/scored.js';
+import {
+  notScored,
+  scoredBlocks,
+  withScoring,
+  type PromptBlock,
+  type ScoredBlock,
+  type ScoredPair,
+} from '../core/scored.js';
 import { detectEngine } from './detect.js';
 import type { CappedField, EngineName, EngineSetting } from '../metrics/labels.js';
 import { ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
@@ -10,7 +17,12 @@ import { sglangProfile } from './sglang.js';
 import { llamacppProfile } from './llamacpp.js';
 import { openaiProfile } from './openai.js';
 
-export const PROFILES: Readonly<Record<EngineName, EngineProfile>> = { vllm: vllmProfile, sglang: sglangProfile, llamacpp: llamacppProfile, openai: openaiProfile };
+export const PROFILES: Readonly<Record<EngineName, EngineProfile>> = {
+  vllm: vllmProfile,
+  sglang: sglangProfile,
+  llamacpp: llamacppProfile,
+  openai: openaiProfile,
+};
 
 /** Which backend a scoring call is for. */
 export type Backend = 'candidate' | 'baseline';
@@ -31,7 +43,11 @@ export function scoringOptions(config: {
   candidate: { engine: EngineSetting };
   baseline: { engine: EngineSetting };
 }): ScoringOptions {
-  return { ...config.analysis.scoring, topK: config.mirror.topLogprobs, engines: { candidate: config.candidate.engine, baseline: config.baseline.engine } };
+  return {
+    ...config.analysis.scoring,
+    topK: config.mirror.topLogprobs,
+    engines: { candidate: config.candidate.engine, baseline: config.baseline.engine },
+  };
 }
 
 /**
@@ -133,13 +149,28 @@ export class Scorer {
   async score(p: PairToScore): Promise<ScoringResult> {
     const o = this.options;
     const free = p.free;
-    const settled = free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
-    if (o.when === 'never') return { scored: notScored('skipped', 'scoring is off (analysis.scoring.when: never)'), prompt: null, pair: null, counted: false };
+    const settled =
+      free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
+    if (o.when === 'never')
+      return {
+        scored: notScored('skipped', 'scoring is off (analysis.scoring.when: never)'),
+        prompt: null,
+        pair: null,
+        counted: false,
+      };
     if (settled || (o.when === 'diverged' && free.firstDivergence === null)) {
-      const why = settled ? `not needed: the pair is ${free.verdict}` : 'not needed: no divergence, every position is comparable (analysis.scoring.when: diverged)';
+      const why = settled
+        ? `not needed: the pair is ${free.verdict}`
+        : 'not needed: no divergence, every position is comparable (analysis.scoring.when: diverged)';
       return { scored: notScored('skipped', why), prompt: null, pair: null, counted: false };
     }
-    if (p.busy) return { scored: notScored('skipped', 'the mirror is behind (its queue is half full): scoring skipped to keep up'), prompt: null, pair: null, counted: true };
+    if (p.busy)
+      return {
+        scored: notScored('skipped', 'the mirror is behind (its queue is half full): scoring skipped to keep up'),
+        prompt: null,
+        pair: null,
+        counted: true,
+      };
     try {
       const pair = await this.scorePair(p);
       return { ...scoredBlocks(pair, p.thresholds), pair, counted: true };
@@ -166,12 +197,29 @@ export class Scorer {
    * What to force on a backend: the request's prompt as its engine tokenizes it and the given
    * generation's token ids (at most `maxPositions`). Throws Unsupported/ScoringError.
    */
-  async prepare(backend: Backend, target: ScoringTarget, source: PromptSource, generation: { parsed: ParsedResponse; body: unknown }): Promise<{ profile: EngineProfile; spec: ScoreSpec }> {
+  async prepare(
+    backend: Backend,
+    target: ScoringTarget,
+    source: PromptSource,
+    generation: { parsed: ParsedResponse; body: unknown },
+  ): Promise<{ profile: EngineProfile; spec: ScoreSpec }> {
     const profile = await this.profile(backend, target);
     const prompt = await profile.promptIds(target, source);
-    const continuation = (await continuationIds(profile, target, source, generation)).slice(0, this.options.maxPositions);
+    const continuation = (await continuationIds(profile, target, source, generation)).slice(
+      0,
+      this.options.maxPositions,
+    );
     if (continuation.length === 0) throw new ScoringError('the answer to force has no generated tokens');
-    return { profile, spec: { model: modelOf(source.body), prompt, continuation, topK: this.options.topK, promptPositions: PROMPT_POSITIONS } };
+    return {
+      profile,
+      spec: {
+        model: modelOf(source.body),
+        prompt,
+        continuation,
+        topK: this.options.topK,
+        promptPositions: PROMPT_POSITIONS,
+      },
+    };
   }
 
   /** Empties a backend's prefix cache through its profile (after that backend's scoring in progress). */
@@ -187,14 +235,22 @@ export class Scorer {
    * the call is made once more within it; later calls ask within it from the start. `topK`: the
    * alternatives it was scored with.
    */
-  scoreSide(backend: Backend, target: ScoringTarget, profile: EngineProfile, spec: ScoreSpec): Promise<ProfileScore & { topK: number }> {
+  scoreSide(
+    backend: Backend,
+    target: ScoringTarget,
+    profile: EngineProfile,
+    spec: ScoreSpec,
+  ): Promise<ProfileScore & { topK: number }> {
     return this.inTurn(backend, profile, async () => {
       const known = this.caps.get(backend, profile.capField);
       const k = known !== undefined ? Math.min(spec.topK, known) : spec.topK;
       try {
         return { ...(await profile.score(target, { ...spec, topK: k })), topK: k };
       } catch (err) {
-        const cap = err instanceof ScoringError && err.answer ? parseCapFor(profile.capField, err.answer.status, err.answer.body) : null;
+        const cap =
+          err instanceof ScoringError && err.answer
+            ? parseCapFor(profile.capField, err.answer.status, err.answer.body)
+            : null;
         if (cap === null || cap >= k) throw err;
         const learned = this.caps.learn(backend, profile.capField, cap);
         this.hooks.onCap?.(backend, profile.capField, cap, k, learned);
@@ -204,13 +260,28 @@ export class Scorer {
   }
 
   private async scorePair(p: PairToScore): Promise<ScoredPair> {
-    const [cp, { profile: bp, spec }] = await Promise.all([this.profile('candidate', p.targets.candidate), this.prepare('baseline', p.targets.baseline, p.source, p.baseline)]);
+    const [cp, { profile: bp, spec }] = await Promise.all([
+      this.profile('candidate', p.targets.candidate),
+      this.prepare('baseline', p.targets.baseline, p.source, p.baseline),
+    ]);
     const cPrompt = await cp.promptIds(p.targets.candidate, p.source);
     if (!sameIds(cPrompt, spec.prompt)) {
-      throw new ScoringError(`the backends tokenize the prompt differently (${cPrompt.length} and ${spec.prompt.length} tokens): tokenizers or chat templates differ`);
+      throw new ScoringError(
+        `the backends tokenize the prompt differently (${cPrompt.length} and ${spec.prompt.length} tokens): tokenizers or chat templates differ`,
+      );
     }
-    const within = { ...spec, topK: Math.min(spec.topK, this.caps.get('candidate', cp.capField) ?? Infinity, this.caps.get('baseline', bp.capField) ?? Infinity) };
-    let [c, b] = await Promise.all([this.scoreSide('candidate', p.targets.candidate, cp, within), this.scoreSide('baseline', p.targets.baseline, bp, within)]);
+    const within = {
+      ...spec,
+      topK: Math.min(
+        spec.topK,
+        this.caps.get('candidate', cp.capField) ?? Infinity,
+        this.caps.get('baseline', bp.capField) ?? Infinity,
+      ),
+    };
+    let [c, b] = await Promise.all([
+      this.scoreSide('candidate', p.targets.candidate, cp, within),
+      this.scoreSide('baseline', p.targets.baseline, bp, within),
+    ]);
     // One side was lowered to its cap here: the other is scored again as wide, so both sides
     // are compared over the same number of alternatives (as the mirrored copies are).
     if (c.topK < b.topK) b = await this.scoreSide('baseline', p.targets.baseline, bp, { ...spec, topK: c.topK });
@@ -220,12 +291,26 @@ export class Scorer {
 }
 
 /** Two sides' scorings as a pair: the prompt blocks line up only from the later of the two starts. */
-export function pairOf(c: ProfileScore, b: ProfileScore, cp: Pick<EngineProfile, 'name' | 'method' | 'mode'>, bp: Pick<EngineProfile, 'name' | 'method' | 'mode'>): ScoredPair {
-  const method = withTopless(cp.name === bp.name ? bp.method : `${cp.method} vs ${bp.method}`, c.topless === true || b.topless === true);
+export function pairOf(
+  c: ProfileScore,
+  b: ProfileScore,
+  cp: Pick<EngineProfile, 'name' | 'method' | 'mode'>,
+  bp: Pick<EngineProfile, 'name' | 'method' | 'mode'>,
+): ScoredPair {
+  const method = withTopless(
+    cp.name === bp.name ? bp.method : `${cp.method} vs ${bp.method}`,
+    c.topless === true || b.topless === true,
+  );
   const mode = cp.mode === 'incremental' && bp.mode === 'incremental' ? 'incremental' : 'prefill';
   const start = Math.max(c.promptStart, b.promptStart);
   const trim = (side: ProfileScore) => side.prompt.slice(start - side.promptStart);
-  return { candidate: { prompt: trim(c), continuation: c.continuation }, baseline: { prompt: trim(b), continuation: b.continuation }, method, mode, promptStart: start };
+  return {
+    candidate: { prompt: trim(c), continuation: c.continuation },
+    baseline: { prompt: trim(b), continuation: b.continuation },
+    method,
+    mode,
+    promptStart: start,
+  };
 }
 
 /** The method's name, saying so when a side returned no alternatives (vLLM's V2 model runner: the prompt token only). */
@@ -242,9 +327,22 @@ export function withCopyParams(payload: string, extra: Readonly<Record<string, u
  * Scores a compared pair and folds the result into its comparison (the live mirror's and
  * replay's one path): `counted` says whether `logprobe_scoring_total` should count it.
  */
-export async function scoreComparison(scorer: Scorer, p: PairToScore): Promise<{ comparison: Comparison; outcome: ScoringResult['scored']['outcome']; counted: boolean; reason: string | undefined }> {
+export async function scoreComparison(
+  scorer: Scorer,
+  p: PairToScore,
+): Promise<{
+  comparison: Comparison;
+  outcome: ScoringResult['scored']['outcome'];
+  counted: boolean;
+  reason: string | undefined;
+}> {
   const r = await scorer.score(p);
-  return { comparison: withScoring(p.free, r.scored, r.prompt, p.thresholds), outcome: r.scored.outcome, counted: r.counted, reason: r.scored.reason };
+  return {
+    comparison: withScoring(p.free, r.scored, r.prompt, p.thresholds),
+    outcome: r.scored.outcome,
+    counted: r.counted,
+    reason: r.scored.reason,
+  };
 }
 
 /**
@@ -252,15 +350,27 @@ export async function scoreComparison(scorer: Scorer, p: PairToScore): Promise<{
  * `token_id:N`), from `choices[0].token_ids` (vLLM/SGLang `return_token_ids`), else by
  * tokenizing its text, accepted only when that gives one id per generated token.
  */
-async function continuationIds(profile: EngineProfile, target: ScoringTarget, source: PromptSource, generation: { parsed: ParsedResponse; body: unknown }): Promise<number[]> {
+async function continuationIds(
+  profile: EngineProfile,
+  target: ScoringTarget,
+  source: PromptSource,
+  generation: { parsed: ParsedResponse; body: unknown },
+): Promise<number[]> {
   const steps = generation.parsed.steps;
   if (steps.length > 0 && steps.every((s) => s.id !== undefined)) return steps.map((s) => s.id!);
   const listed = (generation.body as { choices?: Array<{ token_ids?: unknown }> } | null)?.choices?.[0]?.token_ids;
-  if (Array.isArray(listed) && listed.length === steps.length && listed.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)) return listed as number[];
+  if (
+    Array.isArray(listed) &&
+    listed.length === steps.length &&
+    listed.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)
+  )
+    return listed as number[];
   const text = steps.map((s) => s.token).join('');
   const ids = await profile.tokenize(target, text, modelOf(source.body));
   if (ids.length !== steps.length) {
-    throw new UnsupportedError(`the answer names no token ids, and its text re-tokenises to ${ids.length} ids for ${steps.length} generated tokens`);
+    throw new UnsupportedError(
+      `the answer names no token ids, and its text re-tokenises to ${ids.length} ids for ${steps.length} generated tokens`,
+    );
   }
   return ids;
 }

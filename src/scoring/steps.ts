@@ -15,7 +15,12 @@ export interface Alternative {
 }
 
 /** A forced step: the chosen token `id`, its logprob (null when the engine did not report it), and the alternatives. */
-export function forcedStep(id: number, text: string, logprob: unknown, alternatives: readonly Alternative[]): TokenStep {
+export function forcedStep(
+  id: number,
+  text: string,
+  logprob: unknown,
+  alternatives: readonly Alternative[],
+): TokenStep {
   const step = newStep(text, logprob);
   step.id = id;
   const entries: TopEntry[] = [];
@@ -42,14 +47,24 @@ export function unknownChosen(step: TokenStep): TokenStep {
 /** `[logprob, id, text]` tuples (SGLang) as alternatives. */
 export function tupleAlternatives(list: unknown): Alternative[] {
   if (!Array.isArray(list)) return [];
-  return list.flatMap((t) => (Array.isArray(t) ? [{ logprob: t[0], id: readId(t[1]), text: typeof t[2] === 'string' ? t[2] : '' }] : []));
+  return list.flatMap((t) =>
+    Array.isArray(t) ? [{ logprob: t[0], id: readId(t[1]), text: typeof t[2] === 'string' ? t[2] : '' }] : [],
+  );
 }
 
 /** `{id, token, logprob}` objects (llama.cpp) as alternatives. */
 export function objectAlternatives(list: unknown): Alternative[] {
   if (!Array.isArray(list)) return [];
   return list.flatMap((o) =>
-    typeof o === 'object' && o !== null ? [{ id: readId((o as { id?: unknown }).id), text: String((o as { token?: unknown }).token ?? ''), logprob: (o as { logprob?: unknown }).logprob }] : [],
+    typeof o === 'object' && o !== null
+      ? [
+          {
+            id: readId((o as { id?: unknown }).id),
+            text: String((o as { token?: unknown }).token ?? ''),
+            logprob: (o as { logprob?: unknown }).logprob,
+          },
+        ]
+      : [],
   );
 }
 

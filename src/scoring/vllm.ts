@@ -1,7 +1,16 @@
 import { readId } from '../core/parse/values.js';
 import type { TokenStep } from '../core/types.js';
 import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import { idPrompt, modelOf, postFlush, tokenIds, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
+import {
+  idPrompt,
+  modelOf,
+  postFlush,
+  tokenIds,
+  type EngineProfile,
+  type ProfileScore,
+  type PromptSource,
+  type ScoreSpec,
+} from './profile.js';
 import { forcedStep, type Alternative } from './steps.js';
 
 /**
@@ -28,8 +37,11 @@ export const vllmProfile: EngineProfile = {
     if (source.kind === 'completions') {
       const ids = idPrompt(source.body);
       if (ids) return ids;
-      if (typeof source.body.prompt !== 'string') throw new UnsupportedError('the completions prompt is neither a string nor token ids');
-      return tokenIds(await postOk(target, '/tokenize', { model, prompt: source.body.prompt, add_special_tokens: true }));
+      if (typeof source.body.prompt !== 'string')
+        throw new UnsupportedError('the completions prompt is neither a string nor token ids');
+      return tokenIds(
+        await postOk(target, '/tokenize', { model, prompt: source.body.prompt, add_special_tokens: true }),
+      );
     }
     return tokenIds(await postOk(target, '/tokenize', vllmTokenizeChat(source.body)));
   },
@@ -37,7 +49,10 @@ export const vllmProfile: EngineProfile = {
   // Only with VLLM_SERVER_DEV_MODE=1 (entrypoints/serve/cache/api_router.py); a 200 does not prove
   // the engine reset (it refuses while blocks are in use), which the repeat's own figures will show.
   flush: (target) =>
-    postFlush(target, '/reset_prefix_cache', { 404: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1', 405: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1' }),
+    postFlush(target, '/reset_prefix_cache', {
+      404: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1',
+      405: 'vLLM serves /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1',
+    }),
 
   async tokenize(target, text, model) {
     return tokenIds(await postOk(target, '/tokenize', { model, prompt: text, add_special_tokens: false }));
@@ -45,14 +60,28 @@ export const vllmProfile: EngineProfile = {
 
   async score(target: ScoringTarget, spec: ScoreSpec): Promise<ProfileScore> {
     const ids = [...spec.prompt, ...spec.continuation];
-    const body = await postOk(target, '/v1/completions', { model: spec.model, prompt: ids, max_tokens: 1, temperature: 0, prompt_logprobs: spec.topK });
+    const body = await postOk(target, '/v1/completions', {
+      model: spec.model,
+      prompt: ids,
+      max_tokens: 1,
+      temperature: 0,
+      prompt_logprobs: spec.topK,
+    });
     const choice = (body.choices as unknown[] | undefined)?.[0] as { prompt_logprobs?: unknown } | undefined;
     const list = choice?.prompt_logprobs;
-    if (!Array.isArray(list) || list.length !== ids.length) throw new ScoringError(`prompt_logprobs: expected ${ids.length} entries, got ${Array.isArray(list) ? list.length : 'none'}`);
+    if (!Array.isArray(list) || list.length !== ids.length)
+      throw new ScoringError(
+        `prompt_logprobs: expected ${ids.length} entries, got ${Array.isArray(list) ? list.length : 'none'}`,
+      );
     const topless = withoutTopK(list.slice(1), ids.slice(1), spec.topK);
     const steps: TokenStep[] = [];
     for (let i = 1; i < ids.length; i++) steps.push(idKeyedStep(ids[i]!, list[i], topless));
-    return { promptStart: 1, prompt: steps.slice(0, spec.prompt.length - 1), continuation: steps.slice(spec.prompt.length - 1), ...(topless ? { topless } : {}) };
+    return {
+      promptStart: 1,
+      prompt: steps.slice(0, spec.prompt.length - 1),
+      continuation: steps.slice(spec.prompt.length - 1),
+      ...(topless ? { topless } : {}),
+    };
   },
 };
 
@@ -69,10 +98,15 @@ export const vllmProfile: EngineProfile = {
 export function vllmTokenizeChat(req: Readonly<Record<string, unknown>>): Record<string, unknown> {
   const body: Record<string, unknown> = { model: modelOf(req), messages: req.messages, add_special_tokens: false };
   const continueFinal = req.continue_final_message === true;
-  body.add_generation_prompt = typeof req.add_generation_prompt === 'boolean' ? req.add_generation_prompt : !continueFinal;
+  body.add_generation_prompt =
+    typeof req.add_generation_prompt === 'boolean' ? req.add_generation_prompt : !continueFinal;
   if (continueFinal) body.continue_final_message = true;
-  for (const k of ['chat_template', 'tools', 'tool_choice', 'response_format']) if (req[k] !== undefined && req[k] !== null) body[k] = req[k];
-  const user = typeof req.chat_template_kwargs === 'object' && req.chat_template_kwargs !== null ? (req.chat_template_kwargs as Record<string, unknown>) : {};
+  for (const k of ['chat_template', 'tools', 'tool_choice', 'response_format'])
+    if (req[k] !== undefined && req[k] !== null) body[k] = req[k];
+  const user =
+    typeof req.chat_template_kwargs === 'object' && req.chat_template_kwargs !== null
+      ? (req.chat_template_kwargs as Record<string, unknown>)
+      : {};
   const kwargs: Record<string, unknown> = {};
   if (req.documents !== undefined && req.documents !== null) kwargs.documents = req.documents;
   if (typeof req.reasoning_effort === 'string') {
@@ -111,7 +145,11 @@ function idKeyedStep(id: number, entry: unknown, topless = false): TokenStep {
   if (typeof entry === 'object' && entry !== null) {
     for (const [key, v] of Object.entries(entry as Record<string, unknown>)) {
       const o = (typeof v === 'object' && v !== null ? v : {}) as { logprob?: unknown; decoded_token?: unknown };
-      alts.push({ id: readId(Number(key)), text: typeof o.decoded_token === 'string' ? o.decoded_token : key, logprob: o.logprob });
+      alts.push({
+        id: readId(Number(key)),
+        text: typeof o.decoded_token === 'string' ? o.decoded_token : key,
+        logprob: o.logprob,
+      });
     }
   }
   const own = alts.find((a) => a.id === id);

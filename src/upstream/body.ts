@@ -5,7 +5,11 @@ import type { Dispatcher } from 'undici';
  * thrown), parsed as JSON, or kept as text when it is not JSON. Shared by the mirror's copies and
  * the scoring calls.
  */
-export async function readJsonOrText(body: Dispatcher.ResponseData['body'], limit: number, over: () => Error): Promise<unknown> {
+export async function readJsonOrText(
+  body: Dispatcher.ResponseData['body'],
+  limit: number,
+  over: () => Error,
+): Promise<unknown> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {

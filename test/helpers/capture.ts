@@ -67,7 +67,10 @@ function result(body: unknown): BackendResult {
 }
 
 /** A realistic mirrored pair (a chat request, both sides answering with logprobs), `shift` nats apart. */
-export function makePair(i: number, options: { shift?: number; headers?: Record<string, string>; request?: Record<string, unknown> } = {}): MirroredPair {
+export function makePair(
+  i: number,
+  options: { shift?: number; headers?: Record<string, string>; request?: Record<string, unknown> } = {},
+): MirroredPair {
   const base: Array<[string, number]> = [' The', ' sky', ' is', ' blue', '.'].map((t, k) => [t, -0.1 - 0.05 * k]);
   const cand: Array<[string, number]> = base.map(([t, lp]) => [t, lp - (options.shift ?? 0)]);
   const candidate = chatBody(cand);
@@ -78,7 +81,14 @@ export function makePair(i: number, options: { shift?: number; headers?: Record<
     ts: new Date(Date.UTC(2026, 10, 29, 7, 0, i)).toISOString(),
     route: '/v1/chat/completions',
     path: '/v1/chat/completions',
-    request: options.request ?? { model: 'm', messages: [{ role: 'user', content: `question ${i}` }], temperature: 0, logprobs: true, top_logprobs: 2, max_tokens: 5 },
+    request: options.request ?? {
+      model: 'm',
+      messages: [{ role: 'user', content: `question ${i}` }],
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 2,
+      max_tokens: 5,
+    },
     clientHeaders: { 'user-agent': 'test/1', 'content-type': 'application/json', ...(options.headers ?? {}) },
     candidate: result(candidate),
     baseline: result(baseline),

@@ -64,7 +64,11 @@ export interface Forwarded {
 
 /** Sends the request to another server (a sim engine) and returns its answer. */
 export async function forward(url: string, req: FaultRequest, body: string = req.body): Promise<Forwarded> {
-  const res = await request(`${url}${req.path}`, { method: req.method as 'POST', body, headers: { 'content-type': 'application/json' } });
+  const res = await request(`${url}${req.path}`, {
+    method: req.method as 'POST',
+    body,
+    headers: { 'content-type': 'application/json' },
+  });
   const text = await res.body.text();
   return { status: res.statusCode, contentType: String(res.headers['content-type'] ?? 'application/json'), text };
 }
@@ -104,7 +108,15 @@ export async function startFaultServer(script: FaultScript): Promise<FaultServer
       } catch {
         // not JSON: json stays null
       }
-      const entry: FaultRequest = { method: req.method ?? '', path: req.url ?? '', headers: req.headers, body, json, index: seen.length, mirrored: isMirrorCopy(json) };
+      const entry: FaultRequest = {
+        method: req.method ?? '',
+        path: req.url ?? '',
+        headers: req.headers,
+        body,
+        json,
+        index: seen.length,
+        mirrored: isMirrorCopy(json),
+      };
       seen.push(entry);
       void Promise.resolve()
         .then(() => current(entry))
@@ -112,7 +124,11 @@ export async function startFaultServer(script: FaultScript): Promise<FaultServer
           const socket = req.socket;
           switch (reply.type) {
             case 'respond':
-              res.writeHead(reply.status ?? 200, { 'content-type': 'application/json', ...reply.headers, 'content-length': String(Buffer.byteLength(reply.body)) });
+              res.writeHead(reply.status ?? 200, {
+                'content-type': 'application/json',
+                ...reply.headers,
+                'content-length': String(Buffer.byteLength(reply.body)),
+              });
               res.end(reply.body);
               return;
             case 'close':
@@ -125,13 +141,21 @@ export async function startFaultServer(script: FaultScript): Promise<FaultServer
               return;
             case 'truncate': {
               const declared = Buffer.byteLength(reply.body) + reply.missing;
-              res.writeHead(reply.status ?? 200, { 'content-type': 'application/json', ...reply.headers, 'content-length': String(declared) });
+              res.writeHead(reply.status ?? 200, {
+                'content-type': 'application/json',
+                ...reply.headers,
+                'content-length': String(declared),
+              });
               res.write(reply.body, () => setTimeout(() => socket.destroy(), 10));
               return;
             }
             case 'resetMidBody': {
               const bytes = Buffer.from(reply.body).subarray(0, reply.bytes);
-              res.writeHead(reply.status ?? 200, { 'content-type': 'application/json', ...reply.headers, 'content-length': String(Buffer.byteLength(reply.body)) });
+              res.writeHead(reply.status ?? 200, {
+                'content-type': 'application/json',
+                ...reply.headers,
+                'content-length': String(Buffer.byteLength(reply.body)),
+              });
               res.write(bytes, () => setTimeout(() => socket.resetAndDestroy(), 10));
               return;
             }

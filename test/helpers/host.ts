@@ -2,16 +2,25 @@ import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 
 /** GET `path` on `baseUrl`'s server with exactly this `Host` header value (the connection goes to the URL's address). */
-export function getWithHost(baseUrl: string, path: string, host: string): Promise<{ status: number; contentType: string; body: string }> {
+export function getWithHost(
+  baseUrl: string,
+  path: string,
+  host: string,
+): Promise<{ status: number; contentType: string; body: string }> {
   const u = new URL(baseUrl);
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: u.hostname, port: u.port, path, method: 'GET', setHost: false, headers: { host, connection: 'close' } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, contentType: String(res.headers['content-type'] ?? ''), body }));
-      res.on('error', reject);
-    });
+    const req = httpRequest(
+      { host: u.hostname, port: u.port, path, method: 'GET', setHost: false, headers: { host, connection: 'close' } },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (body += c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, contentType: String(res.headers['content-type'] ?? ''), body }),
+        );
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end();
   });

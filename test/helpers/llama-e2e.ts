@@ -25,7 +25,15 @@ export const E2E_PROMPTS: readonly string[] = [
   'The capital of France is',
 ];
 
-const VERDICTS = ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift'] as const;
+const VERDICTS = [
+  'incomparable',
+  'tokenizer_mismatch',
+  'identical',
+  'noise',
+  'early_shift',
+  'global_shift',
+  'local_shift',
+] as const;
 
 /**
  * Sends one client request through a proxy, alternating completions (even i) and chat (odd i),
@@ -36,7 +44,11 @@ export async function sendAlternating(proxyUrl: string, prompt: string, i: numbe
   const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(chat ? { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens } : { model: 'm', prompt, max_tokens: maxTokens }),
+    body: JSON.stringify(
+      chat
+        ? { model: 'm', messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens }
+        : { model: 'm', prompt, max_tokens: maxTokens },
+    ),
   });
   assert.equal(res.statusCode, 200);
   await res.body.dump();
@@ -58,7 +70,12 @@ export interface E2ERun {
  * at a time, 24 tokens; `config` adds the alert/analysis/calibration settings of the test), sends
  * `n` client requests one by one, waiting for each mirrored pair, and stops both.
  */
-export async function mirrorThrough(baseline: LlamaEngineProcess, fault: string, n: number, config: ConfigInput = {}): Promise<E2ERun> {
+export async function mirrorThrough(
+  baseline: LlamaEngineProcess,
+  fault: string,
+  n: number,
+  config: ConfigInput = {},
+): Promise<E2ERun> {
   const candidate = await spawnLlamaEngine({ seed: 1, fault });
   try {
     const lp = await startLogprobe({
@@ -78,7 +95,11 @@ export async function mirrorThrough(baseline: LlamaEngineProcess, fault: string,
         if (sustainedFiredAt === null && state.sustained.phase === 'firing') sustainedFiredAt = i + 1;
       }
       const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-      const verdicts = Object.fromEntries(VERDICTS.map((v) => [v, metricValue(metrics, 'logprobe_verdicts_total', { verdict: v }) ?? 0]).filter(([, c]) => c !== 0));
+      const verdicts = Object.fromEntries(
+        VERDICTS.map((v) => [v, metricValue(metrics, 'logprobe_verdicts_total', { verdict: v }) ?? 0]).filter(
+          ([, c]) => c !== 0,
+        ),
+      );
       return { verdicts, globalFiredAt, sustainedFiredAt, metrics };
     } finally {
       await lp.close();

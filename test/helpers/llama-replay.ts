@@ -36,22 +36,33 @@ export async function startLlamaReplay(): Promise<{ url: string; requests: strin
         // a body that is not JSON: answered by route alone
       }
       const answer = (status: number, text: string) => {
-        res.writeHead(status, { server: 'llama.cpp', 'content-type': status === 404 ? 'text/plain' : 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+        res.writeHead(status, {
+          server: 'llama.cpp',
+          'content-type': status === 404 ? 'text/plain' : 'application/json; charset=utf-8',
+          'content-length': Buffer.byteLength(text),
+        });
         res.end(text);
       };
       const recorded = (name: string) => answer(name === 'v1_completions_echo_logprobs.json' ? 500 : 200, file(name));
       const key = `${req.method} ${path}`;
       if (key === 'GET /v1/models') return recorded('v1_models.json');
       if (key === 'GET /props') return recorded('props.json');
-      if (key === 'POST /apply-template' && JSON.stringify(body.messages) === RECORDED_MESSAGES) return recorded('apply_template.json');
+      if (key === 'POST /apply-template' && JSON.stringify(body.messages) === RECORDED_MESSAGES)
+        return recorded('apply_template.json');
       if (key === 'POST /tokenize' && body.content === RECORDED_PROMPT) return recorded('tokenize.json');
-      if (key === 'POST /v1/completions' && body.prompt === RECORDED_PROMPT) return recorded(body.echo === true ? 'v1_completions_echo_logprobs.json' : 'v1_completions_logprobs5.json');
-      if (key === 'POST /v1/chat/completions' && JSON.stringify(body.messages) === RECORDED_MESSAGES) return recorded('v1_chat_top_logprobs5.json');
+      if (key === 'POST /v1/completions' && body.prompt === RECORDED_PROMPT)
+        return recorded(body.echo === true ? 'v1_completions_echo_logprobs.json' : 'v1_completions_logprobs5.json');
+      if (key === 'POST /v1/chat/completions' && JSON.stringify(body.messages) === RECORDED_MESSAGES)
+        return recorded('v1_chat_top_logprobs5.json');
       if (key === 'POST /completion' && body.prompt === RECORDED_PROMPT) return recorded('completion_n_probs5.json');
       answer(404, 'File Not Found');
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, requests, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }

@@ -59,7 +59,12 @@ export async function startLogprobe(
     probe: { atStart: 'off', ...(input.probe ?? {}) },
   });
   const logs = new LogSink();
-  const logger = createLogger({ level: config.log.level, redact: config.log.redact, keys: [config.baseline.apiKey], destination: logs });
+  const logger = createLogger({
+    level: config.log.level,
+    redact: config.log.redact,
+    keys: [config.baseline.apiKey],
+    destination: logs,
+  });
   const runtime = createRuntime(config, {
     logger,
     logDestination: logs,

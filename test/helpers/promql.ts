@@ -22,11 +22,23 @@ export function readDashboardText(): string {
 /** Labels Prometheus adds to every scraped series (target labels), or that recording keeps. */
 export const TARGET_LABELS = new Set(['job', 'instance', 'namespace', 'pod']);
 /** Prometheus' own series that the dashboard may use besides logprobe's. */
-export const PROMETHEUS_SERIES = new Map<string, ReadonlySet<string>>([['ALERTS', new Set(['alertname', 'alertstate', 'severity'])]]);
+export const PROMETHEUS_SERIES = new Map<string, ReadonlySet<string>>([
+  ['ALERTS', new Set(['alertname', 'alertstate', 'severity'])],
+]);
 
 /** docs/format.md: the values each bounded label takes. status_class: `2xx` … `5xx`, `aborted` (499). */
 export const LABEL_VALUES: Record<string, (v: string) => boolean> = {
-  verdict: (v) => ['incomparable', 'tokenizer_mismatch', 'identical', 'noise', 'early_shift', 'global_shift', 'local_shift', 'self_inconsistent'].includes(v),
+  verdict: (v) =>
+    [
+      'incomparable',
+      'tokenizer_mismatch',
+      'identical',
+      'noise',
+      'early_shift',
+      'global_shift',
+      'local_shift',
+      'self_inconsistent',
+    ].includes(v),
   kind: (v) => v === 'pair' || v === 'self',
   outcome: (v) => (MIRROR_OUTCOMES as readonly string[]).includes(v),
   alert: (v) => (ALERT_NAMES as readonly string[]).includes(v),
@@ -42,7 +54,10 @@ export interface Query {
 }
 
 export interface RuleFile {
-  groups: Array<{ name: string; rules: Array<{ record?: string; alert?: string; expr: string; annotations?: Record<string, string> }> }>;
+  groups: Array<{
+    name: string;
+    rules: Array<{ record?: string; alert?: string; expr: string; annotations?: Record<string, string> }>;
+  }>;
 }
 
 export function rulesQueries(text: string): { queries: Query[]; recorded: Map<string, string> } {
@@ -143,7 +158,11 @@ export function resolveSeries(name: string): { spec: MetricSpec; suffix: string 
 }
 
 /** logprobe's metrics an expression reads, through the recording rules it uses. */
-export function baseMetrics(expr: string, recorded: Map<string, string>, seen = new Set<string>()): Array<{ spec: MetricSpec; suffix: string }> {
+export function baseMetrics(
+  expr: string,
+  recorded: Map<string, string>,
+  seen = new Set<string>(),
+): Array<{ spec: MetricSpec; suffix: string }> {
   const out: Array<{ spec: MetricSpec; suffix: string }> = [];
   for (const name of seriesNames(expr)) {
     if (recorded.has(name) && !seen.has(name)) {
@@ -159,7 +178,8 @@ export function baseMetrics(expr: string, recorded: Map<string, string>, seen = 
 /** Identifiers that name series: logprobe's (`logprobe_…`, `logprobe:…`) and Prometheus' own. */
 export function seriesNames(expr: string): string[] {
   const names = new Set<string>();
-  for (const m of stripStrings(expr).matchAll(/(?<![\w:])(logprobe[_:][a-zA-Z0-9_:]*|ALERTS)(?![\w:])/g)) names.add(m[1] as string);
+  for (const m of stripStrings(expr).matchAll(/(?<![\w:])(logprobe[_:][a-zA-Z0-9_:]*|ALERTS)(?![\w:])/g))
+    names.add(m[1] as string);
   return [...names];
 }
 
@@ -252,7 +272,8 @@ export function parseExposition(text: string): Exposition {
     const m = /^([a-zA-Z_:][\w:]*)(?:\{((?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?\s+\S+/.exec(line);
     if (!m) continue;
     const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, (_s, c: string) => (c === 'n' ? '\n' : c));
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"/g))
+      labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, (_s, c: string) => (c === 'n' ? '\n' : c));
     const name = m[1] as string;
     let list = samples.get(name);
     if (!list) samples.set(name, (list = []));
@@ -274,7 +295,12 @@ export function selectorMatchers(expr: string): Matcher[] {
   const out: Matcher[] = [];
   for (const m of expr.matchAll(/(logprobe[_:][a-zA-Z0-9_:]*|ALERTS)\s*\{([^}]*)\}/g)) {
     for (const matcher of (m[2] as string).matchAll(/([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"/g)) {
-      out.push({ series: m[1] as string, label: matcher[1] as string, op: matcher[2] as Matcher['op'], value: matcher[3] as string });
+      out.push({
+        series: m[1] as string,
+        label: matcher[1] as string,
+        op: matcher[2] as Matcher['op'],
+        value: matcher[3] as string,
+      });
     }
   }
   return out;
@@ -304,7 +330,12 @@ export function groupingLabels(expr: string): Array<{ clause: string; label: str
  * `eventOnly` names metrics that have no sample until their event happens (a label value is only
  * known then); for those a `# TYPE` declaration of the right type is enough while no sample exists.
  */
-export function checkLive(q: Query, recorded: Map<string, string>, live: Exposition, eventOnly: ReadonlyMap<string, string> = new Map()): string[] {
+export function checkLive(
+  q: Query,
+  recorded: Map<string, string>,
+  live: Exposition,
+  eventOnly: ReadonlyMap<string, string> = new Map(),
+): string[] {
   const problems: string[] = [];
   const declaredOnly = new Set<string>();
   const seriesOf = (name: string): string[] => baseMetrics(name, recorded).map((b) => b.spec.name + b.suffix);
@@ -318,7 +349,11 @@ export function checkLive(q: Query, recorded: Map<string, string>, live: Exposit
       declaredOnly.add(series);
       continue;
     }
-    problems.push(live.types.has(b.spec.name) ? `${q.where}: ${series} is declared but has no sample in the live exposition` : `${q.where}: ${series} is not in the live exposition at all`);
+    problems.push(
+      live.types.has(b.spec.name)
+        ? `${q.where}: ${series} is declared but has no sample in the live exposition`
+        : `${q.where}: ${series} is not in the live exposition at all`,
+    );
   }
 
   for (const m of selectorMatchers(q.expr)) {
@@ -327,14 +362,16 @@ export function checkLive(q: Query, recorded: Map<string, string>, live: Exposit
     if (names.length > 0 && names.every((n) => declaredOnly.has(n))) continue;
     const carrying = samplesOf(names).filter((s) => m.label in s);
     if (carrying.length === 0) {
-      if (samplesOf(names).length > 0) problems.push(`${q.where}: no live sample of ${m.series} carries the label ${m.label}`);
+      if (samplesOf(names).length > 0)
+        problems.push(`${q.where}: no live sample of ${m.series} carries the label ${m.label}`);
       continue;
     }
     if ((m.op !== '=' && m.op !== '=~') || /\$|\bvar_/.test(m.value)) continue;
     const alternatives = m.op === '=~' ? m.value.split('|') : [m.value];
     for (const alt of alternatives) {
       if (!/^[\w.+-]+$/.test(alt)) continue; // a real regex (`Logprob.*`): no literal value to look for
-      if (!carrying.some((s) => s[m.label] === alt)) problems.push(`${q.where}: ${m.series}{${m.label}="${alt}"} has no live sample`);
+      if (!carrying.some((s) => s[m.label] === alt))
+        problems.push(`${q.where}: ${m.series}{${m.label}="${alt}"} has no live sample`);
     }
   }
 
@@ -344,7 +381,12 @@ export function checkLive(q: Query, recorded: Map<string, string>, live: Exposit
     if (TARGET_LABELS.has(g.label) || prometheusLabels.has(g.label)) continue;
     if (liveSamples.some((s) => g.label in s)) continue;
     // A label only an event-only metric carries, declared in the catalogue, cannot be seen yet.
-    if (bases.some((b) => declaredOnly.has(b.spec.name + b.suffix) && (b.spec.labelNames as readonly string[]).includes(g.label))) continue;
+    if (
+      bases.some(
+        (b) => declaredOnly.has(b.spec.name + b.suffix) && (b.spec.labelNames as readonly string[]).includes(g.label),
+      )
+    )
+      continue;
     problems.push(`${q.where}: ${g.clause} (${g.label}): no live sample here carries that label`);
   }
   return problems;

@@ -25,9 +25,17 @@ export function readmeBlock(marker: string): string[] {
 export const asHere = (line: string): string => line.replaceAll('npx logprobe', `"${process.execPath}" "${BIN}"`);
 
 /** Runs one command line with bash in `cwd`, `env` added to the environment. */
-export function runLine(cmd: string, cwd: string, env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
+export function runLine(
+  cmd: string,
+  cwd: string,
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
-    const child = spawn('bash', ['-c', cmd], { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('bash', ['-c', cmd], {
+      cwd,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));

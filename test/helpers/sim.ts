@@ -26,9 +26,15 @@ export function metricValue(text: string, name: string, labels: Record<string, s
  * One non-streaming client request through a proxy: chat for even `i`, completions for odd `i`,
  * 24 tokens. Returns the status once the body has been read.
  */
-export async function sendChatOrCompletion(proxyUrl: string, i: number, prompts: { chat: string; completion: string }): Promise<number> {
+export async function sendChatOrCompletion(
+  proxyUrl: string,
+  i: number,
+  prompts: { chat: string; completion: string },
+): Promise<number> {
   const chat = i % 2 === 0;
-  const body = chat ? { model: 'sim', messages: [{ role: 'user', content: prompts.chat }], max_tokens: 24 } : { model: 'sim', prompt: prompts.completion, max_tokens: 24 };
+  const body = chat
+    ? { model: 'sim', messages: [{ role: 'user', content: prompts.chat }], max_tokens: 24 }
+    : { model: 'sim', prompt: prompts.completion, max_tokens: 24 };
   const res = await request(`${proxyUrl}${chat ? '/v1/chat/completions' : '/v1/completions'}`, {
     method: 'POST',
     body: JSON.stringify(body),

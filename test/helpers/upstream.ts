@@ -23,7 +23,10 @@ export interface TestUpstream {
  * A real HTTP server on port 0 for proxy tests. The handler gets the request with its body
  * already read (unless `streamBody` is set) and answers however it wants.
  */
-export async function startUpstream(handler: (req: IncomingMessage, res: ServerResponse, body: Buffer, seen: SeenRequest) => unknown, options: http.ServerOptions = {}): Promise<TestUpstream> {
+export async function startUpstream(
+  handler: (req: IncomingMessage, res: ServerResponse, body: Buffer, seen: SeenRequest) => unknown,
+  options: http.ServerOptions = {},
+): Promise<TestUpstream> {
   const seen: SeenRequest[] = [];
   const server = http.createServer(options, (req, res) => {
     const chunks: Buffer[] = [];

@@ -5,10 +5,28 @@
  * non-streamed body are vLLM's (no `refusal`, `stop_reason`, `prompt_tokens_details`).
  */
 import { applyChatTemplate } from './chat-template.js';
-import { chatBody, chatFinishChunk, chatFirstChunk, chatLogprobItem, chatLogprobs, chatTokenChunk, chatUsageChunk, type TokenRender } from './format.js';
+import {
+  chatBody,
+  chatFinishChunk,
+  chatFirstChunk,
+  chatLogprobItem,
+  chatLogprobs,
+  chatTokenChunk,
+  chatUsageChunk,
+  type TokenRender,
+} from './format.js';
 import { generate, type TokenStep } from './generate.js';
 import type { ChatRequest } from './request.js';
-import { cacheReport, defaultCache, promptCells, samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
+import {
+  cacheReport,
+  defaultCache,
+  promptCells,
+  samplingRng,
+  sendJson,
+  sleep,
+  startSequence,
+  type RouteContext,
+} from './route.js';
 import { SseWriter } from './sse.js';
 import { vllmChatBody } from './api/vllm-format.js';
 
@@ -37,7 +55,16 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest, style: Chat
 
     if (!req.stream) {
       const steps: TokenStep[] = [];
-      const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
+      const result = await generate({
+        model,
+        seq,
+        params,
+        topN,
+        rng,
+        signal: ctx.signal,
+        tokenDelayMs: ctx.tokenDelayMs,
+        emit: (s) => void steps.push(...s),
+      });
       const content = steps.map((s) => s.text).join('');
       const logprobs = withLogprobs
         ? chatLogprobs(
@@ -45,8 +72,25 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest, style: Chat
             refusal,
           )
         : null;
-      const usage = { promptTokens: cells.length, completionTokens: result.completionTokens, details: cacheReport(ctx, seq) };
-      if (style.vllm) sendJson(ctx.res, 200, vllmChatBody(ctx, seq, content, logprobs, result, usage, style.returnTokenIds ? { tokenIds: steps.map((s) => s.id), promptTokenIds: cells } : null));
+      const usage = {
+        promptTokens: cells.length,
+        completionTokens: result.completionTokens,
+        details: cacheReport(ctx, seq),
+      };
+      if (style.vllm)
+        sendJson(
+          ctx.res,
+          200,
+          vllmChatBody(
+            ctx,
+            seq,
+            content,
+            logprobs,
+            result,
+            usage,
+            style.returnTokenIds ? { tokenIds: steps.map((s) => s.id), promptTokenIds: cells } : null,
+          ),
+        );
       else sendJson(ctx.res, 200, chatBody(ctx.meta, content, logprobs, result.finishReason, usage));
       return;
     }
@@ -62,9 +106,25 @@ export async function serveChat(ctx: RouteContext, req: ChatRequest, style: Chat
         if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
       }
     };
-    const result = await generate({ model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit });
+    const result = await generate({
+      model,
+      seq,
+      params,
+      topN,
+      rng,
+      signal: ctx.signal,
+      tokenDelayMs: ctx.tokenDelayMs,
+      emit,
+    });
     await sse.send(chatFinishChunk(ctx.meta, result.finishReason));
-    if (req.includeUsage) await sse.send(chatUsageChunk(ctx.meta, { promptTokens: cells.length, completionTokens: result.completionTokens, details: cacheReport(ctx, seq) }));
+    if (req.includeUsage)
+      await sse.send(
+        chatUsageChunk(ctx.meta, {
+          promptTokens: cells.length,
+          completionTokens: result.completionTokens,
+          details: cacheReport(ctx, seq),
+        }),
+      );
     sse.done();
   } finally {
     await seq.dispose();

@@ -13,7 +13,11 @@ export class EngineUsageError extends Error {
 const UsageError = EngineUsageError;
 
 /** Parses a number option, naming the flag when it is not a number or out of range. */
-function parseNumberOption(flag: string, raw: string, opts: { min?: number; max?: number; integer?: boolean } = {}): number {
+function parseNumberOption(
+  flag: string,
+  raw: string,
+  opts: { min?: number; max?: number; integer?: boolean } = {},
+): number {
   const n = Number(raw);
   if (raw.trim() === '' || !Number.isFinite(n)) throw new UsageError(`${flag}: expected a number, got '${raw}'`);
   if (opts.integer && !Number.isInteger(n)) throw new UsageError(`${flag}: expected a whole number, got '${raw}'`);
@@ -60,7 +64,12 @@ interface EngineOptions {
 
 /** What `--llama` needs from the llama.cpp engine module (loaded only then: it pulls in node-llama-cpp). */
 interface LlamaModule {
-  createLlamaModel(options: { seed?: number; fault?: string | null; threads?: number; id?: string }): Promise<EngineModel & { close(): Promise<void>; context?: { contextSize: number } }>;
+  createLlamaModel(options: {
+    seed?: number;
+    fault?: string | null;
+    threads?: number;
+    id?: string;
+  }): Promise<EngineModel & { close(): Promise<void>; context?: { contextSize: number } }>;
 }
 
 // A variable, not a literal, so the sim path neither type-checks against nor loads the llama code.
@@ -96,7 +105,11 @@ until SIGINT/SIGTERM.
 
 const collect = (value: string, previous: string[]): string[] => [...previous, value];
 
-function knob(flag: string, raw: string | undefined, opts: { min?: number; max?: number; integer?: boolean } = { min: 0 }): number | undefined {
+function knob(
+  flag: string,
+  raw: string | undefined,
+  opts: { min?: number; max?: number; integer?: boolean } = { min: 0 },
+): number | undefined {
   return raw === undefined ? undefined : parseNumberOption(flag, raw, opts);
 }
 
@@ -112,14 +125,20 @@ function serverFaults(items: string[]): { server: ServerFaults; model: string[] 
   }
 }
 
-async function llamaModel(opts: EngineOptions, modelFaults: string[]): Promise<EngineModel & { close(): Promise<void>; context?: { contextSize: number } }> {
+async function llamaModel(
+  opts: EngineOptions,
+  modelFaults: string[],
+): Promise<EngineModel & { close(): Promise<void>; context?: { contextSize: number } }> {
   let mod: LlamaModule;
   try {
     mod = (await import(LLAMA_MODULE)) as LlamaModule;
   } catch (err) {
-    throw new UsageError(`--llama: the llama.cpp engine is not available (${(err as Error).message.split('\n', 1)[0]})`);
+    throw new UsageError(
+      `--llama: the llama.cpp engine is not available (${(err as Error).message.split('\n', 1)[0]})`,
+    );
   }
-  if (typeof mod.createLlamaModel !== 'function') throw new UsageError('--llama: the llama.cpp engine module has no createLlamaModel');
+  if (typeof mod.createLlamaModel !== 'function')
+    throw new UsageError('--llama: the llama.cpp engine module has no createLlamaModel');
   try {
     return await mod.createLlamaModel({
       seed: knob('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true }),
@@ -130,14 +149,16 @@ async function llamaModel(opts: EngineOptions, modelFaults: string[]): Promise<E
   } catch (err) {
     if (err instanceof UsageError) throw err;
     const name = (err as Error).name;
-    if (name === 'InvalidFaultError' || err instanceof RangeError) throw new UsageError(`--llama: ${(err as Error).message}`);
+    if (name === 'InvalidFaultError' || err instanceof RangeError)
+      throw new UsageError(`--llama: ${(err as Error).message}`);
     throw err;
   }
 }
 
 function simModel(opts: EngineOptions, modelFaults: string[]): EngineModel {
   const bad = modelFaults[0];
-  if (bad !== undefined) throw new UsageError(`--fault: unknown fault "${bad}": expected one of ${SERVER_FAULT_FORMS.join(', ')}`);
+  if (bad !== undefined)
+    throw new UsageError(`--fault: unknown fault "${bad}": expected one of ${SERVER_FAULT_FORMS.join(', ')}`);
   return createSimModel({
     seed: knob('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true }),
     noise: knob('--noise', opts.noise),
@@ -149,7 +170,9 @@ function simModel(opts: EngineOptions, modelFaults: string[]): EngineModel {
     batchNoise: knob('--batch-noise', opts.batchNoise),
     tokenizerSplit: opts.tokenizerSplit ?? false,
     ...(opts.modelId ? { id: opts.modelId } : {}),
-    ...(opts.cacheSlots !== undefined ? { cacheSlots: knob('--cache-slots', opts.cacheSlots, { min: 1, max: 4096, integer: true }) } : {}),
+    ...(opts.cacheSlots !== undefined
+      ? { cacheSlots: knob('--cache-slots', opts.cacheSlots, { min: 1, max: 4096, integer: true }) }
+      : {}),
   });
 }
 
@@ -180,7 +203,9 @@ function waitForSignal(): Promise<NodeJS.Signals> {
 /** `logprobe engine --sim|--llama`: an OpenAI-compatible engine server for tests, benchmarks and the demo. */
 function engineProgram(setExit: (code: number) => void): Command {
   return new Command('logprobe engine')
-    .description('run an OpenAI-compatible engine (the simulated model, or llama.cpp) for tests, benchmarks and the demo')
+    .description(
+      'run an OpenAI-compatible engine (the simulated model, or llama.cpp) for tests, benchmarks and the demo',
+    )
     .option('--sim', 'the simulated model')
     .option('--llama', 'llama.cpp on a generated tiny model')
     .option('--host <host>', 'address to listen on', '127.0.0.1')
@@ -190,24 +215,48 @@ function engineProgram(setExit: (code: number) => void): Command {
     .option('--state-shift <nats>', 'sim: persistent per-prompt perturbation at every step (a corrupted prefill state)')
     .option('--local-shift <nats>', 'sim: perturbation at some positions only')
     .option('--local-shift-rate <share>', 'sim: share of positions --local-shift hits (default 0.1)')
-    .option('--decode-shift <nats>', 'sim: perturb every decode step and every reused prefix, not the prompt (stand-in for decode-state:I)')
+    .option(
+      '--decode-shift <nats>',
+      'sim: perturb every decode step and every reused prefix, not the prompt (stand-in for decode-state:I)',
+    )
     .option('--cache-hit-shift <nats>', 'sim: perturb what a prefix-cache hit restores (stand-in for cache-hit:I)')
     .option('--tokenizer-split', 'sim: same text, other tokens (single bytes)')
     .option('--api <api>', `the engine to pretend to be: ${ENGINE_APIS.join(', ')}`, 'logprobe')
-    .option('--prefix-cache <on|off>', "keep the previous request's tokens and reuse their state (default: on for vllm, sglang, llamacpp)")
-    .option('--cache-slots <n>', 'sim: prefixes the cache keeps, least recently used evicted (default 1: the previous request only)')
+    .option(
+      '--prefix-cache <on|off>',
+      "keep the previous request's tokens and reuse their state (default: on for vllm, sglang, llamacpp)",
+    )
+    .option(
+      '--cache-slots <n>',
+      'sim: prefixes the cache keeps, least recently used evicted (default 1: the previous request only)',
+    )
     .option('--dev-mode', 'vllm: serve POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 does the same)')
     .option('--slot-save-path <dir>', 'llamacpp: enable the /slots actions (erase drops the prefix cache)')
     .option('--enable-prompt-tokens-details', 'vllm: report usage.prompt_tokens_details.cached_tokens')
-    .option('--engine-version <x.y.z>', 'vllm, sglang: the release to play (GET /version, /server_info); default vllm 0.11.0, sglang 0.5.0')
-    .option('--max-logprobs <n>', 'vllm: the most logprobs / top_logprobs / prompt_logprobs a request may ask (default 20; -1: the vocabulary)')
-    .option('--v2-model-runner', 'vllm: the V2 model runner: prompt logprobs of the prompt token only, no top-k (VLLM_USE_V2_MODEL_RUNNER=1 does the same)')
-    .option('--batch-invariant', 'vllm: batch-invariant kernels: --batch-noise off (VLLM_BATCH_INVARIANT=1 does the same)')
+    .option(
+      '--engine-version <x.y.z>',
+      'vllm, sglang: the release to play (GET /version, /server_info); default vllm 0.11.0, sglang 0.5.0',
+    )
+    .option(
+      '--max-logprobs <n>',
+      'vllm: the most logprobs / top_logprobs / prompt_logprobs a request may ask (default 20; -1: the vocabulary)',
+    )
+    .option(
+      '--v2-model-runner',
+      'vllm: the V2 model runner: prompt logprobs of the prompt token only, no top-k (VLLM_USE_V2_MODEL_RUNNER=1 does the same)',
+    )
+    .option(
+      '--batch-invariant',
+      'vllm: batch-invariant kernels: --batch-noise off (VLLM_BATCH_INVARIANT=1 does the same)',
+    )
     .option('--enable-cache-report', 'sglang: report usage.prompt_tokens_details.cached_tokens (when above 0)')
     .option('--enable-deterministic-inference', 'sglang: deterministic inference: --batch-noise off')
     .option('--api-key <key>', 'sglang: every route but /health and /metrics needs Authorization: Bearer KEY')
     .option('--admin-api-key <key>', 'sglang: /flush_cache needs this key (the --api-key is refused there)')
-    .option('--batch-noise <nats>', "sim: σ of jitter on a request's logits while 2 or more requests are in flight (batch variance)")
+    .option(
+      '--batch-noise <nats>',
+      "sim: σ of jitter on a request's logits while 2 or more requests are in flight (batch variance)",
+    )
     .option('--fault <fault>', 'inject a fault (repeatable; see below)', collect, [] as string[])
     .option('--request-log <file>', 'append one JSON line per request (method, path, headers, body)')
     .option('--concurrency <n>', 'generations at once, the rest queue (default: sim unlimited, llama 1)')
@@ -216,20 +265,26 @@ function engineProgram(setExit: (code: number) => void): Command {
     .option('--threads <n>', 'llama: CPU threads (default 1; on a 2-core machine 2 threads are ~20× slower)')
     .addHelpText('after', HELP)
     .action(async (opts: EngineOptions) => {
-      if (opts.sim === opts.llama) throw new UsageError(opts.sim ? 'choose one engine: --sim or --llama, not both' : 'choose an engine: --sim or --llama');
+      if (opts.sim === opts.llama)
+        throw new UsageError(
+          opts.sim ? 'choose one engine: --sim or --llama, not both' : 'choose an engine: --sim or --llama',
+        );
       const port = parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true });
       const concurrency = knob('--concurrency', opts.concurrency, { min: 0, integer: true });
       const tokenDelayMs = knob('--token-delay', opts.tokenDelay, { min: 0 });
       const faults = serverFaults(opts.fault);
       const kind = opts.sim ? 'sim' : 'llama';
-      if (!(ENGINE_APIS as readonly string[]).includes(opts.api)) throw new UsageError(`--api: expected one of ${ENGINE_APIS.join(', ')}, got '${opts.api}'`);
+      if (!(ENGINE_APIS as readonly string[]).includes(opts.api))
+        throw new UsageError(`--api: expected one of ${ENGINE_APIS.join(', ')}, got '${opts.api}'`);
       const api = opts.api as EngineApi;
       if (opts.prefixCache !== undefined && opts.prefixCache !== 'on' && opts.prefixCache !== 'off') {
         throw new UsageError(`--prefix-cache: expected on or off, got '${opts.prefixCache}'`);
       }
       if (opts.devMode && api !== 'vllm') throw new UsageError('--dev-mode applies to --api vllm only');
-      if (opts.slotSavePath !== undefined && api !== 'llamacpp') throw new UsageError('--slot-save-path applies to --api llamacpp only');
-      if (opts.enablePromptTokensDetails && api !== 'vllm') throw new UsageError('--enable-prompt-tokens-details applies to --api vllm only');
+      if (opts.slotSavePath !== undefined && api !== 'llamacpp')
+        throw new UsageError('--slot-save-path applies to --api llamacpp only');
+      if (opts.enablePromptTokensDetails && api !== 'vllm')
+        throw new UsageError('--enable-prompt-tokens-details applies to --api vllm only');
       for (const [flag, set] of [
         ['--max-logprobs', opts.maxLogprobs !== undefined],
         ['--v2-model-runner', opts.v2ModelRunner],
@@ -246,14 +301,28 @@ function engineProgram(setExit: (code: number) => void): Command {
         if (set && api !== 'sglang') throw new UsageError(`${flag} applies to --api sglang only`);
       }
       if (opts.engineVersion !== undefined) {
-        if (api !== 'vllm' && api !== 'sglang') throw new UsageError('--engine-version applies to --api vllm and sglang only');
-        if (parseEngineVersion(opts.engineVersion) === null) throw new UsageError(`--engine-version: expected a release number such as 0.11.0, got '${opts.engineVersion}'`);
+        if (api !== 'vllm' && api !== 'sglang')
+          throw new UsageError('--engine-version applies to --api vllm and sglang only');
+        if (parseEngineVersion(opts.engineVersion) === null)
+          throw new UsageError(
+            `--engine-version: expected a release number such as 0.11.0, got '${opts.engineVersion}'`,
+          );
       }
       const maxLogprobs = knob('--max-logprobs', opts.maxLogprobs, { min: -1, integer: true });
       const env = (name: string): boolean => api === 'vllm' && process.env[name] === '1';
       if (!opts.sim) {
-        for (const flag of ['noise', 'stateShift', 'localShift', 'localShiftRate', 'decodeShift', 'cacheHitShift', 'batchNoise', 'tokenizerSplit'] as const) {
-          if (opts[flag] !== undefined) throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
+        for (const flag of [
+          'noise',
+          'stateShift',
+          'localShift',
+          'localShiftRate',
+          'decodeShift',
+          'cacheHitShift',
+          'batchNoise',
+          'tokenizerSplit',
+        ] as const) {
+          if (opts[flag] !== undefined)
+            throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
         }
       }
       if (opts.sim && opts.threads !== undefined) throw new UsageError('--threads applies to --llama only');
@@ -276,7 +345,10 @@ function engineProgram(setExit: (code: number) => void): Command {
           ...(opts.engineVersion !== undefined ? { engineVersion: opts.engineVersion } : {}),
           ...(maxLogprobs !== undefined ? { maxLogprobs } : {}),
           v2ModelRunner: (opts.v2ModelRunner ?? false) || env('VLLM_USE_V2_MODEL_RUNNER'),
-          batchInvariant: (opts.batchInvariant ?? false) || env('VLLM_BATCH_INVARIANT') || (opts.enableDeterministicInference ?? false),
+          batchInvariant:
+            (opts.batchInvariant ?? false) ||
+            env('VLLM_BATCH_INVARIANT') ||
+            (opts.enableDeterministicInference ?? false),
           enableCacheReport: opts.enableCacheReport ?? false,
           ...(opts.apiKey !== undefined ? { apiKey: opts.apiKey } : {}),
           ...(opts.adminApiKey !== undefined ? { adminApiKey: opts.adminApiKey } : {}),
@@ -289,8 +361,10 @@ function engineProgram(setExit: (code: number) => void): Command {
         await model.close?.();
         const e = err as NodeJS.ErrnoException;
         if (e.code === 'EADDRINUSE') throw new UsageError(`--port: ${opts.host}:${port} is already in use`);
-        if (e.code === 'EADDRNOTAVAIL' || e.code === 'ENOTFOUND') throw new UsageError(`--host: cannot listen on ${opts.host}`);
-        if (e.syscall === 'open' && opts.requestLog) throw new UsageError(`--request-log: cannot open ${opts.requestLog} (${e.code ?? e.message})`);
+        if (e.code === 'EADDRNOTAVAIL' || e.code === 'ENOTFOUND')
+          throw new UsageError(`--host: cannot listen on ${opts.host}`);
+        if (e.syscall === 'open' && opts.requestLog)
+          throw new UsageError(`--request-log: cannot open ${opts.requestLog} (${e.code ?? e.message})`);
         throw err;
       }
       process.stdout.write(`logprobe engine (${kind}) listening on ${handle.url}\n`);

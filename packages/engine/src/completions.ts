@@ -4,17 +4,40 @@
  * empty logprob arrays and finish_reason, an optional usage chunk, then `[DONE]`.
  */
 import { badRequest } from './errors.js';
-import { completionBody, completionChunk, completionLogprobs, completionRows, completionUsageChunk, EMPTY_COMPLETION_LOGPROBS, type CompletionRow } from './format.js';
+import {
+  completionBody,
+  completionChunk,
+  completionLogprobs,
+  completionRows,
+  completionUsageChunk,
+  EMPTY_COMPLETION_LOGPROBS,
+  type CompletionRow,
+} from './format.js';
 import { generate, topEntries, type TokenStep } from './generate.js';
 import type { ModelSequence } from './model.js';
 import type { CompletionRequest } from './request.js';
-import { cacheReport, defaultCache, promptCells, samplingRng, sendJson, sleep, startSequence, type RouteContext } from './route.js';
+import {
+  cacheReport,
+  defaultCache,
+  promptCells,
+  samplingRng,
+  sendJson,
+  sleep,
+  startSequence,
+  type RouteContext,
+} from './route.js';
 import { SseWriter } from './sse.js';
 
 /** Logprob rows for an echoed prompt: the first token has no conditional (null), as on vLLM. */
-async function echoRows(ctx: RouteContext, seq: ModelSequence, prompt: readonly number[], n: number): Promise<CompletionRow[]> {
+async function echoRows(
+  ctx: RouteContext,
+  seq: ModelSequence,
+  prompt: readonly number[],
+  n: number,
+): Promise<CompletionRow[]> {
   if (prompt.length === 0) return [];
-  if (!seq.promptDistributions) throw badRequest('this engine cannot return prompt logprobs: use echo without logprobs', 'echo');
+  if (!seq.promptDistributions)
+    throw badRequest('this engine cannot return prompt logprobs: use echo without logprobs', 'echo');
   const dists = await seq.promptDistributions();
   const decoder = new TextDecoder();
   const rows: CompletionRow[] = [];
@@ -49,22 +72,44 @@ export async function serveCompletion(ctx: RouteContext, req: CompletionRequest)
 
     if (!req.stream) {
       const steps: TokenStep[] = [];
-      const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
+      const result = await generate({
+        model,
+        seq,
+        params,
+        topN: n,
+        rng,
+        signal: ctx.signal,
+        tokenDelayMs: ctx.tokenDelayMs,
+        emit: (s) => void steps.push(...s),
+      });
       const text = (req.echo ? promptText : '') + steps.map((s) => s.text).join('');
-      const logprobs = n === null ? null : completionLogprobs(ctx.tokens, [...(echoed ?? []), ...completionRows(steps, base)]);
-      const usage = { promptTokens: promptIds.length, completionTokens: result.completionTokens, details: cacheReport(ctx, seq) };
+      const logprobs =
+        n === null ? null : completionLogprobs(ctx.tokens, [...(echoed ?? []), ...completionRows(steps, base)]);
+      const usage = {
+        promptTokens: promptIds.length,
+        completionTokens: result.completionTokens,
+        details: cacheReport(ctx, seq),
+      };
       sendJson(ctx.res, 200, completionBody(ctx.meta, text, logprobs, result.finishReason, usage));
       return;
     }
 
     const sse = new SseWriter(ctx.res, ctx.signal);
     sse.open();
-    if (req.echo) await sse.send(completionChunk(ctx.meta, promptText, echoed ? completionLogprobs(ctx.tokens, echoed) : null, null));
+    if (req.echo)
+      await sse.send(
+        completionChunk(ctx.meta, promptText, echoed ? completionLogprobs(ctx.tokens, echoed) : null, null),
+      );
     // One token of lookahead: the last token's chunk carries finish_reason, as OpenAI's does.
     let pending: TokenStep | null = null;
     let sent = 0;
     const chunkOf = (s: TokenStep, finish: 'stop' | 'length' | null): string =>
-      completionChunk(ctx.meta, s.text, n === null ? null : completionLogprobs(ctx.tokens, completionRows([s], base)), finish);
+      completionChunk(
+        ctx.meta,
+        s.text,
+        n === null ? null : completionLogprobs(ctx.tokens, completionRows([s], base)),
+        finish,
+      );
     const emit = async (steps: TokenStep[]): Promise<void> => {
       for (const s of steps) {
         if (pending) {
@@ -74,11 +119,27 @@ export async function serveCompletion(ctx: RouteContext, req: CompletionRequest)
         pending = s;
       }
     };
-    const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit });
+    const result = await generate({
+      model,
+      seq,
+      params,
+      topN: n,
+      rng,
+      signal: ctx.signal,
+      tokenDelayMs: ctx.tokenDelayMs,
+      emit,
+    });
     const last = pending as TokenStep | null;
     if (last) await sse.send(chunkOf(last, result.finishReason));
     await sse.send(completionChunk(ctx.meta, '', n === null ? null : EMPTY_COMPLETION_LOGPROBS, result.finishReason));
-    if (req.includeUsage) await sse.send(completionUsageChunk(ctx.meta, { promptTokens: promptIds.length, completionTokens: result.completionTokens, details: cacheReport(ctx, seq) }));
+    if (req.includeUsage)
+      await sse.send(
+        completionUsageChunk(ctx.meta, {
+          promptTokens: promptIds.length,
+          completionTokens: result.completionTokens,
+          details: cacheReport(ctx, seq),
+        }),
+      );
     sse.done();
   } finally {
     await seq.dispose();

@@ -21,7 +21,14 @@ export interface ServerFaults {
 }
 
 /** No faults. */
-export const NO_FAULTS: ServerFaults = Object.freeze({ http500: false, garbage: false, reset: false, slowMs: 0, stallMs: 0, nologprobs: false });
+export const NO_FAULTS: ServerFaults = Object.freeze({
+  http500: false,
+  garbage: false,
+  reset: false,
+  slowMs: 0,
+  stallMs: 0,
+  nologprobs: false,
+});
 
 /** The accepted forms, for help texts and messages. */
 export const SERVER_FAULT_FORMS = ['http500', 'garbage', 'reset', 'slow:MS', 'stall:MS', 'nologprobs'] as const;
@@ -45,7 +52,10 @@ export function isServerFault(spec: string): boolean {
 
 function millis(spec: string, arg: string | undefined): number {
   const n = arg !== undefined && /^\d+$/.test(arg) ? Number(arg) : NaN;
-  if (!Number.isSafeInteger(n)) throw new InvalidServerFaultError(`fault "${spec}": expected a whole number of milliseconds, e.g. ${nameOf(spec)}:500`);
+  if (!Number.isSafeInteger(n))
+    throw new InvalidServerFaultError(
+      `fault "${spec}": expected a whole number of milliseconds, e.g. ${nameOf(spec)}:500`,
+    );
   return n;
 }
 
@@ -64,7 +74,11 @@ export function parseServerFaults(specs: string | readonly string[]): ServerFaul
     const name = nameOf(spec);
     const arg = colon < 0 ? undefined : spec.slice(colon + 1).trim();
     if ((name === 'slow' || name === 'stall') === (arg === undefined) && NAMES.has(name)) {
-      throw new InvalidServerFaultError(name === 'slow' || name === 'stall' ? `fault "${spec}": expected ${name}:MS` : `fault "${spec}": "${name}" takes no argument`);
+      throw new InvalidServerFaultError(
+        name === 'slow' || name === 'stall'
+          ? `fault "${spec}": expected ${name}:MS`
+          : `fault "${spec}": "${name}" takes no argument`,
+      );
     }
     switch (name) {
       case 'http500':

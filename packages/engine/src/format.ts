@@ -126,7 +126,13 @@ function finishJson(f: FinishReason | null): string {
 }
 
 /** A non-streamed completions body. `logprobs` is JSON (from `completionLogprobs`) or null. */
-export function completionBody(m: ResponseMeta, text: string, logprobs: string | null, finish: FinishReason, usage: Usage): string {
+export function completionBody(
+  m: ResponseMeta,
+  text: string,
+  logprobs: string | null,
+  finish: FinishReason,
+  usage: Usage,
+): string {
   return (
     `{"id":${JSON.stringify(m.id)},"object":"text_completion","created":${m.created},"model":${JSON.stringify(m.model)},` +
     `"choices":[{"text":${JSON.stringify(text)},"index":0,"logprobs":${logprobs ?? 'null'},"finish_reason":${finishJson(finish)}}],` +
@@ -135,7 +141,12 @@ export function completionBody(m: ResponseMeta, text: string, logprobs: string |
 }
 
 /** A streamed completions chunk (the field order of the recorded OpenAI stream: `model` last). */
-export function completionChunk(m: ResponseMeta, text: string, logprobs: string | null, finish: FinishReason | null): string {
+export function completionChunk(
+  m: ResponseMeta,
+  text: string,
+  logprobs: string | null,
+  finish: FinishReason | null,
+): string {
   return (
     `{"id":${JSON.stringify(m.id)},"object":"text_completion","created":${m.created},` +
     `"choices":[{"text":${JSON.stringify(text)},"index":0,"logprobs":${logprobs ?? 'null'},"finish_reason":${finishJson(finish)}}],` +
@@ -156,7 +167,9 @@ export function completionUsageChunk(m: ResponseMeta, usage: Usage): string {
 
 /** One chat `logprobs.content` item with up to `n` top entries. */
 export function chatLogprobItem(t: TokenRender, s: TokenStep, n: number): string {
-  const top = (s.top ?? []).slice(0, n).map((e) => `{"token":${t.text(e.id)},"logprob":${lpJson(e.logprob)},"bytes":${t.bytesOf(e.id)}}`);
+  const top = (s.top ?? [])
+    .slice(0, n)
+    .map((e) => `{"token":${t.text(e.id)},"logprob":${lpJson(e.logprob)},"bytes":${t.bytesOf(e.id)}}`);
   return `{"token":${t.text(s.id)},"logprob":${lpJson(s.logprob)},"bytes":${t.bytesOf(s.id)},"top_logprobs":[${top.join(',')}]}`;
 }
 
@@ -166,7 +179,13 @@ export function chatLogprobs(items: readonly string[], refusal = true): string {
 }
 
 /** A non-streamed chat body, in the field order of OpenAI's documented example. */
-export function chatBody(m: ResponseMeta, content: string, logprobs: string | null, finish: FinishReason, usage: Usage): string {
+export function chatBody(
+  m: ResponseMeta,
+  content: string,
+  logprobs: string | null,
+  finish: FinishReason,
+  usage: Usage,
+): string {
   return (
     `{"id":${JSON.stringify(m.id)},"object":"chat.completion","created":${m.created},"model":${JSON.stringify(m.model)},` +
     `"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(content)}},"logprobs":${logprobs ?? 'null'},"finish_reason":${finishJson(finish)}}],` +

@@ -117,7 +117,12 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const id = chooseToken(dist, params, o.rng, model.vocabSize);
     if (id === model.eosToken) {
       await release(Infinity);
-      const eos = { id, logprob: dist.logprobOf(id), top: o.topN === null ? null : topEntries(dist, o.topN), ...(o.keepDistributions ? { dist } : {}) };
+      const eos = {
+        id,
+        logprob: dist.logprobOf(id),
+        top: o.topN === null ? null : topEntries(dist, o.topN),
+        ...(o.keepDistributions ? { dist } : {}),
+      };
       return { finishReason: 'stop', completionTokens: count, eos };
     }
     count++;
@@ -136,7 +141,9 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
       const found = findStop(text, stops, Math.max(0, step.offset - maxStop + 1));
       if (found !== null) {
         const hit = found.at;
-        const kept = held.filter((s) => s.offset < hit).map((s) => (s.offset + s.text.length > hit ? { ...s, text: text.slice(s.offset, hit) } : s));
+        const kept = held
+          .filter((s) => s.offset < hit)
+          .map((s) => (s.offset + s.text.length > hit ? { ...s, text: text.slice(s.offset, hit) } : s));
         held.length = 0;
         if (kept.length > 0) await o.emit(kept);
         return { finishReason: 'stop', completionTokens: count, stopString: found.stop };

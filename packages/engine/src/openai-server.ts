@@ -87,7 +87,8 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     devMode: options.devMode ?? false,
     slotSavePath: options.slotSavePath ?? null,
     promptTokensDetails: options.promptTokensDetails ?? false,
-    engineVersion: options.engineVersion ?? (api.api === 'vllm' ? VLLM_VERSION : api.api === 'sglang' ? SGLANG_VERSION : null),
+    engineVersion:
+      options.engineVersion ?? (api.api === 'vllm' ? VLLM_VERSION : api.api === 'sglang' ? SGLANG_VERSION : null),
     maxLogprobs: options.maxLogprobs ?? VLLM_MAX_LOGPROBS,
     v2ModelRunner: options.v2ModelRunner ?? false,
     batchInvariant: options.batchInvariant ?? false,
@@ -108,7 +109,15 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   let closing = false;
   let closePromise: Promise<void> | undefined;
 
-  function context(req: IncomingMessage, res: ServerResponse, route: Route, path: string, query: URLSearchParams, raw: string, signal: AbortSignal): RouteContext {
+  function context(
+    req: IncomingMessage,
+    res: ServerResponse,
+    route: Route,
+    path: string,
+    query: URLSearchParams,
+    raw: string,
+    signal: AbortSignal,
+  ): RouteContext {
     // Only generations count: request seeds and ids run as they always did, whatever side requests come between.
     const n = route.generation ? counter++ : counter;
     const prefix = route.idPrefix ?? 'cmpl';
@@ -119,7 +128,12 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       requestSeed: (Math.imul(seedBase ^ n, 0x9e3779b1) ^ n) >>> 0,
       faults,
       tokens,
-      meta: { id: `${prefix === '' ? '' : `${prefix}-`}${idBase}${n.toString(16).padStart(prefix === '' ? 20 : 6, '0')}`, created: Math.floor(Date.now() / 1000), model: model.id, fingerprint },
+      meta: {
+        id: `${prefix === '' ? '' : `${prefix}-`}${idBase}${n.toString(16).padStart(prefix === '' ? 20 : 6, '0')}`,
+        created: Math.floor(Date.now() / 1000),
+        model: model.id,
+        fingerprint,
+      },
       maxContext,
       tokenDelayMs: options.tokenDelayMs ?? 0,
       api,
@@ -131,7 +145,12 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     };
   }
 
-  async function generation(req: IncomingMessage, ctx: RouteContext, route: Route, deliberate: () => void): Promise<void> {
+  async function generation(
+    req: IncomingMessage,
+    ctx: RouteContext,
+    route: Route,
+    deliberate: () => void,
+  ): Promise<void> {
     const f = ctx.faults;
     const { res, raw, signal } = ctx;
     const release = await queue.acquire(signal);
@@ -189,7 +208,15 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       if (denied) throw denied;
       if (route === undefined) throw api.notFound(method, path);
       if (!route.methods.includes(method)) throw api.wrongMethod(method, path);
-      const ctx = context(req, res, route, path, new URLSearchParams(q < 0 ? '' : url.slice(q + 1)), raw, controller.signal);
+      const ctx = context(
+        req,
+        res,
+        route,
+        path,
+        new URLSearchParams(q < 0 ? '' : url.slice(q + 1)),
+        raw,
+        controller.signal,
+      );
       if (route.generation) await generation(req, ctx, route, () => (deliberate = true));
       else await route.serve(ctx);
     } catch (err) {
@@ -198,14 +225,22 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
         res.destroy();
         return;
       }
-      const httpErr = err instanceof EngineHttpError ? err : new EngineHttpError(500, `the engine failed: ${err instanceof Error ? err.message : String(err)}`);
+      const httpErr =
+        err instanceof EngineHttpError
+          ? err
+          : new EngineHttpError(500, `the engine failed: ${err instanceof Error ? err.message : String(err)}`);
       if (!(err instanceof EngineHttpError)) log.error({ err, path }, 'engine request failed');
       const body = api.errorBody(httpErr, path);
       if (res.headersSent) {
         // Mid-stream: an error event, then the end of the stream, as vLLM does.
         res.end(`data: ${body}\n\ndata: [DONE]\n\n`);
       } else {
-        sendJson(res, httpErr.status, body, httpErr instanceof RawHttpError ? { 'content-type': httpErr.contentType } : {});
+        sendJson(
+          res,
+          httpErr.status,
+          body,
+          httpErr instanceof RawHttpError ? { 'content-type': httpErr.contentType } : {},
+        );
       }
     }
   }

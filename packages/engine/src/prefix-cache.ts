@@ -19,7 +19,12 @@ export function commonPrefix(a: readonly number[], b: readonly number[]): number
  * `logitsFrom` on (those positions' logits are asked for), at most `use.limit`, and in whole
  * blocks of `use.block` (vLLM caches full KV blocks only).
  */
-export function reusable(cached: readonly number[], cells: readonly number[], use: CacheUse | undefined, logitsFrom = Infinity): number {
+export function reusable(
+  cached: readonly number[],
+  cells: readonly number[],
+  use: CacheUse | undefined,
+  logitsFrom = Infinity,
+): number {
   if (!use?.read) return 0;
   let n = Math.min(commonPrefix(cached, cells), cells.length - 1, logitsFrom, use.limit ?? Infinity);
   const block = use.block ?? 1;

@@ -59,7 +59,15 @@ export class RequestQueue {
       return Promise.resolve(this.releaser());
     }
     if (this.waiting.length >= this.maxQueue) {
-      return Promise.reject(new EngineHttpError(503, `the engine queue is full (${this.maxQueue} waiting)`, null, 'server_error', 'queue_full'));
+      return Promise.reject(
+        new EngineHttpError(
+          503,
+          `the engine queue is full (${this.maxQueue} waiting)`,
+          null,
+          'server_error',
+          'queue_full',
+        ),
+      );
     }
     return new Promise<Release>((resolve, reject) => {
       const entry = {

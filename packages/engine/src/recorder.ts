@@ -45,7 +45,9 @@ export class RequestRecorder {
     this.requests.push(r);
     // Trim in batches: one splice per 10% overflow instead of a shift per request.
     if (this.requests.length > this.limit * 1.1 + 1) this.requests.splice(0, this.requests.length - this.limit);
-    this.stream?.write(`${JSON.stringify({ method: r.method, path: r.path, headers: r.headers, body: r.body, receivedAt: new Date(r.receivedAt).toISOString() })}\n`);
+    this.stream?.write(
+      `${JSON.stringify({ method: r.method, path: r.path, headers: r.headers, body: r.body, receivedAt: new Date(r.receivedAt).toISOString() })}\n`,
+    );
   }
 
   /** Flushes and closes the file. */

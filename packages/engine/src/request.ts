@@ -115,7 +115,8 @@ function sampling(body: Body, maxTokens: number): SamplingParams {
   let includeUsage = false;
   if (opts !== undefined && opts !== null) {
     if (!stream) throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
-    if (typeof opts !== 'object' || Array.isArray(opts)) throw badRequest(`'stream_options' must be an object`, 'stream_options');
+    if (typeof opts !== 'object' || Array.isArray(opts))
+      throw badRequest(`'stream_options' must be an object`, 'stream_options');
     const iu = (opts as Body).include_usage;
     if (iu !== undefined && iu !== null && typeof iu !== 'boolean') {
       throw badRequest(`'stream_options.include_usage' must be a boolean`, 'stream_options.include_usage');
@@ -199,7 +200,11 @@ export function parseChatRequest(body: Body): ChatRequest {
   const messages = parseMessages(body);
   const logprobs = bool(body, 'logprobs') ?? false;
   const topLogprobs = num(body, 'top_logprobs', { integer: true, min: 0, max: MAX_TOP_LOGPROBS }) ?? 0;
-  if (topLogprobs > 0 && !logprobs) throw badRequest(`'logprobs' must be true when 'top_logprobs' is used`, 'top_logprobs');
-  const maxTokens = num(body, 'max_completion_tokens', { integer: true, min: 1 }) ?? num(body, 'max_tokens', { integer: true, min: 1 }) ?? DEFAULT_CHAT_MAX_TOKENS;
+  if (topLogprobs > 0 && !logprobs)
+    throw badRequest(`'logprobs' must be true when 'top_logprobs' is used`, 'top_logprobs');
+  const maxTokens =
+    num(body, 'max_completion_tokens', { integer: true, min: 1 }) ??
+    num(body, 'max_tokens', { integer: true, min: 1 }) ??
+    DEFAULT_CHAT_MAX_TOKENS;
   return { ...sampling(body, maxTokens), messages, logprobs, topLogprobs };
 }

@@ -80,7 +80,12 @@ export interface RouteContext {
 }
 
 /** Sends a complete JSON response (with a content-length, so keep-alive needs no chunking). */
-export function sendJson(res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: string,
+  headers: Record<string, string> = {},
+): void {
   if (res.headersSent || res.destroyed) return;
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers });
   res.end(body);
@@ -118,8 +123,12 @@ export function defaultCache(ctx: RouteContext): CacheUse | undefined {
  * with BOS, ids as given, the model adds nothing) or as this engine always did (the model
  * prepends BOS to text and ids alike).
  */
-export function promptCells(ctx: RouteContext, prompt: { readonly text: string } | { readonly ids: readonly number[] }): { cells: number[]; addBos: boolean } {
-  if (!ctx.api.verbatimIds) return { cells: 'text' in prompt ? ctx.model.tokenize(prompt.text) : [...prompt.ids], addBos: true };
+export function promptCells(
+  ctx: RouteContext,
+  prompt: { readonly text: string } | { readonly ids: readonly number[] },
+): { cells: number[]; addBos: boolean } {
+  if (!ctx.api.verbatimIds)
+    return { cells: 'text' in prompt ? ctx.model.tokenize(prompt.text) : [...prompt.ids], addBos: true };
   return { cells: 'text' in prompt ? textCells(ctx.model, prompt.text) : [...prompt.ids], addBos: false };
 }
 
@@ -134,11 +143,21 @@ export async function startSequence(
   start: SequenceStart = { cache: defaultCache(ctx) },
 ): Promise<{ seq: ModelSequence; maxTokens: number }> {
   if (prompt.length >= ctx.maxContext) {
-    throw new EngineHttpError(400, `This model's maximum context length is ${ctx.maxContext} tokens; the prompt has ${prompt.length}.`, 'prompt', 'invalid_request_error', 'context_length_exceeded');
+    throw new EngineHttpError(
+      400,
+      `This model's maximum context length is ${ctx.maxContext} tokens; the prompt has ${prompt.length}.`,
+      'prompt',
+      'invalid_request_error',
+      'context_length_exceeded',
+    );
   }
   // Batch variance: the requests in flight share the engine's batch, unless its kernels are batch-invariant.
   const coResident = ctx.server.batchInvariant ? undefined : () => ctx.server.queue.inFlight;
-  const seq = await ctx.model.start(prompt, { requestSeed: ctx.requestSeed, ...start, ...(coResident ? { coResident } : {}) });
+  const seq = await ctx.model.start(prompt, {
+    requestSeed: ctx.requestSeed,
+    ...start,
+    ...(coResident ? { coResident } : {}),
+  });
   return { seq, maxTokens: Math.min(maxTokens, ctx.maxContext - prompt.length) };
 }
 

@@ -13,10 +13,14 @@ const SCRIPT = `import { runEngineCli } from ${JSON.stringify(CLI)}; process.exi
 const LINE = /logprobe engine \(sim\) listening on (http:\/\/127\.0\.0\.1:\d+)\n/;
 
 function startEngine(t: TestContext, args: string[], env: Record<string, string> = {}): Promise<string> {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', SCRIPT, '--', '--sim', '--port', '0', ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...env },
-  });
+  const child: ChildProcess = spawn(
+    process.execPath,
+    ['--import', 'tsx', '--input-type=module', '-e', SCRIPT, '--', '--sim', '--port', '0', ...args],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...env },
+    },
+  );
   const exited = new Promise<void>((resolve) => child.on('close', () => resolve()));
   t.after(() => {
     child.kill('SIGTERM');
@@ -44,7 +48,10 @@ function startEngine(t: TestContext, args: string[], env: Record<string, string>
 async function call(url: string, path: string, body?: unknown, key?: string): Promise<{ status: number; json: any }> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (key) headers.authorization = `Bearer ${key}`;
-  const res = await fetch(url + path, body === undefined ? { headers } : { method: 'POST', headers, body: JSON.stringify(body) });
+  const res = await fetch(
+    url + path,
+    body === undefined ? { headers } : { method: 'POST', headers, body: JSON.stringify(body) },
+  );
   const text = await res.text();
   try {
     return { status: res.status, json: JSON.parse(text) };
@@ -54,25 +61,61 @@ async function call(url: string, path: string, body?: unknown, key?: string): Pr
 }
 
 test('vLLM: --engine-version, --max-logprobs, --enable-prompt-tokens-details, --batch-noise; VLLM_USE_V2_MODEL_RUNNER=1 and VLLM_BATCH_INVARIANT=1 from the environment', async (t) => {
-  const url = await startEngine(t, ['--api', 'vllm', '--engine-version', '0.21.0', '--max-logprobs', '3', '--enable-prompt-tokens-details', '--batch-noise', '0.05', '--token-delay', '2'], {
-    VLLM_USE_V2_MODEL_RUNNER: '1',
-    VLLM_BATCH_INVARIANT: '1',
-  });
+  const url = await startEngine(
+    t,
+    [
+      '--api',
+      'vllm',
+      '--engine-version',
+      '0.21.0',
+      '--max-logprobs',
+      '3',
+      '--enable-prompt-tokens-details',
+      '--batch-noise',
+      '0.05',
+      '--token-delay',
+      '2',
+    ],
+    {
+      VLLM_USE_V2_MODEL_RUNNER: '1',
+      VLLM_BATCH_INVARIANT: '1',
+    },
+  );
   assert.deepEqual((await call(url, '/version')).json, { version: '0.21.0' });
   const prompt = [5, 9, 17, 33, 65, 100, 7];
   const over = await call(url, '/v1/completions', { prompt, max_tokens: 1, logprobs: 4 });
-  assert.equal(over.json.error.message, 'Requested sample logprobs of 4, which is greater than max allowed: 3 (parameter=logprobs, value=4)');
+  assert.equal(
+    over.json.error.message,
+    'Requested sample logprobs of 4, which is greater than max allowed: 3 (parameter=logprobs, value=4)',
+  );
   const scored = await call(url, '/v1/completions', { prompt, max_tokens: 1, prompt_logprobs: 3 });
   assert.deepEqual(scored.json.usage.prompt_tokens_details, { cached_tokens: 0 });
-  for (let i = 1; i < prompt.length; i++) assert.deepEqual(Object.keys(scored.json.choices[0].prompt_logprobs[i]), [String(prompt[i])], 'V2 runner: no top-k');
+  for (let i = 1; i < prompt.length; i++)
+    assert.deepEqual(
+      Object.keys(scored.json.choices[0].prompt_logprobs[i]),
+      [String(prompt[i])],
+      'V2 runner: no top-k',
+    );
   const body = { prompt, max_tokens: 6, temperature: 0, logprobs: 1 };
   const solo = (await call(url, '/v1/completions', body)).json.choices[0].logprobs.token_logprobs;
   const crowd = await Promise.all(Array.from({ length: 4 }, () => call(url, '/v1/completions', body)));
-  for (const r of crowd) assert.deepEqual(r.json.choices[0].logprobs.token_logprobs, solo, 'batch-invariant: no batch noise');
+  for (const r of crowd)
+    assert.deepEqual(r.json.choices[0].logprobs.token_logprobs, solo, 'batch-invariant: no batch noise');
 });
 
 test('SGLang: --api-key, --admin-api-key, --enable-cache-report, --enable-deterministic-inference, --engine-version', async (t) => {
-  const url = await startEngine(t, ['--api', 'sglang', '--api-key', 'k', '--admin-api-key', 'a', '--enable-cache-report', '--enable-deterministic-inference', '--engine-version', '0.5.4']);
+  const url = await startEngine(t, [
+    '--api',
+    'sglang',
+    '--api-key',
+    'k',
+    '--admin-api-key',
+    'a',
+    '--enable-cache-report',
+    '--enable-deterministic-inference',
+    '--engine-version',
+    '0.5.4',
+  ]);
   assert.equal((await call(url, '/server_info')).status, 401);
   const info = (await call(url, '/server_info', undefined, 'k')).json;
   assert.equal(info.version, '0.5.4');

@@ -13,7 +13,12 @@ const EXPECTED = {
   openai: { owned: 'system', server: null, notFound: /Invalid URL \(POST \/generate\)/, cache: false },
   vllm: { owned: 'vllm', server: 'uvicorn', notFound: /^\{"detail":"Not Found"\}$/, cache: true },
   sglang: { owned: 'sglang', server: 'uvicorn', notFound: null, cache: true },
-  llamacpp: { owned: 'llamacpp', server: 'llama.cpp', notFound: /^\{"error":\{"code":404,"message":"File Not Found","type":"not_found_error"\}\}$/, cache: true },
+  llamacpp: {
+    owned: 'llamacpp',
+    server: 'llama.cpp',
+    notFound: /^\{"error":\{"code":404,"message":"File Not Found","type":"not_found_error"\}\}$/,
+    cache: true,
+  },
 } as const;
 
 test('every api: owned_by, the server header, the prefix cache default, a path it lacks', async (t) => {
@@ -87,7 +92,13 @@ test("vLLM and SGLang answer /health with an empty 200; a wrong method is FastAP
 
 test("openai: the legacy echo + logprobs + max_tokens 0 — the prompt's tokens, token_logprobs[0] null", async (t) => {
   const engine = await startSim(t, { seed: 1 }, { api: 'openai' });
-  const res = await post(engine.url, '/v1/completions', { prompt: 'The cache holds the key', echo: true, logprobs: 3, max_tokens: 0, temperature: 0 });
+  const res = await post(engine.url, '/v1/completions', {
+    prompt: 'The cache holds the key',
+    echo: true,
+    logprobs: 3,
+    max_tokens: 0,
+    temperature: 0,
+  });
   assert.equal(res.status, 200);
   const c = res.json.choices[0];
   assert.equal(c.text, 'The cache holds the key');

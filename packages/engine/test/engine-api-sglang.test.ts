@@ -17,7 +17,13 @@ type Entry = [number | null, number, string | null];
 test('/generate: input entries for tokens s..n-1 with entry 0 null; top-K lists; text only when asked', async (t) => {
   const engine = await startSim(t, { seed: 6 }, { api: 'sglang' });
   for (const s of [0, 3, P.length - 1]) {
-    const res = await post(engine.url, '/generate', { input_ids: P, sampling_params: { max_new_tokens: 2, temperature: 0 }, return_logprob: true, logprob_start_len: s, top_logprobs_num: 3 });
+    const res = await post(engine.url, '/generate', {
+      input_ids: P,
+      sampling_params: { max_new_tokens: 2, temperature: 0 },
+      return_logprob: true,
+      logprob_start_len: s,
+      top_logprobs_num: 3,
+    });
     assert.equal(res.status, 200);
     const m = res.json.meta_info;
     assert.deepEqual(Object.keys(res.json), ['text', 'output_ids', 'meta_info']);
@@ -26,14 +32,20 @@ test('/generate: input entries for tokens s..n-1 with entry 0 null; top-K lists;
     assert.deepEqual(input[0], [null, P[s], null]);
     input.forEach((e, k) => assert.equal(e[1], P[s + k], 'entry k is token s+k'));
     assert.equal(m.input_top_logprobs[0], null);
-    for (const top of m.input_top_logprobs.slice(1)) assert.equal(top.length, 3, 'exactly K, the actual token not added');
+    for (const top of m.input_top_logprobs.slice(1))
+      assert.equal(top.length, 3, 'exactly K, the actual token not added');
     assert.equal(m.output_token_logprobs.length, 2);
     assert.equal(m.output_top_logprobs.length, 2);
     assert.equal(m.prompt_tokens, P.length);
     assert.equal(m.completion_tokens, 2);
     assert.deepEqual(m.finish_reason, { type: 'length', length: 2 });
   }
-  const text = await post(engine.url, '/generate', { text: 'The model', sampling_params: { max_new_tokens: 1, temperature: 0 }, return_logprob: true, return_text_in_logprobs: true });
+  const text = await post(engine.url, '/generate', {
+    text: 'The model',
+    sampling_params: { max_new_tokens: 1, temperature: 0 },
+    return_logprob: true,
+    return_text_in_logprobs: true,
+  });
   const out = text.json.meta_info.output_token_logprobs[0] as Entry;
   assert.equal(out[2], sim.tokenText(out[1]));
   assert.equal(text.json.meta_info.input_token_logprobs.length, 1, 'default logprob_start_len -1: output only');
@@ -42,11 +54,22 @@ test('/generate: input entries for tokens s..n-1 with entry 0 null; top-K lists;
 test('/generate scores a fixed sequence like vLLM prompt_logprobs does, bit for bit (same engine, two APIs)', async (t) => {
   const sg = await startSim(t, { seed: 6 }, { api: 'sglang' });
   const vl = await startSim(t, { seed: 6 }, { api: 'vllm' });
-  const gen = await post(vl.url, '/v1/completions', { prompt: P, max_tokens: 6, temperature: 0, return_token_ids: true });
+  const gen = await post(vl.url, '/v1/completions', {
+    prompt: P,
+    max_tokens: 6,
+    temperature: 0,
+    return_token_ids: true,
+  });
   const C = gen.json.choices[0].token_ids as number[];
   const full = [...P, ...C];
   const v = await post(vl.url, '/v1/completions', { prompt: full, max_tokens: 1, temperature: 0, prompt_logprobs: 2 });
-  const g = await post(sg.url, '/generate', { input_ids: full, sampling_params: { max_new_tokens: 1, temperature: 0 }, return_logprob: true, logprob_start_len: P.length - 1, top_logprobs_num: 2 });
+  const g = await post(sg.url, '/generate', {
+    input_ids: full,
+    sampling_params: { max_new_tokens: 1, temperature: 0 },
+    return_logprob: true,
+    logprob_start_len: P.length - 1,
+    top_logprobs_num: 2,
+  });
   const input = g.json.meta_info.input_token_logprobs as Entry[];
   const scored = input.slice(-C.length);
   C.forEach((id, j) => {
@@ -57,7 +80,12 @@ test('/generate scores a fixed sequence like vLLM prompt_logprobs does, bit for 
 
 test('max_new_tokens 0 is a prefill-only request; negative is refused in SGLang words; the EOS token is an output', async (t) => {
   const engine = await startSim(t, { seed: 6 }, { api: 'sglang' });
-  const zero = await post(engine.url, '/generate', { input_ids: P, sampling_params: { max_new_tokens: 0 }, return_logprob: true, logprob_start_len: 0 });
+  const zero = await post(engine.url, '/generate', {
+    input_ids: P,
+    sampling_params: { max_new_tokens: 0 },
+    return_logprob: true,
+    logprob_start_len: 0,
+  });
   assert.equal(zero.json.text, '');
   assert.deepEqual(zero.json.output_ids, []);
   assert.deepEqual(zero.json.meta_info.finish_reason, { type: 'length', length: 0 });
@@ -70,7 +98,11 @@ test('max_new_tokens 0 is a prefill-only request; negative is refused in SGLang 
   assert.match(far.json.error.message, /is higher than the number of input tokens/);
   // Prompts that end: find one whose greedy continuation stops on EOS within 80 tokens.
   for (let i = 0; i < 40; i++) {
-    const res = await post(engine.url, '/generate', { text: `Prompt ${i}: the end`, sampling_params: { max_new_tokens: 80, temperature: 0 }, return_logprob: true });
+    const res = await post(engine.url, '/generate', {
+      text: `Prompt ${i}: the end`,
+      sampling_params: { max_new_tokens: 80, temperature: 0 },
+      return_logprob: true,
+    });
     const m = res.json.meta_info;
     if (m.finish_reason.type !== 'stop') continue;
     assert.equal(m.finish_reason.matched, sim.eosToken);
@@ -90,8 +122,11 @@ test('/tokenize, /v1/tokenize, /detokenize; /get_model_info, /model_info, /get_s
     assert.deepEqual(res.json.tokens, sim.tokenize('The model'));
   }
   assert.deepEqual((await post(engine.url, '/v1/tokenize', { prompt: ['a', 'bc'] })).json.count, [1, 2]);
-  assert.deepEqual((await post(engine.url, '/detokenize', { tokens: sim.tokenize('The model') })).json, { text: 'The model' });
-  for (const path of ['/get_model_info', '/model_info']) assert.equal((await get(engine.url, path)).json.is_generation, true);
+  assert.deepEqual((await post(engine.url, '/detokenize', { tokens: sim.tokenize('The model') })).json, {
+    text: 'The model',
+  });
+  for (const path of ['/get_model_info', '/model_info'])
+    assert.equal((await get(engine.url, path)).json.is_generation, true);
   for (const path of ['/get_server_info', '/server_info']) {
     const info = (await get(engine.url, path)).json;
     assert.equal(typeof info.version, 'string');
@@ -123,11 +158,24 @@ test('--enable-cache-report: usage.prompt_tokens_details.cached_tokens on the Op
   const prompt = sim.tokenize('The cache holds the key and the value of the model');
   const body = { prompt, max_tokens: 2, temperature: 0 };
   const report = await startSim(t, { seed: 6 }, { api: 'sglang', enableCacheReport: true });
-  assert.equal((await post(report.url, '/v1/completions', body)).json.usage.prompt_tokens_details, null, 'a cold 0 is not reported');
-  assert.deepEqual((await post(report.url, '/v1/completions', body)).json.usage.prompt_tokens_details, { cached_tokens: prompt.length - 1 });
+  assert.equal(
+    (await post(report.url, '/v1/completions', body)).json.usage.prompt_tokens_details,
+    null,
+    'a cold 0 is not reported',
+  );
+  assert.deepEqual((await post(report.url, '/v1/completions', body)).json.usage.prompt_tokens_details, {
+    cached_tokens: prompt.length - 1,
+  });
   const messages = [{ role: 'user', content: 'The cache holds the key' }];
-  assert.equal((await post(report.url, '/v1/chat/completions', { messages, max_tokens: 2 })).json.usage.prompt_tokens_details, null);
-  const warmChat = await postStream(report.url, '/v1/chat/completions', { messages, max_tokens: 2, stream_options: { include_usage: true } });
+  assert.equal(
+    (await post(report.url, '/v1/chat/completions', { messages, max_tokens: 2 })).json.usage.prompt_tokens_details,
+    null,
+  );
+  const warmChat = await postStream(report.url, '/v1/chat/completions', {
+    messages,
+    max_tokens: 2,
+    stream_options: { include_usage: true },
+  });
   assert.ok(warmChat.chunks.at(-1).usage.prompt_tokens_details.cached_tokens > 0, 'streamed usage too');
   assert.equal((await get(report.url, '/server_info')).json.enable_cache_report, true);
 
@@ -156,7 +204,11 @@ test('/flush_cache?timeout=S waits for idle up to S seconds, then flushes (200) 
   await post(engine.url, '/generate', body);
   const short = await during('/flush_cache?timeout=0.05');
   assert.equal(short.status, 400, 'still busy after 50 ms');
-  assert.equal((await post(engine.url, '/generate', body)).json.meta_info.cached_tokens, P.length - 1, 'nothing flushed');
+  assert.equal(
+    (await post(engine.url, '/generate', body)).json.meta_info.cached_tokens,
+    P.length - 1,
+    'nothing flushed',
+  );
   const waited = await during('/flush_cache?timeout=5');
   assert.equal(waited.status, 200);
   assert.ok(waited.runDone, 'it answered once the running request was done');
@@ -167,10 +219,19 @@ test('/flush_cache?timeout=S waits for idle up to S seconds, then flushes (200) 
   assert.equal(bad.json.detail[0].loc[1], 'timeout');
 });
 
-async function keyed(base: string, path: string, key: string | null, body?: unknown): Promise<{ status: number; json: unknown }> {
+async function keyed(
+  base: string,
+  path: string,
+  key: string | null,
+  body?: unknown,
+): Promise<{ status: number; json: unknown }> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (key !== null) headers.authorization = `Bearer ${key}`;
-  const res = await fetch(base + path, { method: 'POST', headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+  const res = await fetch(base + path, {
+    method: 'POST',
+    headers,
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
   const text = await res.text();
   try {
     return { status: res.status, json: JSON.parse(text) as unknown };
@@ -183,7 +244,11 @@ test('--api-key / --admin-api-key (auth.py decide_request_auth): /flush_cache is
   const gen = { input_ids: P, sampling_params: { max_new_tokens: 1 } };
   const both = await startSim(t, { seed: 6 }, { api: 'sglang', apiKey: 'user-key', adminApiKey: 'admin-key' });
   assert.deepEqual(await keyed(both.url, '/generate', null, gen), { status: 401, json: { error: 'Unauthorized' } });
-  assert.equal((await keyed(both.url, '/generate', 'admin-key', gen)).status, 401, 'the admin key does not open a normal route');
+  assert.equal(
+    (await keyed(both.url, '/generate', 'admin-key', gen)).status,
+    401,
+    'the admin key does not open a normal route',
+  );
   assert.equal((await keyed(both.url, '/generate', 'user-key', gen)).status, 200);
   assert.deepEqual(await keyed(both.url, '/flush_cache', 'user-key'), { status: 401, json: { error: 'Unauthorized' } });
   assert.equal((await keyed(both.url, '/flush_cache', 'admin-key')).status, 200);
@@ -194,7 +259,11 @@ test('--api-key / --admin-api-key (auth.py decide_request_auth): /flush_cache is
 
   const plain = await startSim(t, { seed: 6 }, { api: 'sglang', apiKey: 'user-key' });
   assert.equal((await keyed(plain.url, '/flush_cache', null)).status, 401);
-  assert.equal((await keyed(plain.url, '/flush_cache', 'user-key')).status, 200, 'no admin key: the plain one opens it');
+  assert.equal(
+    (await keyed(plain.url, '/flush_cache', 'user-key')).status,
+    200,
+    'no admin key: the plain one opens it',
+  );
 
   const admin = await startSim(t, { seed: 6 }, { api: 'sglang', adminApiKey: 'admin-key' });
   assert.equal((await keyed(admin.url, '/generate', null, gen)).status, 200, 'admin key only: normal routes are open');
@@ -206,7 +275,13 @@ test('prompt logprobs: the reused prefix is capped at logprob_start_len (schedul
   const clean = await startSim(t, { seed: 6 }, { api: 'sglang' });
   const bad = await startSim(t, { seed: 6, cacheHitShift: 0.6 }, { api: 'sglang' });
   const warmup = { input_ids: P, sampling_params: { max_new_tokens: 2, temperature: 0 } };
-  const scoring = { input_ids: P, sampling_params: { max_new_tokens: 1, temperature: 0 }, return_logprob: true, logprob_start_len: 0, top_logprobs_num: 2 };
+  const scoring = {
+    input_ids: P,
+    sampling_params: { max_new_tokens: 1, temperature: 0 },
+    return_logprob: true,
+    logprob_start_len: 0,
+    top_logprobs_num: 2,
+  };
   const ref = (await post(clean.url, '/generate', scoring)).json.meta_info;
   await post(bad.url, '/generate', warmup);
   const cold = (await post(bad.url, '/generate', scoring)).json.meta_info;
@@ -214,7 +289,11 @@ test('prompt logprobs: the reused prefix is capped at logprob_start_len (schedul
   assert.deepEqual(cold.input_token_logprobs, ref.input_token_logprobs, 'no cache-hit fault: computed cold');
   const late = (await post(bad.url, '/generate', { ...scoring, logprob_start_len: P.length - 2 })).json.meta_info;
   assert.equal(late.cached_tokens, P.length - 2, 'a later start reads up to it');
-  assert.notDeepEqual(late.input_token_logprobs.slice(1), ref.input_token_logprobs.slice(P.length - 1), 'and the fault shows there');
+  assert.notDeepEqual(
+    late.input_token_logprobs.slice(1),
+    ref.input_token_logprobs.slice(P.length - 1),
+    'and the fault shows there',
+  );
 });
 
 test('/tokenize takes messages from 0.5.4 (TokenizeRequest): the ids the chat route feeds the model; 0.5.0 takes text only; /server_info reports the release', async (t) => {
@@ -238,13 +317,19 @@ test('/tokenize takes messages from 0.5.4 (TokenizeRequest): the ids the chat ro
 
 test('--enable-deterministic-inference turns --batch-noise off: co-resident copies of a greedy request are bitwise the one alone', async (t) => {
   const body = { input_ids: P, sampling_params: { max_new_tokens: 6, temperature: 0 }, return_logprob: true };
-  const lps = (r: { json: { meta_info: { output_token_logprobs: Array<[number, number, null]> } } }): number[] => r.json.meta_info.output_token_logprobs.map((e) => e[0]);
+  const lps = (r: { json: { meta_info: { output_token_logprobs: Array<[number, number, null]> } } }): number[] =>
+    r.json.meta_info.output_token_logprobs.map((e) => e[0]);
   const noisy = await startSim(t, { seed: 6, batchNoise: 0.05 }, { api: 'sglang', tokenDelayMs: 2 });
   const solo = lps(await post(noisy.url, '/generate', body));
   assert.deepEqual(lps(await post(noisy.url, '/generate', body)), solo, 'alone: bit for bit');
   const crowd = await Promise.all(Array.from({ length: 6 }, () => post(noisy.url, '/generate', body)));
   assert.ok(crowd.filter((r) => JSON.stringify(lps(r)) !== JSON.stringify(solo)).length >= 3, 'batched: they move');
-  const det = await startSim(t, { seed: 6, batchNoise: 0.05 }, { api: 'sglang', tokenDelayMs: 2, batchInvariant: true });
+  const det = await startSim(
+    t,
+    { seed: 6, batchNoise: 0.05 },
+    { api: 'sglang', tokenDelayMs: 2, batchInvariant: true },
+  );
   assert.equal((await get(det.url, '/server_info')).json.enable_deterministic_inference, true);
-  for (const r of await Promise.all(Array.from({ length: 6 }, () => post(det.url, '/generate', body)))) assert.deepEqual(lps(r), solo);
+  for (const r of await Promise.all(Array.from({ length: 6 }, () => post(det.url, '/generate', body))))
+    assert.deepEqual(lps(r), solo);
 });

@@ -25,7 +25,8 @@ test('the plan: decode-state ↔ decode-shift, cache-hit ↔ cache-hit; the old 
     ['drop-prompt-token:3', 'drop-prompt-token:3', 'state-shift'],
     ['local', null, 'local'],
   ];
-  for (const [requested, llama, sim] of table) assert.deepEqual(planFault(requested), { requested, llama, sim }, requested);
+  for (const [requested, llama, sim] of table)
+    assert.deepEqual(planFault(requested), { requested, llama, sim }, requested);
   assert.equal(needsPrefixCache(planFault('cache-hit:2')), true);
   assert.equal(needsPrefixCache(planFault('cache-hit')), true);
   assert.equal(needsPrefixCache(planFault('decode-state:2')), false);
@@ -36,11 +37,25 @@ test('the simulated cache-hit demo: both engines cache; a cold request agrees, i
   const engines = await chooseEngines({ choice: 'sim', plan: planFault('cache-hit'), notice: () => {} });
   try {
     const body = { prompt: 'The cache holds the key and the value', max_tokens: 6, temperature: 0, logprobs: 3 };
-    const [b1, c1] = await Promise.all([post(engines.baselineUrl, '/v1/completions', body), post(engines.candidateUrl, '/v1/completions', body)]);
-    assert.deepEqual(c1.json.choices[0].logprobs.token_logprobs, b1.json.choices[0].logprobs.token_logprobs, 'cold: equal');
-    const [b2, c2] = await Promise.all([post(engines.baselineUrl, '/v1/completions', body), post(engines.candidateUrl, '/v1/completions', body)]);
+    const [b1, c1] = await Promise.all([
+      post(engines.baselineUrl, '/v1/completions', body),
+      post(engines.candidateUrl, '/v1/completions', body),
+    ]);
+    assert.deepEqual(
+      c1.json.choices[0].logprobs.token_logprobs,
+      b1.json.choices[0].logprobs.token_logprobs,
+      'cold: equal',
+    );
+    const [b2, c2] = await Promise.all([
+      post(engines.baselineUrl, '/v1/completions', body),
+      post(engines.candidateUrl, '/v1/completions', body),
+    ]);
     assert.deepEqual(b2.json.choices[0].logprobs, b1.json.choices[0].logprobs, 'the baseline is exact warm');
-    assert.notDeepEqual(c2.json.choices[0].logprobs.token_logprobs, c1.json.choices[0].logprobs.token_logprobs, 'the candidate moved warm');
+    assert.notDeepEqual(
+      c2.json.choices[0].logprobs.token_logprobs,
+      c1.json.choices[0].logprobs.token_logprobs,
+      'the candidate moved warm',
+    );
   } finally {
     await engines.close();
   }
@@ -50,7 +65,10 @@ test('the simulated decode-shift demo: the first step agrees, later steps move, 
   const engines = await chooseEngines({ choice: 'sim', plan: planFault('decode-shift'), notice: () => {} });
   try {
     const body = { prompt: 'The state of the model', max_tokens: 6, temperature: 0, logprobs: 3 };
-    const [b, c] = await Promise.all([post(engines.baselineUrl, '/v1/completions', body), post(engines.candidateUrl, '/v1/completions', body)]);
+    const [b, c] = await Promise.all([
+      post(engines.baselineUrl, '/v1/completions', body),
+      post(engines.candidateUrl, '/v1/completions', body),
+    ]);
     const lb = b.json.choices[0].logprobs.token_logprobs as number[];
     const lc = c.json.choices[0].logprobs.token_logprobs as number[];
     assert.equal(lc[0], lb[0]);
@@ -114,11 +132,20 @@ test('the CLI refuses a bad --api, a bad --prefix-cache and the engines\u2019 sw
     [['--sim', '--api', 'sglang', '--v2-model-runner'], /--v2-model-runner applies to --api vllm only/],
     [['--sim', '--api', 'sglang', '--batch-invariant'], /--batch-invariant applies to --api vllm only/],
     [['--sim', '--api', 'vllm', '--enable-cache-report'], /--enable-cache-report applies to --api sglang only/],
-    [['--sim', '--api', 'vllm', '--enable-deterministic-inference'], /--enable-deterministic-inference applies to --api sglang only/],
+    [
+      ['--sim', '--api', 'vllm', '--enable-deterministic-inference'],
+      /--enable-deterministic-inference applies to --api sglang only/,
+    ],
     [['--sim', '--api', 'vllm', '--api-key', 'k'], /--api-key applies to --api sglang only/],
     [['--sim', '--api', 'llamacpp', '--admin-api-key', 'k'], /--admin-api-key applies to --api sglang only/],
-    [['--sim', '--api', 'llamacpp', '--engine-version', '0.11.0'], /--engine-version applies to --api vllm and sglang only/],
-    [['--sim', '--api', 'vllm', '--engine-version', 'latest'], /--engine-version: expected a release number such as 0.11.0, got 'latest'/],
+    [
+      ['--sim', '--api', 'llamacpp', '--engine-version', '0.11.0'],
+      /--engine-version applies to --api vllm and sglang only/,
+    ],
+    [
+      ['--sim', '--api', 'vllm', '--engine-version', 'latest'],
+      /--engine-version: expected a release number such as 0.11.0, got 'latest'/,
+    ],
     [['--llama', '--batch-noise', '0.1'], /--batch-noise applies to --sim only/],
     [['--sim', '--batch-noise', '-1'], /--batch-noise: must be ≥ 0/],
   ];

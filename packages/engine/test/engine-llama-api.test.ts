@@ -33,7 +33,11 @@ after(async () => {
   await Promise.all([clean.close(), decodeState.close(), cacheHit.close()]);
 });
 
-async function serve(t: TestContext, model: LlamaEngineModel, options: Omit<EngineServerOptions, 'model'>): Promise<string> {
+async function serve(
+  t: TestContext,
+  model: LlamaEngineModel,
+  options: Omit<EngineServerOptions, 'model'>,
+): Promise<string> {
   const h = await startEngineServer({ model, maxContext: model.context.contextSize, ...options });
   t.after(() => h.close());
   await model.flushCache();
@@ -48,7 +52,11 @@ function shift(a: Probs, b: Probs): number {
   return Math.max(...common.map((e) => Math.abs(e.logprob - (byId.get(e.id) as number))));
 }
 
-async function complete(url: string, prompt: number[], extra: Record<string, unknown>): Promise<{ probs: Probs[]; json: any }> {
+async function complete(
+  url: string,
+  prompt: number[],
+  extra: Record<string, unknown>,
+): Promise<{ probs: Probs[]; json: any }> {
   // n_probs beyond the vocabulary: every token listed, so any two calls compare on the same ids.
   const res = await post(url, '/completion', { prompt, n_probs: 1000, temperature: 0, ...extra });
   assert.equal(res.status, 200, res.text);
@@ -78,7 +86,9 @@ test('decode-state:3 through llama-server calls: the mirrored request clean at s
     assert.deepEqual(c, r, `cold position ${j}`);
     cold.push(shift(r, c));
   }
-  t.diagnostic(`decode-state:3 teacher-forced, warm (cache_prompt true): ${warm.map((x) => x.toFixed(3)).join(' ')}; cold: max ${Math.max(...cold)}`);
+  t.diagnostic(
+    `decode-state:3 teacher-forced, warm (cache_prompt true): ${warm.map((x) => x.toFixed(3)).join(' ')}; cold: max ${Math.max(...cold)}`,
+  );
   assert.ok(Math.min(...warm) > 0.05, `warm ${warm}`);
 });
 
@@ -87,13 +97,27 @@ test('decode-state:3: prompt logprobs clean bit for bit — vLLM prompt_logprobs
   const va = await post(await serve(t, clean, { api: 'vllm' }), '/v1/completions', body);
   const vb = await post(await serve(t, decodeState, { api: 'vllm' }), '/v1/completions', body);
   assert.deepEqual(vb.json.choices[0].prompt_logprobs, va.json.choices[0].prompt_logprobs);
-  const gen = { input_ids: P, sampling_params: { max_new_tokens: 4, temperature: 0 }, return_logprob: true, logprob_start_len: 0, top_logprobs_num: 5 };
+  const gen = {
+    input_ids: P,
+    sampling_params: { max_new_tokens: 4, temperature: 0 },
+    return_logprob: true,
+    logprob_start_len: 0,
+    top_logprobs_num: 5,
+  };
   const sa = await post(await serve(t, clean, { api: 'sglang' }), '/generate', gen);
   const sb = await post(await serve(t, decodeState, { api: 'sglang' }), '/generate', gen);
   assert.deepEqual(sb.json.meta_info.input_token_logprobs, sa.json.meta_info.input_token_logprobs);
   assert.deepEqual(sb.json.meta_info.input_top_logprobs, sa.json.meta_info.input_top_logprobs);
-  assert.deepEqual(sb.json.meta_info.output_token_logprobs[0], sa.json.meta_info.output_token_logprobs[0], 'first output token clean');
-  assert.notDeepEqual(sb.json.meta_info.output_top_logprobs[2], sa.json.meta_info.output_top_logprobs[2], 'later output moved');
+  assert.deepEqual(
+    sb.json.meta_info.output_token_logprobs[0],
+    sa.json.meta_info.output_token_logprobs[0],
+    'first output token clean',
+  );
+  assert.notDeepEqual(
+    sb.json.meta_info.output_top_logprobs[2],
+    sa.json.meta_info.output_top_logprobs[2],
+    'later output moved',
+  );
 });
 
 test('cache-hit:3: the same request twice — cold equals a clean engine, warm moves; --prefix-cache off keeps both clean', async (t) => {
@@ -108,7 +132,8 @@ test('cache-hit:3: the same request twice — cold equals a clean engine, warm m
   t.diagnostic(`cache-hit:3 warm vs clean: ${warm.map((x) => x.toFixed(3)).join(' ')}`);
   assert.ok(Math.min(...warm) > 0.05);
   const off = await serve(t, cacheHit, { api: 'llamacpp', prefixCache: false });
-  for (let r = 0; r < 2; r++) assert.deepEqual((await complete(off, P, { n_predict: 6 })).probs, ref.probs, `cache off, run ${r}`);
+  for (let r = 0; r < 2; r++)
+    assert.deepEqual((await complete(off, P, { n_predict: 6 })).probs, ref.probs, `cache off, run ${r}`);
 });
 
 test('the clean engine: warm repeats move logprobs by kernel noise only; prompt_logprobs of a continuation ≈ its decode logprobs', async (t) => {
@@ -124,16 +149,26 @@ test('the clean engine: warm repeats move logprobs by kernel noise only; prompt_
     warmMax = Math.max(warmMax, shift(cold, warm));
   }
   const v = await serve(t, clean, { api: 'vllm' });
-  const scored = await post(v, '/v1/completions', { prompt: [...P, ...C], max_tokens: 1, temperature: 0, prompt_logprobs: 0 });
+  const scored = await post(v, '/v1/completions', {
+    prompt: [...P, ...C],
+    max_tokens: 1,
+    temperature: 0,
+    prompt_logprobs: 0,
+  });
   const pl = scored.json.choices[0].prompt_logprobs;
-  const prefillMax = Math.max(...C.map((id, j) => Math.abs(pl[P.length + j][String(id)].logprob - ref.probs[j]!.logprob)));
-  t.diagnostic(`clean llama: warm vs cold max ${warmMax.toExponential(2)}; one-prefill scoring vs decode max ${prefillMax.toExponential(2)}`);
+  const prefillMax = Math.max(
+    ...C.map((id, j) => Math.abs(pl[P.length + j][String(id)].logprob - ref.probs[j]!.logprob)),
+  );
+  t.diagnostic(
+    `clean llama: warm vs cold max ${warmMax.toExponential(2)}; one-prefill scoring vs decode max ${prefillMax.toExponential(2)}`,
+  );
   assert.ok(warmMax < 5e-3, `warm vs cold ${warmMax}`);
   assert.ok(prefillMax < 5e-3, `prefill vs decode ${prefillMax}`);
 });
 
 test('llama.cpp behind --api llamacpp: the recorded b4748 shapes with real tokens (BOS, merges, bytes)', async (t) => {
-  const fixture = (name: string): unknown => JSON.parse(readFileSync(new URL(`./fixtures/llama-server-b4748/${name}`, import.meta.url), 'utf8'));
+  const fixture = (name: string): unknown =>
+    JSON.parse(readFileSync(new URL(`./fixtures/llama-server-b4748/${name}`, import.meta.url), 'utf8'));
   const url = await serve(t, clean, { api: 'llamacpp' });
   const text = 'The cache holds key 3 and value';
   const tok = await post(url, '/tokenize', { content: text, add_special: true, with_pieces: true });
@@ -147,6 +182,12 @@ test('llama.cpp behind --api llamacpp: the recorded b4748 shapes with real token
   assert.deepEqual(typedShape(models.json), typedShape(fixture('v1_models.json')));
   assert.equal(models.json.data[0].meta.n_vocab, clean.vocabSize);
   assert.ok(models.json.data[0].meta.size > 100_000);
-  const chat = await post(url, '/v1/chat/completions', { messages: [{ role: 'user', content: text }], max_tokens: 4, logprobs: true, top_logprobs: 5, temperature: 0 });
+  const chat = await post(url, '/v1/chat/completions', {
+    messages: [{ role: 'user', content: text }],
+    max_tokens: 4,
+    logprobs: true,
+    top_logprobs: 5,
+    temperature: 0,
+  });
   assert.deepEqual(typedShape(chat.json), typedShape(fixture('v1_chat_top_logprobs5.json')));
 });

@@ -32,7 +32,11 @@ test('the prefix cache: a repeat reuses all but the last token; kernel noise onl
     assert.ok(shift < 1e-3, `warm vs cold ${shift}`);
     const off = await request(model, prompt, 2, { addBos: false, cache: { read: false, write: false } });
     assert.equal(off.state?.reused, 0);
-    assert.equal((await request(model, prompt, 2, { addBos: false, cache: CACHE })).state?.reused, 0, 'cache_prompt false left nothing');
+    assert.equal(
+      (await request(model, prompt, 2, { addBos: false, cache: CACHE })).state?.reused,
+      0,
+      'cache_prompt false left nothing',
+    );
     assert.equal(await model.flushCache(), prompt.length + 1);
     assert.equal((await request(model, prompt, 1, { addBos: false, cache: CACHE })).state?.reused, 0, 'flushed');
     const longer = await request(model, [...prompt, ...ref.tokens.slice(0, 3)], 1, { addBos: false, cache: CACHE });

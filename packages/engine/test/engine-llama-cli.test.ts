@@ -19,9 +19,13 @@ interface Engine {
 }
 
 function startEngine(args: string[]): Promise<Engine> {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', SCRIPT, '--', '--llama', '--port', '0', '--threads', '1', ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child: ChildProcess = spawn(
+    process.execPath,
+    ['--import', 'tsx', '--input-type=module', '-e', SCRIPT, '--', '--llama', '--port', '0', '--threads', '1', ...args],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
   let out = '';
   return new Promise((resolve, reject) => {
@@ -55,7 +59,13 @@ async function complete(url: string): Promise<Logprobs> {
   const res = await fetch(`${url}/v1/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', prompt: 'Once upon a time, in a small village by the sea,', max_tokens: 16, temperature: 0, logprobs: 5 }),
+    body: JSON.stringify({
+      model: 'm',
+      prompt: 'Once upon a time, in a small village by the sea,',
+      max_tokens: 16,
+      temperature: 0,
+      logprobs: 5,
+    }),
   });
   assert.equal(res.status, 200);
   const body = (await res.json()) as { choices: Array<{ logprobs: Logprobs }> };
@@ -65,7 +75,11 @@ async function complete(url: string): Promise<Logprobs> {
 }
 
 test('two clean engine processes agree bit for bit; a zeroed layer moves logprobs by nats', async (t) => {
-  const engines = await Promise.all([startEngine(['--seed', '1']), startEngine(['--seed', '1']), startEngine(['--seed', '1', '--fault', 'zero-layer:1'])]);
+  const engines = await Promise.all([
+    startEngine(['--seed', '1']),
+    startEngine(['--seed', '1']),
+    startEngine(['--seed', '1', '--fault', 'zero-layer:1']),
+  ]);
   t.after(async () => {
     for (const e of engines) await e.stop();
   });
@@ -84,7 +98,10 @@ test('two clean engine processes agree bit for bit; a zeroed layer moves logprob
   assert.deepEqual(codes, [0, 0, 0]);
 });
 
-async function completion(url: string, prompt: string): Promise<{ probs: Array<{ id: number; logprob: number }>; promptN: number }> {
+async function completion(
+  url: string,
+  prompt: string,
+): Promise<{ probs: Array<{ id: number; logprob: number }>; promptN: number }> {
   const res = await fetch(`${url}/completion`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -92,8 +109,14 @@ async function completion(url: string, prompt: string): Promise<{ probs: Array<{
   });
   assert.equal(res.status, 200);
   assert.equal(res.headers.get('server'), 'llama.cpp');
-  const body = (await res.json()) as { completion_probabilities: Array<{ id: number; logprob: number }>; timings: { prompt_n: number } };
-  return { probs: body.completion_probabilities.map((p) => ({ id: p.id, logprob: p.logprob })), promptN: body.timings.prompt_n };
+  const body = (await res.json()) as {
+    completion_probabilities: Array<{ id: number; logprob: number }>;
+    timings: { prompt_n: number };
+  };
+  return {
+    probs: body.completion_probabilities.map((p) => ({ id: p.id, logprob: p.logprob })),
+    promptN: body.timings.prompt_n,
+  };
 }
 
 test('--api llamacpp --fault cache-hit:3: a cold request agrees with a clean engine, its warm repeat does not; --prefix-cache off keeps it clean', async (t) => {
@@ -122,5 +145,7 @@ test('--api llamacpp --fault cache-hit:3: a cold request agrees with a clean eng
 
 test('the binary check forked by node-llama-cpp gets execArgv without eval flags (engines started with node -e)', () => {
   assert.deepEqual(withoutEval(['--import', 'tsx', '--input-type=module', '-e', 'code']), ['--import', 'tsx']);
-  assert.deepEqual(withoutEval(['--print', 'x', '--eval=y', '--input-type', 'module', '--enable-source-maps']), ['--enable-source-maps']);
+  assert.deepEqual(withoutEval(['--print', 'x', '--eval=y', '--input-type', 'module', '--enable-source-maps']), [
+    '--enable-source-maps',
+  ]);
 });

@@ -48,7 +48,8 @@ test('noise-class faults move logprobs, but by less than 0.05 nats on the chosen
   ];
   for (const [fault, context] of cases) {
     const s = await shiftFor(fault);
-    for (const [key, value] of Object.entries(context)) assert.equal(s.engine[key as keyof typeof s.engine], value, `${fault}: ${key}`);
+    for (const [key, value] of Object.entries(context))
+      assert.equal(s.engine[key as keyof typeof s.engine], value, `${fault}: ${key}`);
     // Only the 128-token prompt splits at batch 8; the shift is tiny but must exist.
     assert.ok(s.top5 > 0, `${fault} changes something`);
     assert.ok(s.chosen < 0.05, `${fault}: chosen ${s.chosen}`);

@@ -13,7 +13,10 @@ test('the same seed generates a bit-identical model file, in memory and on disk'
   const a = buildModel(7);
   const b = buildModel(7);
   assert.equal(sha256(a), sha256(b));
-  const [p1, p2] = await Promise.all([ensureModelFile({ seed: 7, dir: tempDir() }), ensureModelFile({ seed: 7, dir: tempDir() })]);
+  const [p1, p2] = await Promise.all([
+    ensureModelFile({ seed: 7, dir: tempDir() }),
+    ensureModelFile({ seed: 7, dir: tempDir() }),
+  ]);
   assert.equal(sha256(readFileSync(p1)), sha256(a));
   assert.equal(sha256(readFileSync(p2)), sha256(a));
 });

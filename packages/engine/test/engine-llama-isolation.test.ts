@@ -9,7 +9,9 @@ import { dirname, join, relative } from 'node:path';
 const root = join(import.meta.dirname, '..');
 
 function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+  );
 }
 
 /** Static (non-type) import/export-from specifiers of a TypeScript source. */
@@ -48,12 +50,19 @@ test('node-llama-cpp is imported statically nowhere, and nothing the package ent
   }
   const loaded = [...seen].map((f) => relative(root, f));
   for (const native of ['runtime.ts', 'model.ts', 'sequence.ts']) {
-    assert.ok(!loaded.includes(join('src', 'llama', native)), `src/llama/${native} is loaded statically by the package entry`);
+    assert.ok(
+      !loaded.includes(join('src', 'llama', native)),
+      `src/llama/${native} is loaded statically by the package entry`,
+    );
   }
-  assert.ok(loaded.includes(join('src', 'openai-server.ts')) && loaded.includes(join('src', 'cli.ts')), 'the scan follows the imports');
+  assert.ok(
+    loaded.includes(join('src', 'openai-server.ts')) && loaded.includes(join('src', 'cli.ts')),
+    'the scan follows the imports',
+  );
 });
 
 test('the import scan sees static imports and skips type-only ones', () => {
-  const text = "import type { A } from 'node-llama-cpp';\nimport { b } from './llama/model.js';\nconst c = await import('node-llama-cpp');\n";
+  const text =
+    "import type { A } from 'node-llama-cpp';\nimport { b } from './llama/model.js';\nconst c = await import('node-llama-cpp');\n";
   assert.deepEqual(staticImports(text), ['./llama/model.js']);
 });

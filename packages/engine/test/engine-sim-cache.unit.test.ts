@@ -20,9 +20,16 @@ test('reuse: all but the last token of a repeat, whole blocks, a limit, nothing 
   warm.dists.forEach((d, i) => assert.deepEqual(bits(d), bits(first.dists[i]!), 'exact: the model is stateless'));
   const cont = [...prompt, ...first.tokens.slice(0, 5)];
   assert.equal((await request(model, cont, 1, { cache: CACHE })).state?.reused, prompt.length + 4);
-  assert.equal((await request(model, cont, 1, { cache: { ...CACHE, block: 4 } })).state?.reused, cont.length - 1 - ((cont.length - 1) % 4));
+  assert.equal(
+    (await request(model, cont, 1, { cache: { ...CACHE, block: 4 } })).state?.reused,
+    cont.length - 1 - ((cont.length - 1) % 4),
+  );
   assert.equal((await request(model, cont, 1, { cache: { ...CACHE, limit: 3 } })).state?.reused, 3);
-  assert.equal((await request(model, cont, 1, { cache: CACHE, promptLogprobsFrom: 5 })).state?.reused, 4, 'prompt logprobs from 5: reuse before 4');
+  assert.equal(
+    (await request(model, cont, 1, { cache: CACHE, promptLogprobsFrom: 5 })).state?.reused,
+    4,
+    'prompt logprobs from 5: reuse before 4',
+  );
   await request(model, cont, 1, { cache: { read: true, write: false } });
   assert.equal((await request(model, cont, 1, { cache: CACHE })).state?.reused, 0, 'write:false emptied the slot');
   assert.equal(model.flushCache?.(), cont.length);
@@ -60,10 +67,18 @@ test('cacheHitShift: cold equals a clean engine, warm moves everywhere; prompt l
 
 test('cacheSlots: several prefixes kept, the least recently used evicted; flush empties them all', async () => {
   const model = createSimModel({ seed: 3, cacheSlots: 2 });
-  const [a, b, c] = ['Alpha is the first prompt here', 'Beta is the second prompt here', 'Gamma is the third prompt here'].map((t) => model.tokenize(t));
+  const [a, b, c] = [
+    'Alpha is the first prompt here',
+    'Beta is the second prompt here',
+    'Gamma is the third prompt here',
+  ].map((t) => model.tokenize(t));
   await request(model, a!, 2, { cache: CACHE });
   await request(model, b!, 2, { cache: CACHE });
-  assert.equal((await request(model, a!, 2, { cache: CACHE })).state?.reused, a!.length - 1, 'a is still kept beside b');
+  assert.equal(
+    (await request(model, a!, 2, { cache: CACHE })).state?.reused,
+    a!.length - 1,
+    'a is still kept beside b',
+  );
   await request(model, c!, 2, { cache: CACHE }); // evicts b, the least recently used
   assert.equal((await request(model, b!, 1, { cache: CACHE })).state?.reused, 0, 'b was evicted');
   assert.ok(((await model.flushCache?.()) ?? 0) > 0);

@@ -10,7 +10,13 @@ import { parseServerFaults } from '../src/faults.js';
 import { post, postStream, startSim } from './helpers/engine-sim.js';
 
 const COMPLETION = { prompt: 'fault', max_tokens: 4, temperature: 0, logprobs: 2 };
-const CHAT = { messages: [{ role: 'user', content: 'fault' }], max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2 };
+const CHAT = {
+  messages: [{ role: 'user', content: 'fault' }],
+  max_tokens: 4,
+  temperature: 0,
+  logprobs: true,
+  top_logprobs: 2,
+};
 
 test('http500: every generation request is a 500 envelope; /health stays 200', async (t) => {
   const engine = await startSim(t, {}, { faults: 'http500' });
@@ -42,7 +48,11 @@ test('garbage: 200 with a body that is not JSON (and a stream whose data is not 
 test('reset: the connection is destroyed without a response, and not counted as a client abort', async (t) => {
   const engine = await startSim(t, {}, { faults: 'reset' });
   const err = await new Promise<NodeJS.ErrnoException>((resolve, reject) => {
-    const req = request(`${engine.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, () => reject(new Error('got a response')));
+    const req = request(
+      `${engine.url}/v1/completions`,
+      { method: 'POST', headers: { 'content-type': 'application/json' } },
+      () => reject(new Error('got a response')),
+    );
     req.on('error', resolve);
     req.end(JSON.stringify(COMPLETION));
   });
@@ -54,7 +64,10 @@ test('reset: the connection is destroyed without a response, and not counted as 
 test('slow:MS delays the answer (before the status line); combined with nologprobs', async (t) => {
   const engine = await startSim(t, { seed: 1 }, { faults: ['slow:250', 'nologprobs'] });
   const t0 = Date.now();
-  const res = await fetch(`${engine.url}/v1/completions`, { method: 'POST', body: JSON.stringify({ ...COMPLETION, stream: true }) });
+  const res = await fetch(`${engine.url}/v1/completions`, {
+    method: 'POST',
+    body: JSON.stringify({ ...COMPLETION, stream: true }),
+  });
   const headersAfter = Date.now() - t0;
   const text = await res.text();
   assert.ok(headersAfter >= 240, `headers after ${headersAfter} ms`);
@@ -112,5 +125,12 @@ test('faults can be changed at run time, and bad fault strings are rejected with
   assert.throws(() => parseServerFaults('slow:fast'), /milliseconds/);
   assert.throws(() => parseServerFaults('http500:1'), /takes no argument/);
   assert.throws(() => parseServerFaults('teapot'), /unknown fault "teapot"/);
-  assert.deepEqual(parseServerFaults('http500,slow:5'), { http500: true, garbage: false, reset: false, slowMs: 5, stallMs: 0, nologprobs: false });
+  assert.deepEqual(parseServerFaults('http500,slow:5'), {
+    http500: true,
+    garbage: false,
+    reset: false,
+    slowMs: 5,
+    stallMs: 0,
+    nologprobs: false,
+  });
 });

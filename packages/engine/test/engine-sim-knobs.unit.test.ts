@@ -8,7 +8,12 @@ import type { EngineModel, NextTokenDistribution } from '../src/model.js';
 import { createSimModel } from '../src/sim/model.js';
 import { post, startSim } from './helpers/engine-sim.js';
 
-const PROMPTS = ['The quick brown fox', 'Once upon a time, in a small village', 'What is artificial intelligence?', 'def f(x):\n  return'];
+const PROMPTS = [
+  'The quick brown fox',
+  'Once upon a time, in a small village',
+  'What is artificial intelligence?',
+  'def f(x):\n  return',
+];
 const STEPS = 24;
 
 async function greedyIds(model: EngineModel, prompt: string, steps: number): Promise<number[]> {
@@ -23,7 +28,12 @@ async function greedyIds(model: EngineModel, prompt: string, steps: number): Pro
   return ids;
 }
 
-async function forced(model: EngineModel, prompt: string, ids: readonly number[], requestSeed: number): Promise<NextTokenDistribution[]> {
+async function forced(
+  model: EngineModel,
+  prompt: string,
+  ids: readonly number[],
+  requestSeed: number,
+): Promise<NextTokenDistribution[]> {
   const seq = await model.start(model.tokenize(prompt), { requestSeed });
   const out: NextTokenDistribution[] = [];
   for (const id of ids) {
@@ -34,7 +44,11 @@ async function forced(model: EngineModel, prompt: string, ids: readonly number[]
 }
 
 /** Per position: |Δ| of the chosen token and the largest |Δ| over the baseline's top 5. */
-async function shifts(base: EngineModel, other: EngineModel, requestSeed = 1): Promise<{ chosen: number[]; top5: number[] }> {
+async function shifts(
+  base: EngineModel,
+  other: EngineModel,
+  requestSeed = 1,
+): Promise<{ chosen: number[]; top5: number[] }> {
   const chosen: number[] = [];
   const top5: number[] = [];
   for (const p of PROMPTS) {
@@ -93,8 +107,16 @@ test('stateShift moves every decode step by a few tenths of a nat', async () => 
   assert.ok(median(top5) > 0.2 && median(top5) < 1.2, `median top-5 shift ${median(top5)}`);
   // The perturbation belongs to the prompt: another prompt is shifted differently.
   const other = createSimModel({ seed: 4, stateShift: 0.5 });
-  const [a, b] = await Promise.all(['prompt one', 'prompt two'].map(async (p) => (await forced(other, p, [300, 301, 302], 0))[0] as NextTokenDistribution));
-  const [ba, bb] = await Promise.all(['prompt one', 'prompt two'].map(async (p) => (await forced(base, p, [300, 301, 302], 0))[0] as NextTokenDistribution));
+  const [a, b] = await Promise.all(
+    ['prompt one', 'prompt two'].map(
+      async (p) => (await forced(other, p, [300, 301, 302], 0))[0] as NextTokenDistribution,
+    ),
+  );
+  const [ba, bb] = await Promise.all(
+    ['prompt one', 'prompt two'].map(
+      async (p) => (await forced(base, p, [300, 301, 302], 0))[0] as NextTokenDistribution,
+    ),
+  );
   assert.notEqual(
     (a as NextTokenDistribution).logprobOf(300) - (ba as NextTokenDistribution).logprobOf(300),
     (b as NextTokenDistribution).logprobOf(300) - (bb as NextTokenDistribution).logprobOf(300),

@@ -32,7 +32,10 @@ async function greedy(model: EngineModel, prompt: string, steps: number, request
   return run;
 }
 
-const PROMPTS = Array.from({ length: 20 }, (_, i) => `Prompt ${i}: what did the ${i % 2 ? 'artificial' : 'Artificial'} intelligence say about layer ${i}?`);
+const PROMPTS = Array.from(
+  { length: 20 },
+  (_, i) => `Prompt ${i}: what did the ${i % 2 ? 'artificial' : 'Artificial'} intelligence say about layer ${i}?`,
+);
 
 test('same seed and prompt give the same tokens and bitwise-equal logprobs; another seed does not', async () => {
   const a = await greedy(createSimModel({ seed: 7 }), PROMPTS[0] as string, 32);
@@ -42,7 +45,9 @@ test('same seed and prompt give the same tokens and bitwise-equal logprobs; anot
     const e = b.dists[i] as NextTokenDistribution;
     assert.deepEqual(Array.from(e.ids), Array.from(d.ids));
     // Object.is: bitwise equality, not a tolerance.
-    Array.from(d.logprobs).forEach((lp, k) => assert.ok(Object.is(lp, e.logprobs[k]), `step ${i} entry ${k}: ${lp} vs ${e.logprobs[k]}`));
+    Array.from(d.logprobs).forEach((lp, k) =>
+      assert.ok(Object.is(lp, e.logprobs[k]), `step ${i} entry ${k}: ${lp} vs ${e.logprobs[k]}`),
+    );
   });
   const c = await greedy(createSimModel({ seed: 8 }), PROMPTS[0] as string, 32);
   assert.notDeepEqual(c.ids, a.ids);
@@ -55,7 +60,9 @@ test('without noise the request seed changes nothing', async () => {
   const a = await greedy(model, PROMPTS[2] as string, 16, 1);
   const b = await greedy(model, PROMPTS[2] as string, 16, 999);
   assert.deepEqual(b.ids, a.ids);
-  a.dists.forEach((d, i) => assert.deepEqual(Array.from((b.dists[i] as NextTokenDistribution).logprobs), Array.from(d.logprobs)));
+  a.dists.forEach((d, i) =>
+    assert.deepEqual(Array.from((b.dists[i] as NextTokenDistribution).logprobs), Array.from(d.logprobs)),
+  );
 });
 
 test('top-1/top-2 gaps mix near-ties and confident steps (20 prompts × 32 steps)', async () => {
@@ -115,7 +122,10 @@ test('text round-trips through the tokenizer, multi-byte characters included', (
   for (const text of ['The artificial intelligence', ' Artificial  layers\n\nof noise', 'naïve café — 東京 🎉', '']) {
     const ids = model.tokenize(text);
     assert.equal(model.detokenize(ids), text);
-    assert.equal(ids.map((id) => Buffer.from(model.tokenBytes(id)).toString('latin1')).join(''), Buffer.from(text).toString('latin1'));
+    assert.equal(
+      ids.map((id) => Buffer.from(model.tokenBytes(id)).toString('latin1')).join(''),
+      Buffer.from(text).toString('latin1'),
+    );
   }
   const ids = model.tokenize(' artificial Artificial');
   assert.deepEqual(

@@ -61,7 +61,13 @@ test('openai client: chat, streamed, with usage', async (t) => {
   assert.equal(finish, 'length');
   assert.ok(text.length > 0);
   // The client's helper assembles the same stream into a completion.
-  const runner = openai.chat.completions.stream({ model: 'logprobe-sim', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 6, temperature: 0, logprobs: true });
+  const runner = openai.chat.completions.stream({
+    model: 'logprobe-sim',
+    messages: [{ role: 'user', content: 'Hello' }],
+    max_tokens: 6,
+    temperature: 0,
+    logprobs: true,
+  });
   const final = await runner.finalChatCompletion();
   assert.equal(final.choices[0]?.message.content, text);
   assert.equal(final.choices[0]?.logprobs?.content?.length, 6);
@@ -69,11 +75,24 @@ test('openai client: chat, streamed, with usage', async (t) => {
 
 test('openai client: completions, non-streamed and streamed, with logprobs', async (t) => {
   const openai = await client(t);
-  const res = await openai.completions.create({ model: 'logprobe-sim', prompt: 'The cache', max_tokens: 5, temperature: 0, logprobs: 3 });
+  const res = await openai.completions.create({
+    model: 'logprobe-sim',
+    prompt: 'The cache',
+    max_tokens: 5,
+    temperature: 0,
+    logprobs: 3,
+  });
   const choice = res.choices[0];
   assert.equal(choice?.logprobs?.tokens?.length, 5);
   assert.equal(choice?.logprobs?.top_logprobs?.[0] && Object.keys(choice.logprobs.top_logprobs[0]).length, 3);
-  const stream = await openai.completions.create({ model: 'logprobe-sim', prompt: 'The cache', max_tokens: 5, temperature: 0, logprobs: 3, stream: true });
+  const stream = await openai.completions.create({
+    model: 'logprobe-sim',
+    prompt: 'The cache',
+    max_tokens: 5,
+    temperature: 0,
+    logprobs: 3,
+    stream: true,
+  });
   let text = '';
   const lps: number[] = [];
   for await (const chunk of stream) {

@@ -28,8 +28,16 @@ test('bad requests are 400s in the OpenAI envelope naming the field', async (t) 
     ['/v1/chat/completions', { messages: [] }, 'messages'],
     ['/v1/chat/completions', { messages: [{ content: 'no role' }] }, 'messages[0]'],
     ['/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], top_logprobs: 3 }, 'top_logprobs'],
-    ['/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
-    ['/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: {} }] }] }, 'messages[0].content'],
+    [
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 21 },
+      'top_logprobs',
+    ],
+    [
+      '/v1/chat/completions',
+      { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: {} }] }] },
+      'messages[0].content',
+    ],
   ];
   for (const [path, body, param] of cases) {
     const res = await post(engine.url, path, body);
@@ -52,7 +60,10 @@ test('unknown paths are 404s, wrong methods 405s, in the envelope; /health and /
   const health = await fetch(`${engine.url}/health`);
   assert.equal(health.status, 200);
   assert.deepEqual(await health.json(), { status: 'ok' });
-  const models = (await (await fetch(`${engine.url}/v1/models`)).json()) as { object: string; data: Array<{ id: string }> };
+  const models = (await (await fetch(`${engine.url}/v1/models`)).json()) as {
+    object: string;
+    data: Array<{ id: string }>;
+  };
   assert.equal(models.object, 'list');
   assert.equal(models.data[0]?.id, 'my-sim');
   const done = await post(engine.url, '/v1/completions', { prompt: 'x', max_tokens: 1 });
@@ -65,7 +76,11 @@ test('every request is recorded in memory and, with requestLog, as one JSON line
   const file = join(dir, 'requests.jsonl');
   const engine = await startSim(t, {}, { requestLog: file, recordLimit: 3 });
   const raw = '{"prompt":"recorded", "max_tokens":2}';
-  await fetch(`${engine.url}/v1/completions?x=1`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer sk-test' }, body: raw });
+  await fetch(`${engine.url}/v1/completions?x=1`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-test' },
+    body: raw,
+  });
   await fetch(`${engine.url}/health`);
   assert.equal(engine.requests.length, 2);
   const first = engine.requests[0];
@@ -103,7 +118,9 @@ test('with concurrency 1, requests are served one at a time in arrival order', a
   assert.ok(Date.now() - t0 >= 170, `three 60 ms requests took ${Date.now() - t0} ms: not one at a time`);
   const parallel = await startSim(t, { seed: 1 }, { concurrency: 0, faults: 'slow:60' });
   const t1 = Date.now();
-  await Promise.all([0, 1, 2].map((i) => post(parallel.url, '/v1/completions', { prompt: `request ${i}`, max_tokens: 2 })));
+  await Promise.all(
+    [0, 1, 2].map((i) => post(parallel.url, '/v1/completions', { prompt: `request ${i}`, max_tokens: 2 })),
+  );
   assert.ok(Date.now() - t1 < 170, 'unlimited concurrency still queued');
 });
 
@@ -112,15 +129,19 @@ test('a client disconnect mid-stream stops generation and is counted', async (t)
   const aborted = new Promise<{ path: string }>((resolve) => engine.events.once('aborted', resolve));
   const chunks = await new Promise<number>((resolve, reject) => {
     const body = JSON.stringify({ prompt: 'forever', max_tokens: 5_000_000, stream: true, temperature: 0 });
-    const req = request(`${engine.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-      let n = 0;
-      res.on('data', () => {
-        if (++n === 3) {
-          req.destroy();
-          resolve(n);
-        }
-      });
-    });
+    const req = request(
+      `${engine.url}/v1/completions`,
+      { method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        let n = 0;
+        res.on('data', () => {
+          if (++n === 3) {
+            req.destroy();
+            resolve(n);
+          }
+        });
+      },
+    );
     req.on('error', () => {});
     req.end(body);
     setTimeout(() => reject(new Error('no data')), 5000);
@@ -141,7 +162,11 @@ test('a non-streamed request abandoned while queued never runs', async (t) => {
   const first = post(engine.url, '/v1/completions', { prompt: 'first', max_tokens: 1 });
   await new Promise((r) => setTimeout(r, 50));
   const controller = new AbortController();
-  const second = fetch(`${engine.url}/v1/completions`, { method: 'POST', body: '{"prompt":"second","max_tokens":1}', signal: controller.signal }).catch((e: Error) => e.name);
+  const second = fetch(`${engine.url}/v1/completions`, {
+    method: 'POST',
+    body: '{"prompt":"second","max_tokens":1}',
+    signal: controller.signal,
+  }).catch((e: Error) => e.name);
   await new Promise((r) => setTimeout(r, 50));
   controller.abort();
   assert.equal(await second, 'AbortError');

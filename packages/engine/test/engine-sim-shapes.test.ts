@@ -29,7 +29,11 @@ test("chat, non-streamed, logprobs with top_logprobs 2: the shape of OpenAI's ex
   assert.deepEqual(Object.keys(res.json.choices[0].logprobs), ['content', 'refusal']);
   const withoutRefusal = { ...res.json, choices: [{ ...res.json.choices[0], logprobs }] };
   assert.deepEqual(shape(withoutRefusal), shape(expected));
-  const content = res.json.choices[0].logprobs.content as Array<{ token: string; bytes: number[]; top_logprobs: unknown[] }>;
+  const content = res.json.choices[0].logprobs.content as Array<{
+    token: string;
+    bytes: number[];
+    top_logprobs: unknown[];
+  }>;
   assert.equal(content.length, res.json.usage.completion_tokens);
   for (const item of content) {
     assert.equal(item.top_logprobs.length, 2);
@@ -55,7 +59,9 @@ test('chat, streamed, logprobs without top_logprobs, include_usage: the chunks o
   const got = sseData(res.text);
   assert.equal(got.length, expected.length);
   assert.equal(got.at(-1), '[DONE]');
-  got.slice(0, -1).forEach((d, i) => assert.deepEqual(shape(JSON.parse(d)), shape(JSON.parse(expected[i] as string)), `chunk ${i}`));
+  got
+    .slice(0, -1)
+    .forEach((d, i) => assert.deepEqual(shape(JSON.parse(d)), shape(JSON.parse(expected[i] as string)), `chunk ${i}`));
   // Event framing: "data: …" then a blank line, exactly as recorded.
   assert.ok(res.text.endsWith('\n\ndata: [DONE]\n\n'));
   assert.equal(res.text.split('\n\n').length, raw.split('\n\n').length);
@@ -69,14 +75,20 @@ test('chat, streamed, logprobs without top_logprobs, include_usage: the chunks o
 test('completions, streamed, logprobs 5: one token per chunk, a trailing chunk with empty arrays, [DONE]', async (t) => {
   const engine = await startSim(t, { seed: 1 });
   const expected = sseData(fixture('openai_completions_stream_logprobs5.sse'));
-  const res = await postStream(engine.url, '/v1/completions', { prompt: 'Say this is a test', max_tokens: 16, logprobs: 5, temperature: 0 });
+  const res = await postStream(engine.url, '/v1/completions', {
+    prompt: 'Say this is a test',
+    max_tokens: 16,
+    logprobs: 5,
+    temperature: 0,
+  });
   const got = sseData(res.text);
   assert.equal(got.length, expected.length, 'token chunks, the trailing chunk, [DONE]');
   got.slice(0, -1).forEach((d, i) => {
     const mine = JSON.parse(d);
     const theirs = JSON.parse(expected[i] as string);
     // The top_logprobs dict is keyed by token text: compare everything else key by key.
-    const strip = (c: any): unknown => shape({ ...c, choices: c.choices.map((ch: any) => ({ ...ch, logprobs: { ...ch.logprobs, top_logprobs: [] } })) });
+    const strip = (c: any): unknown =>
+      shape({ ...c, choices: c.choices.map((ch: any) => ({ ...ch, logprobs: { ...ch.logprobs, top_logprobs: [] } })) });
     assert.deepEqual(strip(mine), strip(theirs), `chunk ${i}`);
   });
   const tokenChunks = res.chunks.slice(0, -1);
@@ -90,17 +102,32 @@ test('completions, streamed, logprobs 5: one token per chunk, a trailing chunk w
   });
   // As in the recording: the last token chunk and the trailing chunk both carry finish_reason.
   assert.equal(tokenChunks.at(-1).choices[0].finish_reason, 'length');
-  assert.deepEqual(res.chunks.at(-1).choices[0], { text: '', index: 0, logprobs: { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] }, finish_reason: 'length' });
+  assert.deepEqual(res.chunks.at(-1).choices[0], {
+    text: '',
+    index: 0,
+    logprobs: { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] },
+    finish_reason: 'length',
+  });
   // text_offset counts from the start of the prompt, as OpenAI's does.
   assert.equal(tokenChunks[0].choices[0].logprobs.text_offset[0], 'Say this is a test'.length);
 });
 
 test("completions, non-streamed: OpenAI's body with the streamed logprobs object", async (t) => {
   const engine = await startSim(t, { seed: 1 });
-  const res = await post(engine.url, '/v1/completions', { prompt: 'Say this is a test', max_tokens: 7, logprobs: 2, temperature: 0 });
+  const res = await post(engine.url, '/v1/completions', {
+    prompt: 'Say this is a test',
+    max_tokens: 7,
+    logprobs: 2,
+    temperature: 0,
+  });
   assert.deepEqual(Object.keys(res.json), ['id', 'object', 'created', 'model', 'choices', 'usage']);
   assert.deepEqual(Object.keys(res.json.choices[0]), ['text', 'index', 'logprobs', 'finish_reason']);
-  assert.deepEqual(Object.keys(res.json.choices[0].logprobs), ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset']);
+  assert.deepEqual(Object.keys(res.json.choices[0].logprobs), [
+    'tokens',
+    'token_logprobs',
+    'top_logprobs',
+    'text_offset',
+  ]);
   assert.deepEqual(Object.keys(res.json.usage), ['prompt_tokens', 'completion_tokens', 'total_tokens']);
   assert.equal(res.json.object, 'text_completion');
   assert.match(res.json.id, /^cmpl-/);
@@ -108,11 +135,17 @@ test("completions, non-streamed: OpenAI's body with the streamed logprobs object
 
 test('without logprobs, every logprobs field is null', async (t) => {
   const engine = await startSim(t, { seed: 1 });
-  const chat = await post(engine.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 3 });
+  const chat = await post(engine.url, '/v1/chat/completions', {
+    messages: [{ role: 'user', content: 'x' }],
+    max_tokens: 3,
+  });
   assert.equal(chat.json.choices[0].logprobs, null);
   const comp = await post(engine.url, '/v1/completions', { prompt: 'x', max_tokens: 3 });
   assert.equal(comp.json.choices[0].logprobs, null);
-  const stream = await postStream(engine.url, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 3 });
+  const stream = await postStream(engine.url, '/v1/chat/completions', {
+    messages: [{ role: 'user', content: 'x' }],
+    max_tokens: 3,
+  });
   assert.ok(stream.chunks.every((c) => c.choices[0].logprobs === null));
 });
 
@@ -120,7 +153,12 @@ test('a digit token among the alternatives stays after the chosen token in the r
   const engine = await startSim(t, { seed: 1 });
   // JavaScript objects list integer-like keys first; the engine must not.
   for (let i = 0; i < 40; i++) {
-    const res = await post(engine.url, '/v1/completions', { prompt: `Count ${i}:`, max_tokens: 8, logprobs: 20, temperature: 0 });
+    const res = await post(engine.url, '/v1/completions', {
+      prompt: `Count ${i}:`,
+      max_tokens: 8,
+      logprobs: 20,
+      temperature: 0,
+    });
     const tokens = res.json.choices[0].logprobs.tokens as string[];
     const dicts = rawTopDicts(res.text);
     dicts.forEach((d, k) => assert.equal(d[0]?.[0], tokens[k]));

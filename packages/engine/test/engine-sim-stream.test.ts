@@ -53,7 +53,12 @@ test('a completions stream assembles to the same text, tokens, logprobs and offs
 test('max_tokens stops with finish_reason length and usage counts the tokens', async (t) => {
   const engine = await startSim(t, { seed: 2 });
   for (const max of [1, 5, 17]) {
-    const res = await post(engine.url, '/v1/completions', { prompt: 'The state of the cache', max_tokens: max, temperature: 0, logprobs: 0 });
+    const res = await post(engine.url, '/v1/completions', {
+      prompt: 'The state of the cache',
+      max_tokens: max,
+      temperature: 0,
+      logprobs: 0,
+    });
     assert.equal(res.json.choices[0].finish_reason, 'length');
     assert.equal(res.json.choices[0].logprobs.tokens.length, max);
     assert.deepEqual(res.json.usage, { prompt_tokens: 5, completion_tokens: max, total_tokens: 5 + max });
@@ -77,7 +82,9 @@ test('stop strings end the text before the stop, with finish_reason stop, stream
   const cut = text.indexOf(stop);
   for (const stream of [false, true]) {
     const body = { ...base, stop: ['never-appears', stop] };
-    const res = stream ? await postStream(engine.url, '/v1/completions', body) : await post(engine.url, '/v1/completions', body);
+    const res = stream
+      ? await postStream(engine.url, '/v1/completions', body)
+      : await post(engine.url, '/v1/completions', body);
     const chunks = 'chunks' in res ? res.chunks : [res.json];
     const got = chunks.map((c: any) => c.choices[0]?.text ?? '').join('');
     assert.equal(got, text.slice(0, cut), `stream=${stream}`);
@@ -108,7 +115,13 @@ test('include_usage adds a usage chunk with no choices before [DONE]; without it
 
 test('echo returns the prompt with prompt logprobs, the first one null', async (t) => {
   const engine = await startSim(t, { seed: 2 });
-  const res = await post(engine.url, '/v1/completions', { prompt: 'The artificial layer', max_tokens: 3, temperature: 0, logprobs: 2, echo: true });
+  const res = await post(engine.url, '/v1/completions', {
+    prompt: 'The artificial layer',
+    max_tokens: 3,
+    temperature: 0,
+    logprobs: 2,
+    echo: true,
+  });
   const lp = res.json.choices[0].logprobs;
   assert.ok(res.json.choices[0].text.startsWith('The artificial layer'));
   assert.deepEqual(lp.tokens.slice(0, 3), ['The', ' artificial', ' layer']);
@@ -117,7 +130,12 @@ test('echo returns the prompt with prompt logprobs, the first one null', async (
   assert.ok(lp.token_logprobs[1] < 0);
   assert.deepEqual(lp.text_offset.slice(0, 4), [0, 3, 14, 20]);
   assert.equal(lp.tokens.length, 6);
-  const plain = await post(engine.url, '/v1/completions', { prompt: 'The artificial layer', max_tokens: 3, echo: true, temperature: 0 });
+  const plain = await post(engine.url, '/v1/completions', {
+    prompt: 'The artificial layer',
+    max_tokens: 3,
+    echo: true,
+    temperature: 0,
+  });
   assert.equal(plain.json.choices[0].text, res.json.choices[0].text);
 });
 
@@ -142,9 +160,18 @@ test('temperature > 0 samples: reproducible with a seed, varied without; greedy 
 
 test('completions accept token-id prompts and arrays of prompts (the first is answered)', async (t) => {
   const engine = await startSim(t, { seed: 2 });
-  const text = await post(engine.url, '/v1/completions', { prompt: 'The cache', max_tokens: 5, temperature: 0, logprobs: 1 });
+  const text = await post(engine.url, '/v1/completions', {
+    prompt: 'The cache',
+    max_tokens: 5,
+    temperature: 0,
+    logprobs: 1,
+  });
   const ids = await post(engine.url, '/v1/completions', { prompt: [85, 305], max_tokens: 5, temperature: 0 });
-  const list = await post(engine.url, '/v1/completions', { prompt: ['The cache', 'other'], max_tokens: 5, temperature: 0 });
+  const list = await post(engine.url, '/v1/completions', {
+    prompt: ['The cache', 'other'],
+    max_tokens: 5,
+    temperature: 0,
+  });
   assert.equal(list.json.choices[0].text, text.json.choices[0].text);
   assert.equal(ids.status, 200);
   assert.equal(ids.json.usage.prompt_tokens, 2);

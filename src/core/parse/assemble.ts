@@ -46,7 +46,8 @@ class Accumulator {
       return false;
     }
     if (typeof chunk.model === 'string' && this.model === undefined) this.model = chunk.model;
-    if (typeof chunk.system_fingerprint === 'string' && this.fingerprint === undefined) this.fingerprint = chunk.system_fingerprint;
+    if (typeof chunk.system_fingerprint === 'string' && this.fingerprint === undefined)
+      this.fingerprint = chunk.system_fingerprint;
     if (Array.isArray(chunk.choices)) this.addChoices(chunk, chunk.choices);
     else if (isObject(chunk.meta_info)) this.addSglang(chunk, chunk.meta_info);
     else if (Array.isArray(chunk.completion_probabilities)) this.addLlamaNative(chunk, chunk.completion_probabilities);
@@ -56,7 +57,9 @@ class Accumulator {
   private addChoices(chunk: JsonObject, choices: unknown[]): void {
     this.sawResponse = true;
     if (choices.length > 1) this.flags.add('multipleChoices');
-    const choice = choices.find((c) => isObject(c) && (c.index === 0 || c.index === undefined)) ?? (this.stream ? undefined : choices[0]);
+    const choice =
+      choices.find((c) => isObject(c) && (c.index === 0 || c.index === undefined)) ??
+      (this.stream ? undefined : choices[0]);
     if (!isObject(choice)) return;
     if (this.kind === null) {
       const object = typeof chunk.object === 'string' ? chunk.object : '';
@@ -158,7 +161,8 @@ class Accumulator {
 
 /** The message of an error envelope (OpenAI/vLLM nested, SGLang flat), else `undefined`. */
 function errorMessage(chunk: JsonObject): string | undefined {
-  if (isObject(chunk.error)) return typeof chunk.error.message === 'string' ? chunk.error.message : JSON.stringify(chunk.error);
+  if (isObject(chunk.error))
+    return typeof chunk.error.message === 'string' ? chunk.error.message : JSON.stringify(chunk.error);
   if (typeof chunk.error === 'string') return chunk.error;
   if (chunk.object === 'error') return typeof chunk.message === 'string' ? chunk.message : 'unknown error';
   return undefined;

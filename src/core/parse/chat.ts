@@ -1,5 +1,15 @@
 import type { TokenStep, TopEntry } from '../types.js';
-import { addFlag, finishTop, isObject, newStep, placeholderId, readBytes, readId, topValue, wireText } from './values.js';
+import {
+  addFlag,
+  finishTop,
+  isObject,
+  newStep,
+  placeholderId,
+  readBytes,
+  readId,
+  topValue,
+  wireText,
+} from './values.js';
 
 /**
  * Chat-shaped logprob items → steps. The same item shape serves OpenAI/vLLM/SGLang chat

@@ -37,7 +37,8 @@ function parseText(text: string): ParsedResponse {
   if (text.trim() === '') return failed('empty body');
   if (looksLikeSse(text)) {
     const list = sseChunks(text);
-    if (list.chunks.length === 0) return failed(list.bad > 0 ? 'SSE stream without JSON events' : 'SSE stream without events');
+    if (list.chunks.length === 0)
+      return failed(list.bad > 0 ? 'SSE stream without JSON events' : 'SSE stream without events');
     return assemble(list.chunks, true);
   }
   let value: unknown;

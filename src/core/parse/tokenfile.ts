@@ -65,7 +65,11 @@ function tokenSequences(o: Record<string, unknown>, index: number): TokenSequenc
   if (lp.length > 0 && Array.isArray(lp[0])) {
     // Columnar batch: every per-position field a list of lists, `id` a list (or absent).
     const out: TokenSequence[] = [];
-    const ids = Array.isArray(o.id) ? o.id : Array.isArray(o.ids) && !Array.isArray((o.ids as unknown[])[0]) ? o.ids : null;
+    const ids = Array.isArray(o.id)
+      ? o.id
+      : Array.isArray(o.ids) && !Array.isArray((o.ids as unknown[])[0])
+        ? o.ids
+        : null;
     for (let b = 0; b < lp.length; b++) {
       const row: Record<string, unknown> = {};
       for (const [k, v] of Object.entries(o)) if (Array.isArray(v) && k !== 'id') row[k] = v[b];
@@ -78,7 +82,11 @@ function tokenSequences(o: Record<string, unknown>, index: number): TokenSequenc
   }
   const idList = pick(o, ID_KEYS);
   const textList = pick(o, TEXT_KEYS);
-  const ids = Array.isArray(idList) ? idList : Array.isArray(textList) && textList.every((t) => typeof t === 'number') ? textList : null;
+  const ids = Array.isArray(idList)
+    ? idList
+    : Array.isArray(textList) && textList.every((t) => typeof t === 'number')
+      ? textList
+      : null;
   const texts = Array.isArray(textList) && textList.some((t) => typeof t === 'string') ? textList : null;
   const n = lp.length;
   if (ids && ids.length !== n) return `token_ids has ${ids.length} entries and logprobs ${n}`;
@@ -93,14 +101,22 @@ function tokenSequences(o: Record<string, unknown>, index: number): TokenSequenc
   for (let i = 0; i < n; i++) {
     if (Array.isArray(mask) && !mask[i]) continue;
     const id = ids ? readId(ids[i]) : undefined;
-    const text = texts && typeof texts[i] === 'string' ? (texts[i] as string) : id !== undefined ? `token_id:${id}` : '';
+    const text =
+      texts && typeof texts[i] === 'string' ? (texts[i] as string) : id !== undefined ? `token_id:${id}` : '';
     const step = newStep(text, lp[i]);
     // The ids are the file's own: a `token_id:N` text is a placeholder for them, not a vLLM flag.
     if (id !== undefined) step.id = id;
     else delete step.id;
     if (step.flags) step.flags = step.flags.filter((f) => f !== 'tokenIdPlaceholder');
     if (step.flags?.length === 0) delete step.flags;
-    if (tops) readTop(step, tops[i], Array.isArray(topIds) ? topIds[i] : undefined, Array.isArray(topTexts) ? topTexts[i] : undefined, ids !== null && texts === null);
+    if (tops)
+      readTop(
+        step,
+        tops[i],
+        Array.isArray(topIds) ? topIds[i] : undefined,
+        Array.isArray(topTexts) ? topTexts[i] : undefined,
+        ids !== null && texts === null,
+      );
     steps.push(step);
   }
   const seq: TokenSequence = { steps, source: 'tokens' };
@@ -126,8 +142,19 @@ function readTop(step: TokenStep, raw: unknown, rawIds: unknown, rawTexts: unkno
   const entries: TopEntry[] = [];
   const ids: Array<number | undefined> = [];
   const push = (key: unknown, value: unknown, id?: unknown) => {
-    const asId = readId(id) ?? (typeof key === 'number' ? readId(key) : idsOnly && typeof key === 'string' && DIGITS.test(key) ? readId(Number(key)) : undefined);
-    const text = typeof key === 'string' && !(idsOnly && DIGITS.test(key) && id === undefined) ? key : asId !== undefined ? `token_id:${asId}` : String(key ?? '');
+    const asId =
+      readId(id) ??
+      (typeof key === 'number'
+        ? readId(key)
+        : idsOnly && typeof key === 'string' && DIGITS.test(key)
+          ? readId(Number(key))
+          : undefined);
+    const text =
+      typeof key === 'string' && !(idsOnly && DIGITS.test(key) && id === undefined)
+        ? key
+        : asId !== undefined
+          ? `token_id:${asId}`
+          : String(key ?? '');
     const v = isObject(value) ? value.logprob : value;
     entries.push([text, topValue(step, v)]);
     ids.push(asId);
@@ -135,7 +162,12 @@ function readTop(step: TokenStep, raw: unknown, rawIds: unknown, rawTexts: unkno
   if (Array.isArray(raw)) {
     for (let j = 0; j < raw.length; j++) {
       const e: unknown = raw[j];
-      if (typeof e === 'number' || e === null) push(Array.isArray(rawTexts) ? rawTexts[j] : Array.isArray(rawIds) ? Number(rawIds[j]) : j, e, Array.isArray(rawIds) ? rawIds[j] : undefined);
+      if (typeof e === 'number' || e === null)
+        push(
+          Array.isArray(rawTexts) ? rawTexts[j] : Array.isArray(rawIds) ? Number(rawIds[j]) : j,
+          e,
+          Array.isArray(rawIds) ? rawIds[j] : undefined,
+        );
       else if (Array.isArray(e)) push(e[0], e[1]);
       else if (isObject(e)) push(e.token ?? e.decoded_token ?? e.text, e.logprob, e.token_id ?? e.id);
     }
@@ -164,9 +196,14 @@ function promptLogprobSteps(list: unknown[], promptIds: unknown): TokenSequence 
     if (isObject(entry)) {
       for (const [k, v] of Object.entries(entry)) {
         const altId = DIGITS.test(k) ? readId(Number(k)) : undefined;
-        if (altId === undefined) return `prompt_logprobs[${i}]: key ${JSON.stringify(k.slice(0, 40))} is not a token id`;
+        if (altId === undefined)
+          return `prompt_logprobs[${i}]: key ${JSON.stringify(k.slice(0, 40))} is not a token id`;
         const o = isObject(v) ? v : { logprob: v };
-        alts.push({ id: altId, text: typeof o.decoded_token === 'string' ? o.decoded_token : `token_id:${k}`, logprob: o.logprob });
+        alts.push({
+          id: altId,
+          text: typeof o.decoded_token === 'string' ? o.decoded_token : `token_id:${k}`,
+          logprob: o.logprob,
+        });
       }
     } else if (entry !== null && entry !== undefined) {
       return `prompt_logprobs[${i}]: expected an object keyed by token id, got ${Array.isArray(entry) ? 'a list' : typeof entry}`;
@@ -217,15 +254,18 @@ export function engineSequence(body: unknown): TokenSequence | string {
   if (isObject(body)) {
     const choice = Array.isArray(body.choices) && isObject(body.choices[0]) ? body.choices[0] : null;
     const pl = choice?.prompt_logprobs ?? body.prompt_logprobs;
-    if (Array.isArray(pl) && pl.length > 1) return promptLogprobSteps(pl, choice?.prompt_token_ids ?? body.prompt_token_ids);
+    if (Array.isArray(pl) && pl.length > 1)
+      return promptLogprobSteps(pl, choice?.prompt_token_ids ?? body.prompt_token_ids);
     const meta = isObject(body.meta_info) ? body.meta_info : null;
-    if (meta && Array.isArray(meta.input_token_logprobs) && meta.input_token_logprobs.length > 1) return inputTokenSteps(meta);
+    if (meta && Array.isArray(meta.input_token_logprobs) && meta.input_token_logprobs.length > 1)
+      return inputTokenSteps(meta);
   }
   const parsed = parseResponse(body);
   if (parsed.steps.length === 0) return parsed.error ?? 'no logprobs';
   const steps = parsed.steps.map((s) => ({ ...s }));
   // vLLM/SGLang `return_token_ids`: the generated ids beside the steps.
-  const listed = isObject(body) && Array.isArray(body.choices) && isObject(body.choices[0]) ? body.choices[0].token_ids : undefined;
+  const listed =
+    isObject(body) && Array.isArray(body.choices) && isObject(body.choices[0]) ? body.choices[0].token_ids : undefined;
   if (Array.isArray(listed) && listed.length === steps.length) steps.forEach((s, i) => (s.id ??= readId(listed[i])));
   return { steps, source: 'response' };
 }
@@ -249,7 +289,8 @@ function fromValue(v: unknown, where: string, out: SequenceFile): void {
     return;
   }
   const e = engineSequence(v);
-  if (typeof e === 'string') out.problems.push(`${where}: neither a token-logprob sequence nor a response with logprobs (${e})`);
+  if (typeof e === 'string')
+    out.problems.push(`${where}: neither a token-logprob sequence nor a response with logprobs (${e})`);
   else {
     const id = isObject(v) && (typeof v.id === 'string' || typeof v.id === 'number') ? String(v.id) : undefined;
     out.sequences.push(id !== undefined && e.source !== 'response' ? { ...e, id } : e);

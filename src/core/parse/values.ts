@@ -103,7 +103,8 @@ export function finishTop(step: TokenStep, entries: TopEntry[], ids: Array<numbe
   // By text as well as by id: texts are what collide when a side is matched by string.
   for (let a = 1; a < n; a++) {
     for (let b = 0; b < a; b++) {
-      const same = step.top[a]![0] === step.top[b]![0] || (step.topIds !== undefined && step.topIds[a] === step.topIds[b]);
+      const same =
+        step.top[a]![0] === step.top[b]![0] || (step.topIds !== undefined && step.topIds[a] === step.topIds[b]);
       if (same) {
         addFlag(step, 'duplicateTopKeys');
         return;

@@ -56,9 +56,14 @@ function validPrefix(bytes: Uint8Array): string {
 }
 
 /** The `n` most likely tokens, beyond the ones a distribution lists when `n` asks for more. */
-export function llamaTop(d: NextTokenDistribution, n: number, vocabSize: number): Array<{ id: number; logprob: number }> {
+export function llamaTop(
+  d: NextTokenDistribution,
+  n: number,
+  vocabSize: number,
+): Array<{ id: number; logprob: number }> {
   const k = Math.min(n, vocabSize);
-  if (k <= d.ids.length) return Array.from({ length: k }, (_, i) => ({ id: d.ids[i] as number, logprob: d.logprobs[i] as number }));
+  if (k <= d.ids.length)
+    return Array.from({ length: k }, (_, i) => ({ id: d.ids[i] as number, logprob: d.logprobs[i] as number }));
   const all = Array.from({ length: vocabSize }, (_, id) => ({ id, logprob: d.logprobOf(id) }));
   all.sort((a, b) => b.logprob - a.logprob || a.id - b.id);
   return all.slice(0, k);
@@ -77,7 +82,13 @@ export interface ChainSettings {
  * surviving candidates, most likely first; at temperature ≤ 0 the greedy pick has 1, the rest 0
  * (fixture v1_completions_post_sampling_probs.json).
  */
-export function postSamplingProbs(d: NextTokenDistribution, chosen: number, s: ChainSettings, n: number, vocabSize: number): Array<{ id: number; p: number }> {
+export function postSamplingProbs(
+  d: NextTokenDistribution,
+  chosen: number,
+  s: ChainSettings,
+  n: number,
+  vocabSize: number,
+): Array<{ id: number; p: number }> {
   let cand = llamaTop(d, s.topK > 0 ? s.topK : vocabSize, vocabSize).filter((e) => e.logprob > -Infinity);
   if (s.topP < 1) {
     const total = cand.reduce((a, e) => a + Math.exp(e.logprob), 0);
@@ -106,7 +117,13 @@ export function postSamplingProbs(d: NextTokenDistribution, chosen: number, s: C
 }
 
 /** One token's probability item. */
-export function llamaItem(t: LlamaTokens, step: Pick<TokenStep, 'id' | 'logprob'> & { dist?: NextTokenDistribution }, n: number, vocabSize: number, post: ChainSettings | null): string {
+export function llamaItem(
+  t: LlamaTokens,
+  step: Pick<TokenStep, 'id' | 'logprob'> & { dist?: NextTokenDistribution },
+  n: number,
+  vocabSize: number,
+  post: ChainSettings | null,
+): string {
   const d = step.dist;
   if (!d) return `{${t.fields(step.id)},"logprob":${llamaLp(step.logprob)},"top_logprobs":[]}`;
   if (post) {

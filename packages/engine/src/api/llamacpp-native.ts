@@ -24,7 +24,11 @@ export function llamaPrompt(ctx: RouteContext, body: Body): number[] {
   if (typeof v === 'string') return textCells(ctx.model, v, true, true);
   if (Array.isArray(v) && v.every((x) => typeof x === 'number' && Number.isInteger(x))) {
     const bad = v.find((x) => (x as number) < 0 || (x as number) >= ctx.model.vocabSize);
-    if (bad !== undefined) throw badRequest(`invalid token id ${String(bad)} in the prompt (vocabulary of ${ctx.model.vocabSize})`, 'prompt');
+    if (bad !== undefined)
+      throw badRequest(
+        `invalid token id ${String(bad)} in the prompt (vocabulary of ${ctx.model.vocabSize})`,
+        'prompt',
+      );
     return v as number[];
   }
   throw badRequest('"prompt" must be a string or an array of token ids', 'prompt');
@@ -71,7 +75,9 @@ export async function serveNativeCompletion(ctx: RouteContext): Promise<void> {
   if (!p.stream) {
     const run = await runLlama(ctx, cells, p);
     const content = run.steps.map((s) => s.text).join('');
-    sendJson(ctx.res, 200, finalJson(ctx, p, run, content, withProbs ? items(ctx, t, p, run.steps) : null), { 'content-type': 'application/json; charset=utf-8' });
+    sendJson(ctx.res, 200, finalJson(ctx, p, run, content, withProbs ? items(ctx, t, p, run.steps) : null), {
+      'content-type': 'application/json; charset=utf-8',
+    });
     return;
   }
   const sse = new SseWriter(ctx.res, ctx.signal);
@@ -81,7 +87,9 @@ export async function serveNativeCompletion(ctx: RouteContext): Promise<void> {
     for (const s of steps) {
       predicted++;
       const probs = withProbs ? `,"completion_probabilities":[${items(ctx, t, p, [s])}]` : '';
-      await sse.send(`{"index":0,"content":${JSON.stringify(s.text)},"tokens":[${s.id}],"stop":false,"id_slot":-1,"tokens_predicted":${predicted},"tokens_evaluated":${cells.length}${probs}}`);
+      await sse.send(
+        `{"index":0,"content":${JSON.stringify(s.text)},"tokens":[${s.id}],"stop":false,"id_slot":-1,"tokens_predicted":${predicted},"tokens_evaluated":${cells.length}${probs}}`,
+      );
     }
   });
   // The native stream ends with the final object; there is no [DONE] (fixture completion_n_probs5_stream.sse).

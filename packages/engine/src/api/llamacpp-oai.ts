@@ -40,7 +40,8 @@ function logprobsOf(ctx: RouteContext, t: LlamaTokens, p: LlamaParams, steps: re
 export async function serveLlamaCompletions(ctx: RouteContext): Promise<void> {
   const body = parseJsonBody(ctx.raw);
   // oaicompat_completion_params_parse: any of these keys is refused, whatever its value (b4748).
-  for (const param of ['best_of', 'echo', 'suffix']) if (param in body) throw serverError(`Unsupported param: ${param}`);
+  for (const param of ['best_of', 'echo', 'suffix'])
+    if (param in body) throw serverError(`Unsupported param: ${param}`);
   const n = num(body, 'n', { integer: true });
   if (n !== undefined && n !== 1) throw serverError('Only one completion choice is allowed');
   // "Use OpenAI API logprobs only if n_probs wasn't provided".
@@ -67,7 +68,9 @@ export async function serveLlamaCompletions(ctx: RouteContext): Promise<void> {
   const run = await runLlama(ctx, cells, p, async (steps) => {
     for (const s of steps) {
       const lp = withProbs ? logprobsOf(ctx, t, p, [s]) : 'null';
-      await sse.send(`{"choices":[{"text":${JSON.stringify(s.text)},"index":0,"logprobs":${lp},"finish_reason":null}],${head},"object":"text_completion","id":${JSON.stringify(ctx.meta.id)}}`);
+      await sse.send(
+        `{"choices":[{"text":${JSON.stringify(s.text)},"index":0,"logprobs":${lp},"finish_reason":null}],${head},"object":"text_completion","id":${JSON.stringify(ctx.meta.id)}}`,
+      );
     }
   });
   // The last chunk carries usage and timings without stream_options (fixture v1_completions_logprobs5_stream.sse).
@@ -85,7 +88,10 @@ export async function serveLlamaChat(ctx: RouteContext): Promise<void> {
   const top = num(body, 'top_logprobs', { integer: true, min: 0 });
   // oaicompat_chat_params_parse: logprobs → n_probs = top_logprobs (default 20); top_logprobs 0 → no logprobs at all.
   if (!logprobs && top !== undefined) throw serverError('top_logprobs requires logprobs to be set to true');
-  const p = llamaParams(body, { nPredict: num(body, 'max_tokens', { integer: true }) ?? num(body, 'max_completion_tokens', { integer: true }), nProbs: logprobs ? (top ?? 20) : 0 });
+  const p = llamaParams(body, {
+    nPredict: num(body, 'max_tokens', { integer: true }) ?? num(body, 'max_completion_tokens', { integer: true }),
+    nProbs: logprobs ? (top ?? 20) : 0,
+  });
   const cells = textCells(ctx.model, applyChatTemplate(messages), true, true);
   const t = new LlamaTokens(ctx.model);
   const withProbs = p.nProbs > 0 && !ctx.faults.nologprobs;
@@ -111,9 +117,13 @@ export async function serveLlamaChat(ctx: RouteContext): Promise<void> {
   const run = await runLlama(ctx, cells, p, async (steps) => {
     for (const s of steps) {
       const lp = withProbs ? `,"logprobs":${logprobsOf(ctx, t, p, [s])}` : '';
-      await sse.send(`{"choices":[{"finish_reason":null,"index":0,"delta":{"content":${JSON.stringify(s.text)}}${lp}}],${chunkTail()}}`);
+      await sse.send(
+        `{"choices":[{"finish_reason":null,"index":0,"delta":{"content":${JSON.stringify(s.text)}}${lp}}],${chunkTail()}}`,
+      );
     }
   });
-  await sse.send(`{"choices":[{"finish_reason":${finish(run)},"index":0,"delta":{}}],${chunkTail()},"usage":${usage(run)},"timings":${timingsJson(run.timings)}}`);
+  await sse.send(
+    `{"choices":[{"finish_reason":${finish(run)},"index":0,"delta":{}}],${chunkTail()},"usage":${usage(run)},"timings":${timingsJson(run.timings)}}`,
+  );
   sse.done();
 }

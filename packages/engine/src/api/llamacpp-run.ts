@@ -22,11 +22,15 @@ export interface LlamaParams extends SettingsEcho {
 }
 
 /** Reads llama-server's fields; `nPredictField` is `max_tokens` on the OpenAI routes. */
-export function llamaParams(body: Body, o: { nPredict?: number | undefined; nProbs?: number | undefined; stream?: boolean } = {}): LlamaParams {
+export function llamaParams(
+  body: Body,
+  o: { nPredict?: number | undefined; nProbs?: number | undefined; stream?: boolean } = {},
+): LlamaParams {
   const seed = num(body, 'seed', { integer: true });
   const userSeed = seed === undefined || seed < 0 || seed === DEFAULT_SEED ? null : seed;
   return {
-    nPredict: o.nPredict ?? num(body, 'n_predict', { integer: true }) ?? num(body, 'max_tokens', { integer: true }) ?? -1,
+    nPredict:
+      o.nPredict ?? num(body, 'n_predict', { integer: true }) ?? num(body, 'max_tokens', { integer: true }) ?? -1,
     // llama-server's defaults: --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05.
     temperature: num(body, 'temperature') ?? 0.8,
     topK: num(body, 'top_k', { integer: true }) ?? 40,
@@ -81,13 +85,21 @@ function timed(seq: ModelSequence, at: { firstMs: number }): ModelSequence {
  * reading and keeping the slot's prefix unless `cache_prompt` is false, which empties it.
  * `emit` sees tokens as they are final (for streams).
  */
-export async function runLlama(ctx: RouteContext, cells: readonly number[], p: LlamaParams, emit?: (steps: TokenStep[]) => Promise<void> | void): Promise<LlamaRun> {
+export async function runLlama(
+  ctx: RouteContext,
+  cells: readonly number[],
+  p: LlamaParams,
+  emit?: (steps: TokenStep[]) => Promise<void> | void,
+): Promise<LlamaRun> {
   if (cells.length === 0) throw badRequest('empty prompt', 'prompt');
   const use = ctx.server.prefixCache && p.cachePrompt;
   // b4748 checks the limit after sampling, so n_predict 0 still yields one token
   // (fixture completion_token_ids_n_predict0.json: "tokens_predicted":1).
   const limit = p.nPredict < 0 ? Infinity : Math.max(1, p.nPredict);
-  const { seq: inner, maxTokens } = await startSequence(ctx, cells, Math.min(limit, ctx.maxContext), { addBos: false, cache: use ? { read: true, write: true } : undefined });
+  const { seq: inner, maxTokens } = await startSequence(ctx, cells, Math.min(limit, ctx.maxContext), {
+    addBos: false,
+    cache: use ? { read: true, write: true } : undefined,
+  });
   const at = { firstMs: -1 };
   const seq = timed(inner, at);
   const t0 = performance.now();
@@ -120,14 +132,23 @@ export async function runLlama(ctx: RouteContext, cells: readonly number[], p: L
       },
     });
     const total = performance.now() - t0;
-    const state = inner.cacheState?.() ?? { cells: cells.length, reused: 0, held: cells.length + Math.max(0, steps.length - 1) };
+    const state = inner.cacheState?.() ?? {
+      cells: cells.length,
+      reused: 0,
+      held: cells.length + Math.max(0, steps.length - 1),
+    };
     const promptMs = Math.max(0, at.firstMs);
     const predicted = result.completionTokens + (result.eos ? 1 : 0);
     return {
       cells,
       steps,
       result,
-      timings: { promptN: cells.length - state.reused, promptMs, predictedN: predicted, predictedMs: Math.max(0, total - promptMs) },
+      timings: {
+        promptN: cells.length - state.reused,
+        promptMs,
+        predictedN: predicted,
+        predictedMs: Math.max(0, total - promptMs),
+      },
       held: state.held,
       predicted,
     };

@@ -20,7 +20,12 @@ function tokenize(ctx: RouteContext): void {
   const body = parseJsonBody(ctx.raw);
   if (typeof body.content !== 'string') throw badRequest('"content" must be a string');
   const { model } = ctx;
-  const tokens = textCells(model, body.content, bool(body, 'add_special') ?? false, bool(body, 'parse_special') ?? true);
+  const tokens = textCells(
+    model,
+    body.content,
+    bool(body, 'add_special') ?? false,
+    bool(body, 'parse_special') ?? true,
+  );
   if (!(bool(body, 'with_pieces') ?? false)) {
     sendJson(ctx.res, 200, JSON.stringify({ tokens }), JSON_UTF8);
     return;
@@ -41,13 +46,20 @@ function tokenize(ctx: RouteContext): void {
 /** `{tokens}` → `{content}` (special tokens spelled out, as `tokens_to_str`). */
 function detokenize(ctx: RouteContext): void {
   const body = parseJsonBody(ctx.raw);
-  sendJson(ctx.res, 200, JSON.stringify({ content: decodeWithSpecials(ctx.model, tokenIdList(body, 'tokens', ctx.model.vocabSize)) }), JSON_UTF8);
+  sendJson(
+    ctx.res,
+    200,
+    JSON.stringify({ content: decodeWithSpecials(ctx.model, tokenIdList(body, 'tokens', ctx.model.vocabSize)) }),
+    JSON_UTF8,
+  );
 }
 
 /** `{messages}` → `{prompt}`: the chat template applied, as chat would (then `/tokenize` with `add_special: true` gives chat's ids). */
 function applyTemplate(ctx: RouteContext): void {
   const body = parseJsonBody(ctx.raw);
-  const prompt = applyChatTemplate(parseMessages(body), { addGenerationPrompt: bool(body, 'add_generation_prompt') ?? true });
+  const prompt = applyChatTemplate(parseMessages(body), {
+    addGenerationPrompt: bool(body, 'add_generation_prompt') ?? true,
+  });
   sendJson(ctx.res, 200, JSON.stringify({ prompt }), JSON_UTF8);
 }
 
@@ -55,7 +67,18 @@ function applyTemplate(ctx: RouteContext): void {
 function props(ctx: RouteContext): void {
   const { model } = ctx;
   const special = (id: number | null | undefined): string => (typeof id === 'number' ? model.tokenText(id) : '');
-  const params = generationSettings({ nPredict: -1, seed: 4294967295, temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, stop: [], stream: true, nProbs: 0, postSampling: false });
+  const params = generationSettings({
+    nPredict: -1,
+    seed: 4294967295,
+    temperature: 0.8,
+    topK: 40,
+    topP: 0.95,
+    minP: 0.05,
+    stop: [],
+    stream: true,
+    nProbs: 0,
+    postSampling: false,
+  });
   sendJson(
     ctx.res,
     200,
@@ -87,11 +110,15 @@ function props(ctx: RouteContext): void {
  * action); erasing waits for a busy slot, then drops its cache.
  */
 async function slotAction(ctx: RouteContext): Promise<void> {
-  if (ctx.server.slotSavePath === null) throw new EngineHttpError(501, 'This server does not support slots action. Start it with `--slot-save-path`');
+  if (ctx.server.slotSavePath === null)
+    throw new EngineHttpError(501, 'This server does not support slots action. Start it with `--slot-save-path`');
   const id = Number(ctx.path.slice('/slots/'.length));
   const action = ctx.query.get('action');
   if (id !== 0) throw badRequest('Invalid slot ID');
-  if (action !== 'erase') throw action === 'save' || action === 'restore' ? new EngineHttpError(501, `slot ${action} is not supported by this engine`) : badRequest('Invalid action');
+  if (action !== 'erase')
+    throw action === 'save' || action === 'restore'
+      ? new EngineHttpError(501, `slot ${action} is not supported by this engine`)
+      : badRequest('Invalid action');
   const release = await ctx.server.queue.acquire(ctx.signal);
   try {
     const n = (await ctx.model.flushCache?.()) ?? 0;

@@ -125,7 +125,16 @@ const PROFILES: Record<EngineApi, ApiProfile> = {
     verbatimIds: true,
     notFound: fastApi404,
     wrongMethod: fastApi405,
-    errorBody: (err) => raw(err) ?? JSON.stringify({ error: { message: err.message, type: VLLM_TYPES[err.status] ?? 'BadRequestError', param: err.param, code: err.status } }),
+    errorBody: (err) =>
+      raw(err) ??
+      JSON.stringify({
+        error: {
+          message: err.message,
+          type: VLLM_TYPES[err.status] ?? 'BadRequestError',
+          param: err.param,
+          code: err.status,
+        },
+      }),
     // vLLM's /health is an empty 200.
     health: { body: '', contentType: 'application/json' },
   },
@@ -141,7 +150,13 @@ const PROFILES: Record<EngineApi, ApiProfile> = {
       raw(err) ??
       (SGLANG_NATIVE.has(path)
         ? JSON.stringify({ error: { message: err.message } })
-        : JSON.stringify({ object: 'error', message: err.message, type: VLLM_TYPES[err.status] ?? 'BadRequestError', param: err.param, code: err.status })),
+        : JSON.stringify({
+            object: 'error',
+            message: err.message,
+            type: VLLM_TYPES[err.status] ?? 'BadRequestError',
+            param: err.param,
+            code: err.status,
+          })),
     health: { body: '', contentType: 'text/plain; charset=utf-8' },
   },
   llamacpp: {
@@ -154,7 +169,11 @@ const PROFILES: Record<EngineApi, ApiProfile> = {
     // cpp-httplib answers an unregistered method+path with its 404 handler.
     notFound: () => new EngineHttpError(404, 'File Not Found'),
     wrongMethod: () => new EngineHttpError(404, 'File Not Found'),
-    errorBody: (err) => raw(err) ?? JSON.stringify({ error: { code: err.status, message: err.message, type: LLAMA_TYPES[err.status] ?? 'server_error' } }),
+    errorBody: (err) =>
+      raw(err) ??
+      JSON.stringify({
+        error: { code: err.status, message: err.message, type: LLAMA_TYPES[err.status] ?? 'server_error' },
+      }),
     health: { body: '{"status":"ok"}', contentType: 'application/json; charset=utf-8' },
   },
 };

@@ -19,12 +19,25 @@ function modelsBody(ctx: RouteContext): string {
   const base = { id: model.id, object: 'model', created, owned_by: api.ownedBy };
   switch (api.api) {
     case 'vllm':
-      return JSON.stringify({ object: 'list', data: [{ ...base, root: model.id, parent: null, max_model_len: maxContext, permission: [vllmPermission()] }] });
+      return JSON.stringify({
+        object: 'list',
+        data: [{ ...base, root: model.id, parent: null, max_model_len: maxContext, permission: [vllmPermission()] }],
+      });
     case 'sglang':
-      return JSON.stringify({ object: 'list', data: [{ ...base, root: model.id, parent: null, max_model_len: maxContext }] });
+      return JSON.stringify({
+        object: 'list',
+        data: [{ ...base, root: model.id, parent: null, max_model_len: maxContext }],
+      });
     case 'llamacpp': {
       const card = model.card;
-      const meta = { vocab_type: 2, n_vocab: model.vocabSize, n_ctx_train: maxContext, n_embd: card?.embedding ?? 0, n_params: card?.parameters ?? 0, size: card?.bytes ?? 0 };
+      const meta = {
+        vocab_type: 2,
+        n_vocab: model.vocabSize,
+        n_ctx_train: maxContext,
+        n_embd: card?.embedding ?? 0,
+        n_params: card?.parameters ?? 0,
+        size: card?.bytes ?? 0,
+      };
       return JSON.stringify({ object: 'list', data: [{ ...base, id: card?.path ?? model.id, meta }] });
     }
     default:

@@ -40,13 +40,20 @@ function parseGenerate(ctx: RouteContext, body: Body): GenerateRequest {
   const { model } = ctx;
   const hasText = body.text !== undefined && body.text !== null;
   const hasIds = body.input_ids !== undefined && body.input_ids !== null;
-  if (hasText === hasIds) throw badRequest(hasText ? 'Either text or input_ids should be provided, not both.' : 'Either text, input_ids or input_embeds should be provided.');
-  if (hasText && typeof body.text !== 'string') throw badRequest('only one prompt per request is supported here: text must be a string', 'text');
+  if (hasText === hasIds)
+    throw badRequest(
+      hasText
+        ? 'Either text or input_ids should be provided, not both.'
+        : 'Either text, input_ids or input_embeds should be provided.',
+    );
+  if (hasText && typeof body.text !== 'string')
+    throw badRequest('only one prompt per request is supported here: text must be a string', 'text');
   // The tokenizer's defaults add BOS to text (add_special_tokens); input_ids are used as given.
   const cells = hasText ? textCells(model, body.text as string) : tokenIdList(body, 'input_ids', model.vocabSize);
   if (cells.length === 0) throw badRequest('The input is empty.');
   const sp = (body.sampling_params ?? {}) as Body;
-  if (typeof sp !== 'object' || Array.isArray(sp)) throw badRequest('sampling_params must be an object', 'sampling_params');
+  if (typeof sp !== 'object' || Array.isArray(sp))
+    throw badRequest('sampling_params must be an object', 'sampling_params');
   const maxNewTokens = num(sp, 'max_new_tokens', { integer: true }) ?? DEFAULT_MAX_NEW_TOKENS;
   // SamplingParams.verify: 0 is accepted (a prefill-only request).
   if (maxNewTokens < 0) throw badRequest(`max_new_tokens must be at least 0, got ${maxNewTokens}.`);
@@ -62,7 +69,9 @@ function parseGenerate(ctx: RouteContext, body: Body): GenerateRequest {
   // Scheduler: "By default, only return the logprobs for output tokens".
   const s = requested === -1 || !returnLogprob ? n - 1 : requested;
   if (s >= n || s < 0) {
-    throw badRequest(`req.logprob_start_len=${s} is higher than the number of input tokens len(req.origin_input_ids)=${n}. Please use a smaller logprob_start_len.`);
+    throw badRequest(
+      `req.logprob_start_len=${s} is higher than the number of input tokens len(req.origin_input_ids)=${n}. Please use a smaller logprob_start_len.`,
+    );
   }
   const ids = body.token_ids_logprob;
   return {
@@ -119,7 +128,9 @@ class LogprobFields {
   /** Input tokens s..n-1: entry 0 null (`[None] + logprobs[:-1]`), then one per later token. */
   input(dists: readonly NextTokenDistribution[]): void {
     const { cells, logprobStartLen: s } = this.req;
-    this.inToken.push(`[null,${cells[s]},${this.req.withText ? JSON.stringify(this.ctx.model.tokenText(cells[s] as number)) : 'null'}]`);
+    this.inToken.push(
+      `[null,${cells[s]},${this.req.withText ? JSON.stringify(this.ctx.model.tokenText(cells[s] as number)) : 'null'}]`,
+    );
     this.inTop.push('null');
     this.inIds.push('null');
     dists.forEach((d, k) => {
@@ -139,8 +150,10 @@ class LogprobFields {
 
   json(): string {
     let s = `"input_token_logprobs":[${this.inToken.join(',')}],"output_token_logprobs":[${this.outToken.join(',')}]`;
-    if (this.req.topLogprobsNum > 0) s += `,"input_top_logprobs":[${this.inTop.join(',')}],"output_top_logprobs":[${this.outTop.join(',')}]`;
-    if (this.req.tokenIdsLogprob) s += `,"input_token_ids_logprobs":[${this.inIds.join(',')}],"output_token_ids_logprobs":[${this.outIds.join(',')}]`;
+    if (this.req.topLogprobsNum > 0)
+      s += `,"input_top_logprobs":[${this.inTop.join(',')}],"output_top_logprobs":[${this.outTop.join(',')}]`;
+    if (this.req.tokenIdsLogprob)
+      s += `,"input_token_ids_logprobs":[${this.inIds.join(',')}],"output_token_ids_logprobs":[${this.outIds.join(',')}]`;
     return s;
   }
 }
@@ -152,7 +165,16 @@ function finishReason(req: GenerateRequest, result: GenerateResult | null): stri
   return `{"type":"length","length":${req.maxNewTokens}}`;
 }
 
-function body(ctx: RouteContext, req: GenerateRequest, seq: ModelSequence, text: string, outIds: readonly number[], lp: LogprobFields | null, result: GenerateResult | null, t0: number): string {
+function body(
+  ctx: RouteContext,
+  req: GenerateRequest,
+  seq: ModelSequence,
+  text: string,
+  outIds: readonly number[],
+  lp: LogprobFields | null,
+  result: GenerateResult | null,
+  t0: number,
+): string {
   const cached = seq.cacheState?.().reused ?? 0;
   return (
     `{"text":${JSON.stringify(text)},"output_ids":[${outIds.join(',')}],"meta_info":{"id":${JSON.stringify(ctx.meta.id)},` +
@@ -180,7 +202,16 @@ export async function serveGenerate(ctx: RouteContext): Promise<void> {
     if (lp) lp.input(s + 1 < req.cells.length ? ((await seq.promptDistributions?.()) ?? []) : []);
     const topN = withLogprob ? req.topLogprobsNum : null;
     const keep = withLogprob && req.tokenIdsLogprob !== null;
-    const params = { maxTokens, temperature: req.temperature, topP: req.topP, topK: req.topK, seed: req.seed, stop: req.stop, stream: req.stream, includeUsage: false };
+    const params = {
+      maxTokens,
+      temperature: req.temperature,
+      topP: req.topP,
+      topK: req.topK,
+      seed: req.seed,
+      stop: req.stop,
+      stream: req.stream,
+      includeUsage: false,
+    };
     const rng = samplingRng(params, ctx.requestSeed);
     const ids: number[] = [];
     let text = '';
@@ -196,7 +227,16 @@ export async function serveGenerate(ctx: RouteContext): Promise<void> {
       ids.push(result.eos.id);
       lp?.output(result.eos);
     };
-    const run = { model: ctx.model, seq, params, topN, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, keepDistributions: keep };
+    const run = {
+      model: ctx.model,
+      seq,
+      params,
+      topN,
+      rng,
+      signal: ctx.signal,
+      tokenDelayMs: ctx.tokenDelayMs,
+      keepDistributions: keep,
+    };
     if (!req.stream) {
       const result = await generate({ ...run, emit: take });
       finish(result);

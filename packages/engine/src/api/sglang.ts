@@ -16,7 +16,8 @@ import { serveGenerate } from './sglang-generate.js';
 export const SGLANG_VERSION = '0.5.0';
 
 /** http_server.py `flush_cache`'s text, for success (200) and refusal (400) alike. */
-const FLUSH_TEXT = 'Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n';
+const FLUSH_TEXT =
+  'Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n';
 
 /**
  * The first SGLang release whose `/tokenize` takes `messages` (`entrypoints/openai/protocol.py`
@@ -38,18 +39,31 @@ function tokenize(ctx: RouteContext): void {
     if (typeof p !== 'string') throw badRequest("'prompt' must be a string or a list of strings", 'prompt');
     return textCells(ctx.model, p, add);
   };
-  const reply = (tokens: number[]): void => sendJson(ctx.res, 200, JSON.stringify({ tokens, count: tokens.length, max_model_len: ctx.maxContext }));
-  if (body.messages !== undefined && body.messages !== null && versionAtLeast(ctx.server.engineVersion ?? SGLANG_VERSION, SGLANG_TOKENIZE_MESSAGES_FROM)) {
-    if (body.prompt !== undefined && body.prompt !== null) throw badRequest('Either prompt or messages should be provided, not both.');
+  const reply = (tokens: number[]): void =>
+    sendJson(ctx.res, 200, JSON.stringify({ tokens, count: tokens.length, max_model_len: ctx.maxContext }));
+  if (
+    body.messages !== undefined &&
+    body.messages !== null &&
+    versionAtLeast(ctx.server.engineVersion ?? SGLANG_VERSION, SGLANG_TOKENIZE_MESSAGES_FROM)
+  ) {
+    if (body.prompt !== undefined && body.prompt !== null)
+      throw badRequest('Either prompt or messages should be provided, not both.');
     const addGenerationPrompt = bool(body, 'add_generation_prompt') ?? true;
     const continueFinalMessage = bool(body, 'continue_final_message') ?? false;
-    reply(promptCells(ctx, { text: applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage }) }).cells);
+    reply(
+      promptCells(ctx, { text: applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage }) })
+        .cells,
+    );
     return;
   }
   // max_model_len is the tokenizer's model_max_length here, not the served context (serving_tokenize.py); here the two are the same.
   if (Array.isArray(body.prompt)) {
     const all = body.prompt.map(one);
-    sendJson(ctx.res, 200, JSON.stringify({ tokens: all, count: all.map((t) => t.length), max_model_len: ctx.maxContext }));
+    sendJson(
+      ctx.res,
+      200,
+      JSON.stringify({ tokens: all, count: all.map((t) => t.length), max_model_len: ctx.maxContext }),
+    );
   } else {
     reply(one(body.prompt));
   }
@@ -114,7 +128,16 @@ function serverInfo(ctx: RouteContext): void {
     random_seed: 0,
     served_model_name: model.id,
   };
-  sendJson(ctx.res, 200, JSON.stringify({ ...args, max_total_num_tokens: ctx.maxContext, internal_states: [{ last_gen_throughput: 0 }], version: server.engineVersion ?? SGLANG_VERSION }));
+  sendJson(
+    ctx.res,
+    200,
+    JSON.stringify({
+      ...args,
+      max_total_num_tokens: ctx.maxContext,
+      internal_states: [{ last_gen_throughput: 0 }],
+      version: server.engineVersion ?? SGLANG_VERSION,
+    }),
+  );
 }
 
 /**
@@ -128,14 +151,26 @@ async function flushCache(ctx: RouteContext): Promise<void> {
   if (raw !== null && (raw.trim() === '' || !Number.isFinite(timeout))) {
     throw new RawHttpError(
       422,
-      JSON.stringify({ detail: [{ type: 'float_parsing', loc: ['query', 'timeout'], msg: 'Input should be a valid number, unable to parse string as a number', input: raw }] }),
+      JSON.stringify({
+        detail: [
+          {
+            type: 'float_parsing',
+            loc: ['query', 'timeout'],
+            msg: 'Input should be a valid number, unable to parse string as a number',
+            input: raw,
+          },
+        ],
+      }),
     );
   }
   const idle = timeout > 0 ? await ctx.server.queue.idle(timeout * 1000, ctx.signal) : !ctx.server.queue.busy;
   if (idle) await ctx.model.flushCache?.();
   const res = ctx.res;
   const status = idle ? 200 : 400;
-  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(FLUSH_TEXT) });
+  res.writeHead(status, {
+    'content-type': 'text/plain; charset=utf-8',
+    'content-length': Buffer.byteLength(FLUSH_TEXT),
+  });
   res.end(FLUSH_TEXT);
 }
 
@@ -146,8 +181,15 @@ async function flushCache(ctx: RouteContext): Promise<void> {
  * the plain key when set. `Authorization: Bearer KEY` or `x-api-key: KEY`. A refusal is a 401
  * `{"error": "Unauthorized"}`. Null: allowed.
  */
-export function sglangAuth(server: ServerSettings, route: Route | undefined, method: string, path: string, headers: IncomingHttpHeaders): EngineHttpError | null {
-  if (method === 'OPTIONS' || path.startsWith('/health') || path.startsWith('/ready') || path.startsWith('/metrics')) return null;
+export function sglangAuth(
+  server: ServerSettings,
+  route: Route | undefined,
+  method: string,
+  path: string,
+  headers: IncomingHttpHeaders,
+): EngineHttpError | null {
+  if (method === 'OPTIONS' || path.startsWith('/health') || path.startsWith('/ready') || path.startsWith('/metrics'))
+    return null;
   const authz = headers.authorization;
   const xKey = headers['x-api-key'];
   const holds = (key: string): boolean => {

@@ -13,7 +13,17 @@ import { bool, parseCompletionRequest, type Body, type CompletionRequest } from 
 import { samplingRng, sendJson, sleep, startSequence, type RouteContext } from '../route.js';
 import { SseWriter } from '../sse.js';
 import { textCells } from './profile.js';
-import { cachedTokens, stopReason, vllmCompletionBody, vllmCompletionChunk, vllmCompletionLogprobs, vllmPromptLogprobs, vllmUsage, vllmUsageChunk, type VllmRow } from './vllm-format.js';
+import {
+  cachedTokens,
+  stopReason,
+  vllmCompletionBody,
+  vllmCompletionChunk,
+  vllmCompletionLogprobs,
+  vllmPromptLogprobs,
+  vllmUsage,
+  vllmUsageChunk,
+  type VllmRow,
+} from './vllm-format.js';
 
 /** vLLM's `--max-logprobs` default (`ModelConfig.max_logprobs = 20`); the server's `maxLogprobs` sets another. */
 export const VLLM_MAX_LOGPROBS = 20;
@@ -30,14 +40,22 @@ export function vllmValidation(message: string, param: string, value?: unknown):
  * most `--max-logprobs` (`max`, -1: the vocabulary), as `SamplingParams._validate_logprobs`
  * (a 0 is never checked: `if num_logprobs := self.logprobs`).
  */
-export function vllmLogprobCount(body: Body, field: string, kind: 'sample' | 'prompt', vocabSize: number, max = VLLM_MAX_LOGPROBS, param = field): number | null {
+export function vllmLogprobCount(
+  body: Body,
+  field: string,
+  kind: 'sample' | 'prompt',
+  vocabSize: number,
+  max = VLLM_MAX_LOGPROBS,
+  param = field,
+): number | null {
   const v = body[field];
   if (v === undefined || v === null) return null;
   if (typeof v !== 'number' || !Number.isInteger(v)) throw vllmValidation(`\`${field}\` must be an integer.`, field);
   if (v < 0 && v !== -1) throw vllmValidation(`\`${field}\` must be a positive value or -1.`, field);
   const n = v === -1 ? vocabSize : v;
   const cap = max === -1 ? vocabSize : max;
-  if (n > cap) throw vllmValidation(`Requested ${kind} logprobs of ${n}, which is greater than max allowed: ${cap}`, param, n);
+  if (n > cap)
+    throw vllmValidation(`Requested ${kind} logprobs of ${n}, which is greater than max allowed: ${cap}`, param, n);
   return n;
 }
 
@@ -50,11 +68,16 @@ export interface VllmCompletionRequest extends CompletionRequest {
 }
 
 /** Validates a vLLM `/v1/completions` body, with vLLM's rules and messages first. */
-export function parseVllmCompletion(body: Body, vocabSize: number, maxLogprobs = VLLM_MAX_LOGPROBS): VllmCompletionRequest {
+export function parseVllmCompletion(
+  body: Body,
+  vocabSize: number,
+  maxLogprobs = VLLM_MAX_LOGPROBS,
+): VllmCompletionRequest {
   const logprobs = vllmLogprobCount(body, 'logprobs', 'sample', vocabSize, maxLogprobs);
   const promptLogprobs = vllmLogprobCount(body, 'prompt_logprobs', 'prompt', vocabSize, maxLogprobs);
   const echo = bool(body, 'echo') ?? false;
-  if (promptLogprobs !== null && body.stream === true) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
+  if (promptLogprobs !== null && body.stream === true)
+    throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
   const maxTokens = body.max_tokens;
   // SamplingParams._verify_args; only echo may ask for 0 (the prompt alone, one token generated inside).
   if (typeof maxTokens === 'number' && Number.isInteger(maxTokens) && (maxTokens < 0 || (maxTokens === 0 && !echo))) {
@@ -79,7 +102,8 @@ function promptRows(cells: readonly number[], dists: readonly NextTokenDistribut
   });
 }
 
-const stepRows = (steps: readonly TokenStep[]): VllmRow[] => steps.map((s) => ({ id: s.id, logprob: s.logprob, top: s.top ?? [] }));
+const stepRows = (steps: readonly TokenStep[]): VllmRow[] =>
+  steps.map((s) => ({ id: s.id, logprob: s.logprob, top: s.top ?? [] }));
 
 /** Serves one validated vLLM completions request. */
 export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletionRequest): Promise<void> {
@@ -88,7 +112,9 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
   if (cells.length === 0) throw badRequest('The decoder prompt cannot be empty', 'prompt');
   const n = ctx.faults.nologprobs ? null : req.logprobs;
   // to_sampling_params: echo with logprobs asks for prompt logprobs of the same size.
-  const promptK = ctx.faults.nologprobs ? null : (req.promptLogprobs ?? (req.echo && req.logprobs !== null ? req.logprobs : null));
+  const promptK = ctx.faults.nologprobs
+    ? null
+    : (req.promptLogprobs ?? (req.echo && req.logprobs !== null ? req.logprobs : null));
   const echoOnly = req.echo && req.maxTokens === 0;
   // The V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1, v1/worker/gpu/sample/prompt_logprob.py): "only
   // support prompt logprobs for the prompt tokens (not top-k)" — each position carries its own token alone.
@@ -110,7 +136,16 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
 
     if (!req.stream) {
       const steps: TokenStep[] = [];
-      const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit: (s) => void steps.push(...s) });
+      const result = await generate({
+        model,
+        seq,
+        params,
+        topN: n,
+        rng,
+        signal: ctx.signal,
+        tokenDelayMs: ctx.tokenDelayMs,
+        emit: (s) => void steps.push(...s),
+      });
       const generated = steps.map((s) => s.text).join('');
       const rows = echoOnly ? echoRows : [...echoRows, ...stepRows(steps)];
       const text = echoOnly ? promptText : (req.echo ? promptText : '') + generated;
@@ -156,7 +191,8 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
       else {
         const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, emit: () => undefined });
         await sse.send(vllmCompletionChunk(ctx, promptText, lp, result.finishReason, stopReason(result), ids([])));
-        if (req.includeUsage) await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
+        if (req.includeUsage)
+          await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
         sse.done();
         return;
       }
@@ -167,16 +203,37 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
     const emit = async (steps: TokenStep[]): Promise<void> => {
       for (const s of steps) {
         if (pending) {
-          await sse.send(vllmCompletionChunk(ctx, pending.text, lpOf(stepRows([pending])), null, 'null', ids([pending.id])));
+          await sse.send(
+            vllmCompletionChunk(ctx, pending.text, lpOf(stepRows([pending])), null, 'null', ids([pending.id])),
+          );
           if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
         }
         pending = s;
       }
     };
-    const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, tokenDelayMs: ctx.tokenDelayMs, emit });
+    const result = await generate({
+      model,
+      seq,
+      params,
+      topN: n,
+      rng,
+      signal: ctx.signal,
+      tokenDelayMs: ctx.tokenDelayMs,
+      emit,
+    });
     const last = pending as TokenStep | null;
-    await sse.send(vllmCompletionChunk(ctx, last?.text ?? '', last ? lpOf(stepRows([last])) : null, result.finishReason, stopReason(result), ids(last ? [last.id] : [])));
-    if (req.includeUsage) await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
+    await sse.send(
+      vllmCompletionChunk(
+        ctx,
+        last?.text ?? '',
+        last ? lpOf(stepRows([last])) : null,
+        result.finishReason,
+        stopReason(result),
+        ids(last ? [last.id] : []),
+      ),
+    );
+    if (req.includeUsage)
+      await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
     sse.done();
   } finally {
     await seq.dispose();

@@ -31,7 +31,8 @@ export const VLLM_ZERO_CACHED_FROM = '0.21.0';
  */
 export function vllmUsage(ctx: RouteContext, promptTokens: number, completionTokens: number, cached: number): string {
   const zeroReported = versionAtLeast(ctx.server.engineVersion ?? VLLM_VERSION, VLLM_ZERO_CACHED_FROM);
-  const details = ctx.server.promptTokensDetails && (cached > 0 || zeroReported) ? `{"cached_tokens":${cached}}` : 'null';
+  const details =
+    ctx.server.promptTokensDetails && (cached > 0 || zeroReported) ? `{"cached_tokens":${cached}}` : 'null';
   return `{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens + completionTokens},"completion_tokens":${completionTokens},"prompt_tokens_details":${details}}`;
 }
 
@@ -102,7 +103,12 @@ export function vllmRank(dist: NextTokenDistribution, id: number, vocabSize: num
  * token-id string — the actual prompt token first (with its true rank), then the top K (ranks
  * 1..K), so K or K+1 keys — of `{logprob, rank, decoded_token}`.
  */
-export function vllmPromptLogprobs(ctx: RouteContext, prompt: readonly number[], dists: readonly NextTokenDistribution[], k: number): string {
+export function vllmPromptLogprobs(
+  ctx: RouteContext,
+  prompt: readonly number[],
+  dists: readonly NextTokenDistribution[],
+  k: number,
+): string {
   const { model } = ctx;
   const text = (id: number): string => JSON.stringify(model.tokenText(id));
   const parts = ['null'];
@@ -110,12 +116,16 @@ export function vllmPromptLogprobs(ctx: RouteContext, prompt: readonly number[],
     const d = dists[i - 1];
     if (!d) break;
     const actual = prompt[i] as number;
-    const entries: string[] = [`"${actual}":{"logprob":${vllmLp(d.logprobOf(actual))},"rank":${vllmRank(d, actual, model.vocabSize)},"decoded_token":${text(actual)}}`];
+    const entries: string[] = [
+      `"${actual}":{"logprob":${vllmLp(d.logprobOf(actual))},"rank":${vllmRank(d, actual, model.vocabSize)},"decoded_token":${text(actual)}}`,
+    ];
     const n = Math.min(k, d.ids.length);
     for (let r = 0; r < n; r++) {
       const id = d.ids[r] as number;
       if (id === actual) continue;
-      entries.push(`"${id}":{"logprob":${vllmLp(d.logprobs[r] as number)},"rank":${r + 1},"decoded_token":${text(id)}}`);
+      entries.push(
+        `"${id}":{"logprob":${vllmLp(d.logprobs[r] as number)},"rank":${r + 1},"decoded_token":${text(id)}}`,
+      );
     }
     parts.push(`{${entries.join(',')}}`);
   }

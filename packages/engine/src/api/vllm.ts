@@ -24,10 +24,14 @@ function tokenize(ctx: RouteContext): void {
   if (body.messages !== undefined) {
     const addGenerationPrompt = bool(body, 'add_generation_prompt') ?? true;
     const continueFinal = bool(body, 'continue_final_message') ?? false;
-    if (addGenerationPrompt && continueFinal) throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
+    if (addGenerationPrompt && continueFinal)
+      throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
     // The same rendering /v1/chat/completions feeds the model: the template opens with the BOS
     // token, as a model's own template (`{{ bos_token }}…`) does, and adds no other special token.
-    const rendered = textCells(model, applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage: continueFinal }));
+    const rendered = textCells(
+      model,
+      applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage: continueFinal }),
+    );
     const bos = model.bosToken ?? null;
     tokens = (bool(body, 'add_special_tokens') ?? false) && bos !== null ? [bos, ...rendered] : rendered;
   } else {
@@ -35,14 +39,25 @@ function tokenize(ctx: RouteContext): void {
     if (typeof body.prompt !== 'string') throw badRequest("'prompt' must be a string", 'prompt');
     tokens = textCells(model, body.prompt, bool(body, 'add_special_tokens') ?? true);
   }
-  const strs = (bool(body, 'return_token_strs') ?? false) ? tokens.map((id) => model.vocabPiece?.(id) ?? model.tokenText(id)) : null;
-  sendJson(ctx.res, 200, JSON.stringify({ count: tokens.length, max_model_len: ctx.maxContext, tokens, token_strs: strs }));
+  const strs =
+    (bool(body, 'return_token_strs') ?? false)
+      ? tokens.map((id) => model.vocabPiece?.(id) ?? model.tokenText(id))
+      : null;
+  sendJson(
+    ctx.res,
+    200,
+    JSON.stringify({ count: tokens.length, max_model_len: ctx.maxContext, tokens, token_strs: strs }),
+  );
 }
 
 /** `POST /detokenize` `{tokens}` → `{prompt}` (the field is `prompt`; special tokens kept, as `tokenizer.decode`). */
 function detokenize(ctx: RouteContext): void {
   const body = parseJsonBody(ctx.raw);
-  sendJson(ctx.res, 200, JSON.stringify({ prompt: decodeWithSpecials(ctx.model, tokenIdList(body, 'tokens', ctx.model.vocabSize)) }));
+  sendJson(
+    ctx.res,
+    200,
+    JSON.stringify({ prompt: decodeWithSpecials(ctx.model, tokenIdList(body, 'tokens', ctx.model.vocabSize)) }),
+  );
 }
 
 /** A FastAPI `bool` query parameter (`true`/`1`/`yes`/`on`, `false`/`0`/`no`/`off`), else its 422. */
@@ -52,7 +67,19 @@ function queryBool(ctx: RouteContext, name: string): boolean {
   const low = v.toLowerCase();
   if (['true', '1', 'yes', 'on', 't', 'y'].includes(low)) return true;
   if (['false', '0', 'no', 'off', 'f', 'n'].includes(low)) return false;
-  throw new RawHttpError(422, JSON.stringify({ detail: [{ type: 'bool_parsing', loc: ['query', name], msg: 'Input should be a valid boolean, unable to interpret input', input: v }] }));
+  throw new RawHttpError(
+    422,
+    JSON.stringify({
+      detail: [
+        {
+          type: 'bool_parsing',
+          loc: ['query', name],
+          msg: 'Input should be a valid boolean, unable to interpret input',
+          input: v,
+        },
+      ],
+    }),
+  );
 }
 
 /**
@@ -75,11 +102,17 @@ async function resetPrefixCache(ctx: RouteContext): Promise<void> {
 
 function parseVllmChat(body: Body, vocabSize: number, maxLogprobs: number): ReturnType<typeof parseChatRequest> {
   const top = body.top_logprobs;
-  if (typeof top === 'number' && top < 0 && top !== -1) throw vllmValidation('`top_logprobs` must be a positive value or -1.', 'top_logprobs');
-  if (top !== undefined && top !== null && top !== 0 && body.logprobs !== true) throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
+  if (typeof top === 'number' && top < 0 && top !== -1)
+    throw vllmValidation('`top_logprobs` must be a positive value or -1.', 'top_logprobs');
+  if (top !== undefined && top !== null && top !== 0 && body.logprobs !== true)
+    throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
   // The chat request's top_logprobs become the sampling params' logprobs, capped as such
   // (to_sampling_params: `logprobs=self.top_logprobs if self.logprobs else None`; the error names `logprobs`).
-  const n = body.logprobs === true ? (vllmLogprobCount({ top_logprobs: top ?? 0 }, 'top_logprobs', 'sample', vocabSize, maxLogprobs, 'logprobs') ?? 0) : 0;
+  const n =
+    body.logprobs === true
+      ? (vllmLogprobCount({ top_logprobs: top ?? 0 }, 'top_logprobs', 'sample', vocabSize, maxLogprobs, 'logprobs') ??
+        0)
+      : 0;
   return { ...parseChatRequest({ ...body, top_logprobs: 0 }), topLogprobs: n };
 }
 
@@ -89,7 +122,11 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
     methods: ['POST'],
     generation: true,
     idPrefix: 'cmpl',
-    serve: (ctx) => serveVllmCompletion(ctx, parseVllmCompletion(parseJsonBody(ctx.raw), ctx.model.vocabSize, ctx.server.maxLogprobs)),
+    serve: (ctx) =>
+      serveVllmCompletion(
+        ctx,
+        parseVllmCompletion(parseJsonBody(ctx.raw), ctx.model.vocabSize, ctx.server.maxLogprobs),
+      ),
   },
   '/v1/chat/completions': {
     methods: ['POST'],
@@ -99,12 +136,19 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
       const body = parseJsonBody(ctx.raw);
       const asIds = bool(body, 'return_tokens_as_token_ids') ?? false;
       const returnTokenIds = bool(body, 'return_token_ids') ?? false;
-      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize, ctx.server.maxLogprobs), { vllm: true, returnTokenIds, ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}) });
+      return serveChat(ctx, parseVllmChat(body, ctx.model.vocabSize, ctx.server.maxLogprobs), {
+        vllm: true,
+        returnTokenIds,
+        ...(asIds ? { tokens: TOKEN_ID_RENDER } : {}),
+      });
     },
   },
   '/tokenize': { methods: ['POST'], serve: tokenize },
   '/detokenize': { methods: ['POST'], serve: detokenize },
-  '/version': { methods: ['GET'], serve: (ctx) => sendJson(ctx.res, 200, JSON.stringify({ version: ctx.server.engineVersion ?? VLLM_VERSION })) },
+  '/version': {
+    methods: ['GET'],
+    serve: (ctx) => sendJson(ctx.res, 200, JSON.stringify({ version: ctx.server.engineVersion ?? VLLM_VERSION })),
+  },
   // Every method reaches it, so that without dev mode the path is a 404 whatever the method.
   '/reset_prefix_cache': { methods: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD'], serve: resetPrefixCache },
 };

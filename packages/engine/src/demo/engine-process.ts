@@ -90,13 +90,27 @@ export function failureReason(output: string): string {
  */
 export function spawnLlamaEngine(options: LlamaEngineProcessOptions): Promise<LlamaEngineProcess> {
   const fault = options.fault ?? null;
-  const args = [ENGINE_BIN, '--llama', '--host', '127.0.0.1', '--port', '0', '--seed', String(options.seed), '--threads', String(options.threads ?? 1)];
+  const args = [
+    ENGINE_BIN,
+    '--llama',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    '0',
+    '--seed',
+    String(options.seed),
+    '--threads',
+    String(options.threads ?? 1),
+  ];
   if (fault !== null) args.push('--fault', fault);
   if (options.api !== undefined) args.push('--api', options.api);
   if (options.prefixCache !== undefined) args.push('--prefix-cache', options.prefixCache ? 'on' : 'off');
   if (options.args) args.push(...options.args);
   installExitHook();
-  const child = spawn(process.execPath, args, { env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, args, {
+    env: { ...process.env, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   live.add(child);
   let output = '';
   let ready = false;
@@ -124,7 +138,10 @@ export function spawnLlamaEngine(options: LlamaEngineProcessOptions): Promise<Ll
       clearTimeout(timer);
       void stop().then(() => reject(new EngineStartError(reason, output)));
     };
-    const timer = setTimeout(() => fail(`no listening line within ${Math.round((options.timeoutMs ?? 60_000) / 1000)} s`), options.timeoutMs ?? 60_000);
+    const timer = setTimeout(
+      () => fail(`no listening line within ${Math.round((options.timeoutMs ?? 60_000) / 1000)} s`),
+      options.timeoutMs ?? 60_000,
+    );
     child.on('error', (err) => fail(err.message));
     // Bounded: an engine that runs for hours may log a warning per request.
     const append = (c: Buffer): void => {

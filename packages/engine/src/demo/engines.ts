@@ -6,7 +6,13 @@ import type { EngineApi } from '../api/profile.js';
 import { startEngineServer, type EngineServerHandle } from '../openai-server.js';
 import { createSimModel, type SimOptions } from '../sim/model.js';
 import { EngineStartError, spawnLlamaEngine, type LlamaEngineProcess } from './engine-process.js';
-import { faultLabel, needsPrefixCache, type DemoEngineChoice, type DemoFaultPlan, type SimDemoFault } from './faults.js';
+import {
+  faultLabel,
+  needsPrefixCache,
+  type DemoEngineChoice,
+  type DemoFaultPlan,
+  type SimDemoFault,
+} from './faults.js';
 
 /** Two running engines and how the demo should drive them. */
 export interface DemoEngines {
@@ -65,7 +71,12 @@ export interface DemoEngineApi {
 }
 
 /** Starts two simulated engines in this process: a clean baseline and a candidate with the fault. */
-export async function startSimEngines(fault: SimDemoFault, seed = 7, label?: string, engine: DemoEngineApi = {}): Promise<DemoEngines> {
+export async function startSimEngines(
+  fault: SimDemoFault,
+  seed = 7,
+  label?: string,
+  engine: DemoEngineApi = {},
+): Promise<DemoEngines> {
   const prefixCache = engine.prefixCache ?? (fault === 'cache-hit' ? true : undefined);
   const common = {
     concurrency: 0,
@@ -74,8 +85,14 @@ export async function startSimEngines(fault: SimDemoFault, seed = 7, label?: str
     ...(engine.slotSavePath ? { slotSavePath: engine.slotSavePath } : {}),
   };
   const slots = engine.cacheSlots !== undefined ? { cacheSlots: engine.cacheSlots } : {};
-  const baseline: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-baseline', ...slots }), ...common });
-  const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault), ...slots }), ...common });
+  const baseline: EngineServerHandle = await startEngineServer({
+    model: createSimModel({ seed, id: 'sim-baseline', ...slots }),
+    ...common,
+  });
+  const candidate: EngineServerHandle = await startEngineServer({
+    model: createSimModel({ seed, id: 'sim-candidate', ...simFaultOptions(fault), ...slots }),
+    ...common,
+  });
   return {
     engine: 'sim',
     kind: 'simulated engines (seeded toy language model, in this process)',
@@ -107,7 +124,9 @@ export interface LlamaEnginesOptions {
  * Starts two `logprobe engine --llama` processes on one seed: a clean baseline and the candidate
  * with the fault. Rejects with {@link EngineStartError} (both stopped) when either fails.
  */
-export async function startLlamaEngines(options: LlamaEnginesOptions): Promise<DemoEngines & { processes: LlamaEngineProcess[] }> {
+export async function startLlamaEngines(
+  options: LlamaEnginesOptions,
+): Promise<DemoEngines & { processes: LlamaEngineProcess[] }> {
   const seed = options.seed ?? 1;
   const e = options.engine ?? {};
   const common = {
@@ -119,13 +138,18 @@ export async function startLlamaEngines(options: LlamaEnginesOptions): Promise<D
     ...(e.prefixCache !== undefined ? { prefixCache: e.prefixCache } : {}),
     ...(e.slotSavePath ? { args: ['--slot-save-path', e.slotSavePath] } : {}),
   };
-  const started = await Promise.allSettled([spawnLlamaEngine({ ...common, fault: null }), spawnLlamaEngine({ ...common, fault: options.fault === 'none' ? null : options.fault })]);
+  const started = await Promise.allSettled([
+    spawnLlamaEngine({ ...common, fault: null }),
+    spawnLlamaEngine({ ...common, fault: options.fault === 'none' ? null : options.fault }),
+  ]);
   const [base, cand] = started;
   if (base?.status !== 'fulfilled' || cand?.status !== 'fulfilled') {
     await Promise.all(started.map((s) => (s.status === 'fulfilled' ? s.value.stop() : null)));
     const failed = [base, cand].find((s): s is PromiseRejectedResult => s?.status === 'rejected');
     const reason = failed?.reason as unknown;
-    throw reason instanceof EngineStartError ? reason : new EngineStartError(reason instanceof Error ? reason.message : String(reason), '');
+    throw reason instanceof EngineStartError
+      ? reason
+      : new EngineStartError(reason instanceof Error ? reason.message : String(reason), '');
   }
   const baseline = base.value;
   const candidate = cand.value;
@@ -173,7 +197,8 @@ export async function chooseEngines(options: ChooseEnginesOptions): Promise<Demo
   const api: DemoEngineApi = { ...options.engine, ...(prefixCache !== undefined ? { prefixCache } : {}) };
   if (choice === 'sim') return startSimEngines(plan.sim, undefined, simLabel, api);
   if (plan.llama === null) {
-    if (choice === 'llama') throw new EngineStartError(`fault '${plan.requested}' exists only on the simulated engines`, '');
+    if (choice === 'llama')
+      throw new EngineStartError(`fault '${plan.requested}' exists only on the simulated engines`, '');
     options.notice(`fault '${plan.requested}' exists only on the simulated engines: using them`);
     return startSimEngines(plan.sim, undefined, simLabel, api);
   }

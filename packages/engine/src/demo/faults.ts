@@ -6,7 +6,16 @@
 import { FAULT_FORMS, InvalidFaultError, parseFault } from '../llama/faults.js';
 
 /** The candidate faults the simulated engines offer. */
-export const SIM_DEMO_FAULTS = ['state-shift', 'subtle', 'none', 'noise', 'local', 'tokenizer', 'decode-shift', 'cache-hit'] as const;
+export const SIM_DEMO_FAULTS = [
+  'state-shift',
+  'subtle',
+  'none',
+  'noise',
+  'local',
+  'tokenizer',
+  'decode-shift',
+  'cache-hit',
+] as const;
 /** A simulated candidate fault. */
 export type SimDemoFault = (typeof SIM_DEMO_FAULTS)[number];
 
@@ -47,7 +56,13 @@ const SIM_TO_LLAMA: Partial<Record<SimDemoFault, string>> = {
  */
 export function simStandIn(llamaFault: string): SimDemoFault {
   const setup = parseFault(llamaFault);
-  if (setup.variant.zeroAttentionOutputLayer !== undefined || setup.dropPromptToken !== null || setup.kvKeyType === 'Q4_0' || setup.kvValueType === 'Q4_0') return 'state-shift';
+  if (
+    setup.variant.zeroAttentionOutputLayer !== undefined ||
+    setup.dropPromptToken !== null ||
+    setup.kvKeyType === 'Q4_0' ||
+    setup.kvValueType === 'Q4_0'
+  )
+    return 'state-shift';
   if (setup.cacheHitToken !== null) return 'cache-hit';
   if (setup.decodeStateToken !== null) return 'decode-shift';
   if (setup.variant.ffnDownNoise !== undefined || setup.kvKeyType === 'Q8_0') return 'subtle';

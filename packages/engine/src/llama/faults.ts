@@ -42,7 +42,18 @@ export const CLEAN_SETUP: EngineSetup = {
 };
 
 /** Accepted `--fault` forms, for help texts and error messages. */
-export const FAULT_FORMS = ['zero-layer:L', 'drop-prompt-token:I', 'decode-state:I', 'cache-hit:I', 'kv:q8_0', 'kv:q4_0', 'weights:f16', 'flash-attention', 'batch:N', 'weight-noise:EPS'] as const;
+export const FAULT_FORMS = [
+  'zero-layer:L',
+  'drop-prompt-token:I',
+  'decode-state:I',
+  'cache-hit:I',
+  'kv:q8_0',
+  'kv:q4_0',
+  'weights:f16',
+  'flash-attention',
+  'batch:N',
+  'weight-noise:EPS',
+] as const;
 
 function integer(fault: string, arg: string | undefined, min: number, max: number): number {
   const n = arg !== undefined && /^\d+$/.test(arg) ? Number(arg) : NaN;
@@ -61,7 +72,10 @@ function applyOne(setup: EngineSetup, fault: string): EngineSetup {
   };
   switch (name) {
     case 'zero-layer':
-      return { ...setup, variant: { ...setup.variant, zeroAttentionOutputLayer: integer(fault, arg, 0, SHAPE.layers - 1) } };
+      return {
+        ...setup,
+        variant: { ...setup.variant, zeroAttentionOutputLayer: integer(fault, arg, 0, SHAPE.layers - 1) },
+      };
     case 'drop-prompt-token':
       return { ...setup, dropPromptToken: integer(fault, arg, 0, SHAPE.contextLength - 2) };
     case 'decode-state':
@@ -88,12 +102,16 @@ function applyOne(setup: EngineSetup, fault: string): EngineSetup {
     case 'weight-noise': {
       const eps = arg !== undefined && arg.trim() !== '' ? Number(arg) : NaN;
       if (!Number.isFinite(eps) || eps <= 0 || eps > 1) {
-        throw new InvalidFaultError(`fault "${fault}": expected a relative noise level in (0, 1], e.g. weight-noise:0.01`);
+        throw new InvalidFaultError(
+          `fault "${fault}": expected a relative noise level in (0, 1], e.g. weight-noise:0.01`,
+        );
       }
       return { ...setup, variant: { ...setup.variant, ffnDownNoise: eps } };
     }
     default:
-      throw new InvalidFaultError(`unknown fault "${fault}"; expected one of ${FAULT_FORMS.join(', ')} (comma-separated to combine)`);
+      throw new InvalidFaultError(
+        `unknown fault "${fault}"; expected one of ${FAULT_FORMS.join(', ')} (comma-separated to combine)`,
+      );
   }
 }
 

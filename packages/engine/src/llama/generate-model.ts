@@ -72,7 +72,14 @@ function gaussian(rng: Rng, count: number, std: number): Float32Array {
  * A weight matrix in ggml layout (`inputs` contiguous, one row per output unit) with the carrier
  * dimension cut out of the inputs and/or outputs, so layers neither read nor disturb it.
  */
-function matrix(seed: number, name: string, inputs: number, outputs: number, std: number, cut: { input: boolean; output: boolean }): Float32Array {
+function matrix(
+  seed: number,
+  name: string,
+  inputs: number,
+  outputs: number,
+  std: number,
+  cut: { input: boolean; output: boolean },
+): Float32Array {
   const w = gaussian(new Rng(seed, name), inputs * outputs, std);
   for (let o = 0; o < outputs; o++) {
     if (cut.input) w[o * inputs] = 0;
@@ -192,7 +199,11 @@ export function defaultModelDir(): string {
  * file is written under a unique temporary name and renamed into place, so a racing process
  * either sees no file or the whole file (both write identical bytes).
  */
-export async function ensureModelFile(options: { seed: number; variant?: ModelVariant; dir?: string }): Promise<string> {
+export async function ensureModelFile(options: {
+  seed: number;
+  variant?: ModelVariant;
+  dir?: string;
+}): Promise<string> {
   const variant = options.variant ?? { weights: 'f32' };
   const dir = options.dir ?? defaultModelDir();
   const path = join(dir, `tiny-llama-v${GENERATOR_VERSION}-s${options.seed}-${variantTag(variant)}.gguf`);

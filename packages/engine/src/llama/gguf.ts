@@ -155,7 +155,10 @@ function tensorBytes(t: GgufTensor): Buffer {
  * Serialises a GGUF v3 file. Metadata keys are written in the given order, so the same input
  * always gives the same bytes.
  */
-export function writeGguf(metadata: ReadonlyArray<readonly [string, GgufValue]>, tensors: readonly GgufTensor[]): Buffer {
+export function writeGguf(
+  metadata: ReadonlyArray<readonly [string, GgufValue]>,
+  tensors: readonly GgufTensor[],
+): Buffer {
   const out = new ByteSink();
   out.push(Buffer.from('GGUF', 'ascii'));
   out.u32(3);
@@ -169,7 +172,8 @@ export function writeGguf(metadata: ReadonlyArray<readonly [string, GgufValue]>,
   let offset = 0;
   tensors.forEach((t, i) => {
     const count = t.dims.reduce((a, b) => a * b, 1);
-    if (count !== t.data.length) throw new Error(`tensor ${t.name}: dims hold ${count} values, data has ${t.data.length}`);
+    if (count !== t.data.length)
+      throw new Error(`tensor ${t.name}: dims hold ${count} values, data has ${t.data.length}`);
     out.str(t.name);
     out.u32(t.dims.length);
     for (const d of t.dims) out.u64(d);

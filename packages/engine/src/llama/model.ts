@@ -70,7 +70,11 @@ export async function createLlamaModel(options: LlamaModelOptions = {}): Promise
   const threads = checkedInteger('threads', options.threads ?? 1, 1, 256);
   const contextSize = checkedInteger('contextSize', options.contextSize ?? 2048, 16, 2048);
   const setup = parseFault(options.fault);
-  const modelPath = await ensureModelFile({ seed, variant: setup.variant, ...(options.cacheDir ? { dir: options.cacheDir } : {}) });
+  const modelPath = await ensureModelFile({
+    seed,
+    variant: setup.variant,
+    ...(options.cacheDir ? { dir: options.cacheDir } : {}),
+  });
 
   const runtime = await acquireRuntime();
   try {
@@ -98,10 +102,12 @@ export async function createLlamaModel(options: LlamaModelOptions = {}): Promise
     const bos = model.tokens.bos ?? vocab.bosId;
     const textDecoder = new TextDecoder('utf-8');
     const checkId = (id: number): number => {
-      if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RangeError(`token id ${id} is outside the vocabulary (0..${vocabSize - 1})`);
+      if (!Number.isInteger(id) || id < 0 || id >= vocabSize)
+        throw new RangeError(`token id ${id} is outside the vocabulary (0..${vocabSize - 1})`);
       return id;
     };
-    const controlText = (id: number): string | null => (vocab.types[id] === TOKEN_TYPE_CONTROL ? (vocab.tokens[id] ?? null) : null);
+    const controlText = (id: number): string | null =>
+      vocab.types[id] === TOKEN_TYPE_CONTROL ? (vocab.tokens[id] ?? null) : null;
     // Control tokens (BOS/EOS) are named in token lists but contribute no bytes to the text, as
     // in the simulated engine.
     const bytesOf = (id: number): Uint8Array => vocab.bytes[id] ?? new Uint8Array(0);
@@ -127,7 +133,12 @@ export async function createLlamaModel(options: LlamaModelOptions = {}): Promise
         kvCacheValueType: String(lib.GgmlType[context.kvCacheValueType]),
       },
       modelPath,
-      card: { path: modelPath, embedding: SHAPE.embedding, bytes: statSync(modelPath).size, parameters: Math.round(statSync(modelPath).size / (setup.variant.weights === 'f16' ? 2 : 4)) },
+      card: {
+        path: modelPath,
+        embedding: SHAPE.embedding,
+        bytes: statSync(modelPath).size,
+        parameters: Math.round(statSync(modelPath).size / (setup.variant.weights === 'f16' ? 2 : 4)),
+      },
       vocabSize,
       tokenize: (text) => model.tokenize(text, false).map(Number),
       tokenizeSpecial: (text) => model.tokenize(text, true).map(Number),

@@ -18,7 +18,10 @@ async function load(): Promise<{ lib: NodeLlamaCpp; llama: Llama }> {
   try {
     lib = await import('node-llama-cpp');
   } catch (err) {
-    throw new Error('the llama.cpp engine needs the node-llama-cpp package (a dev dependency of logprobe): run npm ci', { cause: err });
+    throw new Error(
+      'the llama.cpp engine needs the node-llama-cpp package (a dev dependency of logprobe): run npm ci',
+      { cause: err },
+    );
   }
   // getLlama tests the binary in a child forked with this process's execArgv; under `node -e` or
   // `node -p` that child would run the evaluated script instead (or refuse `--input-type`), and

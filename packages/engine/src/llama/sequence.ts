@@ -32,7 +32,8 @@ export function toDistribution(probabilities: ReadonlyMap<Token, number>, vocabS
   return {
     ids,
     logprobs,
-    logprobOf: (id: number) => (Number.isInteger(id) && id >= 0 && id < vocabSize ? (byId[id] ?? -Infinity) : -Infinity),
+    logprobOf: (id: number) =>
+      Number.isInteger(id) && id >= 0 && id < vocabSize ? (byId[id] ?? -Infinity) : -Infinity,
   };
 }
 
@@ -78,7 +79,8 @@ export class LlamaSequence implements ModelSequence {
   private check(): void {
     if (this.disposed) throw new Error('llama sequence used after dispose()');
     if (this.o.isClosed()) throw new Error('llama model is closed');
-    if (!this.o.slot.owns(this.o.claim)) throw new Error('llama sequence superseded: the engine serves one request at a time');
+    if (!this.o.slot.owns(this.o.claim))
+      throw new Error('llama sequence superseded: the engine serves one request at a time');
   }
 
   private async evaluate(items: ControlledEvaluateInputItem[]): Promise<NextTokenDistribution[]> {
@@ -166,7 +168,8 @@ export class LlamaSequence implements ModelSequence {
 
   async push(id: number): Promise<void> {
     this.check();
-    if (!Number.isInteger(id) || id < 0 || id >= this.o.vocabSize) throw new RangeError(`token id ${id} is outside the vocabulary`);
+    if (!Number.isInteger(id) || id < 0 || id >= this.o.vocabSize)
+      throw new RangeError(`token id ${id} is outside the vocabulary`);
     if (!this.prefilled) await this.prefill(this.o.echoAnnounced);
     // Appending twice without next() in between: evaluate the first one now, without logits.
     if (this.pending !== null) {
@@ -177,7 +180,11 @@ export class LlamaSequence implements ModelSequence {
   }
 
   cacheState(): CacheState {
-    return { cells: this.o.cells.length, reused: this.reused, held: this.o.slot.owns(this.o.claim) ? this.o.slot.length : this.reused };
+    return {
+      cells: this.o.cells.length,
+      reused: this.reused,
+      held: this.o.slot.owns(this.o.claim) ? this.o.slot.length : this.reused,
+    };
   }
 
   dispose(): void {

@@ -72,7 +72,9 @@ export class LlamaSlot {
   }
 
   /** Evaluates `items` after what the slot holds; their tokens join it. */
-  async evaluate(items: readonly ControlledEvaluateInputItem[]): Promise<Awaited<ReturnType<LlamaContextSequence['controlledEvaluate']>>> {
+  async evaluate(
+    items: readonly ControlledEvaluateInputItem[],
+  ): Promise<Awaited<ReturnType<LlamaContextSequence['controlledEvaluate']>>> {
     const { sequence } = this;
     if (sequence.nextTokenIndex + items.length > sequence.contextSize) {
       // node-llama-cpp would silently shift the context (erase its beginning), changing numerics.

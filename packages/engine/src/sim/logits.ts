@@ -120,7 +120,15 @@ export class SimCore {
    * @param eosStart from `eosStart`
    * @param coResident sequences in flight with this one: at 2 or more, `batchNoise` is added
    */
-  logits(ctxHash: number, genPos: number, absPos: number, requestSeed: number, state: Float64Array | null, eosStart: number, coResident = 1): Float64Array {
+  logits(
+    ctxHash: number,
+    genPos: number,
+    absPos: number,
+    requestSeed: number,
+    state: Float64Array | null,
+    eosStart: number,
+    coResident = 1,
+  ): Float64Array {
     const n = VOCAB.size;
     const out = new Float64Array(n);
     const h = ctxHash;
@@ -131,7 +139,8 @@ export class SimCore {
     const { localShift, localShiftRate, noise } = this.knobs;
     if (localShift !== 0 && unit(combine(h ^ SALT_LOCAL_PICK, absPos)) < localShiftRate) {
       const lh = combine(h ^ SALT_LOCAL_VEC, absPos);
-      for (let t = 0; t < n; t++) out[t] = (out[t] as number) + localShift * (2 * unit(lh ^ Math.imul(t + 1, 0x9e3779b1)) - 1);
+      for (let t = 0; t < n; t++)
+        out[t] = (out[t] as number) + localShift * (2 * unit(lh ^ Math.imul(t + 1, 0x9e3779b1)) - 1);
     }
     if (noise !== 0) {
       const nh = combine(combine(this.seedHash ^ SALT_NOISE, requestSeed), absPos);

@@ -129,7 +129,15 @@ class SimSequence implements ModelSequence {
 
   next(): Promise<NextTokenDistribution> {
     const state = this.genPos === 0 ? this.first : this.later;
-    const logits = this.core.logits(this.hash, this.genPos, this.absPos, this.requestSeed, state, this.eosStart, this.batch());
+    const logits = this.core.logits(
+      this.hash,
+      this.genPos,
+      this.absPos,
+      this.requestSeed,
+      state,
+      this.eosStart,
+      this.batch(),
+    );
     return Promise.resolve(new LogitDistribution(logits));
   }
 
@@ -159,7 +167,11 @@ class SimSequence implements ModelSequence {
     for (let i = 0; i < n - 1; i++) {
       h = this.core.extend(h, this.prompt[i] as number);
       if (i + 1 < this.run.from) continue;
-      out.push(new LogitDistribution(this.core.logits(h, i + 1 - n, i + 1, this.requestSeed, this.run.prompt, Infinity, batch)));
+      out.push(
+        new LogitDistribution(
+          this.core.logits(h, i + 1 - n, i + 1, this.requestSeed, this.run.prompt, Infinity, batch),
+        ),
+      );
     }
     return Promise.resolve(out);
   }
@@ -195,8 +207,10 @@ export function createSimModel(options: SimOptions = {}): SimModel {
     id: options.id ?? 'logprobe-sim',
     cacheSlots: options.cacheSlots ?? 1,
   };
-  if (!Number.isInteger(resolved.cacheSlots) || resolved.cacheSlots < 1) throw new RangeError(`sim option cacheSlots must be an integer ≥ 1, got ${resolved.cacheSlots}`);
-  if (!Number.isInteger(resolved.seed)) throw new RangeError(`sim option seed must be an integer, got ${resolved.seed}`);
+  if (!Number.isInteger(resolved.cacheSlots) || resolved.cacheSlots < 1)
+    throw new RangeError(`sim option cacheSlots must be an integer ≥ 1, got ${resolved.cacheSlots}`);
+  if (!Number.isInteger(resolved.seed))
+    throw new RangeError(`sim option seed must be an integer, got ${resolved.seed}`);
   checkKnob('noise', resolved.noise);
   checkKnob('stateShift', resolved.stateShift);
   checkKnob('localShift', resolved.localShift);
@@ -278,7 +292,11 @@ export function createSimModel(options: SimOptions = {}): SimModel {
       // The split model thinks in the canonical tokens of the same text, and spells them out
       // (no prefix cache: its slot would hold canonical tokens the client never sent).
       const canonical = tokenizeLongest(decoder.decode(concatBytes(prompt)));
-      return Promise.resolve(new SplitSequence(startBase(canonical, { requestSeed: o.requestSeed, ...(o.coResident ? { coResident: o.coResident } : {}) })));
+      return Promise.resolve(
+        new SplitSequence(
+          startBase(canonical, { requestSeed: o.requestSeed, ...(o.coResident ? { coResident: o.coResident } : {}) }),
+        ),
+      );
     },
     flushCache: () => {
       const n = slots.reduce((sum, s) => sum + s.cells.length, 0);

@@ -19,7 +19,13 @@ export const CACHE = { read: true, write: true } as const;
  * Runs `steps` decode steps on `prompt` (greedy, or along `force`); with `promptLogprobsFrom`
  * the prompt distributions are read first. The last token is not pushed, as generate() does.
  */
-export async function request(model: EngineModel, prompt: readonly number[], steps: number, o: Partial<StartOptions> = {}, force?: readonly number[]): Promise<Run> {
+export async function request(
+  model: EngineModel,
+  prompt: readonly number[],
+  steps: number,
+  o: Partial<StartOptions> = {},
+  force?: readonly number[],
+): Promise<Run> {
   const seq = await model.start(prompt, { requestSeed: 0, ...o });
   try {
     const echo = o.promptLogprobsFrom !== undefined ? ((await seq.promptDistributions?.()) ?? []) : [];

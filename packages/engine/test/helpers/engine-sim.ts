@@ -7,7 +7,11 @@ import { startEngineServer, type EngineServerHandle, type EngineServerOptions } 
 import { createSimModel, type SimOptions } from '../../src/sim/model.js';
 
 /** Starts a sim engine on port 0, closed in `t.after`. */
-export async function startSim(t: TestContext, sim: SimOptions = {}, server: Omit<EngineServerOptions, 'model'> = {}): Promise<EngineServerHandle> {
+export async function startSim(
+  t: TestContext,
+  sim: SimOptions = {},
+  server: Omit<EngineServerOptions, 'model'> = {},
+): Promise<EngineServerHandle> {
   const handle = await startEngineServer({ model: createSimModel(sim), ...server });
   t.after(() => handle.close());
   return handle;
@@ -23,7 +27,11 @@ export interface RawResponse {
 
 /** POSTs a JSON body. */
 export async function post(base: string, path: string, body: unknown): Promise<RawResponse> {
-  const res = await fetch(base + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const res = await fetch(base + path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   const text = await res.text();
   let json: unknown = undefined;
   try {
@@ -47,11 +55,20 @@ export function sseData(text: string): string[] {
 }
 
 /** POSTs a streaming request and returns the parsed chunks (without `[DONE]`) and the raw text. */
-export async function postStream(base: string, path: string, body: Record<string, unknown>): Promise<{ status: number; contentType: string | null; text: string; chunks: any[] }> {
+export async function postStream(
+  base: string,
+  path: string,
+  body: Record<string, unknown>,
+): Promise<{ status: number; contentType: string | null; text: string; chunks: any[] }> {
   const res = await post(base, path, { ...body, stream: true });
   const data = sseData(res.text);
   const done = data.at(-1) === '[DONE]';
-  return { status: res.status, contentType: res.contentType, text: res.text, chunks: (done ? data.slice(0, -1) : data).map((d) => JSON.parse(d)) };
+  return {
+    status: res.status,
+    contentType: res.contentType,
+    text: res.text,
+    chunks: (done ? data.slice(0, -1) : data).map((d) => JSON.parse(d)),
+  };
 }
 
 /**
@@ -78,7 +95,10 @@ export function rawTopDicts(raw: string): Array<Array<[string, number]>> {
   const list = raw.match(/"top_logprobs":\[(.*?)\],"text_offset"/)?.[1];
   if (list === undefined) throw new Error('no completions top_logprobs in the body');
   return [...list.matchAll(/\{(.*?)\}(?=,\{|$)/g)].map((m) =>
-    [...(m[1] ?? '').matchAll(/("(?:[^"\\]|\\.)*"):(-?[0-9.eE+-]+)/g)].map((e): [string, number] => [JSON.parse(e[1] as string) as string, Number(e[2])]),
+    [...(m[1] ?? '').matchAll(/("(?:[^"\\]|\\.)*"):(-?[0-9.eE+-]+)/g)].map((e): [string, number] => [
+      JSON.parse(e[1] as string) as string,
+      Number(e[2]),
+    ]),
   );
 }
 

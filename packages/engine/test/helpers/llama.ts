@@ -39,7 +39,11 @@ export async function greedy(model: EngineModel, prompt: string, steps: number):
 }
 
 /** The distributions of `model` along a given token path (the baseline forced through it). */
-export async function forced(model: EngineModel, prompt: string, tokens: readonly number[]): Promise<NextTokenDistribution[]> {
+export async function forced(
+  model: EngineModel,
+  prompt: string,
+  tokens: readonly number[],
+): Promise<NextTokenDistribution[]> {
   const seq = await model.start(model.tokenize(prompt), { requestSeed: 0 });
   const out: NextTokenDistribution[] = [];
   try {
