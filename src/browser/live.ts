@@ -214,6 +214,31 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
+  /** The top of a chart's scale: `fixedMax`, else room above the limit and the highest point. */
+  function chartMax(pts: any[], key: string, limit: number, fixedMax: number | null): number {
+    return fixedMax !== null
+      ? fixedMax
+      : Math.max(
+          limit * 1.25,
+          pts.reduce(function (m, p) {
+            return Math.max(m, p[key]);
+          }, 0) * 1.1,
+          1,
+        );
+  }
+  /** The time axis's labels at `y`: six ticks from `span` ago to now. */
+  function timeLabels(box: HTMLElement, x: (t: number) => number, y: number, now: number, span: number) {
+    [5, 4, 3, 2, 1, 0].forEach(function (m) {
+      const t = now - (m * span) / 5;
+      box.appendChild(
+        svg(
+          'text',
+          { x: x(t), y: y, 'text-anchor': 'middle' },
+          m === 0 ? 'now' : '\u2212' + Math.round((m * span) / 5 / 1000) + ' s',
+        ),
+      );
+    });
+  }
   // A line chart of one figure over the last settings.seconds, with its firing limit dashed.
   function chart(
     id: string,
@@ -236,16 +261,7 @@
     const pts = state.series.filter(function (p) {
       return p.t >= now - span;
     });
-    const max =
-      fixedMax !== null
-        ? fixedMax
-        : Math.max(
-            limit * 1.25,
-            pts.reduce(function (m, p) {
-              return Math.max(m, p[key]);
-            }, 0) * 1.1,
-            1,
-          );
+    const max = chartMax(pts, key, limit, fixedMax);
     const x = function (t: number) {
       return L + (W - L - R) * (1 - (now - t) / span);
     };
@@ -259,16 +275,7 @@
         svg('text', { x: L - 4, y: y(max * f) + 4, 'text-anchor': 'end' }, String(Number((max * f).toPrecision(2)))),
       );
     });
-    [5, 4, 3, 2, 1, 0].forEach(function (m) {
-      const t = now - (m * span) / 5;
-      box.appendChild(
-        svg(
-          'text',
-          { x: x(t), y: H - 6, 'text-anchor': 'middle' },
-          m === 0 ? 'now' : '\u2212' + Math.round((m * span) / 5 / 1000) + ' s',
-        ),
-      );
-    });
+    timeLabels(box, x, H - 6, now, span);
     box.appendChild(svg('line', { x1: L, x2: W - R, y1: y(limit), y2: y(limit), class: 'limit' }));
     box.appendChild(svg('text', { x: L + 4, y: y(limit) - 4, class: 'limit-label' }, limitLabel));
     if (pts.length > 0)
@@ -355,15 +362,39 @@
     empty.style.display = state.pairs.length ? 'none' : 'block';
   }
 
+  /** Marks the status stale, saying why the worker sent no data. */
+  function showStale(msg: any) {
+    statusEl.className = 'stale';
+    statusEl.textContent =
+      (msg && msg.worker === 'down'
+        ? 'the mirror\u2019s worker is not running'
+        : msg && msg.worker === 'off'
+          ? 'no mirror in this process'
+          : 'the mirror\u2019s worker did not answer in time') + ': showing what was last received';
+  }
+
+  /** The line under the charts: the window's pooled share, CUSUM and permutation p-value now. */
+  function windowNow(w: any): string {
+    return (
+      'now: pooled share ' +
+      w.share.toFixed(2) +
+      ' over ' +
+      w.requests +
+      ' requests, CUSUM ' +
+      w.cusum.toFixed(1) +
+      (w.pvalue === undefined
+        ? ''
+        : ', permutation test p = ' +
+          (w.pvalue < 0.01 ? w.pvalue.toExponential(1) : w.pvalue.toFixed(2)) +
+          ' over ' +
+          w.pvaluePairs +
+          ' pairs')
+    );
+  }
+
   function apply(msg: any) {
     if (!msg || msg.worker !== 'up') {
-      statusEl.className = 'stale';
-      statusEl.textContent =
-        (msg && msg.worker === 'down'
-          ? 'the mirror\u2019s worker is not running'
-          : msg && msg.worker === 'off'
-            ? 'no mirror in this process'
-            : 'the mirror\u2019s worker did not answer in time') + ': showing what was last received';
+      showStale(msg);
       return;
     }
     const d = msg.data;
@@ -408,20 +439,7 @@
       null,
       d.now,
     );
-    byId('window-now').textContent =
-      'now: pooled share ' +
-      d.window.share.toFixed(2) +
-      ' over ' +
-      d.window.requests +
-      ' requests, CUSUM ' +
-      d.window.cusum.toFixed(1) +
-      (d.window.pvalue === undefined
-        ? ''
-        : ', permutation test p = ' +
-          (d.window.pvalue < 0.01 ? d.window.pvalue.toExponential(1) : d.window.pvalue.toFixed(2)) +
-          ' over ' +
-          d.window.pvaluePairs +
-          ' pairs');
+    byId('window-now').textContent = windowNow(d.window);
     renderPairs();
     statusEl.className = '';
     statusEl.textContent = 'updated ' + clock(d.now) + ' \u00b7 every ' + POLL_MS / 1000 + ' s';

@@ -64,6 +64,19 @@ export function keysAt(path: readonly string[]): string[] {
   return d.type === 'object' && d.shape ? Object.keys(d.shape) : [];
 }
 
+/** The kind of value one literal of a `z.literal` schema is. */
+function literalKind(v: unknown): ValueKind {
+  return v === null
+    ? 'null'
+    : typeof v === 'string'
+      ? 'literal'
+      : typeof v === 'number'
+        ? 'number'
+        : typeof v === 'boolean'
+          ? 'boolean'
+          : 'other';
+}
+
 /** Every kind of value the schema accepts for this key (a union's options, `null` when nullable). */
 export function valueKinds(schema: z.ZodType): Set<ValueKind> {
   const kinds = new Set<ValueKind>();
@@ -94,18 +107,7 @@ export function valueKinds(schema: z.ZodType): Set<ValueKind> {
         kinds.add('literal');
         return;
       case 'literal':
-        for (const v of d.values ?? [])
-          kinds.add(
-            v === null
-              ? 'null'
-              : typeof v === 'string'
-                ? 'literal'
-                : typeof v === 'number'
-                  ? 'number'
-                  : typeof v === 'boolean'
-                    ? 'boolean'
-                    : 'other',
-          );
+        for (const v of d.values ?? []) kinds.add(literalKind(v));
         return;
       case 'number':
         kinds.add('number');

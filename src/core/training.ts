@@ -85,6 +85,76 @@ function withChosen(step: TokenStep, id: number, text: string): TokenStep | null
   };
 }
 
+/** Lines up a side that names no chosen token with the other side's ids, each checked against that position's entries. */
+function alignByDistribution(
+  train: TokenSequence,
+  infer: TokenSequence,
+  unknown: 'train' | 'infer',
+): Lined | { error: string } {
+  const a = train.steps;
+  const b = infer.steps;
+  const known = unknown === 'train' ? infer : train;
+  const dist = unknown === 'train' ? a : b;
+  if (!hasIds(known))
+    return {
+      error: `the ${unknown === 'train' ? 'trainer' : 'engine'}'s side names no scored token (prompt_logprobs without prompt_token_ids) and the other side names no token ids to take them from`,
+    };
+  const ks = known.steps;
+  if (ks.length > dist.length)
+    return { error: `the side with token ids has ${ks.length} positions, the distributions only ${dist.length}` };
+  const found = offsets(ks.length, dist.length, (i, o) => (dist[o + i]!.topIds ?? []).includes(ks[i]!.id!));
+  if (found.length === 0)
+    return {
+      error: `the token ids are not among the other side's entries at any offset: not the same tokens (or the engine was asked for the wrong prompt)`,
+    };
+  const o = found[0]!;
+  const filled = ks.map((s, i) => withChosen(dist[o + i]!, s.id!, s.token)!);
+  const lined =
+    unknown === 'train'
+      ? { train: filled, infer: ks.map((s) => ({ ...s })) }
+      : { train: ks.map((s) => ({ ...s })), infer: filled };
+  return {
+    ...lined,
+    alignment: `by token ids: the ${ks.length} ids of the ${unknown === 'train' ? 'engine' : 'trainer'} found among the ${unknown === 'train' ? 'trainer' : 'engine'}'s entries at offset ${o} of ${dist.length}`,
+  };
+}
+
+/** Lines up two sequences that both name ids (`byIds`) or both spell their tokens, the shorter found inside the longer. */
+function alignByKey(train: TokenSequence, infer: TokenSequence, byIds: boolean): Lined | { error: string } {
+  const a = train.steps;
+  const b = infer.steps;
+  const byText = !byIds;
+  const key = (s: TokenStep) => (byIds ? s.id : spelled(s.token));
+  const how = byIds ? 'token ids' : 'token texts';
+  const [short, long, shortIsTrain] = a.length <= b.length ? [a, b, true] : [b, a, false];
+  if (a.length === b.length) {
+    const d = firstDiff(a.length, (i) => key(a[i]!) === key(b[i]!));
+    // Texts from two tokenizer APIs may spell the same ids differently (a trainer's convert_ids_to_tokens, an engine's decoded pieces).
+    if (d >= 0 && byText && (hasIds(train) || hasIds(infer)))
+      return {
+        train: a,
+        infer: b,
+        alignment: `by position (${a.length}): the token texts differ (first at ${d}: ${JSON.stringify(a[d]!.token)} and ${JSON.stringify(b[d]!.token)}) and only one side names ids, so the tokens are not verified`,
+      };
+    if (d >= 0)
+      return {
+        error: `not the same tokens: by ${how}, position ${d} is ${JSON.stringify(a[d]!.token)} (${a[d]!.id ?? '?'}) for the trainer and ${JSON.stringify(b[d]!.token)} (${b[d]!.id ?? '?'}) for the engine`,
+      };
+    return { train: a, infer: b, alignment: `by ${how}, ${a.length} positions` };
+  }
+  const found = offsets(short.length, long.length, (i, o) => key(short[i]!) === key(long[o + i]!));
+  if (found.length === 0)
+    return {
+      error: `not the same tokens: by ${how}, the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} are nowhere in the ${long.length} of the ${shortIsTrain ? 'engine' : 'trainer'}`,
+    };
+  const o = found[0]!;
+  const part = long.slice(o, o + short.length);
+  return {
+    ...(shortIsTrain ? { train: short, infer: part } : { train: part, infer: short }),
+    alignment: `by ${how}: the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} at offset ${o} of the ${shortIsTrain ? 'engine' : 'trainer'}'s ${long.length}`,
+  };
+}
+
 /**
  * Lines two sequences up: by token ids when both name them (the shorter found inside the longer,
  * its last occurrence: a trainer often dumps the response only, an engine's prompt logprobs cover
@@ -98,65 +168,10 @@ export function alignSequences(train: TokenSequence, infer: TokenSequence): Line
   if (a.length === 0 || b.length === 0)
     return { error: `a sequence with no positions (train ${a.length}, infer ${b.length})` };
   const unknown = train.chosenUnknown ? 'train' : infer.chosenUnknown ? 'infer' : null;
-  if (unknown) {
-    const known = unknown === 'train' ? infer : train;
-    const dist = unknown === 'train' ? a : b;
-    if (!hasIds(known))
-      return {
-        error: `the ${unknown === 'train' ? 'trainer' : 'engine'}'s side names no scored token (prompt_logprobs without prompt_token_ids) and the other side names no token ids to take them from`,
-      };
-    const ks = known.steps;
-    if (ks.length > dist.length)
-      return { error: `the side with token ids has ${ks.length} positions, the distributions only ${dist.length}` };
-    const found = offsets(ks.length, dist.length, (i, o) => (dist[o + i]!.topIds ?? []).includes(ks[i]!.id!));
-    if (found.length === 0)
-      return {
-        error: `the token ids are not among the other side's entries at any offset: not the same tokens (or the engine was asked for the wrong prompt)`,
-      };
-    const o = found[0]!;
-    const filled = ks.map((s, i) => withChosen(dist[o + i]!, s.id!, s.token)!);
-    const lined =
-      unknown === 'train'
-        ? { train: filled, infer: ks.map((s) => ({ ...s })) }
-        : { train: ks.map((s) => ({ ...s })), infer: filled };
-    return {
-      ...lined,
-      alignment: `by token ids: the ${ks.length} ids of the ${unknown === 'train' ? 'engine' : 'trainer'} found among the ${unknown === 'train' ? 'trainer' : 'engine'}'s entries at offset ${o} of ${dist.length}`,
-    };
-  }
+  if (unknown) return alignByDistribution(train, infer, unknown);
   const byIds = hasIds(train) && hasIds(infer);
   const byText = !byIds && hasTexts(train) && hasTexts(infer);
-  if (byIds || byText) {
-    const key = (s: TokenStep) => (byIds ? s.id : spelled(s.token));
-    const how = byIds ? 'token ids' : 'token texts';
-    const [short, long, shortIsTrain] = a.length <= b.length ? [a, b, true] : [b, a, false];
-    if (a.length === b.length) {
-      const d = firstDiff(a.length, (i) => key(a[i]!) === key(b[i]!));
-      // Texts from two tokenizer APIs may spell the same ids differently (a trainer's convert_ids_to_tokens, an engine's decoded pieces).
-      if (d >= 0 && byText && (hasIds(train) || hasIds(infer)))
-        return {
-          train: a,
-          infer: b,
-          alignment: `by position (${a.length}): the token texts differ (first at ${d}: ${JSON.stringify(a[d]!.token)} and ${JSON.stringify(b[d]!.token)}) and only one side names ids, so the tokens are not verified`,
-        };
-      if (d >= 0)
-        return {
-          error: `not the same tokens: by ${how}, position ${d} is ${JSON.stringify(a[d]!.token)} (${a[d]!.id ?? '?'}) for the trainer and ${JSON.stringify(b[d]!.token)} (${b[d]!.id ?? '?'}) for the engine`,
-        };
-      return { train: a, infer: b, alignment: `by ${how}, ${a.length} positions` };
-    }
-    const found = offsets(short.length, long.length, (i, o) => key(short[i]!) === key(long[o + i]!));
-    if (found.length === 0)
-      return {
-        error: `not the same tokens: by ${how}, the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} are nowhere in the ${long.length} of the ${shortIsTrain ? 'engine' : 'trainer'}`,
-      };
-    const o = found[0]!;
-    const part = long.slice(o, o + short.length);
-    return {
-      ...(shortIsTrain ? { train: short, infer: part } : { train: part, infer: short }),
-      alignment: `by ${how}: the ${short.length} positions of the ${shortIsTrain ? 'trainer' : 'engine'} at offset ${o} of the ${shortIsTrain ? 'engine' : 'trainer'}'s ${long.length}`,
-    };
-  }
+  if (byIds || byText) return alignByKey(train, infer, byIds);
   if (a.length !== b.length)
     return {
       error: `the sides name their tokens differently (ids on one, texts on the other) and their lengths differ (${a.length} and ${b.length}): cannot line them up`,

@@ -59,27 +59,29 @@ export function isTokenSequence(v: unknown): v is Record<string, unknown> {
   return lp.every((x) => x === null || typeof x === 'number');
 }
 
+/** The sequences of a columnar batch object: every per-position field a list of lists, `id` a list (or absent). */
+function batchSequences(o: Record<string, unknown>, lp: unknown[], index: number): TokenSequence[] | string {
+  const out: TokenSequence[] = [];
+  const ids = Array.isArray(o.id)
+    ? o.id
+    : Array.isArray(o.ids) && !Array.isArray((o.ids as unknown[])[0])
+      ? o.ids
+      : null;
+  for (let b = 0; b < lp.length; b++) {
+    const row: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(o)) if (Array.isArray(v) && k !== 'id') row[k] = v[b];
+    if (ids) row.id = ids[b];
+    const one = tokenSequences(row, index + b);
+    if (typeof one === 'string') return `sequence ${b}: ${one}`;
+    out.push(...one);
+  }
+  return out;
+}
+
 /** The sequences of one token-logprob object (a batch object holds several). */
 function tokenSequences(o: Record<string, unknown>, index: number): TokenSequence[] | string {
   const lp = pick(o, LP_KEYS) as unknown[];
-  if (lp.length > 0 && Array.isArray(lp[0])) {
-    // Columnar batch: every per-position field a list of lists, `id` a list (or absent).
-    const out: TokenSequence[] = [];
-    const ids = Array.isArray(o.id)
-      ? o.id
-      : Array.isArray(o.ids) && !Array.isArray((o.ids as unknown[])[0])
-        ? o.ids
-        : null;
-    for (let b = 0; b < lp.length; b++) {
-      const row: Record<string, unknown> = {};
-      for (const [k, v] of Object.entries(o)) if (Array.isArray(v) && k !== 'id') row[k] = v[b];
-      if (ids) row.id = ids[b];
-      const one = tokenSequences(row, index + b);
-      if (typeof one === 'string') return `sequence ${b}: ${one}`;
-      out.push(...one);
-    }
-    return out;
-  }
+  if (lp.length > 0 && Array.isArray(lp[0])) return batchSequences(o, lp, index);
   const idList = pick(o, ID_KEYS);
   const textList = pick(o, TEXT_KEYS);
   const ids = Array.isArray(idList)
