@@ -59,11 +59,8 @@ export interface LogprobeRuntime {
   close(options?: { quiet?: boolean }): Promise<void>;
 }
 
-/**
- * Wires one logprobe process: logger, metrics, the candidate pool, the proxy and the admin
- * server. `makeParts` builds the optional stages from the shared pieces.
- */
-export function createRuntime(config: Config, options: RuntimeOptions = {}): LogprobeRuntime {
+/** The root logger and where it writes: the caller's, or one built from `config.log` on stdout. */
+function runtimeLogger(config: Config, options: RuntimeOptions): { logger: Logger; logDestination: LogDestination } {
   const logDestination = options.logDestination ?? (options.logger ? process.stdout : stdoutDestination());
   const logger =
     options.logger ??
@@ -73,6 +70,105 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
       keys: configuredKeys(config),
       destination: logDestination,
     });
+  return { logger, logDestination };
+}
+
+/** The runtime's mutable state: whether the proxy still accepts, and the one close in progress. */
+interface RuntimeState {
+  accepting: boolean;
+  closing: Promise<void> | null;
+}
+
+/** The shared pieces the runtime's listen, close and admin server work with. */
+interface RuntimeWiring {
+  config: Config;
+  logger: Logger;
+  metrics: Metrics;
+  candidatePool: Pool;
+  mirror: MirrorThread | undefined;
+  state: RuntimeState;
+}
+
+/** The admin server over the runtime's metrics, readiness, and the mirror's live data when it has one. */
+function runtimeAdmin({ config, logger, metrics, candidatePool, mirror, state }: RuntimeWiring): FastifyInstance {
+  return buildAdminApp({
+    logger,
+    metricsText: mirror ? () => mirror.metricsText(metrics.registry) : () => metrics.registry.metrics(),
+    contentType: metrics.registry.contentType,
+    hosts: new AdminHosts(config.admin.host, config.admin.allowedHosts),
+    misdirected: () => metrics.misdirected(),
+    accepting: () => state.accepting,
+    candidateReachable: () => probe(candidatePool, config.candidate.url),
+    ...(mirror
+      ? {
+          live: (since: number, sinceT: number) => mirror.liveData(since, sinceT),
+          mirrorBackends: () => mirror.backendStates(),
+        }
+      : {}),
+  });
+}
+
+/** Listens on both ports, waits (bounded) for the mirror worker, and logs the start lines. */
+async function listenRuntime(
+  { config, logger, mirror }: RuntimeWiring,
+  proxy: FastifyInstance,
+  admin: FastifyInstance,
+): Promise<{ proxyUrl: string; adminUrl: string }> {
+  const proxyUrl = await proxy.listen({
+    host: config.listen.host,
+    port: config.listen.port,
+    backlog: config.limits.backlog,
+  });
+  const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
+  mirror?.adminListening(Number(new URL(adminUrl).port));
+  // Listening means ready: the worker's series exist on the first scrape (bounded wait).
+  if (mirror && !(await mirror.ready()) && mirror.workerRunning)
+    logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
+  logger.info(
+    { proxyUrl, adminUrl, mode: config.mode, candidate: config.candidate.url, baseline: config.baseline.url },
+    'logprobe listening',
+  );
+  logger.info(
+    {
+      sampleRate: config.mirror.sampleRate,
+      routes: config.mirror.routes,
+      capture: config.capture.enabled ? config.capture.dir : null,
+    },
+    mirrorStartLine(config),
+  );
+  if (mirror) {
+    const rl = runLengthStart(config);
+    logger.info(rl.fields, rl.line);
+  }
+  return { proxyUrl, adminUrl };
+}
+
+/** Stops once (later calls share the first close): drain the proxy, then the mirror, the pool, the admin server. */
+function closeRuntime(
+  { config, logger, candidatePool, state }: RuntimeWiring,
+  proxy: FastifyInstance,
+  admin: FastifyInstance,
+  parts: RuntimeParts,
+  closeOptions: { quiet?: boolean },
+): Promise<void> {
+  state.closing ??= (async () => {
+    state.accepting = false;
+    await drainProxy(proxy, config, logger);
+    // The mirror's worker finishes its queue within drainSeconds, then flushes the capture.
+    await parts.mirror?.close();
+    await candidatePool.close();
+    await admin.close();
+    if (!closeOptions.quiet) logger.info('logprobe stopped');
+  })();
+  return state.closing;
+}
+
+/**
+ * Wires one logprobe process: logger, metrics, the candidate pool, the proxy and the admin
+ * server. `makeParts` builds the optional stages from the shared pieces.
+ */
+export function createRuntime(config: Config, options: RuntimeOptions = {}): LogprobeRuntime {
+  const { logger, logDestination } = runtimeLogger(config, options);
   // The proxy's thread's metrics; the worker has its own (src/metrics/catalog.ts says which).
   // Custom parts run on this thread: they get every metric.
   const metrics = new Metrics({ thread: options.makeParts ? undefined : 'main', mirrorRoutes: config.mirror.routes });
@@ -88,26 +184,18 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
         workerUrl: options.mirrorWorkerUrl,
       });
   const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? { mirror };
-  let accepting = true;
+  const wiring: RuntimeWiring = {
+    config,
+    logger,
+    metrics,
+    candidatePool,
+    mirror,
+    state: { accepting: true, closing: null },
+  };
 
   const proxy = buildApp(config, { logger, candidate: candidatePool, metrics, mirror: parts.mirror });
-  const admin = buildAdminApp({
-    logger,
-    metricsText: mirror ? () => mirror.metricsText(metrics.registry) : () => metrics.registry.metrics(),
-    contentType: metrics.registry.contentType,
-    hosts: new AdminHosts(config.admin.host, config.admin.allowedHosts),
-    misdirected: () => metrics.misdirected(),
-    accepting: () => accepting,
-    candidateReachable: () => probe(candidatePool, config.candidate.url),
-    ...(mirror
-      ? {
-          live: (since: number, sinceT: number) => mirror.liveData(since, sinceT),
-          mirrorBackends: () => mirror.backendStates(),
-        }
-      : {}),
-  });
+  const admin = runtimeAdmin(wiring);
 
-  let closing: Promise<void> | null = null;
   return {
     config,
     logger,
@@ -116,47 +204,8 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
     admin,
     candidatePool,
     mirror,
-    async listen() {
-      const proxyUrl = await proxy.listen({
-        host: config.listen.host,
-        port: config.listen.port,
-        backlog: config.limits.backlog,
-      });
-      const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
-      mirror?.adminListening(Number(new URL(adminUrl).port));
-      // Listening means ready: the worker's series exist on the first scrape (bounded wait).
-      if (mirror && !(await mirror.ready()) && mirror.workerRunning)
-        logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
-      logger.info(
-        { proxyUrl, adminUrl, mode: config.mode, candidate: config.candidate.url, baseline: config.baseline.url },
-        'logprobe listening',
-      );
-      logger.info(
-        {
-          sampleRate: config.mirror.sampleRate,
-          routes: config.mirror.routes,
-          capture: config.capture.enabled ? config.capture.dir : null,
-        },
-        mirrorStartLine(config),
-      );
-      if (mirror) {
-        const rl = runLengthStart(config);
-        logger.info(rl.fields, rl.line);
-      }
-      return { proxyUrl, adminUrl };
-    },
-    close(closeOptions = {}) {
-      closing ??= (async () => {
-        accepting = false;
-        await drainProxy(proxy, config, logger);
-        // The mirror's worker finishes its queue within drainSeconds, then flushes the capture.
-        await parts.mirror?.close();
-        await candidatePool.close();
-        await admin.close();
-        if (!closeOptions.quiet) logger.info('logprobe stopped');
-      })();
-      return closing;
-    },
+    listen: () => listenRuntime(wiring, proxy, admin),
+    close: (closeOptions = {}) => closeRuntime(wiring, proxy, admin, parts, closeOptions),
   };
 }
 

@@ -37,17 +37,8 @@ function count(v: unknown): number {
   return Number.isSafeInteger(n) && n >= 0 ? n : 0;
 }
 
-/**
- * The admin server: `/metrics`, `/healthz`, `/readyz` and the live page (`/ui`, `/ui/data`), on
- * its own host and port so that metrics, health and the pairs never show on the public port.
- */
-export function buildAdminApp(deps: AdminDeps): FastifyInstance {
-  const log = deps.logger.child({ module: 'admin' });
-  const app = Fastify({
-    loggerInstance: log as unknown as FastifyBaseLogger,
-    logController: new LogController({ disableRequestLogging: true }),
-  });
-
+/** Answers 421 to a `Host` not in admin.allowedHosts (DNS rebinding), counting it and logging at most once per MISDIRECTED_LOG_MS. */
+function addMisdirectedHook(app: FastifyInstance, deps: AdminDeps, log: Logger): void {
   // DNS rebinding (src/admin/hosts.ts): before any route, the unknown ones included.
   let refused = 0;
   let loggedAt = -Infinity;
@@ -65,24 +56,16 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
       loggedAt = now;
       refused = 0;
     }
-    return reply
-      .code(421)
-      .type('application/json; charset=utf-8')
-      .header('cache-control', 'no-store')
-      .send({
-        status: 'misdirected',
-        error:
-          'this Host is not served by the admin port: add the name to admin.allowedHosts, or use localhost or an IP address',
-      });
+    return reply.code(421).type('application/json; charset=utf-8').header('cache-control', 'no-store').send({
+      status: 'misdirected',
+      error:
+        'this Host is not served by the admin port: add the name to admin.allowedHosts, or use localhost or an IP address',
+    });
   });
+}
 
-  app.get('/metrics', async (_request, reply) => {
-    const body = await deps.metricsText();
-    return reply.type(deps.contentType).send(body);
-  });
-
-  app.get('/healthz', async () => ({ status: 'ok' }));
-
+/** The live page (`/ui`) and its data (`/ui/data`), relayed from the mirror worker. */
+function addLiveRoutes(app: FastifyInstance, deps: AdminDeps): void {
   // The live page (src/live/page.ts): inline script and style only, allowed by a per-response
   // nonce; the only connection it may open is to this origin's /ui/data.
   app.get('/ui', async (_request, reply) => {
@@ -114,7 +97,10 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
       .header('x-content-type-options', 'nosniff')
       .send(body);
   });
+}
 
+/** `/readyz`: 503 while shutting down, with no proxy worker listening, or the candidate unreachable; names unreachable mirror backends. */
+function addReadyRoute(app: FastifyInstance, deps: AdminDeps): void {
   app.get('/readyz', async (_request, reply) => {
     if (!deps.accepting()) return reply.code(503).send({ status: 'shutting down' });
     if (deps.proxyListening && !deps.proxyListening())
@@ -135,6 +121,30 @@ export function buildAdminApp(deps: AdminDeps): FastifyInstance {
           };
     return reply.code(ok ? 200 : 503).send({ status: ok ? 'ready' : 'candidate unreachable', ...mirror });
   });
+}
+
+/**
+ * The admin server: `/metrics`, `/healthz`, `/readyz` and the live page (`/ui`, `/ui/data`), on
+ * its own host and port so that metrics, health and the pairs never show on the public port.
+ */
+export function buildAdminApp(deps: AdminDeps): FastifyInstance {
+  const log = deps.logger.child({ module: 'admin' });
+  const app = Fastify({
+    loggerInstance: log as unknown as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+  });
+
+  addMisdirectedHook(app, deps, log);
+
+  app.get('/metrics', async (_request, reply) => {
+    const body = await deps.metricsText();
+    return reply.type(deps.contentType).send(body);
+  });
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
+
+  addLiveRoutes(app, deps);
+  addReadyRoute(app, deps);
 
   return app;
 }

@@ -34,6 +34,91 @@ export interface ClusterRuntime {
   close(options?: { quiet?: boolean }): Promise<void>;
 }
 
+/** The cluster primary's mutable state: whether it still reports ready, and the one close in progress. */
+interface PrimaryState {
+  accepting: boolean;
+  closing: Promise<void> | null;
+}
+
+/** The primary's pieces its admin server, listen and close work with. */
+interface PrimaryWiring {
+  config: Config;
+  workers: number;
+  logger: Logger;
+  metrics: Metrics;
+  mirror: MirrorThread;
+  probePool: Pool;
+  clusterMetrics: ClusterMetrics;
+  supervisor: Supervisor;
+  state: PrimaryState;
+}
+
+/** The primary's admin server: the merged /metrics, readiness over the workers and the candidate, the live page. */
+function primaryAdmin(w: PrimaryWiring): FastifyInstance {
+  const { config, logger, metrics, mirror, probePool, clusterMetrics, supervisor, state } = w;
+  return buildAdminApp({
+    logger,
+    metricsText: () => clusterMetrics.text(),
+    contentType: metrics.registry.contentType,
+    hosts: new AdminHosts(config.admin.host, config.admin.allowedHosts),
+    misdirected: () => metrics.misdirected(),
+    accepting: () => state.accepting,
+    proxyListening: () => supervisor.anyListening(),
+    candidateReachable: () => probe(probePool, config.candidate.url),
+    live: (since, sinceT) => mirror.liveData(since, sinceT),
+    mirrorBackends: () => mirror.backendStates(),
+  });
+}
+
+/** Starts the proxy workers, then the admin server, waits (bounded) for the mirror worker, and logs the start lines. */
+async function listenPrimary(
+  w: PrimaryWiring,
+  admin: FastifyInstance,
+): Promise<{ proxyUrl: string; adminUrl: string }> {
+  const { config, workers, logger, mirror, supervisor } = w;
+  await supervisor.start();
+  const proxyUrl = supervisor.proxyUrl;
+  const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
+  mirror.adminListening(Number(new URL(adminUrl).port));
+  if (!(await mirror.ready()) && mirror.workerRunning)
+    logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
+  logger.info(
+    {
+      proxyUrl,
+      adminUrl,
+      candidate: config.candidate.url,
+      baseline: config.baseline.url,
+      workers,
+      pids: supervisor.slotPids(),
+    },
+    'logprobe listening',
+  );
+  logger.info(
+    {
+      sampleRate: config.mirror.sampleRate,
+      routes: config.mirror.routes,
+      capture: config.capture.enabled ? config.capture.dir : null,
+    },
+    mirrorStartLine(config),
+  );
+  return { proxyUrl, adminUrl };
+}
+
+/** Stops once (later calls share the first close): drain the workers, then the mirror, the probe pool, the admin server. */
+function closePrimary(w: PrimaryWiring, admin: FastifyInstance, closeOptions: { quiet?: boolean }): Promise<void> {
+  const { config, logger, mirror, probePool, supervisor, state } = w;
+  state.closing ??= (async () => {
+    state.accepting = false;
+    await supervisor.drain(exitDeadlineMs(config));
+    // Then the mirror finishes its queue within drainSeconds and flushes the capture.
+    await mirror.close();
+    await probePool.close();
+    await admin.close();
+    if (!closeOptions.quiet) logger.info('logprobe stopped');
+  })();
+  return state.closing;
+}
+
 /**
  * The primary of `logprobe serve` with `listen.workers` = N > 1 (node:cluster). It forks N proxy
  * worker processes (src/cluster/proxy-worker.ts), which share the public port — node:cluster's
@@ -72,21 +157,20 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     mirror,
     events: clusterMetrics,
   });
-  let accepting = true;
-  const admin = buildAdminApp({
+  const state: PrimaryState = { accepting: true, closing: null };
+  const wiring: PrimaryWiring = {
+    config,
+    workers,
     logger,
-    metricsText: () => clusterMetrics.text(),
-    contentType: metrics.registry.contentType,
-    hosts: new AdminHosts(config.admin.host, config.admin.allowedHosts),
-    misdirected: () => metrics.misdirected(),
-    accepting: () => accepting,
-    proxyListening: () => supervisor.anyListening(),
-    candidateReachable: () => probe(probePool, config.candidate.url),
-    live: (since, sinceT) => mirror.liveData(since, sinceT),
-    mirrorBackends: () => mirror.backendStates(),
-  });
+    metrics,
+    mirror,
+    probePool,
+    clusterMetrics,
+    supervisor,
+    state,
+  };
+  const admin = primaryAdmin(wiring);
 
-  let closing: Promise<void> | null = null;
   return {
     config,
     logger,
@@ -94,45 +178,7 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
     admin,
     mirror,
     workerPids: () => supervisor.pids(),
-    async listen() {
-      await supervisor.start();
-      const proxyUrl = supervisor.proxyUrl;
-      const adminUrl = await admin.listen({ host: config.admin.host, port: config.admin.port });
-      mirror.adminListening(Number(new URL(adminUrl).port));
-      if (!(await mirror.ready()) && mirror.workerRunning)
-        logger.warn('mirror worker not started yet: /metrics shows logprobe_mirror_worker_up 0 until it answers');
-      logger.info(
-        {
-          proxyUrl,
-          adminUrl,
-          candidate: config.candidate.url,
-          baseline: config.baseline.url,
-          workers,
-          pids: supervisor.slotPids(),
-        },
-        'logprobe listening',
-      );
-      logger.info(
-        {
-          sampleRate: config.mirror.sampleRate,
-          routes: config.mirror.routes,
-          capture: config.capture.enabled ? config.capture.dir : null,
-        },
-        mirrorStartLine(config),
-      );
-      return { proxyUrl, adminUrl };
-    },
-    close(closeOptions = {}) {
-      closing ??= (async () => {
-        accepting = false;
-        await supervisor.drain(exitDeadlineMs(config));
-        // Then the mirror finishes its queue within drainSeconds and flushes the capture.
-        await mirror.close();
-        await probePool.close();
-        await admin.close();
-        if (!closeOptions.quiet) logger.info('logprobe stopped');
-      })();
-      return closing;
-    },
+    listen: () => listenPrimary(wiring, admin),
+    close: (closeOptions = {}) => closePrimary(wiring, admin, closeOptions),
   };
 }

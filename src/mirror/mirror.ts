@@ -78,6 +78,23 @@ export interface MirrorDeps {
   health?: BackendHealth;
 }
 
+/** The baseline's own connection pool, or null when there is no baseline (config.baseline.url null). */
+function createBaselinePool(deps: MirrorDeps): Pool | null {
+  const { config } = deps;
+  const baselineUrl = config.baseline.url;
+  return baselineUrl === null
+    ? null
+    : createUpstreamPool(
+        { ...config.baseline, url: baselineUrl },
+        {
+          tlsInsecure: config.tlsInsecure,
+          connections: config.mirror.concurrency * 2,
+          maxHeaderSize: config.limits.maxHeaderKB * 1024,
+          onConnections: (delta) => deps.metrics.connections('baseline', delta),
+        },
+      );
+}
+
 /**
  * The mirror, in its worker thread: takes the exchanges the proxy's thread sampled, rewrites them
  * to greedy + logprobs, sends the copy to candidate and baseline, compares, exports, detects, and
@@ -121,38 +138,11 @@ export class Mirror {
     this.now = deps.now ?? (() => Date.now() / 1000);
     this.random = deps.random ?? Math.random;
     this.ownsBaselinePool = !deps.baselinePool;
-    const baselineUrl = config.baseline.url;
-    this.baselinePool =
-      deps.baselinePool ??
-      (baselineUrl === null
-        ? null
-        : createUpstreamPool(
-            { ...config.baseline, url: baselineUrl },
-            {
-              tlsInsecure: config.tlsInsecure,
-              connections: config.mirror.concurrency * 2,
-              maxHeaderSize: config.limits.maxHeaderKB * 1024,
-              onConnections: (delta) => deps.metrics.connections('baseline', delta),
-            },
-          ));
+    this.baselinePool = deps.baselinePool ?? createBaselinePool(deps);
     this.calibration = new Calibration(config.calibration);
     this.permutation = new PermutationWindow({ window: config.alert.window, ...config.alert.permutation });
     deps.metrics.gauge('logprobe_alert_test_pvalue').set(1);
-    this.scorer = new Scorer(scoringOptions(config), {
-      onProfile: (backend, profile, evidence) => {
-        const g = deps.metrics.gauge('logprobe_engine_profile');
-        for (const p of ENGINE_NAMES) g.set({ backend, profile: p }, p === profile ? 1 : 0);
-        this.log.info({ backend, profile, evidence }, `${backend} engine profile: ${profile} (${evidence})`);
-      },
-      onCap: (backend, field, cap, requested, learned) => {
-        deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend, field });
-        if (learned)
-          this.log.info(
-            { backend, field, limit: cap, requested },
-            `${backend} caps ${field} at ${cap}: scoring now asks for at most ${cap} alternatives`,
-          );
-      },
-    });
+    this.scorer = this.createScorer();
     this.notifier = new AlertNotifier({
       logger: this.log,
       webhookUrl: config.alert.webhookUrl,
@@ -178,6 +168,26 @@ export class Mirror {
         this.advanceSelf(b, tickSelf(this.selfDetectors[b], config.alert, this.now(), b));
     }, 1000);
     this.ticker.unref();
+  }
+
+  /** The scorer, which logs each backend's engine profile and the logprobs caps it learns, and counts them. */
+  private createScorer(): Scorer {
+    const { config } = this.deps;
+    return new Scorer(scoringOptions(config), {
+      onProfile: (backend, profile, evidence) => {
+        const g = this.deps.metrics.gauge('logprobe_engine_profile');
+        for (const p of ENGINE_NAMES) g.set({ backend, profile: p }, p === profile ? 1 : 0);
+        this.log.info({ backend, profile, evidence }, `${backend} engine profile: ${profile} (${evidence})`);
+      },
+      onCap: (backend, field, cap, requested, learned) => {
+        this.deps.metrics.counter('logprobe_logprobs_capped_total').inc({ backend, field });
+        if (learned)
+          this.log.info(
+            { backend, field, limit: cap, requested },
+            `${backend} caps ${field} at ${cap}: scoring now asks for at most ${cap} alternatives`,
+          );
+      },
+    });
   }
 
   /** Log fields about one job, scrubbed of the secret values its request carried (an upstream's error may quote them). */
