@@ -83,43 +83,61 @@ export const compareCommand: CommandFactory = (setExit) =>
     .addHelpText('after', EXIT_HELP)
     .action(async (candidateFile: string, baselineFile: string, opts: CompareOptions) => {
       const thresholds = resolveThresholds(opts);
-      if ((await isTokenFile(candidateFile)) || (await isTokenFile(baselineFile))) {
-        const sides = trainerFirst(await readSequenceFile(candidateFile), await readSequenceFile(baselineFile));
-        const results = compareFiles(sides.train, sides.infer, thresholds);
-        const where = { train: sides.train.file, infer: sides.infer.file };
-        if (opts.json)
-          process.stdout.write(
-            results.length === 1
-              ? `${JSON.stringify({ ...results[0], ...where }, null, 2)}\n`
-              : results.map((r) => `${JSON.stringify({ ...r, ...where })}\n`).join(''),
-          );
-        else process.stdout.write(renderTraining(results, { ...where, swapped: sides.swapped }, thresholds));
-        setExit(Math.max(...results.map((r) => verdictExitCode(r.verdict))));
-        return;
-      }
-      const candidate = readResponse(candidateFile);
-      const baseline = readResponse(baselineFile);
-      // Two saved bodies and no engine: past a divergence nothing can be scored here (the proxy, replay and record score live).
-      const result = withScoring(
-        compare(candidate, baseline, thresholds),
-        notScored(
-          'skipped',
-          'two saved responses, no engine to score them on (the proxy, replay and record score past the divergence)',
-        ),
-        null,
-        thresholds,
-      );
-      if (opts.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
-      else if (result.verdict !== 'incomparable') {
-        const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
-        process.stdout.write(renderComparison(result, thresholds, color));
-      }
-      if (result.verdict === 'incomparable') {
-        const empty = candidate.steps.length === 0 ? candidateFile : baseline.steps.length === 0 ? baselineFile : null;
-        throw noInput(empty ? `no logprobs in ${empty}` : (result.notes[0] ?? 'incomparable'));
-      }
-      setExit(verdictExitCode(result.verdict));
+      if ((await isTokenFile(candidateFile)) || (await isTokenFile(baselineFile)))
+        setExit(await compareTokenFiles(candidateFile, baselineFile, opts, thresholds));
+      else setExit(compareResponses(candidateFile, baselineFile, opts, thresholds));
     });
+
+/** Compares token-logprob files (or one with an engine's response), prints the result and returns the exit code. */
+async function compareTokenFiles(
+  candidateFile: string,
+  baselineFile: string,
+  opts: CompareOptions,
+  thresholds: Thresholds,
+): Promise<number> {
+  const sides = trainerFirst(await readSequenceFile(candidateFile), await readSequenceFile(baselineFile));
+  const results = compareFiles(sides.train, sides.infer, thresholds);
+  const where = { train: sides.train.file, infer: sides.infer.file };
+  if (opts.json)
+    process.stdout.write(
+      results.length === 1
+        ? `${JSON.stringify({ ...results[0], ...where }, null, 2)}\n`
+        : results.map((r) => `${JSON.stringify({ ...r, ...where })}\n`).join(''),
+    );
+  else process.stdout.write(renderTraining(results, { ...where, swapped: sides.swapped }, thresholds));
+  return Math.max(...results.map((r) => verdictExitCode(r.verdict)));
+}
+
+/** Compares two saved response bodies, prints the result and returns the exit code (throws when incomparable). */
+function compareResponses(
+  candidateFile: string,
+  baselineFile: string,
+  opts: CompareOptions,
+  thresholds: Thresholds,
+): number {
+  const candidate = readResponse(candidateFile);
+  const baseline = readResponse(baselineFile);
+  // Two saved bodies and no engine: past a divergence nothing can be scored here (the proxy, replay and record score live).
+  const result = withScoring(
+    compare(candidate, baseline, thresholds),
+    notScored(
+      'skipped',
+      'two saved responses, no engine to score them on (the proxy, replay and record score past the divergence)',
+    ),
+    null,
+    thresholds,
+  );
+  if (opts.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+  else if (result.verdict !== 'incomparable') {
+    const color = process.stdout.isTTY === true && !process.env.NO_COLOR;
+    process.stdout.write(renderComparison(result, thresholds, color));
+  }
+  if (result.verdict === 'incomparable') {
+    const empty = candidate.steps.length === 0 ? candidateFile : baseline.steps.length === 0 ? baselineFile : null;
+    throw noInput(empty ? `no logprobs in ${empty}` : (result.notes[0] ?? 'incomparable'));
+  }
+  return verdictExitCode(result.verdict);
+}
 
 /** Reads and parses one body; a file that is not a response is a user error naming the file. */
 function readResponse(file: string): ParsedResponse {

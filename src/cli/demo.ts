@@ -73,8 +73,15 @@ async function pickPort(
   return 0;
 }
 
+/** `logprobe demo`: the command, its flags and help, and the action that runs the demo. */
 export const demoCommand: CommandFactory = (setExit) =>
-  new Command('demo')
+  withDemoOptions(new Command('demo'))
+    .addHelpText('after', () => help(installed))
+    .action(async (opts: DemoCliOptions, cmd: Command) => demoAction(opts, cmd, setExit));
+
+/** Declares the demo's description and flags on `cmd`. */
+function withDemoOptions(cmd: Command): Command {
+  return cmd
     .description(
       'the main job on an embedded default: two engines (the candidate with a fault), the proxy in front, live traffic, verdicts and alerts',
     )
@@ -108,73 +115,80 @@ export const demoCommand: CommandFactory = (setExit) =>
       '--baseline <none>',
       "'none': no baseline, the candidate against itself (each request twice: cold, then warm; the default fault becomes cache-hit:3)",
     )
-    .option('--captures <dir>', 'where the captures go (a folder per run inside it)', 'captures-demo')
-    .addHelpText('after', () => help(installed))
-    .action(async (opts: DemoCliOptions, cmd: Command) => {
-      const startedAt = Date.now();
-      const { DEMO_ENGINES, EngineStartError, UnknownDemoFaultError, chooseEngines, planFault, needsPrefixCache } =
-        await loadEngines('logprobe demo');
-      if (opts.baseline !== undefined && opts.baseline !== 'none')
-        throw usageError(
-          `--baseline: the demo runs its own baseline; only 'none' (no baseline) can be given, got '${opts.baseline}'`,
-        );
-      if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine))
-        throw usageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
-      const choice = opts.engine;
-      // One server alone can only disagree with itself on its cache path: without a baseline the
-      // default fault is a wrong restore on a prefix-cache hit (a compute fault would agree with itself).
-      const fault =
-        opts.baseline === 'none' && cmd.getOptionValueSource('fault') === 'default' ? 'cache-hit:3' : opts.fault;
-      let plan: DemoFaultPlan;
-      try {
-        plan = planFault(fault);
-      } catch (err) {
-        if (err instanceof UnknownDemoFaultError) throw usageError(`--fault: ${err.message}`);
-        throw err;
-      }
-      const { duration, rate, seed } = opts;
-      // Piped into `head`: when the reader goes away, the demo (and its engines) stops quietly.
-      const out = (line: string): void => void writeOut(`${line}\n`);
-      const port = await pickPort(cmd, 'port', '--port', opts.port, out);
-      const adminPort = await pickPort(cmd, 'adminPort', '--admin-port', opts.adminPort, out);
-      const captureDir = captureFolder(opts.captures, startedAt);
-      // The engines play llama-server: the proxy scores past a divergence through /completion and
-      // empties the cache through the slot actions before a repeat's first (cold) run. The
-      // simulated ones keep 16 prefixes, as a real server under traffic keeps many (llama.cpp: one).
-      const slotSavePath = mkdtempSync(join(tmpdir(), 'logprobe-demo-slots-'));
-      const stop = stopOnSignal();
-      try {
-        await runDemo({
-          baselineFree: opts.baseline === 'none',
-          repeats: needsPrefixCache(plan),
-          captureDir,
-          duration,
-          rate,
-          port,
-          adminPort,
-          startedAt,
-          engines: () =>
-            chooseEngines({
-              choice,
-              plan,
-              seed,
-              notice: out,
-              engine: { api: 'llamacpp', slotSavePath, cacheSlots: 16 },
-            }),
-          signal: AbortSignal.any([stop.stopping, stdoutGone]),
-          out,
-        });
-      } catch (err) {
-        if (err instanceof EngineStartError)
-          throw new LogprobeError(
-            'LOGPROBE_ENGINES_UNAVAILABLE',
-            `--engine ${choice}: llama.cpp engines unavailable (${err.reason})`,
-            { cause: err },
-          );
-        throw err;
-      } finally {
-        stop.dispose();
-        rmSync(slotSavePath, { recursive: true, force: true });
-      }
-      setExit(0);
+    .option('--captures <dir>', 'where the captures go (a folder per run inside it)', 'captures-demo');
+}
+
+/** Checks --baseline and --engine, and plans the candidate's fault (the default depends on --baseline). */
+function planDemo(engines: EnginePackage, opts: DemoCliOptions, cmd: Command): DemoFaultPlan {
+  const { DEMO_ENGINES, UnknownDemoFaultError, planFault } = engines;
+  if (opts.baseline !== undefined && opts.baseline !== 'none')
+    throw usageError(
+      `--baseline: the demo runs its own baseline; only 'none' (no baseline) can be given, got '${opts.baseline}'`,
+    );
+  if (!(DEMO_ENGINES as readonly string[]).includes(opts.engine))
+    throw usageError(`--engine: expected one of ${DEMO_ENGINES.join(', ')}, got '${opts.engine}'`);
+  // One server alone can only disagree with itself on its cache path: without a baseline the
+  // default fault is a wrong restore on a prefix-cache hit (a compute fault would agree with itself).
+  const fault =
+    opts.baseline === 'none' && cmd.getOptionValueSource('fault') === 'default' ? 'cache-hit:3' : opts.fault;
+  try {
+    return planFault(fault);
+  } catch (err) {
+    if (err instanceof UnknownDemoFaultError) throw usageError(`--fault: ${err.message}`);
+    throw err;
+  }
+}
+
+/** The demo's action: checks the flags, picks the ports and runs the demo until its duration or a signal. */
+async function demoAction(opts: DemoCliOptions, cmd: Command, setExit: (code: number) => void): Promise<void> {
+  const startedAt = Date.now();
+  const engines = await loadEngines('logprobe demo');
+  const { EngineStartError, chooseEngines, needsPrefixCache } = engines;
+  const plan = planDemo(engines, opts, cmd);
+  const choice = opts.engine;
+  const { duration, rate, seed } = opts;
+  // Piped into `head`: when the reader goes away, the demo (and its engines) stops quietly.
+  const out = (line: string): void => void writeOut(`${line}\n`);
+  const port = await pickPort(cmd, 'port', '--port', opts.port, out);
+  const adminPort = await pickPort(cmd, 'adminPort', '--admin-port', opts.adminPort, out);
+  const captureDir = captureFolder(opts.captures, startedAt);
+  // The engines play llama-server: the proxy scores past a divergence through /completion and
+  // empties the cache through the slot actions before a repeat's first (cold) run. The
+  // simulated ones keep 16 prefixes, as a real server under traffic keeps many (llama.cpp: one).
+  const slotSavePath = mkdtempSync(join(tmpdir(), 'logprobe-demo-slots-'));
+  const stop = stopOnSignal();
+  try {
+    await runDemo({
+      baselineFree: opts.baseline === 'none',
+      repeats: needsPrefixCache(plan),
+      captureDir,
+      duration,
+      rate,
+      port,
+      adminPort,
+      startedAt,
+      engines: () =>
+        chooseEngines({
+          choice,
+          plan,
+          seed,
+          notice: out,
+          engine: { api: 'llamacpp', slotSavePath, cacheSlots: 16 },
+        }),
+      signal: AbortSignal.any([stop.stopping, stdoutGone]),
+      out,
     });
+  } catch (err) {
+    if (err instanceof EngineStartError)
+      throw new LogprobeError(
+        'LOGPROBE_ENGINES_UNAVAILABLE',
+        `--engine ${choice}: llama.cpp engines unavailable (${err.reason})`,
+        { cause: err },
+      );
+    throw err;
+  } finally {
+    stop.dispose();
+    rmSync(slotSavePath, { recursive: true, force: true });
+  }
+  setExit(0);
+}

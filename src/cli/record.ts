@@ -121,19 +121,27 @@ export const recordCommand: CommandFactory = (setExit) =>
       if (result.records === 0) throw noInput(`nothing to record in ${inputs.join(', ')}`);
       const ok = result.outcomes.ok ?? 0;
       const s = result.scoring;
-      const bad = Object.entries(result.outcomes)
-        .filter(([k]) => k !== 'ok')
-        .map(([k, n]) => `${k} ${n}`);
-      const lines = [
-        `recorded ${result.records} prompts to ${out}: ${ok} usable${bad.length ? ` (${bad.join(', ')})` : ''}`,
-        `scored ${s.ok} (${result.methods.join('; ') || 'none'}); unsupported ${s.unsupported}, skipped ${s.skipped}, failed ${s.failed}`,
-        ...result.problems.map((p) => `  ${p}`),
-        ...result.definition.map((d) => `definition: ${d.check} on ${d.records} records, first ${d.at}: ${d.detail}`),
-      ];
-      if (s.unsupported > 0 && s.ok === 0)
-        lines.push(
-          "note: the backend's engine offers no scoring (docs/engines.md): replay will compare free-running generations only",
-        );
+      const lines = summaryLines(result, out);
       void writeOut(`${lines.join('\n')}\n`);
       setExit(ok < result.records || s.failed > 0 ? 1 : 0);
     });
+
+/** The summary record prints: the outcomes, the scoring, the problems and the definition warnings. */
+function summaryLines(result: Awaited<ReturnType<typeof runRecord>>, out: string): string[] {
+  const ok = result.outcomes.ok ?? 0;
+  const s = result.scoring;
+  const bad = Object.entries(result.outcomes)
+    .filter(([k]) => k !== 'ok')
+    .map(([k, n]) => `${k} ${n}`);
+  const lines = [
+    `recorded ${result.records} prompts to ${out}: ${ok} usable${bad.length ? ` (${bad.join(', ')})` : ''}`,
+    `scored ${s.ok} (${result.methods.join('; ') || 'none'}); unsupported ${s.unsupported}, skipped ${s.skipped}, failed ${s.failed}`,
+    ...result.problems.map((p) => `  ${p}`),
+    ...result.definition.map((d) => `definition: ${d.check} on ${d.records} records, first ${d.at}: ${d.detail}`),
+  ];
+  if (s.unsupported > 0 && s.ok === 0)
+    lines.push(
+      "note: the backend's engine offers no scoring (docs/engines.md): replay will compare free-running generations only",
+    );
+  return lines;
+}

@@ -73,6 +73,83 @@ export interface GateOutcome {
   report: HealthReport;
 }
 
+/** Parses `--gate` and checks it against `--baseline`/`--baseline-from` (usage errors, exit 2). */
+function checkedSpecs(flags: GateFlags, baselineGiven: boolean): GateSpec[] {
+  let specs: GateSpec[];
+  try {
+    specs = parseGates(flags.gate ?? []);
+  } catch (err) {
+    throw usageError((err as Error).message);
+  }
+  if (flags.baselineFrom && baselineGiven)
+    throw usageError(
+      '--baseline and --baseline-from are exclusive: compare with a live baseline or with a golden file',
+    );
+  const baselineFree = !flags.baselineFrom && baselineGiven && isNone((flags as { baseline?: string }).baseline ?? '');
+  if (baselineFree && specs.length > 0)
+    throw usageError(
+      `--gate ${specs.map((g) => g.name).join(',')} compares a candidate with a baseline: give --baseline URL or --baseline-from GOLDEN (--baseline none compares the candidate with itself only)`,
+    );
+  return specs;
+}
+
+/** Loads the golden file and refuses it when empty or missing a record for an input; its problems go to `notes`. */
+async function goldenFor(file: string, inputs: readonly string[], notes: string[]): Promise<GoldenIndex> {
+  const golden = await loadGolden(file);
+  for (const p of golden.problems.slice(0, 5)) notes.push(p);
+  if (golden.records === 0)
+    throw usageError(`--baseline-from ${file}: no golden record in it (write one with logprobe record)`);
+  const { missing } = await missingFromGolden(inputs, golden);
+  if (missing.length > 0) {
+    const list = missing.slice(0, 10).join('; ');
+    throw usageError(
+      `--baseline-from ${file} has no golden record for ${missing.length} input${missing.length === 1 ? '' : 's'}: ${list}${missing.length > 10 ? '; …' : ''} (record them with logprobe record, or drop them from the input)`,
+    );
+  }
+  return golden;
+}
+
+/** A `logits` gate needs top lists of at least {@link LOGITS_TOP} (the golden records' or mirror.topLogprobs). */
+function checkLogits(specs: readonly GateSpec[], golden: GoldenIndex | null, config: Config): void {
+  const logits = specs.find((g) => g.kind === 'logits');
+  if (!logits) return;
+  const k = golden ? golden.minTopK : config.mirror.topLogprobs;
+  if (k === null || k < LOGITS_TOP) {
+    const where = golden
+      ? `the golden records of ${golden.file} asked for ${k ?? 'no'} top logprobs (record them with mirror.topLogprobs ≥ ${LOGITS_TOP} in --config)`
+      : `mirror.topLogprobs is ${k} (set mirror.topLogprobs: ${LOGITS_TOP} or more in --config)`;
+    throw usageError(`--gate ${logits.name} compares each side's top-${LOGITS_TOP}: ${where}`);
+  }
+}
+
+/** The tokens to generate for a `tokens:N` gate (implied for a live replay without --max-tokens); caps go to `notes`. */
+function tokensBudget(
+  specs: readonly GateSpec[],
+  golden: GoldenIndex | null,
+  given: number | undefined,
+  notes: string[],
+): number | undefined {
+  const tokens = specs.find((g) => g.kind === 'tokens');
+  if (!tokens) return given;
+  const n = tokens.threshold!;
+  if (golden) {
+    const m = golden.minMaxTokens;
+    const cap = Math.min(m ?? Infinity, given ?? Infinity);
+    if (cap < n)
+      notes.push(
+        `--gate ${tokens.name}: ${given !== undefined && given < (m ?? Infinity) ? `--max-tokens ${given}` : `the golden records were generated with max_tokens ${m}`}, so only the first ${cap} tokens can be checked (record with --max-tokens ${n})`,
+      );
+  } else if (given === undefined) {
+    notes.push(`--gate ${tokens.name}: every request generates ${n} tokens (--max-tokens ${n} implied)`);
+    return n;
+  } else if (given < n) {
+    notes.push(
+      `--gate ${tokens.name}: --max-tokens ${given} caps generation, so only the first ${given} tokens are checked`,
+    );
+  }
+  return given;
+}
+
 /** The gates of one replay, set up and checked before anything is sent. */
 export class ReplayGates {
   readonly specs: GateSpec[];
@@ -121,70 +198,12 @@ export class ReplayGates {
       failOn: ReadonlySet<string>;
     },
   ): Promise<ReplayGates> {
-    let specs: GateSpec[];
-    try {
-      specs = parseGates(flags.gate ?? []);
-    } catch (err) {
-      throw usageError((err as Error).message);
-    }
-    if (flags.baselineFrom && o.baselineGiven)
-      throw usageError(
-        '--baseline and --baseline-from are exclusive: compare with a live baseline or with a golden file',
-      );
-    const baselineFree =
-      !flags.baselineFrom && o.baselineGiven && isNone((flags as { baseline?: string }).baseline ?? '');
-    if (baselineFree && specs.length > 0)
-      throw usageError(
-        `--gate ${specs.map((g) => g.name).join(',')} compares a candidate with a baseline: give --baseline URL or --baseline-from GOLDEN (--baseline none compares the candidate with itself only)`,
-      );
+    const specs = checkedSpecs(flags, o.baselineGiven);
     if (flags.junit) await checkWritable(flags.junit);
-    let golden: GoldenIndex | null = null;
     const notes: string[] = [];
-    if (flags.baselineFrom) {
-      golden = await loadGolden(flags.baselineFrom);
-      for (const p of golden.problems.slice(0, 5)) notes.push(p);
-      if (golden.records === 0)
-        throw usageError(
-          `--baseline-from ${flags.baselineFrom}: no golden record in it (write one with logprobe record)`,
-        );
-      const { missing } = await missingFromGolden(o.inputs, golden);
-      if (missing.length > 0) {
-        const list = missing.slice(0, 10).join('; ');
-        throw usageError(
-          `--baseline-from ${flags.baselineFrom} has no golden record for ${missing.length} input${missing.length === 1 ? '' : 's'}: ${list}${missing.length > 10 ? '; …' : ''} (record them with logprobe record, or drop them from the input)`,
-        );
-      }
-    }
-    const logits = specs.find((g) => g.kind === 'logits');
-    if (logits) {
-      const k = golden ? golden.minTopK : o.config.mirror.topLogprobs;
-      if (k === null || k < LOGITS_TOP) {
-        const where = golden
-          ? `the golden records of ${golden.file} asked for ${k ?? 'no'} top logprobs (record them with mirror.topLogprobs ≥ ${LOGITS_TOP} in --config)`
-          : `mirror.topLogprobs is ${k} (set mirror.topLogprobs: ${LOGITS_TOP} or more in --config)`;
-        throw usageError(`--gate ${logits.name} compares each side's top-${LOGITS_TOP}: ${where}`);
-      }
-    }
-    let maxTokens = o.maxTokens;
-    const tokens = specs.find((g) => g.kind === 'tokens');
-    if (tokens) {
-      const n = tokens.threshold!;
-      if (golden) {
-        const m = golden.minMaxTokens;
-        const cap = Math.min(m ?? Infinity, o.maxTokens ?? Infinity);
-        if (cap < n)
-          notes.push(
-            `--gate ${tokens.name}: ${o.maxTokens !== undefined && o.maxTokens < (m ?? Infinity) ? `--max-tokens ${o.maxTokens}` : `the golden records were generated with max_tokens ${m}`}, so only the first ${cap} tokens can be checked (record with --max-tokens ${n})`,
-          );
-      } else if (o.maxTokens === undefined) {
-        maxTokens = n;
-        notes.push(`--gate ${tokens.name}: every request generates ${n} tokens (--max-tokens ${n} implied)`);
-      } else if (o.maxTokens < n) {
-        notes.push(
-          `--gate ${tokens.name}: --max-tokens ${o.maxTokens} caps generation, so only the first ${o.maxTokens} tokens are checked`,
-        );
-      }
-    }
+    const golden = flags.baselineFrom ? await goldenFor(flags.baselineFrom, o.inputs, notes) : null;
+    checkLogits(specs, golden, o.config);
+    const maxTokens = tokensBudget(specs, golden, o.maxTokens, notes);
     const g = new ReplayGates(flags, { specs, golden, maxTokens, failOn: o.failOn });
     g.notes.push(...notes);
     return g;

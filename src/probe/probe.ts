@@ -188,6 +188,7 @@ export async function probeEngine(o: ProbeOptions): Promise<ProbeReport> {
   }
 }
 
+/** Probes the server on `pool`: who it is, then (unless reachability only) each capability. */
 async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   const headers: Record<string, string> = o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {};
   const target: ScoringTarget = { pool, url: o.url, headers, timeoutMs: o.timeoutMs, model: null };
@@ -195,34 +196,10 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   const post = (path: string, body: unknown): Promise<JsonAnswer> =>
     requestJson(target, 'POST', path, body, o.timeoutMs);
 
-  let models: JsonAnswer;
-  try {
-    models = await get('/v1/models');
-  } catch (err) {
-    throw new UnreachableError(failureReason({ status: 0, body: null, error: transportError(err) }));
-  }
-  const listed = ((models.body as { data?: Array<{ id?: unknown }> } | null)?.data ?? [])
-    .map((m) => m?.id)
-    .find((id) => typeof id === 'string') as string | undefined;
-  const model = o.model ?? listed ?? null;
-  const detected =
-    o.engine && o.engine !== 'auto'
-      ? { engine: o.engine, evidence: 'configured' }
-      : await detectEngine(target).catch(() => ({ engine: 'openai' as const, evidence: 'detection failed' }));
-  const engine = detected.engine;
+  const { model, engine, evidence, version } = await identify(o, target, get);
   const profile = PROFILES[engine];
-  const version = await engineVersion(engine, get);
-  if (o.reachabilityOnly)
-    return {
-      url: o.url,
-      engine,
-      evidence: detected.evidence,
-      version,
-      model,
-      capabilities: [],
-      required: [],
-      missing: [],
-    };
+  const report = { url: o.url, engine, evidence, version, model };
+  if (o.reachabilityOnly) return { ...report, capabilities: [], required: [], missing: [] };
   const caps = new Map<CapabilityName, Capability>();
   const c: ProbeContext = {
     target,
@@ -241,6 +218,39 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
     completion: (extra) => post('/v1/completions', { ...(model ? { model } : {}), ...GREEDY, ...extra }),
     why: (a) => failureReason({ status: a.status, body: a.body, error: null }),
   };
+  await probeAll(c, o, caps);
+  const capabilities = CAPABILITIES.map((n) => caps.get(n)!).filter(Boolean);
+  const missing = o.required.filter((n) => caps.get(n)?.ok !== true);
+  return { ...report, capabilities, required: o.required, missing };
+}
+
+/** The server's model, engine (configured or detected, with its evidence) and version; unreachable when /v1/models fails. */
+async function identify(
+  o: ProbeOptions,
+  target: ScoringTarget,
+  get: (path: string) => Promise<JsonAnswer>,
+): Promise<{ model: string | null; engine: EngineName; evidence: string; version: string | null }> {
+  let models: JsonAnswer;
+  try {
+    models = await get('/v1/models');
+  } catch (err) {
+    throw new UnreachableError(failureReason({ status: 0, body: null, error: transportError(err) }));
+  }
+  const listed = ((models.body as { data?: Array<{ id?: unknown }> } | null)?.data ?? [])
+    .map((m) => m?.id)
+    .find((id) => typeof id === 'string') as string | undefined;
+  const model = o.model ?? listed ?? null;
+  const detected =
+    o.engine && o.engine !== 'auto'
+      ? { engine: o.engine, evidence: 'configured' }
+      : await detectEngine(target).catch(() => ({ engine: 'openai' as const, evidence: 'detection failed' }));
+  const engine = detected.engine;
+  const version = await engineVersion(engine, get);
+  return { model, engine, evidence: detected.evidence, version };
+}
+
+/** Runs every capability check in order, each recording its result through `c.set`. */
+async function probeAll(c: ProbeContext, o: ProbeOptions, caps: Map<CapabilityName, Capability>): Promise<void> {
   const k = await probeTopK(c, o.topK);
   const steps = await probeCopy(c, k);
   await probeScoring(c, k, steps);
@@ -261,18 +271,6 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
 
   await probeChat(c);
   await probeDeterminism(c, k, o.copies ?? 16, caps);
-  const capabilities = CAPABILITIES.map((n) => caps.get(n)!).filter(Boolean);
-  const missing = o.required.filter((n) => caps.get(n)?.ok !== true);
-  return {
-    url: o.url,
-    engine,
-    evidence: detected.evidence,
-    version,
-    model,
-    capabilities,
-    required: o.required,
-    missing,
-  };
 }
 
 /** What every check of a probe asks with: the server, its engine and profile, and where results go. */

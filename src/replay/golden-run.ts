@@ -92,18 +92,7 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
     );
     const [request, cand, base] = [sent.body, sent.result, goldenSide(golden)];
     const result = analyzePair(cand, base, o.thresholds);
-    if (result.outcome === 'ok' && result.comparison && result.baseline) {
-      const free = result.comparison;
-      const r = await scoreAgainstGolden(scorer, {
-        when: o.scoring.when,
-        source: { kind: item.kind, body: request },
-        free,
-        golden,
-        target,
-        thresholds: o.thresholds,
-      });
-      result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
-    }
+    await scoreWithGolden(o, { scorer, target }, { item, request, golden, result });
     const pair = replayedPair(id, item, {
       request,
       candidate: cand,
@@ -133,6 +122,31 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
   } finally {
     await pool.close();
   }
+}
+
+/** Where a compared pair's free-running comparison gains the candidate's scoring of the golden tokens (in place). */
+async function scoreWithGolden(
+  o: GoldenReplayOptions,
+  on: { scorer: Scorer; target: ScoringTarget },
+  p: {
+    item: ReplayItem;
+    request: Record<string, unknown>;
+    golden: Parameters<typeof goldenSide>[0];
+    result: PairResult;
+  },
+): Promise<void> {
+  const { result } = p;
+  if (result.outcome !== 'ok' || !result.comparison || !result.baseline) return;
+  const free = result.comparison;
+  const r = await scoreAgainstGolden(on.scorer, {
+    when: o.scoring.when,
+    source: { kind: p.item.kind, body: p.request },
+    free,
+    golden: p.golden,
+    target: on.target,
+    thresholds: o.thresholds,
+  });
+  result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
 }
 
 /** A short description of a prompt for messages: its route and the start of its text. */
