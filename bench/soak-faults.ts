@@ -203,9 +203,7 @@ async function startUpstream(name: string, extra: string[]): Promise<{ proc: Pro
 }
 
 /** The candidate's counters, read through SIGUSR2 and its stdout (no connection: it would be one to refuse). */
-function upstreamStats(
-  proc: Proc,
-): Promise<{
+function upstreamStats(proc: Proc): Promise<{
   refused: number;
   acceptedTotal: number;
   streamsStarted: number;
