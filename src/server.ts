@@ -10,7 +10,7 @@ import type { MirrorTap } from './proxy/tap.js';
 import { createUpstreamPool } from './upstream/pool.js';
 import { MirrorThread } from './mirror/thread.js';
 import type { MirrorListeners } from './mirror/types.js';
-import { mirrorStartLine, runLengthStart } from './config/summary.js';
+import { logMirrorStart } from './config/summary.js';
 import { configuredKeys } from './capture/redact.js';
 
 /** A part of the process that must be stopped cleanly (mirror queue, capture writer, …). */
@@ -128,18 +128,7 @@ async function listenRuntime(
     { proxyUrl, adminUrl, mode: config.mode, candidate: config.candidate.url, baseline: config.baseline.url },
     'logprobe listening',
   );
-  logger.info(
-    {
-      sampleRate: config.mirror.sampleRate,
-      routes: config.mirror.routes,
-      capture: config.capture.enabled ? config.capture.dir : null,
-    },
-    mirrorStartLine(config),
-  );
-  if (mirror) {
-    const rl = runLengthStart(config);
-    logger.info(rl.fields, rl.line);
-  }
+  logMirrorStart(logger, config, mirror !== undefined);
   return { proxyUrl, adminUrl };
 }
 

@@ -11,7 +11,7 @@ import { exitDeadlineMs, MirrorThread } from '../mirror/thread.js';
 import { createCandidatePool, probe } from '../server.js';
 import { ClusterMetrics } from './metrics.js';
 import { Supervisor } from './supervisor.js';
-import { mirrorStartLine } from '../config/summary.js';
+import { logMirrorStart } from '../config/summary.js';
 import { configuredKeys } from '../capture/redact.js';
 
 /** How many proxy processes `listen.workers` asks for: absent 1, `auto` one per CPU the process may use. */
@@ -93,14 +93,7 @@ async function listenPrimary(
     },
     'logprobe listening',
   );
-  logger.info(
-    {
-      sampleRate: config.mirror.sampleRate,
-      routes: config.mirror.routes,
-      capture: config.capture.enabled ? config.capture.dir : null,
-    },
-    mirrorStartLine(config),
-  );
+  logMirrorStart(logger, config, true);
   return { proxyUrl, adminUrl };
 }
 

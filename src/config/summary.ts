@@ -1,4 +1,5 @@
 import { cusumUnit, impliedRunLengths, runLengthLine } from '../core/arl.js';
+import type { Logger } from 'pino';
 import type { Config } from './schema.js';
 
 /** A share as people say it: 5%, 0.5%, 100%. */
@@ -51,4 +52,22 @@ export function runLengthStart(config: Config): { fields: Record<string, number>
     },
     line: runLengthLine(r, config.alert.minRequests),
   };
+}
+
+/**
+ * The start lines after `logprobe listening`, one process or a cluster's primary alike: what is
+ * mirrored (sample rate, routes, captures) and, where a mirror runs, the run lengths its alerts imply.
+ */
+export function logMirrorStart(logger: Logger, config: Config, mirrorRuns: boolean): void {
+  logger.info(
+    {
+      sampleRate: config.mirror.sampleRate,
+      routes: config.mirror.routes,
+      capture: config.capture.enabled ? config.capture.dir : null,
+    },
+    mirrorStartLine(config),
+  );
+  if (!mirrorRuns) return;
+  const rl = runLengthStart(config);
+  logger.info(rl.fields, rl.line);
 }
