@@ -192,7 +192,7 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   // The strip the page draws is embedded as data: its figures unrounded, so that the page's nats (formatNats itself) gives the same.
   assert.match(
     page,
-    /var nats = function formatNats\(x\)/,
+    /const nats = function formatNats\(x\)/,
     'the page formats with formatNats itself (its source, as built)',
   );
 
