@@ -112,12 +112,17 @@ for (const api of ['vllm', 'sglang', 'llamacpp'] as const) {
     const r = await probe(t, cand, 30);
     assert.equal(r.repeats.length, 30);
     const probes = r.repeats.filter((x) => x.probe === 'cold_warm');
-    const hit = probes.filter((x) => x.verdict === 'self_inconsistent').length;
+    // Judged on the probes whose first run read nothing from the cache: another copy can reach the
+    // engine between the flush and the first run and leave the chat template's prefix cached (a
+    // first run with a few cached tokens hits the fault too, and the two runs then agree).
+    const cold = probes.filter((x) => !x.cached.first);
+    const hit = cold.filter((x) => x.verdict === 'self_inconsistent').length;
     console.log(
-      `# ${api} cache-hit: ${hit} of ${probes.length} cold→warm probes self_inconsistent (${r.repeats.length} pairs)`,
+      `# ${api} cache-hit: ${hit} of ${cold.length} fully cold→warm probes self_inconsistent (${probes.length} cold→warm, ${r.repeats.length} pairs)`,
     );
     assert.ok(probes.length >= 27, `${probes.length} of 30 cold→warm: ${figures(r.repeats)}`);
-    assert.ok(hit / probes.length >= 0.9, `self_inconsistent on ${hit} of ${probes.length}: ${figures(r.repeats)}`);
+    assert.ok(cold.length >= 20, `${cold.length} of 30 fully cold→warm: ${figures(r.repeats)}`);
+    assert.ok(hit / cold.length >= 0.9, `self_inconsistent on ${hit} of ${cold.length}: ${figures(r.repeats)}`);
     assert.ok(
       r.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === 'candidate' && a.to === 'firing'),
     );
