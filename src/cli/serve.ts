@@ -45,18 +45,20 @@ export const serveCommand: CommandFactory = (setExit) =>
       const workers = workerCount(config);
       const runtime = workers > 1 ? createClusterRuntime(config, workers) : createRuntime(config);
       for (const w of unknownEnv) runtime.logger.warn(w);
-      try {
-        await runtime.listen();
-      } catch (err) {
-        const e = err as NodeJS.ErrnoException;
-        await runtime.close({ quiet: true }).catch(() => undefined);
-        if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL')
-          throw new LogprobeError('LOGPROBE_LISTEN', `cannot listen: ${e.message}`, { cause: err });
-        throw err;
-      }
-      // The first SIGTERM/SIGINT drains (shutdown.drainSeconds); a second one exits at once.
+      // The first SIGTERM/SIGINT drains (shutdown.drainSeconds); a second one exits at once. Installed
+      // before listening: a signal that arrives while the ports open (or the mirror worker starts)
+      // drains once they are open, never Node's default exit by signal.
       const stop = stopOnSignal();
       try {
+        try {
+          await runtime.listen();
+        } catch (err) {
+          const e = err as NodeJS.ErrnoException;
+          await runtime.close({ quiet: true }).catch(() => undefined);
+          if (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL')
+            throw new LogprobeError('LOGPROBE_LISTEN', `cannot listen: ${e.message}`, { cause: err });
+          throw err;
+        }
         await aborted(stop.stopping);
         runtime.logger.info({ signal: stop.signal() }, 'shutting down');
         await runtime
