@@ -52,6 +52,11 @@ RUN mkdir -p /etc/logprobe /var/lib/logprobe/captures \
 
 USER node
 EXPOSE 8080 9464
+# V8 sizes its heap from the machine (here up to 4 GB) and then lets the old space grow 4x its live
+# size between two major collections: under 1,000 streams the proxy's heap saws 38 -> 120 MB and RSS
+# +-21 %. A 512 MB cap makes V8 grow it by about 1.4x instead (RSS +-3 %, 56 MB less, same CPU:
+# bench/RESULTS.md, fault soak). Set your own NODE_OPTIONS to change it (docs/operations.md#memory).
+ENV NODE_OPTIONS="--max-old-space-size=512"
 # No curl in slim images: node's own fetch, on the admin port (LOGPROBE_ADMIN_PORT if moved).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.LOGPROBE_ADMIN_PORT || 9464) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]

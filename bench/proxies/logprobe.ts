@@ -26,6 +26,8 @@ export interface LogprobeTarget {
   workers?: number;
   /** Captures on, into this directory (default: capture off). */
   capture?: { dir: string; maxFileMB: number };
+  /** NODE_OPTIONS of the logprobe process (default: this process's, usually none). */
+  nodeOptions?: string;
   /** `mode` (default inline): `shadow` answers each copy 202 at once and only mirrors it (docs/operations.md). */
   mode?: 'inline' | 'shadow';
 }
@@ -60,6 +62,7 @@ export async function startLogprobe(t: LogprobeTarget): Promise<Running> {
     ...(t.nofile ? withNofile('node', args, t.nofile) : { cmd: 'node', args }),
     cwd: t.root ?? ROOT,
     port,
+    ...(t.nodeOptions !== undefined ? { env: { ...process.env, NODE_OPTIONS: t.nodeOptions } } : {}),
     // The request log goes to a file, as it would in production (not into the bench's pipe).
     logFile: join(t.outDir, `${t.key}.log`),
   });
