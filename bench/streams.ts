@@ -382,7 +382,9 @@ async function startShadow(
     key,
     label: 'nginx (1 worker) mirroring to logprobe in shadow mode',
     workers: 1,
-    workerConnections: 12_000,
+    // Three connections per stream (the client's, the candidate's, the mirror's to logprobe): at
+    // 12,000 nginx ran out at N = 5,000 ("worker_connections are not enough") and cut 424 streams.
+    workerConnections: 18_000,
     nofile: NOFILE,
     mirrorTo: lp.url,
   });
