@@ -89,10 +89,8 @@ const UNJUDGED_S = 180;
 const log = (s: string) => process.stdout.write(`${s}\n`);
 
 /** The Dockerfile's `ENV NODE_OPTIONS="…"`: logprobe is soaked with the heap settings the image ships. */
-export function imageNodeOptions(): string {
-  const m = /^ENV NODE_OPTIONS="([^"]*)"/m.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'));
-  return m?.[1] ?? '';
-}
+const IMAGE_NODE_OPTIONS =
+  /^ENV NODE_OPTIONS="([^"]*)"/m.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))?.[1] ?? '';
 
 interface Options {
   minutes: number;
@@ -915,7 +913,7 @@ function render(r: Summary): string {
     '',
     `Run of ${r.info.date.slice(0, 16).replace('T', ' ')} UTC: \`--minutes ${o.minutes} --streams ${o.streams}\` after ${o.warmupS ?? 0} s of warm-up (${r.elapsedS.toFixed(0)} s of load in all; RSS judged over the last ${RSS_TAIL * 100} % of the minutes). Machine: ${r.info.nproc} CPUs (${r.info.cpu}), ${r.info.memoryGB} GB, ${r.info.kernel}; load average at the start ${r.info.load} (shared machine). Versions: node ${v.node}, logprobe ${v.logprobe}, undici ${v.undici}.`,
     '',
-    `Setup: \`logprobe serve\` at sampleRate 1 with captures on (\`maxFileMB: 1\`), log level warn, \`NODE_OPTIONS=${o.nodeOptions}\`${o.nodeOptions === imageNodeOptions() ? " (the image's, from the Dockerfile)" : ''}; ${o.streams} clients each running ${CHUNKS}-chunk SSE chat streams (${GAP_MS} ms apart) back to back (bench/streams-load.ts, every stream compared byte for byte with what the candidate sends); ` +
+    `Setup: \`logprobe serve\` at sampleRate 1 with captures on (\`maxFileMB: 1\`), log level warn, \`NODE_OPTIONS=${o.nodeOptions}\`${o.nodeOptions === IMAGE_NODE_OPTIONS ? " (the image's, from the Dockerfile)" : ''}; ${o.streams} clients each running ${CHUNKS}-chunk SSE chat streams (${GAP_MS} ms apart) back to back (bench/streams-load.ts, every stream compared byte for byte with what the candidate sends); ` +
       `the baseline SIGKILLed and started again on its port every ${o.killEvery} s; the candidate destroying ${o.refusePct} % of the connections it accepts at once and closing the others after ${o.maxRequests} answers; ` +
       `the capture directory a ${o.captureMb} MB tmpfs, filled to ENOSPC every ${o.fillEvery} s and kept full ${o.fullS} s, then freed (the filler's file and the capture files logprobe has closed). RSS of the logprobe process read every second.`,
     '',
@@ -986,7 +984,7 @@ const program = new Command('soak:faults')
   .option(
     '--node-options <flags>',
     "NODE_OPTIONS of the logprobe process (default: the Dockerfile's ENV NODE_OPTIONS, as the image runs it; '' for node's defaults)",
-    imageNodeOptions(),
+    IMAGE_NODE_OPTIONS,
   )
   .option('--no-build', 'run the existing dist/ without building it first')
   .option('--no-write', 'do not update bench/RESULTS.md')
