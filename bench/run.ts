@@ -22,6 +22,8 @@
  *   --logprobe-root DIR run (and build, unless --no-build) the logprobe of another checkout
  *   --mirror-delay-ms MS  the upstream's delay for the mirror's non-streaming copies (default 64 × 20)
  *   --harness-nice K    nice value of the upstream and the load generator (default -5; 0: none)
+ *   --streams K         streams per client per run (default 3): more kept-alive streams per round for the
+ *                       floor's TTFB check (its p99 is over each client's streams after the first)
  * RESULTS.md gets the streaming section only from a run of the default Ns and targets without --quick.
  * LOGPROBE_BENCH_NODE_ARGS="--flag …" starts every logprobe target with these node flags (to try V8 or
  * GC settings side by side with a run without them).
@@ -44,7 +46,15 @@ import { coreBench } from './core.js';
 import { summarize, verdicts, type Summary } from './figures.js';
 import { quickLines, writeResults } from './report.js';
 import { profileTop } from './lib/profile.js';
-import { DEFAULT_TARGETS, FULL_NS, QUICK_NS, runStreams, SHADOW_TARGETS, TARGET_KEYS } from './streams.js';
+import {
+  DEFAULT_TARGETS,
+  FULL_NS,
+  QUICK_NS,
+  runStreams,
+  SHADOW_TARGETS,
+  STREAMS_PER_CLIENT,
+  TARGET_KEYS,
+} from './streams.js';
 import { streamsChecks, streamsMarkdown, streamsText, writeStreamsSection } from './streams-report.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -287,6 +297,9 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
     `logprobe bench --lane streams${quick ? ' --quick' : ''}: ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, nginx ${info.versions.nginx}, load ${info.load}; logprobe ${commit}`,
   );
   const nice = flag('--harness-nice');
+  const perClient = flag('--streams');
+  if (perClient !== undefined && !(Number.isInteger(Number(perClient)) && Number(perClient) >= 1))
+    throw new Error(`streams lane: --streams must be a whole number ≥ 1, got ${perClient}`);
   const r = await runStreams({
     root: ROOT,
     outDir: OUT,
@@ -297,6 +310,7 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
     logprobeRoot,
     jsonDelayMs: delay === undefined ? null : Number(delay),
     ...(nice !== undefined ? { harnessNice: Number(nice) } : {}),
+    ...(perClient !== undefined ? { streamsPerClient: Number(perClient) } : {}),
     log,
   });
   const checks = streamsChecks(r);
@@ -308,7 +322,8 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
     ns.join() === FULL_NS.join() &&
     DEFAULT_TARGETS.every((k) => targets.includes(k)) &&
     r.unavailable.length === 0 &&
-    rounds >= 3;
+    rounds >= 3 &&
+    r.options.streamsPerClient === STREAMS_PER_CLIENT;
   if (complete) {
     writeStreamsSection(join(ROOT, 'bench', 'RESULTS.md'), streamsMarkdown(r, checks, info, commit));
     log('wrote the "Streaming lane" section of bench/RESULTS.md');

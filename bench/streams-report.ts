@@ -15,6 +15,10 @@ export const CUT_AT_N = 5000;
 /** Shadow mode behind nginx (`--shadow`): the clients' TTFB p99 within this ratio of nginx alone's, and added p99 within this many ms, at every N. */
 export const SHADOW_TTFB_RATIO_MAX = 1.05;
 export const SHADOW_ADDED_SLACK_MS = 1;
+/** Holding the floor (#27 point 3): logprobe's TTFB p99 over the kept-alive streams and its CPU per stream within this ratio of node-floor's, per round. */
+export const FLOOR_RATIO_MAX = 1.1;
+/** The targets held to the floor (one process each, as node-floor is). */
+const FLOOR_HELD = ['logprobe-off', 'logprobe-0.1'];
 
 export interface StreamsCheck {
   target: string;
@@ -26,10 +30,43 @@ export interface StreamsCheck {
   detail: string;
 }
 
+/** The confidence asked of the interval a verdict is read on. */
+export const VERDICT_CONFIDENCE = 0.9;
+
+/**
+ * The distribution-free confidence interval of the median of `n` rounds: the order statistics
+ * `[lo, hi]` (1-based, symmetric) of the narrowest interval that covers the median with at least
+ * `confidence` (P(lo ≤ rank of the median < hi+1) from Binomial(n, ½)); the whole range when even
+ * that falls short (below 5 rounds at 0.9). 5 rounds: 1st–5th (94 %); 8: 2nd–7th (93 %);
+ * 9: 2nd–8th (96 %); 11: 3rd–9th (93 %); 15: 4th–12th (96 %).
+ */
+export function medianInterval(n: number, confidence = VERDICT_CONFIDENCE): [number, number] {
+  // P(X ≤ j) for X ~ Binomial(n, 1/2).
+  const cdf: number[] = [];
+  let c = 1;
+  let acc = 0;
+  for (let j = 0; j <= n; j++) {
+    acc += c / 2 ** n;
+    cdf.push(acc);
+    c = (c * (n - j)) / (j + 1);
+  }
+  let best: [number, number] = [1, n];
+  for (let k = 1; 2 * k <= n; k++) {
+    // The interval [x(k), x(n−k+1)] covers the median unless fewer than k rounds lie below it, or above.
+    const coverage = 1 - 2 * cdf[k - 1]!;
+    if (coverage >= confidence) best = [k, n - k + 1];
+    else break;
+  }
+  return best;
+}
+
 /**
  * A verdict from per-round values (each round's ratio or difference, target against its
- * reference measured in the same round): PASS when every round is at or under `limit`, FAIL
- * when every round is over it, within noise otherwise. `text` is median (min–max).
+ * reference measured in the same round): PASS when the interval of the median
+ * ({@link medianInterval}: at 5 rounds or fewer, every round) is at or under `limit`, FAIL when
+ * it is wholly over it, within noise otherwise. `text` is median (min–max), and the interval
+ * when it is narrower than the range. More rounds narrow the interval, so a verdict that is
+ * real appears and then stays; with every round required, more rounds only widen the range.
  */
 export function spreadVerdict(
   values: readonly number[],
@@ -40,9 +77,14 @@ export function spreadVerdict(
   if (v.length === 0) return { pass: null, noise: false, text: '–' };
   const m = Math.floor(v.length / 2);
   const med = v.length % 2 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
-  const text = v.length > 1 ? `${f(med, d)} (${f(v[0]!, d)}–${f(v[v.length - 1]!, d)})` : f(med, d);
-  if (v[v.length - 1]! <= limit) return { pass: true, noise: false, text };
-  if (v[0]! > limit) return { pass: false, noise: false, text };
+  const [lo, hi] = medianInterval(v.length);
+  const low = v[lo - 1]!;
+  const high = v[hi - 1]!;
+  const ci =
+    lo > 1 ? `; ${Math.round(VERDICT_CONFIDENCE * 100)} % interval of the median ${f(low, d)}–${f(high, d)}` : '';
+  const text = v.length > 1 ? `${f(med, d)} (${f(v[0]!, d)}–${f(v[v.length - 1]!, d)}${ci})` : f(med, d);
+  if (high <= limit) return { pass: true, noise: false, text };
+  if (low > limit) return { pass: false, noise: false, text };
   return { pass: null, noise: true, text };
 }
 
@@ -173,6 +215,40 @@ export function streamsChecks(r: StreamsResult): StreamsCheck[] {
     });
   }
   out.push(...shadowChecks(r));
+  out.push(...floorChecks(r));
+  return out;
+}
+
+/** A per-round figure of a run: the TTFB p99 of its kept-alive streams, or its CPU per completed stream. */
+const warmP99 = (x: StreamsResult['runs'][number]) => x.load.ttfbWarm.p99;
+const cpuPerStream = (x: StreamsResult['runs'][number]) => x.cpuMs / Math.max(1, x.load.completed);
+
+/**
+ * logprobe against the transport's floor (node:http + undici alone) at every N where both ran:
+ * the TTFB p99 of the kept-alive streams (each client's second stream on: the first ones all
+ * start within the round's ramp, and at a few streams per client their burst is the p99 of every
+ * stream) and the CPU per stream, each per round ÷ the floor's in the same round.
+ */
+export function floorChecks(r: StreamsResult): StreamsCheck[] {
+  const out: StreamsCheck[] = [];
+  const ns = byN(r);
+  const nsSorted = [...ns.keys()].sort((a, b) => a - b).filter((n) => ns.get(n)?.has('node-floor'));
+  for (const key of FLOOR_HELD) {
+    const at = nsSorted.filter((n) => ns.get(n)?.has(key));
+    if (at.length === 0) continue;
+    for (const [what, fig] of [
+      ['TTFB p99 of the kept-alive streams', warmP99],
+      ['CPU per stream', cpuPerStream],
+    ] as const) {
+      const vs = at.map((n) => spreadVerdict(perRound(r, key, 'node-floor', n, fig, 'ratio'), FLOOR_RATIO_MAX, 2));
+      out.push({
+        key,
+        target: `${what} ≤ ${FLOOR_RATIO_MAX}× node-floor's at every N (per round: median (min–max))`,
+        ...allNs(vs),
+        detail: at.map((n, i) => `N=${int(n)} ${vs[i]!.text}×`).join('; '),
+      });
+    }
+  }
   return out;
 }
 
@@ -314,6 +390,8 @@ const FLOOR_HEAD = [
   'TTFB p99 ms',
   '÷ nginx',
   '÷ floor',
+  'kept-alive p99 ms',
+  '÷ floor',
   'added p99 ms',
   '− nginx',
   '− floor',
@@ -326,7 +404,8 @@ const FLOOR_HEAD = [
 /**
  * nginx, the transport's floor (node:http + undici alone, bench/node-floor.ts) and logprobe side
  * by side per N: what the floor costs above nginx is the platform's, what logprobe costs above
- * the floor is its own. Empty when the floor was not measured.
+ * the floor is its own (the nginx columns are empty when nginx did not run). Empty when the
+ * floor was not measured.
  */
 function floorRows(r: StreamsResult): string[][] {
   const out: string[][] = [];
@@ -335,7 +414,7 @@ function floorRows(r: StreamsResult): string[][] {
     const m = ns.get(n)!;
     const ng = m.get('nginx');
     const fl = m.get('node-floor');
-    if (!ng || !fl) continue;
+    if (!fl) continue;
     for (const s of [fl, m.get('logprobe-off'), m.get('logprobe-0.1')]) {
       if (!s) continue;
       const own = s !== fl;
@@ -343,14 +422,16 @@ function floorRows(r: StreamsResult): string[][] {
         int(n),
         s.key,
         f(s.ttfbP99),
-        `${f(s.ttfbP99 / ng.ttfbP99, 2)}×`,
+        ng ? `${f(s.ttfbP99 / ng.ttfbP99, 2)}×` : '–',
         own ? `${f(s.ttfbP99 / fl.ttfbP99, 2)}×` : '–',
+        f(s.ttfbWarmP99),
+        own ? `${f(s.ttfbWarmP99 / fl.ttfbWarmP99, 2)}×` : '–',
         f(s.addedP99),
-        sign(s.addedP99 - ng.addedP99),
+        ng ? sign(s.addedP99 - ng.addedP99) : '–',
         own ? sign(s.addedP99 - fl.addedP99) : '–',
         f(s.kbPerStream),
         f(s.cpuMsPerStream, 2),
-        `${f(s.cpuMsPerStream / ng.cpuMsPerStream, 2)}×`,
+        ng ? `${f(s.cpuMsPerStream / ng.cpuMsPerStream, 2)}×` : '–',
         own ? `${f(s.cpuMsPerStream / fl.cpuMsPerStream, 2)}×` : '–',
       ]);
     }

@@ -106,6 +106,8 @@ export interface StreamsOptions {
   jsonDelayMs: number | null;
   /** Nice value of the upstream and the load generator (default HARNESS_NICE_DEFAULT; 0: none). */
   harnessNice?: number;
+  /** Streams each client does one after the other per run (default STREAMS_PER_CLIENT). */
+  streamsPerClient?: number;
   log: (s: string) => void;
 }
 
@@ -170,6 +172,8 @@ export interface TargetSummary {
   ttfbP99: number;
   /** TTFB p99 of the clients' first streams only (the first request on each connection). */
   ttfbFirstP99: number;
+  /** TTFB p99 of the other streams (the kept-alive ones). */
+  ttfbWarmP99: number;
   addedP50: number;
   addedP99: number;
   addedMax: number;
@@ -437,14 +441,14 @@ async function load(
   }
 }
 
-const nominalMs = (n: number) => n / 5 + STREAMS_PER_CLIENT * CHUNKS * GAP_MS;
-const specFor = (n: number, streams = STREAMS_PER_CLIENT) => ({
+const nominalMs = (n: number, streams: number) => n / 5 + streams * CHUNKS * GAP_MS;
+const specFor = (n: number, streams: number) => ({
   clients: n,
   streams,
   chunks: CHUNKS,
   gapMs: GAP_MS,
   rampMs: Math.round(n / 5),
-  deadlineMs: Math.round(30_000 + 15 * nominalMs(n)),
+  deadlineMs: Math.round(30_000 + 15 * nominalMs(n, streams)),
 });
 
 /**
@@ -489,15 +493,21 @@ async function oneRun(
   let self0 = process.cpuUsage();
   let t0 = 0;
   let sampler: ReturnType<typeof rssSampler> | null = null;
-  const result = await load(o, t, specFor(n), `${t.key}-n${n}-r${round + 1}`, () => {
-    cpu0 = cpuMsOf(pids);
-    up0 = cpuMsOf([up.pid]);
-    base0 = cpuMsOf([base.pid]);
-    m0 = machineTicks();
-    self0 = process.cpuUsage();
-    t0 = performance.now();
-    sampler = rssSampler(pids, 100);
-  });
+  const result = await load(
+    o,
+    t,
+    specFor(n, o.streamsPerClient ?? STREAMS_PER_CLIENT),
+    `${t.key}-n${n}-r${round + 1}`,
+    () => {
+      cpu0 = cpuMsOf(pids);
+      up0 = cpuMsOf([up.pid]);
+      base0 = cpuMsOf([base.pid]);
+      m0 = machineTicks();
+      self0 = process.cpuUsage();
+      t0 = performance.now();
+      sampler = rssSampler(pids, 100);
+    },
+  );
   const wallMs = performance.now() - t0;
   const peak = (sampler as ReturnType<typeof rssSampler> | null)?.stop() ?? { peakKB: NaN };
   const cpuMs = cpuMsOf(pids) - cpu0;
@@ -587,6 +597,7 @@ function summarize(key: string, label: string, n: number, runs: RunResult[], idl
     ttfbP50: med((r) => r.load.ttfb.p50),
     ttfbP99: med((r) => r.load.ttfb.p99),
     ttfbFirstP99: med((r) => r.load.ttfbFirst.p99),
+    ttfbWarmP99: med((r) => r.load.ttfbWarm.p99),
     addedP50: med((r) => r.load.added.p50),
     addedP99: med((r) => r.load.added.p99),
     addedMax: med((r) => r.load.added.max),
@@ -632,7 +643,7 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
   try {
     for (const n of o.ns) {
       o.log(
-        `\nstreams lane, N = ${n}: ${n} clients × ${STREAMS_PER_CLIENT} streams of ${CHUNKS} chunks ${GAP_MS} ms apart; starting targets`,
+        `\nstreams lane, N = ${n}: ${n} clients × ${o.streamsPerClient ?? STREAMS_PER_CLIENT} streams of ${CHUNKS} chunks ${GAP_MS} ms apart; starting targets`,
       );
       const all = await startTargets(o, up, base, n);
       const running = all.filter(isRunning);
@@ -678,7 +689,7 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
                 `  ttfb p50/p99 ${f1(l.ttfb.p50)}/${f1(l.ttfb.p99)} ms  added p50/p99/max ${f1(l.added.p50)}/${f1(l.added.p99)}/${f1(l.added.max)} ms` +
                 `  rss ${f1(res.idleKB / 1024)}→${f1(res.peakKB / 1024)} MB  cpu ${f1(res.cpuMs / Math.max(1, l.completed))} ms/stream` +
                 `  up conns ${res.upstream.acceptedStream} (peak streams ${res.upstream.peakLive})` +
-                `  first-stream ttfb p99 ${f1(l.ttfbFirst.p99)} ms, listen overflows ${res.listenOverflows}, connect ${l.connectMs} ms` +
+                `  first-stream ttfb p99 ${f1(l.ttfbFirst.p99)} ms, kept-alive ${f1(l.ttfbWarm.p99)} ms, listen overflows ${res.listenOverflows}, connect ${l.connectMs} ms` +
                 `  [wall ${f1(res.machine.wallMs / 1000)} s, machine ${res.machine.busyCores} cores busy (others ${res.machine.foreignCores}), load gen ${l.cpuShare} core, loop p99 ${l.loopDelay.p99} ms, upstream late p99 ${res.upstream.lateMs.p99} ms]` +
                 (l.cut > 0 ? `  cut: ${JSON.stringify(l.cutReasons)}` : ''),
             );
@@ -703,7 +714,7 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
       targets: o.targets,
       chunks: CHUNKS,
       gapMs: GAP_MS,
-      streamsPerClient: STREAMS_PER_CLIENT,
+      streamsPerClient: o.streamsPerClient ?? STREAMS_PER_CLIENT,
       jsonDelayMs: o.jsonDelayMs ?? CHUNKS * GAP_MS,
       logprobeRoot: o.logprobeRoot,
       harnessNice: niced ? harnessNice : null,
