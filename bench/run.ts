@@ -14,7 +14,8 @@
  * lane" section of bench/RESULTS.md), `--lane all` (both). Streaming-lane options:
  *   --n 100,1000        the Ns (default 100,1000,5000; quick 100,1000)
  *   --rounds R          rounds per N (default 5; quick 1): each figure is reported as median (min–max) over the
- *                       rounds, and a target gets PASS/FAIL only when every round is on the same side of it
+ *                       rounds, and a target gets PASS/FAIL only when the 90 % interval of the median is on one
+ *                       side of it (up to 5 rounds: every round; 9 rounds: all but the lowest and the highest)
  *   --targets a,b       of direct,nginx,node-floor,logprobe-off,logprobe-0.1,nginx-w2,logprobe-off-w2,logprobe-0.1-w2,nginx-shadow
  *   --shadow            the targets nginx and nginx-shadow (nginx with `mirror` to logprobe in shadow mode, sampleRate 1)
  *                       (node-floor: bench/node-floor.ts, node:http + undici and nothing else)
@@ -68,7 +69,7 @@ const flag = (name: string): string | undefined => {
   const i = argv.indexOf(name);
   return i >= 0 ? argv[i + 1] : undefined;
 };
-/** Rounds per N of the streaming lane: with 3, two runs on a shared 2-core machine disagreed (#27); a verdict needs every round on one side of the target. */
+/** Rounds per N of the streaming lane: with 3, two runs on a shared 2-core machine disagreed (#27); a verdict needs the 90 % interval of the median on one side of the target (at 5 rounds: every round). */
 const STREAMS_ROUNDS = 5;
 const lane = flag('--lane') ?? 'json';
 if (!['json', 'streams', 'all'].includes(lane)) {
