@@ -6,7 +6,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import type { Machine } from './lib/machine.js';
-import type { StreamsResult, TargetSummary } from './streams.js';
+import { cpuMsPerStream, type StreamsResult, type TargetSummary } from './streams.js';
 
 export const TTFB_RATIO_MAX = 1.2;
 export const ADDED_P99_SLACK_MS = 2;
@@ -219,9 +219,8 @@ export function streamsChecks(r: StreamsResult): StreamsCheck[] {
   return out;
 }
 
-/** A per-round figure of a run: the TTFB p99 of its kept-alive streams, or its CPU per completed stream. */
+/** A run's TTFB p99 over its kept-alive streams. */
 const warmP99 = (x: StreamsResult['runs'][number]) => x.load.ttfbWarm.p99;
-const cpuPerStream = (x: StreamsResult['runs'][number]) => x.cpuMs / Math.max(1, x.load.completed);
 
 /**
  * logprobe against the transport's floor (node:http + undici alone) at every N where both ran:
@@ -238,7 +237,7 @@ export function floorChecks(r: StreamsResult): StreamsCheck[] {
     if (at.length === 0) continue;
     for (const [what, fig] of [
       ['TTFB p99 of the kept-alive streams', warmP99],
-      ['CPU per stream', cpuPerStream],
+      ['CPU per stream', cpuMsPerStream],
     ] as const) {
       const vs = at.map((n) => spreadVerdict(perRound(r, key, 'node-floor', n, fig, 'ratio'), FLOOR_RATIO_MAX, 2));
       out.push({
@@ -415,7 +414,7 @@ function floorRows(r: StreamsResult): string[][] {
     const ng = m.get('nginx');
     const fl = m.get('node-floor');
     if (!fl) continue;
-    for (const s of [fl, m.get('logprobe-off'), m.get('logprobe-0.1')]) {
+    for (const s of [fl, ...FLOOR_HELD.map((k) => m.get(k))]) {
       if (!s) continue;
       const own = s !== fl;
       out.push([

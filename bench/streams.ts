@@ -222,6 +222,9 @@ export interface StreamsResult {
   elapsedS: number;
 }
 
+/** A run's CPU per completed stream, ms (its summary's `cpuMsPerStream` is the median over rounds). */
+export const cpuMsPerStream = (r: RunResult): number => r.cpuMs / Math.max(1, r.load.completed);
+
 export const median = (xs: readonly number[]): number => {
   const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   if (s.length === 0) return NaN;
@@ -604,7 +607,7 @@ function summarize(key: string, label: string, n: number, runs: RunResult[], idl
     idleKB,
     peakKB,
     kbPerStream: (peakKB - idleKB) / n,
-    cpuMsPerStream: med((r) => r.cpuMs / Math.max(1, r.load.completed)),
+    cpuMsPerStream: med(cpuMsPerStream),
     upstreamConns: med((r) => r.upstream.acceptedStream),
     mirrorConns: med((r) => r.upstream.acceptedJson),
     upstreamPeakStreams: med((r) => r.upstream.peakLive),
@@ -687,7 +690,7 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
             o.log(
               `  round ${r + 1} ${t.key.padEnd(15)} ${String(l.completed).padStart(5)} done ${String(l.cut).padStart(4)} cut` +
                 `  ttfb p50/p99 ${f1(l.ttfb.p50)}/${f1(l.ttfb.p99)} ms  added p50/p99/max ${f1(l.added.p50)}/${f1(l.added.p99)}/${f1(l.added.max)} ms` +
-                `  rss ${f1(res.idleKB / 1024)}→${f1(res.peakKB / 1024)} MB  cpu ${f1(res.cpuMs / Math.max(1, l.completed))} ms/stream` +
+                `  rss ${f1(res.idleKB / 1024)}→${f1(res.peakKB / 1024)} MB  cpu ${f1(cpuMsPerStream(res))} ms/stream` +
                 `  up conns ${res.upstream.acceptedStream} (peak streams ${res.upstream.peakLive})` +
                 `  first-stream ttfb p99 ${f1(l.ttfbFirst.p99)} ms, kept-alive ${f1(l.ttfbWarm.p99)} ms, listen overflows ${res.listenOverflows}, connect ${l.connectMs} ms` +
                 `  [wall ${f1(res.machine.wallMs / 1000)} s, machine ${res.machine.busyCores} cores busy (others ${res.machine.foreignCores}), load gen ${l.cpuShare} core, loop p99 ${l.loopDelay.p99} ms, upstream late p99 ${res.upstream.lateMs.p99} ms]` +

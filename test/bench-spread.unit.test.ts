@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spreadVerdict } from '../bench/streams-report.js';
+import { floorChecks, medianInterval, spreadVerdict } from '../bench/streams-report.js';
 
 test('a lane verdict only where the whole spread over rounds is on one side of the target', () => {
   assert.deepEqual(spreadVerdict([1.01, 0.98, 1.04], 1.05), { pass: true, noise: false, text: '1.01 (0.98–1.04)' });
@@ -12,8 +12,7 @@ test('a lane verdict only where the whole spread over rounds is on one side of t
   assert.equal(spreadVerdict([1.05], 1.05).pass, true, 'at the target is within it');
 });
 
-test('logprobe is held to the floor on the kept-alive streams and CPU per stream, round by round', async () => {
-  const { floorChecks } = await import('../bench/streams-report.js');
+test('logprobe is held to the floor on the kept-alive streams and CPU per stream, round by round', () => {
   type R = Parameters<typeof floorChecks>[0];
   // Per round: [logprobe's kept-alive TTFB p99, its all-streams TTFB p99, its CPU ms] against the floor's 10 ms / 10 ms / 100 ms.
   const result = (rounds: Array<[number, number, number]>): R => {
@@ -58,8 +57,7 @@ test('logprobe is held to the floor on the kept-alive streams and CPU per stream
   assert.deepEqual(floorChecks({ summaries: [], runs: [] } as unknown as R), [], 'no floor measured: no check');
 });
 
-test('the verdict is read on the interval of the median over rounds, which more rounds narrow', async () => {
-  const { medianInterval } = await import('../bench/streams-report.js');
+test('the verdict is read on the interval of the median over rounds, which more rounds narrow', () => {
   assert.deepEqual(medianInterval(3), [1, 3], 'too few rounds for 90 %: the whole range');
   assert.deepEqual(medianInterval(5), [1, 5]);
   assert.deepEqual(medianInterval(8), [2, 7]);
