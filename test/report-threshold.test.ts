@@ -53,7 +53,9 @@ test('FlipCurve: positions and flips per gap bucket; flips stop at the 95th perc
 test('the reports show the curve: a state shift flips tokens up to a gap of its size (a second estimate of the offset), float noise only near-ties', async (t) => {
   const baseline = await startSim();
   const shifted = await startSim({ stateShift: 0.5 });
-  const noisy = await startSim({ noise: 0.003 });
+  // The noisy engine's draws fixed (seed base 3, its requests one at a time): with random seeds a
+  // run of 24 pairs now and then flipped nothing, and the report then has no curve to show.
+  const noisy = await startSim({ noise: 0.003, requestSeedBase: 3 });
   t.after(() => Promise.all([baseline.close(), shifted.close(), noisy.close()]));
   const dir = tempDir(t);
   const html = join(dir, 'r.html');
@@ -93,6 +95,8 @@ test('the reports show the curve: a state shift flips tokens up to a gap of its 
     baseline.url,
     '--out',
     join(dir, 'n.jsonl'),
+    '--concurrency',
+    '1',
   ]);
   const line = /^ {2}flips stop.*$/m.exec(no.stdout)?.[0];
   assert.ok(line, no.stdout);

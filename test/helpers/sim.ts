@@ -2,10 +2,21 @@ import { request } from 'undici';
 import { startEngineServer, type EngineServerHandle } from '@logprobe/engine';
 import { createSimModel, type SimOptions } from '@logprobe/engine';
 
-/** Starts a simulated engine on port 0 (unlimited concurrency: it is cheap and synchronous). */
-export function startSim(options: SimOptions & { faults?: string | string[] } = {}): Promise<EngineServerHandle> {
-  const { faults, ...sim } = options;
-  return startEngineServer({ model: createSimModel({ seed: 11, ...sim }), concurrency: 0, faults });
+/**
+ * Starts a simulated engine on port 0 (unlimited concurrency: it is cheap and synchronous).
+ * `requestSeedBase` fixes the per-request seeds (random by default), so a noisy engine's draws
+ * repeat run to run when its requests arrive in one order.
+ */
+export function startSim(
+  options: SimOptions & { faults?: string | string[]; requestSeedBase?: number } = {},
+): Promise<EngineServerHandle> {
+  const { faults, requestSeedBase, ...sim } = options;
+  return startEngineServer({
+    model: createSimModel({ seed: 11, ...sim }),
+    concurrency: 0,
+    faults,
+    ...(requestSeedBase !== undefined ? { requestSeedBase } : {}),
+  });
 }
 
 /** Reads one metric sample from a Prometheus text exposition; undefined when absent. */
