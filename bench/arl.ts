@@ -6,7 +6,9 @@
  * detectors of src/core/detector.ts and src/core/self.ts, the permutation test of
  * src/core/permutation.ts and the calibration of src/mirror/calibration.ts — without HTTP, so
  * 20,000 pairs take seconds, not hours. Free-running comparison only (no teacher-forced scoring:
- * it needs a second HTTP call per pair).
+ * it needs a second HTTP call per pair). The in-control count (300,000 pairs per class for an
+ * ARL0 bound of 100,000) runs on `--jobs` worker processes (bench/arl-worker.ts), each class's
+ * pairs cut into one run of consecutive prompts per process.
  */
 import { writeFile, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
@@ -24,7 +26,12 @@ import { Calibration } from '../src/mirror/calibration.js';
 const TOP = 5;
 
 export interface ArlOptions {
+  /** In-control pairs per noise class at the config under test. */
   pairs: number;
+  /** In-control pairs per noise class at its `noiseFloor: auto` variant (0: none). */
+  autoPairs: number;
+  /** Worker processes for the in-control count (one per core). */
+  jobs: number;
   maxTokens: number;
   seed: number;
   /** Out-of-control runs per case (median and p95 over them). */
@@ -167,6 +174,8 @@ async function feed(
     alpha: number;
     stop: (n: number, fired: Set<AlertKey>) => boolean;
     from: number;
+    /** The sampler's and the calibration's draws (default `seed`): one per chunk of a class. */
+    rndSeed?: number;
   },
 ): Promise<{ pairs: number; requests: number; floor: number }> {
   const cfg = f.cfg;
@@ -175,7 +184,7 @@ async function feed(
   let self: DetectorState = initialDetectorState();
   const perm = new PermutationWindow({ window: alert.window, ...cfg.alert.permutation });
   const cal = new Calibration(cfg.calibration);
-  const rnd = mulberry32(opts.seed);
+  const rnd = mulberry32(opts.rndSeed ?? opts.seed);
   let now = 0;
   let requests = 0;
   let permFiring = false;
@@ -241,12 +250,168 @@ async function feed(
   }
 }
 
-/** The noise-only classes: the candidate's knobs against a clean baseline, calibrated to llama.cpp. */
-interface NoiseClass {
-  name: string;
-  llama: string;
-  cand: (model: (o: SimOptions) => EngineModel) => Side;
+/** The sim's knobs, scaled to llama.cpp at the start of a run (the same in every worker process). */
+export interface Calibrated {
+  sFa: number;
+  sF16: number;
+  sBatch: number;
+  perNat: number;
+  localPerNat: number;
 }
+
+/** The noise-only classes: the candidate's knobs against a clean baseline, calibrated to llama.cpp. */
+export const NOISE_CLASSES = [
+  'clean twins',
+  'flash attention',
+  'f16 weights',
+  'batch 8 vs 1',
+  'prefix cache on vs off',
+] as const;
+export type NoiseClassName = (typeof NOISE_CLASSES)[number];
+
+function noiseSide(name: NoiseClassName, cal: Calibrated, sim: (o: SimOptions) => EngineModel): Side {
+  switch (name) {
+    case 'clean twins':
+      return { model: sim({}) };
+    case 'flash attention':
+      return { model: sim({ noise: cal.sFa }) };
+    case 'f16 weights':
+      return { model: sim({ noise: cal.sF16 }) };
+    case 'batch 8 vs 1':
+      return { model: sim({ batchNoise: cal.sBatch }), coResident: 8 };
+    case 'prefix cache on vs off':
+      return { model: sim({ cacheSlots: 1 }), cache: true };
+  }
+}
+
+/**
+ * The config of the "auto" rows: `noiseFloor: auto`, a quarter of the pairs repeated on the
+ * baseline, and `calibration.minFloor` 0.04 unless the config under test sets one (on
+ * deterministic numerics the repeats agree bit for bit, so the floor is minFloor).
+ */
+function autoConfig(c: ConfigInput): ConfigInput {
+  return {
+    ...c,
+    analysis: { ...(c.analysis ?? {}), noiseFloor: 'auto' },
+    calibration: { ...(c.calibration ?? {}), rate: 0.25, minFloor: c.calibration?.minFloor ?? 0.04 },
+  };
+}
+
+/** One piece of an in-control count: `pairs` pairs of one class from prompt `from` on. */
+export interface InControlJob {
+  className: NoiseClassName;
+  auto: boolean;
+  cal: Calibrated;
+  seed: number;
+  maxTokens: number;
+  alpha: number;
+  repeatEvery: number;
+  config: ConfigInput;
+  from: number;
+  pairs: number;
+  chunk: number;
+}
+
+export type Counts = Record<AlertKey, number>;
+
+/** Runs one in-control chunk: the alerts' fires over its pairs, each chunk from a fresh detector state. */
+export async function runInControlChunk(job: InControlJob): Promise<Counts> {
+  const sim = (x: SimOptions): EngineModel => createSimModel({ seed: job.seed, ...x });
+  const base: Side = { model: sim({}) };
+  const cand = noiseSide(job.className, job.cal, sim);
+  const counts: Counts = { window: 0, cusum: 0, self: 0, permutation: 0 };
+  const input = job.auto ? autoConfig(job.config) : job.config;
+  const cfg = buildConfig({ ...input, analysis: { ...(input.analysis ?? {}), scoring: { when: 'never' } } });
+  await feed({ cfg, sampleRate: 1, auto: job.auto }, cand, base, {
+    seed: job.seed,
+    rndSeed: job.seed + 7919 * job.chunk,
+    maxTokens: job.maxTokens,
+    alpha: job.alpha,
+    repeat: true,
+    repeatEvery: job.repeatEvery,
+    from: job.from,
+    stop: (n, fired) => {
+      for (const k of fired) counts[k]++;
+      return n >= job.pairs;
+    },
+  });
+  return counts;
+}
+
+/**
+ * A class's `pairs` cut into `parts` runs of consecutive prompts (the first gets the remainder),
+ * so that `parts` processes share the count evenly. Distinct prompts and request seeds throughout.
+ */
+export function chunksOf(pairs: number, parts: number): Array<{ from: number; pairs: number }> {
+  const n = Math.max(1, Math.min(parts, pairs));
+  const size = Math.floor(pairs / n);
+  const out: Array<{ from: number; pairs: number }> = [];
+  let from = 0;
+  for (let c = 0; c < n; c++) {
+    const p = c === 0 ? pairs - size * (n - 1) : size;
+    out.push({ from, pairs: p });
+    from += p;
+  }
+  return out;
+}
+
+/**
+ * Runs the jobs on `jobs` worker processes (bench/arl-worker.ts, each its own core), or in this
+ * process when `jobs` is 1. Returns the counts in the order of the jobs.
+ */
+export async function runJobs(list: InControlJob[], jobs: number, log: (s: string) => void): Promise<Counts[]> {
+  const started = performance.now();
+  const out: Counts[] = new Array(list.length);
+  const done = (i: number, c: Counts): void => {
+    out[i] = c;
+    const j = list[i]!;
+    log(
+      `  ${j.className}${j.auto ? ' (auto)' : ''} pairs ${j.from}–${j.from + j.pairs - 1}: ${JSON.stringify(c)} ${((performance.now() - started) / 1000).toFixed(0)} s`,
+    );
+  };
+  if (jobs <= 1) {
+    for (let i = 0; i < list.length; i++) done(i, await runInControlChunk(list[i]!));
+    return out;
+  }
+  const { fork } = await import('node:child_process');
+  const script = fileURLToPath(new URL('./arl-worker.ts', import.meta.url));
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    const child = fork(script, [], { execArgv: process.execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    try {
+      while (next < list.length) {
+        const i = next++;
+        const reply = new Promise<Counts>((resolve, reject) => {
+          const onExit = (code: number | null): void => reject(new Error(`arl worker exited (${code}) on job ${i}`));
+          child.once('exit', onExit);
+          child.once('message', (m) => {
+            child.off('exit', onExit);
+            const r = m as { counts?: Counts; error?: string };
+            if (r.error !== undefined) reject(new Error(r.error));
+            else resolve(r.counts!);
+          });
+        });
+        child.send(list[i]!);
+        done(i, await reply);
+      }
+    } finally {
+      child.disconnect();
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(jobs, list.length) }, worker));
+  return out;
+}
+
+const sumCounts = (cs: Counts[]): Counts =>
+  cs.reduce(
+    (a, c) => ({
+      window: a.window + c.window,
+      cusum: a.cusum + c.cusum,
+      self: a.self + c.self,
+      permutation: a.permutation + c.permutation,
+    }),
+    { window: 0, cusum: 0, self: 0, permutation: 0 },
+  );
 
 export async function runArl(o: ArlOptions): Promise<string> {
   const started = performance.now();
@@ -277,57 +442,66 @@ export async function runArl(o: ArlOptions): Promise<string> {
       0.3,
       o.maxTokens,
     )) / 0.3;
+  const cal: Calibrated = { sFa, sF16, sBatch, perNat, localPerNat };
   // The demo's cache-hit fault (packages/engine/src/demo/engines.ts).
   const cacheHit = 0.6;
   log(
     `calibrated: flash-attention σ ${sFa.toExponential(2)}, f16 σ ${sF16.toExponential(2)}, batch-8 σ ${sBatch.toExponential(2)}, state shift ${perNat.toFixed(3)}/nat, local ${localPerNat.toFixed(3)}/nat`,
   );
 
-  const classes: NoiseClass[] = [
-    { name: 'clean twins', llama: 'none', cand: (m) => ({ model: m({}) }) },
-    { name: 'flash attention', llama: 'flash-attention', cand: (m) => ({ model: m({ noise: sFa }) }) },
-    { name: 'f16 weights', llama: 'weights:f16', cand: (m) => ({ model: m({ noise: sF16 }) }) },
-    { name: 'batch 8 vs 1', llama: 'batch:8', cand: (m) => ({ model: m({ batchNoise: sBatch }), coResident: 8 }) },
-    { name: 'prefix cache on vs off', llama: 'cache on', cand: (m) => ({ model: m({ cacheSlots: 1 }), cache: true }) },
-  ];
-
   const defaults = buildConfig(o.config);
+  const autoDefaults = buildConfig(autoConfig(o.config));
   const sampleDefault = defaults.mirror.sampleRate;
   const fmtN = (v: number): string =>
     Number.isFinite(v) ? (v >= 10_000 ? Math.round(v).toLocaleString('en-US') : String(Math.round(v))) : '—';
 
-  // In control.
+  // In control: every class at the config under test and at its auto variant, each class's pairs
+  // cut into one chunk per worker process.
+  const inControl: Array<{ auto: boolean; pairs: number }> = [
+    { auto: false, pairs: o.pairs },
+    ...(o.autoPairs > 0 ? [{ auto: true, pairs: o.autoPairs }] : []),
+  ];
+  const jobList: InControlJob[] = [];
+  for (const set of inControl)
+    for (const className of NOISE_CLASSES)
+      chunksOf(set.pairs, o.jobs).forEach((c, chunk) =>
+        jobList.push({
+          className,
+          auto: set.auto,
+          cal,
+          seed: o.seed,
+          maxTokens: o.maxTokens,
+          alpha: o.alpha,
+          repeatEvery: o.repeatEvery,
+          config: o.config,
+          from: c.from,
+          pairs: c.pairs,
+          chunk,
+        }),
+      );
+  log(`in control: ${jobList.length} chunks on ${o.jobs} process${o.jobs === 1 ? '' : 'es'}`);
+  const results = await runJobs(jobList, o.jobs, log);
+  const inControlSeconds = (performance.now() - started) / 1000;
   const rows: string[] = [];
   rows.push(
-    `| noise class (sim, calibrated) | pairs | window fires | CUSUM fires | self fires (repeat pairs) | permutation p ≤ ${o.alpha} | ARL0 (pairs, 95% bound when none fired) |`,
+    `| noise class (sim, calibrated) | floor | pairs | window fires | CUSUM fires | self fires (repeat pairs) | permutation p ≤ ${o.alpha} | ARL0 (pairs, 95% bound when none fired) |`,
   );
-  rows.push('| --- | --- | --- | --- | --- | --- | --- |');
-  for (const nc of classes) {
-    const cand = nc.cand(sim);
-    const counts: Record<AlertKey, number> = { window: 0, cusum: 0, self: 0, permutation: 0 };
-    const cfg = buildConfig({ ...o.config, analysis: { ...(o.config.analysis ?? {}), scoring: { when: 'never' } } });
-    await feed({ cfg, sampleRate: 1, auto: false }, cand, base, {
-      seed: o.seed,
-      maxTokens: o.maxTokens,
-      alpha: o.alpha,
-      repeat: true,
-      repeatEvery: o.repeatEvery,
-      from: 0,
-      stop: (n, fired) => {
-        for (const k of fired) counts[k]++;
-        return n >= o.pairs;
-      },
-    });
-    const fires = counts.window + counts.cusum + counts.self + counts.permutation;
-    const alertFires = counts.window + counts.cusum + counts.self;
-    const arl0 = alertFires === 0 ? `≥ ${fmtN(o.pairs / 3)} (rule of three)` : `≈ ${fmtN(o.pairs / alertFires)}`;
-    rows.push(
-      `| ${nc.name} | ${fmtN(o.pairs)} | ${counts.window} | ${counts.cusum} | ${counts.self} (${fmtN(Math.floor(o.pairs / o.repeatEvery))}) | ${counts.permutation} | ${arl0} |`,
-    );
-    log(
-      `${nc.name}: ${JSON.stringify(counts)} (${fires} in all) ${((performance.now() - started) / 1000).toFixed(0)} s`,
-    );
-  }
+  rows.push('| --- | --- | --- | --- | --- | --- | --- | --- |');
+  for (const set of inControl)
+    for (const className of NOISE_CLASSES) {
+      const counts = sumCounts(
+        results.filter((_, i) => jobList[i]!.className === className && jobList[i]!.auto === set.auto),
+      );
+      const alertFires = counts.window + counts.cusum + counts.self;
+      const arl0 = alertFires === 0 ? `≥ ${fmtN(set.pairs / 3)} (rule of three)` : `≈ ${fmtN(set.pairs / alertFires)}`;
+      const floor = set.auto
+        ? `auto (minFloor ${autoDefaults.calibration.minFloor})`
+        : String(defaults.analysis.noiseFloor);
+      const repeats = chunksOf(set.pairs, o.jobs).reduce((a, c) => a + Math.floor(c.pairs / o.repeatEvery), 0);
+      rows.push(
+        `| ${className} | ${floor} | ${fmtN(set.pairs)} | ${counts.window} | ${counts.cusum} | ${counts.self} (${fmtN(repeats)}) | ${counts.permutation} | ${arl0} |`,
+      );
+    }
 
   // Out of control: pairs to the first fire, per alert, per shift.
   const shifts = [0.02, 0.05, 0.1, 0.2, 0.5];
@@ -371,23 +545,11 @@ export async function runArl(o: ArlOptions): Promise<string> {
   for (const cs of cases) {
     for (const st of settings) {
       const runLengths: Record<AlertKey, number[]> = { window: [], cusum: [], self: [], permutation: [] };
+      const base0: ConfigInput = st.auto ? autoConfig(o.config) : o.config;
       const cfgIn: ConfigInput = {
-        ...o.config,
-        ...(st.alert ? { alert: { ...(o.config.alert ?? {}), ...st.alert } } : {}),
-        analysis: {
-          ...(o.config.analysis ?? {}),
-          scoring: { when: 'never' },
-          ...(st.auto ? { noiseFloor: 'auto' } : {}),
-        },
-        ...(st.auto
-          ? {
-              calibration: {
-                ...(o.config.calibration ?? {}),
-                rate: 0.25,
-                minFloor: o.config.calibration?.minFloor ?? 0.04,
-              },
-            }
-          : {}),
+        ...base0,
+        ...(st.alert ? { alert: { ...(base0.alert ?? {}), ...st.alert } } : {}),
+        analysis: { ...(base0.analysis ?? {}), scoring: { when: 'never' } },
       };
       const cfg = buildConfig(cfgIn);
       for (let run = 0; run < o.runs; run++) {
@@ -453,8 +615,12 @@ export async function runArl(o: ArlOptions): Promise<string> {
   const svg = chartSvg(chart, o.cap);
   const seconds = ((performance.now() - started) / 1000).toFixed(0);
   const c = defaults;
+  const autoPart =
+    o.autoPairs > 0
+      ? ` and ${fmtN(o.autoPairs)} at \`noiseFloor: auto\` (calibration.rate 0.25, minFloor ${autoDefaults.calibration.minFloor})`
+      : '';
   const head =
-    `${fmtN(o.pairs)} noise-only pairs per class and ${o.runs} out-of-control runs per case (capped at ${o.cap} pairs), max_tokens ${o.maxTokens}, seed ${o.seed}, on the simulated engines in-process (${seconds} s on this machine). ` +
+    `${fmtN(o.pairs)} noise-only pairs per class at the config${autoPart}, and ${o.runs} out-of-control runs per case (capped at ${o.cap} pairs), max_tokens ${o.maxTokens}, seed ${o.seed}, on the simulated engines in-process (${seconds} s on this machine, ${inControlSeconds.toFixed(0)} s of it in control on ${o.jobs} process${o.jobs === 1 ? '' : 'es'}: each class's pairs cut into ${o.jobs} runs of consecutive prompts, each from a fresh detector state). ` +
     `Config: window ${c.alert.window}, minRequests ${c.alert.minRequests}, fireFraction ${c.alert.fireFraction}, forSeconds ${c.alert.forSeconds} (one client request a second), CUSUM k ${c.alert.cusum.k} h ${c.alert.cusum.h}, floor ${c.analysis.noiseFloor}; ` +
     `the permutation test fires when p ≤ ${o.alpha}; a fire counts once per excursion (an alert already firing does not count again). Run lengths are mirrored pairs (at rate r, about 1/r client requests each).`;
   const out = [

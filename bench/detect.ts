@@ -10,7 +10,7 @@
  */
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
-import { cpus } from 'node:os';
+import { availableParallelism, cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { request } from 'undici';
@@ -55,6 +55,10 @@ const { values } = parseArgs({
     /** Run lengths in-process on the simulated engines (bench/arl.ts) instead of the llama table. */
     arl: { type: 'boolean', default: false },
     pairs: { type: 'string', default: '20000' },
+    /** In-control pairs per class at the `noiseFloor: auto` variant (0: none). */
+    'auto-pairs': { type: 'string', default: '20000' },
+    /** Worker processes for the in-control count (default: one per core). */
+    jobs: { type: 'string', default: String(availableParallelism()) },
     runs: { type: 'string', default: '20' },
     cap: { type: 'string', default: '500' },
     alpha: { type: 'string', default: '0.001' },
@@ -74,6 +78,8 @@ if (values.arl) {
   console.log(
     await run({
       pairs: Number(values.pairs),
+      autoPairs: Number(values['auto-pairs']),
+      jobs: Math.max(1, Number(values.jobs)),
       maxTokens: Number(values['max-tokens']),
       seed: Number(values.seed),
       runs: Number(values.runs),
