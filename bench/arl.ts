@@ -176,6 +176,8 @@ async function feed(
     from: number;
     /** The sampler's and the calibration's draws (default `seed`): one per chunk of a class. */
     rndSeed?: number;
+    /** Takes the largest CUSUM statistic S the run reached (how close it came to h). */
+    peak?: { s: number };
   },
 ): Promise<{ pairs: number; requests: number; floor: number }> {
   const cfg = f.cfg;
@@ -209,6 +211,7 @@ async function feed(
     if (c.verdict !== 'incomparable' && c.comparable > 0) {
       const r = observe(det, { ...detectorEvidence(c), noiseFloor: floor, requestId: String(i) }, alert, now);
       det = r.state;
+      if (opts.peak && det.cusum > opts.peak.s) opts.peak.s = det.cusum;
       for (const tr of r.transitions)
         if (tr.to === 'firing') fired.add(tr.alert === 'LogprobGlobalShift' ? 'window' : 'cusum');
       perm.add(c);
@@ -312,14 +315,16 @@ export interface InControlJob {
   chunk: number;
 }
 
-export type Counts = Record<AlertKey, number>;
+/** Fires per alert, and the largest CUSUM statistic S reached (its headroom below h). */
+export type Counts = Record<AlertKey, number> & { peakS: number };
 
 /** Runs one in-control chunk: the alerts' fires over its pairs, each chunk from a fresh detector state. */
 export async function runInControlChunk(job: InControlJob): Promise<Counts> {
   const sim = (x: SimOptions): EngineModel => createSimModel({ seed: job.seed, ...x });
   const base: Side = { model: sim({}) };
   const cand = noiseSide(job.className, job.cal, sim);
-  const counts: Counts = { window: 0, cusum: 0, self: 0, permutation: 0 };
+  const counts: Counts = { window: 0, cusum: 0, self: 0, permutation: 0, peakS: 0 };
+  const peak = { s: 0 };
   const input = job.auto ? autoConfig(job.config) : job.config;
   const cfg = buildConfig({ ...input, analysis: { ...(input.analysis ?? {}), scoring: { when: 'never' } } });
   await feed({ cfg, sampleRate: 1, auto: job.auto }, cand, base, {
@@ -330,11 +335,13 @@ export async function runInControlChunk(job: InControlJob): Promise<Counts> {
     repeat: true,
     repeatEvery: job.repeatEvery,
     from: job.from,
+    peak,
     stop: (n, fired) => {
       for (const k of fired) counts[k]++;
       return n >= job.pairs;
     },
   });
+  counts.peakS = peak.s;
   return counts;
 }
 
@@ -409,8 +416,9 @@ const sumCounts = (cs: Counts[]): Counts =>
       cusum: a.cusum + c.cusum,
       self: a.self + c.self,
       permutation: a.permutation + c.permutation,
+      peakS: Math.max(a.peakS, c.peakS),
     }),
-    { window: 0, cusum: 0, self: 0, permutation: 0 },
+    { window: 0, cusum: 0, self: 0, permutation: 0, peakS: 0 },
   );
 
 export async function runArl(o: ArlOptions): Promise<string> {
@@ -484,9 +492,9 @@ export async function runArl(o: ArlOptions): Promise<string> {
   const inControlSeconds = (performance.now() - started) / 1000;
   const rows: string[] = [];
   rows.push(
-    `| noise class (sim, calibrated) | floor | pairs | window fires | CUSUM fires | self fires (repeat pairs) | permutation p ≤ ${o.alpha} | ARL0 (pairs, 95% bound when none fired) |`,
+    `| noise class (sim, calibrated) | floor | pairs | window fires | CUSUM fires | self fires (repeat pairs) | largest CUSUM S (h ${defaults.alert.cusum.h}) | permutation p ≤ ${o.alpha} | ARL0 (pairs, 95% bound when none fired) |`,
   );
-  rows.push('| --- | --- | --- | --- | --- | --- | --- | --- |');
+  rows.push('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
   for (const set of inControl)
     for (const className of NOISE_CLASSES) {
       const counts = sumCounts(
@@ -499,7 +507,7 @@ export async function runArl(o: ArlOptions): Promise<string> {
         : String(defaults.analysis.noiseFloor);
       const repeats = chunksOf(set.pairs, o.jobs).reduce((a, c) => a + Math.floor(c.pairs / o.repeatEvery), 0);
       rows.push(
-        `| ${className} | ${floor} | ${fmtN(set.pairs)} | ${counts.window} | ${counts.cusum} | ${counts.self} (${fmtN(repeats)}) | ${counts.permutation} | ${arl0} |`,
+        `| ${className} | ${floor} | ${fmtN(set.pairs)} | ${counts.window} | ${counts.cusum} | ${counts.self} (${fmtN(repeats)}) | ${counts.peakS.toFixed(2)} | ${counts.permutation} | ${arl0} |`,
       );
     }
 

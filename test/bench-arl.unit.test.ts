@@ -41,4 +41,5 @@ test('the in-control counts are the same from worker processes as in this proces
   const forked = await runJobs(jobs, 2, quiet);
   assert.deepEqual(forked, here);
   assert.ok(here[0]!.cusum > 0 && here[0]!.self > 0, `the alerts fired: ${JSON.stringify(here[0])}`);
+  assert.ok(here[0]!.peakS > 5, `S went past h = 5 where the CUSUM fired: ${here[0]!.peakS}`);
 });
