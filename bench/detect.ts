@@ -70,6 +70,15 @@ const { values } = parseArgs({
   },
 });
 if (values.arl) {
+  for (const name of ['pairs', 'auto-pairs', 'jobs', 'runs', 'cap', 'max-tokens', 'repeat-every'] as const) {
+    const v = Number(values[name]);
+    if (!Number.isInteger(v) || v < (name === 'auto-pairs' ? 0 : 1)) {
+      console.error(
+        `bench:detect: --${name} must be a whole number${name === 'auto-pairs' ? '' : ' ≥ 1'}, got ${values[name]}`,
+      );
+      process.exit(2);
+    }
+  }
   const { runArl, runLlamaConfirm } = await import('./arl.js');
   const run =
     Number(values['llama-pairs']) > 0
@@ -79,7 +88,7 @@ if (values.arl) {
     await run({
       pairs: Number(values.pairs),
       autoPairs: Number(values['auto-pairs']),
-      jobs: Math.max(1, Number(values.jobs)),
+      jobs: Number(values.jobs),
       maxTokens: Number(values['max-tokens']),
       seed: Number(values.seed),
       runs: Number(values.runs),
