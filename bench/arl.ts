@@ -177,7 +177,7 @@ async function feed(
     /** The sampler's and the calibration's draws (default `seed`): one per chunk of a class. */
     rndSeed?: number;
     /** Takes the largest CUSUM statistic S the run reached (how close it came to h). */
-    peak?: { s: number };
+    peak?: { peakS: number };
   },
 ): Promise<{ pairs: number; requests: number; floor: number }> {
   const cfg = f.cfg;
@@ -211,7 +211,7 @@ async function feed(
     if (c.verdict !== 'incomparable' && c.comparable > 0) {
       const r = observe(det, { ...detectorEvidence(c), noiseFloor: floor, requestId: String(i) }, alert, now);
       det = r.state;
-      if (opts.peak && det.cusum > opts.peak.s) opts.peak.s = det.cusum;
+      if (opts.peak && det.cusum > opts.peak.peakS) opts.peak.peakS = det.cusum;
       for (const tr of r.transitions)
         if (tr.to === 'firing') fired.add(tr.alert === 'LogprobGlobalShift' ? 'window' : 'cusum');
       perm.add(c);
@@ -300,6 +300,11 @@ function autoConfig(c: ConfigInput): ConfigInput {
   };
 }
 
+/** The config as the bench runs it: free-running comparison only (no teacher-forced scoring call). */
+function freeRunning(c: ConfigInput): ReturnType<typeof buildConfig> {
+  return buildConfig({ ...c, analysis: { ...(c.analysis ?? {}), scoring: { when: 'never' } } });
+}
+
 /** One piece of an in-control count: `pairs` pairs of one class from prompt `from` on. */
 export interface InControlJob {
   className: NoiseClassName;
@@ -324,9 +329,7 @@ export async function runInControlChunk(job: InControlJob): Promise<Counts> {
   const base: Side = { model: sim({}) };
   const cand = noiseSide(job.className, job.cal, sim);
   const counts: Counts = { window: 0, cusum: 0, self: 0, permutation: 0, peakS: 0 };
-  const peak = { s: 0 };
-  const input = job.auto ? autoConfig(job.config) : job.config;
-  const cfg = buildConfig({ ...input, analysis: { ...(input.analysis ?? {}), scoring: { when: 'never' } } });
+  const cfg = freeRunning(job.auto ? autoConfig(job.config) : job.config);
   await feed({ cfg, sampleRate: 1, auto: job.auto }, cand, base, {
     seed: job.seed,
     rndSeed: job.seed + 7919 * job.chunk,
@@ -335,13 +338,12 @@ export async function runInControlChunk(job: InControlJob): Promise<Counts> {
     repeat: true,
     repeatEvery: job.repeatEvery,
     from: job.from,
-    peak,
+    peak: counts,
     stop: (n, fired) => {
       for (const k of fired) counts[k]++;
       return n >= job.pairs;
     },
   });
-  counts.peakS = peak.s;
   return counts;
 }
 
@@ -402,7 +404,7 @@ export async function runJobs(list: InControlJob[], jobs: number, log: (s: strin
         done(i, await reply);
       }
     } finally {
-      child.disconnect();
+      if (child.connected) child.disconnect();
     }
   };
   await Promise.all(Array.from({ length: Math.min(jobs, list.length) }, worker));
@@ -488,8 +490,9 @@ export async function runArl(o: ArlOptions): Promise<string> {
         }),
       );
   log(`in control: ${jobList.length} chunks on ${o.jobs} process${o.jobs === 1 ? '' : 'es'}`);
+  const inControlStarted = performance.now();
   const results = await runJobs(jobList, o.jobs, log);
-  const inControlSeconds = (performance.now() - started) / 1000;
+  const inControlSeconds = (performance.now() - inControlStarted) / 1000;
   const rows: string[] = [];
   rows.push(
     `| noise class (sim, calibrated) | floor | pairs | window fires | CUSUM fires | self fires (repeat pairs) | largest CUSUM S (h ${defaults.alert.cusum.h}) | permutation p ≤ ${o.alpha} | ARL0 (pairs, 95% bound when none fired) |`,
@@ -554,12 +557,7 @@ export async function runArl(o: ArlOptions): Promise<string> {
     for (const st of settings) {
       const runLengths: Record<AlertKey, number[]> = { window: [], cusum: [], self: [], permutation: [] };
       const base0: ConfigInput = st.auto ? autoConfig(o.config) : o.config;
-      const cfgIn: ConfigInput = {
-        ...base0,
-        ...(st.alert ? { alert: { ...(base0.alert ?? {}), ...st.alert } } : {}),
-        analysis: { ...(base0.analysis ?? {}), scoring: { when: 'never' } },
-      };
-      const cfg = buildConfig(cfgIn);
+      const cfg = freeRunning(st.alert ? { ...base0, alert: { ...(base0.alert ?? {}), ...st.alert } } : base0);
       for (let run = 0; run < o.runs; run++) {
         const first: Partial<Record<AlertKey, number>> = {};
         await feed({ cfg, sampleRate: st.sampleRate, auto: st.auto }, cs.cand, base, {
@@ -684,7 +682,7 @@ export async function runLlamaConfirm(o: ArlOptions & { llamaPairs: number }): P
     { name: 'batch 8 vs 1', fault: 'batch:8' },
     { name: 'prefix cache on vs off', fault: null, cache: true },
   ];
-  const cfg = buildConfig({ ...o.config, analysis: { ...(o.config.analysis ?? {}), scoring: { when: 'never' } } });
+  const cfg = freeRunning(o.config);
   const rows = [
     `| llama.cpp candidate | pairs | median / max position shift | window fires | CUSUM fires | permutation p ≤ ${o.alpha} | ARL0 (pairs, 95% bound when none fired) |`,
     '| --- | --- | --- | --- | --- | --- | --- |',
