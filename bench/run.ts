@@ -25,6 +25,9 @@
  *   --harness-nice K    nice value of the upstream and the load generator (default -5; 0: none)
  *   --streams K         streams per client per run (default 3): more kept-alive streams per round for the
  *                       floor's TTFB check (its p99 is over each client's streams after the first)
+ *   --pin               the targets on the upper half of the CPUs, the upstreams, the load generators and the
+ *                       bench itself on the rest (taskset): on a 2-core machine the scheduler then cannot put a
+ *                       target's work on the core its load is made on
  * RESULTS.md gets the streaming section only from a run of the default Ns and targets without --quick.
  * LOGPROBE_BENCH_NODE_ARGS="--flag …" starts every logprobe target with these node flags (to try V8 or
  * GC settings side by side with a run without them).
@@ -312,6 +315,7 @@ async function streamsLane(logprobeRoot: string): Promise<void> {
     jsonDelayMs: delay === undefined ? null : Number(delay),
     ...(nice !== undefined ? { harnessNice: Number(nice) } : {}),
     ...(perClient !== undefined ? { streamsPerClient: Number(perClient) } : {}),
+    pin: argv.includes('--pin'),
     log,
   });
   const checks = streamsChecks(r);

@@ -11,11 +11,21 @@
  * not yet held N streams.
  */
 import { mkdirSync, readFileSync } from 'node:fs';
-import { setPriority } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { availableParallelism, setPriority } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { start } from './lib/proc.js';
-import { cpuMsOf, NOFILE, rssKBOf, rssSampler, ticksPerSecond, withNofile } from './lib/procstat.js';
+import {
+  cpuMsOf,
+  NOFILE,
+  pinning,
+  rssKBOf,
+  rssSampler,
+  splitCpus,
+  ticksPerSecond,
+  withNofile,
+} from './lib/procstat.js';
 import { mirrorCounters, type MirrorCounters } from './lib/metrics.js';
 import { startNginx } from './proxies/nginx.js';
 import { startLogprobe } from './proxies/logprobe.js';
@@ -108,6 +118,8 @@ export interface StreamsOptions {
   harnessNice?: number;
   /** Streams each client does one after the other per run (default STREAMS_PER_CLIENT). */
   streamsPerClient?: number;
+  /** `--pin`: the targets on the upper half of the CPUs, the harness and this process on the rest ({@link splitCpus}). */
+  pin?: boolean;
   log: (s: string) => void;
 }
 
@@ -214,6 +226,8 @@ export interface StreamsResult {
     jsonDelayMs: number;
     logprobeRoot: string;
     harnessNice: number | null;
+    /** The CPU sets of `--pin` (taskset lists), or null without it. */
+    pin: { target: string; harness: string } | null;
   };
   unavailable: Unavailable[];
   runs: RunResult[];
@@ -258,7 +272,7 @@ async function startUpstream(o: StreamsOptions, name: string, nice: boolean): Pr
   ];
   const { proc, match } = await start({
     name,
-    ...withNofile('node', args),
+    ...withNofile('node', args, NOFILE, 'harness'),
     cwd: o.root,
     ready: /listening on (http:\/\/\S+)/,
     logFile: join(o.outDir, 'streams', `${name}.log`),
@@ -421,7 +435,7 @@ async function load(
   const full: LoadSpec = { ...spec, url: `${t.url}/v1/chat/completions`, out, headers: t.headers };
   const { proc } = await start({
     name: `load-${tag}`,
-    ...withNofile('node', ['--import', 'tsx', 'bench/streams-load.ts', JSON.stringify(full)]),
+    ...withNofile('node', ['--import', 'tsx', 'bench/streams-load.ts', JSON.stringify(full)], NOFILE, 'harness'),
     cwd: o.root,
     ready: /load ready/,
     timeoutMs: 60_000,
@@ -635,6 +649,17 @@ const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : '–');
 export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
   const began = Date.now();
   harnessNice = o.harnessNice ?? HARNESS_NICE_DEFAULT;
+  const pin = o.pin ? splitCpus(availableParallelism()) : null;
+  pinning.target = pin?.target ?? null;
+  pinning.harness = pin?.harness ?? null;
+  if (pin) {
+    // This process samples /proc and polls the upstream and the mirror: harness work too.
+    const r = spawnSync('taskset', ['-a', '-cp', pin.harness, String(process.pid)], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`--pin: taskset failed: ${(r.stderr || r.error?.message || '').trim()}`);
+    o.log(
+      `pinned: targets on CPU ${pin.target}, the harness (upstreams, load generators, this process) on CPU ${pin.harness}`,
+    );
+  }
   mkdirSync(join(o.outDir, 'streams'), { recursive: true });
   const up = await startUpstream(o, 'streams-upstream', true);
   const niced = prioritize(up.pid);
@@ -721,6 +746,7 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
       jsonDelayMs: o.jsonDelayMs ?? CHUNKS * GAP_MS,
       logprobeRoot: o.logprobeRoot,
       harnessNice: niced ? harnessNice : null,
+      pin,
     },
     unavailable: [...unavailable.values()],
     runs,

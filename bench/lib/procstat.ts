@@ -10,11 +10,35 @@ import { spawnSync } from 'node:child_process';
 export const NOFILE = 20_000;
 
 /**
- * `cmd args…` run through bash with the file-descriptor limit raised first. `exec` keeps the
- * pid, so the pid the bench sees is the process itself (nginx's master, node).
+ * CPU sets for the streaming lane's `--pin` (taskset lists such as `1` or `2-3`): the targets on
+ * one set, the harness (upstreams, load generators, the bench itself) on the other, so that the
+ * scheduler cannot move a target's work onto the cores where its load is made. `null`: no pinning.
  */
-export function withNofile(cmd: string, args: string[], nofile = NOFILE): { cmd: string; args: string[] } {
-  return { cmd: 'bash', args: ['-c', `ulimit -n ${nofile} && exec "$@"`, 'bash', cmd, ...args] };
+export const pinning: { target: string | null; harness: string | null } = { target: null, harness: null };
+
+/** The two CPU sets `--pin` uses on this machine: the upper half of the CPUs for the targets, the rest for the harness. */
+export function splitCpus(n: number): { target: string; harness: string } {
+  if (n < 2) throw new Error(`--pin needs at least 2 CPUs, this machine has ${n}`);
+  const h = Math.floor(n / 2);
+  const range = (a: number, b: number) => (a === b ? String(a) : `${a}-${b}`);
+  return { target: range(h, n - 1), harness: range(0, h - 1) };
+}
+
+/**
+ * `cmd args…` run through bash with the file-descriptor limit raised first, and under `taskset`
+ * on the role's CPU set when {@link pinning} has one (the affinity is inherited by every thread
+ * and child, nginx's workers too). `exec` keeps the pid, so the pid the bench sees is the process
+ * itself (nginx's master, node).
+ */
+export function withNofile(
+  cmd: string,
+  args: string[],
+  nofile = NOFILE,
+  role: 'target' | 'harness' = 'target',
+): { cmd: string; args: string[] } {
+  const cpus = pinning[role];
+  const pre = cpus !== null ? ['taskset', '-c', cpus] : [];
+  return { cmd: 'bash', args: ['-c', `ulimit -n ${nofile} && exec "$@"`, 'bash', ...pre, cmd, ...args] };
 }
 
 let clkTck = 0;
