@@ -719,6 +719,9 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
                 `  up conns ${res.upstream.acceptedStream} (peak streams ${res.upstream.peakLive})` +
                 `  first-stream ttfb p99 ${f1(l.ttfbFirst.p99)} ms, kept-alive ${f1(l.ttfbWarm.p99)} ms, listen overflows ${res.listenOverflows}, connect ${l.connectMs} ms` +
                 `  [wall ${f1(res.machine.wallMs / 1000)} s, machine ${res.machine.busyCores} cores busy (others ${res.machine.foreignCores}), load gen ${l.cpuShare} core, loop p99 ${l.loopDelay.p99} ms, upstream late p99 ${res.upstream.lateMs.p99} ms]` +
+                (res.mirror
+                  ? `  mirror ${res.mirror.ok} compared, ${res.mirror.dropped} dropped, ${res.mirror.other} other`
+                  : '') +
                 (l.cut > 0 ? `  cut: ${JSON.stringify(l.cutReasons)}` : ''),
             );
           }
