@@ -25,7 +25,7 @@
  *   --harness-nice K    nice value of the upstream and the load generator (default -5; 0: none)
  *   --streams K         streams per client per run (default 3): more kept-alive streams per round for the
  *                       floor's TTFB check (its p99 is over each client's streams after the first)
- *   --pin               the targets on the upper half of the CPUs, the upstreams, the load generators and the
+ *   --pin               the targets on the upper half of the CPUs it may use, the upstreams, the load generators and the
  *                       bench itself on the rest (taskset): on a 2-core machine the scheduler then cannot put a
  *                       target's work on the core its load is made on
  * RESULTS.md gets the streaming section only from a run of the default Ns and targets without --quick.

@@ -12,11 +12,12 @@
  */
 import { mkdirSync, readFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
-import { availableParallelism, setPriority } from 'node:os';
+import { setPriority } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { start } from './lib/proc.js';
 import {
+  allowedCpus,
   cpuMsOf,
   NOFILE,
   pinning,
@@ -118,7 +119,7 @@ export interface StreamsOptions {
   harnessNice?: number;
   /** Streams each client does one after the other per run (default STREAMS_PER_CLIENT). */
   streamsPerClient?: number;
-  /** `--pin`: the targets on the upper half of the CPUs, the harness and this process on the rest ({@link splitCpus}). */
+  /** `--pin`: the targets on the upper half of the CPUs this process may use, the harness and this process on the rest ({@link splitCpus}). */
   pin?: boolean;
   log: (s: string) => void;
 }
@@ -649,7 +650,7 @@ const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : '–');
 export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
   const began = Date.now();
   harnessNice = o.harnessNice ?? HARNESS_NICE_DEFAULT;
-  const pin = o.pin ? splitCpus(availableParallelism()) : null;
+  const pin = o.pin ? splitCpus(allowedCpus()) : null;
   pinning.target = pin?.target ?? null;
   pinning.harness = pin?.harness ?? null;
   if (pin) {

@@ -16,12 +16,32 @@ export const NOFILE = 20_000;
  */
 export const pinning: { target: string | null; harness: string | null } = { target: null, harness: null };
 
-/** The two CPU sets `--pin` uses on this machine: the upper half of the CPUs for the targets, the rest for the harness. */
-export function splitCpus(n: number): { target: string; harness: string } {
-  if (n < 2) throw new Error(`--pin needs at least 2 CPUs, this machine has ${n}`);
-  const h = Math.floor(n / 2);
-  const range = (a: number, b: number) => (a === b ? String(a) : `${a}-${b}`);
-  return { target: range(h, n - 1), harness: range(0, h - 1) };
+/** The CPUs this process may run on (its `Cpus_allowed_list`: a cpuset or an earlier taskset may have narrowed them). */
+export function allowedCpus(): number[] {
+  const list = /Cpus_allowed_list:\s*(\S+)/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? '';
+  return list.split(',').flatMap((part) => {
+    const [a = 0, b = a] = part.split('-').map(Number);
+    return Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  });
+}
+
+/** A taskset list of CPU ids, runs of consecutive ids written `a-b`. */
+function cpuList(ids: readonly number[]): string {
+  const parts: string[] = [];
+  for (let i = 0; i < ids.length;) {
+    let j = i;
+    while (j + 1 < ids.length && ids[j + 1] === ids[j]! + 1) j++;
+    parts.push(i === j ? String(ids[i]) : `${ids[i]}-${ids[j]}`);
+    i = j + 1;
+  }
+  return parts.join(',');
+}
+
+/** The two CPU sets `--pin` uses of the CPUs this process may use: the upper half for the targets, the rest for the harness. */
+export function splitCpus(cpus: readonly number[]): { target: string; harness: string } {
+  if (cpus.length < 2) throw new Error(`--pin needs at least 2 CPUs, this process may use ${cpus.length}`);
+  const h = Math.floor(cpus.length / 2);
+  return { target: cpuList(cpus.slice(h)), harness: cpuList(cpus.slice(0, h)) };
 }
 
 /**
