@@ -20,8 +20,8 @@ import type { AlertTransition } from '../src/core/detector.js';
 import { spawnLlamaEngine, type LlamaEngineProcess } from '@logprobe/engine';
 import { DEMO_PROMPTS } from '../src/demo/traffic.js';
 import { createLogger } from '../src/log/logger.js';
-import type { MirroredPair } from '../src/mirror/types.js';
-import { createRuntime } from '../src/server.js';
+import type { MirroredPair } from '../src/pair/types.js';
+import { createRuntime } from '../src/server/server.js';
 
 /** A row: the candidate's fault and the analysis settings it is judged with. */
 interface Case {

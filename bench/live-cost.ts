@@ -19,7 +19,7 @@ import { buildConfig } from '../src/config/load.js';
 import { compare, DEFAULT_THRESHOLDS, parseResponse } from '../src/core/index.js';
 import { LiveFeed, LIVE_PAIRS } from '../src/live/feed.js';
 import { initialDetectorState } from '../src/core/detector.js';
-import type { MirroredPair } from '../src/mirror/types.js';
+import type { MirroredPair } from '../src/pair/types.js';
 import { startLogprobe } from '../test/helpers/logprobe.js';
 import { startSim } from '../test/helpers/sim.js';
 

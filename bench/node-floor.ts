@@ -1,7 +1,7 @@
 /**
  * The floor of logprobe's transport, for the streaming lane's `node-floor` target: the smallest
  * correct reverse proxy made of the same two parts, node:http (llhttp) on the client side and an
- * undici Pool (no connection cap, pipelining 1, as src/upstream/pool.ts) on the upstream side,
+ * undici Pool (no connection cap, pipelining 1, as src/backend/pool.ts) on the upstream side,
  * relaying each chunk with backpressure through a dispatch handler (as src/proxy/exchange.ts).
  * No config, metrics, logging, mirror or limits, and none of logprobe's code (its hop-by-hop list
  * is written out here): what logprobe costs above this row is its own;

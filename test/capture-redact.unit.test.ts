@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { buildRecord, recordLine } from '../src/capture/record.js';
-import { secretValues } from '../src/capture/redact.js';
+import { secretValues } from '../src/log/redact.js';
 import { compare, DEFAULT_THRESHOLDS } from '../src/core/index.js';
 import { makePair } from './helpers/capture.js';
 

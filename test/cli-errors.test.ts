@@ -4,9 +4,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { BIN, runCli } from './helpers/cli.js';
-import { COMMAND_ERRORS, LogprobeError, errnoReason } from '../src/errors.js';
+import { COMMAND_ERRORS, LogprobeError, errnoReason } from '../src/errors/index.js';
 
-// One error catalogue (src/errors.ts): every user-facing failure of a command is a LogprobeError
+// One error catalogue (src/errors/index.ts): every user-facing failure of a command is a LogprobeError
 // with its code's exit code, printed as one line by src/cli/main.ts.
 
 test('errnoReason: one wording for every command, reading and writing', () => {

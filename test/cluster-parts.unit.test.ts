@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { availableParallelism } from 'node:os';
 import { buildConfig } from '../src/config/load.js';
-import { ConfigError } from '../src/errors.js';
+import { ConfigError } from '../src/errors/index.js';
 import { HandOver } from '../src/cluster/handover.js';
 import { workerCount } from '../src/cluster/primary.js';
 import type { FromProxyWorker } from '../src/cluster/protocol.js';

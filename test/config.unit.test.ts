@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildConfig, envOrigins, loadConfig, readConfigFile } from '../src/config/load.js';
-import { ConfigError } from '../src/errors.js';
+import { ConfigError } from '../src/errors/index.js';
 import { issuesOf, yamlFile } from './helpers/config.js';
 
 test('the defaults are the documented ones (config/logprobe.example.yaml)', () => {

@@ -16,7 +16,7 @@ import {
   type Comparison,
   type TokenStep,
 } from '../src/core/index.js';
-import { forcedStep } from '../src/scoring/steps.js';
+import { forcedStep } from '../src/backend/engines/steps.js';
 
 const FLOAT32_LOWEST = '-3.4028234663852886e+38';
 

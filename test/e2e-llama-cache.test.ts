@@ -27,7 +27,7 @@ import { E2E_PROMPTS, llamaSkip, sendAlternating } from './helpers/llama-e2e.js'
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 import type { ConfigInput } from '../src/config/schema.js';
-import type { MirroredPair } from '../src/mirror/types.js';
+import type { MirroredPair } from '../src/pair/types.js';
 import type { AlertTransition } from '../src/core/detector.js';
 import { probeShape } from '../src/core/self.js';
 

@@ -20,7 +20,7 @@ import { E2E_PROMPTS, llamaSkip, sendAlternating } from './helpers/llama-e2e.js'
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 import { request } from 'undici';
-import type { MirroredPair } from '../src/mirror/types.js';
+import type { MirroredPair } from '../src/pair/types.js';
 
 const skip = llamaSkip;
 type Api = 'vllm' | 'llamacpp';

@@ -24,7 +24,7 @@ import { renderComparison } from '../src/cli/compare-format.js';
 import { alertLine, pairLine } from '../src/demo/run.js';
 import { LiveFeed, type LiveData } from '../src/live/feed.js';
 import { evidenceText, toAlertmanager } from '../src/mirror/notify.js';
-import type { MirroredPair } from '../src/mirror/types.js';
+import type { MirroredPair } from '../src/pair/types.js';
 import { chatBody, step, type Spec } from './core-bodies.js';
 import { tempDir } from './helpers/capture.js';
 import { runCli } from './helpers/cli.js';

@@ -1,8 +1,8 @@
 /**
  * The direction of src/'s imports (ARCHITECTURE.md "Layers" refers to this list): a module
- * imports only from its own layer or the ones below it. The layers, bottom first; an entry is a
- * folder (`core/`) or one file (`capture/redact.ts`), the most specific entry naming a file
- * places it. Type-only imports count too: a type is a dependency as much as a value.
+ * imports only from its own layer or the ones below it. The layers, bottom first; each entry is a
+ * folder (`core/`), and a folder is in one layer whole: a file that belongs lower moves to a
+ * folder of that layer. Type-only imports count too: a type is a dependency as much as a value.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,46 +11,35 @@ import { dirname, join, normalize, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const LAYERS: readonly (readonly string[])[] = [
-  // The pure core and the leaves: they import nothing of src/ outside themselves.
-  ['errors.ts', 'core/', 'metrics/labels.ts', 'capture/redact.ts', 'upstream/', 'browser/'],
-  // Parts every runtime piece uses: the config, the metrics, the logger.
+  // The pure core, the error catalogue, the pages' scripts: they import nothing of src/ outside themselves.
+  ['errors/', 'core/', 'browser/'],
+  // Parts every runtime piece uses: the config, the metrics, the logger and its redaction rule.
   ['config/', 'metrics/', 'log/'],
-  // The client path, and the mirror's transport (a copy sent, its failure named, its caps learned, backend health).
-  ['proxy/', 'mirror/dispatch.ts', 'mirror/failure.ts', 'mirror/limits.ts', 'mirror/health.ts'],
-  // Teacher-forced scoring, on the transport.
-  ['scoring/'],
-  // The mirror: sampling, the pair, the repeats, the detectors' state, its thread.
+  // The two transports: the client path, and a backend's client (its pool, copies, caps, engine profile, health).
+  ['backend/', 'proxy/'],
+  // One pair of a comparison: its record, its pipeline (send, classify, score, repeat).
+  ['pair/'],
+  // The online mirror: queue, sampling, detectors, calibration, alerts.
   ['mirror/'],
   // What reads and writes mirrored pairs: captures, the start-up probe, the offline report.
   ['capture/', 'probe/', 'report/'],
   // The live page's feed and page, the replay gate.
   ['live/', 'replay/'],
-  // The admin port, and the mirror worker thread's entry (it wires capture, the live feed, the probe).
-  ['admin/', 'mirror/worker.ts'],
+  // The admin port, and the mirror's worker thread (its entry wires capture, the live feed, the probe) with its handle on the proxy's thread.
+  ['admin/', 'worker/'],
   // One process of serve.
-  ['server.ts'],
+  ['server/'],
   // Several processes (the cluster), the demo.
   ['cluster/', 'demo/'],
   // The commands.
   ['cli/'],
 ];
 
-const SRC = fileURLToPath(new URL('../src/', import.meta.url));
+const SRC = fileURLToPath(new URL('../src', import.meta.url));
 
-/** The layer of a file under src/ (its path relative to src/), by the most specific entry; -1 when none names it. */
+/** The layer of a file under src/ (its path relative to src/), by the folder it is in; -1 when none names it. */
 export function layerOf(path: string): number {
-  let best = -1;
-  let bestLength = -1;
-  LAYERS.forEach((entries, i) => {
-    for (const e of entries) {
-      const hit = e.endsWith('/') ? path.startsWith(e) : path === e;
-      if (hit && e.length > bestLength) {
-        best = i;
-        bestLength = e.length;
-      }
-    }
-  });
-  return best;
+  return LAYERS.findIndex((entries) => entries.some((folder) => path.startsWith(folder)));
 }
 
 /** The relative imports of a TypeScript source (static, re-exports, dynamic with a literal). */
@@ -88,6 +77,15 @@ const files = sources(SRC).map((f) => ({
   source: readFileSync(f, 'utf8'),
 }));
 
+test('the layers name folders only, each once', () => {
+  const entries = LAYERS.flat();
+  assert.deepEqual(
+    entries.filter((e) => !e.endsWith('/')),
+    [],
+  );
+  assert.equal(new Set(entries).size, entries.length);
+});
+
 test('every module of src/ is in a layer', () => {
   assert.ok(files.length > 100, `${files.length} sources read`);
   assert.deepEqual(
@@ -109,13 +107,13 @@ test('the check sees an upward import, a re-export, a type-only and a dynamic im
       path: 'metrics/y.ts',
       source: "export { c } from '../proxy/budget.js';\nimport type { D } from '../cli/main.js';",
     },
-    { path: 'config/z.ts', source: "const m = await import('../server.js');" },
+    { path: 'config/z.ts', source: "const m = await import('../server/server.js');" },
     { path: 'cli/ok.ts', source: "import { e } from '../core/index.js';\nimport { f } from './options.js';" },
   ]);
   assert.deepEqual(bad, [
     'core/x.ts → mirror/mirror.ts (layer 1 imports layer 5)',
     'metrics/y.ts → proxy/budget.ts (layer 2 imports layer 3)',
     'metrics/y.ts → cli/main.ts (layer 2 imports layer 11)',
-    'config/z.ts → server.ts (layer 2 imports layer 9)',
+    'config/z.ts → server/server.ts (layer 2 imports layer 9)',
   ]);
 });

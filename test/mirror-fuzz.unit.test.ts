@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { parseResponse, type ParsedResponse } from '../src/core/index.js';
-import { rewriteForMirror, type RequestKind, type RewriteOptions } from '../src/mirror/rewrite.js';
+import { rewriteForMirror, type RequestKind, type RewriteOptions } from '../src/backend/rewrite.js';
 
 const RUNS = { numRuns: 400 };
 

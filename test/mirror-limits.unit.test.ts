@@ -7,8 +7,8 @@ import {
   sendWithinLimits,
   withinLogprobs,
   type Backend,
-} from '../src/mirror/limits.js';
-import type { BackendResult } from '../src/mirror/dispatch.js';
+} from '../src/backend/limits.js';
+import type { BackendResult } from '../src/backend/dispatch.js';
 import { parseJson } from '../src/core/parse/json.js';
 import { parseResponse } from '../src/core/index.js';
 

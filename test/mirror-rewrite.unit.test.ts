@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { requestKind, rewriteForMirror } from '../src/mirror/rewrite.js';
+import { requestKind, rewriteForMirror } from '../src/backend/rewrite.js';
 import { Sampler, hashFraction } from '../src/mirror/sampler.js';
 
 const OPTS = { topLogprobs: 5, maxTokens: 64, seed: 1234, extraParams: {} };

@@ -6,7 +6,7 @@ import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue, startSim } from './helpers/sim.js';
 import { stripShadowSuffix } from '../src/proxy/shadow.js';
 import { loadConfig } from '../src/config/load.js';
-import type { MirroredPair } from '../src/mirror/types.js';
+import type { MirroredPair } from '../src/pair/types.js';
 
 const FAST_ALERTS = { window: 10, minRequests: 5, fireFraction: 0.5, forSeconds: 0, cusum: { k: 0.5, h: 5 } };
 

@@ -8,7 +8,7 @@ import OpenAI from 'openai';
 import { request } from 'undici';
 import { startEngineServer, createSimModel } from '@logprobe/engine';
 import { buildRecord, recordLine, type RecordOptions } from '../src/capture/record.js';
-import { CREDENTIAL_HEADERS, MIN_SECRET_LENGTH, Redaction } from '../src/capture/redact.js';
+import { CREDENTIAL_HEADERS, MIN_SECRET_LENGTH, Redaction } from '../src/log/redact.js';
 import { compare, DEFAULT_THRESHOLDS } from '../src/core/index.js';
 import { notScored } from '../src/core/scored.js';
 import { createLogger, scrubFields } from '../src/log/logger.js';
@@ -18,7 +18,7 @@ import { LogSink, startLogprobe } from './helpers/logprobe.js';
 import { runCli } from './helpers/cli.js';
 import { startUpstream } from './helpers/upstream.js';
 
-// One redaction rule (src/capture/redact.ts) for captures, golden files and logs: every credential
+// One redaction rule (src/log/redact.ts) for captures, golden files and logs: every credential
 // header the docs name, every `log.redact` name and `baseline.apiKey`, planted with random values
 // and quoted back by upstreams that echo the request's headers (in 200 answers and in 4xx error
 // bodies, of the mirrored copies, the repeat probes and the scoring calls), is found in no file and

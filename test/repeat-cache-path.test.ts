@@ -9,7 +9,7 @@ import { captureLines, tempDir } from './helpers/capture.js';
 import { runCli } from './helpers/cli.js';
 import type { ConfigInput } from '../src/config/schema.js';
 import type { AlertTransition } from '../src/core/detector.js';
-import type { MirroredPair } from '../src/mirror/types.js';
+import type { MirroredPair } from '../src/pair/types.js';
 import { probeShape } from '../src/core/self.js';
 
 // The cache path (issue #16): repeat probes (the same copy twice on one backend, cold then warm),

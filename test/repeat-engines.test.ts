@@ -9,8 +9,8 @@ import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 import type { ConfigInput } from '../src/config/schema.js';
 import type { AlertTransition } from '../src/core/detector.js';
-import type { MirroredPair } from '../src/mirror/types.js';
-import type { RepeatPair } from '../src/mirror/repeat.js';
+import type { MirroredPair } from '../src/pair/types.js';
+import type { RepeatPair } from '../src/pair/repeat.js';
 
 // Issue #22: the repeat probes of the cache path on the vLLM, SGLang and llama-server APIs as
 // their servers behave — counts only behind their flags and only above 0, vLLM's unchecked
@@ -225,7 +225,7 @@ test('SGLang with --admin-api-key: the flush goes with candidate.adminApiKey (th
   });
   await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
   t.after(() => new Promise((resolve) => srv.close(resolve)));
-  const { sglangProfile } = await import('../src/scoring/sglang.js');
+  const { sglangProfile } = await import('../src/backend/engines/sglang.js');
   const pool = new Pool(`http://127.0.0.1:${(srv.address() as AddressInfo).port}`);
   t.after(() => pool.close());
   await sglangProfile.flush({

@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import { chromium } from 'playwright-core';
 import { recordLine } from '../src/capture/record.js';
 import { compare, DEFAULT_THRESHOLDS } from '../src/core/index.js';
-import type { MirroredPair } from '../src/mirror/types.js';
+import type { MirroredPair } from '../src/pair/types.js';
 import { chatBody, step, type Spec } from './core-bodies.js';
 import { tempDir } from './helpers/capture.js';
 import { runCli } from './helpers/cli.js';

@@ -6,9 +6,9 @@ import { createSimModel, startEngineServer, type EngineServerHandle, type SimOpt
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 import type { ConfigInput } from '../src/config/schema.js';
-import type { MirroredPair } from '../src/mirror/types.js';
-import { vllmTokenizeChat } from '../src/scoring/vllm.js';
-import { parseCapFor, parseLogprobLimit, parsePromptLogprobLimit } from '../src/mirror/limits.js';
+import type { MirroredPair } from '../src/pair/types.js';
+import { vllmTokenizeChat } from '../src/backend/engines/vllm.js';
+import { parseCapFor, parseLogprobLimit, parsePromptLogprobLimit } from '../src/backend/limits.js';
 import { CacheCounts, probeShape, selfEvidence } from '../src/core/self.js';
 import type { Comparison } from '../src/core/types.js';
 

@@ -3,7 +3,7 @@ import { after, test } from 'node:test';
 import { request } from 'undici';
 import type { Logger } from 'pino';
 import { createSimModel, startEngineServer, type EngineServerHandle } from '@logprobe/engine';
-import { BackendHealth, FAILURE_LOG_MS } from '../src/mirror/health.js';
+import { BackendHealth, FAILURE_LOG_MS } from '../src/backend/health.js';
 import { startLogprobe, type StartedLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 

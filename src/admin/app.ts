@@ -2,9 +2,9 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { renderLivePage } from '../live/page.js';
-import type { LiveAnswer } from '../mirror/thread.js';
+import type { LiveAnswer } from '../worker/thread.js';
 import type { AdminHosts } from './hosts.js';
-import type { BackendStatus } from '../mirror/health.js';
+import type { BackendStatus } from '../backend/health.js';
 
 /** What the admin server reports on. */
 export interface AdminDeps {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { READABLE_CAPTURE_VERSIONS, type CaptureRecord } from './record.js';
-import { errnoReason, LogprobeError, unreadableFile } from '../errors.js';
+import { errnoReason, LogprobeError, unreadableFile } from '../errors/index.js';
 
 /** One line of a JSONL file: its parsed value, or why it could not be used (`file:line: error`). */
 export type LineItem =

@@ -1,8 +1,8 @@
 import type { Comparison, Thresholds } from '../core/index.js';
-import type { BackendResult } from '../mirror/dispatch.js';
-import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
+import type { BackendResult } from '../backend/dispatch.js';
+import type { MirroredPair, MirrorOutcome } from '../pair/types.js';
 import type { ProbeShape, RepeatCache, RepeatSides, SelfVerdict } from '../core/self.js';
-import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, Redaction } from './redact.js';
+import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, Redaction } from '../log/redact.js';
 
 /**
  * The capture format's version. 2 added the teacher-forced `scored` and `prompt` blocks and the
@@ -130,7 +130,7 @@ export function recordSecrets(pair: Pick<MirroredPair, 'clientHeaders'>, options
  * The capture record of a mirrored pair. Client headers are dropped except a harmless
  * allow-list; every field named like a credential (or in `log.redact`) and every occurrence of a
  * secret the request carried (or `baseline.apiKey`) is replaced by `[redacted]`, in the request,
- * both answers and the repeat probes (src/capture/redact.ts); prompts are hashed unless
+ * both answers and the repeat probes (src/log/redact.ts); prompts are hashed unless
  * `includePrompts`.
  */
 export function buildRecord(pair: MirroredPair, options: RecordOptions): CaptureRecord {

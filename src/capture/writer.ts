@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { CaptureErrorReason } from '../metrics/labels.js';
-import type { MirroredPair } from '../mirror/types.js';
+import type { MirroredPair } from '../pair/types.js';
 import { captureFileName, errorReason, gzipFile, nodeCaptureFs, type CaptureFile, type CaptureFs } from './files.js';
 import { recordLine, type RecordOptions } from './record.js';
 

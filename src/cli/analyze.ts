@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { noInput } from '../errors.js';
+import { noInput } from '../errors/index.js';
 import { numberArg } from './options.js';
 import { startProgress } from './progress.js';
 import {

@@ -13,7 +13,7 @@ import {
   type Thresholds,
   type TrainingComparison,
 } from '../core/index.js';
-import { errnoReason, noInput, unreadableFile } from '../errors.js';
+import { errnoReason, noInput, unreadableFile } from '../errors/index.js';
 
 /**
  * `compare` and `analyze` of token-logprob files (docs/training.md): a trainer's per-token

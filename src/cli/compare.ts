@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { errnoReason, noInput, unreadableFile } from '../errors.js';
+import { errnoReason, noInput, unreadableFile } from '../errors/index.js';
 import { THRESHOLD_ARGS, thresholdOverrides, type ThresholdFlags } from './thresholds.js';
 import { renderComparison } from './compare-format.js';
 import { compareFiles, isTokenFile, readSequenceFile, renderTraining, trainerFirst } from './compare-training.js';

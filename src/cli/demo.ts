@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { LogprobeError, usageError } from '../errors.js';
+import { LogprobeError, usageError } from '../errors/index.js';
 import { numberArg } from './options.js';
 import { stopOnSignal } from './signals.js';
 import { stdoutGone, writeOut } from './stdout.js';

@@ -1,4 +1,4 @@
-import { LogprobeError } from '../errors.js';
+import { LogprobeError } from '../errors/index.js';
 import type { DemoEngines } from '../demo/run.js';
 
 /**

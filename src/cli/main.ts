@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
-import { LogprobeError } from '../errors.js';
+import { LogprobeError } from '../errors/index.js';
 import { commands } from './commands.js';
 import { guardStdout } from './stdout.js';
 import { prepareDemoHelp } from './demo.js';
@@ -42,7 +42,7 @@ export async function main(argv: string[]): Promise<number> {
       // --help and --version end here with exit code 0; commander's usage mistakes are user errors: 2.
       return err.exitCode === 0 ? 0 : 2;
     }
-    // Every user-facing error of every command (src/errors.ts), mapped here once.
+    // Every user-facing error of every command (src/errors/index.ts), mapped here once.
     if (err instanceof LogprobeError) {
       process.stderr.write(`logprobe: ${err.message}\n`);
       return err.exitCode;

@@ -1,5 +1,5 @@
 import { isHttpUrl } from '../config/values.js';
-import { usageError } from '../errors.js';
+import { usageError } from '../errors/index.js';
 
 /** Parses a CLI number option, naming the flag when it is not a number or out of range. */
 export function parseNumberOption(

@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { LogprobeError } from '../errors.js';
+import { LogprobeError } from '../errors/index.js';
 import { loadConfig } from '../config/load.js';
 import { ENGINE_SETTINGS, type EngineSetting } from '../metrics/labels.js';
 import { probeEngine, requiredCapabilities, UnreachableError } from '../probe/probe.js';

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { noInput, unwritableFile, usageError } from '../errors.js';
+import { noInput, unwritableFile, usageError } from '../errors/index.js';
 import { LOGITS_TOP } from '../core/index.js';
 import { httpUrlFlag, numberArg } from './options.js';
 import { startProgress } from './progress.js';
@@ -9,8 +9,8 @@ import { writeOut } from './stdout.js';
 import { configFrom, resolveThresholds } from './thresholds.js';
 import { resolveInputs } from '../capture/reader.js';
 import { openGoldenFile, runRecord } from '../replay/record.js';
-import { scoringOptions } from '../scoring/score.js';
-import { configuredKeys } from '../capture/redact.js';
+import { scoringOptions } from '../pair/score.js';
+import { configuredKeys } from '../log/redact.js';
 
 interface RecordFlags {
   backend?: string;

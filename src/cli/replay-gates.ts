@@ -10,7 +10,7 @@ import {
   type GateResult,
   type GateSpec,
 } from '../core/index.js';
-import { unwritableFile, usageError } from '../errors.js';
+import { unwritableFile, usageError } from '../errors/index.js';
 import { Summary, type SummaryData, type SummaryEntry, type SummaryOptions } from '../report/summary.js';
 import type { HealthReport } from '../report/health-text.js';
 import { loadGolden, maxTokensOf, type GoldenIndex } from '../replay/golden.js';

@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
-import { LogprobeError, noInput } from '../errors.js';
+import { LogprobeError, noInput } from '../errors/index.js';
 import { httpUrlFlag, numberArg } from './options.js';
 import { isNone } from '../config/values.js';
 import { startProgress } from './progress.js';
@@ -22,10 +22,10 @@ import { decideGate } from '../replay/gate.js';
 import { openReplayCapture } from '../replay/output.js';
 import { runReplay } from '../replay/run.js';
 import { runGoldenReplay } from '../replay/golden-run.js';
-import { scoringOptions } from '../scoring/score.js';
-import type { UpstreamOptions } from '../upstream/pool.js';
+import { scoringOptions } from '../pair/score.js';
+import type { UpstreamOptions } from '../backend/pool.js';
 import { renderSummaryText } from '../report/text.js';
-import { configuredKeys } from '../capture/redact.js';
+import { configuredKeys } from '../log/redact.js';
 import type { CaptureWriter } from '../capture/writer.js';
 import type { Summary } from '../report/summary.js';
 

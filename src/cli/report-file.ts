@@ -1,7 +1,7 @@
 import { open, writeFile } from 'node:fs/promises';
 import { renderHtml, type HtmlContext } from '../report/html.js';
 import type { SummaryData } from '../report/summary.js';
-import { unwritableFile } from '../errors.js';
+import { unwritableFile } from '../errors/index.js';
 
 /** Fails fast (before a long analysis) when the report cannot be written: `logprobe: FILE: reason`, exit 2. */
 export async function checkWritable(file: string): Promise<void> {

@@ -3,8 +3,8 @@ import type { CommandFactory } from './commands.js';
 import { checkCaptureDir } from '../capture/sink.js';
 import { resolveConfig, unknownEnvWarnings } from '../config/load.js';
 import { renderConfigYaml } from '../config/show.js';
-import { LogprobeError } from '../errors.js';
-import { createRuntime } from '../server.js';
+import { LogprobeError } from '../errors/index.js';
+import { createRuntime } from '../server/server.js';
 import { createClusterRuntime, workerCount } from '../cluster/primary.js';
 import { aborted, stopOnSignal } from './signals.js';
 

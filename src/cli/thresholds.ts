@@ -3,7 +3,7 @@ import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { DEFAULT_THRESHOLDS, formatNats, pickThresholds, VERDICTS, type Thresholds } from '../core/index.js';
 import { UNCOMPARED } from '../report/summary.js';
-import { usageError } from '../errors.js';
+import { usageError } from '../errors/index.js';
 import { numberArg } from './options.js';
 
 /** The threshold flags `analyze` and `replay` share with `compare`. */

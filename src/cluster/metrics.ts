@@ -1,5 +1,5 @@
 import { mergeProcesses, retiredPart, sumParts, type MetricsJSON } from '../metrics/merge.js';
-import { WORKER_METRICS_TIMEOUT_MS } from '../mirror/thread.js';
+import { WORKER_METRICS_TIMEOUT_MS } from '../worker/thread.js';
 import { sendTo, type Proc, type ProcEvents } from './supervisor.js';
 
 /**

@@ -7,12 +7,12 @@ import { buildAdminApp } from '../admin/app.js';
 import { AdminHosts } from '../admin/hosts.js';
 import { createLogger, stdoutDestination, type Logger } from '../log/logger.js';
 import { Metrics } from '../metrics/registry.js';
-import { exitDeadlineMs, MirrorThread } from '../mirror/thread.js';
-import { createCandidatePool, probe } from '../server.js';
+import { exitDeadlineMs, MirrorThread } from '../worker/thread.js';
+import { createCandidatePool, probe } from '../server/server.js';
 import { ClusterMetrics } from './metrics.js';
 import { Supervisor } from './supervisor.js';
 import { logMirrorStart } from '../config/summary.js';
-import { configuredKeys } from '../capture/redact.js';
+import { configuredKeys } from '../log/redact.js';
 
 /** How many proxy processes `listen.workers` asks for: absent 1, `auto` one per CPU the process may use. */
 export function workerCount(config: Config): number {

@@ -2,10 +2,10 @@ import type { Config } from '../config/schema.js';
 import { createLogger, stdoutDestination } from '../log/logger.js';
 import { Metrics } from '../metrics/registry.js';
 import { buildApp } from '../proxy/app.js';
-import { createCandidatePool, drainProxy } from '../server.js';
+import { createCandidatePool, drainProxy } from '../server/server.js';
 import { HandOver } from './handover.js';
 import type { FromProxyWorker, ToProxyWorker } from './protocol.js';
-import { configuredKeys } from '../capture/redact.js';
+import { configuredKeys } from '../log/redact.js';
 
 /**
  * How long a draining worker waits for the primary to acknowledge the jobs it sent last (the

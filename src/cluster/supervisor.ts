@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import type { Config } from '../config/schema.js';
 import type { Logger } from '../log/logger.js';
 import type { MetricsJSON } from '../metrics/merge.js';
-import type { MirrorThread } from '../mirror/thread.js';
+import type { MirrorThread } from '../worker/thread.js';
 import type { FromProxyWorker, ToProxyWorker } from './protocol.js';
 
 /** How long `start()` waits for every proxy worker to listen before it gives up. */

@@ -3,7 +3,7 @@ import { isPair, isScalar, parseDocument, visit, type Document, type Pair } from
 import { configSchema, type Config, type ConfigInput } from './schema.js';
 import { closest, coerceForKey, keysAt, schemaAt, valueKinds } from './keys.js';
 import { isNone } from './values.js';
-import { ConfigError, errnoReason } from '../errors.js';
+import { ConfigError, errnoReason } from '../errors/index.js';
 
 /**
  * Environment overrides, applied after the file. Empty strings count as unset, so that

@@ -1,9 +1,9 @@
 import { buildConfig } from '../config/load.js';
 import { createLogger } from '../log/logger.js';
-import { createRuntime } from '../server.js';
+import { createRuntime } from '../server/server.js';
 import type { AlertTransition } from '../core/detector.js';
 import type { ProbeShape } from '../core/self.js';
-import type { MirroredPair } from '../mirror/types.js';
+import type { MirroredPair } from '../pair/types.js';
 import { promptText } from '../report/strips.js';
 import { alertSummary, medianShiftText } from '../mirror/notify.js';
 import { formatNats } from '../core/explain.js';

@@ -3,8 +3,8 @@ import { parseResponse, VERDICTS, type Verdict } from '../core/index.js';
 import { pooledShare, type AlertPhase, type AlertTransition, type DetectorState } from '../core/detector.js';
 import { PROBE_SHAPES, SELF_VERDICTS, type ProbeShape, type SelfVerdict } from '../core/self.js';
 import { buildStrip, type Strip } from '../report/strips.js';
-import type { MirroredPair, MirrorOutcome } from '../mirror/types.js';
-import type { BackendStatus } from '../mirror/health.js';
+import type { MirroredPair, MirrorOutcome } from '../pair/types.js';
+import type { BackendStatus } from '../backend/health.js';
 
 /**
  * The live page's state (GET /ui on the admin port, src/live/page.ts), kept in the mirror's
@@ -105,7 +105,7 @@ export interface LiveData {
     seconds: number;
   };
   noiseFloor: number | null;
-  /** Each backend's state: reachable or not, its engine, the last failed copy's cause (src/mirror/health.ts). */
+  /** Each backend's state: reachable or not, its engine, the last failed copy's cause (src/backend/health.ts). */
   backends: BackendStatus[];
   alerts: LiveAlert[];
   /** Since the start: pairs by outcome, compared pairs by verdict, repeats by backend and verdict. */

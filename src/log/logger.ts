@@ -1,8 +1,8 @@
 import { pino, type Logger, type DestinationStream } from 'pino';
-import { Redaction } from '../capture/redact.js';
+import { Redaction } from './redact.js';
 
 /**
- * pino redact paths for the secret names (src/capture/redact.ts: the credential headers, `apiKey`,
+ * pino redact paths for the secret names (src/log/redact.ts: the credential headers, `apiKey`,
  * and `log.redact`), at every place this code logs request headers or config. Explicit paths
  * only: a wildcard (`*.authorization`) makes pino walk every logged object and cost ~30 µs per line
  * (measured), which is most of the proxy's per-request budget.

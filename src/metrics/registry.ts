@@ -92,7 +92,7 @@ export class Metrics {
     this.gauge('logprobe_upstream_connections').set({ backend: 'candidate' }, 0);
     for (const route of mirrorRoutes)
       for (const outcome of MAIN_MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
-    // Until the worker has answered a scrape (src/mirror/thread.ts sets it).
+    // Until the worker has answered a scrape (src/worker/thread.ts sets it).
     this.gauge('logprobe_mirror_worker_up').set(0);
   }
 

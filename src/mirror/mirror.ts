@@ -20,26 +20,26 @@ import {
   type DetectorState,
 } from '../core/detector.js';
 import type { Metrics } from '../metrics/registry.js';
-import { redactionOf, type Redaction } from '../capture/redact.js';
+import { redactionOf, type Redaction } from '../log/redact.js';
 import { scrubFields } from '../log/logger.js';
 import type { Exchange } from '../proxy/tap.js';
-import { createUpstreamPool } from '../upstream/pool.js';
+import { createUpstreamPool } from '../backend/pool.js';
 import { Calibration } from './calibration.js';
 import { PermutationWindow } from '../core/permutation.js';
-import { callBackend, mirrorHeaders, type BackendResult } from './dispatch.js';
-import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from './limits.js';
-import { repeatOnce, type RepeatPair } from './repeat.js';
+import { callBackend, mirrorHeaders, type BackendResult } from '../backend/dispatch.js';
+import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from '../backend/limits.js';
+import { repeatOnce, type RepeatPair } from '../pair/repeat.js';
 import { bothCold, CacheCounts, observeSelf, selfEvidence, tickSelf } from '../core/self.js';
 import { AlertNotifier, generatorUrl } from './notify.js';
 import { WorkQueue } from './queue.js';
 import { recordComparison } from './record.js';
-import { mirrorKind, requestKind, rewriteForMirror, skipReason } from './rewrite.js';
-import { Scorer, scoreComparison, scoringOptions, withCopyParams, type Backend } from '../scoring/score.js';
-import type { ScoringTarget } from '../scoring/http.js';
+import { mirrorKind, requestKind, rewriteForMirror, skipReason } from '../backend/rewrite.js';
+import { Scorer, scoreComparison, scoringOptions, withCopyParams, type Backend } from '../pair/score.js';
+import type { ScoringTarget } from '../backend/http.js';
 import { ENGINE_NAMES } from '../metrics/labels.js';
-import type { MirroredPair, MirrorListeners, MirrorOutcome } from './types.js';
-import { failureReason } from './failure.js';
-import type { BackendHealth } from './health.js';
+import type { MirroredPair, MirrorListeners, MirrorOutcome } from '../pair/types.js';
+import { failureReason } from '../backend/failure.js';
+import type { BackendHealth } from '../backend/health.js';
 
 /** Which backends a job probes with a repeat (cold → warm), and whether their caches are emptied first. */
 interface RepeatPlan {
@@ -74,7 +74,7 @@ export interface MirrorDeps {
   random?: () => number;
   /** Called once per exchange handed to `accept` when it is over (the worker's acknowledgement). */
   onSettled?: () => void;
-  /** Each backend's state: failed copies are logged there, rate-limited, with the cause (src/mirror/health.ts). */
+  /** Each backend's state: failed copies are logged there, rate-limited, with the cause (src/backend/health.ts). */
   health?: BackendHealth;
 }
 
@@ -128,7 +128,7 @@ export class Mirror {
   private readonly cacheCounts = new CacheCounts();
   /** Backends whose repeat probes were said once to probe nothing (the log line is written once). */
   private readonly unprobedSaid = new Set<Backend>();
-  /** What a line about one request is scrubbed of (src/capture/redact.ts): the captures' rule. */
+  /** What a line about one request is scrubbed of (src/log/redact.ts): the captures' rule. */
   private readonly redaction: Redaction;
 
   constructor(private readonly deps: MirrorDeps) {
@@ -212,7 +212,7 @@ export class Mirror {
   }
 
   /**
-   * Takes an exchange the sampler chose (on the proxy's thread, src/mirror/thread.ts): skipped,
+   * Takes an exchange the sampler chose (on the proxy's thread, src/worker/thread.ts): skipped,
    * dropped or queued. `deps.onSettled` is called once when it is over, whichever way.
    */
   accept(ex: Exchange): void {

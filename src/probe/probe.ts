@@ -3,12 +3,12 @@ import type { Config } from '../config/schema.js';
 import { parseResponse } from '../core/parse/index.js';
 import { cachedPromptTokens } from '../core/self.js';
 import type { TokenStep } from '../core/types.js';
-import { failureReason } from '../mirror/failure.js';
-import { parseLogprobLimit } from '../mirror/limits.js';
-import { detectEngine } from '../scoring/detect.js';
-import { requestJson, type JsonAnswer, type ScoringTarget } from '../scoring/http.js';
+import { failureReason } from '../backend/failure.js';
+import { parseLogprobLimit } from '../backend/limits.js';
+import { detectEngine } from '../backend/engines/detect.js';
+import { requestJson, type JsonAnswer, type ScoringTarget } from '../backend/http.js';
 import type { EngineName } from '../metrics/labels.js';
-import { PROFILES } from '../scoring/score.js';
+import { PROFILES } from '../pair/score.js';
 
 /**
  * `logprobe probe URL` and `serve`'s start-up check of each backend: what the engine behind a URL

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
-import type { BackendHealth } from '../mirror/health.js';
+import type { BackendHealth } from '../backend/health.js';
 import type { Metrics } from '../metrics/registry.js';
 import { missingText } from './format.js';
 import { CAPABILITY_LABELS, probeEngine, requiredCapabilities, UnreachableError, type ProbeReport } from './probe.js';

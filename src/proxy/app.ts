@@ -8,11 +8,11 @@ import { openAIError } from './errors.js';
 import { ProxyExchange, ReuseWindow, type ExchangeContext } from './exchange.js';
 import { ShadowExchange } from './shadow.js';
 import type { MirrorTap } from './tap.js';
-import { upstreamBasePath } from '../upstream/pool.js';
+import { upstreamBasePath } from '../backend/pool.js';
 import { ConnectionBudget } from './budget.js';
 import type { OverflowReason } from '../metrics/labels.js';
 import type { RefusalReason } from '../metrics/catalog.js';
-import { BadRequestError, PayloadTooLargeError, UnsupportedTransferEncodingError } from '../errors.js';
+import { BadRequestError, PayloadTooLargeError, UnsupportedTransferEncodingError } from '../errors/index.js';
 
 /** What the proxy needs from the rest of the process. */
 export interface ProxyDeps {

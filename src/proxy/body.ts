@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { PayloadTooLargeError, RequestBodyTimeoutError } from '../errors.js';
+import { PayloadTooLargeError, RequestBodyTimeoutError } from '../errors/index.js';
 
 /** What a client that closed its connection in the middle of its request body fails a read with. */
 export class ClientAbortedError extends Error {

@@ -1,4 +1,4 @@
-import { BadGatewayError, GatewayTimeoutError } from '../errors.js';
+import { BadGatewayError, GatewayTimeoutError } from '../errors/index.js';
 
 /** The OpenAI error envelope. */
 export interface OpenAIErrorBody {

@@ -3,7 +3,7 @@ import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerR
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import { ClientAbortedError, readBody, watchStreamedBody } from './body.js';
-import { PayloadTooLargeError, RequestBodyTimeoutError, UpstreamOverflowError } from '../errors.js';
+import { PayloadTooLargeError, RequestBodyTimeoutError, UpstreamOverflowError } from '../errors/index.js';
 import { mapUpstreamError, openAIError } from './errors.js';
 import { MIRROR_HEADER, clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import { pathOf } from './routes.js';

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ClientAbortedError, readBody } from './body.js';
-import { PayloadTooLargeError } from '../errors.js';
+import { PayloadTooLargeError } from '../errors/index.js';
 import { openAIError } from './errors.js';
 import { MIRROR_HEADER } from './headers.js';
 import { pathOf } from './routes.js';

@@ -1,5 +1,5 @@
 import type { GateResult } from '../core/gates.js';
-import type { MirrorOutcome } from '../mirror/types.js';
+import type { MirrorOutcome } from '../pair/types.js';
 import type { Summary, SummaryData } from '../report/summary.js';
 
 /** The CI gate's decision over a replay, and the one line that says it. */

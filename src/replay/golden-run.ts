@@ -1,13 +1,13 @@
 import { readJsonLines } from '../capture/reader.js';
 import type { CaptureWriter } from '../capture/writer.js';
 import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
-import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
-import { LogprobLimits, sendOneWithinLimits } from '../mirror/limits.js';
+import { callBackend, mirrorHeaders } from '../backend/dispatch.js';
+import { LogprobLimits, sendOneWithinLimits } from '../backend/limits.js';
 import { analyzePair, type PairResult } from '../report/pair.js';
 import type { Summary } from '../report/summary.js';
-import type { ScoringTarget } from '../scoring/http.js';
-import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
-import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
+import type { ScoringTarget } from '../backend/http.js';
+import { Scorer, withCopyParams, type ScoringOptions } from '../pair/score.js';
+import { createUpstreamPool, type UpstreamOptions } from '../backend/pool.js';
 import { goldenSide, itemKey, scoreAgainstGolden, type GoldenIndex } from './golden.js';
 import { forEachItem, replayedPair, toReplayItem, type ReplayItem } from './input.js';
 

@@ -18,14 +18,14 @@ import {
   type ScoringMode,
   type ScoringOutcome,
 } from '../core/scored.js';
-import type { BackendResult } from '../mirror/dispatch.js';
-import { requestedLogprobs } from '../mirror/limits.js';
-import type { MirroredPair } from '../mirror/types.js';
-import { forcedStep } from '../scoring/steps.js';
-import { ScoringError, UnsupportedError, type ScoringTarget } from '../scoring/http.js';
+import type { BackendResult } from '../backend/dispatch.js';
+import { requestedLogprobs } from '../backend/limits.js';
+import type { MirroredPair } from '../pair/types.js';
+import { forcedStep } from '../backend/engines/steps.js';
+import { ScoringError, UnsupportedError, type ScoringTarget } from '../backend/http.js';
 import type { EngineName } from '../metrics/labels.js';
-import { modelOf, type EngineProfile, type ProfileScore, type PromptSource } from '../scoring/profile.js';
-import { pairOf, PROMPT_POSITIONS, type Scorer, type ScoringOptions } from '../scoring/score.js';
+import { modelOf, type EngineProfile, type ProfileScore, type PromptSource } from '../backend/engines/profile.js';
+import { pairOf, PROMPT_POSITIONS, type Scorer, type ScoringOptions } from '../pair/score.js';
 import type { ReplayItem } from './input.js';
 
 /**

@@ -1,8 +1,8 @@
 import { basename } from 'node:path';
 import { captureRecordError, readJsonLines } from '../capture/reader.js';
 import type { CaptureRecord } from '../capture/record.js';
-import { requestKind, type RequestKind } from '../mirror/rewrite.js';
-import type { MirroredPair } from '../mirror/types.js';
+import { requestKind, type RequestKind } from '../backend/rewrite.js';
+import type { MirroredPair } from '../pair/types.js';
 import { routeLabel } from '../metrics/labels.js';
 import type { Summary } from '../report/summary.js';
 import { RateLimiter } from './limit.js';

@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { CaptureWriter } from '../capture/writer.js';
 import type { CaptureErrorReason } from '../metrics/labels.js';
 import type { Thresholds } from '../core/index.js';
-import { unwritableFile } from '../errors.js';
+import { unwritableFile } from '../errors/index.js';
 
 /**
  * Writes and syncs a byte to `file` and empties it again: a file can open for writing and refuse

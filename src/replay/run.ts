@@ -1,17 +1,17 @@
 import type { Pool } from 'undici';
 import type { CaptureWriter } from '../capture/writer.js';
 import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
-import { callBackend, mirrorHeaders } from '../mirror/dispatch.js';
-import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from '../mirror/limits.js';
-import { rewriteForMirror, type RewriteOptions } from '../mirror/rewrite.js';
-import { Scorer, withCopyParams, type ScoringOptions } from '../scoring/score.js';
-import type { ScoringTarget } from '../scoring/http.js';
+import { callBackend, mirrorHeaders } from '../backend/dispatch.js';
+import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from '../backend/limits.js';
+import { rewriteForMirror, type RewriteOptions } from '../backend/rewrite.js';
+import { Scorer, withCopyParams, type ScoringOptions } from '../pair/score.js';
+import type { ScoringTarget } from '../backend/http.js';
 import { analyzePair, type PairResult } from '../report/pair.js';
 import { classifyPair } from '../core/pair.js';
-import { repeatOnce } from '../mirror/repeat.js';
+import { repeatOnce } from '../pair/repeat.js';
 import { CacheCounts } from '../core/self.js';
 import type { Summary } from '../report/summary.js';
-import { createUpstreamPool, type UpstreamOptions } from '../upstream/pool.js';
+import { createUpstreamPool, type UpstreamOptions } from '../backend/pool.js';
 import { forEachItem, replayedPair, type InputPlace, type ReplayItem } from './input.js';
 
 /** What a replay needs: inputs, the two backends, pacing, thresholds, and where results go. */

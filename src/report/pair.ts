@@ -11,8 +11,8 @@ import {
   type Thresholds,
 } from '../core/index.js';
 import { classifyPair, failedAnswer, type SideAnswer } from '../core/pair.js';
-import { clip, failureReason } from '../mirror/failure.js';
-import type { MirrorOutcome } from '../mirror/types.js';
+import { clip, failureReason } from '../backend/failure.js';
+import type { MirrorOutcome } from '../pair/types.js';
 import { PROBE_SHAPES, probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
 
 /** One pair analysed: the mirror's outcome and, when both sides were usable, the comparison and the parsed bodies. */

@@ -15,7 +15,7 @@ import {
   type ScoringOutcome,
   type Verdict,
 } from '../core/index.js';
-import type { MirrorOutcome } from '../mirror/types.js';
+import type { MirrorOutcome } from '../pair/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
 import type { PairResult, RepeatResult } from './pair.js';
 import { FlipCurve, type FlipCurveData } from './threshold.js';

@@ -2,8 +2,8 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
-import type { BackendResult } from '../../src/mirror/dispatch.js';
-import type { MirroredPair } from '../../src/mirror/types.js';
+import type { BackendResult } from '../../src/backend/dispatch.js';
+import type { MirroredPair } from '../../src/pair/types.js';
 import { compare, DEFAULT_THRESHOLDS } from '../../src/core/index.js';
 
 /** A fresh temporary directory, removed after the test. */

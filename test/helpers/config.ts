@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/errors/index.js';
 
 /** `text` as logprobe.yaml in a new temporary directory; its path. */
 export function yamlFile(text: string): string {

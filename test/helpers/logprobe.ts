@@ -1,13 +1,13 @@
 import { Writable } from 'node:stream';
 import { buildConfig } from '../../src/config/load.js';
 import type { ConfigInput } from '../../src/config/schema.js';
-import { createRuntime, type LogprobeRuntime, type RuntimeParts } from '../../src/server.js';
+import { createRuntime, type LogprobeRuntime, type RuntimeParts } from '../../src/server/server.js';
 import { createLogger } from '../../src/log/logger.js';
 import type { Metrics } from '../../src/metrics/registry.js';
 import type { Pool } from 'undici';
 import type { Config } from '../../src/config/schema.js';
 import type { Logger } from 'pino';
-import type { MirrorListeners } from '../../src/mirror/types.js';
+import type { MirrorListeners } from '../../src/pair/types.js';
 
 /** Log lines captured in memory, as the JSON objects pino wrote. */
 export class LogSink extends Writable {
@@ -34,7 +34,7 @@ export interface StartedLogprobe {
 
 /**
  * The mirror worker's entry when running from the sources: a boot module that registers tsx in
- * the worker thread, then loads src/mirror/worker.ts. Tests that start a runtime pass it.
+ * the worker thread, then loads src/worker/worker.ts. Tests that start a runtime pass it.
  */
 export const MIRROR_WORKER_URL = new URL('./mirror-worker.mjs', import.meta.url);
 

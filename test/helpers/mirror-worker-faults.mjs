@@ -1,4 +1,4 @@
-// The mirror worker's entry (as test/helpers/mirror-worker.mjs: tsx, then src/mirror/worker.ts)
+// The mirror worker's entry (as test/helpers/mirror-worker.mjs: tsx, then src/worker/worker.ts)
 // with two faults a test can trigger through the traffic it sends, for what the proxy's thread
 // does when its worker fails (test/mirror-worker-down.test.ts):
 //  - a mirrored request whose body contains LOGPROBE-TEST-CRASH throws in the worker: an uncaught
@@ -9,7 +9,7 @@ import { parentPort } from 'node:worker_threads';
 import { register } from 'tsx/esm/api';
 
 register();
-await import('../../src/mirror/worker.ts');
+await import('../../src/worker/worker.ts');
 
 // Registered after worker.ts's own listener: the job is taken first, then the fault strikes.
 parentPort.on('message', (m) => {

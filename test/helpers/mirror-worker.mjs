@@ -4,4 +4,4 @@
 import { register } from 'tsx/esm/api';
 
 register();
-await import('../../src/mirror/worker.ts');
+await import('../../src/worker/worker.ts');

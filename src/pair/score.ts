@@ -7,15 +7,15 @@ import {
   type ScoredBlock,
   type ScoredPair,
 } from '../core/scored.js';
-import { detectEngine } from './detect.js';
+import { detectEngine } from '../backend/engines/detect.js';
 import type { CappedField, EngineName, EngineSetting } from '../metrics/labels.js';
-import { ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import { LogprobLimits, parseCapFor } from '../mirror/limits.js';
-import { modelOf, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
-import { vllmProfile } from './vllm.js';
-import { sglangProfile } from './sglang.js';
-import { llamacppProfile } from './llamacpp.js';
-import { openaiProfile } from './openai.js';
+import { ScoringError, UnsupportedError, type ScoringTarget } from '../backend/http.js';
+import { LogprobLimits, parseCapFor } from '../backend/limits.js';
+import { modelOf, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from '../backend/engines/profile.js';
+import { vllmProfile } from '../backend/engines/vllm.js';
+import { sglangProfile } from '../backend/engines/sglang.js';
+import { llamacppProfile } from '../backend/engines/llamacpp.js';
+import { openaiProfile } from '../backend/engines/openai.js';
 
 export const PROFILES: Readonly<Record<EngineName, EngineProfile>> = {
   vllm: vllmProfile,

@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { CONNECTION_FIELDS } from '../proxy/headers.js';
-import { readJsonOrText } from '../upstream/body.js';
+import { readJsonOrText } from './body.js';
 
 /** The client's API credentials, which `baseline.forwardAuth: true` lets through to the baseline. */
 const AUTH_HEADERS = ['authorization', 'x-api-key', 'api-key'] as const;

@@ -1,5 +1,5 @@
-import { addFlag, finishTop, newStep, readId, readLogprob, topValue } from '../core/parse/values.js';
-import type { TokenStep, TopEntry } from '../core/types.js';
+import { addFlag, finishTop, newStep, readId, readLogprob, topValue } from '../../core/parse/values.js';
+import type { TokenStep, TopEntry } from '../../core/types.js';
 
 /**
  * Builders of teacher-forced steps from the engines' scoring answers: the forced token is the

@@ -2,12 +2,12 @@ import type { MetricObjectWithValues, MetricValue } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import type { AlertTransition, DetectorState } from '../core/detector.js';
 import type { Exchange } from '../proxy/tap.js';
-import type { MirroredPair } from './types.js';
-import type { BackendStatus } from './health.js';
+import type { MirroredPair } from '../pair/types.js';
+import type { BackendStatus } from '../backend/health.js';
 
 /**
- * Messages between the proxy's thread and the mirror's worker thread (src/mirror/thread.ts and
- * src/mirror/worker.ts). Only plain data crosses: the request body as a transferred buffer, the
+ * Messages between the proxy's thread and the mirror's worker thread (src/worker/thread.ts and
+ * src/worker/worker.ts). Only plain data crosses: the request body as a transferred buffer, the
  * detector's summary, log lines, metric snapshots, and pairs when the main thread has listeners.
  */
 
@@ -48,7 +48,7 @@ export type FromWorker =
    * as UTF-8 bytes, serialised and encoded by the worker, its buffer transferred.
    */
   | { t: 'live'; id: number; body: Uint8Array }
-  /** Each backend's state after a change (src/mirror/health.ts): what /readyz names. */
+  /** Each backend's state after a change (src/backend/health.ts): what /readyz names. */
   | { t: 'backends'; backends: BackendStatus[] }
   | { t: 'closed' };
 

@@ -1,5 +1,5 @@
-import { requestJson, type ScoringTarget } from './http.js';
-import type { EngineName } from '../metrics/labels.js';
+import { requestJson, type ScoringTarget } from '../http.js';
+import type { EngineName } from '../../metrics/labels.js';
 
 /** How long one detection probe may take: detection runs once per backend, off the client path. */
 const PROBE_MS = 3000;

@@ -1,17 +1,17 @@
 import type { FastifyInstance } from 'fastify';
 import type { Pool } from 'undici';
-import type { Config } from './config/schema.js';
-import { buildAdminApp } from './admin/app.js';
-import { AdminHosts } from './admin/hosts.js';
-import { createLogger, stdoutDestination, type LogDestination, type Logger } from './log/logger.js';
-import { Metrics } from './metrics/registry.js';
-import { buildApp } from './proxy/app.js';
-import type { MirrorTap } from './proxy/tap.js';
-import { createUpstreamPool } from './upstream/pool.js';
-import { MirrorThread } from './mirror/thread.js';
-import type { MirrorListeners } from './mirror/types.js';
-import { logMirrorStart } from './config/summary.js';
-import { configuredKeys } from './capture/redact.js';
+import type { Config } from '../config/schema.js';
+import { buildAdminApp } from '../admin/app.js';
+import { AdminHosts } from '../admin/hosts.js';
+import { createLogger, stdoutDestination, type LogDestination, type Logger } from '../log/logger.js';
+import { Metrics } from '../metrics/registry.js';
+import { buildApp } from '../proxy/app.js';
+import type { MirrorTap } from '../proxy/tap.js';
+import { createUpstreamPool } from '../backend/pool.js';
+import { MirrorThread } from '../worker/thread.js';
+import type { MirrorListeners } from '../pair/types.js';
+import { logMirrorStart } from '../config/summary.js';
+import { configuredKeys } from '../log/redact.js';
 
 /** A part of the process that must be stopped cleanly (mirror queue, capture writer, …). */
 export interface Closeable {

@@ -1,7 +1,7 @@
-import type { ScoredSide, ScoringMode } from '../core/scored.js';
-import { readId } from '../core/parse/values.js';
-import { requestJson, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
-import type { CappedField, EngineName } from '../metrics/labels.js';
+import type { ScoredSide, ScoringMode } from '../../core/scored.js';
+import { readId } from '../../core/parse/values.js';
+import { requestJson, ScoringError, UnsupportedError, type ScoringTarget } from '../http.js';
+import type { CappedField, EngineName } from '../../metrics/labels.js';
 
 /** The mirrored request a prompt comes from. */
 export interface PromptSource {

@@ -1,5 +1,5 @@
-import type { TokenStep } from '../core/types.js';
-import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
+import type { TokenStep } from '../../core/types.js';
+import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from '../http.js';
 import {
   idPrompt,
   postFlush,

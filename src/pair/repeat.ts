@@ -19,10 +19,10 @@ import {
   type RepeatSides,
   type SelfVerdict,
 } from '../core/self.js';
-import type { ScoringTarget } from '../scoring/http.js';
-import type { EngineProfile, PromptSource } from '../scoring/profile.js';
-import { withTopless, type Backend, type Scorer } from '../scoring/score.js';
-import type { BackendResult } from './dispatch.js';
+import type { ScoringTarget } from '../backend/http.js';
+import type { EngineProfile, PromptSource } from '../backend/engines/profile.js';
+import { withTopless, type Backend, type Scorer } from './score.js';
+import type { BackendResult } from '../backend/dispatch.js';
 
 /**
  * One repeat probe of the cache path: the same mirrored copy sent to one backend a second time,

@@ -1,6 +1,6 @@
-import { newStep, topValue, finishTop } from '../core/parse/values.js';
-import type { TokenStep, TopEntry } from '../core/types.js';
-import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
+import { newStep, topValue, finishTop } from '../../core/parse/values.js';
+import type { TokenStep, TopEntry } from '../../core/types.js';
+import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from '../http.js';
 import { idPrompt, type EngineProfile, type ProfileScore, type PromptSource, type ScoreSpec } from './profile.js';
 
 /**

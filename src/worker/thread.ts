@@ -8,11 +8,11 @@ import { mergeThreads, type MetricsJSON } from '../metrics/merge.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
 import { routeLabel } from '../metrics/labels.js';
-import { mirrorKind, skipReason } from './rewrite.js';
-import { Sampler } from './sampler.js';
+import { mirrorKind, skipReason } from '../backend/rewrite.js';
+import { Sampler } from '../mirror/sampler.js';
 import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
-import type { MirrorListeners } from './types.js';
-import type { BackendStatus } from './health.js';
+import type { MirrorListeners } from '../pair/types.js';
+import type { BackendStatus } from '../backend/health.js';
 
 /**
  * The worker's young generation: V8's default (up to 32 MB of semi-spaces per isolate) is sized for
@@ -115,7 +115,7 @@ export interface MirrorThreadDeps {
 /**
  * The mirror as the proxy's thread sees it: the sampling decision (it decides whether a body is
  * kept at all) and a bounded hand-over of each chosen exchange to the mirror's worker thread
- * (src/mirror/worker.ts), which does everything else. The client path pays for one copy of the
+ * (src/worker/worker.ts), which does everything else. The client path pays for one copy of the
  * kept body and one `postMessage`; a full mirror drops the copy here, counted, without waiting.
  * If the worker dies, mirroring stops (counted as dropped, logged once); clients never notice,
  * and /metrics keeps the worker's last values under `logprobe_mirror_worker_up 0`.
@@ -141,7 +141,7 @@ export class MirrorThread implements MirrorTap {
   private readonly started: Promise<boolean>;
   private markStarted: (ok: boolean) => void = () => {};
   private detector: DetectorSummary = summarize(initialDetectorState());
-  /** Each backend's state as the worker last told it (src/mirror/health.ts). */
+  /** Each backend's state as the worker last told it (src/backend/health.ts). */
   private backends: BackendStatus[] = [];
   private readonly closed: Promise<void>;
   private closing: Promise<void> | null = null;

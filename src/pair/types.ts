@@ -1,7 +1,7 @@
 import type { Comparison } from '../core/index.js';
 import type { AlertTransition } from '../core/detector.js';
 import type { PairOutcome } from '../core/pair.js';
-import type { BackendResult } from './dispatch.js';
+import type { BackendResult } from '../backend/dispatch.js';
 import type { RepeatPair } from './repeat.js';
 
 /** Outcomes of `logprobe_mirror_total` (docs/format.md): a pair's ({@link PairOutcome}, src/core/pair.ts), or never sent. */

@@ -1,6 +1,6 @@
 import type { Dispatcher } from 'undici';
-import { readJsonOrText } from '../upstream/body.js';
-import { REDACTED } from '../capture/redact.js';
+import { readJsonOrText } from './body.js';
+import { REDACTED } from '../log/redact.js';
 
 /** A backend as the scoring calls reach it: its pool, base URL, headers (credentials) and timeouts. */
 export interface ScoringTarget {
@@ -13,7 +13,7 @@ export interface ScoringTarget {
   /** `candidate.adminApiKey` / `baseline.adminApiKey`: sent instead of the API key to the cache flush (SGLang's `--admin-api-key`). */
   adminApiKey?: string | null;
   /**
-   * The credential values this backend is sent (src/capture/redact.ts `Redaction.secrets`): an
+   * The credential values this backend is sent (src/log/redact.ts `Redaction.secrets`): an
    * error message it answers is scrubbed of them before it is cut to one line, so that no part
    * of one survives the cut.
    */

@@ -1,6 +1,6 @@
-import { readId } from '../core/parse/values.js';
-import type { TokenStep } from '../core/types.js';
-import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
+import { readId } from '../../core/parse/values.js';
+import type { TokenStep } from '../../core/types.js';
+import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from '../http.js';
 import {
   idPrompt,
   modelOf,

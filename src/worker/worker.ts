@@ -3,15 +3,15 @@ import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { createLogger } from '../log/logger.js';
 import { Metrics } from '../metrics/registry.js';
-import { createUpstreamPool } from '../upstream/pool.js';
+import { createUpstreamPool } from '../backend/pool.js';
 import { createCaptureWriter, withCapture } from '../capture/sink.js';
-import { Mirror } from './mirror.js';
+import { Mirror } from '../mirror/mirror.js';
 import { LiveFeed } from '../live/feed.js';
-import { BackendHealth } from './health.js';
+import { BackendHealth } from '../backend/health.js';
 import { probeAtStart } from '../probe/startup.js';
-import type { MirrorListeners } from './types.js';
+import type { MirrorListeners } from '../pair/types.js';
 import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
-import { configuredKeys } from '../capture/redact.js';
+import { configuredKeys } from '../log/redact.js';
 
 /**
  * The mirror's worker thread: everything after the sampling decision — JSON parsing, rewrite,
@@ -22,7 +22,7 @@ import { configuredKeys } from '../capture/redact.js';
  */
 
 const port = parentPort;
-if (!port) throw new Error('src/mirror/worker.ts runs as a worker thread only');
+if (!port) throw new Error('src/worker/worker.ts runs as a worker thread only');
 const init = workerData as WorkerInit;
 const { config } = init;
 const post = (m: FromWorker) => port.postMessage(m);
