@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DEFAULT_THRESHOLDS } from '../src/core/index.js';
 import { classifyPair, type SideAnswer } from '../src/core/pair.js';
-import { analyzePair } from '../src/report/pair.js';
+import { analyzePair } from '../src/pair/analyze.js';
 import { chatBody } from './helpers/capture.js';
 
 // classifyPair is the one classification of a pair: the mirror, analyze and replay run it, so

@@ -380,7 +380,7 @@ test('cachedPromptTokens reads what each engine reports of its cache hit; probeS
   assert.equal(bothCold({ first: 0, second: 0 }, false), true);
   assert.equal(bothCold({ first: null, second: 0 }, true), true, 'flushed: cold for sure');
   assert.equal(bothCold({ first: null, second: 0 }, false), false);
-  const { analyzeRepeat } = await import('../src/report/pair.js');
+  const { analyzeRepeat } = await import('../src/pair/analyze.js');
   assert.equal(
     cachedPromptTokens({ usage: { prompt_tokens: 20, prompt_tokens_details: { cached_tokens: 16 } } }),
     16,

@@ -9,7 +9,7 @@ import { writeOut } from './stdout.js';
 import { configFrom, resolveThresholds } from './thresholds.js';
 import { resolveInputs } from '../capture/reader.js';
 import { openGoldenFile, runRecord } from '../replay/record.js';
-import { scoringOptions } from '../pair/score.js';
+import { scoringOptions } from '../backend/client.js';
 import { configuredKeys } from '../log/redact.js';
 
 interface RecordFlags {

@@ -22,7 +22,7 @@ import { decideGate } from '../replay/gate.js';
 import { openReplayCapture } from '../replay/output.js';
 import { runReplay } from '../replay/run.js';
 import { runGoldenReplay } from '../replay/golden-run.js';
-import { scoringOptions } from '../pair/score.js';
+import { scoringOptions } from '../backend/client.js';
 import type { UpstreamOptions } from '../backend/pool.js';
 import { renderSummaryText } from '../report/text.js';
 import { configuredKeys } from '../log/redact.js';

@@ -3,6 +3,7 @@
  * and explain the verdict. Pure TypeScript with no I/O, shared by the proxy, `compare`,
  * `analyze`, `replay` and the tests.
  */
+export type { Backend } from './types.js';
 export { compare } from './compare.js';
 export { parseResponse } from './parse/index.js';
 export { flipClass, chooseVerdict, boundariesDiffer, type VerdictInput } from './verdict.js';

@@ -8,6 +8,9 @@ import type { Locus, PromptBlock, ScoredBlock } from './scored.js';
  * (docs/format.md, "The comparison" and the `--json` field list).
  */
 
+/** One side of a comparison: the build under test, or the trusted one. */
+export type Backend = 'candidate' | 'baseline';
+
 /** The thresholds of the documented `analysis` section, all in nats except the fraction and count. */
 export interface Thresholds {
   /** A position whose shift is strictly above this is *shifted* (not float noise). */

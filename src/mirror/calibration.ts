@@ -1,3 +1,11 @@
+import type { Config } from '../config/schema.js';
+import { compare, pickThresholds } from '../core/index.js';
+import type { Backend } from '../core/types.js';
+import type { Metrics } from '../metrics/registry.js';
+import type { Copy } from '../backend/client.js';
+import type { BackendResult } from '../backend/dispatch.js';
+import type { PairPipeline } from '../pair/pipeline.js';
+
 /**
  * Noise-floor calibration: some mirrored requests are sent twice to a backend; the per-position
  * shift between the two runs is run-to-run noise — on the trusted side. Keeps a bounded window of
@@ -54,5 +62,75 @@ export class Calibration {
   autoFloor(): number {
     if (this.samples.trusted < this.options.minSamples) return this.options.minFloor;
     return Math.max(this.options.minFloor, (this.p99('trusted') ?? 0) * this.options.margin);
+  }
+}
+
+/**
+ * The mirror's calibration (`calibration.rate`): the floor in force, what it has learned, its
+ * gauges, and the extra runs that teach it — the same copy again to each backend, whose shift
+ * against the first run is run-to-run noise on the trusted side. With a baseline, the baseline's
+ * repeat teaches the floor and the candidate's is only observed; baseline-free, the candidate's
+ * counts only when both its runs were cold (`mirror.repeat.flush`: its cache emptied before each).
+ */
+export class MirrorCalibration {
+  private readonly learned: Calibration;
+
+  constructor(
+    private readonly deps: {
+      config: Config;
+      metrics: Metrics;
+      pipeline: PairPipeline;
+    },
+  ) {
+    this.learned = new Calibration(deps.config.calibration);
+    // The series of every known label value exist at 0 from the start (src/metrics/registry.ts).
+    deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
+  }
+
+  /** The noise floor in force: the configured one, or the calibrated one for `auto`. */
+  noiseFloor(): number {
+    const f = this.deps.config.analysis.noiseFloor;
+    return f === 'auto' ? this.learned.autoFloor() : f === 'exact' ? 0 : f;
+  }
+
+  /** A repeat pair's per-position shifts; `trusted`: the floor may learn from them. Publishes the gauges. */
+  add(backend: Backend, shifts: readonly number[], trusted: boolean): void {
+    this.learned.add(backend, shifts, { trusted });
+    const p99 = this.learned.p99(backend);
+    const { metrics } = this.deps;
+    if (p99 !== null) metrics.gauge('logprobe_noise_floor_observed_nats').set({ backend }, p99);
+    metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
+  }
+
+  /** Whether this pair is one the calibration runs again (`calibration.rate`). */
+  wants(random: () => number): boolean {
+    const rate = this.deps.config.calibration.rate;
+    return rate > 0 && random() < rate;
+  }
+
+  /** Sends a compared pair's copy again to each backend and learns from the two runs' shifts. */
+  async again(copy: Copy, firsts: { candidate: BackendResult; baseline: BackendResult | null }): Promise<void> {
+    const { config, pipeline } = this.deps;
+    const t = pickThresholds(config.analysis, this.noiseFloor());
+    let cold = false;
+    if (firsts.baseline === null && config.mirror.repeat.flush) {
+      // Not cold for sure when it fails: the candidate's repeat is observed, never trusted.
+      cold = (await pipeline.flush(copy, ['candidate'])).size === 0;
+    }
+    const sent = await pipeline.send(copy);
+    const runs: Array<[Backend, BackendResult, BackendResult | null, boolean]> = [
+      ['candidate', firsts.candidate, sent.candidate, firsts.baseline === null && cold],
+    ];
+    if (firsts.baseline !== null) runs.push(['baseline', firsts.baseline, sent.baseline, true]);
+    for (const [backend, first, second, trusted] of runs) {
+      if (second === null || second.error !== null || second.status >= 400) continue;
+      const c = compare(second.body, first.body, t);
+      if (c.verdict === 'incomparable') continue;
+      this.add(
+        backend,
+        c.positions.map((p) => p.shift).filter((s): s is number => s !== null),
+        trusted,
+      );
+    }
   }
 }

@@ -21,7 +21,9 @@ import {
 } from '../core/self.js';
 import type { ScoringTarget } from '../backend/http.js';
 import type { EngineProfile, PromptSource } from '../backend/engines/profile.js';
-import { withTopless, type Backend, type Scorer } from './score.js';
+import { withTopless } from './score.js';
+import type { BackendClient } from '../backend/client.js';
+import type { Backend } from '../core/types.js';
 import type { BackendResult } from '../backend/dispatch.js';
 
 /**
@@ -64,14 +66,14 @@ export interface RepeatPair {
 
 /** What a repeat needs: how to send the copy again, the first run, and what scoring needs. */
 export interface RepeatInput {
-  backend: Backend;
+  /** The backend probed (its profile read, the first run scored again on it). */
+  client: BackendClient;
   first: BackendResult;
   /** Sends the mirrored copy again (within the logprobs caps), to this backend. */
   send: () => Promise<BackendResult>;
   flushed: boolean;
   flushError?: string;
   thresholds: Thresholds;
-  scorer: Scorer;
   target: ScoringTarget;
   source: PromptSource;
   /** The mirror is behind: expensive scoring is skipped. */
@@ -88,13 +90,13 @@ function failed(r: BackendResult): boolean {
 
 /** Runs the second request and compares it with the first. Never throws. */
 export async function repeatOnce(o: RepeatInput): Promise<RepeatPair> {
-  const base = { backend: o.backend, flushed: o.flushed, ...(o.flushError ? { flushError: o.flushError } : {}) };
+  const base = { backend: o.client.side, flushed: o.flushed, ...(o.flushError ? { flushError: o.flushError } : {}) };
   const second = await o.send();
-  const profile = await o.scorer.profile(o.backend, o.target).catch(() => null);
+  const profile = await o.client.profile(o.target).catch(() => null);
   const confirmedFlush = o.flushed && profile?.flushConfirms === true;
   const bad = failed(o.first) || failed(second);
   const cached = bad ? { first: null, second: null } : repeatCache(o.first.body, second.body);
-  const counts = bad ? cached : o.counts.read(o.backend, cached);
+  const counts = bad ? cached : o.counts.read(o.client.side, cached);
   const judged = { cached, counts, confirmedFlush, probe: probeShape(counts, confirmedFlush) };
   const sides: RepeatSides = {
     first: { by: 'generation', readCache: confirmedFlush ? false : readCache(counts.first) },
@@ -149,11 +151,8 @@ async function scoredSelf(
     scored = notScored('skipped', 'the mirror is behind (its queue is half full): scoring skipped to keep up');
   else {
     try {
-      const { profile: p, spec } = await o.scorer.prepare(o.backend, o.target, o.source, {
-        parsed: first,
-        body: o.first.body,
-      });
-      const forced = await o.scorer.scoreSide(o.backend, o.target, p, spec);
+      const { profile: p, spec } = await o.client.prepare(o.target, o.source, { parsed: first, body: o.first.body });
+      const forced = await o.client.score(o.target, p, spec);
       const stats = forcedStats(forced.continuation, first.steps.slice(0, forced.continuation.length), o.thresholds);
       scored = {
         outcome: 'ok',

@@ -8,7 +8,7 @@ import { parseLogprobLimit } from '../backend/limits.js';
 import { detectEngine } from '../backend/engines/detect.js';
 import { requestJson, type JsonAnswer, type ScoringTarget } from '../backend/http.js';
 import type { EngineName } from '../metrics/labels.js';
-import { PROFILES } from '../pair/score.js';
+import { PROFILES } from '../backend/engines/index.js';
 
 /**
  * `logprobe probe URL` and `serve`'s start-up check of each backend: what the engine behind a URL

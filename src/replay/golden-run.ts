@@ -1,12 +1,11 @@
 import { readJsonLines } from '../capture/reader.js';
 import type { CaptureWriter } from '../capture/writer.js';
 import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
-import { callBackend, mirrorHeaders } from '../backend/dispatch.js';
-import { LogprobLimits, sendOneWithinLimits } from '../backend/limits.js';
-import { analyzePair, type PairResult } from '../report/pair.js';
+import { analyzePair, type PairResult } from '../pair/analyze.js';
+import { PairPipeline } from '../pair/pipeline.js';
 import type { Summary } from '../report/summary.js';
 import type { ScoringTarget } from '../backend/http.js';
-import { Scorer, withCopyParams, type ScoringOptions } from '../pair/score.js';
+import { Backends, type BackendClient, type ScoringOptions } from '../backend/client.js';
 import { createUpstreamPool, type UpstreamOptions } from '../backend/pool.js';
 import { goldenSide, itemKey, scoreAgainstGolden, type GoldenIndex } from './golden.js';
 import { forEachItem, replayedPair, toReplayItem, type ReplayItem } from './input.js';
@@ -73,26 +72,27 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
     connections: o.concurrency,
     maxHeaderSize: 64 * 1024,
   });
-  const limits = new LogprobLimits();
-  const headers = mirrorHeaders({}, { role: 'candidate' });
-  const scorer = new Scorer(o.scoring);
-  const target: ScoringTarget = { pool, url: o.candidate.url, headers, timeoutMs: o.candidate.timeoutMs };
+  // The candidate alone: the golden record is the other side.
+  const backends = new Backends(
+    { candidate: { ...o.candidate, pool, ownsPool: true, headers: { role: 'candidate' } }, baseline: null },
+    o.scoring,
+  );
+  const pipeline = new PairPipeline(backends);
+  const candidate = backends.candidate;
+  const target = candidate.target();
   let done = 0;
 
-  const one = async (id: string, item: ReplayItem, at: { file: string; line: number }, key: string): Promise<void> => {
+  const replayOne = async (
+    id: string,
+    item: ReplayItem,
+    at: { file: string; line: number },
+    key: string,
+  ): Promise<void> => {
     const golden = o.golden.byKey.get(key)!;
-    const extra = await scorer.copyParams('candidate', target);
-    const sent = await sendOneWithinLimits(
-      {
-        body: goldenBody(golden.request, o.maxTokens),
-        limits,
-        send: (_b, p) => callBackend(pool, o.candidate, item.route, headers, withCopyParams(p, extra)),
-      },
-      'candidate',
-    );
-    const [request, cand, base] = [sent.body, sent.result, goldenSide(golden)];
+    const sent = await pipeline.send({ path: item.route, body: goldenBody(golden.request, o.maxTokens) });
+    const [request, cand, base] = [sent.request, sent.candidate, goldenSide(golden)];
     const result = analyzePair(cand, base, o.thresholds);
-    await scoreWithGolden(o, { scorer, target }, { item, request, golden, result });
+    await scoreWithGolden(o, { candidate, target }, { item, request, golden, result });
     const pair = replayedPair(id, item, {
       request,
       candidate: cand,
@@ -118,16 +118,18 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
   try {
     const missing = (item: ReplayItem, value: unknown) =>
       o.golden.byKey.has(itemKey(item, value)) ? null : `no golden record for this prompt in ${o.golden.file}`;
-    return { pairs: await forEachItem(o, (id, item, at, value) => one(id, item, at, itemKey(item, value)), missing) };
+    return {
+      pairs: await forEachItem(o, (id, item, at, value) => replayOne(id, item, at, itemKey(item, value)), missing),
+    };
   } finally {
-    await pool.close();
+    await backends.close();
   }
 }
 
 /** Where a compared pair's free-running comparison gains the candidate's scoring of the golden tokens (in place). */
 async function scoreWithGolden(
   o: GoldenReplayOptions,
-  on: { scorer: Scorer; target: ScoringTarget },
+  on: { candidate: BackendClient; target: ScoringTarget },
   p: {
     item: ReplayItem;
     request: Record<string, unknown>;
@@ -138,7 +140,7 @@ async function scoreWithGolden(
   const { result } = p;
   if (result.outcome !== 'ok' || !result.comparison || !result.baseline) return;
   const free = result.comparison;
-  const r = await scoreAgainstGolden(on.scorer, {
+  const r = await scoreAgainstGolden(on.candidate, {
     when: o.scoring.when,
     source: { kind: p.item.kind, body: p.request },
     free,

@@ -25,7 +25,8 @@ import { forcedStep } from '../backend/engines/steps.js';
 import { ScoringError, UnsupportedError, type ScoringTarget } from '../backend/http.js';
 import type { EngineName } from '../metrics/labels.js';
 import { modelOf, type EngineProfile, type ProfileScore, type PromptSource } from '../backend/engines/profile.js';
-import { pairOf, PROMPT_POSITIONS, type Scorer, type ScoringOptions } from '../pair/score.js';
+import { pairOf } from '../pair/score.js';
+import { PROMPT_POSITIONS, type BackendClient, type ScoringOptions } from '../backend/client.js';
 import type { ReplayItem } from './input.js';
 
 /**
@@ -263,7 +264,7 @@ export interface GoldenScoringInput {
  * scoring decide whether it is needed (`analysis.scoring.when`, settled verdicts). Never throws.
  */
 export async function scoreAgainstGolden(
-  scorer: Scorer,
+  candidate: BackendClient,
   o: GoldenScoringInput,
 ): Promise<{ scored: ScoredBlock; prompt: PromptBlock | null; pair: ScoredPair | null }> {
   const free = o.free;
@@ -284,7 +285,7 @@ export async function scoreAgainstGolden(
     return none(g?.outcome === 'unsupported' ? 'unsupported' : g?.outcome === 'failed' ? 'failed' : 'skipped', why);
   }
   try {
-    const profile: EngineProfile = await scorer.profile('candidate', o.target);
+    const profile: EngineProfile = await candidate.profile(o.target);
     const prompt = await profile.promptIds(o.target, o.source);
     if (!sameIds(prompt, g.promptIds)) {
       throw new ScoringError(
@@ -298,7 +299,7 @@ export async function scoreAgainstGolden(
       topK: g.topK ?? 5,
       promptPositions: PROMPT_POSITIONS,
     };
-    const c = await scorer.scoreSide('candidate', o.target, profile, spec);
+    const c = await candidate.score(o.target, profile, spec);
     const pair = pairOf(c, goldenScore(g), profile, {
       name: g.profile ?? profile.name,
       method: g.method ?? 'golden',

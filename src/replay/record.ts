@@ -2,13 +2,12 @@ import { open, type FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { readJsonLines } from '../capture/reader.js';
 import { parseResponse, sideChecks, type DefinitionWarning, type Thresholds } from '../core/index.js';
-import { callBackend, mirrorHeaders, type BackendResult } from '../backend/dispatch.js';
-import { LogprobLimits, sendOneWithinLimits } from '../backend/limits.js';
+import type { BackendResult } from '../backend/dispatch.js';
 import { rewriteForMirror, type RewriteOptions } from '../backend/rewrite.js';
 import type { MirrorOutcome } from '../pair/types.js';
 import { routeLabel } from '../metrics/labels.js';
 import { UnsupportedError, type ScoringTarget } from '../backend/http.js';
-import { Scorer, withCopyParams, type ScoringOptions } from '../pair/score.js';
+import { Backends, type BackendClient, type ScoringOptions } from '../backend/client.js';
 import { createUpstreamPool, type UpstreamOptions } from '../backend/pool.js';
 import { unwritableFile } from '../errors/index.js';
 import { recordSecrets, redactionFor } from '../capture/record.js';
@@ -90,7 +89,7 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
   let queued = 0;
   try {
     // Detected once up front: every copy then asks for the ids its engine can name (return_token_ids).
-    if (o.scoring.when !== 'never') await r.scorer.profile('baseline', r.target).catch(() => undefined);
+    if (o.scoring.when !== 'never') await r.client.profile(r.target).catch(() => undefined);
     for (const file of o.inputs) {
       for await (const line of readJsonLines(file)) {
         const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
@@ -149,7 +148,8 @@ class InOrderLines {
 
 /** The recording's backend (pool, headers, scoring), what it found, and the golden file's writer in input order. */
 class GoldenRecorder {
-  readonly scorer: Scorer;
+  /** The recorded backend, as the baseline side (its headers, its engine setting). */
+  readonly client: BackendClient;
   readonly target: ScoringTarget;
   readonly result: RecordRunResult = {
     records: 0,
@@ -161,29 +161,29 @@ class GoldenRecorder {
   };
   /** In input order: a golden file diffs cleanly from one recording to the next. */
   readonly out: InOrderLines;
-  private readonly pool: ReturnType<typeof createUpstreamPool>;
-  private readonly headers: Record<string, string>;
-  private readonly limits = new LogprobLimits();
   private readonly recordOptions: Parameters<typeof buildGoldenRecord>[3];
   private done = 0;
   private readonly problem: (m: string) => void;
 
   constructor(private readonly o: RecordRunOptions) {
-    this.pool = createUpstreamPool(o.backend, {
+    const secretValues = o.secrets.filter((s): s is string => typeof s === 'string' && s.length > 0);
+    const pool = createUpstreamPool(o.backend, {
       tlsInsecure: o.tlsInsecure,
       connections: o.concurrency,
       maxHeaderSize: 64 * 1024,
     });
-    this.headers = mirrorHeaders({}, { role: 'baseline', apiKey: o.backend.apiKey, forwardAuth: false });
-    const secretValues = o.secrets.filter((s): s is string => typeof s === 'string' && s.length > 0);
-    this.target = {
-      pool: this.pool,
-      url: o.backend.url,
-      headers: this.headers,
-      timeoutMs: o.backend.timeoutMs,
-      secrets: secretValues,
-    };
-    this.scorer = new Scorer(o.scoring);
+    this.client = Backends.alone(
+      'baseline',
+      {
+        ...o.backend,
+        pool,
+        ownsPool: true,
+        headers: { role: 'baseline', apiKey: o.backend.apiKey, forwardAuth: false },
+        secrets: secretValues,
+      },
+      o.scoring,
+    );
+    this.target = this.client.target();
     // One options object for every record: the redaction rule is built once (src/capture/record.ts).
     this.recordOptions = {
       includePrompts: true,
@@ -201,21 +201,13 @@ class GoldenRecorder {
   }
 
   close(): Promise<void> {
-    return this.pool.close();
+    return this.client.close();
   }
 
   /** One input: sent within the backend's logprobs cap, judged, scored, written as the `n`-th golden record. */
   async one(n: number, id: string, item: ReplayItem): Promise<void> {
     const { o, result } = this;
-    const extra = await this.scorer.copyParams('baseline', this.target);
-    const sent = await sendOneWithinLimits(
-      {
-        body: mirroredBody(item, o.rewrite, o.maxTokens),
-        limits: this.limits,
-        send: (_b, p) => callBackend(this.pool, o.backend, item.route, this.headers, withCopyParams(p, extra)),
-      },
-      'baseline',
-    );
+    const sent = await this.client.send({ path: item.route, body: mirroredBody(item, o.rewrite, o.maxTokens) });
     const answer: BackendResult = sent.result;
     const { outcome, parsed } = this.judge(id, answer);
     const scored = parsed === null ? null : await this.scored(id, item, sent.body, parsed, answer.body);
@@ -276,7 +268,7 @@ class GoldenRecorder {
       if (known) known.records++;
       else result.definition.push({ ...w, at: id, records: 1 });
     }
-    const scored = await scoreOwn(this.scorer, this.target, item, request, parsed, body, this.o.scoring);
+    const scored = await scoreOwn(this.client, this.target, item, request, parsed, body, this.o.scoring);
     result.scoring[scored.outcome]++;
     if (scored.method && !result.methods.includes(scored.method)) result.methods.push(scored.method);
     if (scored.outcome === 'failed') this.problem(`${id}: scoring failed: ${scored.reason}`);
@@ -286,7 +278,7 @@ class GoldenRecorder {
 
 /** The backend's scoring of its own answer (docs/engines.md), as the golden record keeps it. */
 async function scoreOwn(
-  scorer: Scorer,
+  client: BackendClient,
   target: ScoringTarget,
   item: ReplayItem,
   request: Record<string, unknown>,
@@ -297,8 +289,8 @@ async function scoreOwn(
   if (scoring.when === 'never') return { outcome: 'skipped', reason: 'scoring is off (analysis.scoring.when: never)' };
   try {
     const source = { kind: item.kind, body: request };
-    const { profile, spec } = await scorer.prepare('baseline', target, source, { parsed, body });
-    const s = await scorer.scoreSide('baseline', target, profile, spec);
+    const { profile, spec } = await client.prepare(target, source, { parsed, body });
+    const s = await client.score(target, profile, spec);
     return {
       outcome: 'ok',
       profile: profile.name,

@@ -1,17 +1,11 @@
-import type { Pool } from 'undici';
 import type { CaptureWriter } from '../capture/writer.js';
-import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
-import { callBackend, mirrorHeaders } from '../backend/dispatch.js';
-import { LogprobLimits, sendOneWithinLimits, sendWithinLimits } from '../backend/limits.js';
+import type { Thresholds } from '../core/index.js';
 import { rewriteForMirror, type RewriteOptions } from '../backend/rewrite.js';
-import { Scorer, withCopyParams, type ScoringOptions } from '../pair/score.js';
-import type { ScoringTarget } from '../backend/http.js';
-import { analyzePair, type PairResult } from '../report/pair.js';
-import { classifyPair } from '../core/pair.js';
-import { repeatOnce } from '../pair/repeat.js';
-import { CacheCounts } from '../core/self.js';
-import type { Summary } from '../report/summary.js';
+import { Backends, type BackendOptions, type ScoringOptions } from '../backend/client.js';
 import { createUpstreamPool, type UpstreamOptions } from '../backend/pool.js';
+import { PairPipeline, type PairRun } from '../pair/pipeline.js';
+import type { PairResult } from '../pair/analyze.js';
+import type { Summary } from '../report/summary.js';
 import { forEachItem, replayedPair, type InputPlace, type ReplayItem } from './input.js';
 
 /** What a replay needs: inputs, the two backends, pacing, thresholds, and where results go. */
@@ -62,169 +56,80 @@ const REPLAY_MAX_HEADER = 64 * 1024;
 
 /**
  * Replays captured requests or a prompt set against two backends: each line goes through the
- * mirror's rewrite and dispatch (`rewriteForMirror`, `mirrorHeaders`, `callBackend`, the
- * logprobs-cap retry of `sendWithinLimits`), the pair is
- * compared like a live one, written to the capture and added to the summary. Input is streamed;
- * at most `concurrency` pairs are in flight.
+ * mirror's rewrite and the pair pipeline (src/pair/pipeline.ts: send within the logprobs caps,
+ * classify, score; baseline-free, the candidate cold then warm), the pair is compared like a live
+ * one, written to the capture and added to the summary. Input is streamed; at most `concurrency`
+ * pairs are in flight.
  */
 export async function runReplay(o: ReplayOptions): Promise<{ pairs: number }> {
   const r = new PairReplay(o);
   try {
-    return {
-      pairs: await forEachItem(o, (id, item, at) =>
-        o.baseline === null ? r.alone(id, item, at) : r.paired(id, item, at),
-      ),
-    };
+    return { pairs: await forEachItem(o, (id, item, at) => r.replayItem(id, item, at)) };
   } finally {
     await r.close();
   }
 }
 
-/** A replay's backends (pools, headers, scoring targets) and what it learns of them as it goes (logprobs caps, cache counts). */
+/** A replay's backends and pipeline, and how many pairs are done. */
 class PairReplay {
-  private readonly candidatePool: Pool;
-  private readonly baselinePool: Pool | null;
-  private readonly baseline: UpstreamOptions & { apiKey: string | null; model?: string | null };
-  private readonly limits = new LogprobLimits();
-  private readonly cHeaders = mirrorHeaders({}, { role: 'candidate' });
-  private readonly bHeaders: Record<string, string>;
-  private readonly scorer: Scorer;
-  private readonly counts = new CacheCounts();
-  private readonly targets: Record<'candidate' | 'baseline', ScoringTarget>;
+  private readonly backends: Backends;
+  private readonly pipeline: PairPipeline;
   private done = 0;
 
   constructor(private readonly o: ReplayOptions) {
-    const pool = (u: UpstreamOptions) =>
-      createUpstreamPool(u, {
+    const side = (
+      u: UpstreamOptions & { model?: string | null },
+      rest: Pick<BackendOptions, 'headers' | 'secrets'>,
+    ) => ({
+      ...u,
+      pool: createUpstreamPool(u, {
         tlsInsecure: o.tlsInsecure,
         connections: o.concurrency,
         maxHeaderSize: REPLAY_MAX_HEADER,
-      });
-    this.candidatePool = pool(o.candidate);
-    this.baselinePool = o.baseline === null ? null : pool(o.baseline);
-    const baseline = (this.baseline = o.baseline ?? { ...o.candidate, apiKey: null });
-    this.bHeaders = mirrorHeaders({}, { role: 'baseline', apiKey: baseline.apiKey, forwardAuth: false });
-    this.scorer = new Scorer(o.scoring);
-    this.targets = {
-      candidate: {
-        pool: this.candidatePool,
-        url: o.candidate.url,
-        headers: this.cHeaders,
-        timeoutMs: o.candidate.timeoutMs,
-        model: o.candidate.model ?? null,
+      }),
+      ownsPool: true,
+      model: u.model ?? null,
+      ...rest,
+    });
+    const b = o.baseline;
+    this.backends = new Backends(
+      {
+        candidate: side(o.candidate, { headers: { role: 'candidate' } }),
+        baseline:
+          b === null
+            ? null
+            : side(b, {
+                headers: { role: 'baseline', apiKey: b.apiKey, forwardAuth: false },
+                secrets: b.apiKey ? [b.apiKey] : [],
+              }),
       },
-      baseline: {
-        pool: this.baselinePool ?? this.candidatePool,
-        url: baseline.url,
-        headers: this.bHeaders,
-        timeoutMs: baseline.timeoutMs,
-        model: baseline.model ?? null,
-        secrets: baseline.apiKey ? [baseline.apiKey] : [],
-      },
-    };
+      o.scoring,
+    );
+    // Scored health: the offline report's figures are taken over the teacher-forced positions.
+    this.pipeline = new PairPipeline(this.backends, { scoredHealth: true });
   }
 
   close(): Promise<unknown> {
-    return Promise.all([this.candidatePool, this.baselinePool].map((p) => p?.close()));
+    return this.backends.close();
   }
 
-  /** Baseline-free: the candidate twice (cold, then warm from its cache), compared with itself. */
-  async alone(id: string, item: ReplayItem, at: InputPlace): Promise<void> {
-    const { o, targets } = this;
-    const cExtra = await this.scorer.copyParams('candidate', targets.candidate);
-    const sendIt = async (body: Record<string, unknown>) =>
-      sendOneWithinLimits(
-        {
-          body,
-          limits: this.limits,
-          send: (_b, p) =>
-            callBackend(this.candidatePool, o.candidate, item.route, this.cHeaders, withCopyParams(p, cExtra)),
-        },
-        'candidate',
-      );
-    const first = await sendIt(mirroredBody(item, o));
-    const request = first.body;
-    const rp = await repeatOnce({
-      backend: 'candidate',
-      first: first.result,
-      send: async () => (await sendIt(request)).result,
-      flushed: false,
-      thresholds: o.thresholds,
-      scorer: this.scorer,
-      target: targets.candidate,
-      source: { kind: item.kind, body: request },
-      busy: false,
-      when: o.scoring.when,
-      counts: this.counts,
-    });
-    const cand = first.result;
-    const { outcome } = classifyPair(cand, null, o.thresholds);
-    o.writer.write(
-      replayedPair(id, item, {
-        request,
-        candidate: cand,
-        baseline: null,
-        outcome,
-        analysis: null,
-        noiseFloor: o.thresholds.noiseFloor,
-        repeats: [rp],
-      }),
+  /** One input through the pipeline (baseline-free: the candidate twice, cold then warm), written and summed. */
+  async replayItem(id: string, item: ReplayItem, at: InputPlace): Promise<void> {
+    const { o } = this;
+    const alone = this.backends.baseline === null;
+    const run = await this.pipeline.run(
+      { path: item.route, kind: item.kind, body: mirroredBody(item, o) },
+      { thresholds: o.thresholds, busy: false, repeat: alone ? { backends: ['candidate'], flush: false } : null },
     );
-    const result: PairResult = { outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };
-    const repeats = [
-      { backend: 'candidate' as const, flushed: false, probe: rp.probe, comparison: rp.analysis, verdict: rp.verdict },
-    ];
-    o.summary.add({
-      file: at.file,
-      line: at.line,
-      id,
-      route: item.route,
-      result,
-      noiseFloor: o.thresholds.noiseFloor,
-      repeats,
-    });
-    o.onPair?.(++this.done);
-  }
-
-  /** Both backends at once, within the logprobs caps they told us about (like the live mirror: limits.ts); compared, scored. */
-  async paired(id: string, item: ReplayItem, at: InputPlace): Promise<void> {
-    const { o, targets, scorer } = this;
-    const [cExtra, bExtra] = await Promise.all([
-      scorer.copyParams('candidate', targets.candidate),
-      scorer.copyParams('baseline', targets.baseline),
-    ]);
-    const sent = await sendWithinLimits({
-      body: mirroredBody(item, o),
-      limits: this.limits,
-      send: (backend, p) =>
-        backend === 'candidate'
-          ? callBackend(this.candidatePool, o.candidate, item.route, this.cHeaders, withCopyParams(p, cExtra))
-          : callBackend(targets.baseline.pool, this.baseline, item.route, this.bHeaders, withCopyParams(p, bExtra)),
-    });
-    const request = sent.body;
-    const [cand, base] = [sent.candidate, sent.baseline];
-    const result = analyzePair(cand, base, o.thresholds);
-    if (result.outcome === 'ok' && result.comparison && result.baseline) {
-      const free = result.comparison;
-      const r = await scorer.score({
-        source: { kind: item.kind, body: request },
-        free,
-        baseline: { parsed: result.baseline, body: base.body },
-        targets,
-        thresholds: o.thresholds,
-        busy: false,
-      });
-      // The health of a scored pair is taken over its teacher-forced positions (docs/format.md, `health`).
-      result.comparison = withScoredHealth(withScoring(free, r.scored, r.prompt, o.thresholds), r.pair, o.thresholds);
-    }
     o.writer.write(
       replayedPair(id, item, {
-        request,
-        candidate: cand,
-        baseline: base,
-        outcome: result.outcome,
-        analysis: result.comparison,
+        request: run.request,
+        candidate: run.candidate,
+        baseline: run.baseline,
+        outcome: run.result.outcome,
+        analysis: alone ? null : run.result.comparison,
         noiseFloor: o.thresholds.noiseFloor,
+        ...(alone ? { repeats: run.repeats } : {}),
       }),
     );
     o.summary.add({
@@ -232,10 +137,26 @@ class PairReplay {
       line: at.line,
       id,
       route: item.route,
-      result,
+      result: alone ? aloneResult(run) : run.result,
       noiseFloor: o.thresholds.noiseFloor,
-      request,
+      ...(alone ? { repeats: repeatsOf(run) } : { request: run.request }),
     });
     o.onPair?.(++this.done);
   }
+}
+
+/** A baseline-free pair's result: nothing compared but its repeat. */
+function aloneResult(run: PairRun): PairResult {
+  return { outcome: run.result.outcome, comparison: null, candidate: null, baseline: null, baselineFree: true };
+}
+
+/** A baseline-free pair's repeat as the summary counts it. */
+function repeatsOf(run: PairRun) {
+  return run.repeats.map((rp) => ({
+    backend: rp.backend,
+    flushed: false,
+    probe: rp.probe,
+    comparison: rp.analysis,
+    verdict: rp.verdict,
+  }));
 }

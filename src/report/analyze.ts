@@ -1,7 +1,7 @@
 import { DEFAULT_THRESHOLDS, type Thresholds } from '../core/index.js';
 import { asCaptureRecord, captureRecordError, readJsonLines } from '../capture/reader.js';
 import type { CaptureRecord } from '../capture/record.js';
-import { analyzePair, analyzeRepeat, type PairResult } from './pair.js';
+import { analyzePair, analyzeRepeat, type PairResult } from '../pair/analyze.js';
 import type { Summary } from './summary.js';
 
 /** One analysed record. */

@@ -17,7 +17,7 @@ import {
 } from '../core/index.js';
 import type { MirrorOutcome } from '../pair/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
-import type { PairResult, RepeatResult } from './pair.js';
+import type { PairResult, RepeatResult } from '../pair/analyze.js';
 import { FlipCurve, type FlipCurveData } from './threshold.js';
 import { badness, buildStrip, promptKey, StripSelector, stripInput, type Strip } from './strips.js';
 

@@ -12,7 +12,7 @@ import {
 } from '../core/index.js';
 import { classifyPair, failedAnswer, type SideAnswer } from '../core/pair.js';
 import { clip, failureReason } from '../backend/failure.js';
-import type { MirrorOutcome } from '../pair/types.js';
+import type { MirrorOutcome } from './types.js';
 import { PROBE_SHAPES, probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
 
 /** One pair analysed: the mirror's outcome and, when both sides were usable, the comparison and the parsed bodies. */
@@ -35,7 +35,7 @@ export interface PairResult {
  */
 export function analyzePair(
   candidate: SideAnswer,
-  baseline: SideAnswer,
+  baseline: SideAnswer | null,
   thresholds: Thresholds,
   scoring?: CapturedScoring,
 ): PairResult {
@@ -49,7 +49,7 @@ export function analyzePair(
   if (outcome === 'candidate_error' || outcome === 'baseline_error')
     return {
       outcome,
-      reason: failureReason(outcome === 'candidate_error' ? candidate : baseline),
+      reason: failureReason(outcome === 'candidate_error' || baseline === null ? candidate : baseline),
       comparison,
       candidate: null,
       baseline: null,

@@ -1,0 +1,194 @@
+import type { Backend, Thresholds } from '../core/types.js';
+import { withScoredHealth, withScoring } from '../core/index.js';
+import { CacheCounts } from '../core/self.js';
+import type { Backends, Copy } from '../backend/client.js';
+import type { BackendResult } from '../backend/dispatch.js';
+import type { PromptSource } from '../backend/engines/profile.js';
+import { analyzePair, type PairResult } from './analyze.js';
+import { repeatOnce, type RepeatPair } from './repeat.js';
+import { scorePair, type ScoringResult } from './score.js';
+
+/** One copy through the pipeline: where it goes, its body, the client request it came from, and its API. */
+export interface PairCopy extends Copy {
+  kind: PromptSource['kind'];
+}
+
+/** Which backends a pair probes with a repeat (cold → warm), and whether their caches are emptied first. */
+export interface RepeatPlan {
+  backends: Backend[];
+  flush: boolean;
+}
+
+/** How one pair runs: the thresholds in force, whether the caller is behind, and its repeat probes. */
+export interface PairRunOptions {
+  thresholds: Thresholds;
+  /** The caller is behind: scoring is skipped to keep up. */
+  busy: boolean;
+  repeat: RepeatPlan | null;
+}
+
+/** What a scoring attempt came to: its outcome, whether `logprobe_scoring_total` counts it, and why it failed. */
+export interface ScoringOutcome {
+  outcome: ScoringResult['scored']['outcome'];
+  counted: boolean;
+  reason: string | undefined;
+}
+
+/** One pair, run: what was sent, what each side answered, the pair classified and scored, and its repeats. */
+export interface PairRun {
+  /** The body the backends finally got (lowered to a logprobs cap one of them stated, if any). */
+  request: Record<string, unknown>;
+  candidate: BackendResult;
+  /** The baseline's answer; null in baseline-free mode. */
+  baseline: BackendResult | null;
+  /** The pair classified ({@link analyzePair}), its comparison with the scoring folded in. */
+  result: PairResult;
+  /** The scoring's outcome, where scoring was asked for (a compared pair). */
+  scoring: ScoringOutcome | null;
+  repeats: RepeatPair[];
+  /** The backends whose cache flush before a repeat failed, with the error (their first run may be warm). */
+  flushErrors: ReadonlyMap<Backend, string>;
+}
+
+/**
+ * The one way a pair is made, for the online mirror and `replay` alike: the caches emptied first
+ * (a repeat with `flush`), send (both backends at once, within their logprobs caps; the candidate
+ * alone baseline-free), classify ({@link analyzePair}, as `analyze` does offline), score (teacher
+ * forcing past the divergence), repeat (the same copy again to a backend, cold then warm).
+ * The golden replay runs its send step against a candidate alone and classifies against the
+ * golden answer; `record` sends through the same backend client.
+ */
+export class PairPipeline {
+  /** Which backends report their cache hits, learned from their answers. */
+  readonly counts = new CacheCounts();
+
+  constructor(
+    readonly backends: Backends,
+    private readonly o: {
+      /** Health taken over the scored positions (offline reports); the live mirror keeps the free-running health. */
+      scoredHealth?: boolean;
+    } = {},
+  ) {}
+
+  async run(copy: PairCopy, o: PairRunOptions): Promise<PairRun> {
+    const flushErrors = o.repeat?.flush ? await this.flush(copy, o.repeat.backends) : new Map<Backend, string>();
+    const sent = await this.send(copy);
+    const request = sent.request;
+    const result = analyzePair(sent.candidate, sent.baseline, o.thresholds);
+    const scoring = await this.score({ ...copy, body: request }, sent.baseline, result, o);
+    const again = o.repeat
+      ? await this.repeats({ ...copy, body: request }, o.repeat, sent, flushErrors, o)
+      : { repeats: [], body: request };
+    const repeats = again.repeats;
+    // Baseline-free, the repeat is the comparison: a second run that failed leaves nothing compared.
+    if (sent.baseline === null && repeats[0]?.verdict === null && result.outcome === 'ok')
+      result.outcome = 'candidate_error';
+    return {
+      request: again.body,
+      candidate: sent.candidate,
+      baseline: sent.baseline,
+      result,
+      scoring,
+      repeats,
+      flushErrors,
+    };
+  }
+
+  /** Empties the caches of the backends a repeat probes, so the first run is cold; what failed is kept. */
+  async flush(copy: Copy, backends: readonly Backend[]): Promise<Map<Backend, string>> {
+    const errors = new Map<Backend, string>();
+    for (const b of backends) {
+      const client = this.backends.side(b);
+      try {
+        await client.flush(client.target(copy.clientHeaders, copy.secrets));
+      } catch (err) {
+        errors.set(b, (err as Error).message);
+      }
+    }
+    return errors;
+  }
+
+  /** Step send: the copy to both backends at once (the candidate alone baseline-free). */
+  async send(
+    copy: Copy,
+  ): Promise<{ request: Record<string, unknown>; candidate: BackendResult; baseline: BackendResult | null }> {
+    if (this.backends.baseline === null) {
+      const c = await this.backends.candidate.send(copy);
+      return { request: c.body, candidate: c.result, baseline: null };
+    }
+    const sent = await this.backends.sendBoth(copy);
+    return { request: sent.body, candidate: sent.candidate, baseline: sent.baseline };
+  }
+
+  /** Step score: a compared pair scored past its divergence, folded into its comparison (in place). */
+  private async score(
+    copy: PairCopy,
+    baseline: BackendResult | null,
+    result: PairResult,
+    o: PairRunOptions,
+  ): Promise<ScoringOutcome | null> {
+    if (result.outcome !== 'ok' || !result.comparison || !result.baseline || baseline === null) return null;
+    const free = result.comparison;
+    const r = await scorePair(this.backends, {
+      source: { kind: copy.kind, body: copy.body },
+      free,
+      baseline: { parsed: result.baseline, body: baseline.body },
+      targets: {
+        candidate: this.backends.candidate.target(copy.clientHeaders, copy.secrets),
+        baseline: this.backends.side('baseline').target(copy.clientHeaders, copy.secrets),
+      },
+      thresholds: o.thresholds,
+      busy: o.busy,
+    });
+    const scored = withScoring(free, r.scored, r.prompt, o.thresholds);
+    result.comparison = this.o.scoredHealth ? withScoredHealth(scored, r.pair, o.thresholds) : scored;
+    return { outcome: r.scored.outcome, counted: r.counted, reason: r.scored.reason };
+  }
+
+  /**
+   * Step repeat: each probed backend's second run, compared with its first; in the plan's order.
+   * `body`: what the last run was sent (a second run may be lowered to a cap stated only then).
+   */
+  private async repeats(
+    copy: PairCopy,
+    plan: RepeatPlan,
+    firsts: { candidate: BackendResult; baseline: BackendResult | null },
+    flushErrors: ReadonlyMap<Backend, string>,
+    o: PairRunOptions,
+  ): Promise<{ repeats: RepeatPair[]; body: Record<string, unknown> }> {
+    const repeats: RepeatPair[] = [];
+    let body = copy.body;
+    for (const b of plan.backends) {
+      const first = firsts[b];
+      if (first === null) continue;
+      const client = this.backends.side(b);
+      const flushError = flushErrors.get(b);
+      repeats.push(
+        await repeatOnce({
+          client,
+          first,
+          send: async () => {
+            const again = await client.send(withBody(copy, body));
+            body = again.body;
+            return again.result;
+          },
+          flushed: plan.flush && flushError === undefined,
+          ...(flushError !== undefined ? { flushError } : {}),
+          thresholds: o.thresholds,
+          target: client.target(copy.clientHeaders, copy.secrets),
+          source: { kind: copy.kind, body },
+          busy: o.busy,
+          when: this.backends.scoring.when,
+          counts: this.counts,
+        }),
+      );
+    }
+    return { repeats, body };
+  }
+}
+
+/** A copy with another body (and no payload: it is serialised again). */
+export function withBody(copy: Copy, body: Record<string, unknown>): Copy {
+  const { payload: _payload, ...rest } = copy;
+  return { ...rest, body };
+}
