@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runCli } from './helpers/cli.js';
-import { chatBody, completionsStream, seedExample, step } from './core-bodies.js';
+import { chatBody, completionsStream, workedExample, step } from './core-bodies.js';
 
 // The CLI runs the compiled sources (dist/), as after `npm ci`; `npm test` builds them first.
 
@@ -17,12 +17,12 @@ function file(name: string, body: unknown): string {
 }
 const fixture = (name: string): string => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
 
-const seed = seedExample();
-const seedCandidate = file('seed-candidate.json', chatBody(seed.candidate));
-const seedBaseline = file('seed-baseline.json', chatBody(seed.baseline));
+const example = workedExample();
+const exampleCandidate = file('example-candidate.json', chatBody(example.candidate));
+const exampleBaseline = file('example-baseline.json', chatBody(example.baseline));
 
-test("the seed's two files: the appendix table, the flip line, global_shift, exit 1", async () => {
-  const r = await runCli(['compare', seedCandidate, seedBaseline]);
+test("the worked example's two files: the per-position table, the flip line, global_shift, exit 1", async () => {
+  const r = await runCli(['compare', exampleCandidate, exampleBaseline]);
   assert.equal(r.code, 1, r.stderr);
   const lines = r.stdout.split('\n');
   assert.match(lines[0]!, /^pos\s+token\s+candidate\s+baseline\s+diff\s+top gap\s+shift$/);
@@ -39,7 +39,7 @@ test("the seed's two files: the appendix table, the flip line, global_shift, exi
 });
 
 test('--json prints docs/format.md fields with numbers', async () => {
-  const r = await runCli(['compare', '--json', seedCandidate, seedBaseline]);
+  const r = await runCli(['compare', '--json', exampleCandidate, exampleBaseline]);
   assert.equal(r.code, 1, r.stderr);
   const out = JSON.parse(r.stdout) as Record<string, unknown> & {
     flip: Record<string, unknown>;
@@ -101,7 +101,7 @@ test('a tokenizer mismatch exits 1', async () => {
 
 test('thresholds from flags and from --config change the verdict', async () => {
   // Above every shift: the systematic flip alone keeps it from noise.
-  const floor = await runCli(['compare', '--json', '--noise-floor', '0.6', seedCandidate, seedBaseline]);
+  const floor = await runCli(['compare', '--json', '--noise-floor', '0.6', exampleCandidate, exampleBaseline]);
   const f = JSON.parse(floor.stdout) as { verdict: string; shifted: number };
   assert.equal(f.shifted, 0);
   assert.equal(f.verdict, 'local_shift');
@@ -115,28 +115,31 @@ test('thresholds from flags and from --config change the verdict', async () => {
     '0.46',
     '--gap-systematic',
     '0.5',
-    seedCandidate,
-    seedBaseline,
+    exampleCandidate,
+    exampleBaseline,
   ]);
   assert.equal(tie.code, 0, tie.stderr);
   assert.match(tie.stdout, /near-tie, cannot be attributed/);
   const config = file('logprobe.yaml', 'analysis:\n  noiseFloor: 0.6\n  gapAmbiguous: 0.46\n  gapSystematic: 0.5\n');
-  const fromConfig = await runCli(['compare', '--config', config, seedCandidate, seedBaseline]);
+  const fromConfig = await runCli(['compare', '--config', config, exampleCandidate, exampleBaseline]);
   assert.equal(fromConfig.code, 0, fromConfig.stderr);
 });
 
 test('unusable input exits 2 with one line naming the file, never a stack trace', async () => {
   const cases: Array<[string[], RegExp]> = [
-    [[file('not-response.json', { hello: 'world' }), seedBaseline], /not-response\.json: not a completion response/],
-    [[seedCandidate, join(dir, 'missing.json')], /missing\.json: no such file/],
-    [[file('garbage.txt', 'this is not json'), seedBaseline], /garbage\.txt: neither JSON nor an SSE stream/],
+    [[file('not-response.json', { hello: 'world' }), exampleBaseline], /not-response\.json: not a completion response/],
+    [[exampleCandidate, join(dir, 'missing.json')], /missing\.json: no such file/],
+    [[file('garbage.txt', 'this is not json'), exampleBaseline], /garbage\.txt: neither JSON nor an SSE stream/],
     [
-      [file('error.json', { error: { message: 'model overloaded', type: 'server_error', code: 503 } }), seedBaseline],
+      [
+        file('error.json', { error: { message: 'model overloaded', type: 'server_error', code: 503 } }),
+        exampleBaseline,
+      ],
       /error\.json: the server returned an error: model overloaded/,
     ],
-    [['--noise-floor', 'abc', seedCandidate, seedBaseline], /--noise-floor: expected a number/],
+    [['--noise-floor', 'abc', exampleCandidate, exampleBaseline], /--noise-floor: expected a number/],
     [
-      ['--gap-ambiguous', '0.5', '--gap-systematic', '0.4', seedCandidate, seedBaseline],
+      ['--gap-ambiguous', '0.5', '--gap-systematic', '0.4', exampleCandidate, exampleBaseline],
       /--gap-systematic \(0\.4\) must be ≥ --gap-ambiguous \(0\.5\)/,
     ],
   ];
@@ -155,10 +158,10 @@ test('a response without logprobs: exit 2, "no logprobs in FILE", and --json sti
   const body = chatBody([step(' a', -0.1)]);
   (body.choices as Array<Record<string, unknown>>)[0]!.logprobs = null;
   const plain = file('plain.json', body);
-  const r = await runCli(['compare', seedCandidate, plain]);
+  const r = await runCli(['compare', exampleCandidate, plain]);
   assert.equal(r.code, 2);
   assert.equal(r.stderr.trim(), `logprobe: no logprobs in ${plain}`);
-  const j = await runCli(['compare', '--json', seedCandidate, plain]);
+  const j = await runCli(['compare', '--json', exampleCandidate, plain]);
   assert.equal(j.code, 2);
   assert.equal((JSON.parse(j.stdout) as { verdict: string }).verdict, 'incomparable');
 });

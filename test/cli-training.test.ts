@@ -109,7 +109,7 @@ test('compare: a trainer file against vLLM prompt_logprobs (either order); KL, r
   assert.deepEqual(o.definition, []);
 });
 
-test("compare: the trainer forgot the temperature; a trainer that dumped probabilities — named in the seeds' terms", async (t) => {
+test('compare: the trainer forgot the temperature; a trainer that dumped probabilities — each warning names the definition that differs', async (t) => {
   const dir = tempDir(t);
   const raw = rows(30, 9);
   const chosen = raw.map((r, i) => [...r.keys()].sort((a, b) => r[b]! - r[a]!)[(i * 3) % 5]!);

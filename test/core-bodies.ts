@@ -189,12 +189,12 @@ export function step(token: string, logprob: number | null, alternatives: Pair[]
 }
 
 /**
- * The seed's worked example: ten positions; positions 0..4 keep the same tokens with candidate −
+ * The worked example: ten positions; positions 0..4 keep the same tokens with candidate −
  * baseline differences −0.20, +0.28, −0.36, +0.51, −0.15; at position 5 the baseline prefers
  * " Artificial" over " artificial" by 0.45 and the candidate picks " artificial"; after that the
  * texts go their own ways.
  */
-export function seedExample(): { candidate: Spec[]; baseline: Spec[] } {
+export function workedExample(): { candidate: Spec[]; baseline: Spec[] } {
   const words = [' The', ' field', ' is', ' called', ' the'];
   const base = [-0.9, -1.1, -0.4, -1.3, -0.6];
   const diffs = [-0.2, 0.28, -0.36, 0.51, -0.15];

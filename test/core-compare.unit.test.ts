@@ -7,7 +7,7 @@ import {
   completionsBody,
   completionsStream,
   llamaCompletionsBody,
-  seedExample,
+  workedExample,
   sglangNativeBody,
   step,
   type Spec,
@@ -48,8 +48,8 @@ function cmp(candidate: Spec[], baseline: Spec[]): Comparison {
   return compare(chatBody(candidate), chatBody(baseline), DEFAULT_THRESHOLDS);
 }
 
-test("the seed's worked example: gap 0.45 is systematic and every comparable position moved → global_shift", () => {
-  const { candidate, baseline } = seedExample();
+test('the worked example: gap 0.45 is systematic and every comparable position moved → global_shift', () => {
+  const { candidate, baseline } = workedExample();
   const r = cmp(candidate, baseline);
   assert.equal(r.verdict, 'global_shift');
   assert.equal(r.firstDivergence, 5);
@@ -77,8 +77,8 @@ test("the seed's worked example: gap 0.45 is systematic and every comparable pos
   assert.match(r.explanation, /where it is written, in the cache medium and where it is read back/);
 });
 
-test('the seed example gives the same verdict and numbers in every wire format, streamed or not', () => {
-  const { candidate, baseline } = seedExample();
+test('the worked example gives the same verdict and numbers in every wire format, streamed or not', () => {
+  const { candidate, baseline } = workedExample();
   const ref = cmp(candidate, baseline);
   const forms: Array<[string, (s: Spec[]) => unknown]> = [
     ['completions', completionsBody],
@@ -402,7 +402,7 @@ test('KL estimate: exact on full two-token distributions, zero on identical ones
 });
 
 test('compare accepts parsed responses and raw bodies alike', () => {
-  const { candidate, baseline } = seedExample();
+  const { candidate, baseline } = workedExample();
   const a = compare(
     parseResponse(chatBody(candidate)),
     parseResponse(JSON.stringify(chatBody(baseline))),

@@ -1,5 +1,5 @@
 /**
- * The seeds' health figures, the definition checks, the gates and token-logprob files on
+ * The health figures, the definition checks, the gates and token-logprob files on
  * synthetic distributions whose answers are known in closed form (src/core/health.ts,
  * definition.ts, gates.ts, training.ts, parse/tokenfile.ts). The same checks on real llama.cpp
  * numerics are in test/e2e-llama-golden.test.ts.

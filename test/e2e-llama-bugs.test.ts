@@ -1,9 +1,9 @@
 /**
- * Data-level bugs on real llama.cpp numerics — a zeroed attention layer (the seed story's zero
- * layers), a KV cell lost after prefill, a q4_0 KV cache — behind logprobe: the mirrored pairs are
- * shifts, and LogprobGlobalShift fires once the window holds its minimum (window 20, min 10,
- * forSeconds 0). Engines are `logprobe engine --llama` processes (threads 1); one clean baseline
- * serves every case. Needs the built CLI (`npm test` builds first).
+ * Data-level bugs on real llama.cpp numerics — a zeroed attention layer, a KV cell lost after
+ * prefill, a q4_0 KV cache — behind logprobe: the mirrored pairs are shifts, and
+ * LogprobGlobalShift fires once the window holds its minimum (window 20, min 10, forSeconds 0).
+ * Engines are `logprobe engine --llama` processes (threads 1); one clean baseline serves every
+ * case. Needs the built CLI (`npm test` builds first).
  */
 import assert from 'node:assert/strict';
 import { llamaSkip, mirrorThrough, type E2ERun } from './helpers/llama-e2e.js';

@@ -1,6 +1,6 @@
 /**
- * The seeds' three-layer gate and the training-vs-inference comparison on real llama.cpp numerics
- * (#17): golden records from a clean engine, replayed against faults — each gate fails for its
+ * The logits/tokens/KL gates and the training-vs-inference comparison on real llama.cpp numerics:
+ * golden records from a clean engine, replayed against faults — each gate fails for its
  * own reason and passes on a clean build —, renormalised and temperature-scaled sides made from
  * real responses, the JUnit report read by a JUnit parser, and the engine as rollout engine
  * (sampled, temperature 1) against itself as "trainer" on f16 weights (vLLM prompt_logprobs).

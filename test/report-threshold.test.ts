@@ -1,5 +1,5 @@
 /**
- * The seed's threshold model in the report (#16): the share of positions that flipped per
+ * The threshold model in the report: the share of positions that flipped per
  * baseline-gap bucket, and the gap at which flips stop as a second estimate of the offset.
  */
 import assert from 'node:assert/strict';

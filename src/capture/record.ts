@@ -70,9 +70,9 @@ export interface CapturedRepeat {
   second: CaptureSide;
   /** Prompt tokens each run took from the cache, as the engine reported them (null: not reported). */
   cached?: RepeatCache;
-  /** What the pair probed, judged online (the counts as known, the flush confirmed or not); absent in records before it. */
+  /** What the pair probed, judged online (the counts as known, the flush confirmed or not); optional: captures written before the field existed lack it. */
   probe?: ProbeShape;
-  /** How each side was obtained (generation, or a scoring method) and whether that read the cache; absent in records before it. */
+  /** How each side was obtained (generation, or a scoring method) and whether that read the cache; optional: captures written before the field existed lack it. */
   sides?: RepeatSides;
   /** The two runs compared (second vs first), without positions; null when a run failed. */
   analysis: Omit<Comparison, 'positions'> | null;

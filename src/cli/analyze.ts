@@ -32,8 +32,9 @@ const HELP = `
 FILES are capture files (JSONL, plain or gzip, as 'serve' writes them or 'replay --out'), or
 directories holding them — or two token-logprob files (docs/training.md: a trainer's per-token
 logprobs, one sequence per line) or one against an engine's responses: then the sequences are
-lined up and compared position by position, with the seeds' health figures and the importance
-ratio exp(lp_train − lp_infer), as 'compare' does for one sequence.
+lined up and compared position by position, with the health figures (KL, relative error of the
+chosen token, top-10 logprob difference) and the importance ratio exp(lp_train − lp_infer), as
+'compare' does for one sequence.
 Each record is re-compared from its captured bodies. Thresholds: each record's own (those in
 force online, so that the verdicts are reproduced exactly), unless --config or a flag sets them
 for every record.

@@ -47,7 +47,7 @@ export function verdictExitCode(verdict: Verdict): number {
   return 1;
 }
 
-/** `logprobe compare CANDIDATE BASELINE`: the seed's two-file workflow. */
+/** `logprobe compare CANDIDATE BASELINE`: two saved response bodies of the same greedy request, compared offline. */
 export const compareCommand: CommandFactory = (setExit) =>
   new Command('compare')
     .description('compare two saved response bodies of the same greedy request (candidate first)')

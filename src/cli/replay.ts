@@ -60,7 +60,7 @@ Gates (--gate, repeatable or comma-separated; each decided per prompt, composabl
                --max-tokens N on a live replay; said when generations are shorter)
   kl[:T]       each prompt's mean per-position KL estimate <= T nats (default 0.05)
   definition   no definition warning (renormalised subset, single survivor, temperature, probabilities)
-Every run reports the seeds' health figures: KL mean (< 0.05), relative error of the chosen
+Every run reports the health figures: KL mean (< 0.05), relative error of the chosen
 token |p_c - p_b| / p_b mean (< 0.03) and max (< 0.15). --junit FILE writes one test case per
 prompt and gate; --json prints the summary as one object (docs/format.md).
 

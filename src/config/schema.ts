@@ -248,7 +248,7 @@ const sections = z.strictObject({
   alert: z
     .strictObject({
       window: positiveInt.default(50),
-      // minRequests 10 and forSeconds 0: set from the measured run lengths (docs/detection.md, #25).
+      // minRequests 10 and forSeconds 0: chosen from the measured run lengths (docs/detection.md).
       minRequests: positiveInt.default(10),
       fireFraction: share.default(0.5),
       forSeconds: nonNegative.default(0),

@@ -36,9 +36,8 @@ import {
  *   the verdict).
  *
  * Long on purpose: one pass over the positions matches each once and feeds the shift, the KL,
- * the health and the definition figures from that match's locals (#27: the core at 2–4× its
- * speed with the checks in separate passes); split, the parts would re-match or pass a dozen
- * locals. test/core-fused.unit.test.ts holds the fused figures equal to the separate ones.
+ * the health and the definition figures from that match's locals (with the checks in separate
+ * passes the core takes 2–4× as long); split, the parts would re-match or pass a dozen locals. test/core-fused.unit.test.ts holds the fused figures equal to the separate ones.
  */
 // eslint-disable-next-line max-lines-per-function -- the one pass over the positions (see above)
 export function compare(

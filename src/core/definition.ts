@@ -23,7 +23,7 @@ export const DEFINITION_CHECKS = [
 ] as const;
 export type DefinitionCheck = (typeof DEFINITION_CHECKS)[number];
 
-/** One warning: which check, which side (`both` for a relation between the sides), and what was seen, in the seeds' terms. */
+/** One warning: which check, which side (`both` for a relation between the sides), and what was seen, said as the difference in definition ("normalisation domain differs: …"). */
 export interface DefinitionWarning {
   check: DefinitionCheck;
   side: 'candidate' | 'baseline' | 'both';

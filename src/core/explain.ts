@@ -39,7 +39,7 @@ const NOISE_CAVEAT =
   'A noise verdict does not prove there is no bug: a large-gap flip proves presence; small diffs do not prove absence.';
 
 /**
- * The verdict in the seed's terms (docs/format.md): global → suspect the shared prefill input
+ * The verdict as a sentence a reader can act on (docs/format.md): global → suspect the shared prefill input
  * (KV cache / state); local → a token-specific path; early → too few positions for one pair,
  * pool them over many (worded for online and offline alike); ambiguous flip → near-tie, cannot be
  * attributed; noise carries the caveat that it proves no absence of a bug.
@@ -90,7 +90,7 @@ export function explain(e: ExplainInput, t: Thresholds): string {
   return parts.join(' ');
 }
 
-/** The global verdict's cause: the seed's sentence where nothing says more, else the locus's place. */
+/** The global verdict's cause: the locus's place when scoring found one, else the shared prefill input (KV cache / state) to suspect. */
 function globalCause(locus: Locus | null): string {
   switch (locus) {
     case 'compute':

@@ -2,16 +2,16 @@ import { matchPosition, scratch } from './match.js';
 import type { PositionRow, TokenStep } from './types.js';
 
 /**
- * The seeds' health figures of a pair (docs/format.md, `health`): the mean per-position KL
- * estimate, the relative probability error of the chosen token `|p_c − p_b| / p_b`, and the
- * largest absolute logprob difference over each side's top-10 — the three layers of the seeds'
- * alignment gate (logits, distribution) measured on every pair, whatever its verdict. Pure.
+ * The health figures of a pair (docs/format.md, `health`): the mean per-position KL estimate,
+ * the relative probability error of the chosen token `|p_c − p_b| / p_b`, and the largest
+ * absolute logprob difference over each side's top-10 — what the logits and distribution layers
+ * of the alignment gate (src/core/gates.ts) check, measured on every pair whatever its verdict. Pure.
  */
 
-/** The seeds' health thresholds: KL < 0.05, mean relative error < 0.03, max < 0.15. */
+/** The health thresholds: KL < 0.05, mean relative error < 0.03, max < 0.15. */
 export const HEALTH_LIMITS = Object.freeze({ kl: 0.05, relErrMean: 0.03, relErrMax: 0.15 });
 
-/** How many entries of each side's top list the logits figure reads (the seeds' top-10). */
+/** How many entries of each side's top list the logits figure reads: the top-10. */
 export const LOGITS_TOP = 10;
 
 /** A mean and a maximum over `n` positions (both `null` when `n` is 0). */
@@ -30,7 +30,7 @@ export interface LogitsFigure {
   max: number | null;
   /** Positions read. */
   n: number;
-  /** The shortest top list read (at most 10): below 10 the figure is over fewer than the seeds' top-10. */
+  /** The shortest top list read (at most 10): below 10 the figure is over fewer entries than the top-10 it is defined on. */
   topK: number | null;
   /** Where the largest difference is. */
   at: { block: PositionBlock; i: number } | null;
@@ -275,7 +275,7 @@ export function healthOf(
   };
 }
 
-/** Whether a figure passes the seeds' health thresholds: `{kl, relErrMean, relErrMax}`, each true, false or null (not measured). */
+/** Whether a figure passes {@link HEALTH_LIMITS}: `{kl, relErrMean, relErrMax}`, each true, false or null (not measured). */
 export function healthMarks(h: Pick<Health, 'kl' | 'relErr'>): {
   kl: boolean | null;
   relErrMean: boolean | null;

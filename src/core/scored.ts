@@ -57,7 +57,7 @@ export interface ScoredBlock extends Partial<ForcedStats> {
   /** The engine API used (outcome `ok`), or the one that was tried. */
   method?: string;
   mode?: ScoringMode;
-  /** Whether the scoring read the engine's prefix cache (absent: not said, records before it). */
+  /** Whether the scoring read the engine's prefix cache (absent: not said, or a capture written before the field existed). */
   readsCache?: boolean;
   /** Why not scored (`unsupported`, `skipped`, `failed`), or a note on a partial scoring. */
   reason?: string;

@@ -9,7 +9,7 @@ import {
 import type { Comparison } from './types.js';
 
 /**
- * Self-consistency (design: "Repeats"): the same request sent twice in succession to one
+ * Self-consistency (docs/format.md, `repeats`): the same request sent twice in succession to one
  * backend, the second normally served from its prefix cache (cold → warm), compared with the same
  * core as a candidate/baseline pair. A backend whose repeats disagree above the noise floor is
  * `self_inconsistent` for that request: its cache path (the state written, evicted, restored)

@@ -211,7 +211,7 @@ export interface Comparison {
   shiftedFraction: number | null;
   /** The flip at the first divergence, or `null`. */
   flip: Flip | null;
-  /** The verdict in the seed's terms. */
+  /** The verdict as a sentence: its likely cause and what to do next (src/core/explain.ts). */
   explanation: string;
   /** Notes on the inputs (length mismatch, flagged values), for reports; never used by the verdict. */
   notes: string[];
@@ -226,7 +226,7 @@ export interface Comparison {
   prompt?: PromptBlock | null;
   /** Where the difference lives (`compute`, `decode_state`, `unknown`), or null when nothing moved. */
   locus?: Locus | null;
-  /** The seeds' health figures (KL, relative error of the chosen token, top-10 logits difference): docs/format.md. */
+  /** The health figures (KL, relative error of the chosen token, top-10 logits difference): docs/format.md. */
   health?: Health;
   /** Why a side's numbers cannot be raw full-vocabulary logprobs (empty when nothing says so): docs/format.md. */
   definition?: DefinitionWarning[];

@@ -90,7 +90,8 @@ export function analyzeRepeat(
   t: Thresholds,
 ): RepeatResult {
   // As judged online (the counts as the backend was known to report them, the flush confirmed or
-  // not); a record before it: from its own counts, a flush taken as confirmed.
+  // not); a record without `probe` (written before captures carried it): from its own counts, a
+  // flush taken as confirmed.
   const probe = PROBE_SHAPES.includes(r.probe as ProbeShape)
     ? (r.probe as ProbeShape)
     : probeShape(repeatCache(first?.body, r.second.body), r.flushed);

@@ -92,7 +92,7 @@ export interface ProbeOptions {
   topK: number;
   /** Empty the engine's cache to test the flush (false: the flush line says it was not tried). */
   flush: boolean;
-  /** Concurrent copies of the greedy request in the determinism check (the 16). */
+  /** Concurrent copies of the greedy request in the determinism check (default 16). */
   copies?: number;
   /** What the configuration needs of this backend. */
   required: CapabilityName[];

@@ -9,7 +9,7 @@ import {
 import { esc } from './html-svg.js';
 
 /**
- * The seeds' health figures, the definition warnings and the gates in the reports of `analyze`,
+ * The health figures, the definition warnings and the gates in the reports of `analyze`,
  * `replay` and the training comparison (text and HTML).
  */
 
@@ -40,7 +40,7 @@ export function healthLines(r: HealthReport): string[] {
   const h = r.health;
   const out: string[] = [];
   out.push(
-    `health (the seeds' thresholds; KL over ${int(h.kl.n)} positions, relative error |p_c − p_b| / p_b of the chosen token over ${int(h.relErr.n)}, ${int(h.pairs)} pairs)`,
+    `health (KL over ${int(h.kl.n)} positions, relative error |p_c − p_b| / p_b of the chosen token over ${int(h.relErr.n)}, ${int(h.pairs)} pairs)`,
   );
   for (const [name, v, ok, limit] of rows(h))
     out.push(
@@ -49,7 +49,7 @@ export function healthLines(r: HealthReport): string[] {
   if (h.logits.max !== null) {
     const k = Math.min(h.logits.topK ?? LOGITS_TOP, LOGITS_TOP);
     out.push(
-      `  largest |Δ logprob| over each side's top-${k}: ${formatNats(h.logits.max)} nats${h.logits.at ? ` (${h.logits.at})` : ''}${k < LOGITS_TOP ? ` — top lists of ${k} only, fewer than the seeds' ${LOGITS_TOP}` : ''}`,
+      `  largest |Δ logprob| over each side's top-${k}: ${formatNats(h.logits.max)} nats${h.logits.at ? ` (${h.logits.at})` : ''}${k < LOGITS_TOP ? ` — top lists of ${k} only, fewer than the ${LOGITS_TOP} the figure is defined on` : ''}`,
     );
   }
   const worst = h.worst.filter((w) => (w.kl ?? 0) > 0 || (w.relErrMax ?? 0) > 0).slice(0, 3);
@@ -115,5 +115,5 @@ export function healthHtml(r: HealthReport): string {
           )
           .join('')}</tbody></table>`
       : '';
-  return `<section id="health"><h2>Health</h2><p>The seeds' health figures over ${int(h.pairs)} pairs (KL over ${int(h.kl.n)} positions; relative error |p<sub>c</sub> − p<sub>b</sub>| / p<sub>b</sub> of the chosen token over ${int(h.relErr.n)}).</p><table class="health"><tbody>${trs}</tbody></table>${logits}${defs}${gates}</section>`;
+  return `<section id="health"><h2>Health</h2><p>Health figures over ${int(h.pairs)} pairs (KL over ${int(h.kl.n)} positions; relative error |p<sub>c</sub> − p<sub>b</sub>| / p<sub>b</sub> of the chosen token over ${int(h.relErr.n)}).</p><table class="health"><tbody>${trs}</tbody></table>${logits}${defs}${gates}</section>`;
 }

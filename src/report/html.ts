@@ -14,7 +14,7 @@ import { ABSENCE_NOTE, notableWorst, VERDICT_ORDER, type ReportContext } from '.
 export interface HtmlContext extends ReportContext {
   title: string;
   inputs: readonly string[];
-  /** Strips per page (default 25; the issue allows up to 200). */
+  /** Strips per page (default 25, clamped to 1–200). */
   perPage?: number;
 }
 

@@ -14,7 +14,7 @@ export interface ReportContext {
   gapSystematic: number;
   /** Worst pairs listed (default 10). */
   top?: number;
-  /** The seeds' health figures, definition warnings and gates (src/report/health-text.ts). */
+  /** The health figures, definition warnings and gates (src/report/health-text.ts). */
   health?: HealthReport;
 }
 
@@ -84,7 +84,7 @@ function flipCurveLines(d: SummaryData, ctx: ReportContext): string[] {
   return out;
 }
 
-/** Where flips stop, read as the seed's threshold model does (shared by the text and HTML reports). */
+/** Where flips stop, read as an estimate of the offset (src/report/threshold.ts; shared by the text and HTML reports). */
 export function flipStopSentence(fc: FlipCurveData, gapAmbiguous: number, positionShift: HistogramData): string {
   if (fc.stop === null)
     return `flips stop: too few flips to say (${int(fc.flips.reduce((a, b) => a + b, 0))}, at least ${MIN_FLIPS_FOR_STOP} needed)`;

@@ -2,7 +2,7 @@ import type { Comparison } from '../core/index.js';
 import { Histogram, linearEdges } from './histogram.js';
 
 /**
- * The seed's threshold model, measured: at every free-running comparable position the baseline's
+ * How far a shift flips tokens, measured: at every free-running comparable position the baseline's
  * top-1/top-2 gap is the force a flip there would need, and the position either kept the
  * baseline's token or flipped (the first divergence). Float noise flips only near-ties (gap ≈ 0);
  * a systematic shift of size s flips tokens whose gap is below about s, so the gap at which flips

@@ -24,7 +24,7 @@ export const DEMO_ENGINES = ['auto', 'llama', 'sim'] as const;
 /** `--engine`: llama.cpp when it runs here (auto), llama.cpp or fail, or the simulated engines. */
 export type DemoEngineChoice = (typeof DEMO_ENGINES)[number];
 
-/** The default candidate fault: the seed story's zeroed layers, a large global shift. */
+/** The default candidate fault: an attention layer zeroed, a gross state bug that shows as a large global shift. */
 export const DEFAULT_LLAMA_FAULT = 'zero-layer:1';
 
 /** What the candidate runs on each kind of engine; null where that kind has no counterpart. */
