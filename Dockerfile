@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# logprobe production image: Node 20, the compiled proxy and its production dependencies only,
-# run as the unprivileged `node` user (uid 1000).
+# logprobe production image: Node 26 (the Active LTS line; CI runs the unit tests and a serve
+# end-to-end test on it), the compiled proxy and its production dependencies only, run as the
+# unprivileged `node` user (uid 1000).
 #
 #   docker build -t logprobe .
 #   docker run --rm -p 8080:8080 -p 9464:9464 \
@@ -9,9 +10,9 @@
 #
 # Config: /etc/logprobe/logprobe.yaml (container defaults below; mount your own over it, see
 # config/logprobe.example.yaml), then LOGPROBE_* variables. Captures: /var/lib/logprobe/captures
-# (mount a volume). Smaller still: --build-arg NODE_IMAGE=node:20-alpine (no native modules).
+# (mount a volume). Smaller still: --build-arg NODE_IMAGE=node:26-alpine (no native modules).
 # Size and operations: docs/operations.md.
-ARG NODE_IMAGE=node:20-bookworm-slim
+ARG NODE_IMAGE=node:26-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app

