@@ -6,8 +6,8 @@ import {
   requestedLogprobs,
   sendWithinLimits,
   withinLogprobs,
-  type Backend,
 } from '../src/backend/limits.js';
+import type { Backend } from '../src/core/types.js';
 import type { BackendResult } from '../src/backend/dispatch.js';
 import { parseJson } from '../src/core/parse/json.js';
 import { parseResponse } from '../src/core/index.js';

@@ -7,7 +7,7 @@ import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue, sendChatOrCompletion, startSim } from './helpers/sim.js';
 import { startUpstream } from './helpers/upstream.js';
 
-// The mirror runs in a worker thread (src/worker/thread.ts, worker.ts): these tests cover what the
+// The mirror runs in a worker thread (src/worker/handle.ts, worker.ts): these tests cover what the
 // hand-over adds — the proxy's own body copy, merged metrics, forwarded logs, the worker's
 // priority, and a worker that dies (what /metrics shows then: mirror-worker-down.test.ts).
 

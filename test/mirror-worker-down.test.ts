@@ -1,6 +1,6 @@
 // When the mirror's worker thread is gone or does not answer, /metrics still answers within a
 // bounded time, keeps the worker's last known values — a firing alert stays firing, counters do
-// not reset — and says so with logprobe_mirror_worker_up 0 (src/worker/thread.ts). The faults are
+// not reset — and says so with logprobe_mirror_worker_up 0 (src/worker/handle.ts). The faults are
 // real: test/helpers/mirror-worker-faults.mjs throws in the worker, or blocks its event loop, when
 // a mirrored request asks it to.
 import { test } from 'node:test';
@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { request } from 'undici';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue, startSim } from './helpers/sim.js';
-import { WORKER_METRICS_TIMEOUT_MS } from '../src/worker/thread.js';
+import { WORKER_METRICS_TIMEOUT_MS } from '../src/worker/handle.js';
 
 const FAULTY_WORKER = new URL('./helpers/mirror-worker-faults.mjs', import.meta.url);
 /** What a scrape may take at most: the worker's timeout plus the time to render the text. */

@@ -2,7 +2,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { renderLivePage } from '../live/page.js';
-import type { LiveAnswer } from '../worker/thread.js';
+import type { LiveAnswer } from '../worker/handle.js';
 import type { AdminHosts } from './hosts.js';
 import type { BackendStatus } from '../backend/health.js';
 
@@ -20,7 +20,7 @@ export interface AdminDeps {
   proxyListening?(): boolean;
   /** Each backend's state as the mirror knows it (the body of /readyz names one it cannot reach). */
   mirrorBackends?(): readonly BackendStatus[];
-  /** The live page's data after pair `since` and point `sinceT` (MirrorThread.liveData); absent without a mirror. */
+  /** The live page's data after pair `since` and point `sinceT` (MirrorHandle.liveData); absent without a mirror. */
   live?(since: number, sinceT: number): Promise<LiveAnswer>;
   /** The `Host` values answered (admin.allowedHosts); any other gets 421 on every route. */
   hosts: AdminHosts;

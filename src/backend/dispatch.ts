@@ -27,7 +27,7 @@ export type MirrorTarget =
   | { role: 'candidate' }
   | { role: 'baseline'; apiKey?: string | null; forwardAuth?: boolean; forwardHeaders?: readonly string[] };
 
-const one = (v: string | string[]): string => (Array.isArray(v) ? v.join(', ') : v);
+const joined = (v: string | string[]): string => (Array.isArray(v) ? v.join(', ') : v);
 
 /**
  * The headers of a mirrored copy. The candidate gets the client's own headers (its credentials
@@ -51,17 +51,17 @@ export function mirrorHeaders(client: IncomingHttpHeaders, target: MirrorTarget)
     for (const name in client) {
       const v = client[name];
       if (v === undefined || NEVER_COPIED.has(name) || named.includes(name)) continue;
-      out[name] = one(v);
+      out[name] = joined(v);
     }
   } else {
     for (const name of target.forwardHeaders ?? []) {
       const v = client[name];
-      if (v !== undefined && !NEVER_COPIED.has(name)) out[name] = one(v);
+      if (v !== undefined && !NEVER_COPIED.has(name)) out[name] = joined(v);
     }
     if (target.forwardAuth) {
       for (const name of AUTH_HEADERS) {
         const v = client[name];
-        if (v !== undefined) out[name] = one(v);
+        if (v !== undefined) out[name] = joined(v);
       }
     }
     if (target.apiKey) out.authorization = `Bearer ${target.apiKey}`;

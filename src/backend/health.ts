@@ -1,14 +1,13 @@
 import type { Logger } from 'pino';
+import type { Backend } from '../core/types.js';
 
 /**
- * What the mirror knows of each backend's state, said at once (#26): the start-up probe's answer
+ * What the mirror knows of each backend's state, said at once: the start-up probe's answer
  * (reachable, the engine and its version, or unreachable with the cause), then every failed copy.
  * Failures are logged rate-limited — the first at once, then at most one line a minute per
  * backend with the count since the last line and the newest cause — and kept for `/ui` and
  * `/readyz` (src/live/feed.ts, src/admin/app.ts).
  */
-
-type Backend = 'candidate' | 'baseline';
 
 /** How long between two failure lines of one backend. */
 export const FAILURE_LOG_MS = 60_000;

@@ -1,5 +1,6 @@
 import type { CappedField } from '../metrics/labels.js';
 import type { BackendResult } from './dispatch.js';
+import type { Backend } from '../core/types.js';
 
 /**
  * Engines cap how many logprobs a request may ask for (vLLM's `--max-logprobs`, OpenAI's 20 for
@@ -10,7 +11,6 @@ import type { BackendResult } from './dispatch.js';
  */
 
 /** The two backends a copy goes to. */
-export type Backend = 'candidate' | 'baseline';
 
 /** Statuses a server uses to refuse a parameter (400; 422 from FastAPI/pydantic validation). */
 const REFUSAL = new Set([400, 422]);

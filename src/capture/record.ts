@@ -3,6 +3,7 @@ import type { BackendResult } from '../backend/dispatch.js';
 import type { MirroredPair, MirrorOutcome } from '../pair/types.js';
 import type { ProbeShape, RepeatCache, RepeatSides, SelfVerdict } from '../core/self.js';
 import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, Redaction } from '../log/redact.js';
+import type { Backend } from '../core/types.js';
 
 /**
  * The capture format's version. 2 added the teacher-forced `scored` and `prompt` blocks and the
@@ -63,7 +64,7 @@ export interface CaptureRecord {
 
 /** One repeat probe as captured: the first run is the record's own side of that backend. */
 export interface CapturedRepeat {
-  backend: 'candidate' | 'baseline';
+  backend: Backend;
   /** The engine's cache was emptied before the first run. */
   flushed: boolean;
   flushError?: string;

@@ -1,6 +1,6 @@
 import type { Config } from '../config/schema.js';
 import type { Metrics } from '../metrics/registry.js';
-import { keepBodyFor, mirrorChoice } from '../worker/thread.js';
+import { keepBodyFor, mirrorChoice } from '../worker/handle.js';
 import { Sampler } from '../mirror/sampler.js';
 import type { Exchange, MirrorTap } from '../proxy/tap.js';
 import type { FromProxyWorker } from './protocol.js';

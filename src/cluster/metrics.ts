@@ -1,5 +1,5 @@
 import { mergeProcesses, retiredPart, sumParts, type MetricsJSON } from '../metrics/merge.js';
-import { WORKER_METRICS_TIMEOUT_MS } from '../worker/thread.js';
+import { WORKER_METRICS_TIMEOUT_MS } from '../worker/handle.js';
 import { sendTo, type Proc, type ProcEvents } from './supervisor.js';
 
 /**
@@ -17,7 +17,7 @@ export class ClusterMetrics implements ProcEvents {
 
   /**
    * @param procs the slots' processes not yet retired
-   * @param own the primary's registry and the mirror worker's (MirrorThread.metricsParts)
+   * @param own the primary's registry and the mirror worker's (MirrorHandle.metricsParts)
    */
   constructor(
     private readonly procs: () => readonly Proc[],

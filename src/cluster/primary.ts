@@ -7,7 +7,7 @@ import { buildAdminApp } from '../admin/app.js';
 import { AdminHosts } from '../admin/hosts.js';
 import { createLogger, stdoutDestination, type Logger } from '../log/logger.js';
 import { Metrics } from '../metrics/registry.js';
-import { exitDeadlineMs, MirrorThread } from '../worker/thread.js';
+import { exitDeadlineMs, MirrorHandle } from '../worker/handle.js';
 import { createCandidatePool, probe } from '../server/server.js';
 import { ClusterMetrics } from './metrics.js';
 import { Supervisor } from './supervisor.js';
@@ -27,7 +27,7 @@ export interface ClusterRuntime {
   logger: Logger;
   metrics: Metrics;
   admin: FastifyInstance;
-  mirror: MirrorThread;
+  mirror: MirrorHandle;
   /** The proxy workers' pids now (tests, the bench). */
   workerPids(): number[];
   listen(): Promise<{ proxyUrl: string; adminUrl: string }>;
@@ -46,7 +46,7 @@ interface PrimaryWiring {
   workers: number;
   logger: Logger;
   metrics: Metrics;
-  mirror: MirrorThread;
+  mirror: MirrorHandle;
   probePool: Pool;
   clusterMetrics: ClusterMetrics;
   supervisor: Supervisor;
@@ -117,7 +117,7 @@ function closePrimary(w: PrimaryWiring, admin: FastifyInstance, closeOptions: { 
  * worker processes (src/cluster/proxy-worker.ts), which share the public port — node:cluster's
  * primary accepts the connections and hands them round-robin to the workers — and each run the
  * client path and the sampling decision. The primary runs what must stay one: the mirror
- * (MirrorThread: its worker thread, the detectors, alerts and the capture), fed by every
+ * (MirrorHandle: its worker thread, the detectors, alerts and the capture), fed by every
  * worker's hand-over, and the admin server, whose /metrics merges its own registry, the mirror
  * worker's and every proxy worker's. A worker that exits unexpectedly is logged and started again
  * (with backoff); clients on the others do not notice. SIGTERM drains every worker, then the
@@ -137,7 +137,7 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
   // The primary's own: the mirror's hand-over (skipped, dropped), logprobe_mirror_worker_up, the
   // readiness probe's connection, its process metrics; the client path's families stay at 0 here.
   const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });
-  const mirror = new MirrorThread({ config, logger, logDestination, metrics });
+  const mirror = new MirrorHandle({ config, logger, logDestination, metrics });
   const probePool: Pool = createCandidatePool(config, metrics, 1);
   const clusterMetrics: ClusterMetrics = new ClusterMetrics(
     () => supervisor.current(),

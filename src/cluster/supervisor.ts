@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import type { Config } from '../config/schema.js';
 import type { Logger } from '../log/logger.js';
 import type { MetricsJSON } from '../metrics/merge.js';
-import type { MirrorThread } from '../worker/thread.js';
+import type { MirrorHandle } from '../worker/handle.js';
 import type { FromProxyWorker, ToProxyWorker } from './protocol.js';
 
 /** How long `start()` waits for every proxy worker to listen before it gives up. */
@@ -83,7 +83,7 @@ export class Supervisor {
       config: Config;
       workers: number;
       log: Logger;
-      mirror: Pick<MirrorThread, 'handOver'>;
+      mirror: Pick<MirrorHandle, 'handOver'>;
       events: ProcEvents;
     },
   ) {

@@ -2,6 +2,7 @@
  * The sustained-shift detectors of the README's "Alerts": pure functions, state in, state out,
  * so the proxy, `replay` and the tests share them. Time is passed in (seconds), never read.
  */
+import type { Backend } from './types.js';
 
 /** One comparable mirrored request, as the detectors see it. */
 export interface DetectorObservation {
@@ -36,7 +37,7 @@ export type AlertName = 'LogprobGlobalShift' | 'LogprobSustainedShift' | 'Logpro
 export interface AlertTransition {
   alert: AlertName;
   /** The backend whose repeats disagree (LogprobSelfInconsistency only). */
-  backend?: 'candidate' | 'baseline';
+  backend?: Backend;
   to: 'firing' | 'resolved';
   at: number;
   startsAt: number;

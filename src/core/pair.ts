@@ -1,6 +1,7 @@
 import { compare } from './compare.js';
 import { parseResponse } from './parse/index.js';
 import type { Comparison, ParsedResponse, Thresholds } from './types.js';
+import type { Backend } from './types.js';
 
 /** What a backend answered, as far as the classification is concerned (a live result or a capture's side). */
 export interface SideAnswer {
@@ -16,7 +17,7 @@ export type PairOutcome = 'ok' | 'candidate_error' | 'baseline_error' | 'unparse
 export interface PairClass {
   outcome: PairOutcome;
   /** The side whose answer failed or could not be read (errors and `unparseable` only). */
-  side?: 'candidate' | 'baseline';
+  side?: Backend;
   /** The free-running comparison (rescored by `score`, when given): `ok` and `incomparable` with a baseline. */
   comparison: Comparison | null;
   candidate: ParsedResponse | null;

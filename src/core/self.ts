@@ -7,6 +7,7 @@ import {
   type DetectorState,
 } from './detector.js';
 import type { Comparison } from './types.js';
+import type { Backend } from './types.js';
 
 /**
  * Self-consistency (docs/format.md, `repeats`): the same request sent twice in succession to one
@@ -52,7 +53,7 @@ export function selfEvidence(c: Comparison): { shifted: number; comparable: numb
 /** The self alert: the window detector over a backend's repeat pairs. */
 export type SelfAlertTransition = AlertTransition & {
   alert: 'LogprobSelfInconsistency';
-  backend: 'candidate' | 'baseline';
+  backend: Backend;
 };
 
 /**
@@ -66,7 +67,7 @@ export function observeSelf(
   obs: DetectorObservation,
   cfg: AlertConfig,
   now: number,
-  backend: 'candidate' | 'baseline',
+  backend: Backend,
 ): { state: DetectorState; transitions: SelfAlertTransition[] } {
   return relabel(observe(state, obs, cfg, now), backend);
 }
@@ -76,14 +77,14 @@ export function tickSelf(
   state: DetectorState,
   cfg: AlertConfig,
   now: number,
-  backend: 'candidate' | 'baseline',
+  backend: Backend,
 ): { state: DetectorState; transitions: SelfAlertTransition[] } {
   return relabel(tick(state, cfg, now), backend);
 }
 
 function relabel(
   r: { state: DetectorState; transitions: AlertTransition[] },
-  backend: 'candidate' | 'baseline',
+  backend: Backend,
 ): { state: DetectorState; transitions: SelfAlertTransition[] } {
   return {
     state: r.state,

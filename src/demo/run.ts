@@ -8,6 +8,7 @@ import { promptText } from '../report/strips.js';
 import { alertSummary, medianShiftText } from '../mirror/notify.js';
 import { formatNats } from '../core/explain.js';
 import { runTraffic } from './traffic.js';
+import type { Backend } from '../core/types.js';
 
 /**
  * Two running engines and how the demo should drive them: what the demo needs of the test
@@ -65,7 +66,7 @@ export interface DemoSummary {
   /** Compared pairs by verdict (none baseline-free). */
   verdicts: Record<string, number>;
   /** Repeat probes by backend and verdict (cold run against warm run). */
-  repeats: Partial<Record<'candidate' | 'baseline', Record<string, number>>>;
+  repeats: Partial<Record<Backend, Record<string, number>>>;
   alerts: AlertTransition[];
   /** Seconds from the start to each alert's first firing (engine start-up included). */
   firstFiring: Partial<Record<AlertTransition['alert'], number>>;

@@ -5,6 +5,7 @@ import { PROBE_SHAPES, SELF_VERDICTS, type ProbeShape, type SelfVerdict } from '
 import { buildStrip, type Strip } from '../report/strips.js';
 import type { MirroredPair, MirrorOutcome } from '../pair/types.js';
 import type { BackendStatus } from '../backend/health.js';
+import type { Backend } from '../core/types.js';
 
 /**
  * The live page's state (GET /ui on the admin port, src/live/page.ts), kept in the mirror's
@@ -37,8 +38,6 @@ export const LIVE_SECONDS = 300;
 const TOKEN_CHARS = 48;
 const PROMPT_CHARS = 240;
 const ID_CHARS = 80;
-
-type Backend = 'candidate' | 'baseline';
 
 /** A strip as the page draws it; a repeat's names its two runs. */
 export type LiveStrip = Strip & { sides?: [string, string] };

@@ -22,7 +22,7 @@ export type MetricThread = 'main' | 'worker';
 /**
  * Which thread owns a metric, i.e. counts or sets it, and is the only one that registers it.
  * `both`: a counter or gauge that each thread moves for its own part, registered on both and
- * summed by `/metrics` (the only families the merge adds up; src/worker/thread.ts).
+ * summed by `/metrics` (the only families the merge adds up; src/worker/handle.ts).
  */
 export type MetricOwner = MetricThread | 'both';
 
@@ -322,7 +322,7 @@ export const MIRROR_OUTCOMES = [
   'unparseable',
   'incomparable',
 ] as const;
-/** The outcomes the proxy's thread counts itself (src/worker/thread.ts): what it never hands over. */
+/** The outcomes the proxy's thread counts itself (src/worker/handle.ts): what it never hands over. */
 export const MAIN_MIRROR_OUTCOMES = ['skipped', 'dropped'] as const satisfies ReadonlyArray<
   (typeof MIRROR_OUTCOMES)[number]
 >;

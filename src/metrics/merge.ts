@@ -29,7 +29,7 @@ export function mergeProcesses(parts: readonly MetricsJSON[]): Registry {
 }
 
 /**
- * The registries of one process's two threads as one (src/worker/thread.ts): the main thread's
+ * The registries of one process's two threads as one (src/worker/handle.ts): the main thread's
  * and the mirror worker's. Each thread registers only the metrics it owns (src/metrics/catalog.ts),
  * so a family is on both sides only when owned by both (`logprobe_mirror_total`,
  * `logprobe_upstream_connections`), each side counting its own part: adding them is exact. Every

@@ -28,6 +28,7 @@ import {
   SCORING_OUTCOMES,
 } from './catalog.js';
 import { PROBE_SHAPES, SELF_VERDICTS } from '../core/self.js';
+import type { Backend } from '../core/types.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
 
@@ -92,7 +93,7 @@ export class Metrics {
     this.gauge('logprobe_upstream_connections').set({ backend: 'candidate' }, 0);
     for (const route of mirrorRoutes)
       for (const outcome of MAIN_MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
-    // Until the worker has answered a scrape (src/worker/thread.ts sets it).
+    // Until the worker has answered a scrape (src/worker/handle.ts sets it).
     this.gauge('logprobe_mirror_worker_up').set(0);
   }
 
@@ -164,7 +165,7 @@ export class Metrics {
   }
 
   /** An upstream connection opened (+1) or closed (−1). */
-  connections(backend: 'candidate' | 'baseline', delta: 1 | -1): void {
+  connections(backend: Backend, delta: 1 | -1): void {
     this.gauge('logprobe_upstream_connections').inc({ backend }, delta);
   }
 

@@ -15,23 +15,23 @@ import type { PairPipeline } from '../pair/pipeline.js';
  * disagrees with its cold one shows a finding, not noise, and never raises the floor.
  */
 export class Calibration {
-  private readonly shifts: Record<'candidate' | 'baseline' | 'trusted', number[]> = {
+  private readonly shifts: Record<Backend | 'trusted', number[]> = {
     candidate: [],
     baseline: [],
     trusted: [],
   };
-  private readonly p99Cache: Record<'candidate' | 'baseline' | 'trusted', number | null> = {
+  private readonly p99Cache: Record<Backend | 'trusted', number | null> = {
     candidate: null,
     baseline: null,
     trusted: null,
   };
   /** Repeat pairs measured so far, per backend, and the trusted ones among them. */
-  readonly samples: Record<'candidate' | 'baseline' | 'trusted', number> = { candidate: 0, baseline: 0, trusted: 0 };
+  readonly samples: Record<Backend | 'trusted', number> = { candidate: 0, baseline: 0, trusted: 0 };
 
   constructor(private readonly options: { margin: number; minSamples: number; minFloor: number; maxValues?: number }) {}
 
   /** Adds the per-position shifts of one repeat pair of a backend; `trusted`: the floor may learn from it. */
-  add(backend: 'candidate' | 'baseline', positionShifts: readonly number[], o: { trusted: boolean }): void {
+  add(backend: Backend, positionShifts: readonly number[], o: { trusted: boolean }): void {
     for (const key of o.trusted ? [backend, 'trusted' as const] : [backend]) {
       const list = this.shifts[key];
       for (const s of positionShifts) if (Number.isFinite(s)) list.push(s);
@@ -43,7 +43,7 @@ export class Calibration {
   }
 
   /** p99 of the recorded shifts of a backend (or of the trusted ones), or null before any. */
-  p99(backend: 'candidate' | 'baseline' | 'trusted'): number | null {
+  p99(backend: Backend | 'trusted'): number | null {
     const cached = this.p99Cache[backend];
     if (cached !== null) return cached;
     const list = this.shifts[backend];

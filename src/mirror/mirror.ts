@@ -159,7 +159,7 @@ export class Mirror {
   }
 
   /**
-   * Takes an exchange the sampler chose (on the proxy's thread, src/worker/thread.ts): skipped,
+   * Takes an exchange the sampler chose (on the proxy's thread, src/worker/handle.ts): skipped,
    * dropped or queued. `deps.onSettled` is called once when it is over, whichever way.
    */
   accept(ex: Exchange): void {

@@ -14,6 +14,7 @@ import { classifyPair, failedAnswer, type SideAnswer } from '../core/pair.js';
 import { clip, failureReason } from '../backend/failure.js';
 import type { MirrorOutcome } from './types.js';
 import { PROBE_SHAPES, probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
+import type { Backend } from '../core/types.js';
 
 /** One pair analysed: the mirror's outcome and, when both sides were usable, the comparison and the parsed bodies. */
 export interface PairResult {
@@ -69,7 +70,7 @@ export function analyzePair(
 
 /** A repeat probe analysed offline: the two runs of one backend compared again, its captured scoring re-counted. */
 export interface RepeatResult {
-  backend: 'candidate' | 'baseline';
+  backend: Backend;
   flushed: boolean;
   /** What the pair probed, as the engine reported its cache hits (only cold_warm is seen by the self alert). */
   probe: ProbeShape;
@@ -81,7 +82,7 @@ export interface RepeatResult {
 export function analyzeRepeat(
   first: SideAnswer | null,
   r: {
-    backend: 'candidate' | 'baseline';
+    backend: Backend;
     flushed: boolean;
     probe?: unknown;
     second: SideAnswer & { body?: unknown };

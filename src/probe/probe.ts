@@ -9,6 +9,7 @@ import { detectEngine } from '../backend/engines/detect.js';
 import { requestJson, type JsonAnswer, type ScoringTarget } from '../backend/http.js';
 import type { EngineName } from '../metrics/labels.js';
 import { PROFILES } from '../backend/engines/index.js';
+import type { Backend } from '../core/types.js';
 
 /**
  * `logprobe probe URL` and `serve`'s start-up check of each backend: what the engine behind a URL
@@ -141,10 +142,7 @@ const SCORING_READS_CACHE: Readonly<Record<EngineName, string>> = {
  * baseline) need a visible cache path, and `mirror.repeat.flush` a flush; `noiseFloor: exact`
  * needs determinism.
  */
-export function requiredCapabilities(
-  config: Config,
-  backend: 'candidate' | 'baseline' = 'candidate',
-): CapabilityName[] {
+export function requiredCapabilities(config: Config, backend: Backend = 'candidate'): CapabilityName[] {
   const out: CapabilityName[] = ['logprobs', 'top_k_cap'];
   if (config.analysis.scoring.when !== 'never') {
     out.push('scoring', 'prompt_top_k');

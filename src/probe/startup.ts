@@ -4,8 +4,7 @@ import type { BackendHealth } from '../backend/health.js';
 import type { Metrics } from '../metrics/registry.js';
 import { missingText } from './format.js';
 import { CAPABILITY_LABELS, probeEngine, requiredCapabilities, UnreachableError, type ProbeReport } from './probe.js';
-
-type Backend = 'candidate' | 'baseline';
+import type { Backend } from '../core/types.js';
 
 /**
  * `serve`'s start-up check (`probe.atStart`), in the mirror's worker: each backend probed once, in
@@ -26,10 +25,10 @@ export async function probeAtStart(o: {
   const { config } = o;
   if (config.probe.atStart === 'off') return [];
   const backends: Backend[] = config.baseline.url === null ? ['candidate'] : ['candidate', 'baseline'];
-  return Promise.all(backends.map((b) => one(o, b)));
+  return Promise.all(backends.map((b) => probeBackend(o, b)));
 }
 
-async function one(
+async function probeBackend(
   o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger; signal?: AbortSignal },
   backend: Backend,
 ): Promise<ProbeReport | null> {

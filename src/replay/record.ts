@@ -100,7 +100,7 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
         while (inflight.size >= o.concurrency) await Promise.race(inflight);
         // A golden file that cannot be written stops the recording: nothing more is sent.
         if (r.out.error !== null) break;
-        const p = r.one(queued++, `${basename(file)}:${line.line}`, item).finally(() => inflight.delete(p));
+        const p = r.recordInput(queued++, `${basename(file)}:${line.line}`, item).finally(() => inflight.delete(p));
         inflight.add(p);
       }
     }
@@ -205,7 +205,7 @@ class GoldenRecorder {
   }
 
   /** One input: sent within the backend's logprobs cap, judged, scored, written as the `n`-th golden record. */
-  async one(n: number, id: string, item: ReplayItem): Promise<void> {
+  async recordInput(n: number, id: string, item: ReplayItem): Promise<void> {
     const { o, result } = this;
     const sent = await this.client.send({ path: item.route, body: mirroredBody(item, o.rewrite, o.maxTokens) });
     const answer: BackendResult = sent.result;

@@ -68,7 +68,7 @@ export const MAX_PROMPT_CHARS = 400;
 export function promptText(body: unknown): string | null {
   if (body === null || typeof body !== 'object') return null;
   const b = body as { prompt?: unknown; messages?: unknown };
-  const one = (p: unknown): string =>
+  const asText = (p: unknown): string =>
     typeof p === 'string'
       ? p
       : Array.isArray(p) && p.every((x) => typeof x === 'number')
@@ -76,8 +76,8 @@ export function promptText(body: unknown): string | null {
         : JSON.stringify(p);
   if (b.prompt !== undefined)
     return Array.isArray(b.prompt) && b.prompt.some((x) => typeof x !== 'number')
-      ? b.prompt.map(one).join('\n')
-      : one(b.prompt);
+      ? b.prompt.map(asText).join('\n')
+      : asText(b.prompt);
   if (!Array.isArray(b.messages)) return null;
   return b.messages
     .map((m: unknown) => {

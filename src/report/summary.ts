@@ -20,6 +20,7 @@ import { Histogram, linearEdges, logEdges, type HistogramData } from './histogra
 import type { PairResult, RepeatResult } from '../pair/analyze.js';
 import { FlipCurve, type FlipCurveData } from './threshold.js';
 import { badness, buildStrip, promptKey, StripSelector, stripInput, type Strip } from './strips.js';
+import type { Backend } from '../core/types.js';
 
 /** Outcomes of pairs that were not compared. */
 export const UNCOMPARED: readonly MirrorOutcome[] = ['candidate_error', 'baseline_error', 'unparseable'];
@@ -49,7 +50,7 @@ export interface SummaryEntry {
 export interface OfflineAlert {
   alert: AlertName;
   /** LogprobSelfInconsistency: the backend whose repeats disagree. */
-  backend?: 'candidate' | 'baseline';
+  backend?: Backend;
   /** 1-based pair number at which it fired. */
   atPair: number;
   pooledShare: number;
@@ -82,7 +83,7 @@ export interface SummaryData {
   baselineFree: number;
   /** Repeat probes per backend: self verdicts, the shift between the runs, and how many had their first run cold for sure. */
   repeats: Array<{
-    backend: 'candidate' | 'baseline';
+    backend: Backend;
     pairs: number;
     flushed: number;
     notCold: number;
@@ -161,7 +162,7 @@ export class Summary {
   private promptShifted = 0;
   private baselineFree = 0;
   private readonly selfStats = new Map<
-    'candidate' | 'baseline',
+    Backend,
     {
       pairs: number;
       flushed: number;

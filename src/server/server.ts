@@ -8,7 +8,7 @@ import { Metrics } from '../metrics/registry.js';
 import { buildApp } from '../proxy/app.js';
 import type { MirrorTap } from '../proxy/tap.js';
 import { createUpstreamPool } from '../backend/pool.js';
-import { MirrorThread } from '../worker/thread.js';
+import { MirrorHandle } from '../worker/handle.js';
 import type { MirrorListeners } from '../pair/types.js';
 import { logMirrorStart } from '../config/summary.js';
 import { configuredKeys } from '../log/redact.js';
@@ -30,7 +30,7 @@ export interface RuntimeOptions {
   /** Where the logs go (default stdout): the root logger's, and the mirror worker's lines too. */
   logDestination?: LogDestination;
   /**
-   * The mirror worker's entry module (default: the compiled worker.js next to src/mirror/thread).
+   * The mirror worker's entry module (default: the compiled worker.js next to src/worker/handle.ts).
    * Code that runs from the .ts sources passes a boot module that registers tsx first (tests:
    * test/helpers/mirror-worker.mjs).
    */
@@ -49,7 +49,7 @@ export interface LogprobeRuntime {
   admin: FastifyInstance;
   candidatePool: Pool;
   /** The mirror (its worker thread does the work and writes the capture), when this runtime built its own (absent with custom parts). */
-  mirror: MirrorThread | undefined;
+  mirror: MirrorHandle | undefined;
   /** Listens on both ports; returns the URLs actually bound (port 0 gives a free port). */
   listen(): Promise<{ proxyUrl: string; adminUrl: string }>;
   /**
@@ -85,7 +85,7 @@ interface RuntimeWiring {
   logger: Logger;
   metrics: Metrics;
   candidatePool: Pool;
-  mirror: MirrorThread | undefined;
+  mirror: MirrorHandle | undefined;
   state: RuntimeState;
 }
 
@@ -164,7 +164,7 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
   const candidatePool = createCandidatePool(config, metrics);
   const mirror = options.makeParts
     ? undefined
-    : new MirrorThread({
+    : new MirrorHandle({
         config,
         logger,
         logDestination,

@@ -10,7 +10,7 @@ import { LiveFeed } from '../live/feed.js';
 import { BackendHealth } from '../backend/health.js';
 import { probeAtStart } from '../probe/startup.js';
 import type { MirrorListeners } from '../pair/types.js';
-import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
+import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './protocol.js';
 import { configuredKeys } from '../log/redact.js';
 
 /**
@@ -76,7 +76,7 @@ const forward: MirrorListeners = {
 const outer = capture ? withCapture(capture, forward) : forward;
 // The live page's state (GET /ui on the admin port): the last pairs as strips, built here from
 // the bodies this thread has just compared, and the detectors over the last minutes.
-// Each backend's state (#26): the start-up probe's answer, then every failed copy, logged at once
+// Each backend's state: the start-up probe's answer, then every failed copy, logged at once
 // (rate-limited) and told to the proxy's thread for /readyz.
 const health = new BackendHealth(
   logger.child({ module: 'mirror' }),

@@ -10,7 +10,7 @@ import type { Exchange, MirrorTap } from '../proxy/tap.js';
 import { routeLabel } from '../metrics/labels.js';
 import { mirrorKind, skipReason } from '../backend/rewrite.js';
 import { Sampler } from '../mirror/sampler.js';
-import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './thread-protocol.js';
+import { summarize, type DetectorSummary, type FromWorker, type ToWorker, type WorkerInit } from './protocol.js';
 import type { MirrorListeners } from '../pair/types.js';
 import type { BackendStatus } from '../backend/health.js';
 
@@ -63,8 +63,8 @@ export type LiveAnswer = { worker: 'up'; body: Uint8Array } | { worker: 'late' |
  * (`sampleBy: random`, or forced by `x-logprobe-mirror: 1`) and the hand-over is full (`full`),
  * the copy is counted `dropped` now and its body never kept: a proxy at sample rate 1 with the
  * mirror saturated would otherwise hold every in-flight body only to drop it at the end (the
- * fault soak's RSS swing, #23). With `sampleBy: hash` the choice needs the bytes: the body is kept
- * and a full hand-over drops it after the response, as before.
+ * fault soak's RSS swing). With `sampleBy: hash` the choice needs the bytes: the body is kept and
+ * a full hand-over drops it after the response.
  */
 export function keepBodyFor(
   sampler: Sampler,
@@ -95,7 +95,7 @@ export const DEFAULT_WORKER_URL = new URL(
   import.meta.url,
 );
 
-/** What a {@link MirrorThread} is built from. */
+/** What a {@link MirrorHandle} is built from. */
 export interface MirrorThreadDeps {
   config: Config;
   logger: Logger;
@@ -120,7 +120,7 @@ export interface MirrorThreadDeps {
  * If the worker dies, mirroring stops (counted as dropped, logged once); clients never notice,
  * and /metrics keeps the worker's last values under `logprobe_mirror_worker_up 0`.
  */
-export class MirrorThread implements MirrorTap {
+export class MirrorHandle implements MirrorTap {
   private readonly sampler: Sampler;
   private readonly worker: Worker;
   /** Exchanges handed over and not yet settled by the worker. */

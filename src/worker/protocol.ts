@@ -6,7 +6,7 @@ import type { MirroredPair } from '../pair/types.js';
 import type { BackendStatus } from '../backend/health.js';
 
 /**
- * Messages between the proxy's thread and the mirror's worker thread (src/worker/thread.ts and
+ * Messages between the proxy's thread and the mirror's worker thread (src/worker/handle.ts and
  * src/worker/worker.ts). Only plain data crosses: the request body as a transferred buffer, the
  * detector's summary, log lines, metric snapshots, and pairs when the main thread has listeners.
  */
