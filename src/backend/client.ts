@@ -301,7 +301,7 @@ export class Backends {
     scoring: ScoringOptions,
     hooks: BackendHooks = {},
   ) {
-    const shared: Shared = { copies: new LogprobLimits(), scoring: new LogprobLimits(), options: scoring, hooks };
+    const shared = sharedState(scoring, hooks);
     this.scoring = scoring;
     this.candidate = new BackendClient('candidate', sides.candidate, shared);
     this.baseline = sides.baseline === null ? null : new BackendClient('baseline', sides.baseline, shared);
@@ -314,12 +314,7 @@ export class Backends {
     scoring: ScoringOptions,
     hooks: BackendHooks = {},
   ): BackendClient {
-    return new BackendClient(side, options, {
-      copies: new LogprobLimits(),
-      scoring: new LogprobLimits(),
-      options: scoring,
-      hooks,
-    });
+    return new BackendClient(side, options, sharedState(scoring, hooks));
   }
 
   /** One side's client; the baseline's only where there is one. */
@@ -346,6 +341,11 @@ export class Backends {
   close(): Promise<unknown> {
     return Promise.all([this.candidate.close(), this.baseline?.close()]);
   }
+}
+
+/** The caps of a set of backends, none learned yet, with their scoring options and hooks. */
+function sharedState(options: ScoringOptions, hooks: BackendHooks): Shared {
+  return { copies: new LogprobLimits(), scoring: new LogprobLimits(), options, hooks };
 }
 
 /** A payload with an engine profile's extra fields merged in (none: the payload as it is). */
