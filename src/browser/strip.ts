@@ -1,7 +1,7 @@
 /**
  * The browser side of a token strip (src/report/strips.ts `Strip`), shared by the HTML report's
  * script (report.ts) and the admin port's live page (live.ts): a script (no module), whose
- * functions the page's script calls. src/browser/inline.ts compiles it and the page's own into
+ * functions the page's script calls. src/report/scripts.ts compiles it and the page's own into
  * one function scope, after `nats` (core/explain.ts's formatNats). It defines `el`, `lp`, `show`,
  * `colour`, `renderStrip(s, note)` and `attachTips(container, tip, lookup)`. Every datum reaches
  * the page through textContent, never innerHTML.

@@ -96,7 +96,7 @@ export const DEFAULT_WORKER_URL = new URL(
 );
 
 /** What a {@link MirrorHandle} is built from. */
-export interface MirrorThreadDeps {
+export interface MirrorHandleDeps {
   config: Config;
   logger: Logger;
   /** The proxy's thread's registry (src/metrics/registry.ts, thread `main`). */
@@ -146,7 +146,7 @@ export class MirrorHandle implements MirrorTap {
   private readonly closed: Promise<void>;
   private closing: Promise<void> | null = null;
 
-  constructor(private readonly deps: MirrorThreadDeps) {
+  constructor(private readonly deps: MirrorHandleDeps) {
     const { config } = deps;
     this.sampler = new Sampler(config.mirror);
     // As many as the worker's queue holds and runs: beyond that it would drop them anyway.
