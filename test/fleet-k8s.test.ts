@@ -37,7 +37,7 @@ interface Container {
   resources?: { limits?: Obj; requests?: Obj };
 }
 
-const k8sDir = fileURLToPath(new URL('../config/k8s', import.meta.url));
+const k8sDir = fileURLToPath(new URL('../config/k8s/', import.meta.url));
 const docs: Obj[] = readdirSync(k8sDir)
   .filter((f) => f.endsWith('.yaml'))
   .flatMap((f) =>

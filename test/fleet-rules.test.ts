@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-const dir = fileURLToPath(new URL('../config/prometheus', import.meta.url));
+const dir = fileURLToPath(new URL('../config/prometheus/', import.meta.url));
 const INSTALL_HINT = 'promtool not installed: apt-get install -y prometheus';
 
 function promtoolPresent(): boolean {

@@ -35,7 +35,7 @@ export const LAYERS: readonly (readonly string[])[] = [
   ['cli/'],
 ];
 
-const SRC = fileURLToPath(new URL('../src', import.meta.url));
+const SRC = fileURLToPath(new URL('../src/', import.meta.url));
 
 /** The layer of a file under src/ (its path relative to src/), by the folder it is in; -1 when none names it. */
 export function layerOf(path: string): number {

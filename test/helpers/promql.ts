@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { METRIC_CATALOG, MIRROR_OUTCOMES, ALERT_NAMES, type MetricSpec } from '../../src/metrics/catalog.js';
 
-const root = new URL('../..', import.meta.url);
+const root = new URL('../../', import.meta.url);
 
 /** The rule file's text (config/prometheus/alerts.yml). */
 export function readRulesText(): string {
