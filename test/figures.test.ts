@@ -138,7 +138,7 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   const dir = tempDir(t, 'logprobe-figures-');
   const bodies = { candidate: join(dir, 'candidate.json'), baseline: join(dir, 'baseline.json') };
   writeFileSync(bodies.candidate, JSON.stringify(pair.candidate.body));
-  writeFileSync(bodies.baseline, JSON.stringify(pair.baseline.body));
+  writeFileSync(bodies.baseline, JSON.stringify(pair.baseline!.body));
   const cmp = await runCli(['compare', '--json', bodies.candidate, bodies.baseline]);
   assert.equal(cmp.code, 1, `a shift: exit 1 (${cmp.stderr})`);
   const json = JSON.parse(cmp.stdout) as typeof a;
