@@ -4,7 +4,10 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { BIN, runCli } from './helpers/cli.js';
-import { COMMAND_ERRORS, LogprobeError, errnoReason } from '../src/errors/index.js';
+import { Command } from 'commander';
+import { commands } from '../src/cli/commands.js';
+import { main } from '../src/cli/main.js';
+import { COMMAND_ERRORS, ConfigError, LogprobeError, errnoReason, type CommandErrorCode } from '../src/errors/index.js';
 
 // One error catalogue (src/errors/index.ts): every user-facing failure of a command is a LogprobeError
 // with its code's exit code, printed as one line by src/cli/main.ts.
@@ -23,12 +26,56 @@ test('errnoReason: one wording for every command, reading and writing', () => {
   assert.equal(errnoReason(e('EWHATEVER'), 'write'), 'raw EWHATEVER', 'an unknown code: the message as it came');
 });
 
-test('every catalogue code has an exit code, and the error carries it', () => {
-  for (const [code, { exitCode }] of Object.entries(COMMAND_ERRORS)) {
-    const err = new LogprobeError(code as keyof typeof COMMAND_ERRORS, 'm');
-    assert.equal(err.exitCode, exitCode);
-    assert.ok(exitCode === 1 || exitCode === 2, code);
+test("every catalogue error, thrown by a command, is main's one line `logprobe: MESSAGE` and its exit code", async (t) => {
+  // The exit code each code must give (the catalogue's contract, written out here so that a
+  // changed code or a mapping that ignores it fails): only a missing environment is 1.
+  const expected: Record<CommandErrorCode, number> = {
+    LOGPROBE_USAGE: 2,
+    LOGPROBE_CONFIG: 2,
+    LOGPROBE_UNREADABLE_FILE: 2,
+    LOGPROBE_UNWRITABLE_FILE: 2,
+    LOGPROBE_NO_INPUT: 2,
+    LOGPROBE_UNREACHABLE: 2,
+    LOGPROBE_LISTEN: 2,
+    LOGPROBE_ENGINES_MISSING: 2,
+    LOGPROBE_ENGINES_UNAVAILABLE: 1,
+  };
+  assert.deepEqual(Object.keys(COMMAND_ERRORS).sort(), Object.keys(expected).sort());
+  // A command that throws what it is told to, added to the real command list that main() runs.
+  const fail = (kind: string, code: string): never => {
+    if (kind === 'bug') throw new TypeError('a bug');
+    if (kind === 'config') throw new ConfigError(['candidate.url: expected a URL', 'port: too large'], 'x.yaml');
+    throw new LogprobeError(code as CommandErrorCode, `${code}: what went wrong`, { cause: new Error('the cause') });
+  };
+  commands.push(() =>
+    new Command('throw-for-test')
+      .argument('<kind>')
+      .argument('[code]')
+      .action((kind: string, code: string) => fail(kind, code)),
+  );
+  t.after(() => void commands.pop());
+  const run = async (...args: string[]): Promise<{ code: number; stderr: string }> => {
+    let stderr = '';
+    const write = t.mock.method(process.stderr, 'write', (chunk: string | Uint8Array) => {
+      stderr += String(chunk);
+      return true;
+    });
+    try {
+      return { code: await main(['throw-for-test', ...args]), stderr };
+    } finally {
+      write.mock.restore();
+    }
+  };
+  for (const [code, exitCode] of Object.entries(expected)) {
+    const r = await run('catalogue', code);
+    assert.deepEqual(r, { code: exitCode, stderr: `logprobe: ${code}: what went wrong\n` }, code);
   }
+  assert.deepEqual(await run('config'), {
+    code: 2,
+    stderr: 'logprobe: x.yaml: invalid configuration: candidate.url: expected a URL; port: too large\n',
+  });
+  // Anything else is a bug: main does not swallow it into a one-line message.
+  await assert.rejects(run('bug'), /a bug/);
 });
 
 test('the same user errors through different commands: one line, no stack trace, exit 2', async () => {

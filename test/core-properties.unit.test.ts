@@ -62,11 +62,37 @@ function perturb(s: Spec[], eps: number[]): Spec[] {
 
 const hasFinite = (c: Comparison): boolean => c.verdict !== 'incomparable';
 
+/**
+ * The properties below skip a run whose pair has nothing to compare. The generators make such a
+ * pair rarely (measured: under 1 % of runs for each property, over many runs), so more than this
+ * share skipped means compare() stopped comparing, and a property that skips everything proves
+ * nothing.
+ */
+const MAX_SKIPPED = 0.05;
+
+/** Counts a property's runs and its skipped runs; `check` fails when too many were skipped. */
+function skipCounter(name: string) {
+  const c = { runs: 0, skipped: 0 };
+  return {
+    run: () => void c.runs++,
+    skip: () => void c.skipped++,
+    check: () => {
+      assert.ok(c.runs > 0, `${name}: no run`);
+      assert.ok(
+        c.skipped <= MAX_SKIPPED * c.runs,
+        `${name}: ${c.skipped} of ${c.runs} runs skipped (more than ${MAX_SKIPPED * 100} %)`,
+      );
+    },
+  };
+}
+
 test('compare(x, x) is identical (or incomparable when x has no usable value), in every format', () => {
+  const count = skipCounter('compare(x, x)');
   fc.assert(
     fc.property(steps, builder, (s, [, make]) => {
+      count.run();
       const r = compare(make(s), make(s), DEFAULT_THRESHOLDS);
-      if (!hasFinite(r)) return;
+      if (!hasFinite(r)) return count.skip();
       assert.equal(r.verdict, 'identical');
       assert.equal(r.shifted, 0);
       assert.equal(r.firstDivergence, null);
@@ -74,6 +100,7 @@ test('compare(x, x) is identical (or incomparable when x has no usable value), i
     }),
     RUNS,
   );
+  count.check();
 });
 
 test('swapping the sides negates every diff and keeps every shift', () => {
@@ -102,27 +129,33 @@ test('swapping the sides negates every diff and keeps every shift', () => {
 
 test('float noise far below the floor never turns noise into a shift', () => {
   const eps = fc.array(fc.double({ min: -1e-4, max: 1e-4, noNaN: true }), { minLength: 1, maxLength: 8 });
+  const count = skipCounter('float noise');
   fc.assert(
     fc.property(steps, eps, builder, (s, e, [, make]) => {
+      count.run();
       const r = compare(make(perturb(s, e)), make(s), DEFAULT_THRESHOLDS);
-      if (!hasFinite(r)) return;
+      if (!hasFinite(r)) return count.skip();
       assert.ok(r.verdict === 'noise' || r.verdict === 'identical', `${r.verdict}: ${r.explanation}`);
       assert.ok((r.maxShift ?? 0) <= 2e-4);
     }),
     RUNS,
   );
+  count.check();
 });
 
 test('a shift of every value by more than the floor is never noise', () => {
+  const count = skipCounter('a shift of every value');
   fc.assert(
     fc.property(steps, fc.double({ min: 0.11, max: 3, noNaN: true }), builder, (s, shift, [, make]) => {
+      count.run();
       // Downwards, so that no value crosses the "above 1 is not a logprob" bound.
       const r = compare(make(perturb(s, [-shift])), make(s), DEFAULT_THRESHOLDS);
-      if (!hasFinite(r) || r.positions.every((p) => p.shift === null)) return;
+      if (!hasFinite(r) || r.positions.every((p) => p.shift === null)) return count.skip();
       assert.ok(['early_shift', 'global_shift', 'local_shift'].includes(r.verdict), r.verdict);
     }),
     RUNS,
   );
+  count.check();
 });
 
 const anyValue = fc.oneof(fc.anything({ withNullPrototype: true, withBigInt: true }), fc.jsonValue());
@@ -276,14 +309,16 @@ function reference(
 test('the allocation-free matching agrees with a Map-based reference on shifts and the flip', () => {
   const eps = fc.array(fc.double({ min: -0.6, max: 0.6, noNaN: true }), { minLength: 1, maxLength: 8 });
   const swap = fc.array(fc.tuple(fc.nat(11), token), { maxLength: 2 });
+  const count = skipCounter('matching vs reference');
   fc.assert(
     fc.property(steps, eps, swap, fc.boolean(), (s, e, swaps, reorder) => {
+      count.run();
       const other = perturb(s, e).map((x) => (reorder ? { ...x, top: [...x.top].reverse() } : x));
       for (const [i, t] of swaps) if (other[i]) other[i] = { ...other[i], token: t };
       const pc = parseResponse(chatBody(other));
       const pb = parseResponse(chatBody(s));
       const r = compare(pc, pb, DEFAULT_THRESHOLDS);
-      if (r.verdict === 'incomparable') return;
+      if (r.verdict === 'incomparable') return count.skip();
       const ref = reference(pc.steps, pb.steps);
       assert.equal(r.firstDivergence, ref.d >= 0 ? ref.d : null);
       assert.deepEqual(
@@ -297,4 +332,5 @@ test('the allocation-free matching agrees with a Map-based reference on shifts a
     }),
     { numRuns: 500 },
   );
+  count.check();
 });

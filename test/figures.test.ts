@@ -133,14 +133,22 @@ test('one scored, diverged pair: each figure says which positions it covers and 
   assert.deepEqual(after(text, 'top gap there'), [topGap]);
   assert.match(text, /12 of 12 teacher-forced positions moved/);
   assert.doesNotMatch(text, /comparable positions moved/);
-  // compare --json: the same fields, by name (free-running at the top level, teacher-forced in `scored`).
-  const json = JSON.parse(JSON.stringify(a)) as typeof a;
+  // compare --json, the command on the pair's two saved bodies: the same free-running figures, by
+  // name. It has no engine to score on, so it gives no teacher-forced figure and says so.
+  const dir = tempDir(t, 'logprobe-figures-');
+  const bodies = { candidate: join(dir, 'candidate.json'), baseline: join(dir, 'baseline.json') };
+  writeFileSync(bodies.candidate, JSON.stringify(pair.candidate.body));
+  writeFileSync(bodies.baseline, JSON.stringify(pair.baseline!.body));
+  const cmp = await runCli(['compare', '--json', bodies.candidate, bodies.baseline]);
+  assert.equal(cmp.code, 1, `a shift: exit 1 (${cmp.stderr})`);
+  const json = JSON.parse(cmp.stdout) as typeof a;
   assert.equal(formatNats(json.maxShift), free);
-  assert.equal(formatNats(json.scored!.maxShift ?? null), forcedMax);
+  assert.equal(`${json.shifted}/${json.comparable}`, counts.free);
   assert.equal(formatNats(json.flip!.gap), gap);
+  assert.equal(formatNats(json.positions.find((p) => p.i === json.flip!.index)!.gap), topGap);
+  assert.equal(json.scored?.outcome, 'skipped', 'no engine: nothing teacher-forced');
 
   // analyze on the pair's capture record: text, --json and the HTML report.
-  const dir = tempDir(t, 'logprobe-figures-');
   const capture = join(dir, 'capture.jsonl');
   writeFileSync(capture, `${recordLine(pair, { includePrompts: true, thresholds: T })}\n`);
   const html = join(dir, 'report.html');

@@ -195,6 +195,7 @@ test('vLLM in dev mode without the counts flag: /reset_prefix_cache answers 200 
   const cand = await engine('vllm', { cacheHitShift: 0.5 }, { devMode: true });
   t.after(() => cand.close());
   const r = await probe(t, cand, 8);
+  assert.equal(r.repeats.length, 8, 'every request repeated');
   assert.ok(
     r.repeats.every((x) => x.flushed && !x.confirmedFlush && x.probe === 'unprobed'),
     figures(r.repeats),
@@ -210,6 +211,7 @@ test('SGLang with --admin-api-key: the flush goes with candidate.adminApiKey (th
   );
   t.after(() => cand.close());
   const r = await probe(t, cand, 6, { candidate: { url: cand.url, adminApiKey: 'admin-key' } }, 'client-key');
+  assert.equal(r.repeats.length, 6, 'every request repeated');
   assert.ok(
     r.repeats.every((x) => x.flushed && x.confirmedFlush && x.flushError === undefined),
     JSON.stringify(r.repeats.map((x) => x.flushError)),
@@ -239,6 +241,7 @@ test('SGLang with --admin-api-key: the flush goes with candidate.adminApiKey (th
   await r.lp.close();
 
   const again = await probe(t, cand, 2, {}, 'client-key');
+  assert.equal(again.repeats.length, 2, 'every request repeated');
   assert.ok(
     again.repeats.every((x) => !x.flushed && /401/.test(x.flushError ?? '')),
     JSON.stringify(again.repeats.map((x) => x.flushError)),
