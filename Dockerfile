@@ -27,6 +27,7 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 RUN npx tsc -p tsconfig.build.json \
+ && npx tsc -p src/browser/tsconfig.build.json \
  && npm prune --omit=dev --omit=optional --workspaces=false --include-workspace-root --ignore-scripts --no-audit --no-fund \
  && npm cache clean --force
 

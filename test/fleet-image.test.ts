@@ -208,3 +208,14 @@ test('HEALTHCHECK passes on a healthy admin port and fails on 503 or no server',
   await new Promise<void>((resolve) => closed.close(() => resolve()));
   assert.equal(await check(freePort), 1, 'nothing listening');
 });
+
+test("the image compiles every TypeScript project of package.json's build: the pages' scripts too (/ui and the report inline them)", () => {
+  const pkg = JSON.parse(readFileSync(new URL('package.json', root), 'utf8')) as { scripts: { build: string } };
+  const projects = [...pkg.scripts.build.matchAll(/tsc -p (\S+)/g)].map((m) => m[1]!);
+  assert.ok(projects.includes('src/browser/tsconfig.build.json'), `build: ${pkg.scripts.build}`);
+  for (const p of projects)
+    assert.ok(
+      instructions.some((i) => i.op === 'RUN' && i.args.includes(`tsc -p ${p}`)),
+      `the Dockerfile does not run tsc -p ${p}`,
+    );
+});
