@@ -72,6 +72,8 @@ test(
     const outputs: string[] = [];
     for (const line of lines) {
       if (line.endsWith('&')) {
+        // asHere would run an npx line as node too; as a user runs it, the job would be npm.
+        assert.doesNotMatch(line, /\bnpx\b/, `${line}: a background npx job leaves its node running when killed`);
         const bg = background(asHere(line.slice(0, -1).trim()), cwd);
         started.push(bg);
         const ready = / serve\b/.test(line) ? /"msg":"logprobe listening"/ : /listening on http/;
