@@ -1,4 +1,4 @@
-// docs/vllm.md is a recipe a user follows top to bottom (#26 point 10): its steps are there in
+// docs/vllm.md is a recipe a user follows top to bottom, with logprobe installed: its steps are there in
 // order, for vLLM and for SGLang, and every `logprobe.yaml` it shows is a config logprobe accepts
 // with the values the text says.
 import { test } from 'node:test';
@@ -27,18 +27,21 @@ test('docs/vllm.md: the steps in order — servers, probe, logprobe.yaml and ser
     at = i;
   }
   for (const needed of [
-    'npx logprobe serve --config logprobe.yaml',
-    'npx logprobe probe http://127.0.0.1:8000',
+    'logprobe serve --config logprobe.yaml',
+    'logprobe probe http://127.0.0.1:8000',
     'http://logprobe-host:8080/v1',
     'baseline.forwardAuth',
     'capture.includePrompts: false',
     '--baseline-from golden.jsonl',
     '--gate logits:0.01',
-    'npx logprobe probe http://127.0.0.1:30000',
+    'logprobe probe http://127.0.0.1:30000',
     '--enable-cache-report',
     '--admin-api-key',
   ])
     assert.ok(DOC.includes(needed), needed);
+  // A user follows it in a directory of their own, with logprobe installed (npx only works in a clone).
+  assert.ok(DOC.includes('../README.md#install-on-your-own-machine'), 'the install step is referenced');
+  assert.doesNotMatch(DOC, /npx logprobe/);
 });
 
 test('every logprobe.yaml in docs/vllm.md is a valid config with the engines and top-k the text says', (t) => {

@@ -1,6 +1,6 @@
 // The README's command blocks, run as written by the tests: a block is the fenced `sh` block after
 // a `<!-- readme-test: NAME -->` marker, one command a line (`\` continuations joined, comments
-// dropped); `npx logprobe` runs this checkout's bin/logprobe.js.
+// dropped); `logprobe`, `npx logprobe` and `node bin/logprobe.js` run this checkout's bin/logprobe.js.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -21,8 +21,12 @@ export function readmeBlock(marker: string): string[] {
     .filter((l) => l !== '');
 }
 
-/** A README command as this checkout runs it. */
-export const asHere = (line: string): string => line.replaceAll('npx logprobe', `"${process.execPath}" "${BIN}"`);
+/**
+ * A README command as this checkout runs it: `logprobe` (installed), `npx logprobe` and
+ * `node bin/logprobe.js` (in the clone) each become this checkout's node and bin/logprobe.js.
+ */
+export const asHere = (line: string): string =>
+  line.replace(/(^|\s)(?:npx logprobe|node bin\/logprobe\.js|logprobe)(?=\s|$)/g, `$1"${process.execPath}" "${BIN}"`);
 
 /** Runs one command line with bash in `cwd`, `env` added to the environment. */
 export function runLine(
