@@ -157,6 +157,83 @@ interface Feed {
   auto: boolean;
 }
 
+/** The detectors' state over a run of {@link feed}. */
+interface FeedState {
+  alert: AlertConfig;
+  det: DetectorState;
+  self: DetectorState;
+  perm: PermutationWindow;
+  permFiring: boolean;
+}
+
+/** How {@link feed} runs: the prompts' seeds and length, the repeats, the test level and when to stop. */
+interface FeedOptions {
+  seed: number;
+  maxTokens: number;
+  repeat: boolean;
+  repeatEvery?: number;
+  alpha: number;
+  stop: (n: number, fired: Set<AlertKey>) => boolean;
+  from: number;
+  /** The sampler's and the calibration's draws (default `seed`): one per chunk of a class. */
+  rndSeed?: number;
+  /** Takes the largest CUSUM statistic S the run reached (how close it came to h). */
+  peak?: { peakS: number };
+}
+
+/** A compared pair into the window and CUSUM detector and the permutation test; what starts firing goes to `fired`. */
+function observePair(
+  st: FeedState,
+  c: ReturnType<typeof compare>,
+  floor: number,
+  i: number,
+  now: number,
+  opts: FeedOptions,
+  fired: Set<AlertKey>,
+): void {
+  const r = observe(st.det, { ...detectorEvidence(c), noiseFloor: floor, requestId: String(i) }, st.alert, now);
+  st.det = r.state;
+  if (opts.peak && st.det.cusum > opts.peak.peakS) opts.peak.peakS = st.det.cusum;
+  for (const tr of r.transitions)
+    if (tr.to === 'firing') fired.add(tr.alert === 'LogprobGlobalShift' ? 'window' : 'cusum');
+  st.perm.add(c);
+  const p = st.perm.pValue();
+  if (p <= 0 || p > 1) throw new Error(`p-value ${p}`);
+  const below = p <= opts.alpha;
+  if (below && !st.permFiring) fired.add('permutation');
+  st.permFiring = below;
+}
+
+/** The candidate's repeat of the prompt into the self detector: whether it started firing. */
+async function repeatFires(
+  st: FeedState,
+  r: {
+    cand: Side;
+    prompt: number[];
+    cBody: Awaited<ReturnType<typeof greedy>>;
+    t: ReturnType<typeof pickThresholds>;
+    floor: number;
+    i: number;
+    now: number;
+  },
+  opts: FeedOptions,
+): Promise<boolean> {
+  const { cand, prompt, cBody, t, floor, i, now } = r;
+  const second = await greedy(cand, prompt, opts.seed * 7 + i * 2 + 1_000_000, opts.maxTokens, true);
+  const first = cand.cache ? cBody : await greedy(cand, prompt, opts.seed * 7 + i * 2, opts.maxTokens, true);
+  const rc = compare(parseResponse(second), parseResponse(cand.cache ? cBody : first), t);
+  if (rc.verdict === 'incomparable' || rc.comparable === 0) return false;
+  const o = observeSelf(
+    st.self,
+    { ...selfEvidence(rc), noiseFloor: floor, requestId: String(i) },
+    st.alert,
+    now,
+    'candidate',
+  );
+  st.self = o.state;
+  return o.transitions.some((tr) => tr.to === 'firing');
+}
+
 /**
  * Runs pairs through the detectors as the mirror does. `onPair` gets each pair's fires; returns
  * when `stop` says so. The clock advances one second per client request; at sampleRate r a pair
@@ -166,30 +243,21 @@ async function feed(
   f: Feed,
   cand: Side,
   base: Side,
-  opts: {
-    seed: number;
-    maxTokens: number;
-    repeat: boolean;
-    repeatEvery?: number;
-    alpha: number;
-    stop: (n: number, fired: Set<AlertKey>) => boolean;
-    from: number;
-    /** The sampler's and the calibration's draws (default `seed`): one per chunk of a class. */
-    rndSeed?: number;
-    /** Takes the largest CUSUM statistic S the run reached (how close it came to h). */
-    peak?: { peakS: number };
-  },
+  opts: FeedOptions,
 ): Promise<{ pairs: number; requests: number; floor: number }> {
   const cfg = f.cfg;
   const alert: AlertConfig = cfg.alert;
-  let det: DetectorState = initialDetectorState();
-  let self: DetectorState = initialDetectorState();
-  const perm = new PermutationWindow({ window: alert.window, ...cfg.alert.permutation });
+  const st: FeedState = {
+    alert,
+    det: initialDetectorState(),
+    self: initialDetectorState(),
+    perm: new PermutationWindow({ window: alert.window, ...cfg.alert.permutation }),
+    permFiring: false,
+  };
   const cal = new Calibration(cfg.calibration);
   const rnd = mulberry32(opts.rndSeed ?? opts.seed);
   let now = 0;
   let requests = 0;
-  let permFiring = false;
   for (let n = 1; ; n++) {
     // The client requests until the sampler picks one.
     do {
@@ -208,35 +276,11 @@ async function feed(
     const bBody = await greedy(base, prompt, opts.seed * 7 + i * 2 + 1, opts.maxTokens);
     const c = compare(parseResponse(cBody), parseResponse(bBody), t);
     const fired = new Set<AlertKey>();
-    if (c.verdict !== 'incomparable' && c.comparable > 0) {
-      const r = observe(det, { ...detectorEvidence(c), noiseFloor: floor, requestId: String(i) }, alert, now);
-      det = r.state;
-      if (opts.peak && det.cusum > opts.peak.peakS) opts.peak.peakS = det.cusum;
-      for (const tr of r.transitions)
-        if (tr.to === 'firing') fired.add(tr.alert === 'LogprobGlobalShift' ? 'window' : 'cusum');
-      perm.add(c);
-      const p = perm.pValue();
-      if (p <= 0 || p > 1) throw new Error(`p-value ${p}`);
-      const below = p <= opts.alpha;
-      if (below && !permFiring) fired.add('permutation');
-      permFiring = below;
-    }
+    if (c.verdict !== 'incomparable' && c.comparable > 0) observePair(st, c, floor, i, now, opts, fired);
     // The candidate's repeat (cold → warm: the same prompt again right after, its prefix cached).
     if (opts.repeat && n % (opts.repeatEvery ?? 1) === 0) {
-      const second = await greedy(cand, prompt, opts.seed * 7 + i * 2 + 1_000_000, opts.maxTokens, true);
-      const first = cand.cache ? cBody : await greedy(cand, prompt, opts.seed * 7 + i * 2, opts.maxTokens, true);
-      const rc = compare(parseResponse(second), parseResponse(cand.cache ? cBody : first), t);
-      if (rc.verdict !== 'incomparable' && rc.comparable > 0) {
-        const r = observeSelf(
-          self,
-          { ...selfEvidence(rc), noiseFloor: floor, requestId: String(i) },
-          alert,
-          now,
-          'candidate',
-        );
-        self = r.state;
-        for (const tr of r.transitions) if (tr.to === 'firing') fired.add('self');
-      }
+      const r = { cand, prompt, cBody, t, floor, i, now };
+      if (await repeatFires(st, r, opts)) fired.add('self');
     }
     // The floor learns from the baseline's repeats (calibration.rate of the pairs).
     if (f.auto && rnd() < cfg.calibration.rate) {
@@ -423,14 +467,62 @@ const sumCounts = (cs: Counts[]): Counts =>
     { window: 0, cusum: 0, self: 0, permutation: 0, peakS: 0 },
   );
 
+type Sim = (x: SimOptions) => EngineModel;
+
+const fmtN = (v: number): string =>
+  Number.isFinite(v) ? (v >= 10_000 ? Math.round(v).toLocaleString('en-US') : String(Math.round(v))) : '—';
+
 export async function runArl(o: ArlOptions): Promise<string> {
   const started = performance.now();
-  const sim = (x: SimOptions): EngineModel => createSimModel({ seed: o.seed, ...x });
+  const sim: Sim = (x) => createSimModel({ seed: o.seed, ...x });
   const base: Side = { model: sim({}) };
   const log = (s: string): void => console.log(s);
+  const cal = await calibrateSim(o, sim, base, log);
+  const defaults = buildConfig(o.config);
+  const autoDefaults = buildConfig(autoConfig(o.config));
+  const inControl = await inControlTable(o, cal, log);
+  const { ooc, chart } = await outOfControl(o, sim, base, cal, log);
+  const conv = await floorConvergence(o, sim, cal);
+  const svg = chartSvg(chart, o.cap);
+  const seconds = ((performance.now() - started) / 1000).toFixed(0);
+  const c = defaults;
+  const autoPart =
+    o.autoPairs > 0
+      ? ` and ${fmtN(o.autoPairs)} at \`noiseFloor: auto\` (calibration.rate 0.25, minFloor ${autoDefaults.calibration.minFloor})`
+      : '';
+  const head =
+    `${fmtN(o.pairs)} noise-only pairs per class at the config${autoPart}, and ${o.runs} out-of-control runs per case (capped at ${o.cap} pairs), max_tokens ${o.maxTokens}, seed ${o.seed}, on the simulated engines in-process (${seconds} s on this machine, ${inControl.seconds.toFixed(0)} s of it in control on ${o.jobs} process${o.jobs === 1 ? '' : 'es'}: each class's pairs cut into ${o.jobs} runs of consecutive prompts, each from a fresh detector state). ` +
+    `Config: window ${c.alert.window}, minRequests ${c.alert.minRequests}, fireFraction ${c.alert.fireFraction}, forSeconds ${c.alert.forSeconds} (one client request a second), CUSUM k ${c.alert.cusum.k} h ${c.alert.cusum.h}, floor ${c.analysis.noiseFloor}; ` +
+    `the permutation test fires when p ≤ ${o.alpha}; a fire counts once per excursion (an alert already firing does not count again). Run lengths are mirrored pairs (at rate r, about 1/r client requests each).`;
+  const out = [
+    head,
+    '',
+    '**In control** (false fires):',
+    '',
+    ...inControl.rows,
+    '',
+    '**Out of control** (pairs to the first fire):',
+    '',
+    ...ooc,
+    '',
+    '**`noiseFloor: auto`** (calibration on the baseline side only):',
+    '',
+    ...conv,
+    '',
+    '![Median pairs to fire against the state shift, one line per alert](detection-arl.svg)',
+  ].join('\n');
+  if (o.write) {
+    await writeFile(fileURLToPath(new URL('../docs/detection-arl.svg', import.meta.url)), `${svg}\n`);
+    await writeBlock('bench:arl', out);
+  }
+  return out;
+}
 
-  // Calibration of the simulated noise to the llama.cpp figures of the table below (median
-  // per-position shift for flash attention and f16 weights; the largest shift for batch 8).
+/**
+ * Calibration of the simulated noise to the llama.cpp figures of the table below (median
+ * per-position shift for flash attention and f16 weights; the largest shift for batch 8).
+ */
+async function calibrateSim(o: ArlOptions, sim: Sim, base: Side, log: (s: string) => void): Promise<Calibrated> {
   const med = (s: number[]): number => quantile(s, 0.5);
   const max = (s: number[]): number => quantile(s, 1);
   const sFa = await calibrate((v) => ({ model: sim({ noise: v }) }), base, med, 3.9e-3, o.maxTokens);
@@ -453,20 +545,23 @@ export async function runArl(o: ArlOptions): Promise<string> {
       o.maxTokens,
     )) / 0.3;
   const cal: Calibrated = { sFa, sF16, sBatch, perNat, localPerNat };
-  // The demo's cache-hit fault (packages/engine/src/demo/engines.ts).
-  const cacheHit = 0.6;
   log(
     `calibrated: flash-attention σ ${sFa.toExponential(2)}, f16 σ ${sF16.toExponential(2)}, batch-8 σ ${sBatch.toExponential(2)}, state shift ${perNat.toFixed(3)}/nat, local ${localPerNat.toFixed(3)}/nat`,
   );
+  return cal;
+}
 
+/**
+ * In control: every class at the config under test and at its auto variant, each class's pairs
+ * cut into one chunk per worker process; the table of false fires.
+ */
+async function inControlTable(
+  o: ArlOptions,
+  cal: Calibrated,
+  log: (s: string) => void,
+): Promise<{ rows: string[]; seconds: number }> {
   const defaults = buildConfig(o.config);
   const autoDefaults = buildConfig(autoConfig(o.config));
-  const sampleDefault = defaults.mirror.sampleRate;
-  const fmtN = (v: number): string =>
-    Number.isFinite(v) ? (v >= 10_000 ? Math.round(v).toLocaleString('en-US') : String(Math.round(v))) : '—';
-
-  // In control: every class at the config under test and at its auto variant, each class's pairs
-  // cut into one chunk per worker process.
   const inControl: Array<{ auto: boolean; pairs: number }> = [
     { auto: false, pairs: o.pairs },
     ...(o.autoPairs > 0 ? [{ auto: true, pairs: o.autoPairs }] : []),
@@ -514,10 +609,16 @@ export async function runArl(o: ArlOptions): Promise<string> {
       );
     }
 
-  // Out of control: pairs to the first fire, per alert, per shift.
+  return { rows, seconds: inControlSeconds };
+}
+
+/** The out-of-control candidates: state shifts of several sizes, a local shift, the cache-hit fault. */
+function oocCases(sim: Sim, cal: Calibrated): OocCase[] {
+  const { perNat, localPerNat, sFa } = cal;
+  // The demo's cache-hit fault (packages/engine/src/demo/engines.ts).
+  const cacheHit = 0.6;
   const shifts = [0.02, 0.05, 0.1, 0.2, 0.5];
-  type Case = { name: string; x: number | null; cand: Side; repeat: boolean };
-  const cases: Case[] = [
+  return [
     ...shifts.map((s) => ({
       name: `state ${s}`,
       x: s,
@@ -537,7 +638,32 @@ export async function runArl(o: ArlOptions): Promise<string> {
       repeat: true,
     },
   ];
-  const settings: Array<{ label: string; sampleRate: number; auto: boolean; alert?: ConfigInput['alert'] }> = [
+}
+
+interface OocCase {
+  name: string;
+  x: number | null;
+  cand: Side;
+  repeat: boolean;
+}
+
+interface OocSetting {
+  label: string;
+  sampleRate: number;
+  auto: boolean;
+  alert?: ConfigInput['alert'];
+}
+
+/** Out of control: pairs to the first fire, per alert, per shift; the table and the chart's points. */
+async function outOfControl(
+  o: ArlOptions,
+  sim: Sim,
+  base: Side,
+  cal: Calibrated,
+  log: (s: string) => void,
+): Promise<{ ooc: string[]; chart: Record<AlertKey, Array<[number, number]>> }> {
+  const sampleDefault = buildConfig(o.config).mirror.sampleRate;
+  const settings: OocSetting[] = [
     { label: 'rate 1', sampleRate: 1, auto: false },
     // The window alert's defaults before they were set from these figures (#25), for comparison.
     {
@@ -553,26 +679,9 @@ export async function runArl(o: ArlOptions): Promise<string> {
   ooc.push(`| candidate | setting | ${ALERTS.map((a) => `${a} median / p95`).join(' | ')} |`);
   ooc.push(`| --- | --- | ${ALERTS.map(() => '---').join(' | ')} |`);
   const chart: Record<AlertKey, Array<[number, number]>> = { window: [], cusum: [], self: [], permutation: [] };
-  for (const cs of cases) {
+  for (const cs of oocCases(sim, cal)) {
     for (const st of settings) {
-      const runLengths: Record<AlertKey, number[]> = { window: [], cusum: [], self: [], permutation: [] };
-      const base0: ConfigInput = st.auto ? autoConfig(o.config) : o.config;
-      const cfg = freeRunning(st.alert ? { ...base0, alert: { ...(base0.alert ?? {}), ...st.alert } } : base0);
-      for (let run = 0; run < o.runs; run++) {
-        const first: Partial<Record<AlertKey, number>> = {};
-        await feed({ cfg, sampleRate: st.sampleRate, auto: st.auto }, cs.cand, base, {
-          seed: o.seed + 1000 * (run + 1),
-          maxTokens: o.maxTokens,
-          alpha: o.alpha,
-          repeat: cs.repeat,
-          from: 100_000 * (run + 1),
-          stop: (n, fired) => {
-            for (const k of fired) first[k] ??= n;
-            return n >= o.cap || ALERTS.every((k) => first[k] !== undefined || (k === 'self' && !cs.repeat));
-          },
-        });
-        for (const k of ALERTS) runLengths[k].push(first[k] ?? Infinity);
-      }
+      const runLengths = await runLengthsOf(o, cs, st, base);
       const cell = (k: AlertKey): string => {
         if (k === 'self' && !cs.repeat) return '—';
         const m = quantile(runLengths[k], 0.5);
@@ -586,8 +695,40 @@ export async function runArl(o: ArlOptions): Promise<string> {
       log(`${cs.name} ${st.label}: ${ALERTS.map(cell).join(' | ')}`);
     }
   }
+  return { ooc, chart };
+}
 
-  // noiseFloor: auto — pairs until the floor stays within 20% of the true one, baseline with run-to-run noise.
+/** One case under one setting, `runs` times: the pairs to each alert's first fire (Infinity: none by the cap). */
+async function runLengthsOf(
+  o: ArlOptions,
+  cs: OocCase,
+  st: OocSetting,
+  base: Side,
+): Promise<Record<AlertKey, number[]>> {
+  const runLengths: Record<AlertKey, number[]> = { window: [], cusum: [], self: [], permutation: [] };
+  const base0: ConfigInput = st.auto ? autoConfig(o.config) : o.config;
+  const cfg = freeRunning(st.alert ? { ...base0, alert: { ...(base0.alert ?? {}), ...st.alert } } : base0);
+  for (let run = 0; run < o.runs; run++) {
+    const first: Partial<Record<AlertKey, number>> = {};
+    await feed({ cfg, sampleRate: st.sampleRate, auto: st.auto }, cs.cand, base, {
+      seed: o.seed + 1000 * (run + 1),
+      maxTokens: o.maxTokens,
+      alpha: o.alpha,
+      repeat: cs.repeat,
+      from: 100_000 * (run + 1),
+      stop: (n, fired) => {
+        for (const k of fired) first[k] ??= n;
+        return n >= o.cap || ALERTS.every((k) => first[k] !== undefined || (k === 'self' && !cs.repeat));
+      },
+    });
+    for (const k of ALERTS) runLengths[k].push(first[k] ?? Infinity);
+  }
+  return runLengths;
+}
+
+/** `noiseFloor: auto` — pairs until the floor stays within 20% of the true one, baseline with run-to-run noise. */
+async function floorConvergence(o: ArlOptions, sim: Sim, cal: Calibrated): Promise<string[]> {
+  const { sFa, sF16 } = cal;
   const conv: string[] = [
     '| baseline run-to-run noise (σ) | true floor (margin × p99) | repeat pairs to within 20% (median / p95 of 20) |',
     '| --- | --- | --- |',
@@ -618,39 +759,7 @@ export async function runArl(o: ArlOptions): Promise<string> {
     );
   }
 
-  const svg = chartSvg(chart, o.cap);
-  const seconds = ((performance.now() - started) / 1000).toFixed(0);
-  const c = defaults;
-  const autoPart =
-    o.autoPairs > 0
-      ? ` and ${fmtN(o.autoPairs)} at \`noiseFloor: auto\` (calibration.rate 0.25, minFloor ${autoDefaults.calibration.minFloor})`
-      : '';
-  const head =
-    `${fmtN(o.pairs)} noise-only pairs per class at the config${autoPart}, and ${o.runs} out-of-control runs per case (capped at ${o.cap} pairs), max_tokens ${o.maxTokens}, seed ${o.seed}, on the simulated engines in-process (${seconds} s on this machine, ${inControlSeconds.toFixed(0)} s of it in control on ${o.jobs} process${o.jobs === 1 ? '' : 'es'}: each class's pairs cut into ${o.jobs} runs of consecutive prompts, each from a fresh detector state). ` +
-    `Config: window ${c.alert.window}, minRequests ${c.alert.minRequests}, fireFraction ${c.alert.fireFraction}, forSeconds ${c.alert.forSeconds} (one client request a second), CUSUM k ${c.alert.cusum.k} h ${c.alert.cusum.h}, floor ${c.analysis.noiseFloor}; ` +
-    `the permutation test fires when p ≤ ${o.alpha}; a fire counts once per excursion (an alert already firing does not count again). Run lengths are mirrored pairs (at rate r, about 1/r client requests each).`;
-  const out = [
-    head,
-    '',
-    '**In control** (false fires):',
-    '',
-    ...rows,
-    '',
-    '**Out of control** (pairs to the first fire):',
-    '',
-    ...ooc,
-    '',
-    '**`noiseFloor: auto`** (calibration on the baseline side only):',
-    '',
-    ...conv,
-    '',
-    '![Median pairs to fire against the state shift, one line per alert](detection-arl.svg)',
-  ].join('\n');
-  if (o.write) {
-    await writeFile(fileURLToPath(new URL('../docs/detection-arl.svg', import.meta.url)), `${svg}\n`);
-    await writeBlock('bench:arl', out);
-  }
-  return out;
+  return conv;
 }
 
 /** Rewrites docs/detection.md between `<!-- NAME begin -->` and `<!-- NAME end -->`. */

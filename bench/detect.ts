@@ -143,6 +143,31 @@ function body(i: number): { path: string; json: Record<string, unknown> } {
     : { path: '/v1/completions', json: { model: 'm', prompt, max_tokens: maxTokens, temperature: 0 } };
 }
 
+/** A mirrored pair into the case's row: its verdict, shifts, teacher-forced scoring, locus and flip. */
+function tally(row: Row, pair: MirroredPair): void {
+  row.pairs++;
+  const a = pair.analysis;
+  const key = a?.verdict ?? pair.outcome;
+  row.verdicts.set(key, (row.verdicts.get(key) ?? 0) + 1);
+  row.floorUsed = pair.noiseFloor;
+  if (!a) return;
+  for (const p of a.positions) if (p.shift !== null) row.shifts.push(p.shift);
+  // Teacher-forced: every position of the baseline's tokens, scored on both sides.
+  if (a.scored?.outcome === 'ok' && a.scored.comparable !== undefined) {
+    row.scored++;
+    row.scoredPositions += a.scored.comparable;
+    row.scoredShifted += a.scored.shifted ?? 0;
+  }
+  if (a.locus) row.loci.set(a.locus, (row.loci.get(a.locus) ?? 0) + 1);
+  if (a.flip) {
+    row.flips[a.flip.class]++;
+    if (a.flip.gap !== null) {
+      row.flips.minGap = Math.min(row.flips.minGap, a.flip.gap);
+      row.flips.maxGap = Math.max(row.flips.maxGap, a.flip.gap);
+    }
+  }
+}
+
 async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
   const candidate = await spawnLlamaEngine({ seed, fault: c.fault === 'none' ? null : c.fault, api });
   const row: Row = {
@@ -175,29 +200,7 @@ async function runCase(c: Case, baseline: LlamaEngineProcess): Promise<Row> {
     mirrorWorkerUrl: new URL('../test/helpers/mirror-worker.mjs', import.meta.url),
     logger: createLogger({ level: 'error' }),
     listeners: {
-      onPair(pair: MirroredPair) {
-        row.pairs++;
-        const a = pair.analysis;
-        const key = a?.verdict ?? pair.outcome;
-        row.verdicts.set(key, (row.verdicts.get(key) ?? 0) + 1);
-        row.floorUsed = pair.noiseFloor;
-        if (!a) return;
-        for (const p of a.positions) if (p.shift !== null) row.shifts.push(p.shift);
-        // Teacher-forced: every position of the baseline's tokens, scored on both sides.
-        if (a.scored?.outcome === 'ok' && a.scored.comparable !== undefined) {
-          row.scored++;
-          row.scoredPositions += a.scored.comparable;
-          row.scoredShifted += a.scored.shifted ?? 0;
-        }
-        if (a.locus) row.loci.set(a.locus, (row.loci.get(a.locus) ?? 0) + 1);
-        if (a.flip) {
-          row.flips[a.flip.class]++;
-          if (a.flip.gap !== null) {
-            row.flips.minGap = Math.min(row.flips.minGap, a.flip.gap);
-            row.flips.maxGap = Math.max(row.flips.maxGap, a.flip.gap);
-          }
-        }
-      },
+      onPair: (pair: MirroredPair) => tally(row, pair),
       onAlert(t) {
         // Reported before the pair that caused it: that pair is number pairs + 1.
         if (t.to === 'firing') row.firing[t.alert] ??= row.pairs + 1;

@@ -65,7 +65,6 @@ export function verdicts(
   const on = s.get('logprobe-1.0');
   const nginx = s.get('nginx');
   const direct = s.get('direct');
-  const portkey = s.get('portkey');
   const out: Verdict[] = [];
   if (off && nginx) {
     const rj = ratio(off.json, nginx.json);
@@ -84,6 +83,35 @@ export function verdicts(
       detail: `+${ms(added)} ms (p99 ${ms(off.p99)} vs direct ${ms(direct.p99)} ms)`,
     });
   }
+  const moved = mirrorVerdict(off, on, ab);
+  if (moved) out.push(moved);
+  out.push(portkeyVerdict(off, s.get('portkey')));
+  const top5 = core.filter((c) => c.k === 5);
+  if (top5.length > 0) {
+    const worst = Math.min(...top5.map((c) => c.mtps));
+    out.push({
+      target: `≥ ${CORE_TARGET_MTPS} M aligned tokens/s in the core (top-5)`,
+      met: worst >= CORE_TARGET_MTPS,
+      detail: top5.map((c) => `${c.tokens} tok ${c.mtps.toFixed(2)} M/s`).join(', '),
+    });
+  }
+  if (on) {
+    const full = on.queueDepthMax >= queueSize || on.dropped > 0;
+    out.push({
+      target: `RSS < ${RSS_CEILING_MB} MB with the mirror queue full`,
+      met: Number.isFinite(on.peakMB) ? on.peakMB < RSS_CEILING_MB && full : null,
+      detail: `peak ${on.peakMB.toFixed(0)} MB at sampleRate 1.0; queue ${full ? `full (depth ${on.queueDepthMax}/${queueSize}, ${on.dropped} dropped)` : `not full (depth ${on.queueDepthMax})`}`,
+    });
+  }
+  return out;
+}
+
+/** sampleRate 1.0 against mirroring off: from the back-to-back pairs when there are any, else the two targets' medians. */
+function mirrorVerdict(
+  off: Summary | undefined,
+  on: Summary | undefined,
+  ab: { shared: MirrorAB; remote: MirrorAB } | null,
+): Verdict | null {
   if (ab && ab.remote.pairs.length > 0) {
     // The pooled figure: one probe's p99 rests on a few dozen requests and moves by tens of
     // percent with the machine; pairs back to back, pooled, give the tail many more samples.
@@ -95,19 +123,24 @@ export function verdicts(
     };
     const moved = ratio(ab.remote.pooled[1], ab.remote.pooled[0]) - 1;
     const spread = ab.remote.pairs.map(([a, b]) => (b / a).toFixed(2)).join(', ');
-    out.push({
+    return {
       target: 'sampleRate 1.0 moves the client p99 by ≤ 10%',
       met: moved <= 0.1,
       detail: `${pct(ab.remote)} (p99 ${ms(ab.remote.pooled[1])} vs ${ms(ab.remote.pooled[0])} ms, ${ab.remote.pairs.length} back-to-back pairs pooled, baseline stand-in at nice 19; pair ratios ${spread}); ${pct(ab.shared)} with the baseline stand-in sharing the 2 CPUs`,
-    });
+    };
   } else if (off && on && Number.isFinite(on.p99)) {
     const moved = ratio(on.p99, off.p99) - 1;
-    out.push({
+    return {
       target: 'sampleRate 1.0 moves the client p99 by ≤ 10%',
       met: moved <= 0.1,
       detail: `${moved >= 0 ? '+' : ''}${(moved * 100).toFixed(0)}% (p99 ${ms(on.p99)} vs ${ms(off.p99)} ms)`,
-    });
+    };
   }
+  return null;
+}
+
+/** Mirroring off against @portkey-ai/gateway on every figure: ahead where portkey was measured. */
+function portkeyVerdict(off: Summary | undefined, portkey: Summary | undefined): Verdict {
   if (off && portkey) {
     const behind: string[] = [];
     const higher: Array<[string, keyof Summary]> = [
@@ -127,32 +160,14 @@ export function verdicts(
       if (Number.isFinite(portkey[k] as number) && !((off[k] as number) > (portkey[k] as number))) behind.push(name);
     for (const [name, k] of lower)
       if (Number.isFinite(portkey[k] as number) && !((off[k] as number) < (portkey[k] as number))) behind.push(name);
-    out.push({
+    return {
       target: 'ahead of @portkey-ai/gateway on every figure',
       met: behind.length === 0,
       detail:
         behind.length === 0
           ? 'on all of throughput, latency, TTFB, inter-chunk, RSS'
           : `behind on ${behind.join(', ')}`,
-    });
-  } else
-    out.push({ target: 'ahead of @portkey-ai/gateway on every figure', met: null, detail: 'portkey not measured' });
-  const top5 = core.filter((c) => c.k === 5);
-  if (top5.length > 0) {
-    const worst = Math.min(...top5.map((c) => c.mtps));
-    out.push({
-      target: `≥ ${CORE_TARGET_MTPS} M aligned tokens/s in the core (top-5)`,
-      met: worst >= CORE_TARGET_MTPS,
-      detail: top5.map((c) => `${c.tokens} tok ${c.mtps.toFixed(2)} M/s`).join(', '),
-    });
+    };
   }
-  if (on) {
-    const full = on.queueDepthMax >= queueSize || on.dropped > 0;
-    out.push({
-      target: `RSS < ${RSS_CEILING_MB} MB with the mirror queue full`,
-      met: Number.isFinite(on.peakMB) ? on.peakMB < RSS_CEILING_MB && full : null,
-      detail: `peak ${on.peakMB.toFixed(0)} MB at sampleRate 1.0; queue ${full ? `full (depth ${on.queueDepthMax}/${queueSize}, ${on.dropped} dropped)` : `not full (depth ${on.queueDepthMax})`}`,
-    });
-  }
-  return out;
+  return { target: 'ahead of @portkey-ai/gateway on every figure', met: null, detail: 'portkey not measured' };
 }

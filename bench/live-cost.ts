@@ -125,6 +125,28 @@ function autocannon(url: string, seconds: number): Promise<{ rps: number; p50: n
   });
 }
 
+/** The proxy's thread's busy time for one full poll of the live page. */
+async function pollCost(lp: Awaited<ReturnType<typeof startLogprobe>>): Promise<void> {
+  // The proxy's thread's busy time per poll, with no traffic: pollers in a worker thread of their
+  // own (so their HTTP client work does not count), event-loop utilisation of this thread.
+  const idle0 = performance.eventLoopUtilization();
+  await new Promise((r) => setTimeout(r, 4000));
+  const idle = performance.eventLoopUtilization(idle0);
+  const code = `const { workerData, parentPort } = require('node:worker_threads');
+    let since = 0, t = 0, polls = 0, bytes = 0; const end = Date.now() + 4000;
+    (async () => { while (Date.now() < end) { const r = await fetch(workerData + '/ui/data?since=0&t=0'); const x = await r.text(); bytes += x.length; polls++; }
+      parentPort.postMessage({ polls, bytes }); })();`;
+  const e0 = performance.eventLoopUtilization();
+  const { polls, bytes } = await new Promise<{ polls: number; bytes: number }>((resolve) =>
+    new Worker(code, { eval: true, workerData: lp.adminUrl }).once('message', resolve),
+  );
+  const busy = performance.eventLoopUtilization(e0);
+  const perPoll = (busy.active - (idle.active * busy.idle) / Math.max(1, idle.idle)) / polls;
+  console.log(
+    `proxy's thread, per full poll (all ${LIVE_PAIRS} pairs, ${(bytes / polls / 1024).toFixed(0)} KB, back to back): ${perPoll.toFixed(2)} ms busy (${polls} polls in 4 s)`,
+  );
+}
+
 async function clientPath(): Promise<void> {
   const baseline = await startSim();
   const candidate = await startSim({ noise: 0.001 });
@@ -149,24 +171,7 @@ async function clientPath(): Promise<void> {
   }
   await lp.runtime.mirror!.idle();
 
-  // The proxy's thread's busy time per poll, with no traffic: pollers in a worker thread of their
-  // own (so their HTTP client work does not count), event-loop utilisation of this thread.
-  const idle0 = performance.eventLoopUtilization();
-  await new Promise((r) => setTimeout(r, 4000));
-  const idle = performance.eventLoopUtilization(idle0);
-  const code = `const { workerData, parentPort } = require('node:worker_threads');
-    let since = 0, t = 0, polls = 0, bytes = 0; const end = Date.now() + 4000;
-    (async () => { while (Date.now() < end) { const r = await fetch(workerData + '/ui/data?since=0&t=0'); const x = await r.text(); bytes += x.length; polls++; }
-      parentPort.postMessage({ polls, bytes }); })();`;
-  const e0 = performance.eventLoopUtilization();
-  const { polls, bytes } = await new Promise<{ polls: number; bytes: number }>((resolve) =>
-    new Worker(code, { eval: true, workerData: lp.adminUrl }).once('message', resolve),
-  );
-  const busy = performance.eventLoopUtilization(e0);
-  const perPoll = (busy.active - (idle.active * busy.idle) / Math.max(1, idle.idle)) / polls;
-  console.log(
-    `proxy's thread, per full poll (all ${LIVE_PAIRS} pairs, ${(bytes / polls / 1024).toFixed(0)} KB, back to back): ${perPoll.toFixed(2)} ms busy (${polls} polls in 4 s)`,
-  );
+  await pollCost(lp);
 
   const runs: Array<[string, Awaited<ReturnType<typeof autocannon>>]> = [];
   for (const withPage of [false, true, false, true, false, true]) {

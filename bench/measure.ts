@@ -117,6 +117,91 @@ export async function mirrorAB(off: Running, on: Running, plan: Plan, log: (s: s
   };
 }
 
+/** One throughput round of JSON requests on a target, and what its mirror compared meanwhile. */
+async function jsonRound(t: Running, tr: TargetResult, plan: Plan, r: number, log: (s: string) => void): Promise<void> {
+  const before = t.adminUrl ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
+  const started = performance.now();
+  const a = await autocannon({
+    url: t.url + URL_PATH,
+    connections: plan.connections,
+    seconds: plan.seconds,
+    body: chatBody(false),
+    headers: t.headers,
+  });
+  const secs = (performance.now() - started) / 1000;
+  tr.tputJson.push(a.rps);
+  tr.errors += a.errors + a.non2xx;
+  tr.requests += a.total;
+  if (before && t.adminUrl) {
+    const after = await mirrorCounters(t.adminUrl).catch(() => null);
+    if (after && after.ok + after.dropped + after.other > before.ok + before.dropped + before.other) {
+      tr.mirror ??= { pairsPerSec: [], dropped: 0, queueDepthMax: 0 };
+      tr.mirror.pairsPerSec.push((after.ok - before.ok) / secs);
+      tr.mirror.dropped += after.dropped - before.dropped;
+      tr.mirror.queueDepthMax = Math.max(tr.mirror.queueDepthMax, after.queueDepth);
+    }
+  }
+  log(
+    `  round ${r + 1} json  ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`,
+  );
+}
+
+/** One throughput round of SSE requests on a target. */
+async function sseRound(t: Running, tr: TargetResult, plan: Plan, r: number, log: (s: string) => void): Promise<void> {
+  const a = await autocannon({
+    url: t.url + URL_PATH,
+    connections: plan.connections,
+    seconds: plan.seconds,
+    body: chatBody(true),
+    headers: t.headers,
+  });
+  tr.tputSse.push(a.rps);
+  tr.errors += a.errors + a.non2xx;
+  tr.requests += a.total;
+  log(
+    `  round ${r + 1} sse   ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`,
+  );
+}
+
+/** One latency probe of a target at a moderate rate: JSON, then SSE (TTFB and inter-chunk gaps). */
+async function probeRound(
+  t: Running,
+  tr: TargetResult,
+  plan: Plan,
+  r: number,
+  log: (s: string) => void,
+): Promise<void> {
+  const p = await probe({
+    url: t.url + URL_PATH,
+    rate: plan.rate,
+    seconds: plan.probeSeconds,
+    connections: 16,
+    body: chatBody(false),
+    headers: t.headers,
+  });
+  tr.latP50.push(p.latency[0]);
+  tr.latP99.push(p.latency[1]);
+  tr.errors += p.errors + p.non2xx;
+  tr.requests += p.sent;
+  const s = await probe({
+    url: t.url + URL_PATH,
+    rate: plan.sseRate,
+    seconds: plan.probeSeconds,
+    connections: 16,
+    body: chatBody(true, true),
+    headers: t.headers,
+  });
+  tr.ttfbP50.push(s.ttfb[0]);
+  tr.ttfbP99.push(s.ttfb[1]);
+  tr.gapP50.push(s.gap[0]);
+  tr.gapP99.push(s.gap[1]);
+  tr.errors += s.errors + s.non2xx;
+  tr.requests += s.sent;
+  log(
+    `  round ${r + 1} probe ${t.key.padEnd(18)} p50 ${p.latency[0]} µs p99 ${p.latency[1]} µs | sse ttfb p50 ${s.ttfb[0]} µs gap p50 ${s.gap[0]} µs p99 ${s.gap[1]} µs${p.errors + s.errors + p.non2xx + s.non2xx ? `  errors ${p.errors + s.errors + p.non2xx + s.non2xx}` : ''}`,
+  );
+}
+
 export async function measure(
   targets: Running[],
   plan: Plan,
@@ -140,83 +225,16 @@ export async function measure(
 
   for (let r = 0; r < plan.rounds; r++) {
     for (const t of rotated(targets, r)) {
-      const before = t.adminUrl ? await mirrorCounters(t.adminUrl).catch(() => null) : null;
-      const started = performance.now();
-      const a = await autocannon({
-        url: t.url + URL_PATH,
-        connections: plan.connections,
-        seconds: plan.seconds,
-        body: chatBody(false),
-        headers: t.headers,
-      });
-      const secs = (performance.now() - started) / 1000;
-      const tr = get(t);
-      tr.tputJson.push(a.rps);
-      tr.errors += a.errors + a.non2xx;
-      tr.requests += a.total;
-      if (before && t.adminUrl) {
-        const after = await mirrorCounters(t.adminUrl).catch(() => null);
-        if (after && after.ok + after.dropped + after.other > before.ok + before.dropped + before.other) {
-          tr.mirror ??= { pairsPerSec: [], dropped: 0, queueDepthMax: 0 };
-          tr.mirror.pairsPerSec.push((after.ok - before.ok) / secs);
-          tr.mirror.dropped += after.dropped - before.dropped;
-          tr.mirror.queueDepthMax = Math.max(tr.mirror.queueDepthMax, after.queueDepth);
-        }
-      }
-      log(
-        `  round ${r + 1} json  ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`,
-      );
+      await jsonRound(t, get(t), plan, r, log);
     }
     if (plan.sse && r < plan.probeRounds) {
       for (const t of rotated(targets, r)) {
-        const a = await autocannon({
-          url: t.url + URL_PATH,
-          connections: plan.connections,
-          seconds: plan.seconds,
-          body: chatBody(true),
-          headers: t.headers,
-        });
-        const tr = get(t);
-        tr.tputSse.push(a.rps);
-        tr.errors += a.errors + a.non2xx;
-        tr.requests += a.total;
-        log(
-          `  round ${r + 1} sse   ${t.key.padEnd(18)} ${a.rps.toFixed(0).padStart(7)} req/s${a.errors + a.non2xx ? `  errors ${a.errors + a.non2xx}` : ''}`,
-        );
+        await sseRound(t, get(t), plan, r, log);
       }
     }
     if (plan.latency && r < plan.probeRounds) {
       for (const t of rotated(targets, r)) {
-        const p = await probe({
-          url: t.url + URL_PATH,
-          rate: plan.rate,
-          seconds: plan.probeSeconds,
-          connections: 16,
-          body: chatBody(false),
-          headers: t.headers,
-        });
-        const tr = get(t);
-        tr.latP50.push(p.latency[0]);
-        tr.latP99.push(p.latency[1]);
-        tr.errors += p.errors + p.non2xx;
-        tr.requests += p.sent;
-        const s = await probe({
-          url: t.url + URL_PATH,
-          rate: plan.sseRate,
-          seconds: plan.probeSeconds,
-          connections: 16,
-          body: chatBody(true, true),
-          headers: t.headers,
-        });
-        tr.ttfbP50.push(s.ttfb[0]);
-        tr.ttfbP99.push(s.ttfb[1]);
-        tr.gapP50.push(s.gap[0]);
-        tr.gapP99.push(s.gap[1]);
-        tr.errors += s.errors + s.non2xx;
-        tr.requests += s.sent;
-        log(
-          `  round ${r + 1} probe ${t.key.padEnd(18)} p50 ${p.latency[0]} µs p99 ${p.latency[1]} µs | sse ttfb p50 ${s.ttfb[0]} µs gap p50 ${s.gap[0]} µs p99 ${s.gap[1]} µs${p.errors + s.errors + p.non2xx + s.non2xx ? `  errors ${p.errors + s.errors + p.non2xx + s.non2xx}` : ''}`,
-        );
+        await probeRound(t, get(t), plan, r, log);
       }
     }
   }

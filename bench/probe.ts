@@ -34,93 +34,118 @@ export interface ProbeResult {
 }
 
 function run(spec: ProbeSpec): Promise<ProbeResult> {
-  const u = new URL(spec.url);
-  const agent = new http.Agent({ keepAlive: true, maxSockets: spec.connections });
-  const body = Buffer.from(spec.body);
-  const headers = {
-    'content-type': 'application/json',
-    'content-length': String(body.length),
-    ...(spec.headers ?? {}),
-  };
-  const lat: number[] = [];
-  const ttfb: number[] = [];
-  const gap: number[] = [];
-  let sent = 0;
-  let ok = 0;
-  let errors = 0;
-  let non2xx = 0;
-  let pending = 0;
-  const total = Math.round(spec.rate * spec.seconds);
-  const t0 = performance.now();
-  return new Promise((resolve) => {
-    let finished = false;
-    const finish = () => {
-      if (finished) return;
-      finished = true;
-      agent.destroy();
-      const us = (xs: number[], p: number) => Math.round(percentile(xs, p) * 1000);
-      resolve({
-        sent,
-        ok,
-        errors,
-        non2xx,
-        latency: [us(lat, 50), us(lat, 99)],
-        ttfb: [us(ttfb, 50), us(ttfb, 99)],
-        gap: [us(gap, 50), us(gap, 99)],
-        gaps: gap.length,
-        ...(spec.samples ? { samples: lat.map((x) => Math.round(x * 1000)) } : {}),
-      });
+  return new ProbeRun(spec).start();
+}
+
+/** One probe: requests sent on schedule, each one's latency, TTFB and chunk gaps taken. */
+class ProbeRun {
+  private readonly u: URL;
+  private readonly agent: http.Agent;
+  private readonly body: Buffer;
+  private readonly headers: Record<string, string>;
+  private readonly lat: number[] = [];
+  private readonly ttfb: number[] = [];
+  private readonly gap: number[] = [];
+  private sent = 0;
+  private ok = 0;
+  private errors = 0;
+  private non2xx = 0;
+  private pending = 0;
+  private readonly total: number;
+  private t0 = 0;
+  private finished = false;
+  private resolve: (r: ProbeResult) => void = () => undefined;
+
+  constructor(private readonly spec: ProbeSpec) {
+    this.u = new URL(spec.url);
+    this.agent = new http.Agent({ keepAlive: true, maxSockets: spec.connections });
+    this.body = Buffer.from(spec.body);
+    this.headers = {
+      'content-type': 'application/json',
+      'content-length': String(this.body.length),
+      ...(spec.headers ?? {}),
     };
-    const one = (scheduled: number) => {
-      sent++;
-      pending++;
-      let first = -1;
-      let last = -1;
-      const done = (failed: boolean) => {
-        pending--;
-        if (failed) errors++;
-        if (sent >= total && pending === 0) finish();
-      };
-      const req = http.request(
-        { host: u.hostname, port: u.port, path: u.pathname + u.search, method: 'POST', headers, agent },
-        (res) => {
-          if ((res.statusCode ?? 0) >= 300) non2xx++;
-          res.on('data', () => {
-            const now = performance.now();
-            if (first < 0) {
-              first = now;
-              ttfb.push(now - scheduled);
-            } else gap.push(now - last);
-            last = now;
-          });
-          res.on('end', () => {
-            lat.push(performance.now() - scheduled);
-            if ((res.statusCode ?? 0) < 300) ok++;
-            done(false);
-          });
-          res.on('error', () => done(true));
+    this.total = Math.round(spec.rate * spec.seconds);
+  }
+
+  start(): Promise<ProbeResult> {
+    this.t0 = performance.now();
+    return new Promise((resolve) => {
+      this.resolve = resolve;
+      this.tick();
+      // Bounded: whatever has not answered 10 s after the last send counts as an error.
+      setTimeout(
+        () => {
+          this.errors += this.pending;
+          this.pending = 0;
+          this.finish();
         },
-      );
-      req.on('error', () => done(true));
-      req.end(body);
+        this.spec.seconds * 1000 + 10_000,
+      ).unref();
+    });
+  }
+
+  private tick(): void {
+    const { spec, t0, total } = this;
+    const now = performance.now();
+    const due = Math.min(total, Math.floor(((now - t0) / 1000) * spec.rate) + 1);
+    while (this.sent < due) this.one(t0 + (this.sent / spec.rate) * 1000);
+    if (this.sent < total) setTimeout(() => this.tick(), 1);
+  }
+
+  private one(scheduled: number): void {
+    const { u, headers, agent } = this;
+    this.sent++;
+    this.pending++;
+    let first = -1;
+    let last = -1;
+    const done = (failed: boolean) => {
+      this.pending--;
+      if (failed) this.errors++;
+      if (this.sent >= this.total && this.pending === 0) this.finish();
     };
-    const tick = () => {
-      const now = performance.now();
-      const due = Math.min(total, Math.floor(((now - t0) / 1000) * spec.rate) + 1);
-      while (sent < due) one(t0 + (sent / spec.rate) * 1000);
-      if (sent < total) setTimeout(tick, 1);
-    };
-    tick();
-    // Bounded: whatever has not answered 10 s after the last send counts as an error.
-    setTimeout(
-      () => {
-        errors += pending;
-        pending = 0;
-        finish();
+    const req = http.request(
+      { host: u.hostname, port: u.port, path: u.pathname + u.search, method: 'POST', headers, agent },
+      (res) => {
+        if ((res.statusCode ?? 0) >= 300) this.non2xx++;
+        res.on('data', () => {
+          const now = performance.now();
+          if (first < 0) {
+            first = now;
+            this.ttfb.push(now - scheduled);
+          } else this.gap.push(now - last);
+          last = now;
+        });
+        res.on('end', () => {
+          this.lat.push(performance.now() - scheduled);
+          if ((res.statusCode ?? 0) < 300) this.ok++;
+          done(false);
+        });
+        res.on('error', () => done(true));
       },
-      spec.seconds * 1000 + 10_000,
-    ).unref();
-  });
+    );
+    req.on('error', () => done(true));
+    req.end(this.body);
+  }
+
+  private finish(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.agent.destroy();
+    const { lat, ttfb, gap } = this;
+    const us = (xs: number[], p: number) => Math.round(percentile(xs, p) * 1000);
+    this.resolve({
+      sent: this.sent,
+      ok: this.ok,
+      errors: this.errors,
+      non2xx: this.non2xx,
+      latency: [us(lat, 50), us(lat, 99)],
+      ttfb: [us(ttfb, 50), us(ttfb, 99)],
+      gap: [us(gap, 50), us(gap, 99)],
+      gaps: gap.length,
+      ...(this.spec.samples ? { samples: lat.map((x) => Math.round(x * 1000)) } : {}),
+    });
+  }
 }
 
 if (process.argv[1]?.endsWith('probe.ts') && process.argv[2]) {

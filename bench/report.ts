@@ -102,12 +102,33 @@ export interface ReportInput {
   ab?: { shared: MirrorAB; remote: MirrorAB } | null;
 }
 
+/** What every section of the report reads: the input, the fixed-upstream summaries, direct's and nginx's, the rows in order. */
+interface Sections {
+  r: ReportInput;
+  s: Map<string, Summary>;
+  d: Summary | undefined;
+  n: Summary | undefined;
+  rows: ReturnType<typeof ordered>;
+}
+
 /** Renders the generated part of bench/RESULTS.md. */
 export function renderResults(r: ReportInput): string {
   const s = r.fixed;
-  const d = s.get('direct');
-  const n = s.get('nginx');
-  const rows = ordered(s);
+  const sec: Sections = { r, s, d: s.get('direct'), n: s.get('nginx'), rows: ordered(s) };
+  return [
+    ...machineSection(sec),
+    ...throughputSection(sec),
+    ...latencySection(sec),
+    ...sseSection(sec),
+    ...memorySection(sec),
+    ...mirrorSection(sec),
+    ...engineSection(sec),
+    ...coreSection(sec),
+  ].join('\n');
+}
+
+/** The run's date, machine, versions and what was not measured. */
+function machineSection({ r }: Sections): string[] {
   const v = r.info.versions;
   const out: string[] = [];
   out.push(`## Run of ${r.info.date.slice(0, 16).replace('T', ' ')} UTC`);
@@ -118,6 +139,12 @@ export function renderResults(r: ReportInput): string {
   out.push('');
   if (r.unavailable.length > 0)
     out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
+  return out;
+}
+
+/** Throughput against the fixed-response upstream, against direct and nginx. */
+function throughputSection({ r, d, n, rows }: Sections): string[] {
+  const out: string[] = [];
   out.push(
     `### Throughput, ${r.plan.connections} connections (median of ${r.plan.rounds} rounds × ${r.plan.seconds} s, fixed-response upstream)`,
   );
@@ -138,6 +165,12 @@ export function renderResults(r: ReportInput): string {
     ),
   );
   out.push('');
+  return out;
+}
+
+/** Latency at a moderate open-loop rate, and what each target adds to direct. */
+function latencySection({ r, d, n, rows }: Sections): string[] {
+  const out: string[] = [];
   out.push(
     `### Latency at a moderate rate (${r.plan.rate} req/s open loop over 16 connections, median of ${r.plan.probeRounds} rounds × ${r.plan.probeSeconds} s)`,
   );
@@ -157,6 +190,12 @@ export function renderResults(r: ReportInput): string {
     ),
   );
   out.push('');
+  return out;
+}
+
+/** SSE time to first byte and inter-chunk delay. */
+function sseSection({ r, d, n, rows }: Sections): string[] {
+  const out: string[] = [];
   out.push(
     `### SSE: time to first byte and inter-chunk delay (${r.plan.sseRate} streams/s, 9 events 2 ms apart, median of ${r.plan.probeRounds} rounds)`,
   );
@@ -190,6 +229,12 @@ export function renderResults(r: ReportInput): string {
     ),
   );
   out.push('');
+  return out;
+}
+
+/** Peak RSS of each target. */
+function memorySection({ n, rows }: Sections): string[] {
+  const out: string[] = [];
   out.push('### Memory (peak RSS over the whole run, VmHWM; nginx: master + worker; "direct": the upstream process)');
   out.push('');
   out.push(
@@ -199,6 +244,12 @@ export function renderResults(r: ReportInput): string {
     ),
   );
   out.push('');
+  return out;
+}
+
+/** The mirror's cost to the client at sampleRate 1.0, its throughput, queue and RSS. */
+function mirrorSection({ r, s }: Sections): string[] {
+  const out: string[] = [];
   const on = s.get('logprobe-1.0');
   const off = s.get('logprobe-off');
   if (on && off) {
@@ -238,6 +289,12 @@ export function renderResults(r: ReportInput): string {
     );
     out.push('');
   }
+  return out;
+}
+
+/** Throughput in front of the simulated engine, when it was measured. */
+function engineSection({ r }: Sections): string[] {
+  const out: string[] = [];
   if (r.engineSums) {
     const e = r.engineSums;
     const ed = e.get('direct');
@@ -260,6 +317,12 @@ export function renderResults(r: ReportInput): string {
     );
     out.push('');
   }
+  return out;
+}
+
+/** The comparison core's figures (copied) and the targets' verdicts. */
+function coreSection({ r }: Sections): string[] {
+  const out: string[] = [];
   out.push('### Comparison core (`npm run bench:compare`, copied)');
   out.push('');
   out.push(
@@ -277,7 +340,7 @@ export function renderResults(r: ReportInput): string {
     ),
   );
   out.push('');
-  return out.join('\n');
+  return out;
 }
 
 const BEGIN = '<!-- bench:generated:begin -->';

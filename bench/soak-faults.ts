@@ -45,7 +45,7 @@
  * bench/RESULTS.md; exit 0 PASS, 1 FAIL, 2 usage (or not root). On SIGINT/SIGTERM, and at any
  * end, every process it started is killed and the tmpfs unmounted.
  */
-import { spawnSync } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { open, readFile, statfs, unlink } from 'node:fs/promises';
 import net from 'node:net';
@@ -563,7 +563,100 @@ interface Summary {
   criteria: Criterion[];
 }
 
+/** The baseline killer's figures: kills, restarts and down time. */
+function killerFigures(killer: BaselineKiller): Summary['killer'] {
+  const downs = killer.downMs;
+  return {
+    kills: killer.kills,
+    restarts: killer.restarts,
+    restartFailures: killer.restartFailures,
+    downP50: median(downs),
+    downMax: downs.length ? Math.max(...downs) : NaN,
+  };
+}
+
+/** The disk filler's figures: cycles, ENOSPC reached, what the retention deleted. */
+function fillerFigures(filler: DiskFiller): Summary['filler'] {
+  return {
+    cycles: filler.cycles,
+    filled: filler.filled,
+    fullSeconds: filler.fullSeconds,
+    filledMBMedian: median(filler.filledMB),
+    recordsDeleted: filler.recordsDeleted,
+    filesDeleted: filler.filesDeleted,
+    errors: filler.errors,
+  };
+}
+
+/** The load generator's result file (null: it left none). */
+function readLoad(loadOut: string): LoadResult | null {
+  try {
+    return JSON.parse(readFileSync(loadOut, 'utf8')) as LoadResult;
+  } catch {
+    return null;
+  }
+}
+
 async function soak(o: Options & { warmupS: number }): Promise<boolean> {
+  const { info, seconds } = await prepare(o);
+  const { candidate, baseline, basePort, lp, pid, adminUrl, loadOut, load } = await startStack(o, seconds);
+  const { live, loadExit } = followLoad(load.proc.child);
+  const killer = new BaselineKiller(baseline.proc, basePort, o);
+  const filler = new DiskFiller(CAPTURE_DIR, o);
+  const began = performance.now();
+  process.kill(load.proc.pid, 'SIGUSR2');
+  killer.run();
+  filler.run();
+  const { samples, heaps, alive } = await watch(o, pid as number, adminUrl, live, loadExit, killer, began);
+  const elapsedS = (performance.now() - began) / 1000;
+  log(`  load over after ${fmt(elapsedS, 0)} s; stopping the faults and waiting for the mirror to settle`);
+  await killer.stop();
+  await filler.stop();
+  const final = alive ? await settled(adminUrl, 90_000) : null;
+  // The capture writer flushes within a second of the last pair.
+  await sleep(2000);
+  const candStats = await upstreamStats(candidate.proc);
+  await load.proc.stop();
+  await lp.stop();
+  await killer.proc.stop();
+  await candidate.proc.stop();
+  let recordsOnDisk = 0;
+  for (const f of captureFiles(CAPTURE_DIR)) recordsOnDisk += await recordsIn(f.path);
+  unmount(CAPTURE_DIR);
+
+  const result = readLoad(loadOut);
+  const rss = rssFigures(o, samples, elapsedS);
+  const heapTail = heaps.filter((h) => h.t >= rss.from);
+  const r: Summary = {
+    info,
+    o,
+    elapsedS,
+    load: result,
+    candidate: candStats,
+    metrics: final,
+    killer: killerFigures(killer),
+    filler: fillerFigures(filler),
+    recordsOnDisk: recordsOnDisk + filler.recordsDeleted,
+    rss: rss.figures,
+    heap: { first: heapTail[0]?.heapMB ?? NaN, last: heapTail.at(-1)?.heapMB ?? NaN },
+    criteria: [],
+  };
+  r.criteria = judge(r, alive);
+  log('');
+  for (const [k, v] of rows(r)) log(`${k.padEnd(58)} ${v}`);
+  log('');
+  for (const c of r.criteria) log(`${c.pass ? 'PASS' : 'FAIL'}  ${c.name}: ${c.detail}`);
+  const pass = r.criteria.every((c) => c.pass);
+  log(pass ? 'PASS' : 'FAIL');
+  if (o.write) {
+    writeSection(RESULTS, '<!-- soak-faults:generated:begin -->', '<!-- soak-faults:generated:end -->', render(r), '');
+    log('wrote the Fault soak section of bench/RESULTS.md');
+  }
+  return pass;
+}
+
+/** Checks it runs as root, builds dist/ when asked, says what it is about to do. */
+async function prepare(o: Options & { warmupS: number }): Promise<{ info: Machine; seconds: number }> {
   mkdirSync(OUT, { recursive: true });
   if (process.getuid?.() !== 0)
     throw new UsageError('the fault soak mounts a tmpfs for the capture directory: run it as root');
@@ -581,6 +674,11 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
       `capture disk ${o.captureMb} MB filled every ${o.fillEvery} s for ${o.fullS} s; ${info.nproc} cpu ${info.cpu}, node ${info.versions.node}, load ${info.load}`,
   );
 
+  return { info, seconds };
+}
+
+/** The capture tmpfs, the candidate and baseline upstreams, logprobe, and the load generator (waiting for SIGUSR2). */
+async function startStack(o: Options & { warmupS: number }, seconds: number) {
   mountTmpfs(CAPTURE_DIR, o.captureMb);
   const expectFile = join(OUT, 'expect.sse');
   const candidate = await startUpstream('faults-candidate', [
@@ -610,7 +708,28 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
   const adminUrl = lp.adminUrl as string;
 
   const loadOut = join(OUT, 'load.json');
-  const spec: LoadSpec = {
+  const spec = loadSpec(o, lp, seconds, expectFile, loadOut);
+  const load = await start({
+    name: 'faults-load',
+    ...withNofile('node', ['--import', 'tsx', 'bench/streams-load.ts', JSON.stringify(spec)]),
+    cwd: ROOT,
+    ready: /load ready/,
+    timeoutMs: 60_000,
+    logFile: join(OUT, 'load.log'),
+  });
+  prioritize(load.proc.pid, o.harnessNice);
+  return { candidate, baseline, basePort, lp, pid, adminUrl, loadOut, load };
+}
+
+/** The load generator's spec: `streams` clients starting streams for the whole run, each compared with `expect`. */
+function loadSpec(
+  o: Options & { warmupS: number },
+  lp: Running,
+  seconds: number,
+  expectFile: string,
+  loadOut: string,
+): LoadSpec {
+  return {
     url: `${lp.url}${ROUTE}`,
     clients: o.streams,
     streams: 1,
@@ -623,32 +742,35 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
     progressMs: 1000,
     out: loadOut,
   };
-  const load = await start({
-    name: 'faults-load',
-    ...withNofile('node', ['--import', 'tsx', 'bench/streams-load.ts', JSON.stringify(spec)]),
-    cwd: ROOT,
-    ready: /load ready/,
-    timeoutMs: 60_000,
-    logFile: join(OUT, 'load.log'),
-  });
-  prioritize(load.proc.pid, o.harnessNice);
-  let progress = { t: 0, completed: 0, cut: 0, altered: 0, inFlight: 0, connections: 0 };
-  createInterface({ input: load.proc.child.stdout! }).on('line', (line) => {
-    if (line.startsWith('progress ')) progress = JSON.parse(line.slice(9)) as typeof progress;
+}
+
+/** The load generator's progress lines; `loadExit` resolves when it exits. */
+function followLoad(child: ChildProcess) {
+  const live = {
+    done: false,
+    progress: { t: 0, completed: 0, cut: 0, altered: 0, inFlight: 0, connections: 0 },
+  };
+  createInterface({ input: child.stdout! }).on('line', (line) => {
+    if (line.startsWith('progress ')) live.progress = JSON.parse(line.slice(9)) as typeof live.progress;
   });
   const loadExit = new Promise<void>((resolve) =>
-    load.proc.child.exitCode !== null ? resolve() : load.proc.child.once('exit', () => resolve()),
+    child.exitCode !== null ? resolve() : child.once('exit', () => resolve()),
   );
-  let loadDone = false;
-  void loadExit.then(() => (loadDone = true));
+  void loadExit.then(() => (live.done = true));
 
-  const killer = new BaselineKiller(baseline.proc, basePort, o);
-  const filler = new DiskFiller(CAPTURE_DIR, o);
-  const began = performance.now();
-  process.kill(load.proc.pid, 'SIGUSR2');
-  killer.run();
-  filler.run();
+  return { live, loadExit };
+}
 
+/** Every second logprobe's RSS; every `interval` its metrics, a line of figures and the proxy thread's heap. */
+async function watch(
+  o: Options & { warmupS: number },
+  pid: number,
+  adminUrl: string,
+  live: ReturnType<typeof followLoad>['live'],
+  loadExit: Promise<void>,
+  killer: BaselineKiller,
+  began: number,
+): Promise<{ samples: Sample[]; heaps: HeapSample[]; alive: boolean }> {
   const samples: Sample[] = [];
   const heaps: HeapSample[] = [];
   let alive = true;
@@ -657,17 +779,17 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
   log(
     '  elapsed  streams done   cut altered  in flight  RSS MB  heap MB  mirror ok/dropped/base err/cand err  capture ENOSPC  disk free MB  baseline kills',
   );
-  while (!loadDone) {
+  while (!live.done) {
     await Promise.race([sleep(1000), loadExit]);
     const t = (performance.now() - began) / 1000;
-    const kb = rssKB(pid as number);
+    const kb = rssKB(pid);
     if (!Number.isFinite(kb)) {
       alive = false;
       log(`  ${fmt(t, 0).padStart(5)} s  logprobe (pid ${pid}) is gone`);
       break;
     }
     samples.push({ t, rssMB: kb / 1024 });
-    if (t - lastPrint >= o.interval && !loadDone) {
+    if (t - lastPrint >= o.interval && !live.done) {
       lastPrint = t;
       last = await scrape(adminUrl)
         .then(read)
@@ -678,34 +800,16 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
         .catch(() => NaN);
       const m = last?.outcomes ?? {};
       log(
-        `  ${fmt(t, 0).padStart(5)} s ${String(progress.completed).padStart(13)} ${String(progress.cut).padStart(5)} ${String(progress.altered).padStart(7)} ${String(progress.inFlight).padStart(10)} ${fmt(kb / 1024, 0).padStart(7)} ${fmt(last?.heapMB ?? NaN, 0).padStart(8)}` +
+        `  ${fmt(t, 0).padStart(5)} s ${String(live.progress.completed).padStart(13)} ${String(live.progress.cut).padStart(5)} ${String(live.progress.altered).padStart(7)} ${String(live.progress.inFlight).padStart(10)} ${fmt(kb / 1024, 0).padStart(7)} ${fmt(last?.heapMB ?? NaN, 0).padStart(8)}` +
           `  ${`${m.ok ?? 0}/${m.dropped ?? 0}/${m.baseline_error ?? 0}/${m.candidate_error ?? 0}`.padStart(35)} ${String(last?.captureErrors.ENOSPC ?? 0).padStart(15)} ${fmt(free, 1).padStart(13)} ${String(killer.kills).padStart(15)}`,
       );
     }
   }
-  const elapsedS = (performance.now() - began) / 1000;
-  log(`  load over after ${fmt(elapsedS, 0)} s; stopping the faults and waiting for the mirror to settle`);
-  await killer.stop();
-  await filler.stop();
-  const final = alive ? await settled(adminUrl, 90_000) : null;
-  // The capture writer flushes within a second of the last pair.
-  await sleep(2000);
-  const candStats = await upstreamStats(candidate.proc);
-  await load.proc.stop();
-  await lp.stop();
-  await killer.proc.stop();
-  await candidate.proc.stop();
-  let recordsOnDisk = 0;
-  for (const f of captureFiles(CAPTURE_DIR)) recordsOnDisk += await recordsIn(f.path);
-  unmount(CAPTURE_DIR);
+  return { samples, heaps, alive };
+}
 
-  let result: LoadResult | null = null;
-  try {
-    result = JSON.parse(readFileSync(loadOut, 'utf8')) as LoadResult;
-  } catch {
-    /* judged below */
-  }
-
+/** The RSS over the last part of the measured minutes (after the warm-up): its spread, trend and lows. */
+function rssFigures(o: Options & { warmupS: number }, samples: Sample[], elapsedS: number) {
   // The last 80 % of the measured minutes (after the warm-up).
   const tail = samples.filter((s) => s.t >= o.warmupS + (elapsedS - o.warmupS) * (1 - RSS_TAIL));
   const med = median(tail.map((s) => s.rssMB));
@@ -723,48 +827,7 @@ async function soak(o: Options & { warmupS: number }): Promise<boolean> {
   };
   const lowsMedian = median(rss.lows);
   rss.lowsDev = Math.max(...rss.lows.map((v) => Math.abs(v / lowsMedian - 1))) * 100;
-  const heapTail = heaps.filter((h) => h.t >= (tail[0]?.t ?? Infinity));
-  const downs = killer.downMs;
-  const r: Summary = {
-    info,
-    o,
-    elapsedS,
-    load: result,
-    candidate: candStats,
-    metrics: final,
-    killer: {
-      kills: killer.kills,
-      restarts: killer.restarts,
-      restartFailures: killer.restartFailures,
-      downP50: median(downs),
-      downMax: downs.length ? Math.max(...downs) : NaN,
-    },
-    filler: {
-      cycles: filler.cycles,
-      filled: filler.filled,
-      fullSeconds: filler.fullSeconds,
-      filledMBMedian: median(filler.filledMB),
-      recordsDeleted: filler.recordsDeleted,
-      filesDeleted: filler.filesDeleted,
-      errors: filler.errors,
-    },
-    recordsOnDisk: recordsOnDisk + filler.recordsDeleted,
-    rss,
-    heap: { first: heapTail[0]?.heapMB ?? NaN, last: heapTail.at(-1)?.heapMB ?? NaN },
-    criteria: [],
-  };
-  r.criteria = judge(r, alive);
-  log('');
-  for (const [k, v] of rows(r)) log(`${k.padEnd(58)} ${v}`);
-  log('');
-  for (const c of r.criteria) log(`${c.pass ? 'PASS' : 'FAIL'}  ${c.name}: ${c.detail}`);
-  const pass = r.criteria.every((c) => c.pass);
-  log(pass ? 'PASS' : 'FAIL');
-  if (o.write) {
-    writeSection(RESULTS, '<!-- soak-faults:generated:begin -->', '<!-- soak-faults:generated:end -->', render(r), '');
-    log('wrote the Fault soak section of bench/RESULTS.md');
-  }
-  return pass;
+  return { figures: rss, from: tail[0]?.t ?? Infinity };
 }
 
 /** The 502s logprobe answers when the candidate's connection is reset (src/proxy/errors.ts mapUpstreamError). */
@@ -772,6 +835,26 @@ function candidateCuts(l: LoadResult): number {
   return Object.entries(l.statusMessages)
     .filter(([k]) => k.startsWith('502 ') && k.includes('connection reset by'))
     .reduce((a, [, v]) => a + v, 0);
+}
+
+/** The capture disk was filled and freed, and what the full disk lost was counted. */
+function captureCriterion(r: Summary): Criterion {
+  const m = r.metrics;
+  const sent = SENT_OUTCOMES.reduce((a, k) => a + (m?.outcomes[k] ?? 0), 0);
+  const lost = sent - r.recordsOnDisk;
+  const dropped = m?.recordsDropped ?? null;
+  const enospc = m?.captureErrors.ENOSPC ?? 0;
+  return {
+    name: 'capture disk filled and freed, losses counted',
+    pass: r.filler.filled > 0 && enospc > 0 && (dropped === null || total(dropped) >= lost),
+    detail:
+      `${r.filler.filled} of ${r.filler.cycles} fill cycles reached ENOSPC; logprobe_capture_errors_total ${JSON.stringify(m?.captureErrors ?? {})}; ` +
+      `${sent} pairs settled, ${r.recordsOnDisk} records on disk, ${lost} lost; ` +
+      (dropped === null
+        ? 'logprobe_capture_records_dropped_total absent in this build (not required)'
+        : `logprobe_capture_records_dropped_total ${JSON.stringify(dropped)} (≥ the ${lost} lost)`) +
+      (m?.captureOk !== null && m?.captureOk !== undefined ? `; logprobe_capture_ok ${m.captureOk} at the end` : ''),
+  };
 }
 
 function judge(r: Summary, alive: boolean): Criterion[] {
@@ -807,21 +890,7 @@ function judge(r: Summary, alive: boolean): Criterion[] {
         ? 'no /metrics after the load'
         : `outcomes ${JSON.stringify(m.outcomes)} sum to ${sum}; client requests on ${ROUTE}: ${m.requests} at logprobe, ${l.planned} sent`,
   });
-  const sent = SENT_OUTCOMES.reduce((a, k) => a + (m?.outcomes[k] ?? 0), 0);
-  const lost = sent - r.recordsOnDisk;
-  const dropped = m?.recordsDropped ?? null;
-  const enospc = m?.captureErrors.ENOSPC ?? 0;
-  out.push({
-    name: 'capture disk filled and freed, losses counted',
-    pass: r.filler.filled > 0 && enospc > 0 && (dropped === null || total(dropped) >= lost),
-    detail:
-      `${r.filler.filled} of ${r.filler.cycles} fill cycles reached ENOSPC; logprobe_capture_errors_total ${JSON.stringify(m?.captureErrors ?? {})}; ` +
-      `${sent} pairs settled, ${r.recordsOnDisk} records on disk, ${lost} lost; ` +
-      (dropped === null
-        ? 'logprobe_capture_records_dropped_total absent in this build (not required)'
-        : `logprobe_capture_records_dropped_total ${JSON.stringify(dropped)} (≥ the ${lost} lost)`) +
-      (m?.captureOk !== null && m?.captureOk !== undefined ? `; logprobe_capture_ok ${m.captureOk} at the end` : ''),
-  });
+  out.push(captureCriterion(r));
   const floors = r.o.rssBy === 'floors';
   out.push({
     name: `RSS flat over the last ${RSS_TAIL * 100} % (${floors ? 'its lowest sample of each 30 s' : 'every sample'} within ±${r.o.rssBand} % of their median)`,
@@ -840,32 +909,10 @@ function judge(r: Summary, alive: boolean): Criterion[] {
   return out;
 }
 
-/** The figures, as label and value: the terminal summary and the RESULTS.md table. */
-function rows(r: Summary): Array<[string, string]> {
-  const l = r.load;
+/** The capture disk's, logprobe's memory and the verdict rows of {@link rows}. */
+function logprobeRows(r: Summary): Array<[string, string]> {
   const m = r.metrics;
-  const o = m?.outcomes ?? {};
   return [
-    ['streams started / complete / cut / altered', l ? `${l.planned} / ${l.completed} / ${l.cut} / ${l.altered}` : '–'],
-    ['cut reasons; non-2xx answers', l ? `${JSON.stringify(l.cutReasons)}; ${JSON.stringify(l.statusMessages)}` : '–'],
-    ['TTFB p50 / p99 / max', l ? `${fmt(l.ttfb.p50, 1)} / ${fmt(l.ttfb.p99, 1)} / ${fmt(l.ttfb.max, 1)} ms` : '–'],
-    ['load generator: connections opened, peak streams in flight', l ? `${l.connections}, ${l.peakInFlight}` : '–'],
-    [
-      'candidate: connections accepted / refused at once',
-      r.candidate ? `${r.candidate.acceptedTotal} / ${r.candidate.refused}` : '–',
-    ],
-    [
-      'baseline: SIGKILLs / restarts, down time p50 / max',
-      `${r.killer.kills} / ${r.killer.restarts}, ${fmt(r.killer.downP50, 0)} / ${fmt(r.killer.downMax, 0)} ms`,
-    ],
-    [
-      'mirror outcomes (sum) = client requests',
-      m
-        ? `${Object.entries(o)
-            .map(([k, v]) => `${k} ${v}`)
-            .join(', ')} (${total(o)}) = ${m.requests}`
-        : '–',
-    ],
     [
       'capture disk: fill cycles reaching ENOSPC, seconds full',
       `${r.filler.filled} of ${r.filler.cycles}, ${fmt(r.filler.fullSeconds, 0)} s (median ${fmt(r.filler.filledMBMedian, 1)} MB written to fill it)`,
@@ -902,6 +949,36 @@ function rows(r: Summary): Array<[string, string]> {
             .map((c) => c.name)
             .join('; ')}`,
     ],
+  ];
+}
+
+/** The figures, as label and value: the terminal summary and the RESULTS.md table. */
+function rows(r: Summary): Array<[string, string]> {
+  const l = r.load;
+  const m = r.metrics;
+  const o = m?.outcomes ?? {};
+  return [
+    ['streams started / complete / cut / altered', l ? `${l.planned} / ${l.completed} / ${l.cut} / ${l.altered}` : '–'],
+    ['cut reasons; non-2xx answers', l ? `${JSON.stringify(l.cutReasons)}; ${JSON.stringify(l.statusMessages)}` : '–'],
+    ['TTFB p50 / p99 / max', l ? `${fmt(l.ttfb.p50, 1)} / ${fmt(l.ttfb.p99, 1)} / ${fmt(l.ttfb.max, 1)} ms` : '–'],
+    ['load generator: connections opened, peak streams in flight', l ? `${l.connections}, ${l.peakInFlight}` : '–'],
+    [
+      'candidate: connections accepted / refused at once',
+      r.candidate ? `${r.candidate.acceptedTotal} / ${r.candidate.refused}` : '–',
+    ],
+    [
+      'baseline: SIGKILLs / restarts, down time p50 / max',
+      `${r.killer.kills} / ${r.killer.restarts}, ${fmt(r.killer.downP50, 0)} / ${fmt(r.killer.downMax, 0)} ms`,
+    ],
+    [
+      'mirror outcomes (sum) = client requests',
+      m
+        ? `${Object.entries(o)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')} (${total(o)}) = ${m.requests}`
+        : '–',
+    ],
+    ...logprobeRows(r),
   ];
 }
 

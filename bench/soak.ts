@@ -8,6 +8,7 @@
  * end a summary and PASS/FAIL (peak RSS under the ceiling, zero client errors, pairs compared),
  * and it writes the Soak section of bench/RESULTS.md. Exit 0 PASS, 1 FAIL, 2 usage.
  */
+import type { ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -83,6 +84,122 @@ function slopePerMinute(xs: Sample[]): number {
   return den === 0 ? NaN : (num / den) * 60;
 }
 
+/** Reads the load generator's count lines; `finished` resolves when it says it is done or exits. */
+function followLoad(child: ChildProcess): { live: LiveCounts; finished: Promise<void> } {
+  const live: LiveCounts = { counts: { t: 0, ok: 0, non2xx: 0, errors: 0 }, ended: false };
+  const finished = new Promise<void>((resolve) => {
+    child.once('exit', () => resolve());
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      try {
+        live.counts = JSON.parse(line) as LoadCounts;
+      } catch {
+        return; // a partial first line
+      }
+      if (live.counts.done) resolve();
+    });
+  });
+  void finished.then(() => (live.ended = true));
+  return { live, finished };
+}
+
+/** The load generator's latest counts, and whether it has ended. */
+interface LiveCounts {
+  counts: LoadCounts;
+  ended: boolean;
+}
+
+/** Samples logprobe's RSS, event-loop lag and mirror counters every interval until the load ends or logprobe is gone. */
+async function sampleRun(
+  o: Options,
+  pid: number,
+  adminUrl: string,
+  live: LiveCounts,
+  finished: Promise<void>,
+): Promise<{ samples: Sample[]; alive: boolean; began: number }> {
+  const began = performance.now();
+  const samples: Sample[] = [];
+  let alive = true;
+  let prev = live.counts;
+  log('   elapsed    req/s   RSS MB  lag p99 ms  pairs ok   dropped  queue  client errors');
+  while (!live.ended && alive) {
+    await Promise.race([sleep(o.interval * 1000), finished]);
+    const t = (performance.now() - began) / 1000;
+    const mem = await memoryMB([pid]);
+    if (!mem) {
+      alive = false;
+      log(`  ${fmt(t, 0).padStart(5)} s  logprobe (pid ${pid}) is gone`);
+      break;
+    }
+    const text = await scrape(adminUrl).catch(() => '');
+    const lag = eventLoopLagMs(text);
+    const m = parseMirrorCounters(text);
+    const { counts } = live;
+    const rps = (counts.ok - prev.ok) / (counts.t - prev.t);
+    prev = counts;
+    const s: Sample = {
+      t,
+      rps,
+      rss: mem.rss,
+      peak: mem.peak,
+      lagP50: lag.p50,
+      lagP99: lag.p99,
+      ok: m.ok,
+      dropped: m.dropped,
+      other: m.other,
+      queue: m.queueDepth,
+      clientErrors: counts.errors + counts.non2xx,
+    };
+    samples.push(s);
+    log(
+      `  ${fmt(t, 0).padStart(6)} s ${fmt(rps, 0).padStart(8)} ${fmt(s.rss, 0).padStart(8)} ${fmt(s.lagP99, 1).padStart(11)} ${String(s.ok).padStart(9)} ${String(s.dropped).padStart(9)} ${String(s.queue).padStart(6)} ${String(s.clientErrors).padStart(14)}`,
+    );
+  }
+  return { samples, alive, began };
+}
+
+/** The soak's figures and its failures (exited, RSS at the ceiling, client errors, nothing compared). */
+function summarize(
+  o: Options,
+  info: Machine,
+  counts: LoadCounts,
+  samples: Sample[],
+  alive: boolean,
+  began: number,
+): Summary {
+  const elapsed = counts.done ? counts.t : (performance.now() - began) / 1000;
+  const last = samples.at(-1);
+  const peak = Math.max(...samples.map((s) => s.peak));
+  const clientErrors = counts.errors + counts.non2xx;
+  const failures: string[] = [];
+  if (!alive || !counts.done)
+    failures.push(alive ? 'the load generator did not finish' : 'logprobe exited during the soak');
+  if (!(peak < RSS_CEILING_MB)) failures.push(`peak RSS ${fmt(peak, 0)} MB ≥ ceiling ${RSS_CEILING_MB} MB`);
+  if (clientErrors !== 0)
+    failures.push(`${clientErrors} client errors (${counts.errors} errors/timeouts, ${counts.non2xx} non-2xx)`);
+  if (!last || last.ok === 0) failures.push('no pair compared');
+  const half = samples.filter((s) => s.t >= elapsed / 2);
+  return {
+    info,
+    o,
+    elapsed,
+    requests: counts.total ?? counts.ok + counts.non2xx + counts.errors,
+    rps: counts.ok / elapsed,
+    rssStart: samples[0]?.rss ?? NaN,
+    rssEnd: last?.rss ?? NaN,
+    growth: slopePerMinute(half),
+    peak,
+    lagP50Max: Math.max(...samples.map((s) => s.lagP50).filter(Number.isFinite)),
+    lagP99Max: Math.max(...samples.map((s) => s.lagP99).filter(Number.isFinite)),
+    lagP99Median: median(samples.map((s) => s.lagP99)),
+    ok: last?.ok ?? 0,
+    dropped: last?.dropped ?? 0,
+    other: last?.other ?? 0,
+    queueMax: Math.max(...samples.map((s) => s.queue)),
+    clientErrors,
+    failures,
+  };
+}
+
 async function soak(o: Options): Promise<boolean> {
   mkdirSync(OUT, { recursive: true });
   if (o.build) {
@@ -118,95 +235,16 @@ async function soak(o: Options): Promise<boolean> {
     ready: /"ok"/,
   });
 
-  let counts: LoadCounts = { t: 0, ok: 0, non2xx: 0, errors: 0 };
-  const finished = new Promise<void>((resolve) => {
-    load.proc.child.once('exit', () => resolve());
-    createInterface({ input: load.proc.child.stdout! }).on('line', (line) => {
-      try {
-        counts = JSON.parse(line) as LoadCounts;
-      } catch {
-        return; // a partial first line
-      }
-      if (counts.done) resolve();
-    });
-  });
-  let ended = false;
-  void finished.then(() => (ended = true));
+  const { live, finished } = followLoad(load.proc.child);
 
-  const began = performance.now();
-  const samples: Sample[] = [];
-  let alive = true;
-  let prev = counts;
-  log('   elapsed    req/s   RSS MB  lag p99 ms  pairs ok   dropped  queue  client errors');
-  while (!ended && alive) {
-    await Promise.race([sleep(o.interval * 1000), finished]);
-    const t = (performance.now() - began) / 1000;
-    const mem = await memoryMB([pid as number]);
-    if (!mem) {
-      alive = false;
-      log(`  ${fmt(t, 0).padStart(5)} s  logprobe (pid ${pid}) is gone`);
-      break;
-    }
-    const text = await scrape(lp.adminUrl as string).catch(() => '');
-    const lag = eventLoopLagMs(text);
-    const m = parseMirrorCounters(text);
-    const rps = (counts.ok - prev.ok) / (counts.t - prev.t);
-    prev = counts;
-    const s: Sample = {
-      t,
-      rps,
-      rss: mem.rss,
-      peak: mem.peak,
-      lagP50: lag.p50,
-      lagP99: lag.p99,
-      ok: m.ok,
-      dropped: m.dropped,
-      other: m.other,
-      queue: m.queueDepth,
-      clientErrors: counts.errors + counts.non2xx,
-    };
-    samples.push(s);
-    log(
-      `  ${fmt(t, 0).padStart(6)} s ${fmt(rps, 0).padStart(8)} ${fmt(s.rss, 0).padStart(8)} ${fmt(s.lagP99, 1).padStart(11)} ${String(s.ok).padStart(9)} ${String(s.dropped).padStart(9)} ${String(s.queue).padStart(6)} ${String(s.clientErrors).padStart(14)}`,
-    );
-  }
+  const { samples, alive, began } = await sampleRun(o, pid as number, lp.adminUrl as string, live, finished);
   await load.proc.stop();
   await lp.stop();
   await baseline.proc.stop();
   await candidate.proc.stop();
 
-  const elapsed = counts.done ? counts.t : (performance.now() - began) / 1000;
-  const last = samples.at(-1);
-  const peak = Math.max(...samples.map((s) => s.peak));
-  const clientErrors = counts.errors + counts.non2xx;
-  const failures: string[] = [];
-  if (!alive || !counts.done)
-    failures.push(alive ? 'the load generator did not finish' : 'logprobe exited during the soak');
-  if (!(peak < RSS_CEILING_MB)) failures.push(`peak RSS ${fmt(peak, 0)} MB ≥ ceiling ${RSS_CEILING_MB} MB`);
-  if (clientErrors !== 0)
-    failures.push(`${clientErrors} client errors (${counts.errors} errors/timeouts, ${counts.non2xx} non-2xx)`);
-  if (!last || last.ok === 0) failures.push('no pair compared');
-  const half = samples.filter((s) => s.t >= elapsed / 2);
-  const r: Summary = {
-    info,
-    o,
-    elapsed,
-    requests: counts.total ?? counts.ok + counts.non2xx + counts.errors,
-    rps: counts.ok / elapsed,
-    rssStart: samples[0]?.rss ?? NaN,
-    rssEnd: last?.rss ?? NaN,
-    growth: slopePerMinute(half),
-    peak,
-    lagP50Max: Math.max(...samples.map((s) => s.lagP50).filter(Number.isFinite)),
-    lagP99Max: Math.max(...samples.map((s) => s.lagP99).filter(Number.isFinite)),
-    lagP99Median: median(samples.map((s) => s.lagP99)),
-    ok: last?.ok ?? 0,
-    dropped: last?.dropped ?? 0,
-    other: last?.other ?? 0,
-    queueMax: Math.max(...samples.map((s) => s.queue)),
-    clientErrors,
-    failures,
-  };
+  const r = summarize(o, info, live.counts, samples, alive, began);
+  const { failures } = r;
   log('');
   for (const [k, v] of rows(r)) log(`${k.padEnd(52)} ${v}`);
   log(

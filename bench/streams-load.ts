@@ -176,274 +176,346 @@ function errorMessage(body: string): string {
 
 async function run(spec: LoadSpec): Promise<LoadResult> {
   const u = new URL(spec.url);
-  const expect = spec.expect ? readFileSync(spec.expect) : null;
-  const timed = spec.durationMs !== undefined;
   const port = Number(u.port || 80);
   const c0 = performance.now();
   const sockets = await preconnect(u.hostname, port, spec.clients);
   const connectMs = Math.round(performance.now() - c0);
-  const connectErrors = sockets.filter((x) => x === null).length;
-  const body = Buffer.from(
-    JSON.stringify({
-      model: 'bench-llm-8b-instruct',
-      messages: [{ role: 'user', content: 'Write a short paragraph about reverse proxies in front of LLM servers.' }],
-      max_tokens: spec.chunks,
-      stream: true,
-    }),
-  );
-  const headers = {
-    'content-type': 'application/json',
-    'content-length': String(body.length),
-    ...(spec.headers ?? {}),
-  };
-  let planned = timed ? 0 : spec.clients * spec.streams;
-  // Timed: room for the TTFB of every stream a client can do in the time (bounded), no added delays.
-  const perClient = timed
-    ? Math.ceil((spec.durationMs as number) / Math.max(1, spec.chunks * spec.gapMs)) + 2
-    : spec.streams;
-  const ttfb = new Float64Array(Math.min(4_000_000, spec.clients * perClient));
-  const ttfbFirst = new Float64Array(spec.clients);
-  let nFirst = 0;
-  const ttfbWarm = new Float64Array(ttfb.length);
-  let nWarm = 0;
-  const added = new Float64Array(timed ? 0 : planned * Math.max(0, spec.chunks - 1));
-  let nTtfb = 0;
-  let nAdded = 0;
-  let completed = 0;
-  let cut = 0;
-  let altered = 0;
-  const statusMessages: Record<string, number> = {};
-  let inFlight = 0;
-  let peakInFlight = 0;
-  let connections = 0;
-  const cutReasons: Record<string, number> = {};
-  const live = new Set<{ abort(): void }>();
-  const conns: Client[] = [];
+  const load = new LoadRun(spec, sockets, connectMs);
+  const r = await load.start();
+  await Promise.all(load.conns.map((c) => c.destroy().catch(() => undefined)));
+  return r;
+}
 
-  const loop = monitorEventLoopDelay({ resolution: 5 });
-  loop.enable();
-  const cpu0 = process.cpuUsage();
-  const t0 = performance.now();
+/** One stream's state as its events come. */
+interface StreamState {
+  start: number;
+  first: number;
+  last: number;
+  chunks: number;
+  done: boolean;
+  status: number;
+  carry: Buffer | null;
+  over: boolean;
+  /** Bytes compared with `expect` so far; -1 once they differ. */
+  off: number;
+  errorBody: string;
+  firstOfClient: boolean;
+}
 
-  return new Promise((resolve) => {
-    let clientsDone = 0;
-    let finished = false;
-    let stopping = false;
-    const progress = spec.progressMs
-      ? setInterval(
-          () =>
-            process.stdout.write(
-              `progress ${JSON.stringify({ t: Math.round(performance.now() - t0), completed, cut, altered, inFlight, connections })}\n`,
-            ),
-          spec.progressMs,
-        )
-      : null;
-    const finish = () => {
-      if (finished) return;
-      finished = true;
-      if (progress) clearInterval(progress);
-      loop.disable();
-      const wallMs = performance.now() - t0;
-      const c = process.cpuUsage(cpu0);
-      const cpuMs = (c.user + c.system) / 1000;
-      resolve({
-        clients: spec.clients,
-        planned,
-        completed,
-        cut,
-        cutReasons,
-        altered,
-        statusMessages,
-        ttfb: pcts(ttfb, nTtfb),
-        ttfbFirst: pcts(ttfbFirst, nFirst),
-        ttfbWarm: pcts(ttfbWarm, nWarm),
-        added: pcts(added, nAdded),
-        peakInFlight,
-        connections,
-        connectMs,
-        connectErrors,
-        wallMs: Math.round(wallMs),
-        cpuMs: Math.round(cpuMs),
-        cpuShare: Math.round((cpuMs / wallMs) * 1000) / 1000,
-        loopDelay: { p99: Math.round(loop.percentile(99) / 1e4) / 100, max: Math.round(loop.max / 1e4) / 100 },
-      });
+/** The load: its clients, their streams and the figures they add to. */
+class LoadRun {
+  readonly u: URL;
+  readonly port: number;
+  readonly expect: Buffer | null;
+  readonly timed: boolean;
+  readonly body: Buffer;
+  readonly headers: Record<string, string>;
+  readonly connectErrors: number;
+  planned: number;
+  readonly ttfb: Float64Array;
+  readonly ttfbFirst: Float64Array;
+  readonly ttfbWarm: Float64Array;
+  readonly added: Float64Array;
+  nTtfb = 0;
+  nFirst = 0;
+  nWarm = 0;
+  nAdded = 0;
+  completed = 0;
+  cut = 0;
+  altered = 0;
+  readonly statusMessages: Record<string, number> = {};
+  readonly cutReasons: Record<string, number> = {};
+  inFlight = 0;
+  peakInFlight = 0;
+  connections = 0;
+  readonly live = new Set<{ abort(): void }>();
+  readonly conns: Client[] = [];
+  private readonly loop = monitorEventLoopDelay({ resolution: 5 });
+  private cpu0 = process.cpuUsage();
+  private t0 = 0;
+  private clientsDone = 0;
+  private finished = false;
+  private stopping = false;
+  private started = 0;
+  private clientIndex = 0;
+  private progress: ReturnType<typeof setInterval> | null = null;
+  private resolve: (r: LoadResult) => void = () => undefined;
+
+  constructor(
+    readonly spec: LoadSpec,
+    private readonly sockets: Array<net.Socket | null>,
+    private readonly connectMs: number,
+  ) {
+    this.u = new URL(spec.url);
+    this.port = Number(this.u.port || 80);
+    this.expect = spec.expect ? readFileSync(spec.expect) : null;
+    this.timed = spec.durationMs !== undefined;
+    this.connectErrors = sockets.filter((x) => x === null).length;
+    this.body = Buffer.from(
+      JSON.stringify({
+        model: 'bench-llm-8b-instruct',
+        messages: [{ role: 'user', content: 'Write a short paragraph about reverse proxies in front of LLM servers.' }],
+        max_tokens: spec.chunks,
+        stream: true,
+      }),
+    );
+    this.headers = {
+      'content-type': 'application/json',
+      'content-length': String(this.body.length),
+      ...(spec.headers ?? {}),
     };
-    const cutOne = (reason: string) => {
-      cut++;
-      cutReasons[reason] = (cutReasons[reason] ?? 0) + 1;
-    };
+    this.planned = this.timed ? 0 : spec.clients * spec.streams;
+    // Timed: room for the TTFB of every stream a client can do in the time (bounded), no added delays.
+    const perClient = this.timed
+      ? Math.ceil((spec.durationMs as number) / Math.max(1, spec.chunks * spec.gapMs)) + 2
+      : spec.streams;
+    this.ttfb = new Float64Array(Math.min(4_000_000, spec.clients * perClient));
+    this.ttfbFirst = new Float64Array(spec.clients);
+    this.ttfbWarm = new Float64Array(this.ttfb.length);
+    this.added = new Float64Array(this.timed ? 0 : this.planned * Math.max(0, spec.chunks - 1));
+  }
 
-    /** One stream; calls `next` when it is over, whatever the outcome. */
-    const stream = (conn: Client, firstOfClient: boolean, next: () => void) => {
-      const start = performance.now();
-      let first = -1;
-      let last = -1;
-      let chunks = 0;
-      let done = false;
-      let status = 0;
-      let carry: Buffer | null = null;
-      let over = false;
-      /** Bytes compared with `expect` so far; -1 once they differ. */
-      let off = 0;
-      let errorBody = '';
-      let controller: Dispatcher.DispatchController | null = null;
-      inFlight++;
-      if (inFlight > peakInFlight) peakInFlight = inFlight;
-      const handle = {
-        abort: () => {
-          if (over) return;
-          end('deadline');
-          controller?.abort(new Error('deadline'));
-        },
-      };
-      live.add(handle);
-      const end = (reason: string | null) => {
-        if (over) return;
-        over = true;
-        live.delete(handle);
-        inFlight--;
-        if (reason === null) completed++;
-        else cutOne(reason);
-        // Complete: every byte of `expect`; cut: a prefix of it.
-        if (expect !== null && status >= 200 && status < 300 && (off < 0 || (reason === null && off !== expect.length)))
-          altered++;
-        if (status >= 300) {
-          const key = `${status} ${errorMessage(errorBody)}`;
-          const k = key in statusMessages || Object.keys(statusMessages).length < 50 ? key : `${status} …`;
-          statusMessages[k] = (statusMessages[k] ?? 0) + 1;
-        }
-        next();
-      };
-      conn.dispatch(
-        { origin: u.origin, path: u.pathname, method: 'POST', headers, body },
-        {
-          onRequestStart(c) {
-            controller = c;
-          },
-          onResponseStart(_c, statusCode) {
-            status = statusCode;
-          },
-          onResponseData(_c, data: Buffer) {
-            const now = performance.now();
-            if (status >= 300) {
-              if (errorBody.length < 1024) errorBody += data.toString('utf8');
-              return;
-            }
-            if (expect !== null && off >= 0) {
-              off =
-                off + data.length <= expect.length && expect.compare(data, 0, data.length, off, off + data.length) === 0
-                  ? off + data.length
-                  : -1;
-            }
-            if (first < 0) {
-              first = now;
-              if (nTtfb < ttfb.length) ttfb[nTtfb++] = now - start;
-              if (firstOfClient) ttfbFirst[nFirst++] = now - start;
-              else if (nWarm < ttfbWarm.length) ttfbWarm[nWarm++] = now - start;
-            }
-            let buf = data;
-            if (carry !== null) {
-              buf = Buffer.concat([carry, data]);
-              carry = null;
-            }
-            let pos = 0;
-            for (;;) {
-              const i = buf.indexOf(SEP, pos);
-              if (i < 0) break;
-              if (i - pos >= DONE.length && buf.compare(DONE, 0, DONE.length, pos, pos + DONE.length) === 0)
-                done = true;
-              else if (i > pos) {
-                chunks++;
-                if (last >= 0 && chunks <= spec.chunks && nAdded < added.length)
-                  added[nAdded++] = now - last - spec.gapMs;
-                last = now;
-              }
-              pos = i + 2;
-            }
-            if (pos < buf.length) carry = Buffer.from(buf.subarray(pos));
-          },
-          onResponseEnd() {
-            if (status < 200 || status >= 300) end(`status:${status}`);
-            else if (chunks < spec.chunks) end(`short:${chunks}`);
-            else if (!done) end('no-done');
-            else end(null);
-          },
-          onResponseError(_c, err: Error & { code?: string }) {
-            end(status >= 300 ? `status:${status}` : `error:${err.code ?? err.message}`);
-          },
-        },
-      );
-    };
+  /** Runs the load; resolves when every client is done or the deadline cuts the rest. */
+  start(): Promise<LoadResult> {
+    const { spec } = this;
+    this.loop.enable();
+    this.cpu0 = process.cpuUsage();
+    this.t0 = performance.now();
+    return new Promise((resolve) => {
+      this.resolve = resolve;
+      this.progress = spec.progressMs
+        ? setInterval(
+            () =>
+              process.stdout.write(
+                `progress ${JSON.stringify({ t: Math.round(performance.now() - this.t0), completed: this.completed, cut: this.cut, altered: this.altered, inFlight: this.inFlight, connections: this.connections })}\n`,
+              ),
+            spec.progressMs,
+          )
+        : null;
+      this.ramp();
+      setTimeout(() => this.deadline(), spec.deadlineMs).unref();
+    });
+  }
 
-    const client = () => {
-      let left = spec.streams;
-      let firstDone = false;
-      let pre = sockets[clientIndex++] ?? null;
-      // The first connect is the socket opened above; a reconnect (the target closed it) is a new one.
-      const connect = (_o: unknown, cb: (err: Error | null, sock: net.Socket | null) => void) => {
-        if (pre !== null) {
-          const sk = pre;
-          pre = null;
-          // Asynchronously, as a real connect would call back.
-          process.nextTick(cb, null, sk);
-          return;
-        }
-        const sk = net.connect({ host: u.hostname, port, noDelay: true });
-        sk.once('connect', () => cb(null, sk));
-        sk.once('error', (err) => cb(err, null));
-      };
-      const conn = new Client(u.origin, {
-        pipelining: 1,
-        headersTimeout: 60_000,
-        bodyTimeout: 30_000,
-        keepAliveTimeout: 30_000,
-        connect: connect as unknown as Client.Options['connect'],
-      });
-      conn.on('connect', () => connections++);
-      conns.push(conn);
-      const next = () => {
-        if (finished || stopping) return;
-        if (timed ? performance.now() - t0 < (spec.durationMs as number) : left-- > 0) {
-          if (timed) planned++;
-          const firstOfClient = !firstDone;
-          firstDone = true;
-          stream(conn, firstOfClient, next);
-        } else if (++clientsDone === spec.clients) finish();
-      };
+  /** The ramp: client i starts at i × rampMs / clients. */
+  private ramp(): void {
+    const { spec } = this;
+    const due =
+      spec.rampMs <= 0
+        ? spec.clients
+        : Math.min(spec.clients, Math.floor(((performance.now() - this.t0) / spec.rampMs) * spec.clients) + 1);
+    while (this.started < due) {
+      this.started++;
+      this.client();
+    }
+    if (this.started < spec.clients) setTimeout(() => this.ramp(), 1);
+  }
+
+  /** The deadline: streams in flight are aborted, and those not yet begun count as cut too. */
+  private deadline(): void {
+    this.stopping = true;
+    for (const h of [...this.live]) h.abort();
+    const notStarted = this.planned - this.completed - this.cut;
+    if (notStarted > 0) {
+      this.cut += notStarted;
+      this.cutReasons.deadline = (this.cutReasons.deadline ?? 0) + notStarted;
+    }
+    this.finish();
+  }
+
+  private finish(): void {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.progress) clearInterval(this.progress);
+    const { loop, spec } = this;
+    loop.disable();
+    const wallMs = performance.now() - this.t0;
+    const c = process.cpuUsage(this.cpu0);
+    const cpuMs = (c.user + c.system) / 1000;
+    this.resolve({
+      clients: spec.clients,
+      planned: this.planned,
+      completed: this.completed,
+      cut: this.cut,
+      cutReasons: this.cutReasons,
+      altered: this.altered,
+      statusMessages: this.statusMessages,
+      ttfb: pcts(this.ttfb, this.nTtfb),
+      ttfbFirst: pcts(this.ttfbFirst, this.nFirst),
+      ttfbWarm: pcts(this.ttfbWarm, this.nWarm),
+      added: pcts(this.added, this.nAdded),
+      peakInFlight: this.peakInFlight,
+      connections: this.connections,
+      connectMs: this.connectMs,
+      connectErrors: this.connectErrors,
+      wallMs: Math.round(wallMs),
+      cpuMs: Math.round(cpuMs),
+      cpuShare: Math.round((cpuMs / wallMs) * 1000) / 1000,
+      loopDelay: { p99: Math.round(loop.percentile(99) / 1e4) / 100, max: Math.round(loop.max / 1e4) / 100 },
+    });
+  }
+
+  /** One client: its own connection (the socket opened beforehand), its streams one after the other. */
+  private client(): void {
+    const { spec, u, port } = this;
+    let left = spec.streams;
+    let firstDone = false;
+    let pre = this.sockets[this.clientIndex++] ?? null;
+    // The first connect is the socket opened above; a reconnect (the target closed it) is a new one.
+    const connect = (_o: unknown, cb: (err: Error | null, sock: net.Socket | null) => void) => {
+      if (pre !== null) {
+        const sk = pre;
+        pre = null;
+        // Asynchronously, as a real connect would call back.
+        process.nextTick(cb, null, sk);
+        return;
+      }
+      const sk = net.connect({ host: u.hostname, port, noDelay: true });
+      sk.once('connect', () => cb(null, sk));
+      sk.once('error', (err) => cb(err, null));
+    };
+    const conn = new Client(u.origin, {
+      pipelining: 1,
+      headersTimeout: 60_000,
+      bodyTimeout: 30_000,
+      keepAliveTimeout: 30_000,
+      connect: connect as unknown as Client.Options['connect'],
+    });
+    conn.on('connect', () => this.connections++);
+    this.conns.push(conn);
+    const next = () => {
+      if (this.finished || this.stopping) return;
+      if (this.timed ? performance.now() - this.t0 < (spec.durationMs as number) : left-- > 0) {
+        if (this.timed) this.planned++;
+        const firstOfClient = !firstDone;
+        firstDone = true;
+        this.stream(conn, firstOfClient, next);
+      } else if (++this.clientsDone === spec.clients) this.finish();
+    };
+    next();
+  }
+
+  /** One stream; calls `next` when it is over, whatever the outcome. */
+  private stream(conn: Client, firstOfClient: boolean, next: () => void): void {
+    const s: StreamState = {
+      start: performance.now(),
+      first: -1,
+      last: -1,
+      chunks: 0,
+      done: false,
+      status: 0,
+      carry: null,
+      over: false,
+      off: 0,
+      errorBody: '',
+      firstOfClient,
+    };
+    let controller: Dispatcher.DispatchController | null = null;
+    if (++this.inFlight > this.peakInFlight) this.peakInFlight = this.inFlight;
+    const handle = {
+      abort: () => {
+        if (s.over) return;
+        end('deadline');
+        controller?.abort(new Error('deadline'));
+      },
+    };
+    this.live.add(handle);
+    const end = (reason: string | null) => {
+      if (s.over) return;
+      s.over = true;
+      this.live.delete(handle);
+      this.streamEnded(s, reason);
       next();
     };
+    const { spec, u } = this;
+    conn.dispatch(
+      { origin: u.origin, path: u.pathname, method: 'POST', headers: this.headers, body: this.body },
+      {
+        onRequestStart(c) {
+          controller = c;
+        },
+        onResponseStart(_c, statusCode) {
+          s.status = statusCode;
+        },
+        onResponseData: (_c, data: Buffer) => this.data(s, data),
+        onResponseEnd() {
+          if (s.status < 200 || s.status >= 300) end(`status:${s.status}`);
+          else if (s.chunks < spec.chunks) end(`short:${s.chunks}`);
+          else if (!s.done) end('no-done');
+          else end(null);
+        },
+        onResponseError(_c, err: Error & { code?: string }) {
+          end(s.status >= 300 ? `status:${s.status}` : `error:${err.code ?? err.message}`);
+        },
+      },
+    );
+  }
 
-    // The ramp: client i starts at i × rampMs / clients.
-    let started = 0;
-    let clientIndex = 0;
-    const ramp = () => {
-      const due =
-        spec.rampMs <= 0
-          ? spec.clients
-          : Math.min(spec.clients, Math.floor(((performance.now() - t0) / spec.rampMs) * spec.clients) + 1);
-      while (started < due) {
-        started++;
-        client();
-      }
-      if (started < spec.clients) setTimeout(ramp, 1);
-    };
-    ramp();
+  /** A stream is over: completed or cut (and why), altered or not, its error message by status. */
+  private streamEnded(s: StreamState, reason: string | null): void {
+    const { expect, statusMessages } = this;
+    this.inFlight--;
+    if (reason === null) this.completed++;
+    else {
+      this.cut++;
+      this.cutReasons[reason] = (this.cutReasons[reason] ?? 0) + 1;
+    }
+    // Complete: every byte of `expect`; cut: a prefix of it.
+    if (
+      expect !== null &&
+      s.status >= 200 &&
+      s.status < 300 &&
+      (s.off < 0 || (reason === null && s.off !== expect.length))
+    )
+      this.altered++;
+    if (s.status >= 300) {
+      const key = `${s.status} ${errorMessage(s.errorBody)}`;
+      const k = key in statusMessages || Object.keys(statusMessages).length < 50 ? key : `${s.status} …`;
+      statusMessages[k] = (statusMessages[k] ?? 0) + 1;
+    }
+  }
 
-    setTimeout(() => {
-      stopping = true;
-      for (const h of [...live]) h.abort();
-      // Streams not yet begun count as cut too.
-      const notStarted = planned - completed - cut;
-      if (notStarted > 0) {
-        cut += notStarted;
-        cutReasons.deadline = (cutReasons.deadline ?? 0) + notStarted;
+  /** A read of a stream's body: compared with `expect`, its TTFB and the gaps between its events taken. */
+  private data(s: StreamState, data: Buffer): void {
+    const now = performance.now();
+    const { expect, spec } = this;
+    if (s.status >= 300) {
+      if (s.errorBody.length < 1024) s.errorBody += data.toString('utf8');
+      return;
+    }
+    if (expect !== null && s.off >= 0) {
+      const off = s.off;
+      s.off =
+        off + data.length <= expect.length && expect.compare(data, 0, data.length, off, off + data.length) === 0
+          ? off + data.length
+          : -1;
+    }
+    if (s.first < 0) {
+      s.first = now;
+      if (this.nTtfb < this.ttfb.length) this.ttfb[this.nTtfb++] = now - s.start;
+      if (s.firstOfClient) this.ttfbFirst[this.nFirst++] = now - s.start;
+      else if (this.nWarm < this.ttfbWarm.length) this.ttfbWarm[this.nWarm++] = now - s.start;
+    }
+    let buf = data;
+    if (s.carry !== null) {
+      buf = Buffer.concat([s.carry, data]);
+      s.carry = null;
+    }
+    let pos = 0;
+    for (;;) {
+      const i = buf.indexOf(SEP, pos);
+      if (i < 0) break;
+      if (i - pos >= DONE.length && buf.compare(DONE, 0, DONE.length, pos, pos + DONE.length) === 0) s.done = true;
+      else if (i > pos) {
+        s.chunks++;
+        if (s.last >= 0 && s.chunks <= spec.chunks && this.nAdded < this.added.length)
+          this.added[this.nAdded++] = now - s.last - spec.gapMs;
+        s.last = now;
       }
-      finish();
-    }, spec.deadlineMs).unref();
-  }).then(async (r) => {
-    await Promise.all(conns.map((c) => c.destroy().catch(() => undefined)));
-    return r as LoadResult;
-  });
+      pos = i + 2;
+    }
+    if (pos < buf.length) s.carry = Buffer.from(buf.subarray(pos));
+  }
 }
 
 /**

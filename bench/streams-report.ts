@@ -142,6 +142,51 @@ function byN(r: StreamsResult): Map<number, Map<string, TargetSummary>> {
   return m;
 }
 
+/** A logprobe target's TTFB p99 and added inter-chunk delay p99 against its nginx's, per round, at every N. */
+function vsNginx(
+  r: StreamsResult,
+  ns: Map<number, Map<string, TargetSummary>>,
+  nsSorted: number[],
+  key: string,
+): StreamsCheck[] {
+  const ttfb: string[] = [];
+  const gap: string[] = [];
+  const ttfbVs: Array<{ pass: boolean | null; noise: boolean }> = [];
+  const gapVs: Array<{ pass: boolean | null; noise: boolean }> = [];
+  for (const n of nsSorted) {
+    const lp = ns.get(n)?.get(key);
+    const ng = ns.get(n)?.get(nginxFor(key));
+    if (!lp || !ng) continue;
+    const tv = spreadVerdict(
+      perRound(r, key, nginxFor(key), n, (x) => x.load.ttfb.p99, 'ratio'),
+      TTFB_RATIO_MAX,
+    );
+    const gv = spreadVerdict(
+      perRound(r, key, nginxFor(key), n, (x) => x.load.added.p99, 'diff'),
+      ADDED_P99_SLACK_MS,
+      1,
+    );
+    ttfbVs.push(tv);
+    gapVs.push(gv);
+    ttfb.push(`N=${int(n)} ${tv.text}× (${f(lp.ttfbP99)} vs ${f(ng.ttfbP99)} ms)`);
+    gap.push(`N=${int(n)} ${gv.text} ms (${f(lp.addedP99)} vs ${f(ng.addedP99)} ms)`);
+  }
+  return [
+    {
+      key,
+      target: `TTFB p99 ≤ ${TTFB_RATIO_MAX}× ${nginxFor(key)}'s at every N (per round: median (min–max))`,
+      ...allNs(ttfbVs),
+      detail: ttfb.join('; ') || `${nginxFor(key)} not measured`,
+    },
+    {
+      key,
+      target: `added inter-chunk delay p99 ≤ ${nginxFor(key)}'s + ${ADDED_P99_SLACK_MS} ms at every N (per round: median (min–max))`,
+      ...allNs(gapVs),
+      detail: gap.join('; ') || `${nginxFor(key)} not measured`,
+    },
+  ];
+}
+
 /** The four targets, for each logprobe target measured. */
 export function streamsChecks(r: StreamsResult): StreamsCheck[] {
   const out: StreamsCheck[] = [];
@@ -164,40 +209,7 @@ export function streamsChecks(r: StreamsResult): StreamsCheck[] {
           }; ${nginxFor(key)} ${ns.get(CUT_AT_N)?.get(nginxFor(key))?.cut ?? '–'}`
         : `N = ${int(CUT_AT_N)} not run`,
     });
-    const ttfb: string[] = [];
-    const gap: string[] = [];
-    const ttfbVs: Array<{ pass: boolean | null; noise: boolean }> = [];
-    const gapVs: Array<{ pass: boolean | null; noise: boolean }> = [];
-    for (const n of nsSorted) {
-      const lp = ns.get(n)?.get(key);
-      const ng = ns.get(n)?.get(nginxFor(key));
-      if (!lp || !ng) continue;
-      const tv = spreadVerdict(
-        perRound(r, key, nginxFor(key), n, (x) => x.load.ttfb.p99, 'ratio'),
-        TTFB_RATIO_MAX,
-      );
-      const gv = spreadVerdict(
-        perRound(r, key, nginxFor(key), n, (x) => x.load.added.p99, 'diff'),
-        ADDED_P99_SLACK_MS,
-        1,
-      );
-      ttfbVs.push(tv);
-      gapVs.push(gv);
-      ttfb.push(`N=${int(n)} ${tv.text}× (${f(lp.ttfbP99)} vs ${f(ng.ttfbP99)} ms)`);
-      gap.push(`N=${int(n)} ${gv.text} ms (${f(lp.addedP99)} vs ${f(ng.addedP99)} ms)`);
-    }
-    out.push({
-      key,
-      target: `TTFB p99 ≤ ${TTFB_RATIO_MAX}× ${nginxFor(key)}'s at every N (per round: median (min–max))`,
-      ...allNs(ttfbVs),
-      detail: ttfb.join('; ') || `${nginxFor(key)} not measured`,
-    });
-    out.push({
-      key,
-      target: `added inter-chunk delay p99 ≤ ${nginxFor(key)}'s + ${ADDED_P99_SLACK_MS} ms at every N (per round: median (min–max))`,
-      ...allNs(gapVs),
-      detail: gap.join('; ') || `${nginxFor(key)} not measured`,
-    });
+    out.push(...vsNginx(r, ns, nsSorted, key));
     // Per concurrent stream: judged at the largest N (at N = 100 the fixed cost of a warmed-up
     // process holding any streams at all dominates the quotient), the other Ns shown.
     const maxN = nsSorted[nsSorted.length - 1];
@@ -482,6 +494,48 @@ function mdTable(head: string[], body: string[][]): string {
   ].join('\n');
 }
 
+/** One N's table, its harness line and the mirrors' counts. */
+function nSection(r: StreamsResult, n: number, m: Map<string, TargetSummary>): string[] {
+  const out: string[] = [];
+  out.push(`### N = ${int(n)}`);
+  out.push('');
+  out.push(
+    mdTable(
+      HEAD.map((h) => (h.startsWith('TTFB') || h.startsWith('added') ? `${h} ms` : h)),
+      rows(m).map((x) => [r.labels[x[0] as string] ?? (x[0] as string), ...x.slice(1)]),
+    ),
+  );
+  out.push('');
+  out.push(harnessLine(m).replace(/^harness:/, 'Harness:') + '.');
+  for (const key of ['logprobe-0.1', 'logprobe-0.1-w2', 'nginx-shadow']) {
+    const lp = m.get(key);
+    if (lp?.mirror)
+      out.push(
+        `Mirror of ${r.labels[key] ?? key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes over the rounds.`,
+      );
+  }
+  out.push('');
+  return out;
+}
+
+/** The transport's floor, when it ran. */
+function floorSection(r: StreamsResult): string[] {
+  const out: string[] = [];
+  const floor = floorRows(r);
+  if (floor.length > 0) {
+    out.push("### The transport's floor");
+    out.push('');
+    out.push(
+      '`node-floor` is bench/node-floor.ts: node:http (llhttp) and an undici Pool (no cap, pipelining 1) relaying each chunk with backpressure, and nothing else — no config, metrics, logging, mirror or limits. ' +
+        "What it costs above nginx is the platform's that issue #13 prescribes; what logprobe costs above it is logprobe's own.",
+    );
+    out.push('');
+    out.push(mdTable(FLOOR_HEAD, floor));
+    out.push('');
+  }
+  return out;
+}
+
 /** The "Streaming lane" section of bench/RESULTS.md. */
 export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: Machine, commit: string): string {
   const v = info.versions;
@@ -511,41 +565,12 @@ export function streamsMarkdown(r: StreamsResult, checks: StreamsCheck[], info: 
   out.push('');
   const ns = byN(r);
   for (const n of [...ns.keys()].sort((a, b) => a - b)) {
-    const m = ns.get(n)!;
-    out.push(`### N = ${int(n)}`);
-    out.push('');
-    out.push(
-      mdTable(
-        HEAD.map((h) => (h.startsWith('TTFB') || h.startsWith('added') ? `${h} ms` : h)),
-        rows(m).map((x) => [r.labels[x[0] as string] ?? (x[0] as string), ...x.slice(1)]),
-      ),
-    );
-    out.push('');
-    out.push(harnessLine(m).replace(/^harness:/, 'Harness:') + '.');
-    for (const key of ['logprobe-0.1', 'logprobe-0.1-w2', 'nginx-shadow']) {
-      const lp = m.get(key);
-      if (lp?.mirror)
-        out.push(
-          `Mirror of ${r.labels[key] ?? key}: ${lp.mirror.ok} pairs compared, ${lp.mirror.dropped} dropped, ${lp.mirror.other} other outcomes over the rounds.`,
-        );
-    }
-    out.push('');
+    out.push(...nSection(r, n, ns.get(n)!));
   }
   if (r.unavailable.length > 0)
     out.push(`Not measured: ${r.unavailable.map((u) => `${u.label} (${u.reason})`).join('; ')}.\n`);
   out.push(...caveats(r).map((c) => `${c}\n`));
-  const floor = floorRows(r);
-  if (floor.length > 0) {
-    out.push("### The transport's floor");
-    out.push('');
-    out.push(
-      '`node-floor` is bench/node-floor.ts: node:http (llhttp) and an undici Pool (no cap, pipelining 1) relaying each chunk with backpressure, and nothing else — no config, metrics, logging, mirror or limits. ' +
-        "What it costs above nginx is the platform's that issue #13 prescribes; what logprobe costs above it is logprobe's own.",
-    );
-    out.push('');
-    out.push(mdTable(FLOOR_HEAD, floor));
-    out.push('');
-  }
+  out.push(...floorSection(r));
   out.push('### Targets');
   out.push('');
   out.push(

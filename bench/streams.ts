@@ -488,6 +488,100 @@ async function quiesce(up: Upstream, n: number, log: (s: string) => void): Promi
   await sleep(500);
 }
 
+/**
+ * What the mirror counted over the run, read once its queue is drained (see below).
+ */
+async function mirrorDelta(
+  o: StreamsOptions,
+  t: Running,
+  adminUrl: string,
+  mirrorBefore: MirrorCounters,
+): Promise<RunResult['mirror']> {
+  // The mirror's queue drains after the clients are done (the copies wait for the candidate's
+  // answers): its counters are read once it is empty, and the next run does not start under
+  // its backlog (in shadow mode the backlog is logprobe's, beside nginx alone's next run).
+  const drainEnd = Date.now() + MIRROR_DRAIN_MAX_MS;
+  // Drained: the queue empty and no outcome counted for 2 s (the copies in flight answered).
+  const total = (m: MirrorCounters) => m.ok + m.dropped + m.other;
+  let after = await mirrorCounters(adminUrl).catch(() => null);
+  let stableSince = Date.now();
+  while (after && Date.now() < drainEnd && (after.queueDepth > 0 || Date.now() - stableSince < 2000)) {
+    await sleep(250);
+    const next = await mirrorCounters(adminUrl).catch(() => null);
+    if (!next || total(next) !== total(after) || next.queueDepth > 0) stableSince = Date.now();
+    after = next;
+  }
+  if (after && after.queueDepth > 0)
+    o.log(
+      `  ${t.key}: the mirror's queue still held ${after.queueDepth} copies ${MIRROR_DRAIN_MAX_MS / 1000} s after the run`,
+    );
+  if (!after) return undefined;
+  return {
+    ok: after.ok - mirrorBefore.ok,
+    dropped: after.dropped - mirrorBefore.dropped,
+    other: after.other - mirrorBefore.other,
+    queueDepth: after.queueDepth,
+  };
+}
+
+/** The machine over the run (/proc/stat ticks) in cores: busy, softirq, steal, ours and the rest. */
+function machineFigures(
+  wallMs: number,
+  m0: ReturnType<typeof machineTicks>,
+  m1: ReturnType<typeof machineTicks>,
+  oursMs: number,
+): RunResult['machine'] {
+  const tick = 1000 / ticksPerSecond(); // ms per /proc/stat tick
+  const cores = (ticks: number) => Math.round(((ticks * tick) / wallMs) * 100) / 100;
+  return {
+    wallMs: Math.round(wallMs),
+    busyCores: cores(m1.busy - m0.busy),
+    softirqCores: cores(m1.softirq - m0.softirq),
+    stealCores: cores(m1.steal - m0.steal),
+    oursCores: Math.round((oursMs / wallMs) * 100) / 100,
+    // Busy, less the network stack and ours: other processes of this shared machine.
+    foreignCores: Math.max(
+      0,
+      Math.round((((m1.busy - m0.busy - (m1.softirq - m0.softirq)) * tick - oursMs) / wallMs) * 100) / 100,
+    ),
+  };
+}
+
+/** The counters read when the load starts streaming (before: zeros, and the machine now). */
+function runMarks() {
+  return {
+    cpu: 0,
+    up: 0,
+    base: 0,
+    machine: machineTicks(),
+    self: process.cpuUsage(),
+    t0: 0,
+    sampler: null as ReturnType<typeof rssSampler> | null,
+  };
+}
+
+function markStart(mk: ReturnType<typeof runMarks>, pids: number[], up: Upstream, base: Upstream): void {
+  mk.cpu = cpuMsOf(pids);
+  mk.up = cpuMsOf([up.pid]);
+  mk.base = cpuMsOf([base.pid]);
+  mk.machine = machineTicks();
+  mk.self = process.cpuUsage();
+  mk.t0 = performance.now();
+  mk.sampler = rssSampler(pids, 100);
+}
+
+/** What the run took since {@link markStart}: its wall time, peak RSS, CPU of each process, the machine's ticks. */
+function measured(mk: ReturnType<typeof runMarks>, pids: number[], up: Upstream, base: Upstream) {
+  const wallMs = performance.now() - mk.t0;
+  const peak = mk.sampler?.stop() ?? { peakKB: NaN };
+  const cpuMs = cpuMsOf(pids) - mk.cpu;
+  const upstreamCpuMs = cpuMsOf([up.pid]) - mk.up;
+  const baselineCpuMs = cpuMsOf([base.pid]) - mk.base;
+  const m1 = machineTicks();
+  const self = process.cpuUsage(mk.self);
+  return { wallMs, peak, cpuMs, upstreamCpuMs, baselineCpuMs, m0: mk.machine, m1, self };
+}
+
 async function oneRun(
   o: StreamsOptions,
   t: Running,
@@ -504,66 +598,17 @@ async function oneRun(
   await upstreamCall(up, 'reset');
   const idleKB = rssKBOf(pids);
   const lo0 = listenOverflows();
-  let cpu0 = 0;
-  let up0 = 0;
-  let base0 = 0;
-  let m0 = machineTicks();
-  let self0 = process.cpuUsage();
-  let t0 = 0;
-  let sampler: ReturnType<typeof rssSampler> | null = null;
+  const mk = runMarks();
   const result = await load(
     o,
     t,
     specFor(n, o.streamsPerClient ?? STREAMS_PER_CLIENT),
     `${t.key}-n${n}-r${round + 1}`,
-    () => {
-      cpu0 = cpuMsOf(pids);
-      up0 = cpuMsOf([up.pid]);
-      base0 = cpuMsOf([base.pid]);
-      m0 = machineTicks();
-      self0 = process.cpuUsage();
-      t0 = performance.now();
-      sampler = rssSampler(pids, 100);
-    },
+    () => markStart(mk, pids, up, base),
   );
-  const wallMs = performance.now() - t0;
-  const peak = (sampler as ReturnType<typeof rssSampler> | null)?.stop() ?? { peakKB: NaN };
-  const cpuMs = cpuMsOf(pids) - cpu0;
-  const upstreamCpuMs = cpuMsOf([up.pid]) - up0;
-  const baselineCpuMs = cpuMsOf([base.pid]) - base0;
-  const m1 = machineTicks();
-  const self = process.cpuUsage(self0);
+  const { wallMs, peak, cpuMs, upstreamCpuMs, baselineCpuMs, m0, m1, self } = measured(mk, pids, up, base);
   const upstream = await upstreamCall(up, 'stats');
-  let mirror: RunResult['mirror'];
-  if (mirrorBefore && t.adminUrl) {
-    // The mirror's queue drains after the clients are done (the copies wait for the candidate's
-    // answers): its counters are read once it is empty, and the next run does not start under
-    // its backlog (in shadow mode the backlog is logprobe's, beside nginx alone's next run).
-    const drainEnd = Date.now() + MIRROR_DRAIN_MAX_MS;
-    // Drained: the queue empty and no outcome counted for 2 s (the copies in flight answered).
-    const total = (m: MirrorCounters) => m.ok + m.dropped + m.other;
-    let after = await mirrorCounters(t.adminUrl).catch(() => null);
-    let stableSince = Date.now();
-    while (after && Date.now() < drainEnd && (after.queueDepth > 0 || Date.now() - stableSince < 2000)) {
-      await sleep(250);
-      const next = await mirrorCounters(t.adminUrl).catch(() => null);
-      if (!next || total(next) !== total(after) || next.queueDepth > 0) stableSince = Date.now();
-      after = next;
-    }
-    if (after && after.queueDepth > 0)
-      o.log(
-        `  ${t.key}: the mirror's queue still held ${after.queueDepth} copies ${MIRROR_DRAIN_MAX_MS / 1000} s after the run`,
-      );
-    if (after)
-      mirror = {
-        ok: after.ok - mirrorBefore.ok,
-        dropped: after.dropped - mirrorBefore.dropped,
-        other: after.other - mirrorBefore.other,
-        queueDepth: after.queueDepth,
-      };
-  }
-  const tick = 1000 / ticksPerSecond(); // ms per /proc/stat tick
-  const cores = (ticks: number) => Math.round(((ticks * tick) / wallMs) * 100) / 100;
+  const mirror = mirrorBefore && t.adminUrl ? await mirrorDelta(o, t, t.adminUrl, mirrorBefore) : undefined;
   // Ours: the target, both upstreams, the load generator (its streaming phase) and this process.
   const oursMs =
     (t.key === 'direct' ? 0 : cpuMs) + upstreamCpuMs + baselineCpuMs + result.cpuMs + (self.user + self.system) / 1000;
@@ -580,18 +625,7 @@ async function oneRun(
     baselineCpuMs,
     upstream,
     ...(mirror ? { mirror } : {}),
-    machine: {
-      wallMs: Math.round(wallMs),
-      busyCores: cores(m1.busy - m0.busy),
-      softirqCores: cores(m1.softirq - m0.softirq),
-      stealCores: cores(m1.steal - m0.steal),
-      oursCores: Math.round((oursMs / wallMs) * 100) / 100,
-      // Busy, less the network stack and ours: other processes of this shared machine.
-      foreignCores: Math.max(
-        0,
-        Math.round((((m1.busy - m0.busy - (m1.softirq - m0.softirq)) * tick - oursMs) / wallMs) * 100) / 100,
-      ),
-    },
+    machine: machineFigures(wallMs, m0, m1, oursMs),
     listenOverflows: listenOverflows() - lo0,
     repeated: 0,
   };
@@ -647,9 +681,8 @@ function summarize(key: string, label: string, n: number, runs: RunResult[], idl
 
 const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : '–');
 
-export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
-  const began = Date.now();
-  harnessNice = o.harnessNice ?? HARNESS_NICE_DEFAULT;
+/** With --pin: the targets on some of this process's CPUs, the harness (this process too) on the others. */
+function pinHarness(o: StreamsOptions): ReturnType<typeof splitCpus> | null {
   const pin = o.pin ? splitCpus(allowedCpus()) : null;
   pinning.target = pin?.target ?? null;
   pinning.harness = pin?.harness ?? null;
@@ -661,79 +694,113 @@ export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
       `pinned: targets on CPU ${pin.target}, the harness (upstreams, load generators, this process) on CPU ${pin.harness}`,
     );
   }
+  return pin;
+}
+
+/** What the lane gathers over every N. */
+interface LaneRuns {
+  runs: RunResult[];
+  summaries: TargetSummary[];
+  unavailable: Map<string, Unavailable>;
+  labels: Record<string, string>;
+}
+
+/** One N: the targets started, warmed up, run `rounds` times in rotated order, summarized and stopped. */
+async function runN(o: StreamsOptions, up: Upstream, base: Upstream, n: number, acc: LaneRuns): Promise<void> {
+  o.log(
+    `\nstreams lane, N = ${n}: ${n} clients × ${o.streamsPerClient ?? STREAMS_PER_CLIENT} streams of ${CHUNKS} chunks ${GAP_MS} ms apart; starting targets`,
+  );
+  const all = await startTargets(o, up, base, n);
+  const running = all.filter(isRunning);
+  for (const t of all) {
+    acc.labels[t.key] = t.label;
+    if (!isRunning(t)) {
+      acc.unavailable.set(t.key, t);
+      o.log(`  ${t.label}: ${t.reason}`);
+    }
+  }
+  try {
+    // Warm-up: JIT, the proxies' upstream keep-alive pools; then the idle RSS.
+    for (const t of running) {
+      await quiesce(up, n, o.log);
+      const w = await load(o, t, specFor(Math.min(n, 100), 1), `${t.key}-n${n}-warm`);
+      if (w.cut > 0)
+        o.log(`  warm-up ${t.key}: ${w.cut} of ${w.planned} streams cut (${Object.keys(w.cutReasons).join(', ')})`);
+    }
+    await sleep(1000);
+    const firstIdle = new Map<string, number>();
+    const mine = new Map<string, RunResult[]>(running.map((t) => [t.key, []]));
+    for (let r = 0; r < o.rounds; r++) {
+      for (const [i, t] of rotated(running, r).entries()) {
+        const res = await quietRun(o, t, up, base, n, r, i, firstIdle);
+        acc.runs.push(res);
+        mine.get(t.key)!.push(res);
+        o.log(runLine(r, t, res));
+      }
+    }
+    // Idle: the RSS right before the target's first run at this N (warmed up, never yet holding N streams).
+    for (const t of running)
+      acc.summaries.push(summarize(t.key, t.label, n, mine.get(t.key)!, firstIdle.get(t.key) ?? NaN));
+  } finally {
+    for (const t of running) await t.stop();
+  }
+}
+
+/**
+ * One run; a run during which other processes of this shared machine took more than
+ * FOREIGN_MAX_CORES is done once more after a pause, and the quieter one is kept.
+ */
+async function quietRun(
+  o: StreamsOptions,
+  t: Running,
+  up: Upstream,
+  base: Upstream,
+  n: number,
+  r: number,
+  i: number,
+  firstIdle: Map<string, number>,
+): Promise<RunResult> {
+  let res = await oneRun(o, t, up, base, n, r, i);
+  if (!firstIdle.has(t.key)) firstIdle.set(t.key, res.idleKB);
+  if (res.machine.foreignCores > FOREIGN_MAX_CORES) {
+    o.log(
+      `  round ${r + 1} ${t.key}: other processes took ${res.machine.foreignCores} cores during the run; once more`,
+    );
+    await sleep(3000);
+    const again = await oneRun(o, t, up, base, n, r, i);
+    if (again.machine.foreignCores < res.machine.foreignCores) res = again;
+    res.repeated = 1;
+  }
+  return res;
+}
+
+/** A run's line in the log. */
+function runLine(r: number, t: Running, res: RunResult): string {
+  const l = res.load;
+  return (
+    `  round ${r + 1} ${t.key.padEnd(15)} ${String(l.completed).padStart(5)} done ${String(l.cut).padStart(4)} cut` +
+    `  ttfb p50/p99 ${f1(l.ttfb.p50)}/${f1(l.ttfb.p99)} ms  added p50/p99/max ${f1(l.added.p50)}/${f1(l.added.p99)}/${f1(l.added.max)} ms` +
+    `  rss ${f1(res.idleKB / 1024)}→${f1(res.peakKB / 1024)} MB  cpu ${f1(cpuMsPerStream(res))} ms/stream` +
+    `  up conns ${res.upstream.acceptedStream} (peak streams ${res.upstream.peakLive})` +
+    `  first-stream ttfb p99 ${f1(l.ttfbFirst.p99)} ms, kept-alive ${f1(l.ttfbWarm.p99)} ms, listen overflows ${res.listenOverflows}, connect ${l.connectMs} ms` +
+    `  [wall ${f1(res.machine.wallMs / 1000)} s, machine ${res.machine.busyCores} cores busy (others ${res.machine.foreignCores}), load gen ${l.cpuShare} core, loop p99 ${l.loopDelay.p99} ms, upstream late p99 ${res.upstream.lateMs.p99} ms]` +
+    (res.mirror ? `  mirror ${res.mirror.ok} compared, ${res.mirror.dropped} dropped, ${res.mirror.other} other` : '') +
+    (l.cut > 0 ? `  cut: ${JSON.stringify(l.cutReasons)}` : '')
+  );
+}
+
+export async function runStreams(o: StreamsOptions): Promise<StreamsResult> {
+  const began = Date.now();
+  harnessNice = o.harnessNice ?? HARNESS_NICE_DEFAULT;
+  const pin = pinHarness(o);
   mkdirSync(join(o.outDir, 'streams'), { recursive: true });
   const up = await startUpstream(o, 'streams-upstream', true);
   const niced = prioritize(up.pid);
   const base = await startUpstream(o, 'streams-baseline', false);
-  const runs: RunResult[] = [];
-  const summaries: TargetSummary[] = [];
-  const unavailable = new Map<string, Unavailable>();
-  const labels: Record<string, string> = {};
+  const acc: LaneRuns = { runs: [], summaries: [], unavailable: new Map(), labels: {} };
+  const { runs, summaries, unavailable, labels } = acc;
   try {
-    for (const n of o.ns) {
-      o.log(
-        `\nstreams lane, N = ${n}: ${n} clients × ${o.streamsPerClient ?? STREAMS_PER_CLIENT} streams of ${CHUNKS} chunks ${GAP_MS} ms apart; starting targets`,
-      );
-      const all = await startTargets(o, up, base, n);
-      const running = all.filter(isRunning);
-      for (const t of all) {
-        labels[t.key] = t.label;
-        if (!isRunning(t)) {
-          unavailable.set(t.key, t);
-          o.log(`  ${t.label}: ${t.reason}`);
-        }
-      }
-      try {
-        // Warm-up: JIT, the proxies' upstream keep-alive pools; then the idle RSS.
-        for (const t of running) {
-          await quiesce(up, n, o.log);
-          const w = await load(o, t, specFor(Math.min(n, 100), 1), `${t.key}-n${n}-warm`);
-          if (w.cut > 0)
-            o.log(`  warm-up ${t.key}: ${w.cut} of ${w.planned} streams cut (${Object.keys(w.cutReasons).join(', ')})`);
-        }
-        await sleep(1000);
-        const firstIdle = new Map<string, number>();
-        const mine = new Map<string, RunResult[]>(running.map((t) => [t.key, []]));
-        for (let r = 0; r < o.rounds; r++) {
-          const order = rotated(running, r);
-          for (const [i, t] of order.entries()) {
-            // A run during which other processes of this shared machine took more than
-            // FOREIGN_MAX_CORES is done once more after a pause; the quieter one is kept.
-            let res = await oneRun(o, t, up, base, n, r, i);
-            if (!firstIdle.has(t.key)) firstIdle.set(t.key, res.idleKB);
-            if (res.machine.foreignCores > FOREIGN_MAX_CORES) {
-              o.log(
-                `  round ${r + 1} ${t.key}: other processes took ${res.machine.foreignCores} cores during the run; once more`,
-              );
-              await sleep(3000);
-              const again = await oneRun(o, t, up, base, n, r, i);
-              if (again.machine.foreignCores < res.machine.foreignCores) res = again;
-              res.repeated = 1;
-            }
-            runs.push(res);
-            mine.get(t.key)!.push(res);
-            const l = res.load;
-            o.log(
-              `  round ${r + 1} ${t.key.padEnd(15)} ${String(l.completed).padStart(5)} done ${String(l.cut).padStart(4)} cut` +
-                `  ttfb p50/p99 ${f1(l.ttfb.p50)}/${f1(l.ttfb.p99)} ms  added p50/p99/max ${f1(l.added.p50)}/${f1(l.added.p99)}/${f1(l.added.max)} ms` +
-                `  rss ${f1(res.idleKB / 1024)}→${f1(res.peakKB / 1024)} MB  cpu ${f1(cpuMsPerStream(res))} ms/stream` +
-                `  up conns ${res.upstream.acceptedStream} (peak streams ${res.upstream.peakLive})` +
-                `  first-stream ttfb p99 ${f1(l.ttfbFirst.p99)} ms, kept-alive ${f1(l.ttfbWarm.p99)} ms, listen overflows ${res.listenOverflows}, connect ${l.connectMs} ms` +
-                `  [wall ${f1(res.machine.wallMs / 1000)} s, machine ${res.machine.busyCores} cores busy (others ${res.machine.foreignCores}), load gen ${l.cpuShare} core, loop p99 ${l.loopDelay.p99} ms, upstream late p99 ${res.upstream.lateMs.p99} ms]` +
-                (res.mirror
-                  ? `  mirror ${res.mirror.ok} compared, ${res.mirror.dropped} dropped, ${res.mirror.other} other`
-                  : '') +
-                (l.cut > 0 ? `  cut: ${JSON.stringify(l.cutReasons)}` : ''),
-            );
-          }
-        }
-        // Idle: the RSS right before the target's first run at this N (warmed up, never yet holding N streams).
-        for (const t of running)
-          summaries.push(summarize(t.key, t.label, n, mine.get(t.key)!, firstIdle.get(t.key) ?? NaN));
-      } finally {
-        for (const t of running) await t.stop();
-      }
-    }
+    for (const n of o.ns) await runN(o, up, base, n, acc);
   } finally {
     await up.stop();
     await base.stop();

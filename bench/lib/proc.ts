@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, type WriteStream } from 'node:fs';
 import { waitForPort } from './net.js';
 
 /** A process the bench started; every one is killed at the end, also on error or Ctrl-C. */
@@ -61,6 +61,44 @@ export interface StartOptions {
   logFile?: string;
 }
 
+/** Resolves with the `ready` match (or the port) once the process says it is ready; rejects when it exits first, fails or stays silent past the timeout. */
+function waitReady(opts: StartOptions, child: ChildProcess, log: WriteStream | null): Promise<RegExpMatchArray> {
+  return new Promise<RegExpMatchArray>((resolve, reject) => {
+    let seen = '';
+    let done = false;
+    const finish = (err: Error | null, m?: RegExpMatchArray) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      if (err) reject(err);
+      else resolve(m as RegExpMatchArray);
+    };
+    const onData = (chunk: Buffer) => {
+      log?.write(chunk);
+      if (done) return;
+      seen = (seen + chunk.toString('utf8')).slice(-8192);
+      const m = opts.ready ? seen.match(opts.ready) : null;
+      if (m) finish(null, m);
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    child.once('exit', (code) =>
+      finish(new Error(`${opts.name} exited (${code}) before it was ready: ${seen.slice(-400)}`)),
+    );
+    child.once('error', (err) => finish(err));
+    const timer = setTimeout(
+      () => finish(new Error(`${opts.name} not ready after ${opts.timeoutMs ?? 20000} ms: ${seen.slice(-400)}`)),
+      opts.timeoutMs ?? 20000,
+    );
+    if (opts.port !== undefined) {
+      waitForPort(opts.port, opts.timeoutMs ?? 20000).then(
+        () => finish(null, [String(opts.port)] as RegExpMatchArray),
+        (err: Error) => finish(err),
+      );
+    }
+  });
+}
+
 /** Starts a process in its own group and waits until it prints `ready`. */
 export async function start(opts: StartOptions): Promise<{ proc: Proc; match: RegExpMatchArray }> {
   hookExit();
@@ -101,40 +139,7 @@ export async function start(opts: StartOptions): Promise<{ proc: Proc; match: Re
     live.delete(proc);
     log?.end();
   });
-  const match = await new Promise<RegExpMatchArray>((resolve, reject) => {
-    let seen = '';
-    let done = false;
-    const finish = (err: Error | null, m?: RegExpMatchArray) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      if (err) reject(err);
-      else resolve(m as RegExpMatchArray);
-    };
-    const onData = (chunk: Buffer) => {
-      log?.write(chunk);
-      if (done) return;
-      seen = (seen + chunk.toString('utf8')).slice(-8192);
-      const m = opts.ready ? seen.match(opts.ready) : null;
-      if (m) finish(null, m);
-    };
-    child.stdout?.on('data', onData);
-    child.stderr?.on('data', onData);
-    child.once('exit', (code) =>
-      finish(new Error(`${opts.name} exited (${code}) before it was ready: ${seen.slice(-400)}`)),
-    );
-    child.once('error', (err) => finish(err));
-    const timer = setTimeout(
-      () => finish(new Error(`${opts.name} not ready after ${opts.timeoutMs ?? 20000} ms: ${seen.slice(-400)}`)),
-      opts.timeoutMs ?? 20000,
-    );
-    if (opts.port !== undefined) {
-      waitForPort(opts.port, opts.timeoutMs ?? 20000).then(
-        () => finish(null, [String(opts.port)] as RegExpMatchArray),
-        (err: Error) => finish(err),
-      );
-    }
-  }).catch(async (err: unknown) => {
+  const match = await waitReady(opts, child, log).catch(async (err: unknown) => {
     await proc.stop();
     throw err;
   });

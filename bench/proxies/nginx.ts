@@ -13,13 +13,8 @@ export function nginxVersion(): string | null {
   return (r.stderr || r.stdout).trim().replace(/^nginx version:\s*/, '');
 }
 
-/**
- * nginx as a plain reverse proxy: one worker (like one logprobe process), keep-alive to the
- * upstream, no response or request buffering, no access log. `workerConnections` (default
- * 4096) and `nofile` (worker_rlimit_nofile, and the master's own limit through `ulimit -n`) are
- * raised for the streaming lane's 5,000 client + 5,000 upstream connections.
- */
-export async function startNginx(o: {
+/** Options of {@link startNginx}. */
+interface NginxOptions {
   upstream: string;
   outDir: string;
   workers: number | 'auto';
@@ -32,18 +27,11 @@ export async function startNginx(o: {
    * the same `mirror` block, with its short timeouts on the mirror location).
    */
   mirrorTo?: string;
-}): Promise<Running | Unavailable> {
-  const key = o.key ?? 'nginx';
-  const label = o.label ?? `nginx (${o.workers} worker${o.workers === 1 ? '' : 's'})`;
-  if (nginxVersion() === null) return { key, label, reason: 'not installed: apt-get install nginx' };
-  const port = await freePort();
-  const dir = join(o.outDir, key);
-  mkdirSync(dir, { recursive: true });
-  const up = new URL(o.upstream);
-  const conf = join(dir, 'nginx.conf');
-  writeFileSync(
-    conf,
-    `worker_processes ${o.workers};
+}
+
+/** The nginx.conf: one server on `port` proxying to the upstream, and the shadow-mode mirror when asked. */
+function nginxConf(o: NginxOptions, up: URL, dir: string, port: number): string {
+  return `worker_processes ${o.workers};
 ${o.nofile ? `worker_rlimit_nofile ${o.nofile};\n` : ''}daemon off;
 pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
@@ -82,8 +70,25 @@ ${
     : ''
 }  }
 }
-`,
-  );
+`;
+}
+
+/**
+ * nginx as a plain reverse proxy: one worker (like one logprobe process), keep-alive to the
+ * upstream, no response or request buffering, no access log. `workerConnections` (default
+ * 4096) and `nofile` (worker_rlimit_nofile, and the master's own limit through `ulimit -n`) are
+ * raised for the streaming lane's 5,000 client + 5,000 upstream connections.
+ */
+export async function startNginx(o: NginxOptions): Promise<Running | Unavailable> {
+  const key = o.key ?? 'nginx';
+  const label = o.label ?? `nginx (${o.workers} worker${o.workers === 1 ? '' : 's'})`;
+  if (nginxVersion() === null) return { key, label, reason: 'not installed: apt-get install nginx' };
+  const port = await freePort();
+  const dir = join(o.outDir, key);
+  mkdirSync(dir, { recursive: true });
+  const up = new URL(o.upstream);
+  const conf = join(dir, 'nginx.conf');
+  writeFileSync(conf, nginxConf(o, up, dir, port));
   const args = ['-c', conf, '-p', dir, '-e', `${dir}/error.log`];
   const { proc } = await start({
     name: key,

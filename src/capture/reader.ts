@@ -74,91 +74,117 @@ export async function resolveInputs(paths: readonly string[]): Promise<{ files: 
  * that is not JSON is `truncated record (incomplete JSON)` (a crash mid-write), and a gzip stream
  * cut short is reported once, after the lines it held. `onBytes` gets the file bytes consumed
  * (compressed bytes for gzip), for progress.
- *
- * Long on purpose: one generator: the line splitter's state (the parts of the line so far, its size, whether it is over the limit, the line number) lives across its yields.
  */
-// eslint-disable-next-line max-lines-per-function -- one generator
 export async function* readJsonLines(
   file: string,
   options: { onBytes?: (n: number) => void; maxLineBytes?: number } = {},
 ): AsyncGenerator<LineItem> {
   const { gzip } = await probeFile(file);
-  const maxLine = options.maxLineBytes ?? MAX_LINE_BYTES;
-  const raw = createReadStream(file, { highWaterMark: 256 * 1024 });
-  let source: Readable = raw;
-  if (gzip) {
-    const gunzip = createGunzip();
-    raw.on('error', (err) => gunzip.destroy(err));
-    // pipe() already reads raw in flowing mode, so a 'data' listener sees the compressed bytes.
-    if (options.onBytes) raw.on('data', (c) => options.onBytes!((c as Buffer).length));
-    source = raw.pipe(gunzip);
-  }
-  let parts: Buffer[] = [];
-  let size = 0;
-  let overlong = false;
-  let lineNo = 0;
-
-  const finish = (complete: boolean): LineItem | null => {
-    lineNo++;
-    const bytes = parts.length === 1 ? parts[0]! : Buffer.concat(parts, size);
-    const wasOverlong = overlong;
-    parts = [];
-    size = 0;
-    overlong = false;
-    if (wasOverlong)
-      return { file, line: lineNo, error: `line longer than ${Math.round(maxLine / 1024 / 1024)} MB, skipped` };
-    const text = bytes.toString('utf8').replace(/\r$/, '');
-    if (text.trim() === '') return null;
-    try {
-      return { file, line: lineNo, value: JSON.parse(text) as unknown };
-    } catch (err) {
-      if (!complete) return { file, line: lineNo, error: 'truncated record (incomplete JSON)' };
-      return { file, line: lineNo, error: `invalid JSON (${(err as Error).message.split('\n')[0]})` };
-    }
-  };
-
+  const { raw, source } = openSource(file, gzip, options.onBytes);
+  const lines = new LineSplitter(file, options.maxLineBytes ?? MAX_LINE_BYTES);
   try {
     for await (const chunk of source as AsyncIterable<Buffer>) {
       if (!gzip) options.onBytes?.(chunk.length);
-      let start = 0;
-      for (;;) {
-        const nl = chunk.indexOf(10, start);
-        const end = nl < 0 ? chunk.length : nl;
-        if (end > start && !overlong) {
-          if (size + (end - start) > maxLine) {
-            overlong = true;
-            parts = [];
-            size = 0;
-          } else {
-            parts.push(chunk.subarray(start, end));
-            size += end - start;
-          }
-        }
-        if (nl < 0) break;
-        const item = finish(true);
-        if (item) yield item;
-        start = nl + 1;
-      }
+      yield* lines.push(chunk);
     }
   } catch (err) {
-    if (size > 0 || overlong) {
-      const item = finish(false);
-      if (item) yield item;
-    }
-    const code = (err as { code?: string }).code;
-    const what =
-      gzip && (code === 'Z_BUF_ERROR' || code === 'Z_DATA_ERROR')
-        ? `gzip stream cut short or corrupt (${(err as Error).message})`
-        : `read failed (${errnoReason(err, 'read')})`;
-    yield { file, line: lineNo + 1, error: what };
+    const item = lines.end();
+    if (item) yield item;
+    yield { file, line: lines.count + 1, error: readFailure(err, gzip) };
     return;
   } finally {
     raw.destroy();
     if (source !== raw) source.destroy();
   }
-  if (size > 0 || overlong) {
-    const item = finish(false);
-    if (item) yield item;
+  const item = lines.end();
+  if (item) yield item;
+}
+
+/** The file's byte stream, gunzipped when `gzip`; `onBytes` sees the compressed bytes then. */
+function openSource(
+  file: string,
+  gzip: boolean,
+  onBytes: ((n: number) => void) | undefined,
+): { raw: Readable; source: Readable } {
+  const raw = createReadStream(file, { highWaterMark: 256 * 1024 });
+  if (!gzip) return { raw, source: raw };
+  const gunzip = createGunzip();
+  raw.on('error', (err) => gunzip.destroy(err));
+  // pipe() already reads raw in flowing mode, so a 'data' listener sees the compressed bytes.
+  if (onBytes) raw.on('data', (c) => onBytes((c as Buffer).length));
+  return { raw, source: raw.pipe(gunzip) };
+}
+
+/** Why reading stopped: a gzip stream cut short or corrupt, or the read's own error. */
+function readFailure(err: unknown, gzip: boolean): string {
+  const code = (err as { code?: string }).code;
+  return gzip && (code === 'Z_BUF_ERROR' || code === 'Z_DATA_ERROR')
+    ? `gzip stream cut short or corrupt (${(err as Error).message})`
+    : `read failed (${errnoReason(err, 'read')})`;
+}
+
+/**
+ * Splits chunks into lines and parses each: the parts of the line so far, its size, whether it is
+ * over the limit and the line number live across chunks. A line over the limit is dropped as it
+ * grows and reported once it ends.
+ */
+class LineSplitter {
+  private parts: Buffer[] = [];
+  private size = 0;
+  private overlong = false;
+  /** Lines ended so far (blank ones included). */
+  count = 0;
+
+  constructor(
+    private readonly file: string,
+    private readonly maxLine: number,
+  ) {}
+
+  /** The items of the lines this chunk ends, one at a time. */
+  *push(chunk: Buffer): Generator<LineItem> {
+    let start = 0;
+    for (;;) {
+      const nl = chunk.indexOf(10, start);
+      const end = nl < 0 ? chunk.length : nl;
+      if (end > start && !this.overlong) {
+        if (this.size + (end - start) > this.maxLine) {
+          this.overlong = true;
+          this.parts = [];
+          this.size = 0;
+        } else {
+          this.parts.push(chunk.subarray(start, end));
+          this.size += end - start;
+        }
+      }
+      if (nl < 0) break;
+      const item = this.finish(true);
+      if (item) yield item;
+      start = nl + 1;
+    }
+  }
+
+  /** The unterminated last line's item, if there is one. */
+  end(): LineItem | null {
+    return this.size > 0 || this.overlong ? this.finish(false) : null;
+  }
+
+  private finish(complete: boolean): LineItem | null {
+    const { file, maxLine } = this;
+    const line = ++this.count;
+    const bytes = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, this.size);
+    const wasOverlong = this.overlong;
+    this.parts = [];
+    this.size = 0;
+    this.overlong = false;
+    if (wasOverlong) return { file, line, error: `line longer than ${Math.round(maxLine / 1024 / 1024)} MB, skipped` };
+    const text = bytes.toString('utf8').replace(/\r$/, '');
+    if (text.trim() === '') return null;
+    try {
+      return { file, line, value: JSON.parse(text) as unknown };
+    } catch (err) {
+      if (!complete) return { file, line, error: 'truncated record (incomplete JSON)' };
+      return { file, line, error: `invalid JSON (${(err as Error).message.split('\n')[0]})` };
+    }
   }
 }
 

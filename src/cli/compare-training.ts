@@ -12,13 +12,15 @@ import {
   type ParsedResponse,
   type Thresholds,
   type TrainingComparison,
+  type RunHealth,
 } from '../core/index.js';
 import { errnoReason, noInput, unreadableFile } from '../errors/index.js';
 
 /**
  * `compare` and `analyze` of token-logprob files (docs/training.md): a trainer's per-token
  * logprobs against an engine's response or another such file, lined up and compared position by
- * position, with the seeds' health figures and the importance ratio.
+ * position, with the health figures (KL, relative error, largest logits difference, each
+ * against its threshold) and the importance ratio.
  */
 
 /** A file read as scored sequences. */
@@ -109,12 +111,7 @@ const f = (x: number | null, digits = 4) =>
   x === null ? '—' : Math.abs(x) >= 1e-3 || x === 0 ? x.toFixed(digits) : x.toExponential(1);
 const mark = (ok: boolean | null) => (ok === null ? 'n/a' : ok ? 'ok' : 'ABOVE');
 
-/**
- * The text report of a training comparison: the per-token table (one sequence) or a line per sequence, then the summary.
- *
- * Long on purpose: the report's two layouts (a table for one sequence, a line per sequence) share its columns and the summary.
- */
-// eslint-disable-next-line max-lines-per-function -- the report's two layouts
+/** The text report of a training comparison: the per-token table (one sequence) or a line per sequence, then the summary. */
 export function renderTraining(
   results: readonly TrainingComparison[],
   files: { train: string; infer: string; swapped: boolean },
@@ -126,84 +123,10 @@ export function renderTraining(
     `infer (baseline):  ${files.infer}${files.swapped ? '  (the token-logprob file is the trainer: sides swapped from the command line)' : ''}`,
     '',
   );
-  const [lo, hi] = RATIO_BOUNDS;
-  if (results.length === 1) {
-    const r = results[0]!;
-    const rows = r.positions.map((p) => {
-      const d = p.candidate !== null && p.baseline !== null ? p.candidate - p.baseline : null;
-      const ratio = d === null ? null : Math.exp(d);
-      const out = ratio !== null && (ratio < lo || ratio > hi);
-      return [
-        String(p.i),
-        show(p.token),
-        f(p.candidate),
-        f(p.baseline),
-        d === null ? '—' : `${d > 0 ? '+' : ''}${f(d)}`,
-        ratio === null ? '—' : `${ratio.toFixed(4)}${out ? '*' : ''}`,
-        f(d === null ? null : Math.abs(Math.expm1(d))),
-        f(p.kl),
-      ];
-    });
-    const header = ['pos', 'token', 'train', 'infer', 'diff', 'ratio', 'rel err', 'KL'];
-    const widths = header.map((h, k) => Math.max(h.length, ...rows.map((row) => row[k]!.length)));
-    const fit = (cells: string[]) =>
-      cells.map((c, k) => (k === 1 ? c.padEnd(widths[k]!) : c.padStart(widths[k]!))).join('  ');
-    out.push(fit(header), ...rows.map(fit), `(* ratio exp(lp_train − lp_infer) outside [${lo}, ${hi}])`, '');
-  } else {
-    out.push(`${results.length} sequences`);
-    for (const r of results) {
-      const h = r.health!;
-      out.push(
-        `  ${(r.id ?? '').padEnd(12)} ${String(r.training.positions).padStart(5)} positions  KL ${f(h.kl.mean)}  rel err mean ${f(h.relErr.mean)} max ${f(h.relErr.max)}  ratio mean ${f(r.training.ratio.mean)} outside ${pct(r.training.ratio.outsideShare)}  ${r.verdict}`,
-      );
-    }
-    out.push('');
-  }
+  out.push(...(results.length === 1 ? tokenTable(results[0]!) : sequenceLines(results)));
   const acc = new HealthAccumulator();
-  let n = 0;
-  let sum = 0;
-  let outside = 0;
-  let min = Infinity;
-  let max = -Infinity;
-  let k3 = 0;
-  for (const r of results) {
-    acc.add(r, r.id ?? '', r.id ?? '');
-    const q = r.training.ratio;
-    if (q.n === 0) continue;
-    n += q.n;
-    sum += q.mean! * q.n;
-    outside += q.outside;
-    min = Math.min(min, q.min!);
-    max = Math.max(max, q.max!);
-    k3 += (r.training.klSampled ?? 0) * q.n;
-  }
-  const h = acc.health();
-  const marks = healthMarks(h);
-  out.push(
-    `health (the seeds' thresholds, over ${h.kl.n} positions${results.length > 1 ? ` of ${results.length} sequences` : ''})`,
-  );
-  out.push(`  KL mean               ${f(h.kl.mean).padStart(10)}  ${mark(marks.kl).padEnd(5)} (< ${HEALTH_LIMITS.kl})`);
-  out.push(
-    `  relative error mean   ${f(h.relErr.mean).padStart(10)}  ${mark(marks.relErrMean).padEnd(5)} (< ${HEALTH_LIMITS.relErrMean})`,
-  );
-  out.push(
-    `  relative error max    ${f(h.relErr.max).padStart(10)}  ${mark(marks.relErrMax).padEnd(5)} (< ${HEALTH_LIMITS.relErrMax})`,
-  );
-  out.push(
-    `importance ratio exp(lp_train − lp_infer) over ${n} positions: mean ${f(n ? sum / n : null)}, min ${f(n ? min : null)}, max ${f(n ? max : null)}; ${outside} (${pct(n ? outside / n : null)}) outside [${lo}, ${hi}]`,
-    `KL(infer ‖ train) from the sampled tokens, mean(r − 1 − log r): ${f(n ? k3 / n : null)}${h.logits.max !== null ? `; largest |Δ logprob| over the top lists ${formatNats(h.logits.max)}` : ''}`,
-  );
-  const worst = results
-    .flatMap((r) => r.training.worst.map((w) => ({ ...w, id: r.id })))
-    .sort((x, y) => Math.abs(Math.log(y.ratio!)) - Math.abs(Math.log(x.ratio!)))
-    .slice(0, 10);
-  if (worst.length > 0) {
-    out.push('worst positions (largest |lp_train − lp_infer|)');
-    for (const w of worst)
-      out.push(
-        `  ${results.length > 1 ? `${w.id ?? ''} ` : ''}@${w.i} ${show(w.token)}  train ${f(w.train)}  infer ${f(w.infer)}  ratio ${w.ratio!.toFixed(4)}`,
-      );
-  }
+  for (const r of results) acc.add(r, r.id ?? '', r.id ?? '');
+  out.push(...healthLines(results, acc.health()), ...worstLines(results));
   for (const d of acc.definition())
     out.push(
       `definition: ${d.check} (${d.side === 'candidate' ? 'train' : d.side === 'baseline' ? 'infer' : 'both'}) on ${d.pairs} sequence${d.pairs === 1 ? '' : 's'}: ${d.example}`,
@@ -221,6 +144,90 @@ export function renderTraining(
     );
   }
   return `${out.join('\n')}\n`;
+}
+
+/** One sequence: its per-token table, ratios outside the bounds starred. */
+function tokenTable(r: TrainingComparison): string[] {
+  const [lo, hi] = RATIO_BOUNDS;
+  const rows = r.positions.map((p) => {
+    const d = p.candidate !== null && p.baseline !== null ? p.candidate - p.baseline : null;
+    const ratio = d === null ? null : Math.exp(d);
+    const out = ratio !== null && (ratio < lo || ratio > hi);
+    return [
+      String(p.i),
+      show(p.token),
+      f(p.candidate),
+      f(p.baseline),
+      d === null ? '—' : `${d > 0 ? '+' : ''}${f(d)}`,
+      ratio === null ? '—' : `${ratio.toFixed(4)}${out ? '*' : ''}`,
+      f(d === null ? null : Math.abs(Math.expm1(d))),
+      f(p.kl),
+    ];
+  });
+  const header = ['pos', 'token', 'train', 'infer', 'diff', 'ratio', 'rel err', 'KL'];
+  const widths = header.map((h, k) => Math.max(h.length, ...rows.map((row) => row[k]!.length)));
+  const fit = (cells: string[]) =>
+    cells.map((c, k) => (k === 1 ? c.padEnd(widths[k]!) : c.padStart(widths[k]!))).join('  ');
+  return [fit(header), ...rows.map(fit), `(* ratio exp(lp_train − lp_infer) outside [${lo}, ${hi}])`, ''];
+}
+
+/** Several sequences: a line each. */
+function sequenceLines(results: readonly TrainingComparison[]): string[] {
+  const out = [`${results.length} sequences`];
+  for (const r of results) {
+    const h = r.health!;
+    out.push(
+      `  ${(r.id ?? '').padEnd(12)} ${String(r.training.positions).padStart(5)} positions  KL ${f(h.kl.mean)}  rel err mean ${f(h.relErr.mean)} max ${f(h.relErr.max)}  ratio mean ${f(r.training.ratio.mean)} outside ${pct(r.training.ratio.outsideShare)}  ${r.verdict}`,
+    );
+  }
+  out.push('');
+  return out;
+}
+
+/** The pooled health figures against their thresholds, then the importance ratio over every sequence. */
+function healthLines(results: readonly TrainingComparison[], h: RunHealth): string[] {
+  const [lo, hi] = RATIO_BOUNDS;
+  let n = 0;
+  let sum = 0;
+  let outside = 0;
+  let min = Infinity;
+  let max = -Infinity;
+  let k3 = 0;
+  for (const r of results) {
+    const q = r.training.ratio;
+    if (q.n === 0) continue;
+    n += q.n;
+    sum += q.mean! * q.n;
+    outside += q.outside;
+    min = Math.min(min, q.min!);
+    max = Math.max(max, q.max!);
+    k3 += (r.training.klSampled ?? 0) * q.n;
+  }
+  const marks = healthMarks(h);
+  return [
+    `health (the seeds' thresholds, over ${h.kl.n} positions${results.length > 1 ? ` of ${results.length} sequences` : ''})`,
+    `  KL mean               ${f(h.kl.mean).padStart(10)}  ${mark(marks.kl).padEnd(5)} (< ${HEALTH_LIMITS.kl})`,
+    `  relative error mean   ${f(h.relErr.mean).padStart(10)}  ${mark(marks.relErrMean).padEnd(5)} (< ${HEALTH_LIMITS.relErrMean})`,
+    `  relative error max    ${f(h.relErr.max).padStart(10)}  ${mark(marks.relErrMax).padEnd(5)} (< ${HEALTH_LIMITS.relErrMax})`,
+    `importance ratio exp(lp_train − lp_infer) over ${n} positions: mean ${f(n ? sum / n : null)}, min ${f(n ? min : null)}, max ${f(n ? max : null)}; ${outside} (${pct(n ? outside / n : null)}) outside [${lo}, ${hi}]`,
+    `KL(infer ‖ train) from the sampled tokens, mean(r − 1 − log r): ${f(n ? k3 / n : null)}${h.logits.max !== null ? `; largest |Δ logprob| over the top lists ${formatNats(h.logits.max)}` : ''}`,
+  ];
+}
+
+/** The ten positions with the largest |lp_train − lp_infer| over every sequence. */
+function worstLines(results: readonly TrainingComparison[]): string[] {
+  const worst = results
+    .flatMap((r) => r.training.worst.map((w) => ({ ...w, id: r.id })))
+    .sort((x, y) => Math.abs(Math.log(y.ratio!)) - Math.abs(Math.log(x.ratio!)))
+    .slice(0, 10);
+  if (worst.length === 0) return [];
+  return [
+    'worst positions (largest |lp_train − lp_infer|)',
+    ...worst.map(
+      (w) =>
+        `  ${results.length > 1 ? `${w.id ?? ''} ` : ''}@${w.i} ${show(w.token)}  train ${f(w.train)}  infer ${f(w.infer)}  ratio ${w.ratio!.toFixed(4)}`,
+    ),
+  ];
 }
 
 function pct(x: number | null): string {

@@ -42,12 +42,7 @@ Exit codes:
   2  usage error: a missing or bad flag, an unreadable INPUT, an unwritable --out, nothing to record
 `;
 
-/**
- * `logprobe record INPUT… --backend URL --out GOLDEN.jsonl`: a golden file for replay --baseline-from.
- *
- * Long on purpose: commander's declaration of the flags and the action that reads them, one chain.
- */
-// eslint-disable-next-line max-lines-per-function -- commander's declaration of the flags and the action that reads them, one chain
+/** `logprobe record INPUT… --backend URL --out GOLDEN.jsonl`: a golden file for replay --baseline-from. */
 export const recordCommand: CommandFactory = (setExit) =>
   new Command('record')
     .description(
@@ -72,59 +67,62 @@ export const recordCommand: CommandFactory = (setExit) =>
       4,
     )
     .addHelpText('after', HELP)
-    .action(async (args: string[], flags: RecordFlags) => {
-      const backend = httpUrlFlag('--backend', flags.backend);
-      if (flags.out === undefined) throw usageError('--out FILE is required (the golden file to write)');
-      const { concurrency, maxTokens } = flags;
-      const config = configFrom(flags);
-      const thresholds = resolveThresholds({}, config);
-      const { files: inputs } = await resolveInputs(args);
-      const out = resolve(flags.out);
-      const handle = await openGoldenFile(out);
-      const progress = startProgress({ label: 'record', total: 0, unit: 'items', lines: false });
-      let result;
-      try {
-        result = await runRecord({
-          inputs,
-          backend: {
-            url: backend,
-            timeoutMs: config.baseline.timeoutMs,
-            connectTimeoutMs: config.baseline.connectTimeoutMs,
-            idleTimeoutMs: config.baseline.idleTimeoutMs,
-            apiKey: config.baseline.apiKey,
-          },
-          tlsInsecure: config.tlsInsecure,
-          // The logits gate compares each side's top-10: a golden file recorded with fewer could not be gated.
-          rewrite: { ...config.mirror, topLogprobs: Math.max(config.mirror.topLogprobs, LOGITS_TOP) },
-          maxTokens,
-          concurrency,
-          // The backend is scored whatever the verdict would be: a golden record must hold its scoring for any later candidate.
-          scoring: { ...scoringOptions(config), when: config.analysis.scoring.when === 'never' ? 'never' : 'always' },
-          thresholds,
-          out: handle,
-          outFile: out,
-          secrets: configuredKeys(config),
-          redactFields: config.log.redact,
-          onSkip: (m) => process.stderr.write(`${m}\n`),
-          onRecord: (done) => progress.update(done, {}),
-        });
-      } catch (err) {
-        // A close that fails after a failed write is the same failure, said once (the write's).
-        progress.stop();
-        await handle.close().catch(() => undefined);
-        throw err;
-      }
-      progress.stop();
-      await handle.close().catch((err: unknown) => {
-        throw unwritableFile(out, err);
-      });
-      if (result.records === 0) throw noInput(`nothing to record in ${inputs.join(', ')}`);
-      const ok = result.outcomes.ok ?? 0;
-      const s = result.scoring;
-      const lines = summaryLines(result, out);
-      void writeOut(`${lines.join('\n')}\n`);
-      setExit(ok < result.records || s.failed > 0 ? 1 : 0);
+    .action((args: string[], flags: RecordFlags) => record(args, flags, setExit));
+
+/** The action: records the inputs into the golden file, prints the summary and sets the exit code. */
+async function record(args: string[], flags: RecordFlags, setExit: (code: number) => void): Promise<void> {
+  const backend = httpUrlFlag('--backend', flags.backend);
+  if (flags.out === undefined) throw usageError('--out FILE is required (the golden file to write)');
+  const { concurrency, maxTokens } = flags;
+  const config = configFrom(flags);
+  const thresholds = resolveThresholds({}, config);
+  const { files: inputs } = await resolveInputs(args);
+  const out = resolve(flags.out);
+  const handle = await openGoldenFile(out);
+  const progress = startProgress({ label: 'record', total: 0, unit: 'items', lines: false });
+  let result;
+  try {
+    result = await runRecord({
+      inputs,
+      backend: {
+        url: backend,
+        timeoutMs: config.baseline.timeoutMs,
+        connectTimeoutMs: config.baseline.connectTimeoutMs,
+        idleTimeoutMs: config.baseline.idleTimeoutMs,
+        apiKey: config.baseline.apiKey,
+      },
+      tlsInsecure: config.tlsInsecure,
+      // The logits gate compares each side's top-10: a golden file recorded with fewer could not be gated.
+      rewrite: { ...config.mirror, topLogprobs: Math.max(config.mirror.topLogprobs, LOGITS_TOP) },
+      maxTokens,
+      concurrency,
+      // The backend is scored whatever the verdict would be: a golden record must hold its scoring for any later candidate.
+      scoring: { ...scoringOptions(config), when: config.analysis.scoring.when === 'never' ? 'never' : 'always' },
+      thresholds,
+      out: handle,
+      outFile: out,
+      secrets: configuredKeys(config),
+      redactFields: config.log.redact,
+      onSkip: (m) => process.stderr.write(`${m}\n`),
+      onRecord: (done) => progress.update(done, {}),
     });
+  } catch (err) {
+    // A close that fails after a failed write is the same failure, said once (the write's).
+    progress.stop();
+    await handle.close().catch(() => undefined);
+    throw err;
+  }
+  progress.stop();
+  await handle.close().catch((err: unknown) => {
+    throw unwritableFile(out, err);
+  });
+  if (result.records === 0) throw noInput(`nothing to record in ${inputs.join(', ')}`);
+  const ok = result.outcomes.ok ?? 0;
+  const s = result.scoring;
+  const lines = summaryLines(result, out);
+  void writeOut(`${lines.join('\n')}\n`);
+  setExit(ok < result.records || s.failed > 0 ? 1 : 0);
+}
 
 /** The summary record prints: the outcomes, the scoring, the problems and the definition warnings. */
 function summaryLines(result: Awaited<ReturnType<typeof runRecord>>, out: string): string[] {

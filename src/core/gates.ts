@@ -4,7 +4,7 @@ import type { DefinitionWarning } from './definition.js';
 import type { Comparison } from './types.js';
 
 /**
- * The seeds' three-layer alignment gate as named, composable checks over analysed pairs
+ * A three-layer alignment gate as named, composable checks over analysed pairs
  * (docs/format.md, "Gates"): `logits:T` (the largest absolute logprob difference over each
  * side's top-10 on every scored position ≤ T), `tokens:N` (greedy token ids identical for the
  * first N tokens), `kl:T` (each prompt's mean per-position KL estimate ≤ T) and `definition`
@@ -24,7 +24,7 @@ export interface GateSpec {
   name: string;
 }
 
-/** The seeds' numbers: top-10 within 0.01, 128 greedy tokens, KL 0.05. */
+/** The default thresholds: top-10 within 0.01 nats, 128 greedy tokens, KL 0.05 nats. */
 export const GATE_DEFAULTS: Readonly<Record<Exclude<GateKind, 'definition'>, number>> = Object.freeze({
   logits: 0.01,
   tokens: 128,
@@ -123,12 +123,7 @@ export interface GateResult {
   notes: string[];
 }
 
-/**
- * Judges one pair under one gate.
- *
- * Long on purpose: one case per gate kind, each a few lines reading the same pair: a switch, not a sequence of steps.
- */
-// eslint-disable-next-line max-lines-per-function -- one case per gate kind, each a few lines reading the same pair
+/** Judges one pair under one gate: a pair not compared is an error under every gate. */
 export function judge(spec: GateSpec, p: GatePair): GateCase {
   const c = p.comparison;
   if (c === null)
@@ -138,89 +133,100 @@ export function judge(spec: GateSpec, p: GatePair): GateCase {
       message: `not compared (${p.outcome}): a gate does not pass on no evidence`,
     };
   switch (spec.kind) {
-    case 'logits': {
-      const t = spec.threshold!;
-      const l = c.health?.logits;
-      if (!l || l.max === null)
-        return {
-          status: 'error',
-          figure: null,
-          message:
-            'no position with a top list on both sides: the logits gate needs top logprobs (mirror.topLogprobs ≥ 10)',
-        };
-      const where = l.at ? `${l.at.block} position ${l.at.i}` : 'n/a';
-      const note =
-        l.topK !== null && l.topK < LOGITS_TOP
-          ? `top lists of ${l.topK} (fewer than the ${LOGITS_TOP} asked)`
-          : undefined;
-      const msg = `max |Δ logprob| over each side's top-${LOGITS_TOP}${shortest(l.topK)} ${l.lowerBound ? '≥ ' : ''}${formatNats(l.max)} ${l.max <= t ? '≤' : '>'} ${t} nats at ${where} (${l.n} positions)`;
-      return { status: l.max <= t ? 'passed' : 'failed', figure: l.max, message: msg, ...(note ? { note } : {}) };
-    }
-    case 'kl': {
-      const t = spec.threshold!;
-      const k = c.health?.kl;
-      if (!k || k.mean === null) return { status: 'error', figure: null, message: 'no position with a KL estimate' };
-      return {
-        status: k.mean <= t ? 'passed' : 'failed',
-        figure: k.mean,
-        message: `mean KL ${formatNats(k.mean)} ${k.mean <= t ? '≤' : '>'} ${t} nats over ${k.n} ${c.health!.over} positions (max ${formatNats(k.max)})`,
-      };
-    }
-    case 'definition': {
-      const w: DefinitionWarning[] = c.definition ?? [];
-      if (w.length === 0)
-        return {
-          status: 'passed',
-          figure: 0,
-          message: 'no definition warning: both sides read as raw full-vocabulary logprobs',
-        };
-      return {
-        status: 'failed',
-        figure: w.length,
-        message: w.map((x) => `${x.check} (${x.side}): ${x.detail}`).join('; '),
-      };
-    }
-    case 'tokens': {
-      const n = spec.threshold!;
-      const lengths = p.lengths;
-      if (c.verdict === 'incomparable' || lengths === null)
-        return { status: 'error', figure: null, message: `no tokens to compare (${c.notes[0] ?? c.verdict})` };
-      const d = c.firstDivergence;
-      if (d !== null && d < n) {
-        const f = c.flip;
-        return {
-          status: 'failed',
-          figure: d,
-          message: `token ids differ at position ${d} of the first ${n}${f ? ` (baseline ${JSON.stringify(f.baselineToken)}, candidate ${JSON.stringify(f.candidateToken)})` : ''}`,
-        };
-      }
-      const common = Math.min(lengths.candidate, lengths.baseline);
-      const capped = p.maxTokens !== null && p.maxTokens < n;
-      if (
-        d === null &&
-        lengths.candidate !== lengths.baseline &&
-        common < n &&
-        (p.maxTokens === null || common < p.maxTokens)
-      ) {
-        const shorter = lengths.candidate < lengths.baseline ? 'candidate' : 'baseline';
-        return {
-          status: 'failed',
-          figure: common,
-          message: `the ${shorter} stopped after ${common} tokens and the other went on (${lengths.candidate} vs ${lengths.baseline}), within the first ${n}`,
-        };
-      }
-      const checked = Math.min(n, d ?? common);
-      const note = capped
-        ? `max_tokens ${p.maxTokens} < ${n}: only the first ${p.maxTokens} tokens could be checked`
-        : undefined;
-      return {
-        status: 'passed',
-        figure: checked,
-        message: `the first ${checked} token ids are identical${checked < n ? ` (${note ? note : `both sides stopped after ${checked}`})` : ''}`,
-        ...(note ? { note } : {}),
-      };
-    }
+    case 'logits':
+      return judgeLogits(spec.threshold!, c);
+    case 'kl':
+      return judgeKl(spec.threshold!, c);
+    case 'definition':
+      return judgeDefinition(c);
+    case 'tokens':
+      return judgeTokens(spec.threshold!, c, p);
   }
+}
+
+/** `logits:T`: the largest |Δ logprob| over each side's top list against T nats. */
+function judgeLogits(t: number, c: Comparison): GateCase {
+  const l = c.health?.logits;
+  if (!l || l.max === null)
+    return {
+      status: 'error',
+      figure: null,
+      message:
+        'no position with a top list on both sides: the logits gate needs top logprobs (mirror.topLogprobs ≥ 10)',
+    };
+  const where = l.at ? `${l.at.block} position ${l.at.i}` : 'n/a';
+  const note =
+    l.topK !== null && l.topK < LOGITS_TOP ? `top lists of ${l.topK} (fewer than the ${LOGITS_TOP} asked)` : undefined;
+  const msg = `max |Δ logprob| over each side's top-${LOGITS_TOP}${shortest(l.topK)} ${l.lowerBound ? '≥ ' : ''}${formatNats(l.max)} ${l.max <= t ? '≤' : '>'} ${t} nats at ${where} (${l.n} positions)`;
+  return { status: l.max <= t ? 'passed' : 'failed', figure: l.max, message: msg, ...(note ? { note } : {}) };
+}
+
+/** `kl:T`: the prompt's mean KL estimate against T nats. */
+function judgeKl(t: number, c: Comparison): GateCase {
+  const k = c.health?.kl;
+  if (!k || k.mean === null) return { status: 'error', figure: null, message: 'no position with a KL estimate' };
+  return {
+    status: k.mean <= t ? 'passed' : 'failed',
+    figure: k.mean,
+    message: `mean KL ${formatNats(k.mean)} ${k.mean <= t ? '≤' : '>'} ${t} nats over ${k.n} ${c.health!.over} positions (max ${formatNats(k.max)})`,
+  };
+}
+
+/** `definition`: no definition warning on either side. */
+function judgeDefinition(c: Comparison): GateCase {
+  const w: DefinitionWarning[] = c.definition ?? [];
+  if (w.length === 0)
+    return {
+      status: 'passed',
+      figure: 0,
+      message: 'no definition warning: both sides read as raw full-vocabulary logprobs',
+    };
+  return {
+    status: 'failed',
+    figure: w.length,
+    message: w.map((x) => `${x.check} (${x.side}): ${x.detail}`).join('; '),
+  };
+}
+
+/** `tokens:N`: the greedy token ids identical for the first N tokens (or as far as both sides went). */
+function judgeTokens(n: number, c: Comparison, p: GatePair): GateCase {
+  const lengths = p.lengths;
+  if (c.verdict === 'incomparable' || lengths === null)
+    return { status: 'error', figure: null, message: `no tokens to compare (${c.notes[0] ?? c.verdict})` };
+  const d = c.firstDivergence;
+  if (d !== null && d < n) {
+    const f = c.flip;
+    return {
+      status: 'failed',
+      figure: d,
+      message: `token ids differ at position ${d} of the first ${n}${f ? ` (baseline ${JSON.stringify(f.baselineToken)}, candidate ${JSON.stringify(f.candidateToken)})` : ''}`,
+    };
+  }
+  const common = Math.min(lengths.candidate, lengths.baseline);
+  const capped = p.maxTokens !== null && p.maxTokens < n;
+  if (
+    d === null &&
+    lengths.candidate !== lengths.baseline &&
+    common < n &&
+    (p.maxTokens === null || common < p.maxTokens)
+  ) {
+    const shorter = lengths.candidate < lengths.baseline ? 'candidate' : 'baseline';
+    return {
+      status: 'failed',
+      figure: common,
+      message: `the ${shorter} stopped after ${common} tokens and the other went on (${lengths.candidate} vs ${lengths.baseline}), within the first ${n}`,
+    };
+  }
+  const checked = Math.min(n, d ?? common);
+  const note = capped
+    ? `max_tokens ${p.maxTokens} < ${n}: only the first ${p.maxTokens} tokens could be checked`
+    : undefined;
+  return {
+    status: 'passed',
+    figure: checked,
+    message: `the first ${checked} token ids are identical${checked < n ? ` (${note ? note : `both sides stopped after ${checked}`})` : ''}`,
+    ...(note ? { note } : {}),
+  };
 }
 
 /** Accumulates every gate over the pairs of a run; `onCase` sees each prompt's result (JUnit). */
@@ -356,7 +362,7 @@ export interface RunHealth {
   relErr: Figure;
   logits: { max: number | null; at: string | null; topK: number | null };
   limits: typeof HEALTH_LIMITS;
-  /** Whether each figure is within the seeds' thresholds (null: not measured). */
+  /** Whether each figure is within the health thresholds ({@link HEALTH_LIMITS}; null: not measured). */
   ok: { kl: boolean | null; relErrMean: boolean | null; relErrMax: boolean | null };
   /** Up to five pairs by mean KL. */
   worst: Array<{ at: string; id: string; kl: number | null; relErrMax: number | null; logits: number | null }>;

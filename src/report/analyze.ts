@@ -52,80 +52,88 @@ export const PROBE_LINES = 5;
  * captured bodies, and feeds the summary. Bad lines are reported and skipped, never fatal: up to
  * {@link LISTED_PER_FILE} per file, then how many more; a file that starts with
  * {@link PROBE_LINES} bad lines (a README, a log) is said once not to be a capture file.
- *
- * Long on purpose: a file's bad lines are held until its first good one says whether it is a capture file at all: that state spans the loop.
  */
-// eslint-disable-next-line max-lines-per-function -- a file's bad lines are held until its first good one says whether it is a capture file at all
 export async function analyzeFiles(o: AnalyzeFilesOptions): Promise<{ records: number; golden: number }> {
   let records = 0;
-  let goldenTotal = 0;
+  let golden = 0;
   for (const file of o.files) {
     if (o.signal?.aborted) break;
-    let good = 0;
-    let bad = 0;
-    let unlisted = 0;
-    let golden = 0;
-    // The first bad lines wait until the file shows a record: then they are listed, else it is no capture.
-    const held: string[] = [];
-    const report = (message: string) => {
-      o.summary.skip(message);
-      if (++bad <= LISTED_PER_FILE) o.onSkip?.(message);
-      else unlisted++;
-    };
-    for await (const item of readJsonLines(file, { onBytes: o.onBytes })) {
-      if (o.signal?.aborted) break;
-      let problem = item.error;
-      if (problem === undefined) problem = captureRecordError(item.value) ?? undefined;
-      if (problem !== undefined) {
-        const message = `${item.file}:${item.line}: ${problem}`;
-        if (good > 0) report(message);
-        else if (held.push(message) === PROBE_LINES) break;
-        continue;
-      }
-      // A golden record (logprobe record) has one side: nothing to compare offline; said once per file.
-      if ((item.value as { golden?: unknown }).golden === true) {
-        golden++;
-        continue;
-      }
-      if (good++ === 0) held.splice(0).forEach(report);
-      const record = asCaptureRecord(item.value);
-      const thresholds = recordThresholds(record, o.overrides);
-      // Baseline-free records carry only the candidate and its repeat probes.
-      const result: PairResult =
-        record.baseline === null
-          ? { outcome: record.outcome, comparison: null, candidate: null, baseline: null, baselineFree: true }
-          : analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
-      const repeats = (record.repeats ?? []).map((r) =>
-        analyzeRepeat(r.backend === 'candidate' ? record.candidate : record.baseline, r, thresholds),
-      );
-      records++;
-      o.summary.add({
-        file,
-        line: item.line,
-        id: String(record.id),
-        route: record.route,
-        result,
-        noiseFloor: thresholds.noiseFloor,
-        online:
-          record.analysis === undefined || record.baseline === null ? undefined : (record.analysis?.verdict ?? null),
-        repeats,
-        request: record.request,
-        promptsHashed: record.promptsHashed === true,
-      });
-      const wait = o.onPair?.({ file, line: item.line, record, result, thresholds });
-      if (wait) await wait;
-    }
-    if (held.length === PROBE_LINES) {
-      const message = `${file}: not a capture file: none of its first ${PROBE_LINES} lines is a capture record (line ${held[0]!.slice(file.length + 1)}); skipped`;
-      o.summary.skip(message);
-      o.onSkip?.(message);
-    } else held.splice(0).forEach(report);
-    if (unlisted > 0) o.onSkip?.(`${file}: ${unlisted} more bad line${unlisted === 1 ? '' : 's'} skipped, not listed`);
-    if (golden > 0)
-      o.onSkip?.(
-        `${file}: ${golden} golden record${golden === 1 ? '' : 's'} (logprobe record: the baseline side only) not analysed — nothing to compare; replay INPUT --candidate URL --baseline-from ${file} compares a build with them`,
-      );
-    goldenTotal += golden;
+    const n = await analyzeFile(o, file);
+    records += n.records;
+    golden += n.golden;
   }
-  return { records, golden: goldenTotal };
+  return { records, golden };
+}
+
+/**
+ * One capture file. Its bad lines are held until its first good one says whether it is a capture
+ * file at all: then they are listed, else (the first {@link PROBE_LINES} all bad) it is no capture.
+ */
+async function analyzeFile(o: AnalyzeFilesOptions, file: string): Promise<{ records: number; golden: number }> {
+  let good = 0;
+  let bad = 0;
+  let unlisted = 0;
+  let golden = 0;
+  const held: string[] = [];
+  const report = (message: string) => {
+    o.summary.skip(message);
+    if (++bad <= LISTED_PER_FILE) o.onSkip?.(message);
+    else unlisted++;
+  };
+  for await (const item of readJsonLines(file, { onBytes: o.onBytes })) {
+    if (o.signal?.aborted) break;
+    let problem = item.error;
+    if (problem === undefined) problem = captureRecordError(item.value) ?? undefined;
+    if (problem !== undefined) {
+      const message = `${item.file}:${item.line}: ${problem}`;
+      if (good > 0) report(message);
+      else if (held.push(message) === PROBE_LINES) break;
+      continue;
+    }
+    // A golden record (logprobe record) has one side: nothing to compare offline; said once per file.
+    if ((item.value as { golden?: unknown }).golden === true) {
+      golden++;
+      continue;
+    }
+    if (good++ === 0) held.splice(0).forEach(report);
+    await analyzeRecord(o, file, item.line, asCaptureRecord(item.value));
+  }
+  if (held.length === PROBE_LINES) {
+    const message = `${file}: not a capture file: none of its first ${PROBE_LINES} lines is a capture record (line ${held[0]!.slice(file.length + 1)}); skipped`;
+    o.summary.skip(message);
+    o.onSkip?.(message);
+  } else held.splice(0).forEach(report);
+  if (unlisted > 0) o.onSkip?.(`${file}: ${unlisted} more bad line${unlisted === 1 ? '' : 's'} skipped, not listed`);
+  if (golden > 0)
+    o.onSkip?.(
+      `${file}: ${golden} golden record${golden === 1 ? '' : 's'} (logprobe record: the baseline side only) not analysed — nothing to compare; replay INPUT --candidate URL --baseline-from ${file} compares a build with them`,
+    );
+  return { records: good, golden };
+}
+
+/** One capture record: compared again with its thresholds, added to the summary, handed to `onPair`. */
+async function analyzeRecord(o: AnalyzeFilesOptions, file: string, line: number, record: CaptureRecord): Promise<void> {
+  const thresholds = recordThresholds(record, o.overrides);
+  // Baseline-free records carry only the candidate and its repeat probes.
+  const result: PairResult =
+    record.baseline === null
+      ? { outcome: record.outcome, comparison: null, candidate: null, baseline: null, baselineFree: true }
+      : analyzePair(record.candidate, record.baseline, thresholds, record.analysis ?? undefined);
+  const repeats = (record.repeats ?? []).map((r) =>
+    analyzeRepeat(r.backend === 'candidate' ? record.candidate : record.baseline, r, thresholds),
+  );
+  o.summary.add({
+    file,
+    line,
+    id: String(record.id),
+    route: record.route,
+    result,
+    noiseFloor: thresholds.noiseFloor,
+    online: record.analysis === undefined || record.baseline === null ? undefined : (record.analysis?.verdict ?? null),
+    repeats,
+    request: record.request,
+    promptsHashed: record.promptsHashed === true,
+  });
+  const wait = o.onPair?.({ file, line, record, result, thresholds });
+  if (wait) await wait;
 }

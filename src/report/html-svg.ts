@@ -64,10 +64,7 @@ export function layoutMarkerLabels(
  * screen readers. Each bar has a `<title>` with its label and counts (the browser shows it on hover).
  * Marker labels sit in rows above the plot (never on a bar, never on each other), each on a halo
  * of the page's background so that another marker's line passing behind it does not cross it.
- *
- * Long on purpose: one SVG's layout: the bars, ticks and marker rows share the scale and the rows' placement.
  */
-// eslint-disable-next-line max-lines-per-function -- one SVG's layout
 export function svgHistogram(o: {
   id: string;
   title: string;
@@ -97,6 +94,7 @@ export function svgHistogram(o: {
   const bw = plotW / n;
   const max = Math.max(1, ...o.bars.map((b) => b.segments.reduce((s, x) => s + x.count, 0)));
   const y = (v: number) => top + plotH - (plotH * v) / max;
+  const g: Plot = { left, top, plotH, bw, y };
   const parts: string[] = [];
   parts.push(
     `<svg id="${esc(o.id)}" class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-labelledby="${esc(o.id)}-t">`,
@@ -108,30 +106,7 @@ export function svgHistogram(o: {
       `<line class="grid" x1="${left}" x2="${width - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}"/><text class="axis" x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${esc(v.toLocaleString('en-US'))}</text>`,
     );
   }
-  o.bars.forEach((b, i) => {
-    let acc = 0;
-    const total = b.segments.reduce((s, x) => s + x.count, 0);
-    const detail = b.segments
-      .filter((s) => s.count > 0)
-      .map((s) => `${s.name} ${s.count.toLocaleString('en-US')}`)
-      .join(', ');
-    parts.push(
-      `<g class="bar"><title>${esc(b.label)}: ${esc(total.toLocaleString('en-US'))}${detail && b.segments.length > 1 ? ` (${esc(detail)})` : ''}</title>`,
-    );
-    for (const s of b.segments) {
-      if (s.count <= 0) continue;
-      const y1 = y(acc + s.count);
-      const h = y(acc) - y1;
-      parts.push(
-        `<rect class="${esc(s.cls)}" x="${(left + i * bw + 0.5).toFixed(1)}" y="${y1.toFixed(1)}" width="${Math.max(1, bw - 1).toFixed(1)}" height="${Math.max(0.5, h).toFixed(1)}"/>`,
-      );
-      acc += s.count;
-    }
-    // An invisible full-height target, so that short bars are easy to hover.
-    parts.push(
-      `<rect class="hit" x="${(left + i * bw).toFixed(1)}" y="${top}" width="${bw.toFixed(1)}" height="${plotH}"/></g>`,
-    );
-  });
+  o.bars.forEach((b, i) => parts.push(svgBar(b, i, g)));
   parts.push(`<line class="axisline" x1="${left}" x2="${width - right}" y1="${top + plotH}" y2="${top + plotH}"/>`);
   for (const t of o.ticks) {
     const x = left + t.index * bw;
@@ -139,24 +114,69 @@ export function svgHistogram(o: {
       `<line class="tick" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${top + plotH}" y2="${top + plotH + 4}"/><text class="axis" x="${x.toFixed(1)}" y="${top + plotH + 16}" text-anchor="middle">${esc(t.text)}</text>`,
     );
   }
-  // Lines first, from each label's row down through the plot; then the labels over them.
+  parts.push(svgMarkers(o.markers ?? [], labels, g));
+  parts.push(
+    `<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text>`,
+  );
+  parts.push('</svg>');
+  return parts.join('');
+}
+
+/** Where a histogram's plot sits: its left edge, top, height, bar width and the count → y scale. */
+interface Plot {
+  left: number;
+  top: number;
+  plotH: number;
+  bw: number;
+  y: (v: number) => number;
+}
+
+/** One bar: its segments stacked, its `<title>` (label, total, segments), a full-height hover target. */
+function svgBar(b: Bar, i: number, g: Plot): string {
+  const { left, top, plotH, bw, y } = g;
+  const parts: string[] = [];
+  let acc = 0;
+  const total = b.segments.reduce((s, x) => s + x.count, 0);
+  const detail = b.segments
+    .filter((s) => s.count > 0)
+    .map((s) => `${s.name} ${s.count.toLocaleString('en-US')}`)
+    .join(', ');
+  parts.push(
+    `<g class="bar"><title>${esc(b.label)}: ${esc(total.toLocaleString('en-US'))}${detail && b.segments.length > 1 ? ` (${esc(detail)})` : ''}</title>`,
+  );
+  for (const s of b.segments) {
+    if (s.count <= 0) continue;
+    const y1 = y(acc + s.count);
+    const h = y(acc) - y1;
+    parts.push(
+      `<rect class="${esc(s.cls)}" x="${(left + i * bw + 0.5).toFixed(1)}" y="${y1.toFixed(1)}" width="${Math.max(1, bw - 1).toFixed(1)}" height="${Math.max(0.5, h).toFixed(1)}"/>`,
+    );
+    acc += s.count;
+  }
+  // An invisible full-height target, so that short bars are easy to hover.
+  parts.push(
+    `<rect class="hit" x="${(left + i * bw).toFixed(1)}" y="${top}" width="${bw.toFixed(1)}" height="${plotH}"/></g>`,
+  );
+  return parts.join('');
+}
+
+/** The markers: lines first, from each label's row down through the plot; then the labels over them. */
+function svgMarkers(markers: Marker[], labels: ReturnType<typeof layoutMarkerLabels>, g: Plot): string {
+  const { left, top, plotH, bw } = g;
+  const parts: string[] = [];
   const rowY = (row: number) => top - 4 - row * LABEL_ROW_PX;
-  (o.markers ?? []).forEach((m, i) => {
+  markers.forEach((m, i) => {
     const x = left + m.at * bw;
     parts.push(
       `<line class="marker" x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${(rowY(labels[i]!.row) - 9).toFixed(1)}" y2="${top + plotH}"/>`,
     );
   });
-  (o.markers ?? []).forEach((m, i) => {
+  markers.forEach((m, i) => {
     const l = labels[i]!;
     parts.push(
       `<text class="marker-label" x="${(l.anchor === 'start' ? l.x + 3 : l.x - 3).toFixed(1)}" y="${rowY(l.row).toFixed(1)}" text-anchor="${l.anchor}">${esc(m.label)}</text>`,
     );
   });
-  parts.push(
-    `<text class="axis" x="${left + plotW / 2}" y="${height - 6}" text-anchor="middle">${esc(o.xLabel)}</text>`,
-  );
-  parts.push('</svg>');
   return parts.join('');
 }
 

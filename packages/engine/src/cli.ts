@@ -202,10 +202,17 @@ function waitForSignal(): Promise<NodeJS.Signals> {
 
 /** `logprobe engine --sim|--llama`: an OpenAI-compatible engine server for tests, benchmarks and the demo. */
 function engineProgram(setExit: (code: number) => void): Command {
-  return new Command('logprobe engine')
-    .description(
-      'run an OpenAI-compatible engine (the simulated model, or llama.cpp) for tests, benchmarks and the demo',
-    )
+  const program = new Command('logprobe engine').description(
+    'run an OpenAI-compatible engine (the simulated model, or llama.cpp) for tests, benchmarks and the demo',
+  );
+  return runOptions(apiOptions(modelOptions(program)))
+    .addHelpText('after', HELP)
+    .action(async (opts: EngineOptions) => runEngine(opts, setExit));
+}
+
+/** The engine, where it listens, and the simulated model's knobs. */
+function modelOptions(c: Command): Command {
+  return c
     .option('--sim', 'the simulated model')
     .option('--llama', 'llama.cpp on a generated tiny model')
     .option('--host <host>', 'address to listen on', '127.0.0.1')
@@ -220,7 +227,12 @@ function engineProgram(setExit: (code: number) => void): Command {
       'sim: perturb every decode step and every reused prefix, not the prompt (stand-in for decode-state:I)',
     )
     .option('--cache-hit-shift <nats>', 'sim: perturb what a prefix-cache hit restores (stand-in for cache-hit:I)')
-    .option('--tokenizer-split', 'sim: same text, other tokens (single bytes)')
+    .option('--tokenizer-split', 'sim: same text, other tokens (single bytes)');
+}
+
+/** The engine API to pretend to be, and its own flags. */
+function apiOptions(c: Command): Command {
+  return c
     .option('--api <api>', `the engine to pretend to be: ${ENGINE_APIS.join(', ')}`, 'logprobe')
     .option(
       '--prefix-cache <on|off>',
@@ -252,7 +264,12 @@ function engineProgram(setExit: (code: number) => void): Command {
     .option('--enable-cache-report', 'sglang: report usage.prompt_tokens_details.cached_tokens (when above 0)')
     .option('--enable-deterministic-inference', 'sglang: deterministic inference: --batch-noise off')
     .option('--api-key <key>', 'sglang: every route but /health and /metrics needs Authorization: Bearer KEY')
-    .option('--admin-api-key <key>', 'sglang: /flush_cache needs this key (the --api-key is refused there)')
+    .option('--admin-api-key <key>', 'sglang: /flush_cache needs this key (the --api-key is refused there)');
+}
+
+/** Batch noise, faults, the request log, pacing and the model's name and threads. */
+function runOptions(c: Command): Command {
+  return c
     .option(
       '--batch-noise <nats>',
       "sim: σ of jitter on a request's logits while 2 or more requests are in flight (batch variance)",
@@ -262,117 +279,125 @@ function engineProgram(setExit: (code: number) => void): Command {
     .option('--concurrency <n>', 'generations at once, the rest queue (default: sim unlimited, llama 1)')
     .option('--token-delay <ms>', 'pause after every generated token (a real decode pace)')
     .option('--model-id <id>', 'model id reported by /v1/models and in responses')
-    .option('--threads <n>', 'llama: CPU threads (default 1; on a 2-core machine 2 threads are ~20× slower)')
-    .addHelpText('after', HELP)
-    .action(async (opts: EngineOptions) => {
-      if (opts.sim === opts.llama)
-        throw new UsageError(
-          opts.sim ? 'choose one engine: --sim or --llama, not both' : 'choose an engine: --sim or --llama',
-        );
-      const port = parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true });
-      const concurrency = knob('--concurrency', opts.concurrency, { min: 0, integer: true });
-      const tokenDelayMs = knob('--token-delay', opts.tokenDelay, { min: 0 });
-      const faults = serverFaults(opts.fault);
-      const kind = opts.sim ? 'sim' : 'llama';
-      if (!(ENGINE_APIS as readonly string[]).includes(opts.api))
-        throw new UsageError(`--api: expected one of ${ENGINE_APIS.join(', ')}, got '${opts.api}'`);
-      const api = opts.api as EngineApi;
-      if (opts.prefixCache !== undefined && opts.prefixCache !== 'on' && opts.prefixCache !== 'off') {
-        throw new UsageError(`--prefix-cache: expected on or off, got '${opts.prefixCache}'`);
-      }
-      if (opts.devMode && api !== 'vllm') throw new UsageError('--dev-mode applies to --api vllm only');
-      if (opts.slotSavePath !== undefined && api !== 'llamacpp')
-        throw new UsageError('--slot-save-path applies to --api llamacpp only');
-      if (opts.enablePromptTokensDetails && api !== 'vllm')
-        throw new UsageError('--enable-prompt-tokens-details applies to --api vllm only');
-      for (const [flag, set] of [
-        ['--max-logprobs', opts.maxLogprobs !== undefined],
-        ['--v2-model-runner', opts.v2ModelRunner],
-        ['--batch-invariant', opts.batchInvariant],
-      ] as const) {
-        if (set && api !== 'vllm') throw new UsageError(`${flag} applies to --api vllm only`);
-      }
-      for (const [flag, set] of [
-        ['--enable-cache-report', opts.enableCacheReport],
-        ['--enable-deterministic-inference', opts.enableDeterministicInference],
-        ['--api-key', opts.apiKey !== undefined],
-        ['--admin-api-key', opts.adminApiKey !== undefined],
-      ] as const) {
-        if (set && api !== 'sglang') throw new UsageError(`${flag} applies to --api sglang only`);
-      }
-      if (opts.engineVersion !== undefined) {
-        if (api !== 'vllm' && api !== 'sglang')
-          throw new UsageError('--engine-version applies to --api vllm and sglang only');
-        if (parseEngineVersion(opts.engineVersion) === null)
-          throw new UsageError(
-            `--engine-version: expected a release number such as 0.11.0, got '${opts.engineVersion}'`,
-          );
-      }
-      const maxLogprobs = knob('--max-logprobs', opts.maxLogprobs, { min: -1, integer: true });
-      const env = (name: string): boolean => api === 'vllm' && process.env[name] === '1';
-      if (!opts.sim) {
-        for (const flag of [
-          'noise',
-          'stateShift',
-          'localShift',
-          'localShiftRate',
-          'decodeShift',
-          'cacheHitShift',
-          'batchNoise',
-          'tokenizerSplit',
-        ] as const) {
-          if (opts[flag] !== undefined)
-            throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
-        }
-      }
-      if (opts.sim && opts.threads !== undefined) throw new UsageError('--threads applies to --llama only');
-      const model = opts.sim ? simModel(opts, faults.model) : await llamaModel(opts, faults.model);
-      // llama.cpp's KV cache bounds prompt + completion.
-      const maxContext = (model as { context?: { contextSize?: number } }).context?.contextSize;
-      let handle: EngineServerHandle;
-      try {
-        handle = await startEngineServer({
-          model,
-          host: opts.host,
-          port,
-          faults: faults.server,
-          concurrency: concurrency ?? (opts.sim ? 0 : 1),
-          api,
-          ...(opts.prefixCache !== undefined ? { prefixCache: opts.prefixCache === 'on' } : {}),
-          devMode: (opts.devMode ?? false) || process.env['VLLM_SERVER_DEV_MODE'] === '1',
-          ...(opts.slotSavePath !== undefined ? { slotSavePath: opts.slotSavePath } : {}),
-          promptTokensDetails: opts.enablePromptTokensDetails ?? false,
-          ...(opts.engineVersion !== undefined ? { engineVersion: opts.engineVersion } : {}),
-          ...(maxLogprobs !== undefined ? { maxLogprobs } : {}),
-          v2ModelRunner: (opts.v2ModelRunner ?? false) || env('VLLM_USE_V2_MODEL_RUNNER'),
-          batchInvariant:
-            (opts.batchInvariant ?? false) ||
-            env('VLLM_BATCH_INVARIANT') ||
-            (opts.enableDeterministicInference ?? false),
-          enableCacheReport: opts.enableCacheReport ?? false,
-          ...(opts.apiKey !== undefined ? { apiKey: opts.apiKey } : {}),
-          ...(opts.adminApiKey !== undefined ? { adminApiKey: opts.adminApiKey } : {}),
-          ...(tokenDelayMs !== undefined ? { tokenDelayMs } : {}),
-          ...(opts.requestLog ? { requestLog: opts.requestLog } : {}),
-          ...(maxContext !== undefined ? { maxContext } : {}),
-          log: stderrLog,
-        });
-      } catch (err) {
-        await model.close?.();
-        const e = err as NodeJS.ErrnoException;
-        if (e.code === 'EADDRINUSE') throw new UsageError(`--port: ${opts.host}:${port} is already in use`);
-        if (e.code === 'EADDRNOTAVAIL' || e.code === 'ENOTFOUND')
-          throw new UsageError(`--host: cannot listen on ${opts.host}`);
-        if (e.syscall === 'open' && opts.requestLog)
-          throw new UsageError(`--request-log: cannot open ${opts.requestLog} (${e.code ?? e.message})`);
-        throw err;
-      }
-      process.stdout.write(`logprobe engine (${kind}) listening on ${handle.url}\n`);
-      await waitForSignal();
-      await handle.close();
-      await model.close?.();
-      setExit(0);
+    .option('--threads <n>', 'llama: CPU threads (default 1; on a 2-core machine 2 threads are ~20× slower)');
+}
+
+/** Runs the engine server until SIGINT/SIGTERM. */
+async function runEngine(opts: EngineOptions, setExit: (code: number) => void): Promise<void> {
+  const { port, concurrency, tokenDelayMs, faults, kind, api, maxLogprobs } = checkFlags(opts);
+  const env = (name: string): boolean => api === 'vllm' && process.env[name] === '1';
+  const model = opts.sim ? simModel(opts, faults.model) : await llamaModel(opts, faults.model);
+  // llama.cpp's KV cache bounds prompt + completion.
+  const maxContext = (model as { context?: { contextSize?: number } }).context?.contextSize;
+  let handle: EngineServerHandle;
+  try {
+    handle = await startEngineServer({
+      model,
+      host: opts.host,
+      port,
+      faults: faults.server,
+      concurrency: concurrency ?? (opts.sim ? 0 : 1),
+      api,
+      ...(opts.prefixCache !== undefined ? { prefixCache: opts.prefixCache === 'on' } : {}),
+      devMode: (opts.devMode ?? false) || process.env['VLLM_SERVER_DEV_MODE'] === '1',
+      ...(opts.slotSavePath !== undefined ? { slotSavePath: opts.slotSavePath } : {}),
+      promptTokensDetails: opts.enablePromptTokensDetails ?? false,
+      ...(opts.engineVersion !== undefined ? { engineVersion: opts.engineVersion } : {}),
+      ...(maxLogprobs !== undefined ? { maxLogprobs } : {}),
+      v2ModelRunner: (opts.v2ModelRunner ?? false) || env('VLLM_USE_V2_MODEL_RUNNER'),
+      batchInvariant:
+        (opts.batchInvariant ?? false) || env('VLLM_BATCH_INVARIANT') || (opts.enableDeterministicInference ?? false),
+      enableCacheReport: opts.enableCacheReport ?? false,
+      ...(opts.apiKey !== undefined ? { apiKey: opts.apiKey } : {}),
+      ...(opts.adminApiKey !== undefined ? { adminApiKey: opts.adminApiKey } : {}),
+      ...(tokenDelayMs !== undefined ? { tokenDelayMs } : {}),
+      ...(opts.requestLog ? { requestLog: opts.requestLog } : {}),
+      ...(maxContext !== undefined ? { maxContext } : {}),
+      log: stderrLog,
     });
+  } catch (err) {
+    await model.close?.();
+    const e = err as NodeJS.ErrnoException;
+    if (e.code === 'EADDRINUSE') throw new UsageError(`--port: ${opts.host}:${port} is already in use`);
+    if (e.code === 'EADDRNOTAVAIL' || e.code === 'ENOTFOUND')
+      throw new UsageError(`--host: cannot listen on ${opts.host}`);
+    if (e.syscall === 'open' && opts.requestLog)
+      throw new UsageError(`--request-log: cannot open ${opts.requestLog} (${e.code ?? e.message})`);
+    throw err;
+  }
+  process.stdout.write(`logprobe engine (${kind}) listening on ${handle.url}\n`);
+  await waitForSignal();
+  await handle.close();
+  await model.close?.();
+  setExit(0);
+}
+
+/** The flags checked against each other: a flag of another engine or API is a usage error. */
+function checkFlags(opts: EngineOptions) {
+  if (opts.sim === opts.llama)
+    throw new UsageError(
+      opts.sim ? 'choose one engine: --sim or --llama, not both' : 'choose an engine: --sim or --llama',
+    );
+  const port = parseNumberOption('--port', opts.port, { min: 0, max: 65535, integer: true });
+  const concurrency = knob('--concurrency', opts.concurrency, { min: 0, integer: true });
+  const tokenDelayMs = knob('--token-delay', opts.tokenDelay, { min: 0 });
+  const faults = serverFaults(opts.fault);
+  const kind = opts.sim ? 'sim' : 'llama';
+  if (!(ENGINE_APIS as readonly string[]).includes(opts.api))
+    throw new UsageError(`--api: expected one of ${ENGINE_APIS.join(', ')}, got '${opts.api}'`);
+  const api = opts.api as EngineApi;
+  if (opts.prefixCache !== undefined && opts.prefixCache !== 'on' && opts.prefixCache !== 'off') {
+    throw new UsageError(`--prefix-cache: expected on or off, got '${opts.prefixCache}'`);
+  }
+  checkApiFlags(opts, api);
+  const maxLogprobs = knob('--max-logprobs', opts.maxLogprobs, { min: -1, integer: true });
+  if (!opts.sim) {
+    for (const flag of [
+      'noise',
+      'stateShift',
+      'localShift',
+      'localShiftRate',
+      'decodeShift',
+      'cacheHitShift',
+      'batchNoise',
+      'tokenizerSplit',
+    ] as const) {
+      if (opts[flag] !== undefined)
+        throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
+    }
+  }
+  if (opts.sim && opts.threads !== undefined) throw new UsageError('--threads applies to --llama only');
+  return { port, concurrency, tokenDelayMs, faults, kind, api, maxLogprobs };
+}
+
+/** Each API's own flags with that API only. */
+function checkApiFlags(opts: EngineOptions, api: EngineApi): void {
+  if (opts.devMode && api !== 'vllm') throw new UsageError('--dev-mode applies to --api vllm only');
+  if (opts.slotSavePath !== undefined && api !== 'llamacpp')
+    throw new UsageError('--slot-save-path applies to --api llamacpp only');
+  if (opts.enablePromptTokensDetails && api !== 'vllm')
+    throw new UsageError('--enable-prompt-tokens-details applies to --api vllm only');
+  for (const [flag, set] of [
+    ['--max-logprobs', opts.maxLogprobs !== undefined],
+    ['--v2-model-runner', opts.v2ModelRunner],
+    ['--batch-invariant', opts.batchInvariant],
+  ] as const) {
+    if (set && api !== 'vllm') throw new UsageError(`${flag} applies to --api vllm only`);
+  }
+  for (const [flag, set] of [
+    ['--enable-cache-report', opts.enableCacheReport],
+    ['--enable-deterministic-inference', opts.enableDeterministicInference],
+    ['--api-key', opts.apiKey !== undefined],
+    ['--admin-api-key', opts.adminApiKey !== undefined],
+  ] as const) {
+    if (set && api !== 'sglang') throw new UsageError(`${flag} applies to --api sglang only`);
+  }
+  if (opts.engineVersion !== undefined) {
+    if (api !== 'vllm' && api !== 'sglang')
+      throw new UsageError('--engine-version applies to --api vllm and sglang only');
+    if (parseEngineVersion(opts.engineVersion) === null)
+      throw new UsageError(`--engine-version: expected a release number such as 0.11.0, got '${opts.engineVersion}'`);
+  }
 }
 
 /**

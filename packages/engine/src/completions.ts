@@ -15,7 +15,8 @@ import {
 } from './format.js';
 import { generate, topEntries, type TokenStep } from './generate.js';
 import type { ModelSequence } from './model.js';
-import type { CompletionRequest } from './request.js';
+import type { CompletionRequest, SamplingParams } from './request.js';
+import type { Rng } from './sampling.js';
 import {
   cacheReport,
   defaultCache,
@@ -65,83 +66,115 @@ export async function serveCompletion(ctx: RouteContext, req: CompletionRequest)
     ...(echoLogprobs ? { promptLogprobsFrom: 1 } : {}),
   });
   try {
-    const echoed = echoLogprobs ? await echoRows(ctx, seq, promptIds, n) : null;
-    const params = { ...req, maxTokens };
-    const rng = samplingRng(req, ctx.requestSeed);
-    const base = promptText.length;
-
-    if (!req.stream) {
-      const steps: TokenStep[] = [];
-      const result = await generate({
-        model,
-        seq,
-        params,
-        topN: n,
-        rng,
-        signal: ctx.signal,
-        tokenDelayMs: ctx.tokenDelayMs,
-        emit: (s) => void steps.push(...s),
-      });
-      const text = (req.echo ? promptText : '') + steps.map((s) => s.text).join('');
-      const logprobs =
-        n === null ? null : completionLogprobs(ctx.tokens, [...(echoed ?? []), ...completionRows(steps, base)]);
-      const usage = {
-        promptTokens: promptIds.length,
-        completionTokens: result.completionTokens,
-        details: cacheReport(ctx, seq),
-      };
-      sendJson(ctx.res, 200, completionBody(ctx.meta, text, logprobs, result.finishReason, usage));
-      return;
-    }
-
-    const sse = new SseWriter(ctx.res, ctx.signal);
-    sse.open();
-    if (req.echo)
-      await sse.send(
-        completionChunk(ctx.meta, promptText, echoed ? completionLogprobs(ctx.tokens, echoed) : null, null),
-      );
-    // One token of lookahead: the last token's chunk carries finish_reason, as OpenAI's does.
-    let pending: TokenStep | null = null;
-    let sent = 0;
-    const chunkOf = (s: TokenStep, finish: 'stop' | 'length' | null): string =>
-      completionChunk(
-        ctx.meta,
-        s.text,
-        n === null ? null : completionLogprobs(ctx.tokens, completionRows([s], base)),
-        finish,
-      );
-    const emit = async (steps: TokenStep[]): Promise<void> => {
-      for (const s of steps) {
-        if (pending) {
-          await sse.send(chunkOf(pending, null));
-          if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
-        }
-        pending = s;
-      }
-    };
-    const result = await generate({
-      model,
+    const job: CompletionJob = {
+      ctx,
+      req,
+      promptIds,
+      promptText,
+      n,
       seq,
-      params,
-      topN: n,
-      rng,
-      signal: ctx.signal,
-      tokenDelayMs: ctx.tokenDelayMs,
-      emit,
-    });
-    const last = pending as TokenStep | null;
-    if (last) await sse.send(chunkOf(last, result.finishReason));
-    await sse.send(completionChunk(ctx.meta, '', n === null ? null : EMPTY_COMPLETION_LOGPROBS, result.finishReason));
-    if (req.includeUsage)
-      await sse.send(
-        completionUsageChunk(ctx.meta, {
-          promptTokens: promptIds.length,
-          completionTokens: result.completionTokens,
-          details: cacheReport(ctx, seq),
-        }),
-      );
-    sse.done();
+      echoed: echoLogprobs ? await echoRows(ctx, seq, promptIds, n) : null,
+      params: { ...req, maxTokens },
+      rng: samplingRng(req, ctx.requestSeed),
+      base: promptText.length,
+    };
+    if (!req.stream) await sendCompletion(job);
+    else await streamCompletion(job);
   } finally {
     await seq.dispose();
   }
+}
+
+/** One completions request under way: what its whole answer and its stream both read. */
+interface CompletionJob {
+  ctx: RouteContext;
+  req: CompletionRequest;
+  promptIds: readonly number[];
+  promptText: string;
+  /** Top logprobs per token (null: none asked). */
+  n: number | null;
+  seq: ModelSequence;
+  /** The prompt's rows when echoed with logprobs. */
+  echoed: CompletionRow[] | null;
+  params: SamplingParams;
+  rng: Rng;
+  /** Where the generated text starts in the echoed text (its logprobs' text offsets). */
+  base: number;
+}
+
+/** The whole answer at once. */
+async function sendCompletion(j: CompletionJob): Promise<void> {
+  const { ctx, req, promptIds, promptText, n, seq, echoed, params, rng, base } = j;
+  const { model } = ctx;
+  const steps: TokenStep[] = [];
+  const result = await generate({
+    model,
+    seq,
+    params,
+    topN: n,
+    rng,
+    signal: ctx.signal,
+    tokenDelayMs: ctx.tokenDelayMs,
+    emit: (s) => void steps.push(...s),
+  });
+  const text = (req.echo ? promptText : '') + steps.map((s) => s.text).join('');
+  const logprobs =
+    n === null ? null : completionLogprobs(ctx.tokens, [...(echoed ?? []), ...completionRows(steps, base)]);
+  const usage = {
+    promptTokens: promptIds.length,
+    completionTokens: result.completionTokens,
+    details: cacheReport(ctx, seq),
+  };
+  sendJson(ctx.res, 200, completionBody(ctx.meta, text, logprobs, result.finishReason, usage));
+}
+
+/** The answer as a stream: the echoed prompt, a chunk per token (the last with finish_reason), an empty finish chunk, the usage. */
+async function streamCompletion(j: CompletionJob): Promise<void> {
+  const { ctx, req, promptIds, promptText, n, seq, echoed, params, rng, base } = j;
+  const { model } = ctx;
+  const sse = new SseWriter(ctx.res, ctx.signal);
+  sse.open();
+  if (req.echo)
+    await sse.send(completionChunk(ctx.meta, promptText, echoed ? completionLogprobs(ctx.tokens, echoed) : null, null));
+  // One token of lookahead: the last token's chunk carries finish_reason, as OpenAI's does.
+  let pending: TokenStep | null = null;
+  let sent = 0;
+  const chunkOf = (s: TokenStep, finish: 'stop' | 'length' | null): string =>
+    completionChunk(
+      ctx.meta,
+      s.text,
+      n === null ? null : completionLogprobs(ctx.tokens, completionRows([s], base)),
+      finish,
+    );
+  const emit = async (steps: TokenStep[]): Promise<void> => {
+    for (const s of steps) {
+      if (pending) {
+        await sse.send(chunkOf(pending, null));
+        if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
+      }
+      pending = s;
+    }
+  };
+  const result = await generate({
+    model,
+    seq,
+    params,
+    topN: n,
+    rng,
+    signal: ctx.signal,
+    tokenDelayMs: ctx.tokenDelayMs,
+    emit,
+  });
+  const last = pending as TokenStep | null;
+  if (last) await sse.send(chunkOf(last, result.finishReason));
+  await sse.send(completionChunk(ctx.meta, '', n === null ? null : EMPTY_COMPLETION_LOGPROBS, result.finishReason));
+  if (req.includeUsage)
+    await sse.send(
+      completionUsageChunk(ctx.meta, {
+        promptTokens: promptIds.length,
+        completionTokens: result.completionTokens,
+        details: cacheReport(ctx, seq),
+      }),
+    );
+  sse.done();
 }

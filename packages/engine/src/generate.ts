@@ -92,6 +92,21 @@ function safeEnd(text: string, stops: readonly string[], maxStop: number): numbe
   return text.length;
 }
 
+/** A step's top entries (null: no logprobs asked) and, when kept, its distribution. */
+function stepExtras(
+  o: GenerateOptions,
+  dist: NextTokenDistribution,
+): { top: TopEntry[] | null; dist?: NextTokenDistribution } {
+  return { top: o.topN === null ? null : topEntries(dist, o.topN), ...(o.keepDistributions ? { dist } : {}) };
+}
+
+/** The held steps before a stop string at `hit`, the one it starts in cut to end there. */
+function cutAt(held: readonly TokenStep[], text: string, hit: number): TokenStep[] {
+  return held
+    .filter((s) => s.offset < hit)
+    .map((s) => (s.offset + s.text.length > hit ? { ...s, text: text.slice(s.offset, hit) } : s));
+}
+
 const yieldToLoop = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 /** Runs one generation to `max_tokens`, end-of-sequence or a stop string. */
@@ -117,12 +132,7 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const id = chooseToken(dist, params, o.rng, model.vocabSize);
     if (id === model.eosToken) {
       await release(Infinity);
-      const eos = {
-        id,
-        logprob: dist.logprobOf(id),
-        top: o.topN === null ? null : topEntries(dist, o.topN),
-        ...(o.keepDistributions ? { dist } : {}),
-      };
+      const eos = { id, logprob: dist.logprobOf(id), ...stepExtras(o, dist) };
       return { finishReason: 'stop', completionTokens: count, eos };
     }
     count++;
@@ -132,18 +142,14 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
       text: piece,
       offset: text.length,
       logprob: dist.logprobOf(id),
-      top: o.topN === null ? null : topEntries(dist, o.topN),
-      ...(o.keepDistributions ? { dist } : {}),
+      ...stepExtras(o, dist),
     };
     text += piece;
     held.push(step);
     if (maxStop > 0) {
       const found = findStop(text, stops, Math.max(0, step.offset - maxStop + 1));
       if (found !== null) {
-        const hit = found.at;
-        const kept = held
-          .filter((s) => s.offset < hit)
-          .map((s) => (s.offset + s.text.length > hit ? { ...s, text: text.slice(s.offset, hit) } : s));
+        const kept = cutAt(held, text, found.at);
         held.length = 0;
         if (kept.length > 0) await o.emit(kept);
         return { finishReason: 'stop', completionTokens: count, stopString: found.stop };

@@ -60,10 +60,38 @@ function toFaults(f: ServerFaults | string | readonly string[] | undefined): Ser
   return f as ServerFaults;
 }
 
+/** What every request of one server reads: fixed when it starts. */
+interface ServerParts {
+  model: EngineServerOptions['model'];
+  log: EngineLog;
+  api: ReturnType<typeof apiProfile>;
+  queue: RequestQueue;
+  recorder: RequestRecorder;
+  settings: ServerSettings;
+  tokens: TokenJson;
+  events: EventEmitter<EngineServerEvents>;
+  /** The controllers of the requests in flight, aborted when the server closes. */
+  active: Set<AbortController>;
+  bodyLimit: number;
+  maxContext: number;
+  seedBase: number;
+  idBase: string;
+  fingerprint: string;
+  tokenDelayMs: number;
+}
+
+/** What changes while the server runs. */
+interface ServerState {
+  faults: ServerFaults;
+  /** Generations so far: the next request seed and id. */
+  counter: number;
+  aborted: number;
+  completed: number;
+  closing: boolean;
+}
+
 /** Starts the engine server; resolves once it listens. */
 export async function startEngineServer(options: EngineServerOptions): Promise<EngineServerHandle> {
-  const { model } = options;
-  const log = options.log ?? NOOP_LOG;
   const api = apiProfile(options.api ?? 'logprobe');
   const prefixCache = options.prefixCache ?? api.prefixCacheDefault;
   const requested = options.concurrency === undefined ? 1 : options.concurrency <= 0 ? Infinity : options.concurrency;
@@ -71,18 +99,61 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   const concurrency = prefixCache ? 1 : requested;
   const queue = new RequestQueue(concurrency, options.maxQueue ?? 1024);
   const recorder = await RequestRecorder.create(options.recordLimit ?? 10_000, options.requestLog);
-  const bodyLimit = options.bodyLimitBytes ?? 32 * 1024 * 1024;
-  const maxContext = options.maxContext ?? 32_768;
   const seedBase = options.requestSeedBase ?? randomInt(0, 2 ** 31);
   const idBase = randomBytes(6).toString('hex');
-  const fingerprint = options.systemFingerprint ?? 'fp_logprobe';
+  const settings = serverSettings(options, api, prefixCache, queue);
+  const parts: ServerParts = {
+    model: options.model,
+    log: options.log ?? NOOP_LOG,
+    api,
+    queue,
+    recorder,
+    settings,
+    tokens: new TokenJson(options.model),
+    events: new EventEmitter<EngineServerEvents>(),
+    active: new Set<AbortController>(),
+    bodyLimit: options.bodyLimitBytes ?? 32 * 1024 * 1024,
+    maxContext: options.maxContext ?? 32_768,
+    seedBase,
+    idBase,
+    fingerprint: options.systemFingerprint ?? 'fp_logprobe',
+    tokenDelayMs: options.tokenDelayMs ?? 0,
+  };
+  const state: ServerState = { faults: toFaults(options.faults), counter: 0, aborted: 0, completed: 0, closing: false };
+  const server: Server = createServer(
+    { noDelay: true, keepAlive: true },
+    (req, res) => void handle(parts, state, req, res),
+  );
+  // Longer than common client pools keep idle sockets, so the server is not the side that closes.
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  const host = options.host ?? '127.0.0.1';
+  try {
+    await listen(server, options.port ?? 0, host);
+  } catch (err) {
+    await recorder.close();
+    throw err;
+  }
+  const addr = server.address() as AddressInfo;
+  settings.port = addr.port;
+  parts.log.info({ host, port: addr.port, model: parts.model.id, api: api.api, prefixCache }, 'engine listening');
+  return serverHandle(server, parts, state, host, addr.port);
+}
+
+/** The settings routes read, checked: a bad engineVersion or maxLogprobs throws a RangeError. */
+function serverSettings(
+  options: EngineServerOptions,
+  api: ServerParts['api'],
+  prefixCache: boolean,
+  queue: RequestQueue,
+): ServerSettings {
   if (options.engineVersion !== undefined && parseEngineVersion(options.engineVersion) === null) {
     throw new RangeError(`engineVersion must be a release number such as 0.11.0, got '${options.engineVersion}'`);
   }
   if (options.maxLogprobs !== undefined && !(Number.isInteger(options.maxLogprobs) && options.maxLogprobs >= -1)) {
     throw new RangeError(`maxLogprobs must be an integer ≥ -1, got ${options.maxLogprobs}`);
   }
-  const settings: ServerSettings = {
+  return {
     prefixCache,
     devMode: options.devMode ?? false,
     slotSavePath: options.slotSavePath ?? null,
@@ -99,205 +170,184 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     host: options.host ?? '127.0.0.1',
     port: 0,
   };
-  const tokens = new TokenJson(model);
-  const events = new EventEmitter<EngineServerEvents>();
-  const active = new Set<AbortController>();
-  let faults = toFaults(options.faults);
-  let counter = 0;
-  let aborted = 0;
-  let completed = 0;
-  let closing = false;
-  let closePromise: Promise<void> | undefined;
+}
 
-  function context(
-    req: IncomingMessage,
-    res: ServerResponse,
-    route: Route,
-    path: string,
-    query: URLSearchParams,
-    raw: string,
-    signal: AbortSignal,
-  ): RouteContext {
-    // Only generations count: request seeds and ids run as they always did, whatever side requests come between.
-    const n = route.generation ? counter++ : counter;
-    const prefix = route.idPrefix ?? 'cmpl';
-    return {
-      model,
-      res,
-      signal,
-      requestSeed: (Math.imul(seedBase ^ n, 0x9e3779b1) ^ n) >>> 0,
-      faults,
-      tokens,
-      meta: {
-        id: `${prefix === '' ? '' : `${prefix}-`}${idBase}${n.toString(16).padStart(prefix === '' ? 20 : 6, '0')}`,
-        created: Math.floor(Date.now() / 1000),
-        model: model.id,
-        fingerprint,
-      },
-      maxContext,
-      tokenDelayMs: options.tokenDelayMs ?? 0,
-      api,
-      server: settings,
-      method: req.method ?? 'GET',
-      path,
-      query,
-      raw,
-    };
-  }
-
-  async function generation(
-    req: IncomingMessage,
-    ctx: RouteContext,
-    route: Route,
-    deliberate: () => void,
-  ): Promise<void> {
-    const f = ctx.faults;
-    const { res, raw, signal } = ctx;
-    const release = await queue.acquire(signal);
-    try {
-      if (f.slowMs > 0) await sleep(f.slowMs, signal);
-      if (f.reset) {
-        deliberate();
-        req.socket.destroy();
-        return;
-      }
-      if (f.http500) throw new EngineHttpError(500, 'simulated internal server error (fault http500)');
-      if (f.garbage) {
-        if (isStreamRequest(raw)) {
-          res.writeHead(200, { 'content-type': 'text/event-stream' });
-          res.end('data: {"id":"garbage","choices":[{"text": <<not json>>\n\ndata: [DONE]\n\n');
-        } else {
-          sendJson(res, 200, '<html><body>502 Bad Gateway</body></html> {"not": json');
-        }
-        return;
-      }
-      await route.serve(ctx);
-    } finally {
-      release();
-    }
-  }
-
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const method = req.method ?? 'GET';
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q < 0 ? url : url.slice(0, q);
-    const route = routeFor(api.api, path);
-    const controller = new AbortController();
-    let deliberate = false;
-    if (api.serverHeader !== null) res.setHeader('server', api.serverHeader);
-    res.on('close', () => {
-      active.delete(controller);
-      if (res.writableFinished) {
-        if (res.statusCode === 200 && route?.generation) completed++;
-        return;
-      }
-      controller.abort(new GenerationAborted('the client went away'));
-      if (deliberate || closing) return;
-      aborted++;
-      events.emit('aborted', { method, path });
+function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
     });
-    active.add(controller);
-    try {
-      const raw = await readBody(req, bodyLimit);
-      const record: RecordedRequest = { method, path, headers: req.headers, body: raw, receivedAt: Date.now() };
-      recorder.record(record);
-      events.emit('request', record);
-      // SGLang's key middleware runs before routing: an unknown path without the key is a 401 too.
-      const denied = api.api === 'sglang' ? sglangAuth(settings, route, method, path, req.headers) : null;
-      if (denied) throw denied;
-      if (route === undefined) throw api.notFound(method, path);
-      if (!route.methods.includes(method)) throw api.wrongMethod(method, path);
-      const ctx = context(
-        req,
-        res,
-        route,
-        path,
-        new URLSearchParams(q < 0 ? '' : url.slice(q + 1)),
-        raw,
-        controller.signal,
-      );
-      if (route.generation) await generation(req, ctx, route, () => (deliberate = true));
-      else await route.serve(ctx);
-    } catch (err) {
-      if (controller.signal.aborted || res.destroyed) {
-        // The client is gone, or the server is closing: nothing more to say on this socket.
-        res.destroy();
-        return;
-      }
-      const httpErr =
-        err instanceof EngineHttpError
-          ? err
-          : new EngineHttpError(500, `the engine failed: ${err instanceof Error ? err.message : String(err)}`);
-      if (!(err instanceof EngineHttpError)) log.error({ err, path }, 'engine request failed');
-      const body = api.errorBody(httpErr, path);
-      if (res.headersSent) {
-        // Mid-stream: an error event, then the end of the stream, as vLLM does.
-        res.end(`data: ${body}\n\ndata: [DONE]\n\n`);
-      } else {
-        sendJson(
-          res,
-          httpErr.status,
-          body,
-          httpErr instanceof RawHttpError ? { 'content-type': httpErr.contentType } : {},
-        );
-      }
-    }
-  }
+  });
+}
 
-  const server: Server = createServer({ noDelay: true, keepAlive: true }, (req, res) => void handle(req, res));
-  // Longer than common client pools keep idle sockets, so the server is not the side that closes.
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 66_000;
-  try {
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-  } catch (err) {
-    await recorder.close();
-    throw err;
-  }
-  const addr = server.address() as AddressInfo;
-  settings.port = addr.port;
-  const host = options.host ?? '127.0.0.1';
-  const urlHost = host.includes(':') ? `[${host}]` : host;
-  log.info({ host, port: addr.port, model: model.id, api: api.api, prefixCache }, 'engine listening');
-
+/** What a route sees of one request: its seed and id come from the count of generations. */
+function context(
+  p: ServerParts,
+  st: ServerState,
+  req: IncomingMessage,
+  res: ServerResponse,
+  route: Route,
+  at: { path: string; query: URLSearchParams; raw: string; signal: AbortSignal },
+): RouteContext {
+  // Only generations count: request seeds and ids run as they always did, whatever side requests come between.
+  const n = route.generation ? st.counter++ : st.counter;
+  const prefix = route.idPrefix ?? 'cmpl';
   return {
-    url: `http://${urlHost}:${addr.port}`,
+    model: p.model,
+    res,
+    signal: at.signal,
+    requestSeed: (Math.imul(p.seedBase ^ n, 0x9e3779b1) ^ n) >>> 0,
+    faults: st.faults,
+    tokens: p.tokens,
+    meta: {
+      id: `${prefix === '' ? '' : `${prefix}-`}${p.idBase}${n.toString(16).padStart(prefix === '' ? 20 : 6, '0')}`,
+      created: Math.floor(Date.now() / 1000),
+      model: p.model.id,
+      fingerprint: p.fingerprint,
+    },
+    maxContext: p.maxContext,
+    tokenDelayMs: p.tokenDelayMs,
+    api: p.api,
+    server: p.settings,
+    method: req.method ?? 'GET',
+    path: at.path,
+    query: at.query,
+    raw: at.raw,
+  };
+}
+
+/** A generation takes a slot of the queue, then suffers the faults set, then is served. */
+async function generation(
+  queue: RequestQueue,
+  req: IncomingMessage,
+  ctx: RouteContext,
+  route: Route,
+  deliberate: () => void,
+): Promise<void> {
+  const f = ctx.faults;
+  const { res, raw, signal } = ctx;
+  const release = await queue.acquire(signal);
+  try {
+    if (f.slowMs > 0) await sleep(f.slowMs, signal);
+    if (f.reset) {
+      deliberate();
+      req.socket.destroy();
+      return;
+    }
+    if (f.http500) throw new EngineHttpError(500, 'simulated internal server error (fault http500)');
+    if (f.garbage) {
+      if (isStreamRequest(raw)) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end('data: {"id":"garbage","choices":[{"text": <<not json>>\n\ndata: [DONE]\n\n');
+      } else {
+        sendJson(res, 200, '<html><body>502 Bad Gateway</body></html> {"not": json');
+      }
+      return;
+    }
+    await route.serve(ctx);
+  } finally {
+    release();
+  }
+}
+
+async function handle(p: ServerParts, st: ServerState, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const { api, settings } = p;
+  const method = req.method ?? 'GET';
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  const path = q < 0 ? url : url.slice(0, q);
+  const route = routeFor(api.api, path);
+  const controller = new AbortController();
+  let deliberate = false;
+  if (api.serverHeader !== null) res.setHeader('server', api.serverHeader);
+  res.on('close', () => {
+    p.active.delete(controller);
+    if (res.writableFinished) {
+      if (res.statusCode === 200 && route?.generation) st.completed++;
+      return;
+    }
+    controller.abort(new GenerationAborted('the client went away'));
+    if (deliberate || st.closing) return;
+    st.aborted++;
+    p.events.emit('aborted', { method, path });
+  });
+  p.active.add(controller);
+  try {
+    const raw = await readBody(req, p.bodyLimit);
+    const record: RecordedRequest = { method, path, headers: req.headers, body: raw, receivedAt: Date.now() };
+    p.recorder.record(record);
+    p.events.emit('request', record);
+    // SGLang's key middleware runs before routing: an unknown path without the key is a 401 too.
+    const denied = api.api === 'sglang' ? sglangAuth(settings, route, method, path, req.headers) : null;
+    if (denied) throw denied;
+    if (route === undefined) throw api.notFound(method, path);
+    if (!route.methods.includes(method)) throw api.wrongMethod(method, path);
+    const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
+    const ctx = context(p, st, req, res, route, { path, query, raw, signal: controller.signal });
+    if (route.generation) await generation(p.queue, req, ctx, route, () => (deliberate = true));
+    else await route.serve(ctx);
+  } catch (err) {
+    if (controller.signal.aborted || res.destroyed) {
+      // The client is gone, or the server is closing: nothing more to say on this socket.
+      res.destroy();
+      return;
+    }
+    sendError(p, res, err, path);
+  }
+}
+
+/** A failed request's answer in the API's own error shape; mid-stream, an error event ends the stream. */
+function sendError(p: ServerParts, res: ServerResponse, err: unknown, path: string): void {
+  const httpErr =
+    err instanceof EngineHttpError
+      ? err
+      : new EngineHttpError(500, `the engine failed: ${err instanceof Error ? err.message : String(err)}`);
+  if (!(err instanceof EngineHttpError)) p.log.error({ err, path }, 'engine request failed');
+  const body = p.api.errorBody(httpErr, path);
+  if (res.headersSent) {
+    // Mid-stream: an error event, then the end of the stream, as vLLM does.
+    res.end(`data: ${body}\n\ndata: [DONE]\n\n`);
+  } else {
+    sendJson(res, httpErr.status, body, httpErr instanceof RawHttpError ? { 'content-type': httpErr.contentType } : {});
+  }
+}
+
+function serverHandle(server: Server, p: ServerParts, st: ServerState, host: string, port: number): EngineServerHandle {
+  const urlHost = host.includes(':') ? `[${host}]` : host;
+  let closePromise: Promise<void> | undefined;
+  return {
+    url: `http://${urlHost}:${port}`,
     host,
-    port: addr.port,
-    requests: recorder.requests,
+    port,
+    requests: p.recorder.requests,
     get aborted() {
-      return aborted;
+      return st.aborted;
     },
     get completed() {
-      return completed;
+      return st.completed;
     },
-    events,
+    events: p.events,
     get faults() {
-      return faults;
+      return st.faults;
     },
-    api: api.api,
-    prefixCache,
+    api: p.api.api,
+    prefixCache: p.settings.prefixCache,
     setFaults(f) {
-      faults = toFaults(f);
+      st.faults = toFaults(f);
     },
     close() {
       closePromise ??= (async () => {
-        closing = true;
+        st.closing = true;
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeIdleConnections();
-        for (const c of active) c.abort(new GenerationAborted('the engine is shutting down'));
+        for (const c of p.active) c.abort(new GenerationAborted('the engine is shutting down'));
         // Aborted streams end within a step; anything still open after a grace period is cut.
         const timer = setTimeout(() => server.closeAllConnections(), 2000);
         await closed;
         clearTimeout(timer);
-        await recorder.close();
+        await p.recorder.close();
       })();
       return closePromise;
     },

@@ -6,7 +6,7 @@
 import { badRequest } from '../errors.js';
 import { generate, type GenerateResult, type TokenStep } from '../generate.js';
 import type { ModelSequence, NextTokenDistribution } from '../model.js';
-import { bool, num, stopStrings, type Body } from '../request.js';
+import { bool, num, stopStrings, type Body, type SamplingParams } from '../request.js';
 import { samplingRng, startSequence, type RouteContext } from '../route.js';
 import type { ChainSettings, SettingsEcho, Timings } from './llamacpp-format.js';
 
@@ -80,6 +80,21 @@ function timed(seq: ModelSequence, at: { firstMs: number }): ModelSequence {
   };
 }
 
+/** llama-server's sampling parameters as `generate` reads them: a temperature ≤ 0 is greedy. */
+function samplingParams(p: LlamaParams, maxTokens: number): SamplingParams {
+  const greedy = p.temperature <= 0;
+  return {
+    maxTokens,
+    temperature: greedy ? 0 : p.temperature,
+    topP: p.topP,
+    topK: p.topK,
+    seed: p.userSeed,
+    stop: p.stop,
+    stream: p.stream,
+    includeUsage: false,
+  };
+}
+
 /**
  * Runs one generation on `cells` (used verbatim: llama-server adds BOS to text prompts only),
  * reading and keeping the slot's prefix unless `cache_prompt` is false, which empties it.
@@ -104,17 +119,7 @@ export async function runLlama(
   const seq = timed(inner, at);
   const t0 = performance.now();
   const steps: TokenStep[] = [];
-  const greedy = p.temperature <= 0;
-  const params = {
-    maxTokens,
-    temperature: greedy ? 0 : p.temperature,
-    topP: p.topP,
-    topK: p.topK,
-    seed: p.userSeed,
-    stop: p.stop,
-    stream: p.stream,
-    includeUsage: false,
-  };
+  const params = samplingParams(p, maxTokens);
   const topN = ctx.faults.nologprobs || p.nProbs === 0 ? null : p.nProbs;
   try {
     const result = await generate({

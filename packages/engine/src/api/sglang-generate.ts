@@ -7,7 +7,14 @@
  * alignment: entry 0 is always null.
  */
 import { badRequest } from '../errors.js';
-import { generate, topEntries, type GenerateResult, type TokenStep, type TopEntry } from '../generate.js';
+import {
+  generate,
+  topEntries,
+  type GenerateOptions,
+  type GenerateResult,
+  type TokenStep,
+  type TopEntry,
+} from '../generate.js';
 import type { ModelSequence, NextTokenDistribution } from '../model.js';
 import { bool, num, parseJsonBody, stopStrings, type Body } from '../request.js';
 import { samplingRng, sendJson, startSequence, type RouteContext } from '../route.js';
@@ -185,6 +192,39 @@ function body(
   );
 }
 
+/** What `generate` reads for a `/generate` request, its `emit` aside: SGLang's sampling parameters, the logprobs asked. */
+function generateOptions(
+  ctx: RouteContext,
+  req: GenerateRequest,
+  seq: ModelSequence,
+  maxTokens: number,
+  withLogprob: boolean,
+): Omit<GenerateOptions, 'emit'> {
+  const topN = withLogprob ? req.topLogprobsNum : null;
+  const keep = withLogprob && req.tokenIdsLogprob !== null;
+  const params = {
+    maxTokens,
+    temperature: req.temperature,
+    topP: req.topP,
+    topK: req.topK,
+    seed: req.seed,
+    stop: req.stop,
+    stream: req.stream,
+    includeUsage: false,
+  };
+  const rng = samplingRng(params, ctx.requestSeed);
+  return {
+    model: ctx.model,
+    seq,
+    params,
+    topN,
+    rng,
+    signal: ctx.signal,
+    tokenDelayMs: ctx.tokenDelayMs,
+    keepDistributions: keep,
+  };
+}
+
 /** `POST /generate` (and PUT, as SGLang's `api_route`). */
 export async function serveGenerate(ctx: RouteContext): Promise<void> {
   const t0 = performance.now();
@@ -200,19 +240,7 @@ export async function serveGenerate(ctx: RouteContext): Promise<void> {
   try {
     const lp = withLogprob ? new LogprobFields(ctx, req) : null;
     if (lp) lp.input(s + 1 < req.cells.length ? ((await seq.promptDistributions?.()) ?? []) : []);
-    const topN = withLogprob ? req.topLogprobsNum : null;
-    const keep = withLogprob && req.tokenIdsLogprob !== null;
-    const params = {
-      maxTokens,
-      temperature: req.temperature,
-      topP: req.topP,
-      topK: req.topK,
-      seed: req.seed,
-      stop: req.stop,
-      stream: req.stream,
-      includeUsage: false,
-    };
-    const rng = samplingRng(params, ctx.requestSeed);
+    const run = generateOptions(ctx, req, seq, maxTokens, withLogprob);
     const ids: number[] = [];
     let text = '';
     const take = (steps: TokenStep[]): void => {
@@ -226,16 +254,6 @@ export async function serveGenerate(ctx: RouteContext): Promise<void> {
       if (!result.eos) return;
       ids.push(result.eos.id);
       lp?.output(result.eos);
-    };
-    const run = {
-      model: ctx.model,
-      seq,
-      params,
-      topN,
-      rng,
-      signal: ctx.signal,
-      tokenDelayMs: ctx.tokenDelayMs,
-      keepDistributions: keep,
     };
     if (!req.stream) {
       const result = await generate({ ...run, emit: take });

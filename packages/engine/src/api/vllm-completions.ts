@@ -7,9 +7,10 @@
  */
 import { badRequest, EngineHttpError } from '../errors.js';
 import { TOKEN_ID_RENDER, type TokenRender } from '../format.js';
-import { generate, topEntries, type TokenStep } from '../generate.js';
-import type { NextTokenDistribution } from '../model.js';
-import { bool, parseCompletionRequest, type Body, type CompletionRequest } from '../request.js';
+import { generate, topEntries, type GenerateResult, type TokenStep } from '../generate.js';
+import type { ModelSequence, NextTokenDistribution } from '../model.js';
+import { bool, parseCompletionRequest, type Body, type CompletionRequest, type SamplingParams } from '../request.js';
+import type { Rng } from '../sampling.js';
 import { samplingRng, sendJson, sleep, startSequence, type RouteContext } from '../route.js';
 import { SseWriter } from '../sse.js';
 import { textCells } from './profile.js';
@@ -105,6 +106,25 @@ function promptRows(cells: readonly number[], dists: readonly NextTokenDistribut
 const stepRows = (steps: readonly TokenStep[]): VllmRow[] =>
   steps.map((s) => ({ id: s.id, logprob: s.logprob, top: s.top ?? [] }));
 
+/** One vLLM completions request under way: what its whole answer and its stream both read. */
+interface VllmJob {
+  ctx: RouteContext;
+  req: VllmCompletionRequest;
+  cells: readonly number[];
+  /** Top logprobs per generated token (null: none asked). */
+  n: number | null;
+  promptK: number | null;
+  promptTop: number;
+  echoOnly: boolean;
+  render: TokenRender;
+  seq: ModelSequence;
+  dists: readonly NextTokenDistribution[] | null | undefined;
+  promptText: string;
+  params: SamplingParams;
+  rng: Rng;
+  echoRows: VllmRow[];
+}
+
 /** Serves one validated vLLM completions request. */
 export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletionRequest): Promise<void> {
   const { model } = ctx;
@@ -129,113 +149,157 @@ export async function serveVllmCompletion(ctx: RouteContext, req: VllmCompletion
   try {
     const dists = promptK !== null ? await seq.promptDistributions?.() : null;
     if (promptK !== null && !dists) throw badRequest('this engine cannot return prompt logprobs', 'prompt_logprobs');
-    const promptText = req.returnTokenIds ? '' : 'text' in req.prompt ? req.prompt.text : model.detokenize(cells);
-    const params = { ...req, maxTokens };
-    const rng = samplingRng(req, ctx.requestSeed);
-    const echoRows = req.echo && dists ? promptRows(cells, dists, promptTop) : [];
+    const job: VllmJob = {
+      ctx,
+      req,
+      cells,
+      n,
+      promptK,
+      promptTop,
+      echoOnly,
+      render,
+      seq,
+      dists,
+      promptText: req.returnTokenIds ? '' : 'text' in req.prompt ? req.prompt.text : model.detokenize(cells),
+      params: { ...req, maxTokens },
+      rng: samplingRng(req, ctx.requestSeed),
+      echoRows: req.echo && dists ? promptRows(cells, dists, promptTop) : [],
+    };
+    if (!req.stream) await sendVllmCompletion(job);
+    else await streamVllmCompletion(job);
+  } finally {
+    await seq.dispose();
+  }
+}
 
-    if (!req.stream) {
-      const steps: TokenStep[] = [];
+/** The whole answer at once. */
+async function sendVllmCompletion(j: VllmJob): Promise<void> {
+  const { ctx, req, n, echoOnly, promptText } = j;
+  const steps: TokenStep[] = [];
+  const result = await generate({
+    model: ctx.model,
+    seq: j.seq,
+    params: j.params,
+    topN: n,
+    rng: j.rng,
+    signal: ctx.signal,
+    tokenDelayMs: ctx.tokenDelayMs,
+    emit: (s) => void steps.push(...s),
+  });
+  const generated = steps.map((s) => s.text).join('');
+  const rows = echoOnly ? j.echoRows : [...j.echoRows, ...stepRows(steps)];
+  const text = echoOnly ? promptText : (req.echo ? promptText : '') + generated;
+  sendJson(
+    ctx.res,
+    200,
+    vllmCompletionBody(
+      ctx,
+      {
+        text,
+        logprobs: n === null ? null : vllmCompletionLogprobs(j.render, rows, n),
+        finish: result.finishReason,
+        stopReason: stopReason(result),
+        tokenIds: req.returnTokenIds ? steps.map((s) => s.id) : null,
+        promptLogprobs: j.dists && j.promptK !== null ? vllmPromptLogprobs(ctx, j.cells, j.dists, j.promptTop) : null,
+        promptTokenIds: req.returnTokenIds ? j.cells : null,
+      },
+      vllmUsage(ctx, j.cells.length, result.completionTokens, cachedTokens(j.seq)),
+    ),
+  );
+}
+
+/**
+ * What each chunk carries besides its text: the token ids (the prompt's with the first chunk) and
+ * the logprobs, whose text offsets run on across chunks.
+ */
+function chunkParts(j: VllmJob): {
+  ids: (tokens: readonly number[]) => { prompt?: readonly number[]; tokens?: readonly number[] };
+  lpOf: (rows: VllmRow[]) => string | null;
+} {
+  const { req, n, cells } = j;
+  let offset = 0;
+  let first = true;
+  const ids = (tokens: readonly number[]): { prompt?: readonly number[]; tokens?: readonly number[] } => {
+    if (!req.returnTokenIds) return {};
+    const out = first ? { prompt: cells, tokens } : { tokens };
+    first = false;
+    return out;
+  };
+  const lpOf = (rows: VllmRow[]): string | null => {
+    if (n === null) return null;
+    const json = vllmCompletionLogprobs(j.render, rows, n, offset);
+    for (const r of rows) offset += [...(JSON.parse(j.render.text(r.id)) as string)].length;
+    return json;
+  };
+  return { ids, lpOf };
+}
+
+/** The answer as a stream: the echoed prompt first (alone when max_tokens is 0), then a chunk per token. */
+async function streamVllmCompletion(j: VllmJob): Promise<void> {
+  const { ctx, req, n, seq, params, rng } = j;
+  const sse = new SseWriter(ctx.res, ctx.signal);
+  sse.open();
+  const { ids, lpOf } = chunkParts(j);
+  if (req.echo) {
+    const lp = lpOf(j.echoRows);
+    if (!j.echoOnly) await sse.send(vllmCompletionChunk(ctx, j.promptText, lp, null, 'null', ids([])));
+    else {
       const result = await generate({
-        model,
+        model: ctx.model,
         seq,
         params,
         topN: n,
         rng,
         signal: ctx.signal,
-        tokenDelayMs: ctx.tokenDelayMs,
-        emit: (s) => void steps.push(...s),
+        emit: () => undefined,
       });
-      const generated = steps.map((s) => s.text).join('');
-      const rows = echoOnly ? echoRows : [...echoRows, ...stepRows(steps)];
-      const text = echoOnly ? promptText : (req.echo ? promptText : '') + generated;
-      sendJson(
-        ctx.res,
-        200,
-        vllmCompletionBody(
-          ctx,
-          {
-            text,
-            logprobs: n === null ? null : vllmCompletionLogprobs(render, rows, n),
-            finish: result.finishReason,
-            stopReason: stopReason(result),
-            tokenIds: req.returnTokenIds ? steps.map((s) => s.id) : null,
-            promptLogprobs: dists && promptK !== null ? vllmPromptLogprobs(ctx, cells, dists, promptTop) : null,
-            promptTokenIds: req.returnTokenIds ? cells : null,
-          },
-          vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq)),
-        ),
-      );
+      await sse.send(vllmCompletionChunk(ctx, j.promptText, lp, result.finishReason, stopReason(result), ids([])));
+      await endStream(j, sse, result);
       return;
     }
-
-    const sse = new SseWriter(ctx.res, ctx.signal);
-    sse.open();
-    let offset = 0;
-    let first = true;
-    const ids = (tokens: readonly number[]): { prompt?: readonly number[]; tokens?: readonly number[] } => {
-      if (!req.returnTokenIds) return {};
-      const out = first ? { prompt: cells, tokens } : { tokens };
-      first = false;
-      return out;
-    };
-    const lpOf = (rows: VllmRow[]): string | null => {
-      if (n === null) return null;
-      const json = vllmCompletionLogprobs(render, rows, n, offset);
-      for (const r of rows) offset += [...(JSON.parse(render.text(r.id)) as string)].length;
-      return json;
-    };
-    if (req.echo) {
-      const lp = lpOf(echoRows);
-      if (!echoOnly) await sse.send(vllmCompletionChunk(ctx, promptText, lp, null, 'null', ids([])));
-      else {
-        const result = await generate({ model, seq, params, topN: n, rng, signal: ctx.signal, emit: () => undefined });
-        await sse.send(vllmCompletionChunk(ctx, promptText, lp, result.finishReason, stopReason(result), ids([])));
-        if (req.includeUsage)
-          await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
-        sse.done();
-        return;
-      }
-    }
-    // One token of lookahead: the last token's chunk carries finish_reason and stop_reason, as vLLM's does.
-    let pending: TokenStep | null = null;
-    let sent = 0;
-    const emit = async (steps: TokenStep[]): Promise<void> => {
-      for (const s of steps) {
-        if (pending) {
-          await sse.send(
-            vllmCompletionChunk(ctx, pending.text, lpOf(stepRows([pending])), null, 'null', ids([pending.id])),
-          );
-          if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
-        }
-        pending = s;
-      }
-    };
-    const result = await generate({
-      model,
-      seq,
-      params,
-      topN: n,
-      rng,
-      signal: ctx.signal,
-      tokenDelayMs: ctx.tokenDelayMs,
-      emit,
-    });
-    const last = pending as TokenStep | null;
-    await sse.send(
-      vllmCompletionChunk(
-        ctx,
-        last?.text ?? '',
-        last ? lpOf(stepRows([last])) : null,
-        result.finishReason,
-        stopReason(result),
-        ids(last ? [last.id] : []),
-      ),
-    );
-    if (req.includeUsage)
-      await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
-    sse.done();
-  } finally {
-    await seq.dispose();
   }
+  // One token of lookahead: the last token's chunk carries finish_reason and stop_reason, as vLLM's does.
+  let pending: TokenStep | null = null;
+  let sent = 0;
+  const emit = async (steps: TokenStep[]): Promise<void> => {
+    for (const s of steps) {
+      if (pending) {
+        await sse.send(
+          vllmCompletionChunk(ctx, pending.text, lpOf(stepRows([pending])), null, 'null', ids([pending.id])),
+        );
+        if (++sent === 1 && ctx.faults.stallMs > 0) await sleep(ctx.faults.stallMs, ctx.signal);
+      }
+      pending = s;
+    }
+  };
+  const result = await generate({
+    model: ctx.model,
+    seq,
+    params,
+    topN: n,
+    rng,
+    signal: ctx.signal,
+    tokenDelayMs: ctx.tokenDelayMs,
+    emit,
+  });
+  const last = pending as TokenStep | null;
+  await sse.send(
+    vllmCompletionChunk(
+      ctx,
+      last?.text ?? '',
+      last ? lpOf(stepRows([last])) : null,
+      result.finishReason,
+      stopReason(result),
+      ids(last ? [last.id] : []),
+    ),
+  );
+  await endStream(j, sse, result);
+}
+
+/** The usage chunk (when asked), then the end of the stream. */
+async function endStream(j: VllmJob, sse: SseWriter, result: GenerateResult): Promise<void> {
+  const { ctx, cells, seq } = j;
+  if (j.req.includeUsage)
+    await sse.send(vllmUsageChunk(ctx, vllmUsage(ctx, cells.length, result.completionTokens, cachedTokens(seq))));
+  sse.done();
 }

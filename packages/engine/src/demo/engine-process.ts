@@ -83,12 +83,8 @@ export function failureReason(output: string): string {
   return short.length > 160 ? `${short.slice(0, 157)}…` : short;
 }
 
-/**
- * Starts `logprobe engine --llama --port 0 --seed S --threads T [--fault F]` and resolves once it
- * listens. Rejects with {@link EngineStartError} when it exits first or stays silent past the
- * timeout (the process is killed then).
- */
-export function spawnLlamaEngine(options: LlamaEngineProcessOptions): Promise<LlamaEngineProcess> {
+/** The engine's command line: the bin, then `--llama` on any free port with the options' seed, threads, fault and API. */
+function engineArgs(options: LlamaEngineProcessOptions): string[] {
   const fault = options.fault ?? null;
   const args = [
     ENGINE_BIN,
@@ -106,6 +102,17 @@ export function spawnLlamaEngine(options: LlamaEngineProcessOptions): Promise<Ll
   if (options.api !== undefined) args.push('--api', options.api);
   if (options.prefixCache !== undefined) args.push('--prefix-cache', options.prefixCache ? 'on' : 'off');
   if (options.args) args.push(...options.args);
+  return args;
+}
+
+/**
+ * Starts `logprobe engine --llama --port 0 --seed S --threads T [--fault F]` and resolves once it
+ * listens. Rejects with {@link EngineStartError} when it exits first or stays silent past the
+ * timeout (the process is killed then).
+ */
+export function spawnLlamaEngine(options: LlamaEngineProcessOptions): Promise<LlamaEngineProcess> {
+  const fault = options.fault ?? null;
+  const args = engineArgs(options);
   installExitHook();
   const child = spawn(process.execPath, args, {
     env: { ...process.env, ...options.env },

@@ -183,17 +183,13 @@ class SimSequence implements ModelSequence {
   dispose(): void {}
 }
 
-/**
- * Builds the simulated model: a deterministic toy language model over a few hundred tokens whose
- * next-token logits depend on the seed, the prompt and the tokens generated so far, with knobs for
- * run-to-run noise and for the bugs logprobe must detect.
- */
 /** `prompt` starts with all of `cells`: a request that only extends a cached entry. */
 function extends_(cells: readonly number[], prompt: readonly number[]): boolean {
   return cells.length <= prompt.length && cells.every((c, i) => prompt[i] === c);
 }
 
-export function createSimModel(options: SimOptions = {}): SimModel {
+/** The options with their defaults, checked: a bad one throws a RangeError. */
+function resolveSimOptions(options: SimOptions): Required<SimOptions> {
   const resolved: Required<SimOptions> = {
     seed: options.seed ?? 0,
     noise: options.noise ?? 0,
@@ -218,60 +214,100 @@ export function createSimModel(options: SimOptions = {}): SimModel {
   checkKnob('decodeShift', resolved.decodeShift);
   checkKnob('cacheHitShift', resolved.cacheHitShift);
   checkKnob('batchNoise', resolved.batchNoise);
+  return resolved;
+}
+
+/** The simulated model's prefix cache and the fault vectors a reused prefix brings. */
+interface SimCache {
+  core: SimCore;
+  decodeVec: Float64Array | null;
+  cacheHitVec: Float64Array | null;
+  cacheSlots: number;
+  /** Most recently used first. */
+  slots: SimSlot[];
+}
+
+/** Starts a sequence on the canonical tokens: the longest cached prefix it may reuse, and the slot it writes. */
+function startSim(c: SimCache, prompt: readonly number[], o: StartOptions): ModelSequence {
+  const { slots, decodeVec, cacheHitVec } = c;
+  const logitsFrom = o.promptLogprobsFrom === undefined ? Infinity : o.promptLogprobsFrom - 1;
+  let best = -1;
+  let reused = 0;
+  slots.forEach((s, i) => {
+    const n = reusable(s.cells, prompt, o.cache, logitsFrom);
+    if (n > reused) [best, reused] = [i, n];
+  });
+  const warm = reused > 0;
+  const hit = best >= 0 ? (slots[best] as SimSlot) : null;
+  // What a reused prefix brings: a decode state corrupted after an earlier prefill, or a
+  // wrong restore. Positions computed on it move; a cold request's prefill is clean.
+  const restored = plus(warm && hit!.corrupt ? decodeVec : null, warm ? cacheHitVec : null);
+  const slot = claimSlot(c, hit, best, prompt, o);
+  const run: SimRun = {
+    prompt: restored,
+    first: restored,
+    later: plus(decodeVec, warm ? cacheHitVec : null),
+    from: o.promptLogprobsFrom ?? 1,
+    reused,
+    slot,
+  };
+  const seq = new SimSequence(c.core, prompt, o.requestSeed, run, o.coResident);
+  if (slot) {
+    slot.cells = [...prompt];
+    slot.corrupt = decodeVec !== null;
+  }
+  return seq;
+}
+
+/** The slot a request writes (null: it keeps nothing), the cache's order updated. */
+function claimSlot(
+  c: SimCache,
+  hit: SimSlot | null,
+  best: number,
+  prompt: readonly number[],
+  o: StartOptions,
+): SimSlot | null {
+  const { slots } = c;
+  let slot: SimSlot | null = null;
+  if (o.cache?.write) {
+    // One slot (llama-server): the slot it reused, overwritten. Several (a radix or block cache,
+    // as vLLM's and SGLang's): the entry it extends, or a new one beside the prefix it shared
+    // (which stays for the requests that share it); the least recently used evicted.
+    if (hit && (c.cacheSlots === 1 || extends_(hit.cells, prompt))) {
+      slots.splice(best, 1);
+      slot = hit;
+    } else {
+      if (hit) slots.unshift(...slots.splice(best, 1));
+      if (slots.length >= c.cacheSlots) slots.pop();
+      slot = { cells: [], corrupt: false };
+    }
+    slots.unshift(slot);
+  } else if (slots.length > 0 && c.cacheSlots === 1) {
+    // A request that keeps nothing empties the one slot (llama-server's cache_prompt: false).
+    slots.length = 0;
+  }
+  return slot;
+}
+
+/**
+ * Builds the simulated model: a deterministic toy language model over a few hundred tokens whose
+ * next-token logits depend on the seed, the prompt and the tokens generated so far, with knobs for
+ * run-to-run noise and for the bugs logprobe must detect.
+ */
+export function createSimModel(options: SimOptions = {}): SimModel {
+  const resolved = resolveSimOptions(options);
   const knobs: SimKnobs = { ...resolved, seed: resolved.seed | 0 };
   const core = new SimCore(knobs);
-  const decodeVec = core.faultVector('decode');
-  const cacheHitVec = core.faultVector('cache-hit');
-  const split = resolved.tokenizerSplit;
-  // Most recently used first.
-  const slots: SimSlot[] = [];
-
-  const startBase = (prompt: readonly number[], o: StartOptions): ModelSequence => {
-    const logitsFrom = o.promptLogprobsFrom === undefined ? Infinity : o.promptLogprobsFrom - 1;
-    let best = -1;
-    let reused = 0;
-    slots.forEach((s, i) => {
-      const n = reusable(s.cells, prompt, o.cache, logitsFrom);
-      if (n > reused) [best, reused] = [i, n];
-    });
-    const warm = reused > 0;
-    const hit = best >= 0 ? (slots[best] as SimSlot) : null;
-    // What a reused prefix brings: a decode state corrupted after an earlier prefill, or a
-    // wrong restore. Positions computed on it move; a cold request's prefill is clean.
-    const restored = plus(warm && hit!.corrupt ? decodeVec : null, warm ? cacheHitVec : null);
-    let slot: SimSlot | null = null;
-    if (o.cache?.write) {
-      // One slot (llama-server): the slot it reused, overwritten. Several (a radix or block cache,
-      // as vLLM's and SGLang's): the entry it extends, or a new one beside the prefix it shared
-      // (which stays for the requests that share it); the least recently used evicted.
-      if (hit && (resolved.cacheSlots === 1 || extends_(hit.cells, prompt))) {
-        slots.splice(best, 1);
-        slot = hit;
-      } else {
-        if (hit) slots.unshift(...slots.splice(best, 1));
-        if (slots.length >= resolved.cacheSlots) slots.pop();
-        slot = { cells: [], corrupt: false };
-      }
-      slots.unshift(slot);
-    } else if (slots.length > 0 && resolved.cacheSlots === 1) {
-      // A request that keeps nothing empties the one slot (llama-server's cache_prompt: false).
-      slots.length = 0;
-    }
-    const run: SimRun = {
-      prompt: restored,
-      first: restored,
-      later: plus(decodeVec, warm ? cacheHitVec : null),
-      from: o.promptLogprobsFrom ?? 1,
-      reused,
-      slot,
-    };
-    const seq = new SimSequence(core, prompt, o.requestSeed, run, o.coResident);
-    if (slot) {
-      slot.cells = [...prompt];
-      slot.corrupt = decodeVec !== null;
-    }
-    return seq;
+  const cache: SimCache = {
+    core,
+    decodeVec: core.faultVector('decode'),
+    cacheHitVec: core.faultVector('cache-hit'),
+    cacheSlots: resolved.cacheSlots,
+    slots: [],
   };
+  const { slots } = cache;
+  const split = resolved.tokenizerSplit;
+  const startBase = (prompt: readonly number[], o: StartOptions): ModelSequence => startSim(cache, prompt, o);
 
   return {
     id: resolved.id,
