@@ -115,7 +115,7 @@ function healthLine(r: Comparison): string | null {
     const m = healthMarks(h);
     const fig = (x: number | null, ok: boolean | null, limit: number) =>
       `${x === null ? 'n/a' : x.toPrecision(2)}${ok === false ? ` (above ${limit})` : ''}`;
-    return `health (${h.over === 'scored' ? 'teacher-forced' : 'free-running'} positions, the seeds' thresholds): KL mean ${fig(h.kl.mean, m.kl, HEALTH_LIMITS.kl)}, relative error mean ${fig(h.relErr.mean, m.relErrMean, HEALTH_LIMITS.relErrMean)}, max ${fig(h.relErr.max, m.relErrMax, HEALTH_LIMITS.relErrMax)}; largest |Δ logprob| over each side's top-${Math.min(h.logits.topK ?? 10, 10)} ${formatNats(h.logits.max)}`;
+    return `health (${h.over === 'scored' ? 'teacher-forced' : 'free-running'} positions): KL mean ${fig(h.kl.mean, m.kl, HEALTH_LIMITS.kl)}, relative error mean ${fig(h.relErr.mean, m.relErrMean, HEALTH_LIMITS.relErrMean)}, max ${fig(h.relErr.max, m.relErrMax, HEALTH_LIMITS.relErrMax)}; largest |Δ logprob| over each side's top-${Math.min(h.logits.topK ?? 10, 10)} ${formatNats(h.logits.max)}`;
   }
   return null;
 }

@@ -205,7 +205,7 @@ function healthLines(results: readonly TrainingComparison[], h: RunHealth): stri
   }
   const marks = healthMarks(h);
   return [
-    `health (the seeds' thresholds, over ${h.kl.n} positions${results.length > 1 ? ` of ${results.length} sequences` : ''})`,
+    `health (over ${h.kl.n} positions${results.length > 1 ? ` of ${results.length} sequences` : ''})`,
     `  KL mean               ${f(h.kl.mean).padStart(10)}  ${mark(marks.kl).padEnd(5)} (< ${HEALTH_LIMITS.kl})`,
     `  relative error mean   ${f(h.relErr.mean).padStart(10)}  ${mark(marks.relErrMean).padEnd(5)} (< ${HEALTH_LIMITS.relErrMean})`,
     `  relative error max    ${f(h.relErr.max).padStart(10)}  ${mark(marks.relErrMax).padEnd(5)} (< ${HEALTH_LIMITS.relErrMax})`,
