@@ -1,5 +1,5 @@
 /**
- * `npm run bench:detect -- --arl`: the alerts' run lengths, measured (#25). The simulated
+ * `npm run bench:detect -- --arl`: the alerts' run lengths, measured. The simulated
  * engines of packages/engine run in this process, with their noise calibrated to what llama.cpp
  * numerics give here (docs/detection.md's table: flash attention, f16 weights, batch 8); every
  * pair goes through the code `serve` runs on it — parseResponse, compare, detectorEvidence, the
@@ -665,9 +665,9 @@ async function outOfControl(
   const sampleDefault = buildConfig(o.config).mirror.sampleRate;
   const settings: OocSetting[] = [
     { label: 'rate 1', sampleRate: 1, auto: false },
-    // The window alert's defaults before they were set from these figures (#25), for comparison.
+    // The window alert's defaults before they were set from these figures, for comparison.
     {
-      label: 'rate 1, minRequests 20, forSeconds 60 (before #25)',
+      label: 'rate 1, minRequests 20, forSeconds 60 (the earlier defaults)',
       sampleRate: 1,
       auto: false,
       alert: { minRequests: 20, forSeconds: 60 },
