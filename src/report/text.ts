@@ -160,6 +160,15 @@ function verdictLines(d: SummaryData): string[] {
   return out;
 }
 
+/**
+ * A label and its count in `width` columns, the count's last digit in the last column: a label
+ * too long for its share (a decade such as `(0.0001, 0.001]`) takes room from the count's padding
+ * and keeps the column straight, with at least one space between them.
+ */
+export function countCell(label: string, count: string, width: number): string {
+  return `${label} ${count.padStart(Math.max(0, width - label.length - 1))}`;
+}
+
 /** The free-running position shift by decade, its quantiles, and each pair's largest. */
 function shiftLines(d: SummaryData): string[] {
   const out: string[] = [];
@@ -169,9 +178,7 @@ function shiftLines(d: SummaryData): string[] {
     `position shift, nats (${int(d.positionShift.n)} comparable free-running positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`,
   );
   const smax = Math.max(0, ...ps.counts);
-  ps.counts.forEach((n, i) =>
-    out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`),
-  );
+  ps.counts.forEach((n, i) => out.push(`  ${countCell(decadeLabel(ps.edges, i), int(n), 24)}  ${bar(n, smax)}`));
   out.push(
     `  ${quantiles(d.positionShift, [
       ['p50', 0.5],
@@ -205,7 +212,9 @@ function flipLines(d: SummaryData, ctx: ReportContext): string[] {
     );
   }
   if (d.flips.lowerBound > 0)
-    out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
+    out.push(
+      `  ${d.flips.lowerBound === 1 ? '1 gap is a lower bound' : `${int(d.flips.lowerBound)} gaps are lower bounds`} (the candidate's token outside the baseline's top-k)`,
+    );
   return out;
 }
 
