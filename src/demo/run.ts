@@ -38,8 +38,8 @@ export interface DemoOptions {
   rate: number;
   port: number;
   adminPort: number;
-  /** Starts the two engines; the demo closes them however it ends. */
-  engines: () => Promise<DemoEngines>;
+  /** Starts the two engines, saying what it does through `progress`; the demo closes them however it ends. */
+  engines: (progress: (line: string) => void) => Promise<DemoEngines>;
   /** Stops the demo early (Ctrl-C). */
   signal: AbortSignal;
   /** Where the live lines go. */
@@ -109,7 +109,14 @@ export function alertLine(t: AlertTransition, mirrored: number, secs: number): s
 export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const out = options.out;
   const started = options.startedAt ?? Date.now();
-  const engines = await options.engines();
+  const start = new StartProgress(out, started);
+  let engines: DemoEngines;
+  try {
+    start.begin('starting the engines');
+    engines = await options.engines((line) => start.say(line));
+  } finally {
+    start.stop();
+  }
   const alertCfg = options.alert ?? { window: 20, minRequests: 10, forSeconds: 5 };
   const tally = new DemoTally(out, started);
   let runtime: ReturnType<typeof createRuntime> | undefined;
@@ -123,7 +130,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       logDestination,
       listeners: { onPair: (pair) => tally.pair(pair), onAlert: (t) => tally.alert(t) },
     });
-    urls = await runtime.listen();
+    start.begin('starting the proxy (and checking that the engines answer it)');
+    try {
+      urls = await runtime.listen();
+    } finally {
+      start.stop();
+    }
     banner(options, engines, urls, alertCfg);
     sent = await driveTraffic(options, engines, urls.proxyUrl, runtime, tally);
     await runtime.mirror?.idle();
@@ -140,6 +152,42 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   );
   for (const line of nextSteps(options.captureDir, urls)) out(line);
   return { engine: engines.engine, mirrored, outcomes, verdicts, repeats, alerts, firstFiring, sent };
+}
+
+/**
+ * The start's progress lines (`… 2.1 s: starting the engines`): each stage as it begins, what it
+ * reports on the way, and every few seconds the stage still running — the engines' first start
+ * (a model generated, llama.cpp loaded) can take a minute on a busy machine, and the demo is
+ * never silent meanwhile.
+ */
+export class StartProgress {
+  private stage = '';
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly out: (line: string) => void,
+    private readonly started: number,
+    private readonly everyMs = 5000,
+  ) {}
+
+  /** One line, stamped with the seconds since the demo started. */
+  say(line: string): void {
+    this.out(`… ${((Date.now() - this.started) / 1000).toFixed(1)} s: ${line}`);
+  }
+
+  /** A stage begins: said now, and again every `everyMs` until the next stage or {@link stop}. */
+  begin(stage: string): void {
+    this.stop();
+    this.stage = stage;
+    this.say(stage);
+    this.timer = setInterval(() => this.say(`still ${this.stage}`), this.everyMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
 }
 
 /** The demo's config: the engines behind the proxy at sampleRate 1, the capture on, a short alert window. */
