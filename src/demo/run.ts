@@ -278,8 +278,12 @@ async function driveTraffic(
     const st = live.mirror?.detectorState;
     const mix = tallyText(tally.outcomes, tally.verdicts, tally.repeats);
     const folded = tally.folder.folded;
+    // Baseline-free, the pair detectors see nothing: the candidate's self detector is the one that fires.
+    const detector = options.baselineFree
+      ? `; self detector (cold→warm repeat pairs): window share ${windowShare(live.mirror?.selfDetectorState('candidate'))}, CUSUM ${live.mirror?.selfDetectorState('candidate').cusum.toFixed(1) ?? '—'}`
+      : `; window ratio ${windowShare(st)}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`;
     options.out(
-      `… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${tally.mirrored} mirrored${folded ? ` (${folded} repeats of a prompt's last line folded)` : ''} [${mix}]${options.baselineFree ? '' : `; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`}`,
+      `… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${tally.mirrored} mirrored${folded ? ` (${folded} repeats of a prompt's last line folded)` : ''} [${mix}]${detector}`,
     );
   }, 5000);
   try {
@@ -349,6 +353,11 @@ class DemoTally {
   }
 }
 
+/** A detector's pooled share over its window, for the progress line ('—' before the mirror runs). */
+function windowShare(st: { shiftedSum: number; comparableSum: number } | undefined): string {
+  return st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—';
+}
+
 /** The progress line's tallies, each named: pair outcomes, pair verdicts, repeat verdicts per backend. */
 export function tallyText(
   outcomes: Record<string, number>,
@@ -373,12 +382,21 @@ const PROBE_WORDS: Partial<Record<ProbeShape, string>> = {
     'unprobed (the engine reports no cache hits and no flush was confirmed: cold and warm cannot be told apart)',
 };
 
-/** What a repeat found, in words: the cold run against the warm one. */
-function repeatWords(r: NonNullable<MirroredPair['repeats']>[number]): string {
+/**
+ * What a repeat found, in words: the cold run against the warm one; `shift` adds the runs' own
+ * figures (shifted positions of those compared, the largest shift) — on the printed line, not in
+ * what decides whether a prompt's line is folded.
+ */
+function repeatWords(r: NonNullable<MirroredPair['repeats']>[number], shift = false): string {
   if (r.verdict === null) return `${r.backend}: repeat failed`;
+  const c = r.analysis;
+  const figures =
+    shift && c !== null && c.comparable > 0
+      ? `, shifted ${c.shifted}/${c.comparable} max ${formatNats(c.maxShift)}`
+      : '';
   const probe = PROBE_WORDS[r.probe];
-  if (probe) return `${r.backend}: ${probe}, ${r.verdict}`;
-  return `${r.backend}: ${r.verdict === 'self_inconsistent' ? 'warm run differs from the cold run' : 'warm run agrees with the cold run'} (${r.verdict})`;
+  if (probe) return `${r.backend}: ${probe}, ${r.verdict}${figures}`;
+  return `${r.backend}: ${r.verdict === 'self_inconsistent' ? 'warm run differs from the cold run' : 'warm run agrees with the cold run'} (${r.verdict}${figures})`;
 }
 
 /** What a pair said: the pair's verdict and each repeat's, in words. */
@@ -407,7 +425,7 @@ export class LineFolder {
       return null;
     }
     const again = before === undefined ? '' : `   (this prompt before: ${before})`;
-    const repeats = (pair.repeats ?? []).map((r) => `  ${repeatWords(r)}`).join('');
+    const repeats = (pair.repeats ?? []).map((r) => `  ${repeatWords(r, true)}`).join('');
     return `${pairLine(n, pair)}${repeats}${again}`;
   }
 }
