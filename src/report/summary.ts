@@ -302,12 +302,8 @@ export class Summary {
     s.verdicts[r.verdict]++;
     for (const p of c.positions) if (p.shift !== null) s.shift.add(p.shift);
     const cfg = this.options.alert;
-    if (
-      cfg &&
-      r.probe === 'cold_warm' &&
-      c.comparable > 0 &&
-      !this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === r.backend)
-    ) {
+    // Fed to the end (its window and CUSUM are the report's figures); only its first firing is an alert.
+    if (cfg && r.probe === 'cold_warm' && c.verdict !== 'incomparable' && c.comparable > 0) {
       const clock = this.clock(n, e, cfg);
       const here = { n, id: e.id, where: `${e.file}:${e.line}` };
       // The mirror's ticker (once a second) may fire a pending alert between two pairs: by a
@@ -315,7 +311,7 @@ export class Summary {
       if (clock.tick !== null && this.previous) {
         const t = tickSelf(s.detector, clock.cfg, clock.tick, r.backend);
         s.detector = t.state;
-        if (this.selfFired(r.backend, t.transitions, t.state, this.previous)) return;
+        this.selfFired(r.backend, t.transitions, t.state, this.previous);
       }
       const o = observeSelf(
         s.detector,
@@ -338,7 +334,7 @@ export class Summary {
     return { cfg: { ...cfg, forSeconds: 0 }, now: n, tick: null };
   }
 
-  /** Records the self alert's first firing among `transitions`, at `pair`; whether it fired. */
+  /** Records the self alert's first firing among `transitions`, at `pair` (later firings are not listed); whether it was listed. */
   private selfFired(
     backend: Backend,
     transitions: readonly AlertTransition[],
@@ -346,6 +342,7 @@ export class Summary {
     pair: { n: number; id: string; where: string },
   ): boolean {
     if (!transitions.some((t) => t.to === 'firing')) return false;
+    if (this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === backend)) return false;
     this.alerts.push({
       alert: 'LogprobSelfInconsistency',
       backend,
