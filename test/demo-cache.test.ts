@@ -53,13 +53,19 @@ test('demo --baseline none: one engine, its default fault a wrong restore on a c
   assert.ok(
     lines.length > 0 &&
       lines.every((l) =>
-        /candidate: (warm run differs from the cold run \(self_inconsistent\)|warm run agrees with the cold run \(identical\)|both runs (warm|cold) .*)/.test(
+        /candidate: (warm run differs from the cold run \(self_inconsistent, shifted \d+\/\d+ max \d+\.\d+\)|warm run agrees with the cold run \(identical(, shifted 0\/\d+ max \d+\.\d+)?\)|both runs (warm|cold) .*)/.test(
           l,
         ),
       ),
     'each printed line says in words what the repeat found, cold and warm',
   );
   assert.doesNotMatch(stdout, /cold=warm|cold≠warm|cand /, 'no shorthand');
+  // Baseline-free, the progress lines show the detector that can fire: the candidate's self detector.
+  assert.match(
+    stdout,
+    /^… \d+ s: .*; self detector \(cold→warm repeat pairs\): window share \d\.\d\d, CUSUM \d+\.\d$/m,
+  );
+  assert.doesNotMatch(stdout, /window ratio/, 'no pair detector baseline-free');
   const done =
     /^done \(simulated engines\): (\d+) client requests, (\d+) mirrored; outcomes (\{.*\}); verdicts (\{.*\}); repeats (\{.*\}); alerts (.*)$/m.exec(
       stdout,

@@ -48,7 +48,10 @@ test('--engine llama does not fall back: it exits 1 with the reason in one line'
     },
   );
   assert.equal(code, 1);
-  assert.equal(stdout, '');
+  // Only the start's progress lines (what it tried) before the error: no banner, no traffic.
+  const said = stdout.split('\n').filter((l) => l !== '');
+  assert.ok(said.length > 0 && said.every((l) => /^… \d+\.\d s: /.test(l)), stdout);
+  assert.match(stdout, /starting two llama\.cpp engines/);
   assert.match(stderr, /^logprobe: --engine llama: llama\.cpp engines unavailable \(.*ENOTDIR.*\)\n$/);
 });
 

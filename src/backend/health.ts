@@ -126,7 +126,7 @@ export class BackendHealth {
       { backend: e.backend, url: e.host, outcome, reason, count: n, total: e.failures },
       first
         ? `${outcome}: ${reason} (mirrored copies to ${e.backend} fail; further failures are logged at most once a minute)`
-        : `${outcome}: ${reason} (${n} failed copies in the last minute, ${e.failures} since the start)`,
+        : `${outcome}: ${reason} (${n} failed ${n === 1 ? 'copy' : 'copies'} in the last minute, ${e.failures} since the start)`,
     );
   }
 

@@ -78,6 +78,8 @@ export interface CapturedRepeat {
   /** The two runs compared (second vs first), without positions; null when a run failed. */
   analysis: Omit<Comparison, 'positions'> | null;
   verdict: SelfVerdict | null;
+  /** Every threshold the runs were compared with, the noise floor in force included (what the self detector divided by); optional: captures written before the field existed lack it. */
+  thresholds?: Thresholds;
 }
 
 /** How records are built: what to hash, what to scrub, which thresholds were in force. */
@@ -209,6 +211,7 @@ function assemble(
             sides: r.sides,
             analysis: r.analysis === null ? null : clean(withoutPositions(r.analysis), false),
             verdict: r.verdict,
+            thresholds: { ...options.thresholds, noiseFloor: pair.noiseFloor },
           })),
         }
       : {}),

@@ -167,12 +167,13 @@ async function demoAction(opts: DemoCliOptions, cmd: Command, setExit: (code: nu
       port,
       adminPort,
       startedAt,
-      engines: () =>
+      engines: (progress) =>
         chooseEngines({
           choice,
           plan,
           seed,
           notice: out,
+          progress,
           engine: { api: 'llamacpp', slotSavePath, cacheSlots: 16 },
         }),
       signal: AbortSignal.any([stop.stopping, stdoutGone]),

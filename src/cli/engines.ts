@@ -24,6 +24,8 @@ export interface EnginePackage {
     seed?: number;
     notice: (line: string) => void;
     engine?: { api?: string; slotSavePath?: string; cacheSlots?: number };
+    /** Told what the start is doing, line by line. */
+    progress?: (line: string) => void;
   }): Promise<DemoEngines>;
   readonly UnknownDemoFaultError: new (...args: never[]) => Error;
   readonly EngineStartError: new (...args: never[]) => Error & { reason: string };

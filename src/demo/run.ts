@@ -38,8 +38,8 @@ export interface DemoOptions {
   rate: number;
   port: number;
   adminPort: number;
-  /** Starts the two engines; the demo closes them however it ends. */
-  engines: () => Promise<DemoEngines>;
+  /** Starts the two engines, saying what it does through `progress`; the demo closes them however it ends. */
+  engines: (progress: (line: string) => void) => Promise<DemoEngines>;
   /** Stops the demo early (Ctrl-C). */
   signal: AbortSignal;
   /** Where the live lines go. */
@@ -109,7 +109,14 @@ export function alertLine(t: AlertTransition, mirrored: number, secs: number): s
 export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   const out = options.out;
   const started = options.startedAt ?? Date.now();
-  const engines = await options.engines();
+  const start = new StartProgress(out, started);
+  let engines: DemoEngines;
+  try {
+    start.begin('starting the engines');
+    engines = await options.engines((line) => start.say(line));
+  } finally {
+    start.stop();
+  }
   const alertCfg = options.alert ?? { window: 20, minRequests: 10, forSeconds: 5 };
   const tally = new DemoTally(out, started);
   let runtime: ReturnType<typeof createRuntime> | undefined;
@@ -123,7 +130,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
       logDestination,
       listeners: { onPair: (pair) => tally.pair(pair), onAlert: (t) => tally.alert(t) },
     });
-    urls = await runtime.listen();
+    start.begin('starting the proxy (and checking that the engines answer it)');
+    try {
+      urls = await runtime.listen();
+    } finally {
+      start.stop();
+    }
     banner(options, engines, urls, alertCfg);
     sent = await driveTraffic(options, engines, urls.proxyUrl, runtime, tally);
     await runtime.mirror?.idle();
@@ -140,6 +152,42 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   );
   for (const line of nextSteps(options.captureDir, urls)) out(line);
   return { engine: engines.engine, mirrored, outcomes, verdicts, repeats, alerts, firstFiring, sent };
+}
+
+/**
+ * The start's progress lines (`… 2.1 s: starting the engines`): each stage as it begins, what it
+ * reports on the way, and every few seconds the stage still running — the engines' first start
+ * (a model generated, llama.cpp loaded) can take a minute on a busy machine, and the demo is
+ * never silent meanwhile.
+ */
+export class StartProgress {
+  private stage = '';
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly out: (line: string) => void,
+    private readonly started: number,
+    private readonly everyMs = 5000,
+  ) {}
+
+  /** One line, stamped with the seconds since the demo started. */
+  say(line: string): void {
+    this.out(`… ${((Date.now() - this.started) / 1000).toFixed(1)} s: ${line}`);
+  }
+
+  /** A stage begins: said now, and again every `everyMs` until the next stage or {@link stop}. */
+  begin(stage: string): void {
+    this.stop();
+    this.stage = stage;
+    this.say(stage);
+    this.timer = setInterval(() => this.say(`still ${this.stage}`), this.everyMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
 }
 
 /** The demo's config: the engines behind the proxy at sampleRate 1, the capture on, a short alert window. */
@@ -230,8 +278,12 @@ async function driveTraffic(
     const st = live.mirror?.detectorState;
     const mix = tallyText(tally.outcomes, tally.verdicts, tally.repeats);
     const folded = tally.folder.folded;
+    // Baseline-free, the pair detectors see nothing: the candidate's self detector is the one that fires.
+    const detector = options.baselineFree
+      ? `; self detector (cold→warm repeat pairs): window share ${windowShare(live.mirror?.selfDetectorState('candidate'))}, CUSUM ${live.mirror?.selfDetectorState('candidate').cusum.toFixed(1) ?? '—'}`
+      : `; window ratio ${windowShare(st)}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`;
     options.out(
-      `… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${tally.mirrored} mirrored${folded ? ` (${folded} repeats of a prompt's last line folded)` : ''} [${mix}]${options.baselineFree ? '' : `; window ratio ${st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—'}, CUSUM ${st ? st.cusum.toFixed(1) : '—'}`}`,
+      `… ${((Date.now() - started) / 1000).toFixed(0)} s: ${answered} client requests answered, ${tally.mirrored} mirrored${folded ? ` (${folded} repeats of a prompt's last line folded)` : ''} [${mix}]${detector}`,
     );
   }, 5000);
   try {
@@ -301,6 +353,11 @@ class DemoTally {
   }
 }
 
+/** A detector's pooled share over its window, for the progress line ('—' before the mirror runs). */
+function windowShare(st: { shiftedSum: number; comparableSum: number } | undefined): string {
+  return st ? (st.comparableSum > 0 ? st.shiftedSum / st.comparableSum : 0).toFixed(2) : '—';
+}
+
 /** The progress line's tallies, each named: pair outcomes, pair verdicts, repeat verdicts per backend. */
 export function tallyText(
   outcomes: Record<string, number>,
@@ -325,12 +382,21 @@ const PROBE_WORDS: Partial<Record<ProbeShape, string>> = {
     'unprobed (the engine reports no cache hits and no flush was confirmed: cold and warm cannot be told apart)',
 };
 
-/** What a repeat found, in words: the cold run against the warm one. */
-function repeatWords(r: NonNullable<MirroredPair['repeats']>[number]): string {
+/**
+ * What a repeat found, in words: the cold run against the warm one; `shift` adds the runs' own
+ * figures (shifted positions of those compared, the largest shift) — on the printed line, not in
+ * what decides whether a prompt's line is folded.
+ */
+function repeatWords(r: NonNullable<MirroredPair['repeats']>[number], shift = false): string {
   if (r.verdict === null) return `${r.backend}: repeat failed`;
+  const c = r.analysis;
+  const figures =
+    shift && c !== null && c.comparable > 0
+      ? `, shifted ${c.shifted}/${c.comparable} max ${formatNats(c.maxShift)}`
+      : '';
   const probe = PROBE_WORDS[r.probe];
-  if (probe) return `${r.backend}: ${probe}, ${r.verdict}`;
-  return `${r.backend}: ${r.verdict === 'self_inconsistent' ? 'warm run differs from the cold run' : 'warm run agrees with the cold run'} (${r.verdict})`;
+  if (probe) return `${r.backend}: ${probe}, ${r.verdict}${figures}`;
+  return `${r.backend}: ${r.verdict === 'self_inconsistent' ? 'warm run differs from the cold run' : 'warm run agrees with the cold run'} (${r.verdict}${figures})`;
 }
 
 /** What a pair said: the pair's verdict and each repeat's, in words. */
@@ -359,7 +425,7 @@ export class LineFolder {
       return null;
     }
     const again = before === undefined ? '' : `   (this prompt before: ${before})`;
-    const repeats = (pair.repeats ?? []).map((r) => `  ${repeatWords(r)}`).join('');
+    const repeats = (pair.repeats ?? []).map((r) => `  ${repeatWords(r, true)}`).join('');
     return `${pairLine(n, pair)}${repeats}${again}`;
   }
 }

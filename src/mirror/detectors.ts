@@ -67,6 +67,11 @@ export class MirrorDetectors {
     return this.pairs;
   }
 
+  /** A backend's self-consistency detector (read-only: the demo's progress lines show its window share and CUSUM). */
+  selfState(backend: Backend): Readonly<DetectorState> {
+    return this.self[backend];
+  }
+
   /** A compared pair's evidence to the window and CUSUM detectors and to the permutation test. */
   observePair(requestId: string, analysis: Comparison, noiseFloor: number): void {
     const { config, metrics, now } = this.deps;

@@ -1,3 +1,4 @@
+import type { Backend } from '../core/types.js';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
@@ -151,6 +152,11 @@ export class Mirror {
   /** The detectors' current state (read-only view for the demo and tests). */
   get detectorState(): Readonly<DetectorState> {
     return this.detectors.state;
+  }
+
+  /** A backend's self-consistency detector state (read-only, for the demo). */
+  selfDetectorState(backend: Backend): Readonly<DetectorState> {
+    return this.detectors.selfState(backend);
   }
 
   /** The permutation test beside the alerts: its p-value is a gauge and on /ui. */

@@ -36,9 +36,10 @@ export interface AnalyzeFilesOptions {
  */
 export function recordThresholds(record: CaptureRecord, overrides: Partial<Thresholds>): Thresholds {
   const a = record.analysis;
+  // A baseline-free record has no analysis: its repeats carry the thresholds they were judged with.
   const own: Partial<Thresholds> = a
     ? { ...(a.thresholds ?? {}), ...(typeof a.noiseFloor === 'number' ? { noiseFloor: a.noiseFloor } : {}) }
-    : {};
+    : (record.repeats?.find((r) => r.thresholds)?.thresholds ?? {});
   return { ...DEFAULT_THRESHOLDS, ...own, ...overrides };
 }
 
@@ -131,6 +132,7 @@ async function analyzeRecord(o: AnalyzeFilesOptions, file: string, line: number,
     noiseFloor: thresholds.noiseFloor,
     online: record.analysis === undefined || record.baseline === null ? undefined : (record.analysis?.verdict ?? null),
     repeats,
+    at: Date.parse(record.ts) / 1000,
     request: record.request,
     promptsHashed: record.promptsHashed === true,
   });

@@ -2,11 +2,13 @@ import {
   initialDetectorState,
   observe,
   pooledShare,
+  tick,
   type AlertConfig,
+  type AlertTransition,
   type AlertName,
   type DetectorState,
 } from '../core/detector.js';
-import { observeSelf, SELF_VERDICTS, selfEvidence, type SelfVerdict } from '../core/self.js';
+import { observeSelf, SELF_VERDICTS, selfEvidence, tickSelf, type SelfVerdict } from '../core/self.js';
 import {
   detectorEvidence,
   VERDICTS,
@@ -44,6 +46,12 @@ export interface SummaryEntry {
   promptsHashed?: boolean;
   /** The pair's repeat probes (cold → warm on one backend), analysed. */
   repeats?: readonly RepeatResult[];
+  /**
+   * When the mirror observed the pair (seconds since the epoch: the capture's `ts`, written just
+   * after the detectors saw it): the detectors' clock offline, so that `alert.forSeconds` holds
+   * as it did online. Without it, each pair is one tick and the alerts fire without waiting.
+   */
+  at?: number;
 }
 
 /** An alert the in-process detectors would have raised over the pairs, in input order. */
@@ -53,6 +61,9 @@ export interface OfflineAlert {
   backend?: Backend;
   /** 1-based pair number at which it fired. */
   atPair: number;
+  /** That pair's id (the request id online) and where it is (`file:line`). */
+  id: string;
+  where: string;
   pooledShare: number;
   cusum: number;
 }
@@ -91,7 +102,11 @@ export interface SummaryData {
     unprobed: number;
     verdicts: Record<SelfVerdict, number>;
     positionShift: HistogramData;
+    /** The self detector after the last pair (the cold→warm pairs it counted): its window's pooled share and size, and its CUSUM. */
+    detector: { share: number; requests: number; cusum: number };
   }>;
+  /** The alert config the offline detectors ran with (null: none ran). */
+  alertConfig: AlertConfig | null;
   /** Teacher-forced scoring: pairs by outcome (pairs that needed none are not counted), the most frequent reasons, and the loci found. */
   scoring: {
     outcomes: Record<ScoringOutcome, number>;
@@ -120,7 +135,7 @@ export interface SummaryOptions {
   worst?: number;
   /** Pairs with a strip drawn uniformly from all (default 400). */
   sample?: number;
-  /** Alert config for the offline detectors (`forSeconds` is ignored: pairs have no time here). */
+  /** Alert config for the offline detectors (`forSeconds` holds over the pairs' capture times, {@link SummaryEntry.at}). */
   alert?: AlertConfig;
 }
 
@@ -149,6 +164,8 @@ export class Summary {
   private lowerBound = 0;
   private readonly strips: StripSelector;
   private detector: DetectorState = initialDetectorState();
+  /** The pair before the current one: an alert that time alone fired between two pairs fired after it. */
+  private previous: { n: number; id: string; where: string } | null = null;
   private readonly alerts: OfflineAlert[] = [];
   private skipped = 0;
   private readonly skippedExamples: string[] = [];
@@ -183,6 +200,8 @@ export class Summary {
   add(e: SummaryEntry): void {
     const n = ++this.pairs;
     for (const r of e.repeats ?? []) this.addRepeat(n, e, r);
+    const previous = this.previous;
+    this.previous = { n, id: e.id, where: `${e.file}:${e.line}` };
     if (e.result.baselineFree) {
       this.baselineFree++;
       return;
@@ -237,7 +256,7 @@ export class Summary {
       c.comparable > 0 &&
       this.alerts.filter((a) => a.alert !== 'LogprobSelfInconsistency').length < 2
     )
-      this.detect(n, e, this.options.alert);
+      this.detect(n, e, this.options.alert, previous);
   }
 
   private addScoring(c: NonNullable<PairResult['comparison']>): void {
@@ -283,30 +302,57 @@ export class Summary {
     s.verdicts[r.verdict]++;
     for (const p of c.positions) if (p.shift !== null) s.shift.add(p.shift);
     const cfg = this.options.alert;
-    if (
-      cfg &&
-      r.probe === 'cold_warm' &&
-      c.comparable > 0 &&
-      !this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === r.backend)
-    ) {
+    // Fed to the end (its window and CUSUM are the report's figures); only its first firing is an alert.
+    if (cfg && r.probe === 'cold_warm' && c.verdict !== 'incomparable' && c.comparable > 0) {
+      const clock = this.clock(n, e, cfg);
+      const here = { n, id: e.id, where: `${e.file}:${e.line}` };
+      // The mirror's ticker (once a second) may fire a pending alert between two pairs: by a
+      // second before this pair it has surely ticked, and the alert fired after the previous pair.
+      if (clock.tick !== null && this.previous) {
+        const t = tickSelf(s.detector, clock.cfg, clock.tick, r.backend);
+        s.detector = t.state;
+        this.selfFired(r.backend, t.transitions, t.state, this.previous);
+      }
       const o = observeSelf(
         s.detector,
         { ...selfEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id },
-        { ...cfg, forSeconds: 0 },
-        n,
+        clock.cfg,
+        clock.now,
         r.backend,
       );
       s.detector = o.state;
-      for (const t of o.transitions)
-        if (t.to === 'firing')
-          this.alerts.push({
-            alert: t.alert,
-            backend: r.backend,
-            atPair: n,
-            pooledShare: pooledShare(o.state),
-            cusum: o.state.cusum,
-          });
+      this.selfFired(r.backend, o.transitions, o.state, here);
     }
+  }
+
+  /**
+   * The detectors' clock for pair `n`: its capture time when it has one and the alert must hold
+   * for `forSeconds` (with a tick a second before it); otherwise one tick per pair and no waiting.
+   */
+  private clock(n: number, e: SummaryEntry, cfg: AlertConfig): { cfg: AlertConfig; now: number; tick: number | null } {
+    if (cfg.forSeconds > 0 && e.at !== undefined && Number.isFinite(e.at)) return { cfg, now: e.at, tick: e.at - 1 };
+    return { cfg: { ...cfg, forSeconds: 0 }, now: n, tick: null };
+  }
+
+  /** Records the self alert's first firing among `transitions`, at `pair` (later firings are not listed); whether it was listed. */
+  private selfFired(
+    backend: Backend,
+    transitions: readonly AlertTransition[],
+    state: DetectorState,
+    pair: { n: number; id: string; where: string },
+  ): boolean {
+    if (!transitions.some((t) => t.to === 'firing')) return false;
+    if (this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === backend)) return false;
+    this.alerts.push({
+      alert: 'LogprobSelfInconsistency',
+      backend,
+      atPair: pair.n,
+      id: pair.id,
+      where: pair.where,
+      pooledShare: pooledShare(state),
+      cusum: state.cusum,
+    });
+    return true;
   }
 
   /** Counts an uncompared pair's reason: at most {@link MAX_CAUSES} distinct ones per outcome (the rest are not named). */
@@ -350,20 +396,35 @@ export class Summary {
     return this.pairs;
   }
 
-  private detect(n: number, e: SummaryEntry, cfg: AlertConfig): void {
+  private detect(n: number, e: SummaryEntry, cfg: AlertConfig, previous: Summary['previous']): void {
     const c = e.result.comparison!;
-    // Pairs carry no usable time offline: each is one second, and alerts fire without waiting.
-    const r = observe(
-      this.detector,
-      { ...detectorEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id },
-      { ...cfg, forSeconds: 0 },
-      n,
+    const clock = this.clock(n, e, cfg);
+    const fired = (
+      r: { state: DetectorState; transitions: AlertTransition[] },
+      at: NonNullable<Summary['previous']>,
+    ) => {
+      this.detector = r.state;
+      for (const t of r.transitions)
+        if (t.to === 'firing' && !this.alerts.some((a) => a.alert === t.alert))
+          this.alerts.push({
+            alert: t.alert,
+            atPair: at.n,
+            id: at.id,
+            where: at.where,
+            pooledShare: pooledShare(r.state),
+            cusum: r.state.cusum,
+          });
+    };
+    if (clock.tick !== null && previous) fired(tick(this.detector, clock.cfg, clock.tick), previous);
+    fired(
+      observe(
+        this.detector,
+        { ...detectorEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id },
+        clock.cfg,
+        clock.now,
+      ),
+      { n, id: e.id, where: `${e.file}:${e.line}` },
     );
-    this.detector = r.state;
-    for (const t of r.transitions) {
-      if (t.to === 'firing' && !this.alerts.some((a) => a.alert === t.alert))
-        this.alerts.push({ alert: t.alert, atPair: n, pooledShare: pooledShare(r.state), cusum: r.state.cusum });
-    }
   }
 
   /** The report's data. */
@@ -406,7 +467,9 @@ export class Summary {
         unprobed: s.unprobed,
         verdicts: { ...s.verdicts },
         positionShift: s.shift.toJSON(),
+        detector: { share: pooledShare(s.detector), requests: s.detector.recent.length, cusum: s.detector.cusum },
       })),
+      alertConfig: this.options.alert ?? null,
       scoring: {
         outcomes: { ...this.scoringOutcomes },
         reasons: [...this.reasons]

@@ -125,7 +125,13 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   // Baseline-free: no pair was compared, the repeats below are the report.
   if (!(d.compared === 0 && d.baselineFree > 0)) out.push(...verdictLines(d), ...shiftLines(d), ...flipLines(d, ctx));
   out.push(...flipCurveLines(d, ctx), ...scoringLines(d), ...repeatLines(d), ...alertLines(d), ...worstLines(d, ctx));
-  if (ctx.health) out.push('', ...healthLines(ctx.health));
+  // Baseline-free, health (KL, relative error) has no second backend to measure: said, not a block of n/a.
+  if (ctx.health && d.compared === 0 && d.baselineFree > 0)
+    out.push(
+      '',
+      'health: not measured — KL and relative error compare the candidate with a baseline, and these pairs have none (the repeats above compare the candidate with itself)',
+    );
+  else if (ctx.health) out.push('', ...healthLines(ctx.health));
   if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (reported on stderr)`);
   out.push('', `note: ${ABSENCE_NOTE}`);
   return `${out.join('\n')}\n`;
@@ -138,6 +144,14 @@ function headerLines(d: SummaryData, ctx: ReportContext): string[] {
   out.push(
     `pairs ${int(d.pairs)}, compared ${int(d.compared)}${unc.length ? `; not compared: ${unc.map(([k, n]) => `${k} ${int(n ?? 0)}`).join(', ')}` : ''}`,
   );
+  // Baseline-free, no pair is compared with a baseline: the repeat pairs are the comparison, said with their own figures.
+  if (d.baselineFree > 0)
+    for (const r of d.repeats) {
+      const compared = r.verdicts.identical + r.verdicts.noise + r.verdicts.self_inconsistent;
+      out.push(
+        `  baseline-free: ${int(r.pairs)} repeat pairs on the ${r.backend} (cold, then warm), ${int(compared)} compared, ${int(r.verdicts.self_inconsistent)} self_inconsistent; self shift max ${r.positionShift.max === null ? '—' : formatNats(r.positionShift.max)}; ${selfDetectorText(r, d)}`,
+      );
+    }
   // Why they were not compared: the causes are in the capture's records, and said here.
   for (const [k] of unc)
     for (const r of d.uncomparedReasons[k as keyof SummaryData['uncomparedReasons']] ?? [])
@@ -160,6 +174,15 @@ function verdictLines(d: SummaryData): string[] {
   return out;
 }
 
+/**
+ * A label and its count in `width` columns, the count's last digit in the last column: a label
+ * too long for its share (a decade such as `(0.0001, 0.001]`) takes room from the count's padding
+ * and keeps the column straight, with at least one space between them.
+ */
+export function countCell(label: string, count: string, width: number): string {
+  return `${label} ${count.padStart(Math.max(0, width - label.length - 1))}`;
+}
+
 /** The free-running position shift by decade, its quantiles, and each pair's largest. */
 function shiftLines(d: SummaryData): string[] {
   const out: string[] = [];
@@ -169,9 +192,7 @@ function shiftLines(d: SummaryData): string[] {
     `position shift, nats (${int(d.positionShift.n)} comparable free-running positions; noise floor ${d.noiseFloors.map((f) => formatNats(f)).join(', ') || '—'}${d.moreFloors ? ', …' : ''})`,
   );
   const smax = Math.max(0, ...ps.counts);
-  ps.counts.forEach((n, i) =>
-    out.push(`  ${decadeLabel(ps.edges, i).padEnd(14)}${int(n).padStart(10)}  ${bar(n, smax)}`),
-  );
+  ps.counts.forEach((n, i) => out.push(`  ${countCell(decadeLabel(ps.edges, i), int(n), 24)}  ${bar(n, smax)}`));
   out.push(
     `  ${quantiles(d.positionShift, [
       ['p50', 0.5],
@@ -205,7 +226,9 @@ function flipLines(d: SummaryData, ctx: ReportContext): string[] {
     );
   }
   if (d.flips.lowerBound > 0)
-    out.push(`  ${int(d.flips.lowerBound)} gaps are lower bounds (the candidate's token outside the baseline's top-k)`);
+    out.push(
+      `  ${d.flips.lowerBound === 1 ? '1 gap is a lower bound' : `${int(d.flips.lowerBound)} gaps are lower bounds`} (the candidate's token outside the baseline's top-k)`,
+    );
   return out;
 }
 
@@ -248,6 +271,13 @@ function scoringLines(d: SummaryData): string[] {
   return out;
 }
 
+/** The self detector's figures after the last pair: its window's pooled share (and what fires it) and CUSUM. */
+function selfDetectorText(r: SummaryData['repeats'][number], d: SummaryData): string {
+  const cfg = d.alertConfig;
+  const fires = cfg ? ` (fires at ≥ ${cfg.fireFraction} over ≥ ${cfg.minRequests})` : '';
+  return `self detector: window share ${r.detector.share.toFixed(2)} over the last ${int(r.detector.requests)} cold→warm pair${r.detector.requests === 1 ? '' : 's'}${fires}, CUSUM ${r.detector.cusum.toFixed(1)}`;
+}
+
 /** The repeat probes of each backend (cold, then warm), and the baseline-free note. */
 function repeatLines(d: SummaryData): string[] {
   const out: string[] = [];
@@ -270,6 +300,7 @@ function repeatLines(d: SummaryData): string[] {
           ['p99', 0.99],
         ])}`,
       );
+    if (d.alertConfig && r.detector.requests > 0) out.push(`  ${selfDetectorText(r, d)}`);
     if (r.verdicts.self_inconsistent > 0)
       out.push(
         `  self_inconsistent: the ${r.backend} disagrees with itself between a cold and a warm run: suspect the cache path — compare the state where it is written, in the medium and where it is read back`,
@@ -281,11 +312,21 @@ function repeatLines(d: SummaryData): string[] {
 /** What the detectors would have raised over the pairs in input order. */
 function alertLines(d: SummaryData): string[] {
   const out: string[] = [];
-  if (d.alerts.length > 0) {
-    out.push('', 'offline detectors (pairs in input order, forSeconds not applied):');
+  const cfg = d.alertConfig;
+  if (d.alerts.length > 0 && cfg) {
+    // How the offline run relates to the online one: the same pairs in the same order, the same
+    // floors; the alert section is this run's (--config), which need not be the one serve ran with.
+    const timing =
+      cfg.forSeconds > 0
+        ? `for ${cfg.forSeconds} s over the pairs' capture times (the mirror's ticker runs once a second: online it may fire a pair or so apart)`
+        : 'for 0 s';
+    out.push(
+      '',
+      `offline detectors (the pairs in capture order, each with the noise floor it was judged with above — the one in force online unless --config or --noise-floor replaced it; alert window ${cfg.window}, min ${cfg.minRequests}, fraction ${cfg.fireFraction}, ${timing} — the alert section of --config or the defaults: give serve's own to match its alerts):`,
+    );
     for (const a of d.alerts)
       out.push(
-        `  ${a.alert}${a.backend ? ` (${a.backend})` : ''} would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}${a.alert === 'LogprobSelfInconsistency' ? ' of the repeat pairs' : `, CUSUM ${a.cusum.toFixed(1)}`})`,
+        `  ${a.alert}${a.backend ? ` (${a.backend})` : ''} would fire at pair ${int(a.atPair)}, id ${a.id} (${a.where}) (pooled share ${a.pooledShare.toFixed(2)}${a.alert === 'LogprobSelfInconsistency' ? ' of the cold→warm repeat pairs' : `, CUSUM ${a.cusum.toFixed(1)}`})`,
       );
   }
   return out;

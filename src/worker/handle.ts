@@ -1,3 +1,4 @@
+import type { Backend } from '../core/types.js';
 import { Worker } from 'node:worker_threads';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'pino';
@@ -141,6 +142,10 @@ export class MirrorHandle implements MirrorTap {
   private readonly started: Promise<boolean>;
   private markStarted: (ok: boolean) => void = () => {};
   private detector: DetectorSummary = summarize(initialDetectorState());
+  private self: Record<Backend, DetectorSummary> = {
+    candidate: summarize(initialDetectorState()),
+    baseline: summarize(initialDetectorState()),
+  };
   /** Each backend's state as the worker last told it (src/backend/health.ts). */
   private backends: BackendStatus[] = [];
   private readonly closed: Promise<void>;
@@ -215,6 +220,11 @@ export class MirrorHandle implements MirrorTap {
     return this.detector;
   }
 
+  /** A backend's self-consistency detector as of the last settled pair (for the demo's progress lines). */
+  selfDetectorState(backend: Backend): Readonly<DetectorSummary> {
+    return this.self[backend];
+  }
+
   wantsBody(method: string, path: string, forced: boolean | undefined): boolean {
     return keepBodyFor(this.sampler, method, path, forced, this.full(), this.deps.metrics);
   }
@@ -254,6 +264,7 @@ export class MirrorHandle implements MirrorTap {
     switch (m.t) {
       case 'settled':
         this.detector = m.state;
+        this.self = m.self;
         if (this.outstanding > 0) this.outstanding--;
         if (this.outstanding === 0) this.wakeIdle();
         break;

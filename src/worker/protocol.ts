@@ -1,3 +1,4 @@
+import type { Backend } from '../core/types.js';
 import type { MetricObjectWithValues, MetricValue } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import type { AlertTransition, DetectorState } from '../core/detector.js';
@@ -33,7 +34,8 @@ export type ToWorker =
   | { t: 'close' };
 
 export type FromWorker =
-  | { t: 'settled'; state: DetectorSummary }
+  /** A pair settled: the pair detectors' state, and each backend's self-consistency detector. */
+  | { t: 'settled'; state: DetectorSummary; self: Record<Backend, DetectorSummary> }
   | { t: 'log'; line: string }
   | { t: 'pair'; pair: MirroredPair }
   | { t: 'alert'; transition: AlertTransition }

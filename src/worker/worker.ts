@@ -120,7 +120,15 @@ const mirror: Mirror = new Mirror({
   metrics,
   candidatePool,
   listeners,
-  onSettled: () => post({ t: 'settled', state: summarize(mirror.detectorState) }),
+  onSettled: () =>
+    post({
+      t: 'settled',
+      state: summarize(mirror.detectorState),
+      self: {
+        candidate: summarize(mirror.selfDetectorState('candidate')),
+        baseline: summarize(mirror.selfDetectorState('baseline')),
+      },
+    }),
   health,
 });
 

@@ -118,6 +118,8 @@ export interface LlamaEnginesOptions {
   env?: Readonly<Record<string, string>>;
   /** The API and prefix cache of both engines. */
   engine?: DemoEngineApi;
+  /** Told what the start is doing: the processes spawned, then each engine as it answers. */
+  progress?: (line: string) => void;
 }
 
 /**
@@ -138,9 +140,19 @@ export async function startLlamaEngines(
     ...(e.prefixCache !== undefined ? { prefixCache: e.prefixCache } : {}),
     ...(e.slotSavePath ? { args: ['--slot-save-path', e.slotSavePath] } : {}),
   };
+  const progress = options.progress ?? (() => {});
+  const t0 = Date.now();
+  progress(
+    `starting two llama.cpp engines in their own processes (baseline clean, candidate ${options.fault === 'none' ? 'clean' : `with ${options.fault}`}): each generates its tiny model on first use, loads llama.cpp, then listens`,
+  );
+  // Each engine said as it answers: the slower one is what the demo still waits for.
+  const said = (name: string) => (p: LlamaEngineProcess) => {
+    progress(`${name} engine answers at ${p.url} (pid ${p.pid}, ${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+    return p;
+  };
   const started = await Promise.allSettled([
-    spawnLlamaEngine({ ...common, fault: null }),
-    spawnLlamaEngine({ ...common, fault: options.fault === 'none' ? null : options.fault }),
+    spawnLlamaEngine({ ...common, fault: null }).then(said('baseline')),
+    spawnLlamaEngine({ ...common, fault: options.fault === 'none' ? null : options.fault }).then(said('candidate')),
   ]);
   const [base, cand] = started;
   if (base?.status !== 'fulfilled' || cand?.status !== 'fulfilled') {
@@ -182,6 +194,8 @@ export interface ChooseEnginesOptions {
   env?: Readonly<Record<string, string>>;
   /** What both engines pretend to be (default: the old engines; the prefix cache on for a cache-hit fault). */
   engine?: DemoEngineApi;
+  /** Told what the start is doing, line by line (which engines start, each as it answers). */
+  progress?: (line: string) => void;
 }
 
 /**
@@ -195,12 +209,17 @@ export async function chooseEngines(options: ChooseEnginesOptions): Promise<Demo
   // A fault that shows only on cache hits needs both engines to keep the previous request's prefix.
   const prefixCache = options.engine?.prefixCache ?? (needsPrefixCache(plan) ? true : undefined);
   const api: DemoEngineApi = { ...options.engine, ...(prefixCache !== undefined ? { prefixCache } : {}) };
-  if (choice === 'sim') return startSimEngines(plan.sim, undefined, simLabel, api);
+  const progress = options.progress ?? (() => {});
+  const sim = () => {
+    progress('starting the simulated engines in this process');
+    return startSimEngines(plan.sim, undefined, simLabel, api);
+  };
+  if (choice === 'sim') return sim();
   if (plan.llama === null) {
     if (choice === 'llama')
       throw new EngineStartError(`fault '${plan.requested}' exists only on the simulated engines`, '');
     options.notice(`fault '${plan.requested}' exists only on the simulated engines: using them`);
-    return startSimEngines(plan.sim, undefined, simLabel, api);
+    return sim();
   }
   try {
     const engines = await startLlamaEngines({
@@ -210,11 +229,12 @@ export async function chooseEngines(options: ChooseEnginesOptions): Promise<Demo
       ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
       ...(options.env ? { env: options.env } : {}),
       engine: api,
+      progress,
     });
     return { ...engines, candidateLabel: faultLabel(plan.llama, plan.requested) };
   } catch (err) {
     if (choice === 'llama' || !(err instanceof EngineStartError)) throw err;
     options.notice(`llama.cpp engines unavailable (${err.reason}): falling back to simulated engines`);
-    return startSimEngines(plan.sim, undefined, simLabel, api);
+    return sim();
   }
 }
