@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-const DIR = new URL('../fixtures/llama-server-b4748', import.meta.url);
+const DIR = new URL('../fixtures/llama-server-b4748/', import.meta.url);
 const file = (name: string): string => readFileSync(new URL(name, DIR), 'utf8');
 
 /** The prompt every recorded request used (fixtures README). */
