@@ -18,6 +18,7 @@ import { startUpstream, type TestUpstream } from './helpers/upstream.js';
 import { detectEngine, KeyRefusedError } from '../src/backend/engines/detect.js';
 import { llamacppProfile } from '../src/backend/engines/llamacpp.js';
 import { Pool } from 'undici';
+import { Backends } from '../src/backend/client.js';
 
 const servers: EngineServerHandle[] = [];
 after(async () => {
@@ -396,6 +397,41 @@ describe('the determinism check: the prefix cache told apart from batching, only
       await s.close();
     }
   });
+});
+
+test("the mirror's client adopts the engine the start-up probe told, and asks the server nothing for it", async () => {
+  const pool = new Pool('http://127.0.0.1:9');
+  const hooks: string[] = [];
+  const scoring = {
+    when: 'diverged' as const,
+    maxPositions: 8,
+    topK: 5,
+    engines: { candidate: 'auto' as const, baseline: 'vllm' as const },
+  };
+  const options = {
+    pool,
+    ownsPool: true,
+    url: 'http://127.0.0.1:9',
+    timeoutMs: 1000,
+    idleTimeoutMs: 1000,
+    headers: { role: 'candidate' as const },
+  };
+  const b = new Backends(
+    { candidate: options, baseline: { ...options, ownsPool: false, headers: { role: 'baseline' as const } } },
+    scoring,
+    {
+      onProfile: (backend, profile, evidence) => hooks.push(`${backend} ${profile} ${evidence}`),
+    },
+  );
+  try {
+    b.candidate.adopt('llamacpp', 'server: llama.cpp');
+    assert.equal((await b.candidate.profile()).name, 'llamacpp', 'no request to the dead port: the adopted profile');
+    b.baseline!.adopt('sglang', 'probe');
+    assert.equal((await b.baseline!.profile()).name, 'vllm', 'a configured engine is never replaced');
+    assert.deepEqual(hooks, ['candidate llamacpp server: llama.cpp', 'baseline vllm configured']);
+  } finally {
+    await b.close();
+  }
 });
 
 describe('the llama-server flush empties every slot', () => {
