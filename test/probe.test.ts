@@ -434,6 +434,22 @@ test("the mirror's client adopts the engine the start-up probe told, and asks th
   }
 });
 
+test('a detection that gets no answer says it was detection, which request and why (not a bare undici code)', async () => {
+  const hung = await startUpstream(() => undefined);
+  const pool = new Pool(hung.url);
+  try {
+    await assert.rejects(
+      detectEngine({ pool, url: hung.url, headers: {}, timeoutMs: 60_000 }),
+      (err: unknown) =>
+        (err as Error).message ===
+        'engine detection failed: GET /v1/models: no answer within 3000 ms (UND_ERR_HEADERS_TIMEOUT)',
+    );
+  } finally {
+    await pool.destroy();
+    await hung.close();
+  }
+});
+
 describe('the llama-server flush empties every slot', () => {
   test('the probe and the engine profile erase each of /props total_slots', async () => {
     const s = await llamaLike({ slots: 4, cacheShift: 0 });

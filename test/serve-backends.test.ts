@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
+import { existsSync } from 'node:fs';
 import { request } from 'undici';
+import { chromium } from 'playwright-core';
 import type { Logger } from 'pino';
 import { createSimModel, startEngineServer, type EngineServerHandle } from '@logprobe/engine';
 import { BackendHealth, FAILURE_LOG_MS } from '../src/backend/health.js';
@@ -23,6 +25,7 @@ async function until<T>(f: () => T | undefined | null | false, what: string, ms 
 }
 
 const DEAD = 'http://127.0.0.1:9';
+const CHROMIUM = '/usr/bin/chromium';
 
 test('serve with a dead baseline: said at start with the cause, failures logged rate-limited, /readyz 200 naming it, /ui shows it; the candidate probed and exported', async () => {
   const candidate: EngineServerHandle = await startEngineServer({ model: createSimModel({ seed: 11 }), api: 'vllm' });
@@ -230,6 +233,25 @@ test('serve with a baseline that refuses baseline.apiKey: named at start (no eng
   const c = ui.data.backends.find((b) => b.backend === 'candidate')!;
   assert.deepEqual([c.state, c.lastError], ['reachable', null], 'the copies carried the client key');
   assert.doesNotMatch(lp.logs.text(), /a-wrong-key|client-key|the-right-key/);
+
+  // The page's backends table draws it (where the browser is installed: .ci/run installs it).
+  if (existsSync(CHROMIUM)) {
+    const browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--headless', '--no-sandbox', '--disable-gpu'],
+    });
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${lp.adminUrl}/ui`, { waitUntil: 'load' });
+      await page.waitForSelector('tr[data-backend="baseline"][data-state="rejected"]', { timeout: 10_000 });
+      const row = (await page.textContent('tr[data-backend="baseline"]'))!;
+      assert.match(row, /key rejected/);
+      assert.ok(row.includes(`baseline_error: ${rejected}`), row);
+      assert.equal(await page.getAttribute('tr[data-backend="baseline"] .badge', 'class'), 'badge a-firing');
+    } finally {
+      await browser.close();
+    }
+  }
 });
 
 test('failure lines: the first at once, then at most one a minute with the count since the last line', () => {
