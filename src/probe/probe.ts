@@ -150,7 +150,6 @@ const ENABLE: Partial<Record<CapabilityName, Partial<Record<EngineName, string>>
   determinism: {
     vllm: 'VLLM_BATCH_INVARIANT=1 (vllm-project/vllm#51187: breaks near 44 co-resident sequences)',
     sglang: '--enable-deterministic-inference',
-    llamacpp: '-np 1 (one slot: no batch)',
   },
 };
 
@@ -234,7 +233,7 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
     ? { name: o.adminKeyName ?? '--api-key', sent: true }
     : key.sent
       ? { name: `${key.name}; an admin key goes in ${o.adminKeyName ?? '--api-key'}`, sent: true }
-      : { name: o.adminKeyName ?? key.name, sent: false };
+      : { name: o.adminKeyName ? `set ${o.adminKeyName}` : key.name, sent: false };
   const get = (path: string): Promise<JsonAnswer> => requestJson(target, 'GET', path, undefined, o.timeoutMs);
   const post = (path: string, body: unknown): Promise<JsonAnswer> =>
     requestJson(target, 'POST', path, body, o.timeoutMs);
