@@ -36,6 +36,7 @@ test("every catalogue error, thrown by a command, is main's one line `logprobe: 
     LOGPROBE_UNWRITABLE_FILE: 2,
     LOGPROBE_NO_INPUT: 2,
     LOGPROBE_UNREACHABLE: 2,
+    LOGPROBE_KEY_REJECTED: 2,
     LOGPROBE_LISTEN: 2,
     LOGPROBE_ENGINES_MISSING: 2,
     LOGPROBE_ENGINES_UNAVAILABLE: 1,

@@ -35,13 +35,13 @@ test('the rate-limited failure line counts its copies in the singular and the pl
     () => {},
     () => now,
   );
-  health.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', false);
+  health.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', 503);
   now = 60_000;
-  health.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', false);
+  health.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', 503);
   now = 61_000;
-  health.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', false);
+  health.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', 503);
   now = 120_000;
-  health.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', false);
+  health.failed('baseline', 'baseline_error', 'HTTP 503: overloaded', 503);
   return new Promise<void>((resolve) =>
     setImmediate(() => {
       assert.match(lines[1] ?? '', /\(1 failed copy in the last minute, 2 since the start\)/);

@@ -99,23 +99,27 @@ function addLiveRoutes(app: FastifyInstance, deps: AdminDeps): void {
   });
 }
 
-/** `/readyz`: 503 while shutting down, with no proxy worker listening, or the candidate unreachable; names unreachable mirror backends. */
+/**
+ * `/readyz`: 503 while shutting down, with no proxy worker listening, or the candidate unreachable;
+ * names the mirror backends it cannot use: unreachable, or refusing their key (401/403).
+ */
 function addReadyRoute(app: FastifyInstance, deps: AdminDeps): void {
   app.get('/readyz', async (_request, reply) => {
     if (!deps.accepting()) return reply.code(503).send({ status: 'shutting down' });
     if (deps.proxyListening && !deps.proxyListening())
       return reply.code(503).send({ status: 'no proxy worker listening' });
     const ok = await deps.candidateReachable();
-    // About the client path only; a backend the mirror cannot reach is named, never a 503.
-    const unreachable = (deps.mirrorBackends?.() ?? []).filter((b) => b.state === 'unreachable');
+    // About the client path only; a backend the mirror cannot use is named, never a 503.
+    const failing = (deps.mirrorBackends?.() ?? []).filter((b) => b.state === 'unreachable' || b.state === 'rejected');
     const mirror =
-      unreachable.length === 0
+      failing.length === 0
         ? {}
         : {
-            mirror: unreachable.map((b) => ({
+            mirror: failing.map((b) => ({
               backend: b.backend,
               host: b.host,
-              reason: b.lastError?.reason ?? 'unreachable',
+              state: b.state,
+              reason: b.lastError?.reason ?? b.state,
               since: b.lastError ? new Date(b.lastError.at).toISOString() : null,
             })),
           };

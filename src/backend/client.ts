@@ -165,6 +165,16 @@ export class BackendClient {
   }
 
   /**
+   * Takes an engine told elsewhere (the start-up probe's detection) when none is configured and
+   * none was detected yet, so that the first pair to need it does not ask the server again.
+   */
+  adopt(engine: EngineName, evidence: string): void {
+    if (this.detected || this.shared.options.engines[this.side] !== 'auto') return;
+    this.detected = Promise.resolve(PROFILES[engine]);
+    this.shared.hooks.onProfile?.(this.side, engine, evidence);
+  }
+
+  /**
    * Fields to add to a copy for this backend's engine. Only once the profile is known: an `auto`
    * backend is detected when a pair first needs scoring, not before (a backend that is never
    * scored is never probed); until then copies go as they are and the continuation's ids come

@@ -30,3 +30,43 @@ export function failureReason(s: FailedAnswer): string {
     `HTTP ${s.status}${typeof message === 'string' && message.trim() ? `: ${message.trim().split('\n')[0]}` : ''}`,
   );
 }
+
+/**
+ * The credential a backend's requests carry, as the configuration calls it (`baseline.apiKey`),
+ * and whether one was sent at all; a refusal (401/403) is named by it.
+ */
+export interface KeyName {
+  name: string;
+  sent: boolean;
+}
+
+/** Whether a status is a refusal of the credentials (401 Unauthorized, 403 Forbidden). */
+export const refusesKey = (status: number): boolean => status === 401 || status === 403;
+
+/**
+ * A 401/403 named by the key it refused (`rejected the API key (baseline.apiKey)`, or `requires
+ * an API key: none was sent (…)`), followed by the answer's own reason; null for any other answer.
+ */
+export function keyRefusal(s: FailedAnswer, key: KeyName): string | null {
+  if ((s.error !== undefined && s.error !== null) || !refusesKey(s.status)) return null;
+  return `${refusedKey(key)}: ${failureReason(s)}`;
+}
+
+/** What a 401/403 says of the key: `rejected the API key (baseline.apiKey)`. */
+export function refusedKey(key: KeyName): string {
+  return key.sent ? `rejected the API key (${key.name})` : `requires an API key: none was sent (${key.name})`;
+}
+
+/**
+ * The key a backend's mirrored copies carry: the candidate gets each client's own (forwarded);
+ * the baseline `baseline.apiKey`, else the client's with `baseline.forwardAuth`, else none.
+ */
+export function copyKey(
+  backend: 'candidate' | 'baseline',
+  config: { baseline: { apiKey: string | null; forwardAuth: boolean } },
+): KeyName {
+  if (backend === 'candidate') return { name: "the client's own, forwarded", sent: true };
+  if (config.baseline.apiKey) return { name: 'baseline.apiKey', sent: true };
+  if (config.baseline.forwardAuth) return { name: "the client's own, baseline.forwardAuth", sent: true };
+  return { name: 'set baseline.apiKey', sent: false };
+}

@@ -1,12 +1,14 @@
 import type { Logger } from 'pino';
 import type { Backend } from '../core/types.js';
+import { refusedKey, refusesKey, type KeyName } from './failure.js';
 
 /**
  * What the mirror knows of each backend's state, said at once: the start-up probe's answer
  * (reachable, the engine and its version, or unreachable with the cause), then every failed copy.
  * Failures are logged rate-limited — the first at once, then at most one line a minute per
  * backend with the count since the last line and the newest cause — and kept for `/ui` and
- * `/readyz` (src/live/feed.ts, src/admin/app.ts).
+ * `/readyz` (src/live/feed.ts, src/admin/app.ts). A 401/403 is a backend that answers but refuses
+ * the key it was sent: `rejected`, its cause naming that key as the configuration calls it.
  */
 
 /** How long between two failure lines of one backend. */
@@ -17,8 +19,11 @@ export interface BackendStatus {
   backend: Backend;
   /** The backend's host:port (never credentials: URLs with them are refused by the config). */
   host: string;
-  /** `unknown` until the start-up probe or a first copy says. */
-  state: 'unknown' | 'reachable' | 'unreachable';
+  /**
+   * `unknown` until the start-up probe or a first copy says; `rejected`: it answers, but refuses
+   * the key it is sent (401/403).
+   */
+  state: 'unknown' | 'reachable' | 'unreachable' | 'rejected';
   engine: string | null;
   version: string | null;
   /** The newest failure (a copy that got no answer or an error status), epoch ms. */
@@ -28,6 +33,8 @@ export interface BackendStatus {
 }
 
 interface Entry extends BackendStatus {
+  /** The key the mirror's copies carry (src/backend/failure.ts copyKey). */
+  key: KeyName;
   /** Failures not yet in a log line. */
   pending: number;
   lastLogAt: number;
@@ -39,14 +46,15 @@ export class BackendHealth {
 
   constructor(
     private readonly log: Logger,
-    backends: ReadonlyArray<{ backend: Backend; url: string }>,
+    backends: ReadonlyArray<{ backend: Backend; url: string; key?: KeyName }>,
     /** Told of every change of a backend's state or last error (the main thread's /readyz copy). */
     private readonly onChange: (all: BackendStatus[]) => void = () => {},
     private readonly now: () => number = Date.now,
   ) {
-    for (const { backend, url } of backends) {
+    for (const { backend, url, key } of backends) {
       this.entries.set(backend, {
         backend,
+        key: key ?? { name: 'none configured', sent: false },
         host: new URL(url).host,
         state: 'unknown',
         engine: null,
@@ -60,14 +68,34 @@ export class BackendHealth {
     }
   }
 
-  /** The start-up probe's answer: logged once per backend. */
+  /**
+   * The start-up probe's answer: logged once per backend. `rejected`: it answered 401/403 to the
+   * key the probe sent (`reason` names it); `unprobed`: it wants a key the probe does not have (the
+   * candidate: the mirror's copies carry each client's own), so its state waits for a first copy.
+   */
   probed(
     backend: Backend,
-    r: { reachable: true; engine: string; version: string | null } | { reachable: false; reason: string },
+    r:
+      | { reachable: true; engine: string; version: string | null }
+      | { reachable: false; reason: string; rejected?: boolean; unprobed?: boolean },
   ): void {
     const e = this.entries.get(backend);
     if (!e) return;
-    if (r.reachable) {
+    if (!r.reachable && r.unprobed) {
+      this.log.info(
+        { backend, url: e.host, reason: r.reason },
+        `${backend} answers at ${e.host} but ${r.reason}; its engine and capabilities are not probed at start (the mirror's copies carry each client's own key)`,
+      );
+      return;
+    }
+    if (!r.reachable && r.rejected) {
+      e.state = 'rejected';
+      e.lastError = { reason: r.reason, outcome: 'probe', at: this.now() };
+      this.log.warn(
+        { backend, url: e.host, reason: r.reason },
+        `${backend} at ${e.host} ${r.reason} (the mirror's copies to it will fail until the key is right)`,
+      );
+    } else if (r.reachable) {
       Object.assign(e, { state: 'reachable', engine: r.engine, version: r.version });
       this.log.info(
         { backend, url: e.host, engine: r.engine, version: r.version },
@@ -91,20 +119,25 @@ export class BackendHealth {
     const was = e.state;
     e.state = 'reachable';
     if (was === 'unreachable') this.log.info({ backend, url: e.host }, `${backend} reachable again at ${e.host}`);
+    else if (was === 'rejected')
+      this.log.info({ backend, url: e.host }, `${backend} accepts its key again at ${e.host}`);
     this.changed();
   }
 
   /**
-   * A failed copy (`candidate_error` / `baseline_error`, with the cause). `transport`: no HTTP
-   * answer at all (refused, reset, timeout): the backend is unreachable.
+   * A failed copy (`candidate_error` / `baseline_error`, with the cause). `status` 0: no HTTP
+   * answer at all (refused, reset, timeout): the backend is unreachable; 401/403: it refused the
+   * key the copies carry, named in the cause.
    */
-  failed(backend: Backend, outcome: string, reason: string, transport: boolean): void {
+  failed(backend: Backend, outcome: string, reason: string, status: number): void {
     const e = this.entries.get(backend);
     if (!e) return;
     e.failures++;
     e.pending++;
-    e.lastError = { reason, outcome, at: this.now() };
-    if (transport) e.state = 'unreachable';
+    const refused = refusesKey(status);
+    e.lastError = { reason: refused ? `${refusedKey(e.key)}: ${reason}` : reason, outcome, at: this.now() };
+    if (status === 0) e.state = 'unreachable';
+    else if (refused) e.state = 'rejected';
     if (this.now() - e.lastLogAt >= FAILURE_LOG_MS) this.flush(e);
     else if (e.timer === null) {
       e.timer = setTimeout(() => this.flush(e), Math.max(0, e.lastLogAt + FAILURE_LOG_MS - this.now()));

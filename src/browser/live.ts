@@ -53,7 +53,7 @@
     byId('settings').textContent = parts.join(' \u00b7 ');
   }
 
-  // Each backend the mirror sends to: reachable or not, its engine, the last failed copy and its cause.
+  // Each backend the mirror sends to: reachable, unreachable or refusing its key, its engine, the last failed copy and its cause.
   function renderBackends(backends: any, now: number) {
     const body = byId('backend-body');
     clear(body);
@@ -66,7 +66,10 @@
       name.appendChild(el('span', 'muted', ' ' + b.host));
       tr.appendChild(name);
       const st = el('td');
-      st.appendChild(el('span', 'badge ' + (b.state === 'unreachable' ? 'a-firing' : 'a-inactive'), b.state));
+      const failing = b.state === 'unreachable' || b.state === 'rejected';
+      st.appendChild(
+        el('span', 'badge ' + (failing ? 'a-firing' : 'a-inactive'), b.state === 'rejected' ? 'key rejected' : b.state),
+      );
       tr.appendChild(st);
       tr.appendChild(el('td', 'muted', b.engine ? b.engine + (b.version ? ' ' + b.version : '') : ''));
       tr.appendChild(

@@ -3,7 +3,7 @@ import type { CommandFactory } from './commands.js';
 import { LogprobeError } from '../errors/index.js';
 import { loadConfig } from '../config/load.js';
 import { ENGINE_SETTINGS, type EngineSetting } from '../metrics/labels.js';
-import { probeEngine, requiredCapabilities, UnreachableError } from '../probe/probe.js';
+import { KeyRejectedError, probeEngine, requiredCapabilities, UnreachableError } from '../probe/probe.js';
 import { missingText, probeJson, probeTable } from '../probe/format.js';
 import { choiceArg, httpUrlFlag, numberArg } from './options.js';
 import { writeOut } from './stdout.js';
@@ -24,15 +24,18 @@ and its version (as candidate.engine: auto detects it), the logprobs cap (a requ
 refusal read), token ids on a mirrored copy, the engine's scoring method and whether it reads the
 cache, prompt logprobs with top-k, cache-hit counts (a new prompt, then the same again), the cache
 flush (only with mirror.repeat.flush: it empties the engine's prefix cache; --flush asks anyway),
-chat rendering for scoring, and determinism (one greedy request alone, then among 16 concurrent
-copies of itself: bitwise equal or not). Each line says what the server answered and the server
+chat rendering for scoring, and determinism (one greedy request alone, again, then among
+probe.concurrentCopies (16) concurrent copies of itself, on llama-server at most its slots:
+bitwise equal or not; on llama-server with the cache skipped, and once more with it, so that the
+prefix cache and batching are told apart). Each line says what the server answered and the server
 flag or setting that turns the feature on. Lines marked * are what the configuration's features
 (--config, or the defaults) need: scoring, repeat probes, flush, noiseFloor: exact.
 
 Exit codes:
   0  every feature the configuration uses works
   1  some do not: the last line names them and what enables each
-  2  URL answers nothing (one line with the cause), or a usage error
+  2  URL answers nothing (one line with the cause), refuses the key (401/403: one line naming it),
+     or a usage error
 `;
 
 /** `logprobe probe URL`: what an engine server offers logprobe, and how to turn on what it lacks. */
@@ -75,12 +78,14 @@ export const probeCommand: CommandFactory = (setExit) =>
           tlsInsecure: config.tlsInsecure,
           engine: flags.engine ?? 'auto',
           topK: config.mirror.topLogprobs,
+          copies: config.probe.concurrentCopies,
           flush: Boolean(flags.flush) || required.includes('flush'),
           required,
         });
       } catch (err) {
         if (err instanceof UnreachableError)
           throw new LogprobeError('LOGPROBE_UNREACHABLE', `${url} answers nothing: ${err.message}`);
+        if (err instanceof KeyRejectedError) throw new LogprobeError('LOGPROBE_KEY_REJECTED', `${url} ${err.message}`);
         throw err;
       }
       await writeOut(flags.json ? probeJson(report) : probeTable(report));

@@ -208,6 +208,11 @@ const sections = z.strictObject({
     .strictObject({
       atStart: z.enum(['full', 'reachability', 'off'], { error: 'expected full, reachability or off' }).default('full'),
       timeoutMs: positiveMs.default(10_000),
+      /**
+       * Concurrent copies of the determinism check's greedy request (on llama-server at most its
+       * `total_slots`: more would only hold its HTTP threads, `max(np+2, ncpu-1)`).
+       */
+      concurrentCopies: positiveInt.max(64, { error: 'expected a whole number from 1 to 64' }).default(16),
     })
     .prefault({}),
   analysis: z

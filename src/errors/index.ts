@@ -24,6 +24,8 @@ export const COMMAND_ERRORS = {
   LOGPROBE_NO_INPUT: { exitCode: 2 },
   /** `probe URL`: a URL that answers nothing (no HTTP answer at all). */
   LOGPROBE_UNREACHABLE: { exitCode: 2 },
+  /** `probe URL`: a URL that answers 401/403 (it refuses the key sent, or wants one). */
+  LOGPROBE_KEY_REJECTED: { exitCode: 2 },
   /** A port that cannot be listened on. */
   LOGPROBE_LISTEN: { exitCode: 2 },
   /** `demo`/`engine` without the test engines (the published package, the Docker image). */

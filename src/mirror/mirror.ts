@@ -1,10 +1,11 @@
-import type { Backend } from '../core/types.js';
 import type { Dispatcher } from 'undici';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { pickThresholds, type Thresholds } from '../core/index.js';
 import type { DetectorState } from '../core/detector.js';
 import type { PermutationWindow } from '../core/permutation.js';
+import type { Backend } from '../core/types.js';
+import type { EngineName } from '../metrics/labels.js';
 import type { Metrics } from '../metrics/registry.js';
 import { redactionOf, type Redaction } from '../log/redact.js';
 import { scrubFields } from '../log/logger.js';
@@ -298,6 +299,12 @@ export class Mirror {
   /** Resolves when no mirrored pair is queued or in flight (tests, replay). */
   idle(): Promise<void> {
     return this.queue.idle();
+  }
+
+  /** A backend's engine as the start-up probe told it, before its burst: the pairs' scoring takes it instead of detecting it again. */
+  adoptEngine(backend: Backend, engine: EngineName, evidence: string): void {
+    if (backend === 'baseline' && this.backends.baseline === null) return;
+    this.backends.side(backend).adopt(engine, evidence);
   }
 
   /** The admin server listens on `port` (0 in the config: known only now): alerts link to its live page. */

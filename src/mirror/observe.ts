@@ -154,7 +154,7 @@ export class PairObserver {
           `${backend}_error`,
           // The cause is logged and shown on /ui: an answer may quote the request's credentials.
           this.deps.redaction.scrub(failureReason(r), job.secrets, { byName: false }) as string,
-          r.status === 0,
+          r.status,
         );
       else h.answered(backend);
     };

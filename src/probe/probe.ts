@@ -3,9 +3,9 @@ import type { Config } from '../config/schema.js';
 import { parseResponse } from '../core/parse/index.js';
 import { cachedPromptTokens } from '../core/self.js';
 import type { TokenStep } from '../core/types.js';
-import { failureReason } from '../backend/failure.js';
+import { failureReason, keyRefusal, refusesKey, type KeyName } from '../backend/failure.js';
 import { parseLogprobLimit } from '../backend/limits.js';
-import { detectEngine } from '../backend/engines/detect.js';
+import { detectEngine, KeyRefusedError } from '../backend/engines/detect.js';
 import { requestJson, type JsonAnswer, type ScoringTarget } from '../backend/http.js';
 import type { EngineName } from '../metrics/labels.js';
 import { PROFILES } from '../backend/engines/index.js';
@@ -14,7 +14,8 @@ import type { Backend } from '../core/types.js';
 /**
  * `logprobe probe URL` and `serve`'s start-up check of each backend: what the engine behind a URL
  * offers logprobe, each feature asked of the server itself (a request above the logprobs cap, a
- * repeat that should be served from the cache, a flush, 1 + 16 copies of one greedy request), and
+ * repeat that should be served from the cache, a flush, one greedy request alone, again, and among
+ * concurrent copies of itself), and
  * the server flag or setting that turns on what is off. Nothing here is assumed from the engine's
  * name except where the server cannot be asked (whether a scoring pass reads the cache is read in
  * its source: docs/engines.md).
@@ -78,10 +79,31 @@ export class UnreachableError extends Error {
   override readonly name = 'UnreachableError';
 }
 
+/**
+ * A server that answers `GET /v1/models` with 401/403: it refuses the key the probe sent (the
+ * message names it: `rejected the API key (baseline.apiKey): HTTP 401: …`). Nothing else is asked
+ * and no engine is told from the refusal. `sent`: whether a key was sent at all.
+ */
+export class KeyRejectedError extends Error {
+  override readonly name = 'KeyRejectedError';
+  constructor(
+    message: string,
+    readonly sent: boolean,
+  ) {
+    super(message);
+  }
+}
+
 export interface ProbeOptions {
   url: string;
   /** Sent as `Authorization: Bearer …` on every request. */
   apiKey?: string | null;
+  /** How a refusal names the key (`baseline.apiKey`; default `--api-key`, the command's flag). */
+  keyName?: string;
+  /** Sent instead of the API key to the cache flush (SGLang's `--admin-api-key`). */
+  adminApiKey?: string | null;
+  /** How a refused flush names the admin key (`candidate.adminApiKey`). */
+  adminKeyName?: string;
   /** The served model's name; default the first of `/v1/models`. */
   model?: string | null;
   /** Per request, ms. */
@@ -93,8 +115,13 @@ export interface ProbeOptions {
   topK: number;
   /** Empty the engine's cache to test the flush (false: the flush line says it was not tried). */
   flush: boolean;
-  /** Concurrent copies of the greedy request in the determinism check (default 16). */
+  /**
+   * Concurrent copies of the greedy request in the determinism check (`probe.concurrentCopies`,
+   * default 16); on llama-server at most its `total_slots`.
+   */
   copies?: number;
+  /** Told the engine as soon as it is known, before any capability is asked (serve: the mirror adopts it). */
+  onEngine?(engine: EngineName, evidence: string): void;
   /** What the configuration needs of this backend. */
   required: CapabilityName[];
   /** Only whether it answers, the engine and its version (`probe.atStart: reachability`): no capability is asked. */
@@ -123,7 +150,6 @@ const ENABLE: Partial<Record<CapabilityName, Partial<Record<EngineName, string>>
   determinism: {
     vllm: 'VLLM_BATCH_INVARIANT=1 (vllm-project/vllm#51187: breaks near 44 co-resident sequences)',
     sglang: '--enable-deterministic-inference',
-    llamacpp: '-np 1 (one slot: no batch)',
   },
 };
 
@@ -167,7 +193,10 @@ function longPrompt(nonce: string): string {
 
 const GREEDY = { temperature: 0, top_p: 1, seed: 1234 };
 
-/** Runs the probe. Throws {@link UnreachableError} when the URL answers nothing. */
+/**
+ * Runs the probe. Throws {@link UnreachableError} when the URL answers nothing, {@link
+ * KeyRejectedError} when it refuses the key.
+ */
 export async function probeEngine(o: ProbeOptions): Promise<ProbeReport> {
   const pool = new Pool(new URL(o.url).origin, {
     connections: null,
@@ -189,12 +218,28 @@ export async function probeEngine(o: ProbeOptions): Promise<ProbeReport> {
 /** Probes the server on `pool`: who it is, then (unless reachability only) each capability. */
 async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   const headers: Record<string, string> = o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {};
-  const target: ScoringTarget = { pool, url: o.url, headers, timeoutMs: o.timeoutMs, model: null };
+  const target: ScoringTarget = {
+    pool,
+    url: o.url,
+    headers,
+    timeoutMs: o.timeoutMs,
+    model: null,
+    adminApiKey: o.adminApiKey ?? null,
+  };
+  const key: KeyName = o.apiKey
+    ? { name: o.keyName ?? '--api-key', sent: true }
+    : { name: o.keyName ?? 'pass --api-key', sent: false };
+  const adminKey: KeyName = o.adminApiKey
+    ? { name: o.adminKeyName ?? '--api-key', sent: true }
+    : key.sent
+      ? { name: `${key.name}; an admin key goes in ${o.adminKeyName ?? '--api-key'}`, sent: true }
+      : { name: o.adminKeyName ? `set ${o.adminKeyName}` : key.name, sent: false };
   const get = (path: string): Promise<JsonAnswer> => requestJson(target, 'GET', path, undefined, o.timeoutMs);
   const post = (path: string, body: unknown): Promise<JsonAnswer> =>
     requestJson(target, 'POST', path, body, o.timeoutMs);
 
-  const { model, engine, evidence, version } = await identify(o, target, get);
+  const { model, engine, evidence, version, told } = await identify(o, target, get, key);
+  if (told) o.onEngine?.(engine, evidence);
   const profile = PROFILES[engine];
   const report = { url: o.url, engine, evidence, version, model };
   if (o.reachabilityOnly) return { ...report, capabilities: [], required: [], missing: [] };
@@ -213,10 +258,21 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
         detail,
         enable: enable === undefined ? (ENABLE[name]?.[engine] ?? null) : enable,
       }),
+    postAdmin: (path, body) =>
+      requestJson(
+        target.adminApiKey
+          ? { ...target, headers: { ...headers, authorization: `Bearer ${target.adminApiKey}` } }
+          : target,
+        'POST',
+        path,
+        body,
+        o.timeoutMs,
+      ),
     completion: (extra) => post('/v1/completions', { ...(model ? { model } : {}), ...GREEDY, ...extra }),
-    why: (a) => failureReason({ status: a.status, body: a.body, error: null }),
+    why: (a) => keyRefusal(a, key) ?? failureReason({ status: a.status, body: a.body, error: null }),
+    whyAdmin: (a) => keyRefusal(a, adminKey) ?? failureReason({ status: a.status, body: a.body, error: null }),
   };
-  await probeAll(c, o, caps);
+  await probeAll(c, o);
   const capabilities = CAPABILITIES.map((n) => caps.get(n)!).filter(Boolean);
   const missing = o.required.filter((n) => caps.get(n)?.ok !== true);
   return { ...report, capabilities, required: o.required, missing };
@@ -227,28 +283,38 @@ async function identify(
   o: ProbeOptions,
   target: ScoringTarget,
   get: (path: string) => Promise<JsonAnswer>,
-): Promise<{ model: string | null; engine: EngineName; evidence: string; version: string | null }> {
+  key: KeyName,
+): Promise<{ model: string | null; engine: EngineName; evidence: string; version: string | null; told: boolean }> {
   let models: JsonAnswer;
   try {
     models = await get('/v1/models');
   } catch (err) {
     throw new UnreachableError(failureReason({ status: 0, body: null, error: transportError(err) }));
   }
+  if (refusesKey(models.status)) throw new KeyRejectedError(keyRefusal(models, key)!, key.sent);
   const listed = ((models.body as { data?: Array<{ id?: unknown }> } | null)?.data ?? [])
     .map((m) => m?.id)
     .find((id) => typeof id === 'string') as string | undefined;
   const model = o.model ?? listed ?? null;
+  // told: the engine is known (configured or detected), not the fallback of a failed detection.
   const detected =
     o.engine && o.engine !== 'auto'
-      ? { engine: o.engine, evidence: 'configured' }
-      : await detectEngine(target).catch(() => ({ engine: 'openai' as const, evidence: 'detection failed' }));
+      ? { engine: o.engine, evidence: 'configured', told: true }
+      : await detectEngine(target).then(
+          (d) => ({ ...d, told: true }),
+          (err: unknown) => {
+            if (err instanceof KeyRefusedError)
+              throw new KeyRejectedError(keyRefusal({ ...err.answer, error: null }, key)!, key.sent);
+            return { engine: 'openai' as const, evidence: (err as Error).message, told: false };
+          },
+        );
   const engine = detected.engine;
   const version = await engineVersion(engine, get);
-  return { model, engine, evidence: detected.evidence, version };
+  return { model, engine, evidence: detected.evidence, version, told: detected.told };
 }
 
 /** Runs every capability check in order, each recording its result through `c.set`. */
-async function probeAll(c: ProbeContext, o: ProbeOptions, caps: Map<CapabilityName, Capability>): Promise<void> {
+async function probeAll(c: ProbeContext, o: ProbeOptions): Promise<void> {
   const k = await probeTopK(c, o.topK);
   const steps = await probeCopy(c, k);
   await probeScoring(c, k, steps);
@@ -268,7 +334,7 @@ async function probeAll(c: ProbeContext, o: ProbeOptions, caps: Map<CapabilityNa
   );
 
   await probeChat(c);
-  await probeDeterminism(c, k, o.copies ?? 16, caps);
+  await probeDeterminism(c, k, o.copies ?? 16);
 }
 
 /** What every check of a probe asks with: the server, its engine and profile, and where results go. */
@@ -279,11 +345,16 @@ interface ProbeContext {
   model: string | null;
   get(path: string): Promise<JsonAnswer>;
   post(path: string, body: unknown): Promise<JsonAnswer>;
+  /** A POST with the admin key where one is given (the cache flush). */
+  postAdmin(path: string, body: unknown): Promise<JsonAnswer>;
   /** A capability's result (`enable`: how to turn it on; default the engine's flag for it). */
   set(name: CapabilityName, ok: boolean | null, detail: string, enable?: string | null): void;
   /** A greedy /v1/completions request with these fields. */
   completion(extra: Record<string, unknown>): Promise<JsonAnswer>;
+  /** Why an answer failed; a 401/403 names the key it refused. */
   why(a: JsonAnswer): string;
+  /** The same for the flush, naming the admin key. */
+  whyAdmin(a: JsonAnswer): string;
 }
 
 /** top_k_cap: the logprobs cap asked with one above anything logprobe asks; the top-k the other checks then use. */
@@ -438,15 +509,20 @@ async function probeFlush(
   countsOk: boolean,
   cacheBody: Record<string, unknown>,
 ): Promise<boolean | null> {
-  const f = await flushRequest(c.engine, c.post);
+  const f = await flushRequest(c);
   if (f === null) {
     c.set('flush', false, 'no cache reset on an OpenAI-compatible server', null);
     return null;
   }
   if (f.status < 200 || f.status >= 300) {
     const s = f.status;
-    const reason = s === 401 || s === 403 ? 'needs a key' : s === 400 ? 'refused (busy)' : 'not available';
-    c.set('flush', false, `${reason}: ${f.path} answered ${c.why(f)}`);
+    c.set(
+      'flush',
+      false,
+      refusesKey(s)
+        ? `${f.path} ${c.whyAdmin(f)}`
+        : `${s === 400 ? 'refused (busy)' : 'not available'}: ${f.path} answered ${c.why(f)}`,
+    );
     return null;
   }
   let detail = `${f.path} answered ${f.status}`;
@@ -494,39 +570,114 @@ async function probeChat(c: ProbeContext): Promise<void> {
   }
 }
 
-/** determinism: one greedy request alone, then among `copies` concurrent copies of itself. */
-async function probeDeterminism(
-  c: ProbeContext,
-  k: number,
-  copies: number,
-  caps: Map<CapabilityName, Capability>,
-): Promise<void> {
-  const det = { prompt: 'Count the layers: one, two,', max_tokens: 16, logprobs: k };
-  const alone = await c.completion(det).catch(errAnswer);
-  if (alone.status !== 200) c.set('determinism', false, `/v1/completions: ${c.why(alone)}`);
-  else {
-    const ref = parseResponse(alone.body).steps;
-    const again = runDifference(ref, parseResponse((await c.completion(det).catch(errAnswer)).body).steps);
-    const batch = await Promise.all(Array.from({ length: copies }, () => c.completion(det).catch(errAnswer)));
-    const diffs = batch.map((a) =>
-      a.status === 200 ? runDifference(ref, parseResponse(a.body).steps) : { equal: false, shift: 0, flipped: true },
-    );
-    const differ = diffs.filter((d) => !d.equal).length;
-    const flipped = diffs.filter((d) => d.flipped).length;
-    const worst = Math.max(0, ...diffs.map((d) => d.shift));
-    const serverSays = c.engine === 'sglang' ? await deterministicFlag(c.get) : null;
-    c.set(
-      'determinism',
-      again.equal && differ === 0,
-      !again.equal
-        ? `two lone runs already differ (max ${worst.toPrecision(2)} nats)`
-        : differ === 0
-          ? `bitwise equal alone and in each of ${copies} concurrent copies`
-          : `${differ} of ${copies} concurrent copies differ from the lone run (max ${worst.toPrecision(2)} nats${flipped ? `, ${flipped} with another token` : ''})`,
-    );
-    if (serverSays !== null)
-      caps.get('determinism')!.detail += `; server_info enable_deterministic_inference: ${serverSays}`;
+/** How two runs differ, in a few words: another token, the largest logprob move, or the top lists alone. */
+function howDiffer(d: RunDiff): string {
+  if (d.flipped) return 'another token';
+  return d.shift > 0 ? `max ${nats(d.shift)} nats` : 'in the top alternatives only';
+}
+
+/** A small difference in nats as two significant digits (`2.6e-4`, `0.12`). */
+function nats(x: number): string {
+  return x > 0 && x < 0.01 ? x.toExponential(1) : x.toPrecision(2);
+}
+
+/**
+ * determinism: one greedy request alone, again, then among concurrent copies of itself. Where the
+ * engine lets a request skip its prefix cache (llama-server's `cache_prompt: false`), the runs
+ * compared skip it, and one more pair of runs with the cache tells the cache's share apart from
+ * batching. The burst is `copies`, on llama-server at most its slots (`total_slots`): a request
+ * beyond them is never batched, it only holds one of the server's HTTP threads. What is suggested
+ * is only what would change the figure.
+ */
+async function probeDeterminism(c: ProbeContext, k: number, copies: number): Promise<void> {
+  const det: Record<string, unknown> = { prompt: 'Count the layers: one, two,', max_tokens: 16, logprobs: k };
+  const llama = c.engine === 'llamacpp';
+  const uncached = llama ? { ...det, cache_prompt: false } : det;
+  const slots = llama ? await totalSlots(c.get) : null;
+  const alone = await c.completion(uncached).catch(errAnswer);
+  if (alone.status !== 200) {
+    c.set('determinism', false, `/v1/completions: ${c.why(alone)}`);
+    return;
   }
+  const ref = parseResponse(alone.body).steps;
+  const diff = (a: JsonAnswer): RunDiff =>
+    a.status === 200 ? runDifference(ref, parseResponse(a.body).steps) : { equal: false, shift: 0, flipped: true };
+  const again = diff(await c.completion(uncached).catch(errAnswer));
+  // With the cache: one run fills it, the next reads its prefix.
+  let cached: RunDiff | null = null;
+  if (llama) {
+    await c.completion(det).catch(errAnswer);
+    cached = diff(await c.completion(det).catch(errAnswer));
+  }
+  const n = slots !== null ? Math.min(copies, slots) : copies;
+  const batch =
+    n > 1 ? await Promise.all(Array.from({ length: n }, () => c.completion(uncached).catch(errAnswer))) : [];
+  const diffs = batch.map(diff);
+  const { text, ok, enable } = determinismText(c.engine, { again, cached, diffs, n, copies, slots });
+  const serverSays = c.engine === 'sglang' ? await deterministicFlag(c.get) : null;
+  c.set(
+    'determinism',
+    ok,
+    serverSays === null ? text : `${text}; server_info enable_deterministic_inference: ${serverSays}`,
+    enable,
+  );
+}
+
+/**
+ * The determinism line from its runs: what was measured (lone runs with and without the cache,
+ * the burst), whether `noiseFloor: exact` holds, and only a setting that would change the figure.
+ */
+function determinismText(
+  engine: EngineName,
+  m: { again: RunDiff; cached: RunDiff | null; diffs: RunDiff[]; n: number; copies: number; slots: number | null },
+): { text: string; ok: boolean; enable: string | null } {
+  const { again, cached, diffs, n, copies, slots } = m;
+  const llama = engine === 'llamacpp';
+  const differ = diffs.filter((d) => !d.equal).length;
+  const flipped = diffs.filter((d) => d.flipped).length;
+  const worst = Math.max(0, ...diffs.map((d) => d.shift));
+  const parts: string[] = [];
+  if (!llama)
+    parts.push(
+      again.equal
+        ? 'two lone runs bitwise equal'
+        : `two lone runs differ (${howDiffer(again)}; the repeat may read the prefix cache: this engine cannot skip it per request)`,
+    );
+  else if (!again.equal)
+    parts.push(
+      `two lone runs differ without the cache too (${howDiffer(again)}, cache_prompt: false)${cached && !cached.equal ? `; with it ${howDiffer(cached)}` : ''}`,
+    );
+  else if (cached && !cached.equal)
+    parts.push(
+      `two lone runs differ with the cache (${howDiffer(cached)}) and are bitwise equal without it (cache_prompt: false): the prefix cache, not batching`,
+    );
+  else parts.push('two lone runs bitwise equal, with the cache and without it');
+  if (n > 1)
+    parts.push(
+      differ === 0
+        ? `bitwise equal in each of ${n} concurrent copies${n < copies ? ` (total_slots ${slots})` : ''}`
+        : `${differ} of ${n} concurrent copies differ from the lone run (max ${nats(worst)} nats${flipped ? `, ${flipped} with another token` : ''})`,
+    );
+  else if (slots === 1) parts.push('no concurrent copies: one slot (total_slots 1) batches no requests together');
+  else parts.push('no concurrent copies (probe.concurrentCopies 1)');
+  const ok = again.equal && differ === 0;
+  if (ok)
+    parts.push(
+      cached && !cached.equal
+        ? 'analysis.noiseFloor: exact is usable with the cache skipped (mirror.extraParams: {cache_prompt: false})'
+        : 'analysis.noiseFloor: exact is usable',
+    );
+  let enable: string | null = null;
+  if (!again.equal) {
+    if (llama) enable = slots !== null && slots > 1 ? `-np 1 (this server has ${slots} slots)` : null;
+    else if (engine === 'vllm') enable = '--no-enable-prefix-caching (if the repeat read the cache)';
+    else if (engine === 'sglang') enable = '--disable-radix-cache (if the repeat read the cache)';
+  } else if (differ > 0) {
+    if (llama)
+      enable = slots !== null && slots > 1 ? `-np 1 (this server has ${slots} slots: one batches nothing)` : null;
+    else enable = ENABLE.determinism?.[engine] ?? null;
+  }
+  return { text: parts.join('; '), ok, enable };
 }
 
 /** undici's error as the mirror records it (`CODE: message`). */
@@ -551,10 +702,14 @@ function topWidth(steps: readonly TokenStep[]): number | null {
  * (tokens, ids, logprobs, top lists); `shift` the largest |Δ logprob| of the chosen token before
  * the first token that differs (0 when none moved); `flipped` when a token differs.
  */
-export function runDifference(
-  a: readonly TokenStep[],
-  b: readonly TokenStep[],
-): { equal: boolean; shift: number; flipped: boolean } {
+export interface RunDiff {
+  equal: boolean;
+  shift: number;
+  flipped: boolean;
+}
+
+/** The {@link RunDiff} of two generations. */
+export function runDifference(a: readonly TokenStep[], b: readonly TokenStep[]): RunDiff {
   const key = (s: readonly TokenStep[]) => JSON.stringify(s.map((x) => [x.token, x.id ?? null, x.logprob, x.top]));
   let shift = 0;
   let flipped = a.length !== b.length;
@@ -602,20 +757,33 @@ async function deterministicFlag(get: (p: string) => Promise<JsonAnswer>): Promi
   return null;
 }
 
-/** The engine's cache reset as the profile's flush sends it, with the answer kept (null: the engine has none). */
-async function flushRequest(
-  engine: EngineName,
-  post: (p: string, b: unknown) => Promise<JsonAnswer>,
-): Promise<(JsonAnswer & { path: string }) | null> {
-  const path =
-    engine === 'vllm'
-      ? '/reset_prefix_cache'
-      : engine === 'sglang'
-        ? '/flush_cache'
-        : engine === 'llamacpp'
-          ? '/slots/0?action=erase'
-          : null;
+/**
+ * The engine's cache reset as the profile's flush sends it, with the answer kept (null: the engine
+ * has none). llama-server: every slot erased (`/props` `total_slots`), the first refusal kept.
+ */
+async function flushRequest(c: ProbeContext): Promise<(JsonAnswer & { path: string }) | null> {
+  if (c.engine === 'llamacpp') {
+    const n = (await totalSlots(c.get)) ?? 1;
+    let last: JsonAnswer = { status: 0, body: null, server: null };
+    for (let i = 0; i < n; i++) {
+      last = await c.postAdmin(`/slots/${i}?action=erase`, {}).catch(errAnswer);
+      if (last.status < 200 || last.status >= 300) return { ...last, path: `/slots/${i}?action=erase` };
+    }
+    return { ...last, path: n === 1 ? '/slots/0?action=erase' : `/slots/{0..${n - 1}}?action=erase (every slot)` };
+  }
+  const path = c.engine === 'vllm' ? '/reset_prefix_cache' : c.engine === 'sglang' ? '/flush_cache' : null;
   if (path === null) return null;
-  const a = await post(path, {}).catch(errAnswer);
+  const a = await c.postAdmin(path, {}).catch(errAnswer);
   return { ...a, path };
+}
+
+/** llama-server's slot count (`/props` `total_slots`, its `-np`), or null where it does not say. */
+async function totalSlots(get: (p: string) => Promise<JsonAnswer>): Promise<number | null> {
+  try {
+    const a = await get('/props');
+    const n = (a.body as { total_slots?: unknown } | null)?.total_slots;
+    return a.status === 200 && typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : null;
+  } catch {
+    return null;
+  }
 }

@@ -3,8 +3,16 @@ import type { Config } from '../config/schema.js';
 import type { BackendHealth } from '../backend/health.js';
 import type { Metrics } from '../metrics/registry.js';
 import { missingText } from './format.js';
-import { CAPABILITY_LABELS, probeEngine, requiredCapabilities, UnreachableError, type ProbeReport } from './probe.js';
+import {
+  CAPABILITY_LABELS,
+  KeyRejectedError,
+  probeEngine,
+  requiredCapabilities,
+  UnreachableError,
+  type ProbeReport,
+} from './probe.js';
 import type { Backend } from '../core/types.js';
+import type { EngineName } from '../metrics/labels.js';
 
 /**
  * `serve`'s start-up check (`probe.atStart`), in the mirror's worker: each backend probed once, in
@@ -13,25 +21,29 @@ import type { Backend } from '../core/types.js';
  * result logged once per backend and exported as `logprobe_engine_capability{backend,capability}`
  * (1 works, 0 does not; a capability not asked has no series). The candidate is asked without
  * credentials (the mirror's copies carry the client's; at start there is no client), the baseline
- * with `baseline.apiKey`. The flush is tried only where `mirror.repeat.flush` will flush anyway.
+ * with `baseline.apiKey`; a 401/403 is said as the key refused, named as the config calls it. The
+ * flush is tried only where `mirror.repeat.flush` will flush anyway, with `*.adminApiKey` where set.
+ * Each engine is told to `onEngine` as soon as it is known, before the probe's concurrent burst
+ * (the mirror adopts it rather than detecting it again while the burst holds the server).
  */
-export async function probeAtStart(o: {
-  config: Config;
-  health: BackendHealth;
-  metrics: Metrics;
-  logger: Logger;
-  signal?: AbortSignal;
-}): Promise<Array<ProbeReport | null>> {
+export async function probeAtStart(o: StartProbe): Promise<Array<ProbeReport | null>> {
   const { config } = o;
   if (config.probe.atStart === 'off') return [];
   const backends: Backend[] = config.baseline.url === null ? ['candidate'] : ['candidate', 'baseline'];
   return Promise.all(backends.map((b) => probeBackend(o, b)));
 }
 
-async function probeBackend(
-  o: { config: Config; health: BackendHealth; metrics: Metrics; logger: Logger; signal?: AbortSignal },
-  backend: Backend,
-): Promise<ProbeReport | null> {
+/** What the start-up probe reports to: health, metrics, the log, and who adopts each engine. */
+export interface StartProbe {
+  config: Config;
+  health: BackendHealth;
+  metrics: Metrics;
+  logger: Logger;
+  signal?: AbortSignal;
+  onEngine?(backend: Backend, engine: EngineName, evidence: string): void;
+}
+
+async function probeBackend(o: StartProbe, backend: Backend): Promise<ProbeReport | null> {
   const { config } = o;
   const side = backend === 'candidate' ? config.candidate : config.baseline;
   const url = side.url!;
@@ -41,6 +53,16 @@ async function probeBackend(
     report = await probeEngine({
       url,
       apiKey: backend === 'baseline' ? config.baseline.apiKey : null,
+      keyName:
+        backend === 'baseline'
+          ? config.baseline.apiKey
+            ? 'baseline.apiKey'
+            : 'set baseline.apiKey'
+          : 'the start-up probe has no key for the candidate',
+      adminApiKey: side.adminApiKey,
+      adminKeyName: `${backend}.adminApiKey`,
+      copies: config.probe.concurrentCopies,
+      onEngine: (engine, evidence) => o.onEngine?.(backend, engine, evidence),
       model: side.model,
       timeoutMs: config.probe.timeoutMs,
       tlsInsecure: config.tlsInsecure,
@@ -53,14 +75,28 @@ async function probeBackend(
     });
   } catch (err) {
     if (o.signal?.aborted) return null;
-    o.health.probed(backend, {
-      reachable: false,
-      reason: err instanceof UnreachableError ? err.message : (err as Error).message,
-    });
+    if (err instanceof KeyRejectedError)
+      o.health.probed(backend, {
+        reachable: false,
+        reason: err.message,
+        rejected: true,
+        // The candidate's copies carry each client's key: one the probe does not have is no fault.
+        unprobed: backend === 'candidate' && !err.sent,
+      });
+    else
+      o.health.probed(backend, {
+        reachable: false,
+        reason: err instanceof UnreachableError ? err.message : (err as Error).message,
+      });
     return null;
   }
   o.health.probed(backend, { reachable: true, engine: report.engine, version: report.version });
-  if (report.capabilities.length === 0) return report;
+  if (report.capabilities.length > 0) logCapabilities(o, backend, report);
+  return report;
+}
+
+/** The probe's capabilities: exported, and logged in one line (a warning when the configuration needs what is missing). */
+function logCapabilities(o: StartProbe, backend: Backend, report: ProbeReport): void {
   const g = o.metrics.gauge('logprobe_engine_capability');
   for (const c of report.capabilities) if (c.ok !== null) g.set({ backend, capability: c.name }, c.ok ? 1 : 0);
   const works = report.capabilities.filter((c) => c.ok === true).map((c) => CAPABILITY_LABELS[c.name]);
@@ -81,5 +117,4 @@ async function probeBackend(
       `${line}; this configuration needs what is missing: ${report.missing.map((n) => missingText(report, n)).join('; ')}`,
     );
   else o.logger.info(fields, line);
-  return report;
 }

@@ -8,6 +8,7 @@ import { createCaptureWriter, withCapture } from '../capture/sink.js';
 import { Mirror } from '../mirror/mirror.js';
 import { LiveFeed } from '../live/feed.js';
 import { BackendHealth } from '../backend/health.js';
+import { copyKey } from '../backend/failure.js';
 import { probeAtStart } from '../probe/startup.js';
 import type { MirrorListeners } from '../pair/types.js';
 import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './protocol.js';
@@ -81,8 +82,10 @@ const outer = capture ? withCapture(capture, forward) : forward;
 const health = new BackendHealth(
   logger.child({ module: 'mirror' }),
   [
-    { backend: 'candidate', url: config.candidate.url },
-    ...(config.baseline.url !== null ? [{ backend: 'baseline' as const, url: config.baseline.url }] : []),
+    { backend: 'candidate', url: config.candidate.url, key: copyKey('candidate', config) },
+    ...(config.baseline.url !== null
+      ? [{ backend: 'baseline' as const, url: config.baseline.url, key: copyKey('baseline', config) }]
+      : []),
   ],
   (backends) => post({ t: 'backends', backends }),
 );
@@ -167,6 +170,13 @@ port.on('message', (m: ToWorker) => {
 // Ready: the first snapshot tells the proxy's thread so, with every series at its start value.
 sendMetrics(null);
 // Then each backend is probed once (probe.atStart), in the background: nothing waits for it.
-void probeAtStart({ config, health, metrics, logger: logger.child({ module: 'probe' }), signal: probing.signal })
+void probeAtStart({
+  config,
+  health,
+  metrics,
+  logger: logger.child({ module: 'probe' }),
+  signal: probing.signal,
+  onEngine: (backend, engine, evidence) => mirror.adoptEngine(backend, engine, evidence),
+})
   .then(() => sendMetrics(null))
   .catch((err: unknown) => logger.error({ err }, 'start-up probe failed'));

@@ -1,5 +1,5 @@
 import type { TokenStep } from '../../core/types.js';
-import { postOk, ScoringError, UnsupportedError, type ScoringTarget } from '../http.js';
+import { postOk, requestJson, ScoringError, UnsupportedError, type ScoringTarget } from '../http.js';
 import {
   idPrompt,
   postFlush,
@@ -43,12 +43,17 @@ export const llamacppProfile: EngineProfile = {
     return tokenIds(await postOk(target, '/tokenize', { content: templated.prompt, add_special: true }));
   },
 
-  // Slot actions need --slot-save-path (501 otherwise); one slot (-np 1) is slot 0.
-  flush: (target) =>
-    postFlush(target, '/slots/0?action=erase', {
-      501: 'llama-server erases a slot only when started with --slot-save-path',
-      404: 'this llama-server has no /slots endpoint',
-    }),
+  // Slot actions need --slot-save-path (501 otherwise). Every slot is erased (`/props`
+  // `total_slots`, the server's -np): a request may be given any slot, and one that holds the
+  // prompt's prefix would serve it warm.
+  async flush(target) {
+    const n = await totalSlots(target);
+    for (let i = 0; i < n; i++)
+      await postFlush(target, `/slots/${i}?action=erase`, {
+        501: 'llama-server erases a slot only when started with --slot-save-path',
+        404: 'this llama-server has no /slots endpoint',
+      });
+  },
 
   async tokenize(target, text) {
     return tokenIds(await postOk(target, '/tokenize', { content: text, add_special: false }));
@@ -96,4 +101,11 @@ async function position(
   const alts = objectAlternatives(first.top_logprobs);
   const own = alts.find((a) => a.id === id);
   return forcedStep(id, own?.text ?? `token_id:${id}`, logprobAmong(id, alts), alts);
+}
+
+/** The server's slots (`/props` `total_slots`); 1 where it does not say (one slot is slot 0). */
+async function totalSlots(target: ScoringTarget): Promise<number> {
+  const a = await requestJson(target, 'GET', '/props');
+  const n = (a.body as { total_slots?: unknown } | null)?.total_slots;
+  return a.status === 200 && typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : 1;
 }
