@@ -31,7 +31,8 @@ scoring of its tokens — prompt and continuation steps — so that
   logprobe replay INPUT --candidate URL --baseline-from GOLDEN
 
 compares a new build with it, free-running and teacher-forced, without a live baseline.
-Records at least the top-10 alternatives --gate logits compares (mirror.topLogprobs when higher);
+Asks for the top-10 alternatives --gate logits compares (mirror.topLogprobs when higher), in the
+answers and in their scoring alike; each golden record keeps the k its scoring got (scored.topK);
 --max-tokens N for --gate tokens:N. Definition warnings of the backend's own numbers (a
 renormalised subset, probabilities, ...) are printed: a golden file of such numbers gates nothing.
 
@@ -78,6 +79,7 @@ export const recordCommand: CommandFactory = (setExit) =>
       const { concurrency, maxTokens } = flags;
       const config = configFrom(flags);
       const thresholds = resolveThresholds({}, config);
+      const topK = Math.max(config.mirror.topLogprobs, LOGITS_TOP);
       const { files: inputs } = await resolveInputs(args);
       const out = resolve(flags.out);
       const handle = await openGoldenFile(out);
@@ -94,12 +96,16 @@ export const recordCommand: CommandFactory = (setExit) =>
             apiKey: config.baseline.apiKey,
           },
           tlsInsecure: config.tlsInsecure,
-          // The logits gate compares each side's top-10: a golden file recorded with fewer could not be gated.
-          rewrite: { ...config.mirror, topLogprobs: Math.max(config.mirror.topLogprobs, LOGITS_TOP) },
+          // The logits gate compares each side's top-10: the answers and their scoring both ask for that many.
+          rewrite: { ...config.mirror, topLogprobs: topK },
           maxTokens,
           concurrency,
           // The backend is scored whatever the verdict would be: a golden record must hold its scoring for any later candidate.
-          scoring: { ...scoringOptions(config), when: config.analysis.scoring.when === 'never' ? 'never' : 'always' },
+          scoring: {
+            ...scoringOptions(config),
+            topK,
+            when: config.analysis.scoring.when === 'never' ? 'never' : 'always',
+          },
           thresholds,
           out: handle,
           outFile: out,
@@ -135,7 +141,7 @@ function summaryLines(result: Awaited<ReturnType<typeof runRecord>>, out: string
     .map(([k, n]) => `${k} ${n}`);
   const lines = [
     `recorded ${result.records} prompts to ${out}: ${ok} usable${bad.length ? ` (${bad.join(', ')})` : ''}`,
-    `scored ${s.ok} (${result.methods.join('; ') || 'none'}); unsupported ${s.unsupported}, skipped ${s.skipped}, failed ${s.failed}`,
+    `scored ${s.ok} (${result.methods.join('; ') || 'none'})${result.topK !== null ? ` with the top-${result.topK}` : ''}; unsupported ${s.unsupported}, skipped ${s.skipped}, failed ${s.failed}`,
     ...result.problems.map((p) => `  ${p}`),
     ...result.definition.map((d) => `definition: ${d.check} on ${d.records} records, first ${d.at}: ${d.detail}`),
   ];

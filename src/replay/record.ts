@@ -43,6 +43,8 @@ export interface RecordRunResult {
   /** Records by scoring outcome. */
   scoring: Record<GoldenScoring['outcome'], number>;
   methods: string[];
+  /** The smallest top-k the scoring got (the engine's cap may be below the k asked); null when nothing was scored. */
+  topK: number | null;
   /** The first few problems (an unusable answer, a failed scoring), as `id: reason`. */
   problems: string[];
   /** Definition warnings of the backend's own numbers, with the first record that showed each. */
@@ -156,6 +158,7 @@ class GoldenRecorder {
     outcomes: {},
     scoring: { ok: 0, unsupported: 0, skipped: 0, failed: 0 },
     methods: [],
+    topK: null,
     problems: [],
     definition: [],
   };
@@ -271,6 +274,7 @@ class GoldenRecorder {
     const scored = await scoreOwn(this.client, this.target, item, request, parsed, body, this.o.scoring);
     result.scoring[scored.outcome]++;
     if (scored.method && !result.methods.includes(scored.method)) result.methods.push(scored.method);
+    if (scored.topK !== undefined) result.topK = Math.min(result.topK ?? scored.topK, scored.topK);
     if (scored.outcome === 'failed') this.problem(`${id}: scoring failed: ${scored.reason}`);
     return scored;
   }
@@ -296,7 +300,8 @@ async function scoreOwn(
       profile: profile.name,
       method: profile.method,
       mode: profile.mode,
-      topK: spec.topK,
+      // The k the engine was scored with (within its cap), which the candidate is then asked for.
+      topK: s.topK,
       promptIds: [...spec.prompt],
       continuationIds: [...spec.continuation],
       promptStart: s.promptStart,
