@@ -4,7 +4,7 @@
 // the top-10 it needs, which `record` asks for by itself, in the answers and in their scoring.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { asHere, readmeBlock, runLine } from './helpers/readme.js';
@@ -74,5 +74,16 @@ test("the README's golden example works as written with the defaults: record, th
     readFileSync(join(cwd, 'replay.jsonl'), 'utf8'),
     /"scored":\{"outcome":"ok"/,
     'scored positions compared',
+  );
+  // A golden file whose scoring holds fewer (an older record, an engine's cap) cannot pass a top-10 gate: refused, named.
+  writeFileSync(
+    join(cwd, 'golden5.jsonl'),
+    readFileSync(join(cwd, 'golden.jsonl'), 'utf8').replaceAll('"topK":10', '"topK":5'),
+  );
+  const five = await runLine(asHere(lines[1]!.replace('golden.jsonl', 'golden5.jsonl')), cwd, env);
+  assert.equal(five.code, 2, five.out);
+  assert.match(
+    five.out,
+    /--gate logits:0\.01 compares each side's top-10: the golden records of golden5\.jsonl were scored with the top-5/,
   );
 });
