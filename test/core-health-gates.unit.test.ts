@@ -283,6 +283,53 @@ test('gates: each fails for its own reason and passes otherwise; an uncompared p
   );
 });
 
+test('gates: the tokens gate says how many tokens it compared, the logits gate the top-k it read', () => {
+  const z = logits(24);
+  const same = compare(parsed(specs(z)), parsed(specs(z)));
+  // Answers of 24 tokens under tokens:128: 24 compared, not 128.
+  const short = new GateAccumulator(parseGates(['tokens:128']));
+  short.add(gatePair(same, { candidate: 24, baseline: 24 }, 128));
+  const [s] = short.results();
+  assert.equal(s!.passed, true);
+  assert.match(s!.summary, /^PASS tokens:128: greedy token ids identical for the first 24 tokens \(of the 128 asked/);
+  assert.doesNotMatch(s!.summary, /identical for the first 128/);
+  // Prompts of different lengths: the span; every prompt at N or more: N.
+  short.add({
+    ...gatePair(
+      compare(parsed(specs(z.slice(0, 9))), parsed(specs(z.slice(0, 9)))),
+      { candidate: 9, baseline: 9 },
+      128,
+    ),
+    at: 'p:2',
+  });
+  assert.match(short.results()[0]!.summary, /identical for the first 9–24 tokens \(of the 128 asked/);
+  const full = new GateAccumulator(parseGates(['tokens:16']));
+  full.add(gatePair(same, { candidate: 24, baseline: 24 }, 24));
+  assert.match(full.results()[0]!.summary, /^PASS tokens:16: greedy token ids identical for the first 16; /);
+  // Nothing compared: no count is claimed.
+  const none = new GateAccumulator(parseGates(['tokens:16']));
+  none.add(gatePair(null));
+  assert.match(none.results()[0]!.summary, /^FAIL tokens:16: no prompt had its token ids compared; /);
+
+  // The logits gate labels the top lists it read: 10, or fewer (and then says so), as the health report does.
+  const ten = new GateAccumulator(parseGates(['logits']));
+  ten.add(gatePair(same, { candidate: 24, baseline: 24 }, 24));
+  assert.match(ten.results()[0]!.summary, /over each side's top-10 0\.000/);
+  const five = compare(parsed(specs(z, 5)), parsed(specs(z, 5)));
+  const g5 = new GateAccumulator(parseGates(['logits']));
+  g5.add(gatePair(five, { candidate: 24, baseline: 24 }, 24));
+  const [r5] = g5.results();
+  assert.match(
+    r5!.summary,
+    /over each side's top-5 \(top lists of 5 only, fewer than the 10 the figure is defined on\) 0\.000/,
+  );
+  assert.doesNotMatch(r5!.summary, /top-10/);
+  assert.match(judge(parseGates(['logits'])[0]!, gatePair(five)).message, /over each side's top-5 /);
+  const h = new HealthAccumulator();
+  h.add(five, 'p:1', 'p:1');
+  assert.equal(h.health().logits.topK, 5);
+});
+
 /** A trainer's dump of sampled tokens over the given logits, in the documented shape. */
 function trainerLine(id: string, z: number[][], chosen: number[], T = 1, k = 5): Record<string, unknown> {
   const rows = z.map((r) => logSoftmax(r, T));

@@ -33,6 +33,19 @@ export function httpUrlFlag(flag: string, raw: string | undefined): string {
   throw usageError(`${flag}: expected an http(s) URL, got '${raw}'`);
 }
 
+/**
+ * A backend's URL flag: an http(s) URL whose host is not a placeholder. A host written as one
+ * word in capitals (`http://TRUSTED:8000`, `http://NEW:8000`, as printed examples write the URL
+ * the user puts in) is refused at once, before a name lookup fails once a prompt.
+ */
+export function backendUrlFlag(flag: string, raw: string | undefined): string {
+  const url = httpUrlFlag(flag, raw);
+  const host = /^https?:\/\/(?:[^@/]*@)?([^:/?#]+)/i.exec(url)?.[1] ?? '';
+  if (/^[A-Z][A-Z0-9_]*$/.test(host) && host !== 'LOCALHOST')
+    throw usageError(`${flag} ${url}: ${host} is a placeholder: put the URL of your own server there`);
+  return url;
+}
+
 /** Commander's argParser for a flag that takes one of `choices`: anything else is a usage error naming the flag and the choices. */
 export function choiceArg<T extends string>(flag: string, choices: readonly T[]): (raw: string) => T {
   return (raw) => {

@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { noInput, unwritableFile, usageError } from '../errors/index.js';
 import { LOGITS_TOP } from '../core/index.js';
-import { httpUrlFlag, numberArg } from './options.js';
+import { backendUrlFlag, numberArg } from './options.js';
 import { startProgress } from './progress.js';
 import { writeOut } from './stdout.js';
 import { configFrom, resolveThresholds } from './thresholds.js';
@@ -18,6 +18,8 @@ interface RecordFlags {
   config?: string;
   maxTokens?: number;
   concurrency: number;
+  maxFailures: number;
+  keepDuplicates?: boolean;
 }
 
 const HELP = `
@@ -31,15 +33,23 @@ scoring of its tokens — prompt and continuation steps — so that
   logprobe replay INPUT --candidate URL --baseline-from GOLDEN
 
 compares a new build with it, free-running and teacher-forced, without a live baseline.
-Records at least the top-10 alternatives --gate logits compares (mirror.topLogprobs when higher);
+Asks for the top-10 alternatives --gate logits compares (mirror.topLogprobs when higher), in the
+answers and in their scoring alike; each golden record keeps the k its scoring got (scored.topK);
 --max-tokens N for --gate tokens:N. Definition warnings of the backend's own numbers (a
 renormalised subset, probabilities, ...) are printed: a golden file of such numbers gates nothing.
 
+Each distinct prompt is recorded once (replay finds it by its prompt, so one record answers every
+repeat of it; --keep-duplicates records every line). Before the first prompt the backend is asked
+GET /v1/models: one that answers nothing, or refuses the API key, is refused at once. A backend
+that fails --max-failures answers in a row (default 10) stops the recording.
+
 Exit codes:
   0  every prompt recorded (scored where the engine allows)
-  1  a prompt's answer was unusable (an error, no logprobs) or its scoring failed; the golden file
-     is still written, the line says which
-  2  usage error: a missing or bad flag, an unreadable INPUT, an unwritable --out, nothing to record
+  1  a prompt's answer was unusable (an error, no logprobs) or its scoring failed, or the recording
+     stopped after --max-failures failed answers in a row; the golden file is still written
+  2  usage error: a missing or bad flag, a placeholder URL (http://TRUSTED:8000), a backend that
+     answers nothing or refuses the API key, an unreadable INPUT, an unwritable --out, nothing to
+     record
 `;
 
 /** `logprobe record INPUT… --backend URL --out GOLDEN.jsonl`: a golden file for replay --baseline-from. */
@@ -66,16 +76,24 @@ export const recordCommand: CommandFactory = (setExit) =>
       numberArg('--concurrency', { min: 1, max: 1024, integer: true }),
       4,
     )
+    .option(
+      '--max-failures <n>',
+      'stop after this many failed answers in a row (an unreachable backend, HTTP errors)',
+      numberArg('--max-failures', { min: 1, integer: true }),
+      10,
+    )
+    .option('--keep-duplicates', 'record every input line, not each distinct prompt once')
     .addHelpText('after', HELP)
     .action((args: string[], flags: RecordFlags) => record(args, flags, setExit));
 
 /** The action: records the inputs into the golden file, prints the summary and sets the exit code. */
 async function record(args: string[], flags: RecordFlags, setExit: (code: number) => void): Promise<void> {
-  const backend = httpUrlFlag('--backend', flags.backend);
+  const backend = backendUrlFlag('--backend', flags.backend);
   if (flags.out === undefined) throw usageError('--out FILE is required (the golden file to write)');
   const { concurrency, maxTokens } = flags;
   const config = configFrom(flags);
   const thresholds = resolveThresholds({}, config);
+  const topK = Math.max(config.mirror.topLogprobs, LOGITS_TOP);
   const { files: inputs } = await resolveInputs(args);
   const out = resolve(flags.out);
   const handle = await openGoldenFile(out);
@@ -92,17 +110,23 @@ async function record(args: string[], flags: RecordFlags, setExit: (code: number
         apiKey: config.baseline.apiKey,
       },
       tlsInsecure: config.tlsInsecure,
-      // The logits gate compares each side's top-10: a golden file recorded with fewer could not be gated.
-      rewrite: { ...config.mirror, topLogprobs: Math.max(config.mirror.topLogprobs, LOGITS_TOP) },
+      // The logits gate compares each side's top-10: the answers and their scoring both ask for that many.
+      rewrite: { ...config.mirror, topLogprobs: topK },
       maxTokens,
       concurrency,
       // The backend is scored whatever the verdict would be: a golden record must hold its scoring for any later candidate.
-      scoring: { ...scoringOptions(config), when: config.analysis.scoring.when === 'never' ? 'never' : 'always' },
+      scoring: {
+        ...scoringOptions(config),
+        topK,
+        when: config.analysis.scoring.when === 'never' ? 'never' : 'always',
+      },
       thresholds,
       out: handle,
       outFile: out,
       secrets: configuredKeys(config),
       redactFields: config.log.redact,
+      maxFailures: flags.maxFailures,
+      keepDuplicates: flags.keepDuplicates === true,
       onSkip: (m) => process.stderr.write(`${m}\n`),
       onRecord: (done) => progress.update(done, {}),
     });
@@ -116,12 +140,24 @@ async function record(args: string[], flags: RecordFlags, setExit: (code: number
   await handle.close().catch((err: unknown) => {
     throw unwritableFile(out, err);
   });
-  if (result.records === 0) throw noInput(`nothing to record in ${inputs.join(', ')}`);
-  const ok = result.outcomes.ok ?? 0;
-  const s = result.scoring;
-  const lines = summaryLines(result, out);
-  void writeOut(`${lines.join('\n')}\n`);
-  setExit(ok < result.records || s.failed > 0 ? 1 : 0);
+  if (result.records === 0 && result.stopped === null) throw noInput(`nothing to record in ${inputs.join(', ')}`);
+  setExit(report(result, { out, backend, maxFailures: flags.maxFailures }));
+}
+
+/** Prints what the recording did and returns the exit code. */
+function report(
+  result: Awaited<ReturnType<typeof runRecord>>,
+  o: { out: string; backend: string; maxFailures: number },
+): number {
+  if (result.stopped !== null) {
+    // One line: the answers' problems would say the same cause once a prompt.
+    process.stderr.write(
+      `logprobe: record stopped: ${result.stopped} from --backend ${o.backend} (--max-failures ${o.maxFailures}); ${result.records} prompts recorded to ${o.out}\n`,
+    );
+    return 1;
+  }
+  void writeOut(`${summaryLines(result, o.out).join('\n')}\n`);
+  return (result.outcomes.ok ?? 0) < result.records || result.scoring.failed > 0 ? 1 : 0;
 }
 
 /** The summary record prints: the outcomes, the scoring, the problems and the definition warnings. */
@@ -132,8 +168,8 @@ function summaryLines(result: Awaited<ReturnType<typeof runRecord>>, out: string
     .filter(([k]) => k !== 'ok')
     .map(([k, n]) => `${k} ${n}`);
   const lines = [
-    `recorded ${result.records} prompts to ${out}: ${ok} usable${bad.length ? ` (${bad.join(', ')})` : ''}`,
-    `scored ${s.ok} (${result.methods.join('; ') || 'none'}); unsupported ${s.unsupported}, skipped ${s.skipped}, failed ${s.failed}`,
+    `recorded ${result.records} prompts to ${out}: ${ok} usable${bad.length ? ` (${bad.join(', ')})` : ''}${result.duplicates ? `; ${result.duplicates} repeated input lines not recorded (--keep-duplicates records every line)` : ''}`,
+    `scored ${s.ok} (${result.methods.join('; ') || 'none'})${result.topK !== null ? ` with the top-${result.topK}` : ''}; unsupported ${s.unsupported}, skipped ${s.skipped}, failed ${s.failed}`,
     ...result.problems.map((p) => `  ${p}`),
     ...result.definition.map((d) => `definition: ${d.check} on ${d.records} records, first ${d.at}: ${d.detail}`),
   ];

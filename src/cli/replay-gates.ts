@@ -120,6 +120,11 @@ function checkLogits(specs: readonly GateSpec[], golden: GoldenIndex | null, con
       : `mirror.topLogprobs is ${k} (set mirror.topLogprobs: ${LOGITS_TOP} or more in --config)`;
     throw usageError(`--gate ${logits.name} compares each side's top-${LOGITS_TOP}: ${where}`);
   }
+  const scored = golden?.minScoredTopK ?? null;
+  if (golden && scored !== null && scored < LOGITS_TOP)
+    throw usageError(
+      `--gate ${logits.name} compares each side's top-${LOGITS_TOP}: the golden records of ${golden.file} were scored with the top-${scored} (record them again with logprobe record, which scores with the top-${LOGITS_TOP})`,
+    );
 }
 
 /** The tokens to generate for a `tokens:N` gate (implied for a live replay without --max-tokens); caps go to `notes`. */

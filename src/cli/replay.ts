@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { LogprobeError, noInput } from '../errors/index.js';
-import { httpUrlFlag, numberArg } from './options.js';
+import { backendUrlFlag, numberArg } from './options.js';
 import { isNone } from '../config/values.js';
 import { startProgress } from './progress.js';
 import { checkWritable, writeHtmlReport } from './report-file.js';
@@ -154,14 +154,14 @@ async function replay(args: string[], flags: ReplayFlags): Promise<number> {
 }
 
 async function replaySettings(args: string[], flags: ReplayFlags): Promise<ReplaySettings> {
-  const candidateUrl = httpUrlFlag('--candidate', flags.candidate);
+  const candidateUrl = backendUrlFlag('--candidate', flags.candidate);
   // `--baseline none`: baseline-free, each input probes the candidate against itself (cold → warm).
   const baselineUrl =
     flags.baselineFrom !== undefined && flags.baseline === undefined
       ? null
       : flags.baseline !== undefined && isNone(flags.baseline)
         ? null
-        : httpUrlFlag('--baseline', flags.baseline);
+        : backendUrlFlag('--baseline', flags.baseline);
   const { concurrency, maxTokens } = flags;
   const rps = flags.rps ?? null;
   const failOn = parseFailOn(flags.failOn);

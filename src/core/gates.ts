@@ -157,7 +157,7 @@ function judgeLogits(t: number, c: Comparison): GateCase {
   const where = l.at ? `${l.at.block} position ${l.at.i}` : 'n/a';
   const note =
     l.topK !== null && l.topK < LOGITS_TOP ? `top lists of ${l.topK} (fewer than the ${LOGITS_TOP} asked)` : undefined;
-  const msg = `max |Δ logprob| over each side's top-${LOGITS_TOP}${shortest(l.topK)} ${l.lowerBound ? '≥ ' : ''}${formatNats(l.max)} ${l.max <= t ? '≤' : '>'} ${t} nats at ${where} (${l.n} positions)`;
+  const msg = `max |Δ logprob| over each side's ${topLabel(l.topK)} ${l.lowerBound ? '≥ ' : ''}${formatNats(l.max)} ${l.max <= t ? '≤' : '>'} ${t} nats at ${where} (${l.n} positions)`;
   return { status: l.max <= t ? 'passed' : 'failed', figure: l.max, message: msg, ...(note ? { note } : {}) };
 }
 
@@ -241,6 +241,8 @@ export class GateAccumulator {
     pooled: FigureSum;
     figure: number | null;
     topK: number | null;
+    /** tokens: the fewest and most tokens a passing prompt had compared. */
+    checked: { min: number; max: number } | null;
   }>;
 
   constructor(
@@ -257,6 +259,7 @@ export class GateAccumulator {
       pooled: new FigureSum(),
       figure: null,
       topK: null,
+      checked: null,
     }));
   }
 
@@ -268,6 +271,11 @@ export class GateAccumulator {
       if (r.status === 'error') s.errors++;
       if (r.note) s.notes.set(r.note, (s.notes.get(r.note) ?? 0) + 1);
       if (s.spec.kind === 'kl' && p.comparison?.health) s.pooled.merge(p.comparison.health.kl);
+      if (s.spec.kind === 'tokens' && r.status === 'passed' && r.figure !== null)
+        s.checked = {
+          min: Math.min(s.checked?.min ?? r.figure, r.figure),
+          max: Math.max(s.checked?.max ?? r.figure, r.figure),
+        };
       if (s.spec.kind === 'logits' && p.comparison?.health?.logits.topK != null)
         s.topK = Math.min(s.topK ?? LOGITS_TOP, p.comparison.health.logits.topK);
       const rank = rankOf(s.spec.kind, r);
@@ -305,7 +313,7 @@ export class GateAccumulator {
       return {
         ...base,
         ...(pooled !== undefined ? { pooled } : {}),
-        summary: summaryLine(s.spec, base, pooled ?? null),
+        summary: summaryLine(s.spec, base, pooled ?? null, s.checked),
       };
     });
   }
@@ -325,15 +333,29 @@ function rankOf(kind: GateKind, r: GateCase): number {
   }
 }
 
-/** What the logits gate read when a top list was shorter than the 10 asked: said beside the 10, never instead of it. */
-function shortest(topK: number | null): string {
-  return topK !== null && topK < LOGITS_TOP ? ` (the shortest list read: ${topK})` : '';
+/**
+ * The top lists the logits figure was read over, as the gate labels it: the k actually read (the
+ * shortest list of either side, at most 10, as the health report says it), and when under 10,
+ * that the figure is defined on 10.
+ */
+function topLabel(topK: number | null): string {
+  const k = Math.min(topK ?? LOGITS_TOP, LOGITS_TOP);
+  return `top-${k}${k < LOGITS_TOP ? ` (top lists of ${k} only, fewer than the ${LOGITS_TOP} the figure is defined on)` : ''}`;
+}
+
+/** The tokens gate's passing figure: the tokens actually compared (the gate's N, or fewer where the answers stopped sooner). */
+function identicalFor(n: number, checked: { min: number; max: number } | null): string {
+  if (checked === null) return 'no prompt had its token ids compared';
+  if (checked.min >= n) return `greedy token ids identical for the first ${n}`;
+  const span = checked.min === checked.max ? `${checked.min}` : `${checked.min}–${checked.max}`;
+  return `greedy token ids identical for the first ${span} tokens (of the ${n} asked: the answers were shorter)`;
 }
 
 function summaryLine(
   spec: GateSpec,
   r: Pick<GateResult, 'passed' | 'prompts' | 'failed' | 'errors' | 'figure'>,
   pooled: number | null,
+  checked: { min: number; max: number } | null = null,
 ): string {
   const failing =
     r.failed > 0
@@ -342,11 +364,11 @@ function summaryLine(
   const verb = r.passed ? 'PASS' : 'FAIL';
   switch (spec.kind) {
     case 'logits':
-      return `${verb} ${spec.name}: largest |Δ logprob| over each side's top-${LOGITS_TOP}${shortest(pooled)} ${formatNats(r.figure)} against ${spec.threshold} nats; ${failing}`;
+      return `${verb} ${spec.name}: largest |Δ logprob| over each side's ${topLabel(pooled)} ${formatNats(r.figure)} against ${spec.threshold} nats; ${failing}`;
     case 'kl':
       return `${verb} ${spec.name}: worst prompt's mean KL ${formatNats(r.figure)} against ${spec.threshold} nats (run mean ${formatNats(pooled)}); ${failing}`;
     case 'tokens':
-      return `${verb} ${spec.name}: ${r.figure === null ? `greedy token ids identical for the first ${spec.threshold}` : `earliest differing token at position ${r.figure} (of the first ${spec.threshold})`}; ${failing}`;
+      return `${verb} ${spec.name}: ${r.figure === null ? identicalFor(spec.threshold!, checked) : `earliest differing token at position ${r.figure} (of the first ${spec.threshold})`}; ${failing}`;
     case 'definition':
       return `${verb} definition: ${r.failed === 0 ? 'no definition warning' : `definition warnings on ${r.failed - r.errors} prompts`}; ${failing}`;
   }

@@ -439,6 +439,8 @@ export function nextSteps(captureDir: string, urls: { proxyUrl: string; adminUrl
     `  npx logprobe analyze ${captureDir} --json | head -1          # one pair, every field (docs/format.md)`,
     `  npx logprobe record ${captureDir} --backend http://TRUSTED:8000 --out golden.jsonl      # a golden file from your trusted build`,
     `  npx logprobe replay ${captureDir} --candidate http://NEW:8000 --baseline-from golden.jsonl   # the CI gate, without a live baseline`,
+    // The demo's engines stop with it: the two URLs are the user's to fill in (record and replay refuse them as printed).
+    "  (TRUSTED and NEW stand for your own servers: the build you trust and the build under test; the demo's engines stop with it)",
     ...(urls ? [`  while a demo runs: the live page ${urls.adminUrl}/ui and ${urls.adminUrl}/metrics`] : []),
   ];
 }

@@ -9,6 +9,7 @@ import {
   type RecordOptions,
 } from '../capture/record.js';
 import type { Comparison, Thresholds, TokenStep } from '../core/types.js';
+import { LOGITS_TOP } from '../core/health.js';
 import {
   notScored,
   scoredBlocks,
@@ -188,6 +189,8 @@ export interface GoldenIndex {
   problems: string[];
   /** The smallest top-k the golden requests asked for (null: none asked). */
   minTopK: number | null;
+  /** The smallest top-k the golden records' scoring was done with (null: none scored). */
+  minScoredTopK: number | null;
   /** The smallest `max_tokens` among them (null: none named). */
   minMaxTokens: number | null;
 }
@@ -200,7 +203,15 @@ export function maxTokensOf(body: Readonly<Record<string, unknown>>): number | n
 
 /** Reads a golden file (plain or gzip): every golden record by key (the first of a key wins). */
 export async function loadGolden(file: string): Promise<GoldenIndex> {
-  const index: GoldenIndex = { file, records: 0, byKey: new Map(), problems: [], minTopK: null, minMaxTokens: null };
+  const index: GoldenIndex = {
+    file,
+    records: 0,
+    byKey: new Map(),
+    problems: [],
+    minTopK: null,
+    minScoredTopK: null,
+    minMaxTokens: null,
+  };
   for await (const line of readJsonLines(file)) {
     if (line.error !== undefined) {
       index.problems.push(`${line.file}:${line.line}: ${line.error}`);
@@ -227,10 +238,23 @@ export async function loadGolden(file: string): Promise<GoldenIndex> {
     if (!index.byKey.has(r.key)) index.byKey.set(r.key, { ...r, line: line.line });
     const k = requestedLogprobs(r.request)?.k ?? null;
     if (k !== null) index.minTopK = Math.min(index.minTopK ?? k, k);
+    const sk = r.scored?.outcome === 'ok' ? scoredTopK(r.scored) : null;
+    if (sk !== null) index.minScoredTopK = Math.min(index.minScoredTopK ?? sk, sk);
     const m = maxTokensOf(r.request);
     if (m !== null) index.minMaxTokens = Math.min(index.minMaxTokens ?? m, m);
   }
   return index;
+}
+
+/**
+ * The k a golden record's scoring was done with: its `topK`, or for a record without one the
+ * longest top list it holds (what a candidate can be compared with at most).
+ */
+export function scoredTopK(g: GoldenScoring): number | null {
+  if (typeof g.topK === 'number') return g.topK;
+  let k: number | null = null;
+  for (const step of [...(g.prompt ?? []), ...(g.continuation ?? [])]) k = Math.max(k ?? 0, step[3].length);
+  return k;
 }
 
 /** A golden record's baseline side as a backend answer. */
@@ -296,7 +320,7 @@ export async function scoreAgainstGolden(
       model: modelOf(o.source.body),
       prompt,
       continuation: g.continuationIds,
-      topK: g.topK ?? 5,
+      topK: scoredTopK(g) ?? LOGITS_TOP,
       promptPositions: PROMPT_POSITIONS,
     };
     const c = await candidate.score(o.target, profile, spec);

@@ -6,10 +6,11 @@ import type { BackendResult } from '../backend/dispatch.js';
 import { rewriteForMirror, type RewriteOptions } from '../backend/rewrite.js';
 import type { MirrorOutcome } from '../pair/types.js';
 import { routeLabel } from '../metrics/labels.js';
-import { UnsupportedError, type ScoringTarget } from '../backend/http.js';
+import { requestJson, UnsupportedError, type ScoringTarget } from '../backend/http.js';
+import { failureReason } from '../backend/failure.js';
 import { Backends, type BackendClient, type ScoringOptions } from '../backend/client.js';
 import { createUpstreamPool, type UpstreamOptions } from '../backend/pool.js';
-import { unwritableFile } from '../errors/index.js';
+import { LogprobeError, unwritableFile } from '../errors/index.js';
 import { recordSecrets, redactionFor } from '../capture/record.js';
 import { buildGoldenRecord, encodeSteps, goldenKey, type GoldenScoring } from './golden.js';
 import { toReplayItem, type ReplayItem } from './input.js';
@@ -31,6 +32,10 @@ export interface RecordRunOptions {
   secrets: Array<string | null>;
   /** Extra names redacted (`log.redact`), as captures redact them. */
   redactFields?: readonly string[];
+  /** Stop sending after this many answers in a row that failed (a transport error or an HTTP error status). */
+  maxFailures: number;
+  /** Record every input line, repeats of a prompt (the same golden key) included. */
+  keepDuplicates: boolean;
   onSkip?: (message: string) => void;
   onRecord?: (done: number) => void;
 }
@@ -43,10 +48,16 @@ export interface RecordRunResult {
   /** Records by scoring outcome. */
   scoring: Record<GoldenScoring['outcome'], number>;
   methods: string[];
+  /** The smallest top-k the scoring got (the engine's cap may be below the k asked); null when nothing was scored. */
+  topK: number | null;
   /** The first few problems (an unusable answer, a failed scoring), as `id: reason`. */
   problems: string[];
   /** Definition warnings of the backend's own numbers, with the first record that showed each. */
   definition: Array<DefinitionWarning & { at: string; records: number }>;
+  /** Input lines not recorded: a prompt already recorded (its golden key seen before). */
+  duplicates: number;
+  /** Why the recording stopped before the end of its inputs (`maxFailures` failed answers in a row), else null. */
+  stopped: string | null;
 }
 
 /** Opens the golden file before anything is sent (0600, emptied): an unwritable path is a usage error. */
@@ -86,20 +97,29 @@ function mirroredBody(
 export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
   const r = new GoldenRecorder(o);
   const inflight = new Set<Promise<void>>();
+  const seen = new Set<string>();
   let queued = 0;
   try {
+    await checkAnswers(r.target, o.backend.url, o.backend.connectTimeoutMs);
     // Detected once up front: every copy then asks for the ids its engine can name (return_token_ids).
     if (o.scoring.when !== 'never') await r.client.profile(r.target).catch(() => undefined);
-    for (const file of o.inputs) {
+    inputs: for (const file of o.inputs) {
       for await (const line of readJsonLines(file)) {
         const item = line.error === undefined ? toReplayItem(line.value) : { error: line.error };
         if ('error' in item) {
           o.onSkip?.(`${line.file}:${line.line}: ${item.error}`);
           continue;
         }
+        // replay finds a prompt's golden record by this key: one record answers every repeat of it.
+        const key = goldenKey(item.route, item.body);
+        if (!o.keepDuplicates && seen.has(key)) {
+          r.result.duplicates++;
+          continue;
+        }
+        seen.add(key);
         while (inflight.size >= o.concurrency) await Promise.race(inflight);
-        // A golden file that cannot be written stops the recording: nothing more is sent.
-        if (r.out.error !== null) break;
+        // A golden file that cannot be written, or a backend that keeps failing, stops the recording.
+        if (r.out.error !== null || r.result.stopped !== null) break inputs;
         const p = r.recordInput(queued++, `${basename(file)}:${line.line}`, item).finally(() => inflight.delete(p));
         inflight.add(p);
       }
@@ -111,6 +131,32 @@ export async function runRecord(o: RecordRunOptions): Promise<RecordRunResult> {
     await r.close();
   }
   return r.result;
+}
+
+/**
+ * One request before the first prompt (`GET /v1/models`): a backend that answers nothing — a
+ * host that does not resolve, a refused connection, a timeout — is refused in one line naming
+ * the URL and the cause, before a golden file of failures is written; so is a backend that
+ * refuses the API key. Any other answer, an error status included, means it is there.
+ */
+async function checkAnswers(target: ScoringTarget, url: string, connectTimeoutMs: number | undefined): Promise<void> {
+  let status: number;
+  try {
+    ({ status } = await requestJson(target, 'GET', '/v1/models', undefined, Math.min(target.timeoutMs, 10_000)));
+  } catch (err) {
+    const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+    const c = e.cause?.code ? e.cause : e;
+    const reason = failureReason({ status: 0, body: null, error: `${c.code ?? 'ERROR'}: ${c.message ?? String(err)}` });
+    const timeout = c.code === 'UND_ERR_CONNECT_TIMEOUT' && connectTimeoutMs ? ` after ${connectTimeoutMs} ms` : '';
+    throw new LogprobeError('LOGPROBE_UNREACHABLE', `--backend ${url} answers nothing: ${reason}${timeout}`, {
+      cause: err,
+    });
+  }
+  if (status === 401 || status === 403)
+    throw new LogprobeError(
+      'LOGPROBE_CONFIG',
+      `--backend ${url} rejected the API key (baseline.apiKey): GET /v1/models answered ${status}`,
+    );
 }
 
 /** Lines written in the order of their numbers, whatever order they come in; after the first failed write, none. */
@@ -156,9 +202,14 @@ class GoldenRecorder {
     outcomes: {},
     scoring: { ok: 0, unsupported: 0, skipped: 0, failed: 0 },
     methods: [],
+    topK: null,
     problems: [],
     definition: [],
+    duplicates: 0,
+    stopped: null,
   };
+  /** Answers that failed in a row, as they came back. */
+  private failures = 0;
   /** In input order: a golden file diffs cleanly from one recording to the next. */
   readonly out: InOrderLines;
   private readonly recordOptions: Parameters<typeof buildGoldenRecord>[3];
@@ -240,8 +291,11 @@ class GoldenRecorder {
   ): { outcome: MirrorOutcome; parsed: ReturnType<typeof parseResponse> | null } {
     if (answer.error !== null || answer.status >= 400) {
       this.problem(`${id}: the backend answered ${answer.error ?? `HTTP ${answer.status}`}`);
+      if (++this.failures >= this.o.maxFailures && this.result.stopped === null)
+        this.result.stopped = `${this.failures} answers in a row failed (the last, ${id}: ${failureReason(answer)})`;
       return { outcome: 'baseline_error', parsed: null };
     }
+    this.failures = 0;
     const parsed = parseResponse(answer.body);
     if (parsed.format === 'unknown' || parsed.format === 'error') {
       this.problem(`${id}: ${parsed.error ?? 'not a completion response'}`);
@@ -271,6 +325,7 @@ class GoldenRecorder {
     const scored = await scoreOwn(this.client, this.target, item, request, parsed, body, this.o.scoring);
     result.scoring[scored.outcome]++;
     if (scored.method && !result.methods.includes(scored.method)) result.methods.push(scored.method);
+    if (scored.topK !== undefined) result.topK = Math.min(result.topK ?? scored.topK, scored.topK);
     if (scored.outcome === 'failed') this.problem(`${id}: scoring failed: ${scored.reason}`);
     return scored;
   }
@@ -296,7 +351,8 @@ async function scoreOwn(
       profile: profile.name,
       method: profile.method,
       mode: profile.mode,
-      topK: spec.topK,
+      // The k the engine was scored with (within its cap), which the candidate is then asked for.
+      topK: s.topK,
       promptIds: [...spec.prompt],
       continuationIds: [...spec.continuation],
       promptStart: s.promptStart,
