@@ -6,7 +6,6 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from './helpers/capture.js';
 import { runCli } from './helpers/cli.js';
@@ -91,9 +90,9 @@ test('demo --baseline none: one engine, its default fault a wrong restore on a c
   assert.match(run ?? '', /^run-\d{8}-\d{6}$/);
   const dir = `${root}/${run}`;
   assert.ok(stdout.includes(`  captures  ${dir}`));
-  // The closing block's commands, run as printed (`npx logprobe` is bin/logprobe.js, `| head -1`
+  // The closing block's commands, run as printed (`node …/bin/logprobe.js` as the demo was started, `| head -1`
   // the first line, the placeholder servers a simulated engine), in a folder of their own.
-  const printed = [...stdout.matchAll(/^ {2}npx logprobe (.+?)\s+# /gm)].map((m) => m[1]!.trim());
+  const printed = [...stdout.matchAll(/^ {2}node \S*bin\/logprobe\.js (.+?)\s+# /gm)].map((m) => m[1]!.trim());
   assert.deepEqual(
     printed.map((c) => c.split(' ').slice(0, 2)),
     [
@@ -116,11 +115,7 @@ test('demo --baseline none: one engine, its default fault a wrong restore on a c
     results.push(head === 'head -1' ? r.stdout.split('\n')[0]! : r.stdout);
   }
   const [report, json] = results;
-  assert.match(
-    readFileSync(join(cwd, 'demo-report.html'), 'utf8'),
-    /^<!doctype html>/i,
-    'the report is where the command says',
-  );
+  assert.match(readFileSync(`${dir}-report.html`, 'utf8'), /^<!doctype html>/i, 'the report is where the command says');
   assert.match(
     report!,
     /repeats on the candidate \(the same request twice: cold, then warm from its cache\): \d+ pairs, \d+ with the cache emptied first.*self_inconsistent \d+/,
@@ -132,7 +127,7 @@ test('demo --baseline none: one engine, its default fault a wrong restore on a c
     `one pair, where it is: ${json}`,
   );
   assert.deepEqual([pair.outcome, pair.verdict], ['ok', null], 'baseline-free: the pair was not compared');
-  assert.ok(existsSync(join(cwd, 'golden.jsonl')), 'record wrote the golden file the replay reads');
+  assert.ok(existsSync(`${dir}-golden.jsonl`), 'record wrote the golden file the replay reads');
 });
 
 test('demo --fault cache-hit with the baseline: the same prompt sometimes matches (cold) and sometimes not (warm); both alerts fire', async (t) => {

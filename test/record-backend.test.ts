@@ -31,7 +31,7 @@ test("the demo's next commands, run as printed, are refused at once in one line:
   const dir = tempDir(t, 'logprobe-record-');
   const input = promptSet(dir, 239, 12);
   const printed = nextSteps(input, null)
-    .map((l) => /^ {2}npx logprobe (\S+ .+?)\s+# /.exec(l)?.[1])
+    .map((l) => /^ {2}node bin\/logprobe\.js (\S+ .+?)\s+# /.exec(l)?.[1])
     .filter((c): c is string => c !== undefined && /^(record|replay) /.test(c));
   assert.equal(printed.length, 2);
   assert.ok(nextSteps(input, null).some((l) => /TRUSTED and NEW stand for your own servers/.test(l)));

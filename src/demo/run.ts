@@ -7,6 +7,7 @@ import type { MirroredPair } from '../pair/types.js';
 import { promptText } from '../report/strips.js';
 import { alertSummary, medianShiftText } from '../mirror/notify.js';
 import { formatNats } from '../core/explain.js';
+import { basename, isAbsolute, relative, sep } from 'node:path';
 import { runTraffic } from './traffic.js';
 import type { Backend } from '../core/types.js';
 
@@ -150,7 +151,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoSummary> {
   out(
     `done (${which}): ${sent} client requests, ${mirrored} mirrored; outcomes ${JSON.stringify(outcomes)}; verdicts ${JSON.stringify(verdicts)}; repeats ${JSON.stringify(repeats)}; alerts ${alerts.map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} ${a.to}`).join(', ') || 'none'}`,
   );
-  for (const line of nextSteps(options.captureDir, urls)) out(line);
+  for (const line of nextSteps(options.captureDir, urls, cliInvocation())) out(line);
   return { engine: engines.engine, mirrored, outcomes, verdicts, repeats, alerts, firstFiring, sent };
 }
 
@@ -430,15 +431,36 @@ export class LineFolder {
   }
 }
 
-/** The closing block: the exact commands to run next on what the demo captured. */
-export function nextSteps(captureDir: string, urls: { proxyUrl: string; adminUrl: string } | null): string[] {
+/**
+ * How this process was started, as a command to type: `node bin/logprobe.js` from the clone (the
+ * path relative to here), `logprobe` installed, `npx logprobe` from npx's cache, `npm run dev --`
+ * from the sources.
+ */
+export function cliInvocation(script = process.argv[1] ?? '', cwd = process.cwd()): string {
+  if (script.includes(`${sep}_npx${sep}`)) return 'npx logprobe';
+  if (basename(script) === 'logprobe') return 'logprobe';
+  if (script.endsWith('logprobe.js')) {
+    const rel = relative(cwd, script);
+    return `node ${rel.startsWith('..') || isAbsolute(rel) ? script : rel}`;
+  }
+  return 'npm run dev --';
+}
+
+/** The closing block: the exact commands to run next on what the demo captured (what they write goes beside it). */
+export function nextSteps(
+  captureDir: string,
+  urls: { proxyUrl: string; adminUrl: string } | null,
+  run = 'node bin/logprobe.js',
+): string[] {
+  const report = `${captureDir}-report.html`;
+  const golden = `${captureDir}-golden.jsonl`;
   return [
     '',
     `next, on what was just captured (${captureDir}):`,
-    `  npx logprobe analyze ${captureDir} --html demo-report.html    # verdicts, shifts, flips, the worst pairs; open demo-report.html`,
-    `  npx logprobe analyze ${captureDir} --json | head -1          # one pair, every field (docs/format.md)`,
-    `  npx logprobe record ${captureDir} --backend http://TRUSTED:8000 --out golden.jsonl      # a golden file from your trusted build`,
-    `  npx logprobe replay ${captureDir} --candidate http://NEW:8000 --baseline-from golden.jsonl   # the CI gate, without a live baseline`,
+    `  ${run} analyze ${captureDir} --html ${report}    # verdicts, shifts, flips, the worst pairs; open the page`,
+    `  ${run} analyze ${captureDir} --json | head -1          # one pair, every field (docs/format.md)`,
+    `  ${run} record ${captureDir} --backend http://TRUSTED:8000 --out ${golden}      # a golden file from your trusted build`,
+    `  ${run} replay ${captureDir} --candidate http://NEW:8000 --baseline-from ${golden}   # the CI gate, without a live baseline`,
     // The demo's engines stop with it: the two URLs are the user's to fill in (record and replay refuse them as printed).
     "  (TRUSTED and NEW stand for your own servers: the build you trust and the build under test; the demo's engines stop with it)",
     ...(urls ? [`  while a demo runs: the live page ${urls.adminUrl}/ui and ${urls.adminUrl}/metrics`] : []),
