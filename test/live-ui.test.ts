@@ -39,6 +39,18 @@ async function send(proxyUrl: string, i: number): Promise<number> {
   return res.statusCode;
 }
 
+/**
+ * Polls `ok` until it holds. Not page.waitForFunction: its string predicate is evaluated in the
+ * page, where the page's Content-Security-Policy (no 'unsafe-eval') refuses it once it has to poll.
+ */
+async function until(ok: () => Promise<boolean>, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await ok())) {
+    if (Date.now() > end) throw new Error(`not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 async function data(adminUrl: string, query = ''): Promise<{ worker: string; data: LiveData | null }> {
   const res = await request(`${adminUrl}/ui/data${query}`);
   assert.equal(res.statusCode, 200);
@@ -253,9 +265,7 @@ test(
       if (!r.url().startsWith(`${origin}/`) && !r.url().startsWith('data:')) foreign.push(r.url());
     });
     await page.goto(`${lp.adminUrl}/ui`, { waitUntil: 'load' });
-    await page.waitForFunction("document.getElementById('status')?.textContent?.startsWith('updated')", undefined, {
-      timeout: 10_000,
-    });
+    await until(async () => (await page.textContent('#status'))?.startsWith('updated') === true, 10_000);
     assert.equal(
       await page.locator('#alert-body tr').count(),
       4,
@@ -279,9 +289,7 @@ test(
     // Each backend's state (#26): both answered their copies.
     assert.match((await page.textContent('tr[data-backend="candidate"]'))!, /candidate.*reachable.*no failure/s);
     assert.equal(await page.getAttribute('tr[data-backend="baseline"]', 'data-state'), 'reachable');
-    await page.waitForFunction("document.querySelectorAll('#pair-list .live-pair').length === 8", undefined, {
-      timeout: 8000,
-    });
+    await until(async () => (await page.locator('#pair-list .live-pair').count()) === 8, 8000);
     const shown = await page.$$eval('#mix-body tr', (rows) =>
       Object.fromEntries(
         rows.map((r) => [r.getAttribute('data-verdict'), Number(r.querySelector('.count')!.textContent)]),
@@ -296,10 +304,9 @@ test(
     const pvalue = metricValue(m, 'logprobe_alert_test_pvalue');
     assert.ok(pvalue !== undefined && pvalue > 0 && pvalue <= 1, `logprobe_alert_test_pvalue ${pvalue}`);
     const shownP = pvalue < 0.01 ? pvalue.toExponential(1) : pvalue.toFixed(2);
-    await page.waitForFunction(
-      `document.getElementById('window-now')?.textContent?.includes(${JSON.stringify(`permutation test p = ${shownP} over `)})`,
-      undefined,
-      { timeout: 8000 },
+    await until(
+      async () => (await page.textContent('#window-now'))?.includes(`permutation test p = ${shownP} over `) === true,
+      8000,
     );
     assert.ok((await page.locator('#pair-list .tok.flip').count()) > 0, 'the flip is boxed');
 
@@ -353,9 +360,7 @@ test(
     t.after(() => browser.close());
     const page = await browser.newPage();
     await page.goto(`${lp.adminUrl}/ui`, { waitUntil: 'load' });
-    await page.waitForFunction(`document.querySelectorAll('#pair-list .live-pair').length === ${n}`, undefined, {
-      timeout: 10_000,
-    });
+    await until(async () => (await page.locator('#pair-list .live-pair').count()) === n, 10_000);
     const cards = await page.$$eval('#pair-list .live-pair', (els) =>
       els.map((e) => ({
         seq: Number(e.getAttribute('data-seq')),
