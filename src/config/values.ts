@@ -13,6 +13,17 @@ export function isHttpUrl(s: string): boolean {
   }
 }
 
+/**
+ * Why `s` is not an http(s) URL, in words for after "expected an http(s) URL": with `http://` in
+ * front when that would make one (`localhost:8000` parses as the scheme `localhost:`, so the
+ * scheme's absence is guessed from the text, not from the parser).
+ */
+export function httpUrlHint(s: string): string {
+  const t = s.trim();
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(t) && isHttpUrl(`http://${t}`)) return `: did you mean http://${t}?`;
+  return '';
+}
+
 /** `none` or `null` (any case, blanks around it): no baseline. */
 export function isNone(s: string): boolean {
   return /^(none|null)$/i.test(s.trim());
