@@ -267,6 +267,14 @@ test('candidate.url and baseline.url naming the same server: a warning naming bo
   ])
     assert.deepEqual(configWarnings(buildConfig({ candidate: { url: c }, baseline: { url: b } })), []);
   assert.deepEqual(configWarnings(buildConfig({ baseline: null })), []);
+  // The live page refused on an exposed admin port without auth: said at start.
+  assert.deepEqual(
+    configWarnings(buildConfig({ admin: { host: '0.0.0.0' } })).map((w) => w.slice(0, 38)),
+    ['admin.host 0.0.0.0 without admin.auth:'],
+  );
+  assert.deepEqual(configWarnings(buildConfig({ admin: { host: '0.0.0.0', auth: { bearerToken: 't' } } })), []);
+  for (const host of ['127.0.0.1', '::1', 'localhost', '127.0.0.2'])
+    assert.deepEqual(configWarnings(buildConfig({ admin: { host } })), [], host);
 });
 
 test('admin.auth: bcrypt hashes only, one token source, metrics only with a credential', () => {

@@ -1,9 +1,9 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { isIP } from 'node:net';
 import { createSecureContext } from 'node:tls';
 import bcrypt from 'bcryptjs';
 import type { Config } from '../config/schema.js';
+import { isLoopback } from '../config/values.js';
 import { ConfigError, errnoReason } from '../errors/index.js';
 
 /**
@@ -37,15 +37,6 @@ const DUMMY_SALT = '$2b$10$abcdefghijklmnopqrstuu';
 
 const digest = (s: string | Buffer): Buffer => createHash('sha256').update(s).digest();
 const same = (a: Buffer, b: Buffer): boolean => timingSafeEqual(a, b);
-
-/** True for a bind address only this machine can reach (127.0.0.0/8, ::1, localhost). */
-export function isLoopback(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
-  if (h === 'localhost' || h.endsWith('.localhost')) return true;
-  if (isIP(h) === 4) return h.startsWith('127.');
-  if (isIP(h) === 6) return h === '::1' || /^::ffff:127\./.test(h);
-  return false;
-}
 
 export class AdminAuth {
   /** User → bcrypt hash. */

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { isPair, isScalar, LineCounter, parseDocument, visit, type Document, type Pair } from 'yaml';
 import { configSchema, type Config, type ConfigInput } from './schema.js';
 import { closest, coerceForKey, keysAt, schemaAt, valueKinds } from './keys.js';
-import { isNone } from './values.js';
+import { isLoopback, isNone } from './values.js';
 import { ConfigError, errnoReason } from '../errors/index.js';
 
 /**
@@ -69,7 +69,9 @@ type Env = Record<string, string | undefined>;
 /**
  * Lines about a valid config that is probably not what was meant. candidate.url and baseline.url
  * naming the same server is allowed (an A/A run: what logprobe reports when nothing differs), but
- * it is far more often a copied line, and then every verdict is noise.
+ * it is far more often a copied line, and then every verdict is noise. An admin port bound beyond
+ * loopback without admin.auth refuses the live page (src/admin/auth.ts): said at start, not first
+ * found by whoever opens /ui.
  */
 export function configWarnings(config: Config): string[] {
   const out: string[] = [];
@@ -81,6 +83,16 @@ export function configWarnings(config: Config): string[] {
   if (config.baseline.url !== null && same(config.candidate.url, config.baseline.url))
     out.push(
       `candidate.url and baseline.url are the same server (${new URL(config.candidate.url).origin}): every copy compares it with itself; give baseline.url the reference server, or baseline.url: none for a baseline-free mirror (an A/A run on purpose can ignore this)`,
+    );
+  const a = config.admin.auth;
+  if (
+    !isLoopback(config.admin.host) &&
+    Object.keys(a.basicAuthUsers).length === 0 &&
+    a.bearerToken === null &&
+    a.bearerTokenFile === null
+  )
+    out.push(
+      `admin.host ${config.admin.host} without admin.auth: the live page (/ui, /ui/data) answers 403 (docs/operations.md#securing-the-admin-port); /metrics, /healthz and /readyz are open`,
     );
   return out;
 }
