@@ -98,9 +98,13 @@ test('the image and the k8s manifests (admin on 0.0.0.0, scraped by pod IP) keep
   const configMap = parseAllDocuments(
     readFileSync(new URL('../config/k8s/configmap.yaml', import.meta.url), 'utf8'),
   )[0]!.toJS() as { data: Record<string, string> };
-  const k8sAdmin = (
-    parse(configMap.data['logprobe.yaml']!) as { admin: { host: string; port: number; allowedHosts?: string[] } }
+  const { auth: k8sAuth, ...k8sAdmin } = (
+    parse(configMap.data['logprobe.yaml']!) as {
+      admin: { host: string; port: number; allowedHosts?: string[]; auth?: unknown };
+    }
   ).admin;
+  // The live page's token from the Secret (test/fleet-k8s.test.ts); absent here, as without the Secret.
+  assert.deepEqual(k8sAuth, { bearerToken: '${ADMIN_TOKEN}' });
   const dockerfile = readFileSync(new URL('../Dockerfile', import.meta.url), 'utf8');
   const imageAdmin = /'admin: \{ host: ([^,]+), port: (\d+) \}'/.exec(dockerfile);
   assert.ok(imageAdmin, 'the Dockerfile writes an admin line');
@@ -116,6 +120,8 @@ test('the image and the k8s manifests (admin on 0.0.0.0, scraped by pod IP) keep
     assert.equal((await getWithHost(local, path, `127.0.0.1:${port}`)).status, 200, `${path}: the image's HEALTHCHECK`);
     assert.equal((await getWithHost(local, path, 'attacker.example')).status, 421);
   }
+  // Without the Secret's token the live page is refused on this non-loopback bind (test/admin-auth.test.ts).
+  assert.equal((await getWithHost(local, '/ui/data', '10.1.2.3:9464')).status, 403);
 });
 
 test('AdminHosts: a name as the bind address is allowed, addresses add nothing, allowedHosts entries are validated', () => {

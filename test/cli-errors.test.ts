@@ -1,7 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BIN, runCli } from './helpers/cli.js';
 import { Command } from 'commander';
@@ -147,4 +149,45 @@ test("--version is package.json's version, from the build and from the sources (
     { encoding: 'utf8' },
   );
   assert.deepEqual([source.status, source.stdout], [0, `${version}\n`], source.stderr);
+});
+
+test('config mistakes name where and what: YAML line and column, http:// for a URL without a scheme, the same server twice', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'logprobe-cli-config-'));
+  const bad = join(dir, 'bad.yaml');
+  writeFileSync(bad, 'mirror:\n  sampleRate: 1\n   bad: x\n');
+  const yaml = await runCli(['serve', '--check-config', '--config', bad]);
+  assert.equal(yaml.code, 2);
+  assert.equal(
+    yaml.stderr,
+    `logprobe: ${bad}: invalid configuration: YAML syntax error at line 2, column 15: Nested mappings are not allowed in compact mappings\n`,
+  );
+
+  const env = await runCli(['serve', '--check-config'], { env: { LOGPROBE_CANDIDATE_URL: 'localhost:8000' } });
+  assert.equal(env.code, 2);
+  assert.match(
+    env.stderr,
+    /candidate\.url \(from LOGPROBE_CANDIDATE_URL=localhost:8000\): expected an http\(s\) URL: did you mean http:\/\/localhost:8000\?\n$/,
+  );
+  const flag = await runCli([
+    'replay',
+    join(dir, 'x.jsonl'),
+    '--candidate',
+    'vllm:8000',
+    '--baseline',
+    'http://127.0.0.1:1',
+  ]);
+  assert.equal(flag.code, 2);
+  assert.match(
+    flag.stderr,
+    /--candidate: expected an http\(s\) URL, got 'vllm:8000': did you mean http:\/\/vllm:8000\?/,
+  );
+
+  const same = await runCli(['serve', '--check-config'], {
+    env: { LOGPROBE_CANDIDATE_URL: 'http://vllm:8000', LOGPROBE_BASELINE_URL: 'http://vllm:8000/' },
+  });
+  assert.equal(same.code, 0);
+  assert.match(
+    same.stderr,
+    /^logprobe: warning: candidate\.url and baseline\.url are the same server \(http:\/\/vllm:8000\)/m,
+  );
 });

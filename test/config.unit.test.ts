@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { buildConfig, envOrigins, loadConfig, readConfigFile } from '../src/config/load.js';
+import { buildConfig, configWarnings, envOrigins, loadConfig, readConfigFile } from '../src/config/load.js';
 import { ConfigError } from '../src/errors/index.js';
 import { issuesOf, yamlFile } from './helpers/config.js';
 
@@ -9,7 +9,13 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
   assert.deepEqual(c.listen, { host: '0.0.0.0', port: 8080 });
   assert.deepEqual(
     { ...c.admin, allowedHosts: [...c.admin.allowedHosts] },
-    { host: '127.0.0.1', port: 9464, allowedHosts: [] },
+    {
+      host: '127.0.0.1',
+      port: 9464,
+      allowedHosts: [],
+      auth: { basicAuthUsers: {}, bearerTokenFile: null, bearerToken: null, metrics: false },
+      tls: null,
+    },
   );
   assert.equal(c.candidate.url, 'http://127.0.0.1:30000');
   assert.equal(c.candidate.timeoutMs, 120000);
@@ -174,6 +180,12 @@ test('an unreadable file, a YAML syntax error and a non-mapping are reported wit
     () => loadConfig({ file: bad, env: {} }),
     (err: unknown) => err instanceof ConfigError && /YAML syntax error/.test(err.message) && err.message.includes(bad),
   );
+  // Where: the line and column, as an editor counts them.
+  const nested = yamlFile('mirror:\n  sampleRate: 1\n   bad: x\n');
+  assert.deepEqual(
+    issuesOf(() => loadConfig({ file: nested, env: {} })),
+    ['YAML syntax error at line 2, column 15: Nested mappings are not allowed in compact mappings'],
+  );
   const list = yamlFile('- a\n- b\n');
   assert.deepEqual(
     issuesOf(() => loadConfig({ file: list, env: {} })),
@@ -221,5 +233,79 @@ test("serve's start line says what the mirror does: sample rate, routes, how to 
   assert.match(
     mirrorStartLine(loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '0' } })),
     /^mirroring nothing by default .* x-logprobe-mirror: 1 is mirrored/,
+  );
+});
+
+test('a URL without a scheme: did you mean http://…', () => {
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ candidate: { url: 'localhost:8000' }, baseline: { url: '10.0.0.7:8000/v1' } })),
+    [
+      'candidate.url: expected an http(s) URL: did you mean http://localhost:8000?',
+      'baseline.url: expected an http(s) URL: did you mean http://10.0.0.7:8000/v1?',
+    ],
+  );
+  // A scheme that is not http(s), or text that would not make a URL, gets no guess.
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ candidate: { url: 'ftp://x' }, baseline: { url: 'not a url' } })),
+    ['candidate.url: expected an http(s) URL', 'baseline.url: expected an http(s) URL'],
+  );
+});
+
+test('candidate.url and baseline.url naming the same server: a warning naming both keys', () => {
+  for (const [c, b] of [
+    ['http://vllm:8000', 'http://vllm:8000/'],
+    ['http://VLLM:8000/v1', 'http://vllm:8000/v1/'],
+  ])
+    assert.deepEqual(
+      configWarnings(buildConfig({ candidate: { url: c }, baseline: { url: b } })).map((w) => w.slice(0, 59)),
+      ['candidate.url and baseline.url are the same server (http://'],
+      `${c} ${b}`,
+    );
+  for (const [c, b] of [
+    ['http://vllm:8000', 'http://vllm:8001'],
+    ['http://vllm:8000/a', 'http://vllm:8000/b'],
+  ])
+    assert.deepEqual(configWarnings(buildConfig({ candidate: { url: c }, baseline: { url: b } })), []);
+  assert.deepEqual(configWarnings(buildConfig({ baseline: null })), []);
+  // The live page refused on an exposed admin port without auth: said at start.
+  assert.deepEqual(
+    configWarnings(buildConfig({ admin: { host: '0.0.0.0' } })).map((w) => w.slice(0, 38)),
+    ['admin.host 0.0.0.0 without admin.auth:'],
+  );
+  assert.deepEqual(configWarnings(buildConfig({ admin: { host: '0.0.0.0', auth: { bearerToken: 't' } } })), []);
+  for (const host of ['127.0.0.1', '::1', 'localhost', '127.0.0.2'])
+    assert.deepEqual(configWarnings(buildConfig({ admin: { host } })), [], host);
+});
+
+test('admin.auth: bcrypt hashes only, one token source, metrics only with a credential', () => {
+  const hash = '$2y$10$' + 'a'.repeat(53);
+  assert.deepEqual(buildConfig({ admin: { auth: { basicAuthUsers: { ops: hash } } } }).admin.auth.basicAuthUsers, {
+    ops: hash,
+  });
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ admin: { auth: { basicAuthUsers: { ops: 'hunter2' } } } })),
+    [
+      'admin.auth.basicAuthUsers.ops: expected a bcrypt hash, never the password itself (make one with: htpasswd -nBC 10 USER | cut -d: -f2)',
+    ],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ admin: { auth: { bearerToken: 't', bearerTokenFile: '/f' } } })),
+    ['admin.auth.bearerTokenFile: set one of bearerToken and bearerTokenFile, not both'],
+  );
+  assert.match(
+    issuesOf(() => buildConfig({ admin: { auth: { metrics: true } } }))[0]!,
+    /^admin\.auth\.metrics: applies only with a credential/,
+  );
+  // The token in the file itself is refused; through ${VAR} it is not written there.
+  const literal = yamlFile('admin: { auth: { bearerToken: abcdef123456 } }\n');
+  assert.match(
+    issuesOf(() => loadConfig({ file: literal, env: {} }))[0]!,
+    /^admin\.auth\.bearerToken: not written in the file/,
+  );
+  const ref = yamlFile('admin: { auth: { bearerToken: ${ADMIN_TOKEN} } }\n');
+  assert.equal(loadConfig({ file: ref, env: { ADMIN_TOKEN: 'abcdef123456' } }).admin.auth.bearerToken, 'abcdef123456');
+  assert.equal(
+    envOrigins({ LOGPROBE_ADMIN_BEARER_TOKEN: 'abcdef123456' }).get('admin.auth.bearerToken'),
+    'LOGPROBE_ADMIN_BEARER_TOKEN',
   );
 });

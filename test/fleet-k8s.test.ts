@@ -117,6 +117,26 @@ test('the baseline key comes from the Secret', () => {
   assert.match(cmData['logprobe.yaml'] ?? '', /apiKey: \$\{BASELINE_API_KEY\}/);
 });
 
+test("the live page's bearer token comes from the Secret logprobe-admin; the scrape job's example reads the same Secret", () => {
+  const adminSecret = resource('Secret', 'logprobe-admin');
+  const ref = main.env?.find((e) => e.name === 'ADMIN_TOKEN')?.valueFrom?.secretKeyRef;
+  assert.equal(ref?.name, 'logprobe-admin');
+  assert.ok(ref && Object.keys(adminSecret.stringData as Obj).includes(ref.key), `Secret has key ${ref?.key}`);
+  const withToken = withConfigFile((file) =>
+    loadConfig({ file, env: { BASELINE_API_KEY: 'k', ADMIN_TOKEN: 'from-the-admin-secret' } }),
+  );
+  assert.equal(withToken.admin.auth.bearerToken, 'from-the-admin-secret');
+  // Without the Secret: no token, and the live page on 0.0.0.0 answers 403 (test/admin-auth.test.ts).
+  assert.equal(config.admin.auth.bearerToken, null);
+  const scrape = parseAllDocuments(
+    readFileSync(fileURLToPath(new URL('../config/prometheus/scrape.yml', import.meta.url)), 'utf8'),
+  )[0]!.toJS() as { scrape_configs: Array<{ authorization?: { credentials_file?: string } }> };
+  assert.match(
+    scrape.scrape_configs[0]?.authorization?.credentials_file ?? '',
+    new RegExp(`/logprobe-admin/${ref.key}$`),
+  );
+});
+
 test('readiness and liveness probe the admin port; Prometheus scrapes it', () => {
   assert.equal(main.readinessProbe?.httpGet?.path, '/readyz');
   assert.equal(portNumber(main.readinessProbe?.httpGet?.port), config.admin.port);

@@ -39,6 +39,18 @@ async function send(proxyUrl: string, i: number): Promise<number> {
   return res.statusCode;
 }
 
+/**
+ * Polls `ok` until it holds. Not page.waitForFunction: its string predicate is evaluated in the
+ * page, where the page's Content-Security-Policy (no 'unsafe-eval') refuses it once it has to poll.
+ */
+async function until(ok: () => Promise<boolean>, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await ok())) {
+    if (Date.now() > end) throw new Error(`not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 async function data(adminUrl: string, query = ''): Promise<{ worker: string; data: LiveData | null }> {
   const res = await request(`${adminUrl}/ui/data${query}`);
   assert.equal(res.statusCode, 200);
@@ -63,6 +75,19 @@ test("the feed builds no strip while no page polls, keeps the last pairs' bodies
     'the last pairs get their strip when a page asks',
   );
   assert.ok(first.pairs.slice(0, 15 - PENDING_PAIRS).every((p) => p.strip === null && p.unbuilt === true));
+  // A pair without its strip keeps its true verdict and figures, the same as a built strip's head.
+  const built = first.pairs.at(-1)!.strip!;
+  assert.equal(built.verdict, 'global_shift');
+  for (const p of first.pairs) {
+    assert.equal(p.verdict, 'global_shift', `pair ${p.seq}`);
+    assert.deepEqual(p.compared, {
+      kind: 'pair',
+      verdict: 'global_shift',
+      maxShift: built.maxShift,
+      shifted: built.shifted,
+      comparable: built.comparable,
+    });
+  }
   assert.equal(first.pairs[0]!.prompt, 'question 0');
   // A page is open now: strips are built as pairs come.
   now += 1000;
@@ -128,6 +153,14 @@ test("/ui/data: the worker's bounded summary, incremental by pair and point, wit
   assert.equal(all.pairs.length, 50, 'bounded to the last 50 pairs');
   assert.equal(all.oldest, 11);
   assert.equal(all.pairs[0]!.seq, 11);
+  // Every pair says its verdict, its strip's.
+  const listed: Record<string, number> = {};
+  for (const x of all.pairs) {
+    assert.ok(x.verdict !== null && x.compared !== null && x.compared.verdict === x.verdict, `pair ${x.seq}`);
+    if (x.strip) assert.equal(x.strip.verdict, x.verdict);
+    listed[x.verdict] = (listed[x.verdict] ?? 0) + 1;
+  }
+  assert.ok((listed.global_shift ?? 0) + (listed.early_shift ?? 0) > 40, JSON.stringify(listed));
   const p = all.pairs.at(-1)!;
   assert.ok(p.strip && p.strip.tokens.length > 0 && p.strip.tokens[0]!.tc.length > 0, "a strip with both sides' top-k");
   assert.match(p.prompt!, /^(live question|Live prompt) 59/);
@@ -157,6 +190,36 @@ test("/ui/data: the worker's bounded summary, incremental by pair and point, wit
   const pub = await request(`${lp.proxyUrl}/ui`);
   await pub.body.dump();
   assert.notEqual(pub.statusCode, 200);
+});
+
+test('/ui/data: pairs mirrored while no page was open are listed with their true verdicts', async (t) => {
+  const baseline = await startSim();
+  const candidate = await startSim({ stateShift: 0.6 });
+  t.after(() => Promise.all([baseline.close(), candidate.close()]));
+  const lp = await startLogprobe({
+    candidate: { url: candidate.url },
+    baseline: { url: baseline.url },
+    mirror: { sampleRate: 1 },
+    alert: FAST_ALERTS,
+  });
+  t.after(() => lp.close());
+  const n = PENDING_PAIRS + 6;
+  for (let i = 0; i < n; i++) assert.equal(await send(lp.proxyUrl, i), 200);
+  await lp.runtime.mirror!.idle();
+  const d = (await data(lp.adminUrl)).data!;
+  assert.equal(d.pairs.length, n);
+  const unbuilt = d.pairs.filter((x) => x.unbuilt);
+  assert.equal(unbuilt.length, n - PENDING_PAIRS, 'the oldest came while no page was open: no strip');
+  const listed: Record<string, number> = {};
+  for (const x of d.pairs) {
+    assert.ok(x.verdict !== null && x.compared?.kind === 'pair' && x.compared.verdict === x.verdict, `pair ${x.seq}`);
+    if (x.strip) assert.equal(x.strip.verdict, x.verdict);
+    else assert.ok(x.compared.comparable > 0 && x.compared.maxShift !== null);
+    listed[x.verdict] = (listed[x.verdict] ?? 0) + 1;
+  }
+  // The listed verdicts are the ones the mix counts (every pair since the start is listed here).
+  for (const [v, count] of Object.entries(d.verdicts)) assert.equal(listed[v] ?? 0, count, v);
+  assert.ok(unbuilt.some((x) => x.verdict === 'global_shift' || x.verdict === 'early_shift'));
 });
 
 test(
@@ -202,9 +265,7 @@ test(
       if (!r.url().startsWith(`${origin}/`) && !r.url().startsWith('data:')) foreign.push(r.url());
     });
     await page.goto(`${lp.adminUrl}/ui`, { waitUntil: 'load' });
-    await page.waitForFunction("document.getElementById('status')?.textContent?.startsWith('updated')", undefined, {
-      timeout: 10_000,
-    });
+    await until(async () => (await page.textContent('#status'))?.startsWith('updated') === true, 10_000);
     assert.equal(
       await page.locator('#alert-body tr').count(),
       4,
@@ -228,9 +289,7 @@ test(
     // Each backend's state (#26): both answered their copies.
     assert.match((await page.textContent('tr[data-backend="candidate"]'))!, /candidate.*reachable.*no failure/s);
     assert.equal(await page.getAttribute('tr[data-backend="baseline"]', 'data-state'), 'reachable');
-    await page.waitForFunction("document.querySelectorAll('#pair-list .live-pair').length === 8", undefined, {
-      timeout: 8000,
-    });
+    await until(async () => (await page.locator('#pair-list .live-pair').count()) === 8, 8000);
     const shown = await page.$$eval('#mix-body tr', (rows) =>
       Object.fromEntries(
         rows.map((r) => [r.getAttribute('data-verdict'), Number(r.querySelector('.count')!.textContent)]),
@@ -245,10 +304,9 @@ test(
     const pvalue = metricValue(m, 'logprobe_alert_test_pvalue');
     assert.ok(pvalue !== undefined && pvalue > 0 && pvalue <= 1, `logprobe_alert_test_pvalue ${pvalue}`);
     const shownP = pvalue < 0.01 ? pvalue.toExponential(1) : pvalue.toFixed(2);
-    await page.waitForFunction(
-      `document.getElementById('window-now')?.textContent?.includes(${JSON.stringify(`permutation test p = ${shownP} over `)})`,
-      undefined,
-      { timeout: 8000 },
+    await until(
+      async () => (await page.textContent('#window-now'))?.includes(`permutation test p = ${shownP} over `) === true,
+      8000,
     );
     assert.ok((await page.locator('#pair-list .tok.flip').count()) > 0, 'the flip is boxed');
 
@@ -274,5 +332,54 @@ test(
       'the page polls its own origin',
     );
     assert.deepEqual(errors, [], 'no console error (a CSP violation would be one)');
+  },
+);
+
+test(
+  'the live page in Chromium: pairs that came while no page was open carry their true verdict, not their outcome',
+  { skip },
+  async (t) => {
+    const baseline = await startSim();
+    const candidate = await startSim({ stateShift: 0.6 });
+    t.after(() => Promise.all([baseline.close(), candidate.close()]));
+    const lp = await startLogprobe({
+      candidate: { url: candidate.url },
+      baseline: { url: baseline.url },
+      mirror: { sampleRate: 1 },
+      alert: FAST_ALERTS,
+    });
+    t.after(() => lp.close());
+    const n = PENDING_PAIRS + 4;
+    for (let i = 0; i < n; i++) assert.equal(await send(lp.proxyUrl, i), 200);
+    await lp.runtime.mirror!.idle();
+
+    const browser: Browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
+    });
+    t.after(() => browser.close());
+    const page = await browser.newPage();
+    await page.goto(`${lp.adminUrl}/ui`, { waitUntil: 'load' });
+    await until(async () => (await page.locator('#pair-list .live-pair').count()) === n, 10_000);
+    const cards = await page.$$eval('#pair-list .live-pair', (els) =>
+      els.map((e) => ({
+        seq: Number(e.getAttribute('data-seq')),
+        badge: e.querySelector('.strip-head .badge')!.textContent,
+        strip: e.querySelector('.tok') !== null,
+        text: e.textContent ?? '',
+      })),
+    );
+    const d = (await data(lp.adminUrl)).data!;
+    const verdictOf = new Map(d.pairs.map((p) => [p.seq, p.verdict]));
+    const withoutStrip = cards.filter((c) => !c.strip);
+    assert.equal(withoutStrip.length, n - PENDING_PAIRS, 'the oldest pairs have no strip');
+    for (const c of cards) {
+      assert.equal(c.badge, verdictOf.get(c.seq), `pair ${c.seq}: the badge is its verdict`);
+      assert.notEqual(c.badge, 'ok');
+    }
+    for (const c of withoutStrip) {
+      assert.match(c.text, /free-running max shift .* shifted \d+\/\d+/);
+      assert.match(c.text, /no token strip: it came while no page was open/);
+    }
   },
 );

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { renderLivePage } from '../live/page.js';
 import type { LiveAnswer } from '../worker/handle.js';
 import type { AdminHosts } from './hosts.js';
+import { EXPOSED_WITHOUT_AUTH, type AdminAuth, type AdminRoute } from './auth.js';
 import type { BackendStatus } from '../backend/health.js';
 
 /** What the admin server reports on. */
@@ -26,6 +27,10 @@ export interface AdminDeps {
   hosts: AdminHosts;
   /** Counts one request refused for its `Host` (logprobe_admin_misdirected_total). */
   misdirected(): void;
+  /** Who may read which route (admin.auth); absent: every route open. */
+  auth?: AdminAuth;
+  /** HTTPS (admin.tls): the certificate and key, PEM. */
+  https?: { cert: Buffer; key: Buffer };
 }
 
 /** A refused `Host` is logged the first time, then at most once per this long, with the count since. */
@@ -61,6 +66,24 @@ function addMisdirectedHook(app: FastifyInstance, deps: AdminDeps, log: Logger):
       error:
         'this Host is not served by the admin port: add the name to admin.allowedHosts, or use localhost or an IP address',
     });
+  });
+}
+
+/** What each route needs (src/admin/auth.ts); any other path, a 404 included, needs nothing. */
+const ROUTES: Readonly<Record<string, AdminRoute>> = { '/ui': 'ui', '/ui/data': 'ui', '/metrics': 'metrics' };
+
+/** Answers 401 without the credential admin.auth asks for, 403 for the live page on an exposed port without admin.auth. */
+function addAuthHook(app: FastifyInstance, auth: AdminAuth): void {
+  app.addHook('onRequest', async (request, reply) => {
+    const route = ROUTES[request.routeOptions.url ?? ''] ?? 'open';
+    const verdict = await auth.check(route, request.headers.authorization);
+    if (verdict === 'ok') return;
+    reply.header('cache-control', 'no-store').type('text/plain; charset=utf-8');
+    if (verdict === 'forbidden') return reply.code(403).send(`${EXPOSED_WITHOUT_AUTH}\n`);
+    return reply
+      .code(401)
+      .header('www-authenticate', auth.challenge)
+      .send('credentials required (admin.auth): basic auth or a bearer token\n');
   });
 }
 
@@ -134,11 +157,13 @@ function addReadyRoute(app: FastifyInstance, deps: AdminDeps): void {
 export function buildAdminApp(deps: AdminDeps): FastifyInstance {
   const log = deps.logger.child({ module: 'admin' });
   const app = Fastify({
+    ...(deps.https ? { https: deps.https } : {}),
     loggerInstance: log as unknown as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
   });
 
   addMisdirectedHook(app, deps, log);
+  if (deps.auth) addAuthHook(app, deps.auth);
 
   app.get('/metrics', async (_request, reply) => {
     const body = await deps.metricsText();

@@ -296,6 +296,42 @@
     box.setAttribute('data-last', last ? String(last[key]) : '');
   }
 
+  // A pair's card when its strip was not built or nothing was compared.
+  function cardWithoutStrip(p: any) {
+    const card = el('article', 'strip');
+    card.setAttribute('data-pair', String(p.seq));
+    const head = el('div', 'strip-head');
+    // Without its strip a card still says what the comparison found: its verdict and figures
+    // (the feed keeps them for every pair); the outcome's badge only when nothing was compared.
+    const c = p.compared;
+    head.appendChild(c ? el('span', 'badge v-' + c.verdict, c.verdict) : el('span', 'badge', p.outcome));
+    head.appendChild(el('span', 'pair-id', '#' + p.seq + ' ' + p.id));
+    head.appendChild(el('span', 'muted', p.ts.slice(11, 19) + 'Z ' + p.route));
+    if (c)
+      head.appendChild(
+        el(
+          'span',
+          'figures-free',
+          (c.kind === 'repeat' ? c.backend + ' repeat: ' : '') +
+            'free-running max shift ' +
+            nats(c.maxShift) +
+            ' \u00b7 shifted ' +
+            c.shifted +
+            '/' +
+            c.comparable,
+        ),
+      );
+    head.appendChild(
+      el(
+        'span',
+        'muted',
+        p.unbuilt ? 'no token strip: it came while no page was open' : c || p.outcome === 'ok' ? '' : 'not compared',
+      ),
+    );
+    card.appendChild(head);
+    return card;
+  }
+
   function pairCard(p: any) {
     const wrap = el('div', 'live-pair');
     wrap.setAttribute('data-seq', String(p.seq));
@@ -306,20 +342,7 @@
         p.verdict === null && p.repeats.length ? 'repeat of the ' + p.repeats[0].backend + ' (baseline-free)' : null,
       );
     } else {
-      card = el('article', 'strip');
-      card.setAttribute('data-pair', String(p.seq));
-      const head = el('div', 'strip-head');
-      head.appendChild(el('span', 'badge', p.outcome));
-      head.appendChild(el('span', 'pair-id', '#' + p.seq + ' ' + p.id));
-      head.appendChild(el('span', 'muted', p.ts.slice(11, 19) + 'Z ' + p.route));
-      head.appendChild(
-        el(
-          'span',
-          'muted',
-          p.unbuilt ? 'no strip: it came while no page was open' : p.outcome === 'ok' ? '' : 'not compared',
-        ),
-      );
-      card.appendChild(head);
+      card = cardWithoutStrip(p);
     }
     if (p.prompt) card.insertBefore(el('p', 'live-prompt', p.prompt), card.children[1] || null);
     if (p.repeats.length)

@@ -8,6 +8,7 @@ import type { MirrorListeners } from '../pair/types.js';
 import { CaptureWriter } from './writer.js';
 import { CAPTURE_ERROR_REASONS } from '../metrics/labels.js';
 import { makeDir, type CaptureFs } from './files.js';
+import { configuredKeys } from '../log/redact.js';
 
 /**
  * What `serve` checks before it listens, when captures are on: the directory can be created
@@ -75,7 +76,7 @@ export function createCaptureWriter(deps: {
         globalFraction: config.analysis.globalFraction,
         minAligned: config.analysis.minAligned,
       },
-      secrets: [config.baseline.apiKey, config.candidate.adminApiKey, config.baseline.adminApiKey],
+      secrets: configuredKeys(config),
       redactFields: config.log.redact,
     },
     logger: deps.logger,

@@ -1,4 +1,4 @@
-import { isHttpUrl } from '../config/values.js';
+import { httpUrlHint, isHttpUrl } from '../config/values.js';
 import { usageError } from '../errors/index.js';
 
 /** Parses a CLI number option, naming the flag when it is not a number or out of range. */
@@ -30,7 +30,7 @@ export function numberArg(
 export function httpUrlFlag(flag: string, raw: string | undefined): string {
   if (raw === undefined) throw usageError(`${flag} URL is required`);
   if (isHttpUrl(raw)) return raw;
-  throw usageError(`${flag}: expected an http(s) URL, got '${raw}'`);
+  throw usageError(`${flag}: expected an http(s) URL, got '${raw}'${httpUrlHint(raw)}`);
 }
 
 /**

@@ -1,10 +1,11 @@
 import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { checkCaptureDir } from '../capture/sink.js';
-import { resolveConfig, unknownEnvWarnings } from '../config/load.js';
+import { configWarnings, resolveConfig, unknownEnvWarnings } from '../config/load.js';
 import { renderConfigYaml } from '../config/show.js';
 import { LogprobeError } from '../errors/index.js';
 import { createRuntime } from '../server/server.js';
+import { AdminAuth, adminHttps } from '../admin/auth.js';
 import { createClusterRuntime, workerCount } from '../cluster/primary.js';
 import { aborted, stopOnSignal } from './signals.js';
 
@@ -29,9 +30,12 @@ export const serveCommand: CommandFactory = (setExit) =>
       });
       const config = resolved.config;
       // A mistyped LOGPROBE_* name leaves its key at the default: said at once, on stderr, and in the log below.
-      const unknownEnv = unknownEnvWarnings();
+      const warnings = [...unknownEnvWarnings(), ...configWarnings(config)];
+      // The admin port's token file and certificate are read now: a missing one is named before anything listens.
+      AdminAuth.fromConfig(config);
+      adminHttps(config);
       if (opts.checkConfig) {
-        for (const w of unknownEnv) process.stderr.write(`logprobe: warning: ${w}\n`);
+        for (const w of warnings) process.stderr.write(`logprobe: warning: ${w}\n`);
         const header = [
           `logprobe: config ok (${opts.config ? `file ${opts.config}` : 'no file'}, then LOGPROBE_* environment); the effective values:`,
         ];
@@ -44,7 +48,7 @@ export const serveCommand: CommandFactory = (setExit) =>
       // listen.workers > 1: a primary (the mirror, the admin port) and N proxy worker processes.
       const workers = workerCount(config);
       const runtime = workers > 1 ? createClusterRuntime(config, workers) : createRuntime(config);
-      for (const w of unknownEnv) runtime.logger.warn(w);
+      for (const w of warnings) runtime.logger.warn(w);
       // The first SIGTERM/SIGINT drains (shutdown.drainSeconds); a second one exits at once. Installed
       // before listening: a signal that arrives while the ports open (or the mirror worker starts)
       // drains once they are open, never Node's default exit by signal.

@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Pool } from 'undici';
 import type { Config } from '../config/schema.js';
 import { buildAdminApp } from '../admin/app.js';
+import { AdminAuth, adminHttps } from '../admin/auth.js';
 import { AdminHosts } from '../admin/hosts.js';
 import { createLogger, stdoutDestination, type Logger } from '../log/logger.js';
 import { Metrics } from '../metrics/registry.js';
@@ -61,6 +62,8 @@ function primaryAdmin(w: PrimaryWiring): FastifyInstance {
     metricsText: () => clusterMetrics.text(),
     contentType: metrics.registry.contentType,
     hosts: new AdminHosts(config.admin.host, config.admin.allowedHosts),
+    auth: AdminAuth.fromConfig(config),
+    ...adminHttps(config),
     misdirected: () => metrics.misdirected(),
     accepting: () => state.accepting,
     proxyListening: () => supervisor.anyListening(),

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
-import { isPair, isScalar, parseDocument, visit, type Document, type Pair } from 'yaml';
+import { isPair, isScalar, LineCounter, parseDocument, visit, type Document, type Pair } from 'yaml';
 import { configSchema, type Config, type ConfigInput } from './schema.js';
 import { closest, coerceForKey, keysAt, schemaAt, valueKinds } from './keys.js';
-import { isNone } from './values.js';
+import { isLoopback, isNone } from './values.js';
 import { ConfigError, errnoReason } from '../errors/index.js';
 
 /**
@@ -21,6 +21,7 @@ export const ENV_OVERRIDES: ReadonlyArray<{ name: string; path: readonly string[
   { name: 'LOGPROBE_PORT', path: ['listen', 'port'] },
   { name: 'LOGPROBE_ADMIN_HOST', path: ['admin', 'host'] },
   { name: 'LOGPROBE_ADMIN_PORT', path: ['admin', 'port'] },
+  { name: 'LOGPROBE_ADMIN_BEARER_TOKEN', path: ['admin', 'auth', 'bearerToken'] },
   { name: 'LOGPROBE_LOG_LEVEL', path: ['log', 'level'] },
   { name: 'LOGPROBE_SAMPLE_RATE', path: ['mirror', 'sampleRate'] },
   { name: 'LOGPROBE_NOISE_FLOOR', path: ['analysis', 'noiseFloor'] },
@@ -64,6 +65,37 @@ export function unknownEnvWarnings(env: Env = process.env): string[] {
 }
 
 type Env = Record<string, string | undefined>;
+
+/**
+ * Lines about a valid config that is probably not what was meant. candidate.url and baseline.url
+ * naming the same server is allowed (an A/A run: what logprobe reports when nothing differs), but
+ * it is far more often a copied line, and then every verdict is noise. An admin port bound beyond
+ * loopback without admin.auth refuses the live page (src/admin/auth.ts): said at start, not first
+ * found by whoever opens /ui.
+ */
+export function configWarnings(config: Config): string[] {
+  const out: string[] = [];
+  const same = (a: string, b: string) => {
+    const x = new URL(a);
+    const y = new URL(b);
+    return x.origin === y.origin && x.pathname.replace(/\/+$/, '') === y.pathname.replace(/\/+$/, '');
+  };
+  if (config.baseline.url !== null && same(config.candidate.url, config.baseline.url))
+    out.push(
+      `candidate.url and baseline.url are the same server (${new URL(config.candidate.url).origin}): every copy compares it with itself; give baseline.url the reference server, or baseline.url: none for a baseline-free mirror (an A/A run on purpose can ignore this)`,
+    );
+  const a = config.admin.auth;
+  if (
+    !isLoopback(config.admin.host) &&
+    Object.keys(a.basicAuthUsers).length === 0 &&
+    a.bearerToken === null &&
+    a.bearerTokenFile === null
+  )
+    out.push(
+      `admin.host ${config.admin.host} without admin.auth: the live page (/ui, /ui/data) answers 403 (docs/operations.md#securing-the-admin-port); /metrics, /healthz and /readyz are open`,
+    );
+  return out;
+}
 
 function setPath(target: Record<string, unknown>, path: readonly string[], value: unknown): void {
   let node = target;
@@ -201,11 +233,14 @@ export function readConfigFile(
     throw new ConfigError([`cannot read config file (${errnoReason(err, 'read')})`], file);
   }
   const protectedText = protectReferences(text);
-  const doc = parseDocument(protectedText.text, { prettyErrors: false });
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(protectedText.text, { prettyErrors: false, lineCounter });
   if (doc.errors.length > 0) {
     const e = doc.errors[0]!;
-    const line = e.linePos?.[0]?.line;
-    throw new ConfigError([`YAML syntax error${line ? ` at line ${line}` : ''}: ${e.message.split('\n')[0]}`], file);
+    // Where the error is, as the editor counts (1-based); a `${VAR}` before it on its line moves the column.
+    const at = e.linePos?.[0] ?? lineCounter.linePos(e.pos[0]);
+    const where = at ? ` at line ${at.line}, column ${at.col}` : '';
+    throw new ConfigError([`YAML syntax error${where}: ${e.message.split('\n')[0]}`], file);
   }
   keepStringKeysText(doc);
   const parsed: unknown = doc.toJS();
@@ -225,7 +260,7 @@ export function envOrigins(env: Env = process.env): Map<string, string> {
   for (const o of ENV_OVERRIDES) {
     const v = env[o.name];
     if (v === undefined || v === '') continue;
-    out.set(o.path.join('.'), /KEY/.test(o.name) ? o.name : `${o.name}=${JSON.stringify(v).slice(1, -1)}`);
+    out.set(o.path.join('.'), /KEY|TOKEN/.test(o.name) ? o.name : `${o.name}=${JSON.stringify(v).slice(1, -1)}`);
   }
   return out;
 }
@@ -261,6 +296,20 @@ export function resolveConfig(
   const merged = applyEnv(fromFile, env);
   if (options.overrides) mergeInto(merged, structuredClone(options.overrides) as Record<string, unknown>);
   const config = buildConfig(merged, options.file, envOrigins(env));
+  // A token written in the file is read by whoever reads the file (a ConfigMap, a repository).
+  const fileAuth = (fromFile.admin as { auth?: { bearerToken?: unknown } } | undefined)?.auth;
+  if (
+    fileAuth?.bearerToken !== undefined &&
+    fileAuth.bearerToken !== null &&
+    !refs.has('admin.auth.bearerToken') &&
+    !env.LOGPROBE_ADMIN_BEARER_TOKEN
+  )
+    throw new ConfigError(
+      [
+        'admin.auth.bearerToken: not written in the file: put the token in a file (admin.auth.bearerTokenFile) or in LOGPROBE_ADMIN_BEARER_TOKEN (or write ${VAR})',
+      ],
+      options.file,
+    );
 
   const flagPaths = options.overrides ? leafPaths(options.overrides) : [];
   const envPaths = ENV_OVERRIDES.filter((o) => env[o.name] !== undefined && env[o.name] !== '');

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ENGINE_SETTINGS } from '../metrics/labels.js';
-import { isHttpUrl } from './values.js';
+import { httpUrlHint, isHttpUrl } from './values.js';
 import { cusumUnit, resolveCusum } from '../core/arl.js';
 
 /**
@@ -18,7 +18,9 @@ const host = z
   .string({ error: 'expected a host name or address' })
   .min(1, { error: 'expected a host name or address' });
 
-const httpUrl = z.string({ error: 'expected an http(s) URL' }).refine(isHttpUrl, { error: 'expected an http(s) URL' });
+const httpUrl = z.string({ error: 'expected an http(s) URL' }).refine(isHttpUrl, {
+  error: (issue) => `expected an http(s) URL${typeof issue.input === 'string' ? httpUrlHint(issue.input) : ''}`,
+});
 
 const positiveMs = z
   .number({ error: 'expected milliseconds' })
@@ -85,6 +87,13 @@ const adminHostName = z
   })
   .transform((s) => s.toLowerCase().replace(/\.$/, ''));
 
+/** A bcrypt hash (`$2a$`, `$2b$`, `$2y$`), as htpasswd -B writes it; a plain password is refused. */
+const bcryptHash = z
+  .string({ error: 'expected a bcrypt hash' })
+  .regex(/^\$2[aby]\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}$/, {
+    error: 'expected a bcrypt hash, never the password itself (make one with: htpasswd -nBC 10 USER | cut -d: -f2)',
+  });
+
 const sections = z.strictObject({
   /**
    * `inline`: logprobe is in the client path and forwards every request to the candidate.
@@ -114,6 +123,57 @@ const sections = z.strictObject({
        * literals; any other `Host` gets 421 (DNS rebinding: src/admin/hosts.ts).
        */
       allowedHosts: z.array(adminHostName, { error: 'expected a list of host names' }).default([]),
+      /**
+       * Who may read the admin port (src/admin/auth.ts): the live page (`/ui`, `/ui/data`) whenever
+       * any credential is set, `/metrics` too with `metrics: true`; `/healthz` and `/readyz` stay
+       * open for probes. Without any, an admin port bound beyond loopback answers the live page 403.
+       */
+      auth: z
+        .strictObject({
+          /** User name → bcrypt hash of the password, as Prometheus' web config `basic_auth_users`. */
+          basicAuthUsers: z
+            .record(
+              z.string().regex(/^[^:\s]+$/, { error: 'expected a user name without ":" or blanks' }),
+              bcryptHash,
+              { error: 'expected a mapping of user names to bcrypt hashes' },
+            )
+            .default({}),
+          /** A file holding the bearer token (its content, trailing newline removed). */
+          bearerTokenFile: z
+            .string({ error: 'expected a file path' })
+            .min(1, { error: 'expected a file path' })
+            .nullable()
+            .default(null),
+          /** The bearer token itself: from LOGPROBE_ADMIN_BEARER_TOKEN or `${VAR}` only, never written in the file (src/config/load.ts). */
+          bearerToken: optionalSecret,
+          /** Ask for the credentials on `/metrics` as well (the scrape job then carries `basic_auth` or `authorization`). */
+          metrics: z.boolean({ error: 'expected true or false' }).default(false),
+        })
+        .refine((a) => !(a.bearerToken !== null && a.bearerTokenFile !== null), {
+          error: 'set one of bearerToken and bearerTokenFile, not both',
+          path: ['bearerTokenFile'],
+        })
+        .refine(
+          (a) =>
+            !a.metrics ||
+            Object.keys(a.basicAuthUsers).length > 0 ||
+            a.bearerToken !== null ||
+            a.bearerTokenFile !== null,
+          {
+            error:
+              'applies only with a credential: set admin.auth.basicAuthUsers, bearerTokenFile or LOGPROBE_ADMIN_BEARER_TOKEN',
+            path: ['metrics'],
+          },
+        )
+        .prefault({}),
+      /** Serve the admin port over HTTPS with this certificate (PEM) and key; null: plain HTTP. */
+      tls: z
+        .strictObject({
+          certFile: z.string({ error: 'expected a file path' }).min(1, { error: 'expected a file path' }),
+          keyFile: z.string({ error: 'expected a file path' }).min(1, { error: 'expected a file path' }),
+        })
+        .nullable()
+        .default(null),
     })
     .prefault({}),
   candidate: upstream('http://127.0.0.1:30000')

@@ -7,14 +7,24 @@ export const REDACTED = '[redacted]';
 /** Alertmanager's alerts endpoints: a webhook URL with one of these paths is shown whole. */
 const ALERTMANAGER_PATHS = new Set(['/api/v2/alerts', '/api/v1/alerts']);
 
+/** Keys whose value is a credential: shown as {@link REDACTED} when set. */
+const SECRET_KEYS = new Set([
+  'baseline.apiKey',
+  'candidate.adminApiKey',
+  'baseline.adminApiKey',
+  'admin.auth.bearerToken',
+]);
+
 /**
- * A config value as `serve --check-config` may print it: `baseline.apiKey` never; a webhook URL
- * without its credentials, query or path (webhook services put their token there), except
+ * A config value as `serve --check-config` may print it: a credential never (the API keys, the
+ * admin bearer token, the admin users' password hashes: a hash can be attacked offline); a webhook
+ * URL without its credentials, query or path (webhook services put their token there), except
  * Alertmanager's own path.
  */
 export function redactValue(path: readonly string[], value: unknown): unknown {
   const key = path.join('.');
-  if (key === 'baseline.apiKey') return value === null ? null : REDACTED;
+  if (SECRET_KEYS.has(key)) return value === null ? null : REDACTED;
+  if (path.length === 4 && key.startsWith('admin.auth.basicAuthUsers.')) return REDACTED;
   if (key === 'alert.webhookUrl' && typeof value === 'string' && URL.canParse(value)) {
     const u = new URL(value);
     const auth = u.username !== '' || u.password !== '' ? `${REDACTED}@` : '';

@@ -56,7 +56,24 @@ export interface LivePair {
   strip: LiveStrip | null;
   /** True when the strip was not built: the pair came while no page was open and is no longer among the last {@link PENDING_PAIRS}. */
   unbuilt?: true;
+  /**
+   * The comparison the strip draws (the pair's, or baseline-free its repeat's: second run against
+   * first), kept whether or not the strip is built, so that a card without a strip still shows its
+   * true verdict and figures; null when nothing was compared.
+   */
+  compared: LiveCompared | null;
   repeats: Array<{ backend: Backend; verdict: SelfVerdict | null; probe: ProbeShape }>;
+}
+
+/** A comparison's verdict and free-running figures, as the strip's head shows them. */
+export interface LiveCompared {
+  /** `pair`: candidate against baseline; `repeat`: a baseline-free repeat on `backend`. */
+  kind: 'pair' | 'repeat';
+  backend?: Backend;
+  verdict: Verdict;
+  maxShift: number | null;
+  shifted: number;
+  comparable: number;
 }
 
 /** One second of the detectors. `t`: epoch ms. */
@@ -180,6 +197,24 @@ export function promptExcerpt(request: Record<string, unknown>): string | null {
   return out === null ? null : cut(out.replace(/\s+/g, ' ').trim(), PROMPT_CHARS);
 }
 
+const finite = (x: number | null | undefined): number | null =>
+  x === null || x === undefined || !Number.isFinite(x) ? null : x;
+
+/** The comparison {@link LiveFeed}'s strip draws for the pair (the same choice), without its bodies. */
+function compared(pair: MirroredPair): LiveCompared | null {
+  const of = (c: NonNullable<MirroredPair['analysis']>) => ({
+    verdict: c.verdict,
+    maxShift: finite(c.maxShift),
+    shifted: c.shifted,
+    comparable: c.comparable,
+  });
+  if (pair.analysis && pair.baseline && pair.outcome !== 'unparseable') return { kind: 'pair', ...of(pair.analysis) };
+  const r = pair.repeats?.find((x) => x.analysis !== null && x.analysis.verdict !== 'incomparable');
+  if (r && r.analysis && (r.backend === 'candidate' || pair.baseline !== null))
+    return { kind: 'repeat', backend: r.backend, ...of(r.analysis) };
+  return null;
+}
+
 const zeros = <K extends string>(keys: readonly K[]): Record<K, number> =>
   Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>;
 
@@ -261,6 +296,7 @@ export class LiveFeed {
       verdict: pair.baseline === null ? null : verdict,
       prompt: this.config.capture.includePrompts ? promptExcerpt(pair.request) : null,
       strip: watched ? this.strip(seq, pair) : null,
+      compared: compared(pair),
       repeats,
     });
     if (!watched) {

@@ -186,12 +186,18 @@ function longestFirst(values: ReadonlyArray<string | null | undefined>): string[
 }
 
 /** The rule of a config: `log.redact` by name, `baseline.apiKey` by value. */
-/** The credentials a config holds, scrubbed by value wherever they appear: the baseline's API key and both admin keys. */
+/** The credentials a config holds, scrubbed by value wherever they appear: the baseline's API key, both engines' admin keys, the admin port's bearer token. */
 export function configuredKeys(config: {
   baseline: { apiKey: string | null; adminApiKey?: string | null };
   candidate: { adminApiKey?: string | null };
+  admin?: { auth?: { bearerToken?: string | null } };
 }): Array<string | null> {
-  return [config.baseline.apiKey, config.baseline.adminApiKey ?? null, config.candidate.adminApiKey ?? null];
+  return [
+    config.baseline.apiKey,
+    config.baseline.adminApiKey ?? null,
+    config.candidate.adminApiKey ?? null,
+    config.admin?.auth?.bearerToken ?? null,
+  ];
 }
 
 export function redactionOf(config: {

@@ -14,7 +14,7 @@ export function generatorUrl(config: Pick<Config, 'admin' | 'alert'>, port = con
   if (config.alert.generatorUrl) return config.alert.generatorUrl;
   const h = config.admin.host;
   const host = h === '0.0.0.0' || h === '::' || h === '' ? 'localhost' : h.includes(':') ? `[${h}]` : h;
-  return `http://${host}:${port}/ui`;
+  return `${config.admin.tls ? 'https' : 'http'}://${host}:${port}/ui`;
 }
 
 /** Below this many noise floors a sustained shift is called small. */

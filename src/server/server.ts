@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Pool } from 'undici';
 import type { Config } from '../config/schema.js';
 import { buildAdminApp } from '../admin/app.js';
+import { AdminAuth, adminHttps } from '../admin/auth.js';
 import { AdminHosts } from '../admin/hosts.js';
 import { createLogger, stdoutDestination, type LogDestination, type Logger } from '../log/logger.js';
 import { Metrics } from '../metrics/registry.js';
@@ -96,6 +97,8 @@ function runtimeAdmin({ config, logger, metrics, candidatePool, mirror, state }:
     metricsText: mirror ? () => mirror.metricsText(metrics.registry) : () => metrics.registry.metrics(),
     contentType: metrics.registry.contentType,
     hosts: new AdminHosts(config.admin.host, config.admin.allowedHosts),
+    auth: AdminAuth.fromConfig(config),
+    ...adminHttps(config),
     misdirected: () => metrics.misdirected(),
     accepting: () => state.accepting,
     candidateReachable: () => probe(candidatePool, config.candidate.url),
