@@ -25,8 +25,8 @@ import { WorkQueue } from './queue.js';
 interface Job extends PairCopy {
   id: string;
   route: string;
-  /** The client's request headers (the pair record keeps them; the capture strips credentials). */
-  headers: Exchange['headers'];
+  /** The client's request headers (the copy's, and the pair record's: the capture strips credentials). */
+  clientHeaders: Exchange['headers'];
   /** Credential values of the client's request: scrubbed from what is logged about it. */
   secrets: readonly string[];
   /** Called once when the job is over (compared, failed or dropped at close). */
@@ -201,7 +201,6 @@ export class Mirror {
       route: ex.route,
       path: ex.path,
       kind: requestKind(ex.path) ?? 'completions',
-      headers: ex.headers,
       clientHeaders: ex.headers,
       secrets: this.redaction.secrets(ex.headers),
       body,
@@ -281,7 +280,7 @@ export class Mirror {
       route: job.route,
       path: job.path,
       request: run.request,
-      clientHeaders: job.headers,
+      clientHeaders: job.clientHeaders,
       candidate: cand,
       baseline: base,
       outcome,

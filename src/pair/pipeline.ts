@@ -75,9 +75,11 @@ export class PairPipeline {
     const sent = await this.send(copy);
     const request = sent.request;
     const result = analyzePair(sent.candidate, sent.baseline, o.thresholds);
-    const scoring = await this.score({ ...copy, body: request }, sent.baseline, result, o);
+    // What the backends got: lowered to a logprobs cap one of them stated, if any.
+    const asSent = withBody(copy, request);
+    const scoring = await this.score(asSent, sent.baseline, result, o);
     const again = o.repeat
-      ? await this.repeats({ ...copy, body: request }, o.repeat, sent, flushErrors, o)
+      ? await this.repeats(asSent, o.repeat, sent, flushErrors, o)
       : { repeats: [], body: request };
     const repeats = again.repeats;
     // Baseline-free, the repeat is the comparison: a second run that failed leaves nothing compared.
@@ -188,7 +190,7 @@ export class PairPipeline {
 }
 
 /** A copy with another body (and no payload: it is serialised again). */
-export function withBody(copy: Copy, body: Record<string, unknown>): Copy {
+export function withBody<C extends Copy>(copy: C, body: Record<string, unknown>): C {
   const { payload: _payload, ...rest } = copy;
-  return { ...rest, body };
+  return { ...rest, body } as C;
 }
