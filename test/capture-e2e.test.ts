@@ -81,7 +81,7 @@ test('every mirrored pair lands in the capture on close, complete, 0600, with th
         candidate: { serverHeaders?: unknown; model?: string };
       },
   );
-  assert.ok(records.every((r) => r.v === 2 && r.analysis !== null));
+  assert.ok(records.every((r) => r.v === 3 && r.analysis !== null));
   assert.ok(readdirSync(dir).length > 1, 'maxFileMB rotated the files');
   for (const f of readdirSync(dir)) assert.equal(statSync(join(dir, f)).mode & 0o777, 0o600, f);
   const mix: Record<string, number> = {};

@@ -51,7 +51,7 @@ test('records are v2 JSONL lines with the raw bodies, engine metadata and the an
   const records = captureLines(dir).map((l) => JSON.parse(l) as Record<string, any>);
   assert.equal(records.length, 5);
   const r = records[4]!;
-  assert.equal(r.v, 2);
+  assert.equal(r.v, 3);
   assert.equal(r.id, 'req-4');
   assert.equal(r.route, '/v1/chat/completions');
   assert.equal(r.outcome, 'ok');

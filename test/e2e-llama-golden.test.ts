@@ -158,7 +158,7 @@ describe('golden gates and the training comparison on llama.cpp', { skip }, () =
       .map((l) => JSON.parse(l) as Json);
     assert.equal(records.length, 6);
     for (const rec of records) {
-      assert.equal(rec.v, 2);
+      assert.equal(rec.v, 3);
       assert.equal(rec.golden, true);
       assert.equal(rec.candidate, null);
       assert.equal(rec.baseline.status, 200);

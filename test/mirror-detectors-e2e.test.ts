@@ -128,7 +128,7 @@ test('the webhook receives the firing and the resolved alert in Alertmanager v2 
   assert.equal(resolved.startsAt, fired.startsAt);
   const warnLines = lp.logs.lines.filter((l) => l['level'] === 40 || l['level'] === 'warn');
   assert.ok(
-    warnLines.some((l) => String(l['msg']).startsWith('LogprobGlobalShift firing')),
+    warnLines.some((l) => String(l['msg']).startsWith('LogprobGlobalShift (model sim) firing')),
     'the transition is logged at warn',
   );
   assert.ok(

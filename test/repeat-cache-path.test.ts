@@ -141,7 +141,7 @@ test('a cache-hit fault: the candidate disagrees with itself on its warm repeats
   assert.ok(
     r.lp.logs.lines.some((l) =>
       String(l.msg).startsWith(
-        'LogprobSelfInconsistency (candidate) firing: the candidate disagrees with itself between a cold and a warm run',
+        'LogprobSelfInconsistency (candidate, model m) firing: the candidate disagrees with itself between a cold and a warm run',
       ),
     ),
     'the warn line says what it means',
@@ -263,7 +263,7 @@ test('baseline-free (baseline: null): the candidate alone, every mirrored reques
     baseline: unknown;
     repeats: Array<{ backend: string; verdict: string; second: { status: number } }>;
   };
-  assert.equal(rec.v, 2);
+  assert.equal(rec.v, 3);
   assert.equal(rec.baseline, null);
   assert.equal(rec.repeats[0]!.backend, 'candidate');
   assert.equal(rec.repeats[0]!.second.status, 200);

@@ -4,14 +4,17 @@ import type { MirroredPair, MirrorOutcome } from '../pair/types.js';
 import type { ProbeShape, RepeatCache, RepeatSides, SelfVerdict } from '../core/self.js';
 import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, Redaction } from '../log/redact.js';
 import type { Backend } from '../core/types.js';
+import type { PathPair } from '../core/path.js';
+import type { Slice } from '../core/slice.js';
 
 /**
  * The capture format's version. 2 added the teacher-forced `scored` and `prompt` blocks and the
- * `locus` to `analysis` (docs/format.md); `analyze` and `replay` read 1 and 2 and refuse others.
+ * `locus` to `analysis` (docs/format.md); 3 the pair's `slice` (model, cache) and its `paths`
+ * (decode vs prefill on one backend). `analyze` and `replay` read 1 to 3 and refuse others.
  */
-export const CAPTURE_VERSION = 2;
+export const CAPTURE_VERSION = 3;
 /** The versions `analyze` and `replay` read. */
-export const READABLE_CAPTURE_VERSIONS: readonly number[] = [1, 2];
+export const READABLE_CAPTURE_VERSIONS: readonly number[] = [1, 2, 3];
 
 /** What one backend answered, as captured: the raw body (so `analyze` can re-run the comparison) and engine metadata. */
 export interface CaptureSide {
@@ -39,7 +42,7 @@ export type CapturedAnalysis = Omit<Comparison, 'positions'> & {
 
 /** One mirrored pair, one JSONL line (docs/format.md, "The capture record"). */
 export interface CaptureRecord {
-  v: 1 | 2;
+  v: 1 | 2 | 3;
   id: string;
   ts: string;
   route: string;
@@ -60,6 +63,10 @@ export interface CaptureRecord {
   analysis: CapturedAnalysis | null;
   /** Repeat probes of the cache path: the same copy again to a backend, its second run and how it compared with the first. */
   repeats?: CapturedRepeat[];
+  /** The pair's model slice and cache split (v3; older records lack it: `analyze` takes the request's model, cache unknown). */
+  slice?: Slice;
+  /** Path checks (v3): each checked backend's decode-time logprobs against its own prefill of the same tokens. */
+  paths?: PathPair[];
 }
 
 /** One repeat probe as captured: the first run is the record's own side of that backend. */
@@ -215,5 +222,8 @@ function assemble(
           })),
         }
       : {}),
+    ...(pair.slice ? { slice: pair.slice } : {}),
+    // Numbers, token ids and reasons: the reason may quote an upstream's error page.
+    ...(pair.paths && pair.paths.length > 0 ? { paths: clean(pair.paths, false) } : {}),
   };
 }

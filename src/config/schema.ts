@@ -260,6 +260,43 @@ const sections = z.strictObject({
     })
     .prefault({}),
   /**
+   * Slices of traffic by the request's `model` (an adapter's name under multi-LoRA serving): every
+   * detector and the `auto` floor run per model. Bounded: the `models` allow-list, or the first
+   * `maxModels` names seen; the rest are `other` (logprobe_slice_overflow_total counts them).
+   */
+  slices: z
+    .strictObject({
+      models: z
+        .array(z.string({ error: 'expected a model name' }).min(1, { error: 'expected a model name' }), {
+          error: 'expected a list of model names, or null',
+        })
+        .min(1, { error: 'expected at least one model name, or null' })
+        .nullable()
+        .default(null),
+      maxModels: positiveInt.max(1000, { error: 'expected a whole number from 1 to 1000' }).default(16),
+    })
+    .prefault({}),
+  /**
+   * The path check: a backend's decode-time logprobs of the tokens it generated against the same
+   * tokens scored in one prefill pass on the same backend (docs/detection.md). On wherever the
+   * engine can score; `noiseFloor` null follows `analysis.noiseFloor` in force, `auto` learns from
+   * the trusted side's path pairs (the baseline's) only.
+   */
+  path: z
+    .strictObject({
+      rate: share.default(1),
+      backends: z
+        .array(z.enum(['candidate', 'baseline'], { error: 'expected candidate or baseline' }), {
+          error: 'expected a list of backends',
+        })
+        .default(['candidate', 'baseline']),
+      noiseFloor: z
+        .union([positiveNumber, z.literal('auto')], { error: 'expected a positive number of nats, auto or null' })
+        .nullable()
+        .default(null),
+    })
+    .prefault({}),
+  /**
    * `serve`'s start-up check of each backend (src/probe, in the mirror's worker, off the client
    * path): `full` asks every capability `logprobe probe` asks, `reachability` only whether it
    * answers and which engine it is, `off` nothing.

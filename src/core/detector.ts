@@ -31,13 +31,16 @@ export interface AlertState {
 }
 
 /** The in-process alerts. */
-export type AlertName = 'LogprobGlobalShift' | 'LogprobSustainedShift' | 'LogprobSelfInconsistency';
+export type AlertName =
+  'LogprobGlobalShift' | 'LogprobSustainedShift' | 'LogprobSelfInconsistency' | 'LogprobPathInconsistency';
 
 /** A change of an alert's firing state, with the evidence at that moment. */
 export interface AlertTransition {
   alert: AlertName;
-  /** The backend whose repeats disagree (LogprobSelfInconsistency only). */
+  /** The backend whose repeats (LogprobSelfInconsistency) or whose two paths (LogprobPathInconsistency) disagree. */
   backend?: Backend;
+  /** The model slice the alert is about (src/core/slice.ts); absent where the caller keeps one detector for everything. */
+  model?: string;
   to: 'firing' | 'resolved';
   at: number;
   startsAt: number;

@@ -177,7 +177,7 @@ export function withScoring(
   const anyShift = scoredShifted > 0 || freeShifted || (prompt !== null && prompt.shifted > 0);
   let locus: Locus | null = null;
   if (!fixed && anyShift) {
-    if (prompt !== null && prompt.comparable > 0) locus = prompt.shifted > 0 ? 'compute' : 'decode_state';
+    if (prompt !== null && prompt.comparable > 0) locus = locusOfShares(prompt, continuationShare(free, scored));
     else locus = decodePathOnly ? 'decode_state' : 'unknown';
   }
 
@@ -191,6 +191,30 @@ export function withScoring(
   const where = locusSentence(locus, prompt, scored, decodePathOnly);
   if (where) explanation = `${explanation} ${where}`;
   return { ...free, verdict, explanation, scored, prompt, locus };
+}
+
+/**
+ * The shifted share of the continuation's positions: the teacher-forced ones when scored, else the
+ * free-running ones (what moved while generating).
+ */
+function continuationShare(free: Comparison, scored: ScoredBlock): number {
+  if (scored.outcome === 'ok' && (scored.comparable ?? 0) > 0 && !prefillAgreesOnly(free, scored))
+    return (scored.shifted ?? 0) / (scored.comparable ?? 1);
+  return free.comparable > 0 ? free.shifted / free.comparable : 0;
+}
+
+/**
+ * Where the difference lives, from the share of positions that moved on each side — never from
+ * one position's maximum: `decode_state` when the continuation moved broadly (at least half its
+ * positions) while the prompt moved at most a quarter as often; `compute` when the prompt's
+ * positions moved otherwise; `unknown` when neither says (a few continuation positions above the
+ * floor and a prompt that stayed under it: one position cannot tell the state from the weights).
+ */
+export function locusOfShares(prompt: Pick<PromptBlock, 'shifted' | 'comparable'>, continuation: number): Locus {
+  const p = prompt.comparable > 0 ? prompt.shifted / prompt.comparable : 0;
+  if (continuation >= 0.5 && p <= continuation / 4) return 'decode_state';
+  if (p > 0) return 'compute';
+  return 'unknown';
 }
 
 function locusSentence(
@@ -210,7 +234,9 @@ function locusSentence(
         ? `Locus: decode state — ${prompt ? `${promptPart}, and ` : ''}the same tokens scored in one prefill pass (${scored.method}) agree while generating them step by step moved: the state carried into decode (KV cache written, evicted, restored; recurrent state) or decode-only kernels; next, the three-way check of the state: where it is written, in the medium, where it is read back.`
         : `Locus: decode state — ${promptPart}, the continuation moved: the state carried into decode (KV cache written, evicted, restored; recurrent state) or decode-only kernels; next, the three-way check of the state: where it is written, in the medium, where it is read back.`;
     case 'unknown':
-      return 'Locus: unknown — no prompt positions to compare (the engine returns no prompt-token logprobs).';
+      return prompt
+        ? `Locus: unknown — ${promptPart}, and too few continuation positions moved to tell the state carried into decode from the computation.`
+        : 'Locus: unknown — no prompt positions to compare (the engine returns no prompt-token logprobs).';
     default:
       return '';
   }

@@ -52,15 +52,18 @@ export function selfEvidence(c: Comparison): { shifted: number; comparable: numb
 
 /** The self alert: the window detector over a backend's repeat pairs. */
 export type SelfAlertTransition = AlertTransition & {
-  alert: 'LogprobSelfInconsistency';
+  alert: 'LogprobSelfInconsistency' | 'LogprobPathInconsistency';
   backend: Backend;
 };
 
+/** A backend's own alert: `LogprobSelfInconsistency` over its repeat pairs, `LogprobPathInconsistency` over its path pairs. */
+export type BackendAlert = SelfAlertTransition['alert'];
+
 /**
- * Observes one repeat pair of `backend` on its own detector state: the window of the global
- * alert (the pooled share of shifted positions over the last `alert.window` repeat pairs, held for
- * `forSeconds`), reported as `LogprobSelfInconsistency` for that backend. The CUSUM part of the
- * state is kept but never reported: a sustained self-shift is the window's.
+ * Observes one repeat pair (or path pair) of `backend` on its own detector state: the window of
+ * the global alert (the pooled share of shifted positions over the last `alert.window` pairs,
+ * held for `forSeconds`), reported as `alert` (default `LogprobSelfInconsistency`) for that
+ * backend. The CUSUM part of the state is kept but never reported: a sustained shift is the window's.
  */
 export function observeSelf(
   state: DetectorState,
@@ -68,8 +71,9 @@ export function observeSelf(
   cfg: AlertConfig,
   now: number,
   backend: Backend,
+  alert: BackendAlert = 'LogprobSelfInconsistency',
 ): { state: DetectorState; transitions: SelfAlertTransition[] } {
-  return relabel(observe(state, obs, cfg, now), backend);
+  return relabel(observe(state, obs, cfg, now), backend, alert);
 }
 
 /** Time alone can fire or resolve the self alert, as it does the others. */
@@ -78,19 +82,19 @@ export function tickSelf(
   cfg: AlertConfig,
   now: number,
   backend: Backend,
+  alert: BackendAlert = 'LogprobSelfInconsistency',
 ): { state: DetectorState; transitions: SelfAlertTransition[] } {
-  return relabel(tick(state, cfg, now), backend);
+  return relabel(tick(state, cfg, now), backend, alert);
 }
 
 function relabel(
   r: { state: DetectorState; transitions: AlertTransition[] },
   backend: Backend,
+  alert: BackendAlert,
 ): { state: DetectorState; transitions: SelfAlertTransition[] } {
   return {
     state: r.state,
-    transitions: r.transitions
-      .filter((t) => t.alert === 'LogprobGlobalShift')
-      .map((t) => ({ ...t, alert: 'LogprobSelfInconsistency' as const, backend })),
+    transitions: r.transitions.filter((t) => t.alert === 'LogprobGlobalShift').map((t) => ({ ...t, alert, backend })),
   };
 }
 
@@ -180,6 +184,11 @@ export class CacheCounts {
   /** True once `backend` has reported a count. */
   reported(backend: string): boolean {
     return this.reports.has(backend);
+  }
+
+  /** One answer's count as it is known (learned from, then a missing count read as 0 where the backend reports). */
+  one(backend: string, body: unknown): number | null {
+    return this.read(backend, { first: cachedPromptTokens(body), second: null }).first;
   }
 
   /** A repeat's counts as they are known: learned from, then a missing count read as 0 where the backend reports. */

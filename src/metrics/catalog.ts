@@ -87,7 +87,7 @@ export const METRIC_CATALOG = [
     name: 'logprobe_token_shift_nats',
     type: 'histogram',
     help: 'Largest |candidate - baseline| logprob over tokens in both top-k lists, per comparable position, nats.',
-    labelNames: ['route'],
+    labelNames: ['route', 'model'],
     owner: 'worker',
     buckets: NATS_BUCKETS,
   },
@@ -126,50 +126,72 @@ export const METRIC_CATALOG = [
   {
     name: 'logprobe_verdicts_total',
     type: 'counter',
-    help: 'Comparison verdicts: of mirrored pairs (kind="pair"), and of repeat pairs of one backend, cold then warm (kind="self", with backend).',
-    labelNames: ['route', 'verdict', 'kind', 'backend'],
+    help: 'Comparison verdicts by model slice: of mirrored pairs (kind="pair", with cache: whether the candidate\'s copy read from its prefix cache: hit, miss, unknown), of repeat pairs of one backend, cold then warm (kind="self", with backend), and of one backend\'s decode path against its prefill of the same tokens (kind="path", with backend).',
+    labelNames: ['route', 'verdict', 'kind', 'backend', 'model', 'cache'],
     owner: 'worker',
   },
   {
     name: 'logprobe_window_global_shift_ratio',
     type: 'gauge',
     help: 'Pooled share of shifted comparable positions over the last alert.window comparable mirrored requests.',
-    labelNames: [],
+    labelNames: ['model'],
     owner: 'worker',
   },
   {
     name: 'logprobe_cusum_statistic',
     type: 'gauge',
     help: 'One-sided CUSUM of per-request maxShift / noiseFloor.',
-    labelNames: [],
+    labelNames: ['model'],
     owner: 'worker',
   },
   {
     name: 'logprobe_alert_test_pvalue',
     type: 'gauge',
     help: "Permutation test's p-value: candidate vs baseline logprobs of the same greedy tokens over the alert window (1 with no evidence).",
-    labelNames: [],
+    labelNames: ['model'],
     owner: 'worker',
   },
   {
     name: 'logprobe_alert_firing',
     type: 'gauge',
-    help: 'In-process alert state: 1 firing, 0 not (LogprobSelfInconsistency per backend).',
-    labelNames: ['alert', 'backend'],
+    help: 'In-process alert state per model slice: 1 firing, 0 not (LogprobSelfInconsistency and LogprobPathInconsistency per backend).',
+    labelNames: ['alert', 'backend', 'model'],
+    owner: 'worker',
+  },
+  {
+    name: 'logprobe_slice_overflow_total',
+    type: 'counter',
+    help: 'Mirrored requests whose model was folded into the `other` slice (outside slices.models, or past the first slices.maxModels names seen).',
+    labelNames: [],
+    owner: 'worker',
+  },
+  {
+    name: 'logprobe_path_shift_nats',
+    type: 'histogram',
+    help: "Path check: per generated position, the largest |decode - prefill| logprob of one backend's own tokens over tokens in both top-k lists, nats.",
+    labelNames: ['backend'],
+    owner: 'worker',
+    buckets: NATS_BUCKETS,
+  },
+  {
+    name: 'logprobe_path_checks_total',
+    type: 'counter',
+    help: "Path checks by backend and outcome (ok, unsupported, skipped, failed): the prefill scoring of a backend's own generated tokens.",
+    labelNames: ['backend', 'outcome'],
     owner: 'worker',
   },
   {
     name: 'logprobe_noise_floor_nats',
     type: 'gauge',
-    help: 'Noise floor in force, nats.',
-    labelNames: [],
+    help: 'Noise floor in force for a model slice, nats (per slice under noiseFloor: auto).',
+    labelNames: ['model'],
     owner: 'worker',
   },
   {
     name: 'logprobe_noise_floor_observed_nats',
     type: 'gauge',
     help: 'Calibration: p99 of per-position shift between repeats of the same request, nats (NaN until calibration has measured it).',
-    labelNames: ['backend'],
+    labelNames: ['backend', 'model'],
     owner: 'worker',
   },
   {
@@ -326,7 +348,14 @@ export const MIRROR_OUTCOMES = [
 export const MAIN_MIRROR_OUTCOMES = ['skipped', 'dropped'] as const satisfies ReadonlyArray<
   (typeof MIRROR_OUTCOMES)[number]
 >;
-export const ALERT_NAMES = ['LogprobGlobalShift', 'LogprobSustainedShift', 'LogprobSelfInconsistency'] as const;
+export const ALERT_NAMES = [
+  'LogprobGlobalShift',
+  'LogprobSustainedShift',
+  'LogprobSelfInconsistency',
+  'LogprobPathInconsistency',
+] as const;
+/** The alerts of one backend (labelled with it). */
+export const BACKEND_ALERTS = ['LogprobSelfInconsistency', 'LogprobPathInconsistency'] as const;
 export const BACKENDS = ['candidate', 'baseline'] as const;
 /** Outcomes of `logprobe_scoring_total`. */
 export const SCORING_OUTCOMES = ['ok', 'unsupported', 'skipped', 'failed'] as const;

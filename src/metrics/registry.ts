@@ -121,17 +121,15 @@ export class Metrics {
     }
     for (const backend of BACKENDS)
       for (const profile of ENGINE_NAMES) this.gauge('logprobe_engine_profile').set({ backend, profile }, 0);
+    for (const backend of BACKENDS) this.gauge('logprobe_upstream_connections').set({ backend }, 0);
+    // The detectors' series (alert_firing, the window share, CUSUM, p-value) and the noise floor's
+    // are per model slice: each slice's are created at 0 (NaN: not measured yet) when it is first
+    // seen, or at start for the slices.models allow-list (src/mirror/detectors.ts, calibration.ts).
     for (const backend of BACKENDS) {
-      this.gauge('logprobe_upstream_connections').set({ backend }, 0);
-      // Not measured yet: NaN, not 0 (a measured floor of 0 would be a claim).
-      this.gauge('logprobe_noise_floor_observed_nats').set({ backend }, Number.NaN);
+      this.histogram('logprobe_self_shift_nats').zero({ backend });
+      this.histogram('logprobe_path_shift_nats').zero({ backend });
+      for (const outcome of SCORING_OUTCOMES) this.counter('logprobe_path_checks_total').inc({ backend, outcome }, 0);
     }
-    for (const alert of ALERT_NAMES) {
-      if (alert === 'LogprobSelfInconsistency')
-        for (const backend of BACKENDS) this.gauge('logprobe_alert_firing').set({ alert, backend }, 0);
-      else this.gauge('logprobe_alert_firing').set({ alert }, 0);
-    }
-    for (const backend of BACKENDS) this.histogram('logprobe_self_shift_nats').zero({ backend });
     for (const backend of BACKENDS)
       for (const probe of PROBE_SHAPES) this.counter('logprobe_self_probes_total').inc({ backend, probe }, 0);
     // Not known until the backend's first repeat probe: NaN, not 0.
@@ -139,8 +137,7 @@ export class Metrics {
       this.gauge('logprobe_engine_capability').set({ backend, capability: 'cache_path' }, Number.NaN);
     for (const backend of BACKENDS)
       for (const field of CAPPED_FIELDS) this.counter('logprobe_logprobs_capped_total').inc({ backend, field }, 0);
-    this.gauge('logprobe_window_global_shift_ratio').set(0);
-    this.gauge('logprobe_cusum_statistic').set(0);
+    this.counter('logprobe_slice_overflow_total').inc(0);
     this.gauge('logprobe_mirror_queue_depth').set(0);
     for (const reason of CAPTURE_ERROR_REASONS) this.counter('logprobe_capture_errors_total').inc({ reason }, 0);
     for (const reason of CAPTURE_ERROR_REASONS)

@@ -73,7 +73,10 @@ export class Calibration {
  * counts only when both its runs were cold (`mirror.repeat.flush`: its cache emptied before each).
  */
 export class MirrorCalibration {
-  private readonly learned: Calibration;
+  /** What each model slice has learned (the `auto` floor runs per slice). */
+  private readonly learned = new Map<string, Calibration>();
+  /** What each slice's path floor has learned from the trusted side's path pairs (`path.noiseFloor: auto`). */
+  private readonly paths = new Map<string, Calibration>();
 
   constructor(
     private readonly deps: {
@@ -81,25 +84,56 @@ export class MirrorCalibration {
       metrics: Metrics;
       pipeline: PairPipeline;
     },
-  ) {
-    this.learned = new Calibration(deps.config.calibration);
-    // The series of every known label value exist at 0 from the start (src/metrics/registry.ts).
-    deps.metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
+  ) {}
+
+  /** A slice's calibration, created (with its gauge) on first sight. */
+  private of(model: string): Calibration {
+    let c = this.learned.get(model);
+    if (c === undefined) {
+      c = new Calibration(this.deps.config.calibration);
+      this.learned.set(model, c);
+      this.deps.metrics.gauge('logprobe_noise_floor_nats').set({ model }, this.floorOf(c));
+      for (const backend of ['candidate', 'baseline'] as const)
+        this.deps.metrics.gauge('logprobe_noise_floor_observed_nats').set({ backend, model }, Number.NaN);
+    }
+    return c;
   }
 
-  /** The noise floor in force: the configured one, or the calibrated one for `auto`. */
-  noiseFloor(): number {
+  private floorOf(c: Calibration): number {
     const f = this.deps.config.analysis.noiseFloor;
-    return f === 'auto' ? this.learned.autoFloor() : f === 'exact' ? 0 : f;
+    return f === 'auto' ? c.autoFloor() : f === 'exact' ? 0 : f;
   }
 
-  /** A repeat pair's per-position shifts; `trusted`: the floor may learn from them. Publishes the gauges. */
-  add(backend: Backend, shifts: readonly number[], trusted: boolean): void {
-    this.learned.add(backend, shifts, { trusted });
-    const p99 = this.learned.p99(backend);
+  /** The noise floor in force for a model slice: the configured one, or the slice's calibrated one for `auto`. */
+  noiseFloor(model: string): number {
+    return this.floorOf(this.of(model));
+  }
+
+  /** The path check's floor for a slice: `path.noiseFloor`, learned from the trusted side's path pairs for `auto`, else the pair floor in force. */
+  pathFloor(model: string): number {
+    const f = this.deps.config.path.noiseFloor;
+    if (f === null) return this.noiseFloor(model);
+    if (f !== 'auto') return f;
+    let c = this.paths.get(model);
+    if (c === undefined) this.paths.set(model, (c = new Calibration(this.deps.config.calibration)));
+    return c.autoFloor();
+  }
+
+  /** A path pair's per-position shifts: the baseline's teach the slice's `auto` path floor (the candidate's never do). */
+  addPath(model: string, backend: Backend, shifts: readonly number[]): void {
+    if (this.deps.config.path.noiseFloor !== 'auto') return;
+    this.pathFloor(model);
+    this.paths.get(model)!.add(backend, shifts, { trusted: backend === 'baseline' });
+  }
+
+  /** A repeat pair's per-position shifts in a slice; `trusted`: the floor may learn from them. Publishes the gauges. */
+  add(model: string, backend: Backend, shifts: readonly number[], trusted: boolean): void {
+    const c = this.of(model);
+    c.add(backend, shifts, { trusted });
+    const p99 = c.p99(backend);
     const { metrics } = this.deps;
-    if (p99 !== null) metrics.gauge('logprobe_noise_floor_observed_nats').set({ backend }, p99);
-    metrics.gauge('logprobe_noise_floor_nats').set(this.noiseFloor());
+    if (p99 !== null) metrics.gauge('logprobe_noise_floor_observed_nats').set({ backend, model }, p99);
+    metrics.gauge('logprobe_noise_floor_nats').set({ model }, this.floorOf(c));
   }
 
   /** Whether this pair is one the calibration runs again (`calibration.rate`). */
@@ -108,10 +142,14 @@ export class MirrorCalibration {
     return rate > 0 && random() < rate;
   }
 
-  /** Sends a compared pair's copy again to each backend and learns from the two runs' shifts. */
-  async again(copy: Copy, firsts: { candidate: BackendResult; baseline: BackendResult | null }): Promise<void> {
+  /** Sends a compared pair's copy again to each backend and learns, in its slice, from the two runs' shifts. */
+  async again(
+    copy: Copy,
+    model: string,
+    firsts: { candidate: BackendResult; baseline: BackendResult | null },
+  ): Promise<void> {
     const { config, pipeline } = this.deps;
-    const t = pickThresholds(config.analysis, this.noiseFloor());
+    const t = pickThresholds(config.analysis, this.noiseFloor(model));
     let cold = false;
     if (firsts.baseline === null && config.mirror.repeat.flush) {
       // Not cold for sure when it fails: the candidate's repeat is observed, never trusted.
@@ -127,6 +165,7 @@ export class MirrorCalibration {
       const c = compare(second.body, first.body, t);
       if (c.verdict === 'incomparable') continue;
       this.add(
+        model,
         backend,
         c.positions.map((p) => p.shift).filter((s): s is number => s !== null),
         trusted,

@@ -14,23 +14,27 @@ import {
 import { PermutationWindow } from '../core/permutation.js';
 import { observeSelf, selfEvidence, tickSelf } from '../core/self.js';
 import type { Metrics } from '../metrics/registry.js';
+import { ALERT_NAMES, BACKEND_ALERTS, BACKENDS } from '../metrics/catalog.js';
 import type { MirrorListeners } from '../pair/types.js';
 import { AlertNotifier, generatorUrl } from './notify.js';
 
+/** One model slice's detectors: the pair window and CUSUM, the permutation test, and each backend's self and path detectors. */
+export interface SliceDetectors {
+  pairs: DetectorState;
+  self: Record<Backend, DetectorState>;
+  path: Record<Backend, DetectorState>;
+  permutation: PermutationWindow;
+}
+
 /**
- * The mirror's detectors (src/core/detector.ts, pure) and what follows from them: the window and
- * CUSUM alerts over compared pairs, the permutation test beside them, one self-consistency
- * detector per backend probed with repeats; their gauges, and each alert transition to the
- * notifier (log, Alertmanager) and the listeners.
+ * The mirror's detectors (src/core/detector.ts, pure) and what follows from them, per model slice
+ * (src/core/slice.ts): the window and CUSUM alerts over compared pairs, the permutation test
+ * beside them, one self-consistency detector per backend probed with repeats and one path
+ * detector per backend path-checked; their gauges (labelled with the slice), and each alert
+ * transition (naming the slice) to the notifier (log, Alertmanager) and the listeners.
  */
 export class MirrorDetectors {
-  private pairs: DetectorState = initialDetectorState();
-  private readonly self: Record<Backend, DetectorState> = {
-    candidate: initialDetectorState(),
-    baseline: initialDetectorState(),
-  };
-  /** The permutation test beside the alerts (src/core/permutation.ts): its p-value is a gauge and on /ui. */
-  readonly permutation: PermutationWindow;
+  private readonly slices = new Map<string, SliceDetectors>();
   private readonly notifier: AlertNotifier;
   private readonly ticker: NodeJS.Timeout;
 
@@ -44,8 +48,6 @@ export class MirrorDetectors {
     },
   ) {
     const { config } = deps;
-    this.permutation = new PermutationWindow({ window: config.alert.window, ...config.alert.permutation });
-    deps.metrics.gauge('logprobe_alert_test_pvalue').set(1);
     this.notifier = new AlertNotifier({
       logger: deps.log,
       webhookUrl: config.alert.webhookUrl,
@@ -55,38 +57,118 @@ export class MirrorDetectors {
     // Time alone can fire or resolve an alert (forSeconds), with or without traffic.
     this.ticker = setInterval(() => {
       const now = deps.now();
-      this.setPairState(tick(this.pairs, config.alert, now));
-      for (const b of ['candidate', 'baseline'] as const)
-        this.setSelfState(b, tickSelf(this.self[b], config.alert, now, b));
+      for (const [model, d] of this.slices) {
+        this.setPairState(model, d, tick(d.pairs, config.alert, now));
+        for (const b of BACKENDS) {
+          this.setBackendState(model, d, 'self', b, tickSelf(d.self[b], config.alert, now, b));
+          this.setBackendState(
+            model,
+            d,
+            'path',
+            b,
+            tickSelf(d.path[b], config.alert, now, b, 'LogprobPathInconsistency'),
+          );
+        }
+      }
     }, 1000);
     this.ticker.unref();
   }
 
-  /** The pair detectors' state (read-only, for the live page, the proxy's thread and tests). */
+  /** A slice's detectors, created on first sight with their series at 0. */
+  slice(model: string): SliceDetectors {
+    let d = this.slices.get(model);
+    if (d !== undefined) return d;
+    const { config, metrics } = this.deps;
+    d = {
+      pairs: initialDetectorState(),
+      self: { candidate: initialDetectorState(), baseline: initialDetectorState() },
+      path: { candidate: initialDetectorState(), baseline: initialDetectorState() },
+      permutation: new PermutationWindow({ window: config.alert.window, ...config.alert.permutation }),
+    };
+    this.slices.set(model, d);
+    metrics.gauge('logprobe_alert_test_pvalue').set({ model }, 1);
+    metrics.gauge('logprobe_window_global_shift_ratio').set({ model }, 0);
+    metrics.gauge('logprobe_cusum_statistic').set({ model }, 0);
+    const firing = metrics.gauge('logprobe_alert_firing');
+    for (const alert of ALERT_NAMES) {
+      if ((BACKEND_ALERTS as readonly string[]).includes(alert))
+        for (const backend of BACKENDS) firing.set({ alert, backend, model }, 0);
+      else firing.set({ alert, model }, 0);
+    }
+    return d;
+  }
+
+  /** Every slice seen so far, by model (read-only, for the live page and the reports). */
+  get all(): ReadonlyMap<string, Readonly<SliceDetectors>> {
+    return this.slices;
+  }
+
+  /**
+   * The pair detectors' state of the slice that is worst now (firing first, then the largest
+   * pooled share), for the one-line views (the demo's progress, the proxy's thread); a fresh state
+   * before any pair.
+   */
   get state(): Readonly<DetectorState> {
-    return this.pairs;
+    return worst([...this.slices.values()].map((d) => d.pairs)) ?? initialDetectorState();
   }
 
-  /** A backend's self-consistency detector (read-only: the demo's progress lines show its window share and CUSUM). */
+  /** A backend's self-consistency detector of the worst slice (read-only: the demo's progress lines show its window share and CUSUM). */
   selfState(backend: Backend): Readonly<DetectorState> {
-    return this.self[backend];
+    return worst([...this.slices.values()].map((d) => d.self[backend])) ?? initialDetectorState();
   }
 
-  /** A compared pair's evidence to the window and CUSUM detectors and to the permutation test. */
-  observePair(requestId: string, analysis: Comparison, noiseFloor: number): void {
+  /** The permutation test of the worst slice (the one {@link state} shows); null before any pair. */
+  get permutation(): PermutationWindow | null {
+    const w = this.state;
+    for (const d of this.slices.values()) if (d.pairs === w) return d.permutation;
+    return null;
+  }
+
+  /** A compared pair's evidence to its slice's window and CUSUM detectors and permutation test. */
+  observePair(model: string, requestId: string, analysis: Comparison, noiseFloor: number): void {
     const { config, metrics, now } = this.deps;
+    const d = this.slice(model);
     this.setPairState(
-      observe(this.pairs, { ...detectorEvidence(analysis), noiseFloor, requestId }, config.alert, now()),
+      model,
+      d,
+      observe(d.pairs, { ...detectorEvidence(analysis), noiseFloor, requestId }, config.alert, now()),
     );
-    this.permutation.add(analysis);
-    metrics.gauge('logprobe_alert_test_pvalue').set(this.permutation.pValue());
+    d.permutation.add(analysis);
+    metrics.gauge('logprobe_alert_test_pvalue').set({ model }, d.permutation.pValue());
   }
 
-  /** A cold→warm repeat pair's evidence to its backend's self-consistency detector. */
-  observeRepeat(backend: Backend, requestId: string, analysis: Comparison, noiseFloor: number): void {
+  /** A cold→warm repeat pair's evidence to its backend's self-consistency detector in its slice. */
+  observeRepeat(model: string, backend: Backend, requestId: string, analysis: Comparison, noiseFloor: number): void {
     const { config, now } = this.deps;
+    const d = this.slice(model);
     const evidence = { ...selfEvidence(analysis), noiseFloor, requestId };
-    this.setSelfState(backend, observeSelf(this.self[backend], evidence, config.alert, now(), backend));
+    this.setBackendState(
+      model,
+      d,
+      'self',
+      backend,
+      observeSelf(d.self[backend], evidence, config.alert, now(), backend),
+    );
+  }
+
+  /** A path pair's evidence (decode vs prefill positions) to its backend's path detector in its slice. */
+  observePath(
+    model: string,
+    backend: Backend,
+    requestId: string,
+    c: { shifted: number; comparable: number; maxShift: number | null },
+    noiseFloor: number,
+  ): void {
+    const { config, now } = this.deps;
+    const d = this.slice(model);
+    const evidence = { shifted: c.shifted, comparable: c.comparable, maxShift: c.maxShift, noiseFloor, requestId };
+    this.setBackendState(
+      model,
+      d,
+      'path',
+      backend,
+      observeSelf(d.path[backend], evidence, config.alert, now(), backend, 'LogprobPathInconsistency'),
+    );
   }
 
   /** The admin server listens on `port` (0 in the config: known only now): alerts link to its live page. */
@@ -100,27 +182,39 @@ export class MirrorDetectors {
     await this.notifier.flush();
   }
 
-  private setPairState(result: { state: DetectorState; transitions: AlertTransition[] }): void {
-    this.pairs = result.state;
+  private setPairState(
+    model: string,
+    d: SliceDetectors,
+    result: { state: DetectorState; transitions: AlertTransition[] },
+  ): void {
+    d.pairs = result.state;
     const { metrics } = this.deps;
-    metrics.gauge('logprobe_window_global_shift_ratio').set(pooledShare(this.pairs));
-    metrics.gauge('logprobe_cusum_statistic').set(this.pairs.cusum);
+    metrics.gauge('logprobe_window_global_shift_ratio').set({ model }, pooledShare(d.pairs));
+    metrics.gauge('logprobe_cusum_statistic').set({ model }, d.pairs.cusum);
     const firing = metrics.gauge('logprobe_alert_firing');
-    firing.set({ alert: 'LogprobGlobalShift' }, firingValue(this.pairs.global.phase));
-    firing.set({ alert: 'LogprobSustainedShift' }, firingValue(this.pairs.sustained.phase));
-    this.notifyTransitions(result.transitions);
+    firing.set({ alert: 'LogprobGlobalShift', model }, firingValue(d.pairs.global.phase));
+    firing.set({ alert: 'LogprobSustainedShift', model }, firingValue(d.pairs.sustained.phase));
+    this.notifyTransitions(model, result.transitions);
   }
 
-  private setSelfState(backend: Backend, result: { state: DetectorState; transitions: AlertTransition[] }): void {
-    this.self[backend] = result.state;
+  private setBackendState(
+    model: string,
+    d: SliceDetectors,
+    which: 'self' | 'path',
+    backend: Backend,
+    result: { state: DetectorState; transitions: AlertTransition[] },
+  ): void {
+    d[which][backend] = result.state;
+    const alert = which === 'self' ? 'LogprobSelfInconsistency' : 'LogprobPathInconsistency';
     this.deps.metrics
       .gauge('logprobe_alert_firing')
-      .set({ alert: 'LogprobSelfInconsistency', backend }, firingValue(result.state.global.phase));
-    this.notifyTransitions(result.transitions);
+      .set({ alert, backend, model }, firingValue(result.state.global.phase));
+    this.notifyTransitions(model, result.transitions);
   }
 
-  private notifyTransitions(transitions: readonly AlertTransition[]): void {
-    for (const t of transitions) {
+  private notifyTransitions(model: string, transitions: readonly AlertTransition[]): void {
+    for (const raw of transitions) {
+      const t = { ...raw, model };
       this.notifier.notify(t);
       try {
         this.deps.listeners?.onAlert?.(t);
@@ -129,6 +223,15 @@ export class MirrorDetectors {
       }
     }
   }
+}
+
+/** The state that is worst: firing (or resolving) first, then the largest pooled share; null for none. */
+function worst(states: readonly DetectorState[]): DetectorState | null {
+  let best: DetectorState | null = null;
+  const rank = (s: DetectorState) =>
+    (firingValue(s.global.phase) || firingValue(s.sustained.phase)) * 10 + pooledShare(s) + s.cusum * 1e-6;
+  for (const s of states) if (best === null || rank(s) > rank(best)) best = s;
+  return best;
 }
 
 /** `logprobe_alert_firing`'s value in an alert's phase: 1 from firing until it has resolved (`resolving` still fires), else 0. */

@@ -14,10 +14,18 @@ import { createUpstreamPool } from '../backend/pool.js';
 import { Backends, scoringOptions, type BackendOptions } from '../backend/client.js';
 import type { BackendHealth } from '../backend/health.js';
 import { mirrorKind, requestKind, rewriteForMirror, skipReason } from '../backend/rewrite.js';
-import { PairPipeline, withBody, type PairCopy, type RepeatPlan, type PairRun } from '../pair/pipeline.js';
+import {
+  PairPipeline,
+  withBody,
+  type PairCopy,
+  type PathPlan,
+  type RepeatPlan,
+  type PairRun,
+} from '../pair/pipeline.js';
+import { Slicer } from '../core/slice.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from '../pair/types.js';
 import { MirrorCalibration } from './calibration.js';
-import { MirrorDetectors } from './detectors.js';
+import { MirrorDetectors, type SliceDetectors } from './detectors.js';
 import { mirrorBackendHooks, PairObserver } from './observe.js';
 import { WorkQueue } from './queue.js';
 
@@ -25,6 +33,8 @@ import { WorkQueue } from './queue.js';
 interface Job extends PairCopy {
   id: string;
   route: string;
+  /** Its model slice (src/core/slice.ts). */
+  model: string;
   /** The client's request headers (the copy's, and the pair record's: the capture strips credentials). */
   clientHeaders: Exchange['headers'];
   /** Credential values of the client's request: scrubbed from what is logged about it. */
@@ -104,6 +114,8 @@ export class Mirror {
   private readonly random: () => number;
   /** What a line about one request is scrubbed of (src/log/redact.ts): the captures' rule. */
   private readonly redaction: Redaction;
+  /** Names each request's model slice, within `slices`' bound. */
+  private readonly slicer: Slicer;
 
   constructor(private readonly deps: MirrorDeps) {
     const { config, metrics } = deps;
@@ -115,6 +127,14 @@ export class Mirror {
     this.pipeline = new PairPipeline(this.backends);
     this.calibration = new MirrorCalibration({ config, metrics, pipeline: this.pipeline });
     this.detectors = new MirrorDetectors({ config, metrics, log: this.log, listeners: deps.listeners, now });
+    const overflow = metrics.counter('logprobe_slice_overflow_total');
+    overflow.inc(0);
+    this.slicer = new Slicer(config.slices, undefined, () => overflow.inc());
+    // The allow-list's slices have their series from the start (src/metrics/registry.ts's rule).
+    for (const model of this.slicer.initial()) {
+      this.detectors.slice(model);
+      this.calibration.noiseFloor(model);
+    }
     this.observer = new PairObserver({
       config,
       metrics,
@@ -140,14 +160,19 @@ export class Mirror {
     });
   }
 
-  /** The noise floor in force: the configured one, or the calibrated one for `auto`. */
-  noiseFloor(): number {
-    return this.calibration.noiseFloor();
+  /** The noise floor in force for a model slice: the configured one, or the slice's calibrated one for `auto`. */
+  noiseFloor(model: string): number {
+    return this.calibration.noiseFloor(model);
   }
 
-  /** The thresholds in force for the next comparison. */
-  thresholds(): Thresholds {
-    return pickThresholds(this.deps.config.analysis, this.noiseFloor());
+  /** The thresholds in force for the next comparison in a model slice. */
+  thresholds(model: string): Thresholds {
+    return pickThresholds(this.deps.config.analysis, this.noiseFloor(model));
+  }
+
+  /** Every model slice's detectors (read-only, for the live page). */
+  get slices(): ReadonlyMap<string, Readonly<SliceDetectors>> {
+    return this.detectors.all;
   }
 
   /** The detectors' current state (read-only view for the demo and tests). */
@@ -160,8 +185,8 @@ export class Mirror {
     return this.detectors.selfState(backend);
   }
 
-  /** The permutation test beside the alerts: its p-value is a gauge and on /ui. */
-  get permutation(): PermutationWindow {
+  /** The permutation test beside the alerts (of the worst slice): its p-value is a gauge and on /ui. */
+  get permutation(): PermutationWindow | null {
     return this.detectors.permutation;
   }
 
@@ -199,6 +224,7 @@ export class Mirror {
     const job: Job = {
       id: ex.requestId,
       route: ex.route,
+      model: this.slicer.model(parsed as Record<string, unknown>),
       path: ex.path,
       kind: requestKind(ex.path) ?? 'completions',
       clientHeaders: ex.headers,
@@ -249,13 +275,28 @@ export class Mirror {
 
   /** A job through the pair pipeline, observed, emitted; then, for a share of compared pairs, calibration. */
   private async run(job: Job, plan: RepeatPlan | null): Promise<void> {
-    const floor = this.noiseFloor();
+    const floor = this.noiseFloor(job.model);
     const t = pickThresholds(this.deps.config.analysis, floor);
-    const run = await this.pipeline.run(job, { thresholds: t, busy: this.busy, repeat: plan });
-    this.observer.observe(job, run, floor);
+    const pathFloor = this.calibration.pathFloor(job.model);
+    const run = await this.pipeline.run(job, {
+      thresholds: t,
+      busy: this.busy,
+      repeat: plan,
+      path: this.pathPlan(pathFloor),
+    });
+    this.observer.observe(job, run, floor, pathFloor);
     this.emit(job, run, floor);
     if (run.result.outcome === 'ok' && this.calibration.wants(this.random))
-      await this.calibration.again(withBody(job, run.request), run);
+      await this.calibration.again(withBody(job, run.request), job.model, run);
+  }
+
+  /** Which backends this job's path check covers (`path.rate` of jobs), at the slice's path floor; null for none. */
+  private pathPlan(floor: number): PathPlan | null {
+    const p = this.deps.config.path;
+    if (p.rate <= 0 || (p.rate < 1 && this.random() >= p.rate)) return null;
+    const backends = [...new Set(p.backends)].filter((b) => b === 'candidate' || this.backends.baseline !== null);
+    if (backends.length === 0) return null;
+    return { backends, thresholds: pickThresholds(this.deps.config.analysis, floor) };
   }
 
   /** The outcome counted, a pair not compared logged, the pair handed to the listeners. */
@@ -286,7 +327,9 @@ export class Mirror {
       outcome,
       analysis: run.result.comparison,
       noiseFloor,
+      slice: { model: job.model, cache: run.cache },
       ...(repeats.length > 0 ? { repeats } : {}),
+      ...(run.paths.length > 0 ? { paths: run.paths } : {}),
     };
     try {
       this.deps.listeners?.onPair?.(pair);

@@ -31,6 +31,8 @@ export function alertSummary(t: AlertTransition): string {
       return "every decode step moved: not decode-time noise — each pair's locus says where (compute: the prompt moved too; decode state: only the continuation, suspect the KV cache / state)";
     case 'LogprobSelfInconsistency':
       return `the ${t.backend ?? 'backend'} disagrees with itself between a cold and a warm run: suspect the cache path`;
+    case 'LogprobPathInconsistency':
+      return `the ${t.backend ?? 'backend'}'s decode-time logprobs disagree with its own prefill of the same tokens: suspect the path that differs (speculative decoding, an adapter's head on prompt logprobs, stale prefill buffers)`;
     case 'LogprobSustainedShift': {
       const x = t.evidence.medianX;
       if (x === null) return 'a shift above the noise floor persists across requests';
@@ -52,7 +54,16 @@ const DESCRIPTION: Record<AlertTransition['alert'], string> = {
   LogprobSelfInconsistency:
     'Repeats of the same request on one backend (the second normally a prefix-cache hit) disagree above the noise floor over the window of repeat pairs. ' +
     'Suspect the cache path: compare the state where it is written, in the medium and where it is read back.',
+  LogprobPathInconsistency:
+    "A backend's logprobs of the tokens it generated, reported while decoding, disagree above the path floor with the same tokens scored in one prefill pass on that backend, over the window of path pairs. " +
+    'A wrong weight moves both paths alike (the pair alerts see it, this one does not); this one sees a bug confined to one path: speculative or MTP decoding, prompt logprobs computed without an adapter, stale prefill buffers.',
 };
+
+/** Where an alert is, in words: ` (candidate, model a3)`, or nothing for the one detector of everything. */
+export function alertWhere(t: Pick<AlertTransition, 'backend' | 'model'>): string {
+  const parts = [...(t.backend ? [t.backend] : []), ...(t.model !== undefined ? [`model ${t.model}`] : [])];
+  return parts.length > 0 ? ` (${parts.join(', ')})` : '';
+}
 
 /**
  * The evidence in words, for the log line: how many requests and how far they moved. The
@@ -86,6 +97,7 @@ export function toAlertmanager(t: AlertTransition, instance: string, generatorUR
       service: 'logprobe',
       instance,
       ...(t.backend ? { backend: t.backend } : {}),
+      ...(t.model !== undefined ? { model: t.model } : {}),
     },
     annotations: {
       summary: alertSummary(t),
@@ -120,8 +132,14 @@ export class AlertNotifier {
 
   notify(t: AlertTransition): void {
     this.options.logger.warn(
-      { alert: t.alert, ...(t.backend ? { backend: t.backend } : {}), state: t.to, evidence: t.evidence },
-      `${t.alert}${t.backend ? ` (${t.backend})` : ''} ${t.to}: ${alertSummary(t)} (${evidenceText(t)})`,
+      {
+        alert: t.alert,
+        ...(t.backend ? { backend: t.backend } : {}),
+        ...(t.model !== undefined ? { model: t.model } : {}),
+        state: t.to,
+        evidence: t.evidence,
+      },
+      `${t.alert}${alertWhere(t)} ${t.to}: ${alertSummary(t)} (${evidenceText(t)})`,
     );
     const url = this.options.webhookUrl;
     if (!url) return;

@@ -12,15 +12,18 @@ import { failureReason } from '../backend/failure.js';
 import type { BackendHealth } from '../backend/health.js';
 import type { PairRun } from '../pair/pipeline.js';
 import type { RepeatPair } from '../pair/repeat.js';
+import type { PathPair } from '../core/path.js';
 import type { CacheCounts } from '../core/self.js';
 import type { MirrorCalibration } from './calibration.js';
 import type { MirrorDetectors } from './detectors.js';
 import { recordComparison } from './record.js';
 
-/** A mirrored job as the observer sees it: its id, route label, and the client request's secrets. */
+/** A mirrored job as the observer sees it: its id, route label, model slice, and the client request's secrets. */
 export interface ObservedJob {
   id: string;
   route: string;
+  /** Its model slice (src/core/slice.ts): the detectors, calibration and labels it counts in. */
+  model: string;
   /** Credential values of the client's request: a cause logged or shown may quote them. */
   secrets: readonly string[];
 }
@@ -49,7 +52,8 @@ export class PairObserver {
     },
   ) {}
 
-  observe(job: ObservedJob, run: PairRun, floor: number): void {
+  /** `floor`: the slice's pair floor in force; `pathFloor`: the floor its path pairs were counted against. */
+  observe(job: ObservedJob, run: PairRun, floor: number, pathFloor: number): void {
     const { metrics } = this.deps;
     const dur = metrics.histogram('logprobe_upstream_duration_seconds');
     dur.observe({ backend: 'candidate', route: job.route }, run.candidate.latencyMs / 1000);
@@ -65,11 +69,12 @@ export class PairObserver {
       this.deps.log.warn(this.fields(job, { reqId: job.id, reason: run.scoring.reason }), 'scoring failed');
     const analysis = run.result.comparison;
     if (analysis !== null) {
-      recordComparison(metrics, job.route, analysis);
+      recordComparison(metrics, { route: job.route, model: job.model, cache: run.cache }, analysis);
       if (analysis.verdict !== 'incomparable' && analysis.comparable > 0)
-        this.deps.detectors.observePair(job.id, analysis, floor);
+        this.deps.detectors.observePair(job.model, job.id, analysis, floor);
     }
     for (const rp of run.repeats) this.observeRepeat(job, rp, floor);
+    for (const pp of run.paths) this.observePath(job, pp, pathFloor);
     this.recordHealth(job, run);
   }
 
@@ -85,7 +90,7 @@ export class PairObserver {
     if (c === null || rp.verdict === null) return;
     metrics
       .counter('logprobe_verdicts_total')
-      .inc({ route: job.route, verdict: rp.verdict, kind: 'self', backend: rp.backend });
+      .inc({ route: job.route, verdict: rp.verdict, kind: 'self', backend: rp.backend, model: job.model });
     const h = metrics.histogram('logprobe_self_shift_nats');
     // The runs' own positions (cold vs warm): what the probe measures, and what the floor may learn.
     const shifts = c.positions.map((p) => p.shift);
@@ -96,17 +101,40 @@ export class PairObserver {
     metrics.counter('logprobe_self_probes_total').inc({ backend: rp.backend, probe: rp.probe });
     this.cachePathCapability(rp);
     if (rp.probe === 'cold_warm' && c.verdict !== 'incomparable' && c.comparable > 0)
-      this.deps.detectors.observeRepeat(rp.backend, job.id, c, floor);
+      this.deps.detectors.observeRepeat(job.model, rp.backend, job.id, c, floor);
     // The floor learns from the trusted side only: the baseline's repeats, or (baseline-free) the
     // candidate's when both runs were cold — never the candidate's warm-vs-cold disagreement,
     // which is what a cache bug looks like.
     const trusted =
       rp.backend === 'baseline' || (this.deps.backends.baseline === null && bothCold(rp.counts, rp.confirmedFlush));
     this.deps.calibration.add(
+      job.model,
       rp.backend,
       shifts.filter((s): s is number => typeof s === 'number'),
       trusted,
     );
+  }
+
+  /** A path pair's metrics, its backend's path detector in the slice, and (the trusted side's) the `auto` path floor. */
+  private observePath(job: ObservedJob, pp: PathPair, floor: number): void {
+    const { metrics } = this.deps;
+    metrics.counter('logprobe_path_checks_total').inc({ backend: pp.backend, outcome: pp.outcome });
+    if (pp.outcome === 'failed')
+      this.deps.log.warn(
+        this.fields(job, { reqId: job.id, backend: pp.backend, reason: pp.reason }),
+        'path check failed',
+      );
+    const c = pp.analysis;
+    if (c === null || pp.verdict === null) return;
+    metrics
+      .counter('logprobe_verdicts_total')
+      .inc({ route: job.route, verdict: pp.verdict, kind: 'path', backend: pp.backend, model: job.model });
+    const h = metrics.histogram('logprobe_path_shift_nats');
+    const shifts = c.shifts.filter((s): s is number => s !== null);
+    for (const s of shifts) h.observe({ backend: pp.backend }, s);
+    if (c.verdict !== 'incomparable' && c.comparable > 0)
+      this.deps.detectors.observePath(job.model, pp.backend, job.id, c, floor);
+    this.deps.calibration.addPath(job.model, pp.backend, shifts);
   }
 
   /**

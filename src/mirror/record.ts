@@ -1,9 +1,15 @@
 import type { Comparison } from '../core/index.js';
+import type { CacheSplit } from '../core/slice.js';
 import type { Metrics } from '../metrics/registry.js';
 
-/** Exports one comparison: per-token histograms, the flip, the divergence and the verdict. */
-export function recordComparison(metrics: Metrics, route: string, c: Comparison): void {
-  metrics.counter('logprobe_verdicts_total').inc({ route, verdict: c.verdict, kind: 'pair' });
+/** Exports one comparison: per-token histograms, the flip, the divergence and the verdict (by model slice and cache split). */
+export function recordComparison(
+  metrics: Metrics,
+  where: { route: string; model: string; cache: CacheSplit },
+  c: Comparison,
+): void {
+  const { route, model, cache } = where;
+  metrics.counter('logprobe_verdicts_total').inc({ route, verdict: c.verdict, kind: 'pair', model, cache });
   if (c.verdict === 'incomparable') return;
   const diffH = metrics.histogram('logprobe_token_crosspath_diff_nats');
   const shiftH = metrics.histogram('logprobe_token_shift_nats');
@@ -12,7 +18,7 @@ export function recordComparison(metrics: Metrics, route: string, c: Comparison)
   const labels = { route };
   for (const p of c.positions) {
     if (p.diff !== null) diffH.observe(labels, Math.abs(p.diff));
-    if (p.shift !== null) shiftH.observe(labels, p.shift);
+    if (p.shift !== null) shiftH.observe({ route, model }, p.shift);
     if (p.gap !== null) gapH.observe(labels, p.gap);
     if (p.kl !== null) klH.observe(labels, Math.max(0, p.kl));
   }
@@ -21,7 +27,7 @@ export function recordComparison(metrics: Metrics, route: string, c: Comparison)
     const shifts = c.scored.shifts ?? [];
     for (let i = c.firstDivergence + 1; i < shifts.length; i++) {
       const s = shifts[i];
-      if (s !== null && s !== undefined) shiftH.observe(labels, s);
+      if (s !== null && s !== undefined) shiftH.observe({ route, model }, s);
     }
   }
   if (c.prompt) {

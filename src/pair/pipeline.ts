@@ -1,8 +1,12 @@
 import type { Backend, Thresholds } from '../core/types.js';
-import { withScoredHealth, withScoring } from '../core/index.js';
+import { parseResponse, withScoredHealth, withScoring } from '../core/index.js';
 import { CacheCounts } from '../core/self.js';
+import { comparePaths, type PathPair } from '../core/path.js';
+import { cacheSplit, type CacheSplit } from '../core/slice.js';
+import type { ParsedResponse, TokenStep } from '../core/types.js';
 import type { Backends, Copy } from '../backend/client.js';
 import type { BackendResult } from '../backend/dispatch.js';
+import { UnsupportedError } from '../backend/http.js';
 import type { PromptSource } from '../backend/engines/profile.js';
 import { analyzePair, type PairResult } from './analyze.js';
 import { repeatOnce, type RepeatPair } from './repeat.js';
@@ -19,12 +23,20 @@ export interface RepeatPlan {
   flush: boolean;
 }
 
-/** How one pair runs: the thresholds in force, whether the caller is behind, and its repeat probes. */
+/** Which backends a pair's path check covers (decode vs prefill on one server), and the floor it is counted against. */
+export interface PathPlan {
+  backends: Backend[];
+  thresholds: Thresholds;
+}
+
+/** How one pair runs: the thresholds in force, whether the caller is behind, its repeat probes and its path check. */
 export interface PairRunOptions {
   thresholds: Thresholds;
   /** The caller is behind: scoring is skipped to keep up. */
   busy: boolean;
   repeat: RepeatPlan | null;
+  /** The path check of this pair; null or absent: none. */
+  path?: PathPlan | null;
 }
 
 /** What a scoring attempt came to: its outcome, whether `logprobe_scoring_total` counts it, and why it failed. */
@@ -46,6 +58,10 @@ export interface PairRun {
   /** The scoring's outcome, where scoring was asked for (a compared pair). */
   scoring: ScoringOutcome | null;
   repeats: RepeatPair[];
+  /** Each checked backend's decode path against its prefill of the same tokens. */
+  paths: PathPair[];
+  /** Whether the candidate's copy read from its prefix cache, as its engine reported. */
+  cache: CacheSplit;
   /** The backends whose cache flush before a repeat failed, with the error (their first run may be warm). */
   flushErrors: ReadonlyMap<Backend, string>;
 }
@@ -54,7 +70,9 @@ export interface PairRun {
  * The one way a pair is made, for the online mirror and `replay` alike: the caches emptied first
  * (a repeat with `flush`), send (both backends at once, within their logprobs caps; the candidate
  * alone baseline-free), classify ({@link analyzePair}, as `analyze` does offline), score (teacher
- * forcing past the divergence), repeat (the same copy again to a backend, cold then warm).
+ * forcing past the divergence), repeat (the same copy again to a backend, cold then warm), path
+ * check (each backend's decode-time logprobs against its own prefill of the same tokens; after the
+ * repeats, whose second run needs the first's prefix still cached).
  * The golden replay runs its send step against a candidate alone and classifies against the
  * golden answer; `record` sends through the same backend client.
  */
@@ -77,10 +95,14 @@ export class PairPipeline {
     const result = analyzePair(sent.candidate, sent.baseline, o.thresholds);
     // What the backends got: lowered to a logprobs cap one of them stated, if any.
     const asSent = withBody(copy, request);
+    const cache = cacheSplit(this.counts.one('candidate', sent.candidate.body));
     const scoring = await this.score(asSent, sent.baseline, result, o);
     const again = o.repeat
       ? await this.repeats(asSent, o.repeat, sent, flushErrors, o)
       : { repeats: [], body: request };
+    // After the repeats: a prefill of the generated tokens would take the engine's cached prefix
+    // (llama-server's one slot) that a repeat's second run must find warm.
+    const paths = o.path ? await this.paths(asSent, sent, result, o.path, o.busy) : [];
     const repeats = again.repeats;
     // Baseline-free, the repeat is the comparison: a second run that failed leaves nothing compared.
     if (sent.baseline === null && repeats[0]?.verdict === null && result.outcome === 'ok')
@@ -92,6 +114,8 @@ export class PairPipeline {
       result,
       scoring,
       repeats,
+      paths,
+      cache,
       flushErrors,
     };
   }
@@ -148,6 +172,77 @@ export class PairPipeline {
   }
 
   /**
+   * Step path check: each planned backend's own generated tokens scored in one prefill pass on
+   * that backend (its engine profile, `prefill`), compared with the logprobs it reported while
+   * decoding them. Never throws: an engine that cannot score gives `unsupported`, a failed call
+   * `failed`, a mirror that is behind `skipped`.
+   */
+  private async paths(
+    copy: PairCopy,
+    sent: { candidate: BackendResult; baseline: BackendResult | null },
+    result: PairResult,
+    plan: PathPlan,
+    busy: boolean,
+  ): Promise<PathPair[]> {
+    const out: PathPair[] = [];
+    for (const backend of plan.backends) {
+      const answer = sent[backend];
+      if (answer === null || answer.error !== null || answer.status >= 400) continue;
+      // Baseline-free, nothing parsed the candidate's answer yet.
+      const parsed = result[backend] ?? parseResponse(answer.body);
+      if (parsed.steps.length === 0) continue;
+      if (busy) {
+        out.push(notChecked(backend, 'skipped', 'the mirror is behind (its queue is half full): skipped to keep up'));
+        continue;
+      }
+      out.push(await this.pathOf(backend, copy, answer, parsed, plan));
+    }
+    return out;
+  }
+
+  /** One backend's path check (see {@link paths}). */
+  private async pathOf(
+    backend: Backend,
+    copy: PairCopy,
+    answer: BackendResult,
+    parsed: ParsedResponse,
+    plan: PathPlan,
+  ): Promise<PathPair> {
+    const client = this.backends.side(backend);
+    const target = client.target(copy.clientHeaders, copy.secrets);
+    try {
+      const { profile, spec } = await client.prepare(
+        target,
+        { kind: copy.kind, body: copy.body },
+        { parsed, body: answer.body },
+      );
+      // As wide as the copy's own top-k at most: more alternatives on one side pair nothing.
+      const topK = Math.min(spec.topK, Math.max(1, ...parsed.steps.map((s) => s.top.length)));
+      const scored = await client.score(target, profile, { ...spec, topK, promptPositions: 0, prefill: true });
+      const decode = parsed.steps.slice(0, scored.continuation.length);
+      // The ids forced are the answer's own, or its text re-tokenised (SGLang's OpenAI routes name
+      // none): text can re-tokenise to as many ids yet other ones, so each forced token must be the
+      // one decoded — by id where the answer named it, else by text.
+      const other = scored.continuation.findIndex((s, i) => !sameToken(s, decode[i]!));
+      if (other >= 0)
+        throw new UnsupportedError(
+          `the answer names no token ids and its text re-tokenises to other tokens (position ${other}: ${JSON.stringify(scored.continuation[other]!.token)} for ${JSON.stringify(decode[other]!.token)})`,
+        );
+      // Named as decoded (the prefill may spell a token as its engine's placeholder).
+      const prefill = scored.continuation.map((s, i) => ({ ...s, token: decode[i]!.token }));
+      const analysis = comparePaths(decode, prefill, plan.thresholds);
+      const method =
+        profile.mode === 'incremental'
+          ? `${profile.name} /completion per position (cache_prompt: false)`
+          : profile.method;
+      return { backend, outcome: 'ok', method, analysis, verdict: analysis.verdict };
+    } catch (err) {
+      const outcome = err instanceof UnsupportedError ? 'unsupported' : 'failed';
+      return notChecked(backend, outcome, (err as Error)?.message ?? String(err));
+    }
+  }
+
+  /**
    * Step repeat: each probed backend's second run, compared with its first; in the plan's order.
    * `body`: what the last run was sent (a second run may be lowered to a cap stated only then).
    */
@@ -187,6 +282,16 @@ export class PairPipeline {
     }
     return { repeats, body };
   }
+}
+
+function notChecked(backend: Backend, outcome: Exclude<PathPair['outcome'], 'ok'>, reason: string): PathPair {
+  return { backend, outcome, reason, analysis: null, verdict: null };
+}
+
+/** Whether a prefill step forced the token the decode step chose: the same id where both name one, else the same text. */
+function sameToken(s: TokenStep, decoded: TokenStep): boolean {
+  if (decoded.id !== undefined && s.id !== undefined) return decoded.id === s.id;
+  return s.token === decoded.token;
 }
 
 /** A copy with another body (and no payload: it is serialised again). */

@@ -3,6 +3,8 @@ import type { AlertTransition } from '../core/detector.js';
 import type { PairOutcome } from '../core/pair.js';
 import type { BackendResult } from '../backend/dispatch.js';
 import type { RepeatPair } from './repeat.js';
+import type { PathPair } from '../core/path.js';
+import type { Slice } from '../core/slice.js';
 
 /** Outcomes of `logprobe_mirror_total` (docs/format.md): a pair's ({@link PairOutcome}, src/core/pair.ts), or never sent. */
 export type MirrorOutcome = PairOutcome | 'dropped' | 'skipped';
@@ -26,8 +28,12 @@ export interface MirroredPair {
   analysis: Comparison | null;
   /** The noise floor used for this pair, nats. */
   noiseFloor: number;
+  /** Its model slice and whether the candidate's copy read from the prefix cache (src/core/slice.ts). */
+  slice?: Slice;
   /** Repeat probes of the cache path (the same copy again to a backend, cold then warm). */
   repeats?: RepeatPair[];
+  /** Path checks: each checked backend's decode-time logprobs against its own prefill of the same tokens. */
+  paths?: PathPair[];
 }
 
 /** Who wants to hear about mirrored pairs and alert transitions (capture, the demo). */

@@ -69,7 +69,7 @@ export const llamacppProfile: EngineProfile = {
     const continuation: TokenStep[] = [];
     const seq = [...P];
     for (const id of spec.continuation) {
-      continuation.push(await position(target, seq, id, spec.topK, true));
+      continuation.push(await position(target, seq, id, spec.topK, spec.prefill !== true));
       seq.push(id);
     }
     return { promptStart, prompt, continuation };

@@ -18,6 +18,12 @@ export interface ScoreSpec {
   topK: number;
   /** Prompt positions to compare, where they cost a call each (llama.cpp); engines that return them all at once return them all. */
   promptPositions: number;
+  /**
+   * The continuation computed as a prefill, never on the engine's cached decode state (the path
+   * check): the prefill profiles always are; llama.cpp then evaluates each position fresh
+   * (`cache_prompt: false`) instead of one token on its cached prefix.
+   */
+  prefill?: boolean;
 }
 
 /** One side's scoring and where its prompt block starts. */

@@ -1,0 +1,57 @@
+import { forcedStats, type ForcedStats } from './scored.js';
+import type { Backend, Thresholds, TokenStep } from './types.js';
+
+/**
+ * The path check (docs/detection.md "Decode vs prefill"): one backend's logprobs of the tokens it
+ * generated, as it reported them while decoding, against the same tokens scored in one prefill
+ * pass on the same backend. The tokens are the same on both sides by construction; what moves is
+ * the path: speculative or MTP decoding, prompt logprobs computed without an adapter's head,
+ * stale prefill buffers, decode-only kernels. A wrong weight moves both paths alike and is silent
+ * here (the pair check sees it); a prefill-only bug is the reverse.
+ */
+export const PATH_VERDICTS = ['incomparable', 'identical', 'noise', 'path_inconsistent'] as const;
+export type PathVerdict = (typeof PATH_VERDICTS)[number];
+
+/** The decode and prefill positions compared: the forced-position statistics and the verdict. */
+export interface PathComparison extends ForcedStats {
+  verdict: PathVerdict;
+  /** The floor the positions were counted against, nats. */
+  noiseFloor: number;
+}
+
+/** Why a backend's path was not checked, or the check's outcome. */
+export type PathOutcome = 'ok' | 'unsupported' | 'skipped' | 'failed';
+
+/** One backend's path check of one mirrored copy. */
+export interface PathPair {
+  backend: Backend;
+  outcome: PathOutcome;
+  /** Why not `ok` (unsupported engine, skipped to keep up, failed call). */
+  reason?: string;
+  /** The engine API the prefill used (e.g. `vllm /v1/completions prompt_logprobs`). */
+  method?: string;
+  /** The comparison; null unless `outcome` is `ok`. */
+  analysis: PathComparison | null;
+  verdict: PathVerdict | null;
+}
+
+/**
+ * Compares decode-time steps with the prefill's steps of the same tokens: `incomparable` when no
+ * position has a known shift on both, `identical` when every shift is 0, `noise` when none is
+ * above the floor, else `path_inconsistent`. A decode step the server reported as all zeros (or
+ * with a chosen logprob above 0) is not a distribution: the definition check flags it where the
+ * answer is parsed, and here it simply moves far from the prefill's.
+ */
+export function comparePaths(
+  decode: readonly TokenStep[],
+  prefill: readonly TokenStep[],
+  t: Thresholds,
+): PathComparison {
+  const stats = forcedStats(decode, prefill, t);
+  let verdict: PathVerdict;
+  if (stats.comparable === 0) verdict = 'incomparable';
+  else if (stats.maxShift === 0) verdict = 'identical';
+  else if (stats.shifted === 0) verdict = 'noise';
+  else verdict = 'path_inconsistent';
+  return { ...stats, verdict, noiseFloor: t.noiseFloor };
+}
