@@ -1,6 +1,7 @@
 import type { Comparison, Thresholds } from '../core/index.js';
 import type { BackendResult } from '../backend/dispatch.js';
 import type { MirroredPair, MirrorOutcome } from '../pair/types.js';
+import type { RepeatPair } from '../pair/repeat.js';
 import type { ProbeShape, RepeatCache, RepeatSides, SelfVerdict } from '../core/self.js';
 import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, Redaction } from '../log/redact.js';
 import type { Backend } from '../core/types.js';
@@ -208,22 +209,34 @@ function assemble(
     analysis: clean(analysis, false),
     ...(pair.repeats && pair.repeats.length > 0
       ? {
-          repeats: pair.repeats.map((r) => ({
-            backend: r.backend,
-            flushed: r.flushed,
-            ...(r.flushError ? { flushError: clean(r.flushError) } : {}),
-            second: sideOf(r.second),
-            cached: r.cached,
-            probe: r.probe,
-            sides: r.sides,
-            analysis: r.analysis === null ? null : clean(withoutPositions(r.analysis), false),
-            verdict: r.verdict,
-            thresholds: { ...options.thresholds, noiseFloor: pair.noiseFloor },
-          })),
+          repeats: pair.repeats.map((r) =>
+            capturedRepeat(r, sideOf, clean, { ...options.thresholds, noiseFloor: pair.noiseFloor }),
+          ),
         }
       : {}),
     ...(pair.slice ? { slice: pair.slice } : {}),
     // Numbers, token ids and reasons: the reason may quote an upstream's error page.
     ...(pair.paths && pair.paths.length > 0 ? { paths: clean(pair.paths, false) } : {}),
+  };
+}
+
+/** One repeat probe as captured, through the record's own side and scrub rules. */
+function capturedRepeat(
+  r: RepeatPair,
+  sideOf: (r: BackendResult) => CaptureSide,
+  clean: <T>(v: T, byName?: boolean) => T,
+  thresholds: Thresholds,
+): CapturedRepeat {
+  return {
+    backend: r.backend,
+    flushed: r.flushed,
+    ...(r.flushError ? { flushError: clean(r.flushError) } : {}),
+    second: sideOf(r.second),
+    cached: r.cached,
+    probe: r.probe,
+    sides: r.sides,
+    analysis: r.analysis === null ? null : clean(withoutPositions(r.analysis), false),
+    verdict: r.verdict,
+    thresholds,
   };
 }

@@ -9,7 +9,6 @@ import {
   type OverflowReason,
 } from './labels.js';
 import {
-  ALERT_NAMES,
   BACKENDS,
   FLIP_CLASSES,
   MAIN_MIRROR_OUTCOMES,
