@@ -4,7 +4,7 @@ import { isServerFault, parseServerFaults, SERVER_FAULT_FORMS, type ServerFaults
 import { ENGINE_APIS, type EngineApi } from './api/profile.js';
 import { parseEngineVersion } from './api/version.js';
 import { startEngineServer, type EngineLog, type EngineServerHandle } from './openai-server.js';
-import { createSimModel } from './sim/model.js';
+import { createSimModel, type SimAdapterOptions } from './sim/model.js';
 
 /** A mistake in the engine's arguments: one line on stderr, exit code 2. */
 export class EngineUsageError extends Error {
@@ -38,6 +38,10 @@ interface EngineOptions {
   localShiftRate?: string;
   decodeShift?: string;
   cacheHitShift?: string;
+  specDecodeShift?: string;
+  zeroDecodeLogprobs?: boolean;
+  staleBuffer?: string;
+  lora: string[];
   cacheSlots?: string;
   tokenizerSplit?: boolean;
   api: string;
@@ -155,25 +159,86 @@ async function llamaModel(
   }
 }
 
+const ADAPTER_NUMBERS = new Set([
+  'noise',
+  'stateShift',
+  'localShift',
+  'localShiftRate',
+  'decodeShift',
+  'cacheHitShift',
+  'batchNoise',
+  'specDecodeShift',
+  'staleBuffer',
+  'scale',
+  'key',
+]);
+const ADAPTER_FLAGS = new Set(['promptWithoutAdapter', 'zeroDecodeLogprobs']);
+
+/**
+ * One `--lora` value: `NAME[=PATH][,KNOB[=VALUE]…]`, knobs by their sim option names in camelCase
+ * or kebab-case (`prompt-without-adapter`, `spec-decode-shift=0.5`).
+ */
+export function parseLoraSpec(spec: string): SimAdapterOptions {
+  const [head = '', ...knobs] = spec.split(',').map((s) => s.trim());
+  const eq = head.indexOf('=');
+  const id = eq < 0 ? head : head.slice(0, eq);
+  if (id === '') throw new UsageError(`--lora: expected NAME[=PATH][,KNOB=VALUE…], got '${spec}'`);
+  const out: Record<string, unknown> = { id, ...(eq < 0 ? {} : { path: head.slice(eq + 1) }) };
+  for (const item of knobs.filter((k) => k !== '')) {
+    const at = item.indexOf('=');
+    const name = (at < 0 ? item : item.slice(0, at)).replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+    const value = at < 0 ? undefined : item.slice(at + 1);
+    if (ADAPTER_FLAGS.has(name)) {
+      if (value !== undefined && value !== 'true' && value !== 'false')
+        throw new UsageError(`--lora ${id}: ${name} takes true or false, got '${value}'`);
+      out[name] = value !== 'false';
+    } else if (ADAPTER_NUMBERS.has(name)) {
+      if (value === undefined) throw new UsageError(`--lora ${id}: ${name} needs a value (${name}=N)`);
+      out[name] = parseNumberOption(`--lora ${id}: ${name}`, value, name === 'key' ? { integer: true } : { min: 0 });
+    } else {
+      throw new UsageError(
+        `--lora ${id}: unknown knob '${name}': expected one of ${[...ADAPTER_FLAGS, ...ADAPTER_NUMBERS].join(', ')}`,
+      );
+    }
+  }
+  return out as unknown as SimAdapterOptions;
+}
+
 function simModel(opts: EngineOptions, modelFaults: string[]): EngineModel {
   const bad = modelFaults[0];
   if (bad !== undefined)
     throw new UsageError(`--fault: unknown fault "${bad}": expected one of ${SERVER_FAULT_FORMS.join(', ')}`);
-  return createSimModel({
-    seed: knob('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true }),
-    noise: knob('--noise', opts.noise),
-    stateShift: knob('--state-shift', opts.stateShift),
-    localShift: knob('--local-shift', opts.localShift),
-    localShiftRate: knob('--local-shift-rate', opts.localShiftRate, { min: 0, max: 1 }),
-    decodeShift: knob('--decode-shift', opts.decodeShift),
-    cacheHitShift: knob('--cache-hit-shift', opts.cacheHitShift),
-    batchNoise: knob('--batch-noise', opts.batchNoise),
-    tokenizerSplit: opts.tokenizerSplit ?? false,
-    ...(opts.modelId ? { id: opts.modelId } : {}),
-    ...(opts.cacheSlots !== undefined
-      ? { cacheSlots: knob('--cache-slots', opts.cacheSlots, { min: 1, max: 4096, integer: true }) }
-      : {}),
-  });
+  return simOrUsage(() =>
+    createSimModel({
+      seed: knob('--seed', opts.seed, { min: 0, max: 0xffffffff, integer: true }),
+      noise: knob('--noise', opts.noise),
+      stateShift: knob('--state-shift', opts.stateShift),
+      localShift: knob('--local-shift', opts.localShift),
+      localShiftRate: knob('--local-shift-rate', opts.localShiftRate, { min: 0, max: 1 }),
+      decodeShift: knob('--decode-shift', opts.decodeShift),
+      cacheHitShift: knob('--cache-hit-shift', opts.cacheHitShift),
+      batchNoise: knob('--batch-noise', opts.batchNoise),
+      specDecodeShift: knob('--spec-decode-shift', opts.specDecodeShift),
+      zeroDecodeLogprobs: opts.zeroDecodeLogprobs ?? false,
+      staleBuffer: knob('--stale-buffer', opts.staleBuffer),
+      adapters: opts.lora.map(parseLoraSpec),
+      tokenizerSplit: opts.tokenizerSplit ?? false,
+      ...(opts.modelId ? { id: opts.modelId } : {}),
+      ...(opts.cacheSlots !== undefined
+        ? { cacheSlots: knob('--cache-slots', opts.cacheSlots, { min: 1, max: 4096, integer: true }) }
+        : {}),
+    }),
+  );
+}
+
+/** A bad sim option (an adapter id served twice, …) is a usage error. */
+function simOrUsage(build: () => EngineModel): EngineModel {
+  try {
+    return build();
+  } catch (err) {
+    if (err instanceof RangeError) throw new UsageError(`--sim: ${err.message}`);
+    throw err;
+  }
 }
 
 const stderrLog: EngineLog = {
@@ -227,6 +292,25 @@ function modelOptions(c: Command): Command {
       'sim: perturb every decode step and every reused prefix, not the prompt (stand-in for decode-state:I)',
     )
     .option('--cache-hit-shift <nats>', 'sim: perturb what a prefix-cache hit restores (stand-in for cache-hit:I)')
+    .option(
+      '--spec-decode-shift <nats>',
+      'sim: perturb the logprobs decode steps report, not the greedy token (speculative decoding, vllm PR #38711)',
+    )
+    .option(
+      '--zero-decode-logprobs',
+      'sim: decode steps after the first report every logprob as 0.0 (llama.cpp#27972, speculative decoding)',
+    )
+    .option(
+      '--stale-buffer <nats>',
+      "sim: prompt logprobs carry the previous request's residue (vllm#42019, uninitialized buffer)",
+    )
+    .option(
+      '--lora <spec>',
+      'sim: serve a LoRA adapter beside the model: NAME[=PATH][,KNOB[=VALUE]…] (repeatable), knobs: ' +
+        'prompt-without-adapter, spec-decode-shift=N, zero-decode-logprobs, stale-buffer=N, scale=N, noise=N, …',
+      collect,
+      [] as string[],
+    )
     .option('--tokenizer-split', 'sim: same text, other tokens (single bytes)');
 }
 
@@ -361,11 +445,15 @@ function checkFlags(opts: EngineOptions) {
       'cacheHitShift',
       'batchNoise',
       'tokenizerSplit',
+      'specDecodeShift',
+      'zeroDecodeLogprobs',
+      'staleBuffer',
     ] as const) {
       if (opts[flag] !== undefined)
         throw new UsageError(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} applies to --sim only`);
     }
   }
+  if (!opts.sim && opts.lora.length > 0) throw new UsageError('--lora applies to --sim only');
   if (opts.sim && opts.threads !== undefined) throw new UsageError('--threads applies to --llama only');
   return { port, concurrency, tokenDelayMs, faults, kind, api, maxLogprobs };
 }

@@ -129,7 +129,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
   while (count < params.maxTokens) {
     if (signal.aborted) throw signal.reason ?? new GenerationAborted('the client went away');
     const dist = await seq.next();
-    const id = chooseToken(dist, params, o.rng, model.vocabSize);
+    // A fault may report other logprobs than those the token is chosen from (`choice`).
+    const id = chooseToken(dist.choice ?? dist, params, o.rng, model.vocabSize);
     if (id === model.eosToken) {
       await release(Infinity);
       const eos = { id, logprob: dist.logprobOf(id), ...stepExtras(o, dist) };

@@ -18,6 +18,12 @@ export interface NextTokenDistribution {
    * cannot say. Used for the chosen token when it was sampled outside the listed prefix.
    */
   logprobOf(id: number): number;
+  /**
+   * The distribution the token is chosen from, when it is not the one reported: a fault that
+   * corrupts only the reported logprobs (speculative decoding keeps the greedy token while the
+   * logprobs it reports are wrong). Absent: the token is chosen from this distribution.
+   */
+  readonly choice?: NextTokenDistribution;
 }
 
 /**
@@ -102,6 +108,16 @@ export interface ModelCard {
 export interface EngineModel {
   /** The id reported by `/v1/models` and in responses. */
   readonly id: string;
+  /**
+   * Models served beside this one on the same engine: LoRA adapters (vLLM `--lora-modules
+   * name=path`, SGLang `--lora-paths name=path`), each with `parent` set to this model's id. A
+   * request's `model` (SGLang `/generate`: `lora_path`) picks which one computes.
+   */
+  readonly adapters?: readonly EngineModel[];
+  /** For an adapter: the id of the base model it adapts (vLLM's and SGLang's `/v1/models` `parent`). */
+  readonly parent?: string;
+  /** For an adapter: where it was loaded from (`/v1/models` `root`). Default: its id. */
+  readonly root?: string;
   /** The end-of-sequence token id, or null when the model has none. */
   readonly eosToken: number | null;
   /** The beginning-of-sequence token id, or null/absent when the model has none (the simulated model). */

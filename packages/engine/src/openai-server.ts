@@ -17,6 +17,7 @@ import { parseEngineVersion } from './api/version.js';
 import { VLLM_VERSION } from './api/vllm.js';
 import { VLLM_MAX_LOGPROBS } from './api/vllm-completions.js';
 import { EngineHttpError } from './errors.js';
+import type { EngineModel } from './model.js';
 import { NO_FAULTS, parseServerFaults, type ServerFaults } from './faults.js';
 import { TokenJson } from './format.js';
 import { GenerationAborted } from './generate.js';
@@ -63,6 +64,10 @@ function toFaults(f: ServerFaults | string | readonly string[] | undefined): Ser
 /** What every request of one server reads: fixed when it starts. */
 interface ServerParts {
   model: EngineServerOptions['model'];
+  /** The models served, by id: the base model and its adapters. */
+  served: ReadonlyMap<string, EngineModel>;
+  /** A request naming a model the engine does not serve is a 404 (vLLM `_check_model`). */
+  strictModel: boolean;
   log: EngineLog;
   api: ReturnType<typeof apiProfile>;
   queue: RequestQueue;
@@ -102,8 +107,11 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   const seedBase = options.requestSeedBase ?? randomInt(0, 2 ** 31);
   const idBase = randomBytes(6).toString('hex');
   const settings = serverSettings(options, api, prefixCache, queue);
+  const served = servedModels(options.model);
   const parts: ServerParts = {
     model: options.model,
+    served,
+    strictModel: options.strictModel ?? served.size > 1,
     log: options.log ?? NOOP_LOG,
     api,
     queue,
@@ -138,6 +146,64 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
   settings.port = addr.port;
   parts.log.info({ host, port: addr.port, model: parts.model.id, api: api.api, prefixCache }, 'engine listening');
   return serverHandle(server, parts, state, host, addr.port);
+}
+
+/** The base model and its adapters by id; an id served twice is a RangeError. */
+function servedModels(model: EngineModel): Map<string, EngineModel> {
+  const served = new Map<string, EngineModel>([[model.id, model]]);
+  for (const a of model.adapters ?? []) {
+    if (served.has(a.id)) throw new RangeError(`model id '${a.id}' is served twice (adapters of '${model.id}')`);
+    served.set(a.id, a);
+  }
+  return served;
+}
+
+/**
+ * The model a generation request asks for. vLLM (serving_engine.py `_check_model`,
+ * `_maybe_get_adapters`): `model` absent or the base's id → the base, an adapter's name → that
+ * adapter, anything else → 404 "The model `X` does not exist." (NotFoundError). SGLang: `/generate`
+ * names the adapter in `lora_path`; its OpenAI routes take `model` as `adapter` or `base:adapter`.
+ * llama-server ignores `model`.
+ */
+function requestedModel(p: ServerParts, path: string, raw: string): EngineModel {
+  const base = p.model;
+  if (p.api.api === 'llamacpp' || (p.served.size === 1 && !p.strictModel)) return base;
+  let body: unknown;
+  try {
+    body = JSON.parse(raw);
+  } catch {
+    return base; // the route answers a body that is not JSON in its own words
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return base;
+  const b = body as Record<string, unknown>;
+  if (p.api.api === 'sglang') {
+    if (path === '/generate') {
+      const lora = b['lora_path'];
+      if (typeof lora !== 'string') return base;
+      const m = p.served.get(lora);
+      if (m && m !== base) return m;
+      throw new EngineHttpError(400, `LoRA adapter '${lora}' is not loaded`, 'lora_path');
+    }
+    const name = b['model'];
+    if (typeof name !== 'string') return base;
+    const adapter = p.served.get(name) ?? p.served.get(name.slice(name.lastIndexOf(':') + 1));
+    return adapter ?? base;
+  }
+  const name = b['model'];
+  if (name === undefined || name === null || name === '') return base;
+  const m = typeof name === 'string' ? p.served.get(name) : undefined;
+  if (m) return m;
+  if (!p.strictModel) return base;
+  const shown = typeof name === 'string' ? name : JSON.stringify(name);
+  if (p.api.api === 'vllm') throw new EngineHttpError(404, `The model \`${shown}\` does not exist.`);
+  // OpenAI's own words for an unknown model.
+  throw new EngineHttpError(
+    404,
+    `The model \`${shown}\` does not exist or you do not have access to it.`,
+    null,
+    'invalid_request_error',
+    'model_not_found',
+  );
 }
 
 /** The settings routes read, checked: a bad engineVersion or maxLogprobs throws a RangeError. */
@@ -191,11 +257,12 @@ function context(
   route: Route,
   at: { path: string; query: URLSearchParams; raw: string; signal: AbortSignal },
 ): RouteContext {
+  const model = route.generation ? requestedModel(p, at.path, at.raw) : p.model;
   // Only generations count: request seeds and ids run as they always did, whatever side requests come between.
   const n = route.generation ? st.counter++ : st.counter;
   const prefix = route.idPrefix ?? 'cmpl';
   return {
-    model: p.model,
+    model,
     res,
     signal: at.signal,
     requestSeed: (Math.imul(p.seedBase ^ n, 0x9e3779b1) ^ n) >>> 0,
@@ -204,7 +271,7 @@ function context(
     meta: {
       id: `${prefix === '' ? '' : `${prefix}-`}${p.idBase}${n.toString(16).padStart(prefix === '' ? 20 : 6, '0')}`,
       created: Math.floor(Date.now() / 1000),
-      model: p.model.id,
+      model: model.id,
       fingerprint: p.fingerprint,
     },
     maxContext: p.maxContext,

@@ -65,6 +65,13 @@ export interface EngineServerOptions {
   readonly apiKey?: string;
   /** SGLang's `--admin-api-key`: the admin routes (`/flush_cache`) need it, and the plain key is refused there. */
   readonly adminApiKey?: string;
+  /**
+   * A generation request whose `model` the engine does not serve gets the engine's 404 (vLLM:
+   * "The model `X` does not exist.", NotFoundError). Default: on when the model has adapters
+   * (`EngineModel.adapters`), off otherwise (any name is the one model, as this double always did).
+   * SGLang and llama-server never check it.
+   */
+  readonly strictModel?: boolean;
   /** Requests allowed to wait for a slot before new ones get a 503. Default 1024. */
   readonly maxQueue?: number;
   /** Largest prompt + completion, in tokens. Default 32768. */

@@ -128,3 +128,43 @@ test('SGLang: --api-key, --admin-api-key, --enable-cache-report, --enable-determ
   assert.equal((await call(url, '/v1/completions', body, 'k')).json.usage.prompt_tokens_details, null);
   assert.ok((await call(url, '/v1/completions', body, 'k')).json.usage.prompt_tokens_details.cached_tokens > 0);
 });
+
+test('--lora serves adapters with their own knobs; /v1/models lists them; a bad --lora is a usage error', async (t) => {
+  const url = await startEngine(t, [
+    '--api',
+    'vllm',
+    '--model-id',
+    'm',
+    '--lora',
+    'a1=/srv/a1',
+    '--lora',
+    'a3,prompt-without-adapter,spec-decode-shift=0.5',
+  ]);
+  const models = await call(url, '/v1/models');
+  assert.deepEqual(
+    models.json.data.map((d: { id: string; root: string; parent: string | null }) => [d.id, d.root, d.parent]),
+    [
+      ['m', 'm', null],
+      ['a1', '/srv/a1', 'm'],
+      ['a3', '/adapters/a3', 'm'],
+    ],
+  );
+  const res = await call(url, '/v1/completions', { model: 'a3', prompt: 'x', max_tokens: 2 });
+  assert.equal(res.status, 200);
+  assert.equal(res.json.model, 'a3');
+  assert.equal((await call(url, '/v1/completions', { model: 'a2', prompt: 'x', max_tokens: 1 })).status, 404);
+});
+
+test('parseLoraSpec: names, paths, knobs in either case; unknown knobs and bad values named', async () => {
+  const { parseLoraSpec } = await import('../src/cli.js');
+  assert.deepEqual(parseLoraSpec('a3=/p,promptWithoutAdapter,stale-buffer=0.5,zero-decode-logprobs=false'), {
+    id: 'a3',
+    path: '/p',
+    promptWithoutAdapter: true,
+    staleBuffer: 0.5,
+    zeroDecodeLogprobs: false,
+  });
+  assert.throws(() => parseLoraSpec('a3,warp=1'), /--lora a3: unknown knob 'warp'/);
+  assert.throws(() => parseLoraSpec('a3,spec-decode-shift=x'), /specDecodeShift: expected a number/);
+  assert.throws(() => parseLoraSpec('=p'), /--lora: expected NAME/);
+});

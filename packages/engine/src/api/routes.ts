@@ -17,16 +17,29 @@ const created = Math.floor(Date.now() / 1000);
 function modelsBody(ctx: RouteContext): string {
   const { model, api, maxContext } = ctx;
   const base = { id: model.id, object: 'model', created, owned_by: api.ownedBy };
+  // Adapters are listed after the base, each with its path as root and the base as parent
+  // (vLLM serving_models.py `show_available_models` lora_cards, no max_model_len; SGLang
+  // http_server.py `available_models`, max_model_len None).
+  const adapters = (model.adapters ?? []).map((a) => ({
+    ...base,
+    id: a.id,
+    root: a.root ?? a.id,
+    parent: a.parent ?? model.id,
+    max_model_len: null,
+  }));
   switch (api.api) {
     case 'vllm':
       return JSON.stringify({
         object: 'list',
-        data: [{ ...base, root: model.id, parent: null, max_model_len: maxContext, permission: [vllmPermission()] }],
+        data: [
+          { ...base, root: model.id, parent: null, max_model_len: maxContext, permission: [vllmPermission()] },
+          ...adapters.map((a) => ({ ...a, permission: [vllmPermission()] })),
+        ],
       });
     case 'sglang':
       return JSON.stringify({
         object: 'list',
-        data: [{ ...base, root: model.id, parent: null, max_model_len: maxContext }],
+        data: [{ ...base, root: model.id, parent: null, max_model_len: maxContext }, ...adapters],
       });
     case 'llamacpp': {
       const card = model.card;
@@ -41,7 +54,10 @@ function modelsBody(ctx: RouteContext): string {
       return JSON.stringify({ object: 'list', data: [{ ...base, id: card?.path ?? model.id, meta }] });
     }
     default:
-      return JSON.stringify({ object: 'list', data: [{ ...base, created: 0 }] });
+      return JSON.stringify({
+        object: 'list',
+        data: [{ ...base, created: 0 }, ...(model.adapters ?? []).map((a) => ({ ...base, id: a.id, created: 0 }))],
+      });
   }
 }
 

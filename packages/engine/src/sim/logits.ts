@@ -11,6 +11,20 @@ export interface SimKnobs {
   readonly decodeShift: number;
   readonly cacheHitShift: number;
   readonly batchNoise: number;
+  /** Magnitude (nats) of the perturbation of reported decode logprobs (`specDecodeShift`). */
+  readonly specDecodeShift: number;
+  /** Magnitude (nats) of the previous request's residue in prompt logprobs (`staleBuffer`). */
+  readonly staleBuffer: number;
+  /** Decode steps after the first report every logprob as 0.0 (`zeroDecodeLogprobs`). */
+  readonly zeroDecodeLogprobs: boolean;
+}
+
+/** A LoRA adapter's head: a seeded logit delta on top of the base model's logits. */
+export interface SimAdapterHead {
+  /** Selects the delta: same key and context → the same delta. */
+  readonly key: number;
+  /** σ (nats) of the delta. */
+  readonly scale: number;
 }
 
 // Salts keep the independent random streams (scale, shifts, noise, length) apart.
@@ -24,6 +38,9 @@ const SALT_EOS = 0x51a7e007;
 const SALT_DECODE = 0x51a7e008;
 const SALT_CACHE_HIT = 0x51a7e009;
 const SALT_BATCH = 0x51a7e00a;
+const SALT_ADAPTER = 0x51a7e00b;
+const SALT_SPEC = 0x51a7e00c;
+const SALT_STALE = 0x51a7e00d;
 
 /**
  * Per-step scale of the Gumbel logits, log-uniform in [SCALE_MIN, SCALE_MAX]: the top-1/top-2
@@ -56,10 +73,13 @@ const EOS_PROMPT_SHARE = 0.6;
  */
 export class SimCore {
   readonly knobs: SimKnobs;
+  /** The adapter's head, or null for the base model. */
+  readonly adapter: SimAdapterHead | null;
   private readonly seedHash: number;
 
-  constructor(knobs: SimKnobs) {
+  constructor(knobs: SimKnobs, adapter: SimAdapterHead | null = null) {
     this.knobs = knobs;
+    this.adapter = adapter;
     this.seedHash = mix32((knobs.seed ^ SALT_SEED) >>> 0);
   }
 
@@ -111,6 +131,33 @@ export class SimCore {
   }
 
   /**
+   * What a speculative-decoding bug does to the logprobs a decode step reports (not to the token
+   * it keeps): uniform in ±specDecodeShift per token, different at every step. Null when off.
+   */
+  specVector(ctxHash: number, absPos: number): Float64Array | null {
+    const x = this.knobs.specDecodeShift;
+    if (x === 0) return null;
+    const h = combine(mix32(ctxHash ^ SALT_SPEC), absPos);
+    const v = new Float64Array(VOCAB.size);
+    for (let t = 0; t < v.length; t++) v[t] = x * (2 * unit(h ^ Math.imul(t + 1, 0x9e3779b1)) - 1);
+    return v;
+  }
+
+  /**
+   * What an uninitialized prompt-logprobs buffer still holds at a prompt position: a residue of
+   * the previous request (`prevHash`, the hash of its prompt), uniform in ±staleBuffer per token
+   * and different per position. Null when off.
+   */
+  staleVector(prevHash: number, absPos: number): Float64Array | null {
+    const x = this.knobs.staleBuffer;
+    if (x === 0) return null;
+    const h = combine(mix32(prevHash ^ SALT_STALE), absPos);
+    const v = new Float64Array(VOCAB.size);
+    for (let t = 0; t < v.length; t++) v[t] = x * (2 * unit(h ^ Math.imul(t + 1, 0x9e3779b1)) - 1);
+    return v;
+  }
+
+  /**
    * The logits of the next token.
    * @param ctxHash rolling hash of the context so far
    * @param genPos tokens generated so far (negative for prompt positions)
@@ -119,6 +166,7 @@ export class SimCore {
    * @param state the prompt's state perturbation, or null
    * @param eosStart from `eosStart`
    * @param coResident sequences in flight with this one: at 2 or more, `batchNoise` is added
+   * @param head false: leave out the adapter's head (a prompt-logprobs path that drops it)
    */
   logits(
     ctxHash: number,
@@ -128,6 +176,7 @@ export class SimCore {
     state: Float64Array | null,
     eosStart: number,
     coResident = 1,
+    head = true,
   ): Float64Array {
     const n = VOCAB.size;
     const out = new Float64Array(n);
@@ -136,6 +185,12 @@ export class SimCore {
     for (let t = 0; t < n; t++) out[t] = (PRIOR[t] as number) + scale * (GUMBEL[tableIndex(h, t)] as number);
     if (genPos >= eosStart) out[EOS_ID] = (out[EOS_ID] as number) + 3 + 0.8 * (genPos - eosStart);
     if (state) for (let t = 0; t < n; t++) out[t] = (out[t] as number) + (state[t] as number);
+    const adapter = this.adapter;
+    if (adapter !== null && head) {
+      // An lm_head LoRA: a delta that depends on the context (the hidden state) and the adapter.
+      const ah = combine(h ^ SALT_ADAPTER, adapter.key);
+      for (let t = 0; t < n; t++) out[t] = (out[t] as number) + adapter.scale * (GAUSS[tableIndex(ah, t)] as number);
+    }
     const { localShift, localShiftRate, noise } = this.knobs;
     if (localShift !== 0 && unit(combine(h ^ SALT_LOCAL_PICK, absPos)) < localShiftRate) {
       const lh = combine(h ^ SALT_LOCAL_VEC, absPos);

@@ -1,7 +1,8 @@
 import type { CacheState, EngineModel, ModelSequence, NextTokenDistribution, StartOptions } from '../model.js';
 import { reusable } from '../prefix-cache.js';
 import { LogitDistribution } from './distribution.js';
-import { SimCore, type SimKnobs } from './logits.js';
+import { combine } from './hash.js';
+import { SimCore, type SimAdapterHead, type SimKnobs } from './logits.js';
 import { SplitSequence } from './split.js';
 import { concatBytes, EOS_ID, tokenBytesOf, tokenizeBytes, tokenizeLongest, VOCAB } from './vocab.js';
 
@@ -50,19 +51,88 @@ export interface SimOptions {
    * keep many; 1 (the default) is llama-server with `-np 1`: the previous request's only.
    */
   cacheSlots?: number;
+  /**
+   * Magnitude (nats) of a perturbation of the logprobs every decode step after the first reports,
+   * while the token is still chosen from the exact distribution: speculative decoding keeps the
+   * greedy token but reports wrong logprobs (vllm-project/vllm PR #38711, #53488). Prompt
+   * logprobs and the first generated token (computed by the prefill) are exact.
+   */
+  specDecodeShift?: number;
+  /**
+   * Every decode step after the first reports logprob 0.0 (p = 1.0) for its token and 0.0 for
+   * every top entry, while the tokens stay right (ggml-org/llama.cpp#27972: llama-server with
+   * speculative decoding).
+   */
+  zeroDecodeLogprobs?: boolean;
+  /**
+   * Magnitude (nats) of the previous request's residue in a request's prompt logprobs: an
+   * uninitialized buffer (vllm-project/vllm#42019, fix PR #42245 `torch.empty` → `torch.zeros`).
+   * The same request gets other prompt logprobs after another request; decode is exact. The
+   * previous request is the engine's, whichever model or adapter served it.
+   */
+  staleBuffer?: number;
+  /**
+   * LoRA adapters served beside the model (vLLM `--lora-modules`, SGLang `--lora-paths`): each
+   * the base model plus its own seeded logit delta, with its own knobs (none inherited from the
+   * base, so a fault can be confined to one adapter). `seed`, `tokenizerSplit` and `cacheSlots`
+   * are the base's.
+   */
+  adapters?: readonly SimAdapterOptions[];
+}
+
+/** The knobs an adapter sets for itself (see `SimOptions`). */
+export type SimKnobOptions = Pick<
+  SimOptions,
+  | 'noise'
+  | 'stateShift'
+  | 'localShift'
+  | 'localShiftRate'
+  | 'decodeShift'
+  | 'cacheHitShift'
+  | 'batchNoise'
+  | 'specDecodeShift'
+  | 'zeroDecodeLogprobs'
+  | 'staleBuffer'
+>;
+
+/** One LoRA adapter of the simulated model. */
+export interface SimAdapterOptions extends SimKnobOptions {
+  /** The name requests use (`model`; SGLang `/generate`: `lora_path`), unique on the engine. */
+  id: string;
+  /** `/v1/models` `root`. Default `/adapters/<id>`. */
+  path?: string;
+  /** σ (nats) of the adapter's logit delta. Default 1: its greedy text differs from the base's. */
+  scale?: number;
+  /** Selects the delta. Default: derived from `id`, so adapters differ from each other. */
+  key?: number;
+  /**
+   * Prompt logprobs are computed without the adapter's head (the base model's logits) while
+   * generated tokens and their logprobs use it (vllm-project/vllm#51594: a LoRA `lm_head` delta
+   * dropped from `prompt_logprobs`).
+   */
+  promptWithoutAdapter?: boolean;
 }
 
 /** The simulated model: an `EngineModel` plus the options it was built with. */
 export interface SimModel extends EngineModel {
   readonly options: Readonly<Required<SimOptions>>;
+  /** The adapters served beside it (none for an adapter). */
+  readonly adapters: readonly SimModel[];
+  /** For an adapter: its options, resolved. */
+  readonly adapter?: Readonly<Required<SimAdapterOptions>>;
 }
 
 const decoder = new TextDecoder();
 
 function checkKnob(name: string, value: number, max = Infinity): void {
-  if (!Number.isFinite(value) || value < 0 || value > max) {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || value > max) {
     throw new RangeError(`sim option ${name} must be a number in [0, ${max}], got ${value}`);
   }
+}
+
+function checkFlag(name: string, value: unknown): void {
+  if (typeof value !== 'boolean')
+    throw new RangeError(`sim option ${name} must be true or false, got ${String(value)}`);
 }
 
 function checkId(id: number): void {
@@ -90,6 +160,42 @@ interface SimRun {
   readonly reused: number;
   /** Where evaluated tokens are recorded, or null when the request keeps nothing. */
   readonly slot: SimSlot | null;
+  /** The previous request's prompt hash, whose residue prompt logprobs carry (`staleBuffer`), or null. */
+  readonly stale: number | null;
+  /** Prompt logprobs with the adapter's head (false: `promptWithoutAdapter`). */
+  readonly promptHead: boolean;
+}
+
+/**
+ * Reports other logprobs than those the token is chosen from: a decode step corrupted after the
+ * verification that picked its token.
+ */
+class ReportedDistribution implements NextTokenDistribution {
+  readonly ids: ArrayLike<number>;
+  readonly logprobs: ArrayLike<number>;
+  constructor(
+    private readonly shown: NextTokenDistribution,
+    readonly choice: NextTokenDistribution,
+  ) {
+    this.ids = shown.ids;
+    this.logprobs = shown.logprobs;
+  }
+  logprobOf(id: number): number {
+    return this.shown.logprobOf(id);
+  }
+}
+
+/** Every logprob 0.0 (p = 1.0), the listed ids the exact ones: llama-server's speculative path. */
+class ZeroLogprobs implements NextTokenDistribution {
+  readonly ids: ArrayLike<number>;
+  readonly logprobs: Float64Array;
+  constructor(readonly choice: NextTokenDistribution) {
+    this.ids = choice.ids;
+    this.logprobs = new Float64Array(choice.ids.length);
+  }
+  logprobOf(): number {
+    return 0;
+  }
 }
 
 function plus(a: Float64Array | null, b: Float64Array | null): Float64Array | null {
@@ -138,7 +244,14 @@ class SimSequence implements ModelSequence {
       this.eosStart,
       this.batch(),
     );
-    return Promise.resolve(new LogitDistribution(logits));
+    const exact = new LogitDistribution(logits);
+    // The first generated token comes from the prefill; speculation only runs in later steps.
+    if (this.genPos === 0) return Promise.resolve(exact);
+    if (this.core.knobs.zeroDecodeLogprobs) return Promise.resolve(new ZeroLogprobs(exact));
+    const spec = this.core.specVector(this.hash, this.absPos);
+    if (spec === null) return Promise.resolve(exact);
+    const shown = new LogitDistribution(logits.map((x, t) => x + (spec[t] as number)));
+    return Promise.resolve(new ReportedDistribution(shown, exact));
   }
 
   /** Sequences in flight now, asked only when batch noise is on. */
@@ -167,9 +280,11 @@ class SimSequence implements ModelSequence {
     for (let i = 0; i < n - 1; i++) {
       h = this.core.extend(h, this.prompt[i] as number);
       if (i + 1 < this.run.from) continue;
+      const stale = this.run.stale === null ? null : this.core.staleVector(this.run.stale, i + 1);
+      const state = plus(this.run.prompt, stale);
       out.push(
         new LogitDistribution(
-          this.core.logits(h, i + 1 - n, i + 1, this.requestSeed, this.run.prompt, Infinity, batch),
+          this.core.logits(h, i + 1 - n, i + 1, this.requestSeed, state, Infinity, batch, this.run.promptHead),
         ),
       );
     }
@@ -188,33 +303,93 @@ function extends_(cells: readonly number[], prompt: readonly number[]): boolean 
   return cells.length <= prompt.length && cells.every((c, i) => prompt[i] === c);
 }
 
+/** The knobs an adapter (or the base) sets, with their defaults, checked; `where` prefixes the names in errors. */
+function resolveKnobs(o: SimKnobOptions, where = ''): Required<SimKnobOptions> {
+  const k: Required<SimKnobOptions> = {
+    noise: o.noise ?? 0,
+    stateShift: o.stateShift ?? 0,
+    localShift: o.localShift ?? 0,
+    localShiftRate: o.localShiftRate ?? 0.1,
+    decodeShift: o.decodeShift ?? 0,
+    cacheHitShift: o.cacheHitShift ?? 0,
+    batchNoise: o.batchNoise ?? 0,
+    specDecodeShift: o.specDecodeShift ?? 0,
+    zeroDecodeLogprobs: o.zeroDecodeLogprobs ?? false,
+    staleBuffer: o.staleBuffer ?? 0,
+  };
+  for (const name of [
+    'noise',
+    'stateShift',
+    'localShift',
+    'decodeShift',
+    'cacheHitShift',
+    'batchNoise',
+    'specDecodeShift',
+    'staleBuffer',
+  ] as const)
+    checkKnob(where + name, k[name]);
+  checkKnob(`${where}localShiftRate`, k.localShiftRate, 1);
+  checkFlag(`${where}zeroDecodeLogprobs`, k.zeroDecodeLogprobs);
+  return k;
+}
+
 /** The options with their defaults, checked: a bad one throws a RangeError. */
 function resolveSimOptions(options: SimOptions): Required<SimOptions> {
   const resolved: Required<SimOptions> = {
     seed: options.seed ?? 0,
-    noise: options.noise ?? 0,
-    stateShift: options.stateShift ?? 0,
-    localShift: options.localShift ?? 0,
-    localShiftRate: options.localShiftRate ?? 0.1,
-    decodeShift: options.decodeShift ?? 0,
-    cacheHitShift: options.cacheHitShift ?? 0,
-    batchNoise: options.batchNoise ?? 0,
+    ...resolveKnobs(options),
     tokenizerSplit: options.tokenizerSplit ?? false,
     id: options.id ?? 'logprobe-sim',
     cacheSlots: options.cacheSlots ?? 1,
+    adapters: options.adapters ?? [],
   };
   if (!Number.isInteger(resolved.cacheSlots) || resolved.cacheSlots < 1)
     throw new RangeError(`sim option cacheSlots must be an integer ≥ 1, got ${resolved.cacheSlots}`);
   if (!Number.isInteger(resolved.seed))
     throw new RangeError(`sim option seed must be an integer, got ${resolved.seed}`);
-  checkKnob('noise', resolved.noise);
-  checkKnob('stateShift', resolved.stateShift);
-  checkKnob('localShift', resolved.localShift);
-  checkKnob('localShiftRate', resolved.localShiftRate, 1);
-  checkKnob('decodeShift', resolved.decodeShift);
-  checkKnob('cacheHitShift', resolved.cacheHitShift);
-  checkKnob('batchNoise', resolved.batchNoise);
+  if (!Array.isArray(resolved.adapters))
+    throw new RangeError(`sim option adapters must be an array, got ${String(resolved.adapters)}`);
   return resolved;
+}
+
+/** An adapter's options with their defaults, checked against the ids already taken. */
+function resolveAdapter(a: SimAdapterOptions, i: number, taken: Set<string>): Required<SimAdapterOptions> {
+  const where = `adapters[${i}].`;
+  if (typeof a?.id !== 'string' || a.id === '')
+    throw new RangeError(`sim option ${where}id must be a non-empty string, got ${String(a?.id)}`);
+  if (taken.has(a.id)) throw new RangeError(`sim option ${where}id '${a.id}' is already served by this engine`);
+  taken.add(a.id);
+  const r: Required<SimAdapterOptions> = {
+    ...resolveKnobs(a, where),
+    id: a.id,
+    path: a.path ?? `/adapters/${a.id}`,
+    scale: a.scale ?? 1,
+    key: a.key ?? idKey(a.id),
+    promptWithoutAdapter: a.promptWithoutAdapter ?? false,
+  };
+  checkKnob(`${where}scale`, r.scale);
+  if (!Number.isInteger(r.key)) throw new RangeError(`sim option ${where}key must be an integer, got ${r.key}`);
+  checkFlag(`${where}promptWithoutAdapter`, r.promptWithoutAdapter);
+  return r;
+}
+
+/** A 32-bit key from a string: each adapter id selects its own delta. */
+function idKey(id: string): number {
+  let h = 0x51a7e0aa;
+  for (let i = 0; i < id.length; i++) h = combine(h, id.charCodeAt(i));
+  return h;
+}
+
+/** The hash of a prompt's tokens, whatever model served it (`staleBuffer`'s source). */
+function promptKey(prompt: readonly number[]): number {
+  let h = 0x51a7e0bb;
+  for (const id of prompt) h = combine(h, id);
+  return h;
+}
+
+/** What the engine's models share: the previous request the engine served. */
+interface SimEngine {
+  lastPrompt: number | null;
 }
 
 /** The simulated model's prefix cache and the fault vectors a reused prefix brings. */
@@ -225,6 +400,9 @@ interface SimCache {
   cacheSlots: number;
   /** Most recently used first. */
   slots: SimSlot[];
+  engine: SimEngine;
+  /** Prompt logprobs with the adapter's head (false: `promptWithoutAdapter`). */
+  promptHead: boolean;
 }
 
 /** Starts a sequence on the canonical tokens: the longest cached prefix it may reuse, and the slot it writes. */
@@ -250,7 +428,11 @@ function startSim(c: SimCache, prompt: readonly number[], o: StartOptions): Mode
     from: o.promptLogprobsFrom ?? 1,
     reused,
     slot,
+    stale: c.core.knobs.staleBuffer === 0 ? null : c.engine.lastPrompt,
+    promptHead: c.promptHead,
   };
+  // Every request counts as the previous one for the next, whichever model serves it.
+  c.engine.lastPrompt = promptKey(prompt);
   const seq = new SimSequence(c.core, prompt, o.requestSeed, run, o.coResident);
   if (slot) {
     slot.cells = [...prompt];
@@ -292,18 +474,41 @@ function claimSlot(
 /**
  * Builds the simulated model: a deterministic toy language model over a few hundred tokens whose
  * next-token logits depend on the seed, the prompt and the tokens generated so far, with knobs for
- * run-to-run noise and for the bugs logprobe must detect.
+ * run-to-run noise and for the bugs logprobe must detect — and its adapters, if any.
  */
 export function createSimModel(options: SimOptions = {}): SimModel {
   const resolved = resolveSimOptions(options);
+  const taken = new Set([resolved.id]);
+  const adapters = resolved.adapters.map((a, i) => resolveAdapter(a, i, taken));
+  const engine: SimEngine = { lastPrompt: null };
+  const built = adapters.map((a) =>
+    buildSim(
+      { ...resolved, ...a, id: a.id, adapters: [] },
+      engine,
+      { key: a.key, scale: a.scale },
+      { parent: resolved.id, adapter: Object.freeze(a), adapters: [] },
+    ),
+  );
+  return buildSim(resolved, engine, null, { adapters: built });
+}
+
+/** One model of the engine: the base (adapter null) or an adapter. */
+function buildSim(
+  resolved: Required<SimOptions>,
+  engine: SimEngine,
+  head: SimAdapterHead | null,
+  extra: { parent?: string; adapter?: Readonly<Required<SimAdapterOptions>>; adapters: readonly SimModel[] },
+): SimModel {
   const knobs: SimKnobs = { ...resolved, seed: resolved.seed | 0 };
-  const core = new SimCore(knobs);
+  const core = new SimCore(knobs, head);
   const cache: SimCache = {
     core,
     decodeVec: core.faultVector('decode'),
     cacheHitVec: core.faultVector('cache-hit'),
     cacheSlots: resolved.cacheSlots,
     slots: [],
+    engine,
+    promptHead: !(extra.adapter?.promptWithoutAdapter ?? false),
   };
   const { slots } = cache;
   const split = resolved.tokenizerSplit;
@@ -315,6 +520,8 @@ export function createSimModel(options: SimOptions = {}): SimModel {
     bosToken: null,
     vocabSize: VOCAB.size,
     options: Object.freeze(resolved),
+    adapters: extra.adapters,
+    ...(extra.parent !== undefined ? { parent: extra.parent, root: extra.adapter!.path, adapter: extra.adapter } : {}),
     tokenize: split ? tokenizeBytes : tokenizeLongest,
     tokenText: (id) => {
       const text = VOCAB.texts[id];
@@ -335,8 +542,10 @@ export function createSimModel(options: SimOptions = {}): SimModel {
       );
     },
     flushCache: () => {
-      const n = slots.reduce((sum, s) => sum + s.cells.length, 0);
+      // One engine, one flush: the adapters' cached prefixes go too.
+      let n = slots.reduce((sum, s) => sum + s.cells.length, 0);
       slots.length = 0;
+      for (const a of extra.adapters) n += a.flushCache!() as number;
       return n;
     },
   };
