@@ -87,7 +87,7 @@ export const METRIC_CATALOG = [
     name: 'logprobe_token_shift_nats',
     type: 'histogram',
     help: 'Largest |candidate - baseline| logprob over tokens in both top-k lists, per comparable position, nats.',
-    labelNames: ['route'],
+    labelNames: ['route', 'model'],
     owner: 'worker',
     buckets: NATS_BUCKETS,
   },
@@ -127,35 +127,35 @@ export const METRIC_CATALOG = [
     name: 'logprobe_verdicts_total',
     type: 'counter',
     help: 'Comparison verdicts: of mirrored pairs (kind="pair"), and of repeat pairs of one backend, cold then warm (kind="self", with backend).',
-    labelNames: ['route', 'verdict', 'kind', 'backend'],
+    labelNames: ['route', 'verdict', 'kind', 'backend', 'model', 'cache'],
     owner: 'worker',
   },
   {
     name: 'logprobe_window_global_shift_ratio',
     type: 'gauge',
     help: 'Pooled share of shifted comparable positions over the last alert.window comparable mirrored requests.',
-    labelNames: [],
+    labelNames: ['model'],
     owner: 'worker',
   },
   {
     name: 'logprobe_cusum_statistic',
     type: 'gauge',
     help: 'One-sided CUSUM of per-request maxShift / noiseFloor.',
-    labelNames: [],
+    labelNames: ['model'],
     owner: 'worker',
   },
   {
     name: 'logprobe_alert_test_pvalue',
     type: 'gauge',
     help: "Permutation test's p-value: candidate vs baseline logprobs of the same greedy tokens over the alert window (1 with no evidence).",
-    labelNames: [],
+    labelNames: ['model'],
     owner: 'worker',
   },
   {
     name: 'logprobe_alert_firing',
     type: 'gauge',
     help: 'In-process alert state: 1 firing, 0 not (LogprobSelfInconsistency per backend).',
-    labelNames: ['alert', 'backend'],
+    labelNames: ['alert', 'backend', 'model'],
     owner: 'worker',
   },
   {
@@ -254,6 +254,21 @@ export const METRIC_CATALOG = [
     buckets: NATS_BUCKETS,
   },
   {
+    name: 'logprobe_path_shift_nats',
+    type: 'histogram',
+    help: "Shift between a backend's decode-time logprobs of the tokens it generated and the same tokens scored in one prefill pass on the same backend, per position, nats.",
+    labelNames: ['backend'],
+    owner: 'worker',
+    buckets: NATS_BUCKETS,
+  },
+  {
+    name: 'logprobe_slice_overflow_total',
+    type: 'counter',
+    help: 'Model names folded into model="other" because the model label is full (slices.models allow-list, or the first slices.maxModels names seen).',
+    labelNames: [],
+    owner: 'worker',
+  },
+  {
     name: 'logprobe_self_probes_total',
     type: 'counter',
     help: 'Repeat pairs by what they probed, as the engine told (probe: cold_warm, not_cold, not_warm, unprobed); only cold_warm feeds LogprobSelfInconsistency.',
@@ -326,7 +341,12 @@ export const MIRROR_OUTCOMES = [
 export const MAIN_MIRROR_OUTCOMES = ['skipped', 'dropped'] as const satisfies ReadonlyArray<
   (typeof MIRROR_OUTCOMES)[number]
 >;
-export const ALERT_NAMES = ['LogprobGlobalShift', 'LogprobSustainedShift', 'LogprobSelfInconsistency'] as const;
+export const ALERT_NAMES = [
+  'LogprobGlobalShift',
+  'LogprobSustainedShift',
+  'LogprobSelfInconsistency',
+  'LogprobPathInconsistency',
+] as const;
 export const BACKENDS = ['candidate', 'baseline'] as const;
 /** Outcomes of `logprobe_scoring_total`. */
 export const SCORING_OUTCOMES = ['ok', 'unsupported', 'skipped', 'failed'] as const;

@@ -127,7 +127,7 @@ export class Metrics {
       this.gauge('logprobe_noise_floor_observed_nats').set({ backend }, Number.NaN);
     }
     for (const alert of ALERT_NAMES) {
-      if (alert === 'LogprobSelfInconsistency')
+      if (alert === 'LogprobSelfInconsistency' || alert === 'LogprobPathInconsistency')
         for (const backend of BACKENDS) this.gauge('logprobe_alert_firing').set({ alert, backend }, 0);
       else this.gauge('logprobe_alert_firing').set({ alert }, 0);
     }
