@@ -23,7 +23,8 @@ export function readDashboardText(): string {
 export const TARGET_LABELS = new Set(['job', 'instance', 'namespace', 'pod']);
 /** Prometheus' own series that the dashboard may use besides logprobe's. */
 export const PROMETHEUS_SERIES = new Map<string, ReadonlySet<string>>([
-  ['ALERTS', new Set(['alertname', 'alertstate', 'severity'])],
+  // With the labels of the alerts that carry them (config/prometheus/alerts.yml): backend, model.
+  ['ALERTS', new Set(['alertname', 'alertstate', 'severity', 'backend', 'model'])],
 ]);
 
 /**
