@@ -126,7 +126,7 @@ export const METRIC_CATALOG = [
   {
     name: 'logprobe_verdicts_total',
     type: 'counter',
-    help: 'Comparison verdicts: of mirrored pairs (kind="pair"), and of repeat pairs of one backend, cold then warm (kind="self", with backend).',
+    help: 'Comparison verdicts, by model: of mirrored pairs (kind="pair", with cache), of repeat pairs of one backend, cold then warm (kind="self", with backend), and of one backend\'s decode path against its prefill path (kind="path", with backend).',
     labelNames: ['route', 'verdict', 'kind', 'backend', 'model', 'cache'],
     owner: 'worker',
   },
@@ -154,7 +154,7 @@ export const METRIC_CATALOG = [
   {
     name: 'logprobe_alert_firing',
     type: 'gauge',
-    help: 'In-process alert state: 1 firing, 0 not (LogprobSelfInconsistency per backend).',
+    help: 'In-process alert state: 1 firing, 0 not, per model (LogprobSelfInconsistency and LogprobPathInconsistency per backend and model).',
     labelNames: ['alert', 'backend', 'model'],
     owner: 'worker',
   },
