@@ -187,6 +187,7 @@ test('every alert has a severity, a for: duration, an explanation and a runbook 
     'LogprobGlobalShift',
     'LogprobMirrorStalled',
     'LogprobMirrorWorkerDown',
+    'LogprobPathInconsistency',
     'LogprobProxyErrors',
     'LogprobSelfInconsistency',
     'LogprobSustainedShift',

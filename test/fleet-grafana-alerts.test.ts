@@ -187,8 +187,10 @@ test("alerts.test.yml's alert tests pass on rules made of the Grafana queries (p
 });
 
 /**
- * A recorded logprobe scrape (a state shift and a cache-path bug on the candidate: every alert of
- * the in-process detectors firing), served three ways: `as-recorded` with its counters growing
+ * A recorded logprobe scrape, two models (the fixture's model labels were added by hand for
+ * issue #35's per-model slices): on llama-3-8b a state shift, a cache-path bug and a
+ * decode-vs-prefill bug on the candidate, every alert of its in-process detectors firing; on
+ * sql-adapter only noise. Served three ways: `as-recorded` with its counters growing
  * (value × seconds since start, so every rate is the recorded value per second), `rates-only`
  * the same with the in-process detectors' gauges at 0 (only the fleet rates can fire), and
  * `worker-down` frozen (counters still) with the worker down and work queued.
@@ -252,6 +254,7 @@ test('on a real Prometheus over a recorded scrape, each Grafana query returns th
   const expected: Record<string, string[]> = {
     LogprobGlobalShift: ['as-recorded', 'rates-only', 'worker-down'],
     LogprobSelfInconsistency: ['as-recorded', 'rates-only', 'worker-down'],
+    LogprobPathInconsistency: ['as-recorded', 'rates-only', 'worker-down'],
     LogprobSustainedShift: ['as-recorded', 'worker-down'],
     LogprobMirrorStalled: ['worker-down'],
     LogprobMirrorWorkerDown: ['worker-down'],
@@ -268,5 +271,12 @@ test('on a real Prometheus over a recorded scrape, each Grafana query returns th
       expected[rule.title],
       `${rule.title}: fires on`,
     );
+    // Per model: the shifted model's alerts fire, the clean model's stay silent.
+    if (by.includes('model'))
+      assert.deepEqual(
+        [...new Set((await promQuery(prom.url, grafanaExpr(rule))).map((s) => s.metric.model))],
+        expected[rule.title]!.length > 0 ? ['llama-3-8b'] : [],
+        `${rule.title}: fires for the shifted model only`,
+      );
   }
 });

@@ -111,9 +111,17 @@ function send(proxyUrl: string, i: number): Promise<number> {
   });
 }
 
-/** The single value of an instant query for a job, or undefined when it has none. */
+/** The simulated engines' model name (test/helpers/sim.ts): the `model` label of its series. */
+const MODEL = 'sim';
+
+/**
+ * The single value of an instant query for a job (and, on series that carry a model label, for
+ * the traffic's model), or undefined when it has none.
+ */
 async function valueFor(url: string, expr: string, job: string): Promise<number | undefined> {
-  const v = (await promQuery(url, expr)).filter((s) => s.metric.job === job);
+  const v = (await promQuery(url, expr)).filter(
+    (s) => s.metric.job === job && (s.metric.model === undefined || s.metric.model === MODEL),
+  );
   assert.ok(v.length <= 1, `${expr}: ${JSON.stringify(v)}`);
   return v[0]?.value;
 }
@@ -176,6 +184,7 @@ test(
         'LogprobGlobalShift',
         'LogprobMirrorStalled',
         'LogprobMirrorWorkerDown',
+        'LogprobPathInconsistency',
         'LogprobProxyErrors',
         'LogprobSelfInconsistency',
         'LogprobSustainedShift',
@@ -245,10 +254,11 @@ test(
     assert.ok(faultyFiring);
     assert.equal(faultyFiring.labels.severity, 'critical');
     assert.equal(faultyFiring.labels.namespace, undefined, 'static targets have no namespace label');
+    assert.equal(faultyFiring.labels.model, MODEL, "the alert is the traffic's model's");
     assert.doesNotMatch(faultyFiring.annotations.summary ?? '', /n\/a/, faultyFiring.annotations.summary);
     assert.match(
       faultyFiring.annotations.summary ?? '',
-      /^logprobe-faulty: .*\b\d+(\.\d+)?% of comparable/,
+      /^logprobe-faulty: global logprob shift on the candidate for model sim — \d+(\.\d+)?% of its comparable/,
       'the pooled share, as a percentage',
     );
     assert.match(
@@ -269,21 +279,21 @@ test(
     // (Prometheus' rate() over the replicas' counters) and the in-process detector's gauge.
     const pooled = await promQuery(
       prom.url,
-      '(logprobe:global_shift:ratio_rate5m >= 0.5 and on (job, namespace) logprobe:comparable_verdicts:rate5m * 300 >= 20)',
+      '(logprobe:global_shift:ratio_rate5m >= 0.5 and on (job, namespace, model) logprobe:comparable_verdicts:rate5m * 300 >= 20)',
     );
     assert.deepEqual(
-      pooled.map((s) => s.metric.job),
-      [FAULTY],
-      'pooled verdict share',
+      pooled.map((s) => `${s.metric.job} ${s.metric.model}`),
+      [`${FAULTY} ${MODEL}`],
+      'pooled verdict share, per model',
     );
     const inProcess = await promQuery(
       prom.url,
-      'max by (job, namespace) (logprobe_alert_firing{alert="LogprobGlobalShift"}) == 1',
+      'max by (job, namespace, model) (logprobe_alert_firing{alert="LogprobGlobalShift"}) == 1',
     );
     assert.deepEqual(
-      inProcess.map((s) => s.metric.job),
-      [FAULTY],
-      'in-process detector',
+      inProcess.map((s) => `${s.metric.job} ${s.metric.model}`),
+      [`${FAULTY} ${MODEL}`],
+      'in-process detector, per model',
     );
 
     // Both replicas' mirror workers answer their scrapes; the noise-floor gauge that calibration

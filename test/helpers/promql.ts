@@ -23,9 +23,16 @@ export function readDashboardText(): string {
 export const TARGET_LABELS = new Set(['job', 'instance', 'namespace', 'pod']);
 /** Prometheus' own series that the dashboard may use besides logprobe's. */
 export const PROMETHEUS_SERIES = new Map<string, ReadonlySet<string>>([
-  ['ALERTS', new Set(['alertname', 'alertstate', 'severity'])],
+  // With the labels of the alerts that carry them (config/prometheus/alerts.yml): backend, model.
+  ['ALERTS', new Set(['alertname', 'alertstate', 'severity', 'backend', 'model'])],
 ]);
 
+/**
+ * Labels whose values are names from the traffic or the config, not an enumeration: `model` (the
+ * request's model or adapter, bounded by slices.models / slices.maxModels, the rest `other`). A
+ * query may select any value of them; an annotation template's `model=%q` is the alert's own.
+ */
+export const FREE_VALUED_LABELS = new Set(['model']);
 /** docs/format.md: the values each bounded label takes. status_class: `2xx` … `5xx`, `aborted` (499). */
 export const LABEL_VALUES: Record<string, (v: string) => boolean> = {
   verdict: (v) =>
@@ -38,8 +45,10 @@ export const LABEL_VALUES: Record<string, (v: string) => boolean> = {
       'global_shift',
       'local_shift',
       'self_inconsistent',
+      'path_inconsistent',
     ].includes(v),
-  kind: (v) => v === 'pair' || v === 'self',
+  kind: (v) => v === 'pair' || v === 'self' || v === 'path',
+  cache: (v) => v === 'hit' || v === 'miss' || v === 'unknown',
   outcome: (v) => (MIRROR_OUTCOMES as readonly string[]).includes(v),
   alert: (v) => (ALERT_NAMES as readonly string[]).includes(v),
   backend: (v) => v === 'candidate' || v === 'baseline',
@@ -366,7 +375,7 @@ export function checkLive(
         problems.push(`${q.where}: no live sample of ${m.series} carries the label ${m.label}`);
       continue;
     }
-    if ((m.op !== '=' && m.op !== '=~') || /\$|\bvar_/.test(m.value)) continue;
+    if ((m.op !== '=' && m.op !== '=~') || /\$|\bvar_/.test(m.value) || FREE_VALUED_LABELS.has(m.label)) continue;
     const alternatives = m.op === '=~' ? m.value.split('|') : [m.value];
     for (const alt of alternatives) {
       if (!/^[\w.+-]+$/.test(alt)) continue; // a real regex (`Logprob.*`): no literal value to look for
