@@ -21,7 +21,7 @@ function messyCapture(): string {
     '{"v":1,"id":',
     '',
     '[1,2]',
-    JSON.stringify({ v: 3, route: '/v1/completions' }),
+    JSON.stringify({ v: 4, route: '/v1/completions' }),
     line(2),
     `\r`,
     cut.slice(0, Math.floor(cut.length / 2)),
@@ -44,7 +44,7 @@ test('malformed lines and a truncated last line are reported as file:line: reaso
     assert.equal(errors.length, 4, res.stderr);
     assert.match(errors[0]!, new RegExp(`^${file.replace(/\./g, '\\.')}:2: invalid JSON \\(`));
     assert.equal(errors[1], `${file}:4: not a capture record (not an object)`);
-    assert.equal(errors[2], `${file}:5: unsupported capture version 3 (this logprobe reads 1 and 2)`);
+    assert.equal(errors[2], `${file}:5: unsupported capture version 4 (this logprobe reads 1, 2 and 3)`);
     assert.equal(errors[3], `${file}:8: truncated record (incomplete JSON)`);
   }
 });

@@ -60,8 +60,8 @@ test('a slow 0.01-nat/hour candidate drift cannot raise the auto floor: it learn
       cusums[phase]!.push(metricValue(after, 'logprobe_cusum_statistic')!);
     }
     const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-    const floor = metricValue(m, 'logprobe_noise_floor_nats')!;
-    const base = metricValue(m, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' })!;
+    const floor = metricValue(m, 'logprobe_noise_floor_nats', { model: 'sim' })!;
+    const base = metricValue(m, 'logprobe_noise_floor_observed_nats', { backend: 'baseline', model: 'sim' })!;
     assert.ok(
       Math.abs(floor - Math.max(0.005, 3 * base)) < 1e-9,
       `hour ${hours[phase]}: floor ${floor} = max(minFloor, 3 × the baseline's p99 ${base})`,

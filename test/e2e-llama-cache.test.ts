@@ -113,9 +113,12 @@ test(
         `fired on ${fired.evidence.requestsInWindow} repeat pairs`,
       );
       if (analysis.noiseFloor === 'auto') {
-        const floor = metricValue(r.metrics, 'logprobe_noise_floor_nats')!;
-        const base = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' })!;
-        const cand = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'candidate' })!;
+        const floor = metricValue(r.metrics, 'logprobe_noise_floor_nats', { model: 'm' })!;
+        const base = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'baseline', model: 'm' })!;
+        const cand = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', {
+          backend: 'candidate',
+          model: 'm',
+        })!;
         assert.ok(Number.isFinite(base), `the baseline's repeats were measured (observed p99 ${base})`);
         assert.ok(
           Math.abs(floor - Math.max(0.02, base * 3)) < 1e-9,

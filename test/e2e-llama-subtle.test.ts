@@ -53,12 +53,16 @@ describe('1% weight noise on llama.cpp: never identical; needs a calibrated floo
   test('with a calibrated floor (auto → minFloor 0.04) it is reported as local shifts and caught by CUSUM, not by the window', async () => {
     const { verdicts, metrics, sustainedFiredAt } = await mirrorThrough(baseline, 'weight-noise:0.01', 20, CALIBRATED);
     assert.equal(
-      metricValue(metrics, 'logprobe_noise_floor_observed_nats', { backend: 'candidate' }),
+      metricValue(metrics, 'logprobe_noise_floor_observed_nats', { backend: 'candidate', model: 'm' }),
       0,
       'repeats on one engine are bitwise equal',
     );
-    assert.equal(metricValue(metrics, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' }), 0);
-    assert.equal(metricValue(metrics, 'logprobe_noise_floor_nats'), 0.04, 'so the floor in force is minFloor');
+    assert.equal(metricValue(metrics, 'logprobe_noise_floor_observed_nats', { backend: 'baseline', model: 'm' }), 0);
+    assert.equal(
+      metricValue(metrics, 'logprobe_noise_floor_nats', { model: 'm' }),
+      0.04,
+      'so the floor in force is minFloor',
+    );
     assert.equal(verdicts['identical'], undefined, JSON.stringify(verdicts));
     assert.ok((verdicts['local_shift'] ?? 0) >= 15, `mostly local shifts: ${JSON.stringify(verdicts)}`);
     // The earliest the CUSUM may fire: a request adds at most h / minRequests = 0.5, so S > 5 at the 11th.

@@ -163,7 +163,7 @@ test('on a fresh proxy that has seen no request, every series, label and value t
   // prom-client spells it `Nan`; Prometheus reads NaN in any case.
   assert.match(
     text,
-    /^logprobe_noise_floor_observed_nats\{backend="candidate"\} NaN$/im,
+    /^logprobe_noise_floor_observed_nats\{backend="candidate",model="other"\} NaN$/im,
     'not measured yet: NaN, not 0',
   );
   assert.match(text, /^logprobe_mirror_worker_up 1$/m);

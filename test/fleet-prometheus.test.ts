@@ -308,8 +308,8 @@ test(
       (await promAlerts(prom.url)).every((a) => a.labels.alertname !== 'LogprobMirrorWorkerDown'),
       'no worker down',
     );
-    const floors = await promQuery(prom.url, 'logprobe_noise_floor_observed_nats');
-    assert.equal(floors.length, 4, 'two backends on each replica');
+    const floors = await promQuery(prom.url, `logprobe_noise_floor_observed_nats{model="${MODEL}"}`);
+    assert.equal(floors.length, 4, 'two backends on each replica, for the model it served');
 
     // The recording rules behind them, fleet by fleet.
     assert.ok(

@@ -59,16 +59,20 @@ test("calibration measures each backend's run-to-run noise and noiseFloor auto f
   });
   t.after(() => lp.close());
   let m = await metrics(lp.adminUrl);
-  assert.equal(metricValue(m, 'logprobe_noise_floor_nats'), 0.01, 'minFloor until minSamples repeats exist');
+  assert.equal(
+    metricValue(m, 'logprobe_noise_floor_nats', { model: 'other' }),
+    0.01,
+    'minFloor until minSamples repeats exist (a slice seen first starts there)',
+  );
   for (let i = 0; i < 15; i++) assert.equal(await send(lp.proxyUrl, i, 16), 200);
   await lp.runtime.mirror!.idle();
   m = await metrics(lp.adminUrl);
-  const cand = metricValue(m, 'logprobe_noise_floor_observed_nats', { backend: 'candidate' })!;
-  const base = metricValue(m, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' })!;
+  const cand = metricValue(m, 'logprobe_noise_floor_observed_nats', { backend: 'candidate', model: 'sim' })!;
+  const base = metricValue(m, 'logprobe_noise_floor_observed_nats', { backend: 'baseline', model: 'sim' })!;
   assert.ok(cand >= 0.01 && cand <= 0.1, `candidate p99 ${cand} for σ = 0.01`);
   assert.ok(base >= 0.001 && base <= 0.01, `baseline p99 ${base} for σ = 0.001`);
   assert.ok(cand / base > 4 && cand / base < 25, `ten times the noise gives ~ten times the p99 (${cand / base})`);
-  const floor = metricValue(m, 'logprobe_noise_floor_nats')!;
+  const floor = metricValue(m, 'logprobe_noise_floor_nats', { model: 'sim' })!;
   assert.ok(
     Math.abs(floor - Math.max(0.01, base * 3)) < 1e-9,
     `auto floor ${floor} = max(minFloor, baseline p99 × margin), never the candidate's ${cand}`,

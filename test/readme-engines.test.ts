@@ -103,7 +103,7 @@ test(
           async () => {
             last = (await runLine(asHere(line), cwd)).out;
             return (
-              /verdict="global_shift",kind="pair"\} [1-9]/.test(last) &&
+              /verdict="global_shift",kind="pair"[^}]*\} [1-9]/.test(last) &&
               /^logprobe_scoring_total\{route="\/v1\/completions",outcome="ok"\} [1-9]/m.test(last)
             );
           },

@@ -484,6 +484,8 @@ async function runCase(c: FaultCase): Promise<void> {
     candidate: { url: candidate.url, ...c.config?.candidate },
     baseline: { url: baselineUrl, ...(c.config?.baseline ?? {}) },
     mirror: { sampleRate: 1, ...c.config?.mirror },
+    // The fault servers answer copies only: the path check's engine detection and prefill are not theirs to serve.
+    path: { rate: 0 },
   });
   try {
     const send = c.client === 'openai' ? sendOpenAI : sendRaw;

@@ -203,10 +203,16 @@ test("noiseFloor auto learns from the baseline's repeats only: a cache bug on th
     },
     24,
   );
-  const floor = metricValue(r.metrics, 'logprobe_noise_floor_nats')!;
-  const candObserved = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'candidate' })!;
+  const floor = metricValue(r.metrics, 'logprobe_noise_floor_nats', { model: 'm' })!;
+  const candObserved = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', {
+    backend: 'candidate',
+    model: 'm',
+  })!;
   assert.ok(candObserved > 0.3, `the candidate's repeats disagree (observed p99 ${candObserved})`);
-  const baseObserved = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', { backend: 'baseline' })!;
+  const baseObserved = metricValue(r.metrics, 'logprobe_noise_floor_observed_nats', {
+    backend: 'baseline',
+    model: 'm',
+  })!;
   // minFloor under the baseline's p99 × margin: a floor that never calibrated stays at 0.01 and fails.
   assert.ok(baseObserved * 3 > 0.01, `the baseline's repeats were calibrated on (observed p99 ${baseObserved})`);
   assert.ok(

@@ -35,6 +35,8 @@ async function pairs(
       analysis: { scoring: { when: 'always' } },
       ...config,
       mirror: { sampleRate: 1, concurrency: 1, ...config.mirror },
+      // These tests count the pair scoring's calls; the path check's own are test/path-e2e.test.ts's.
+      path: { rate: 0 },
     },
     { listeners: { onPair: (p) => got.push(p) } },
   );

@@ -25,6 +25,8 @@ import {
 } from '../src/metrics/catalog.js';
 import { VERDICTS } from '../src/core/types.js';
 import { PROBE_SHAPES, SELF_VERDICTS } from '../src/core/self.js';
+import { PATH_VERDICTS } from '../src/core/path.js';
+import { CACHE_SPLITS } from '../src/core/slice.js';
 import { CAPABILITIES } from '../src/probe/probe.js';
 import {
   CAPPED_FIELDS,
@@ -464,6 +466,8 @@ for (const tlsInsecure of [false, true]) {
       baseline: { url: httpsBaseline.url },
       tlsInsecure,
       mirror: { sampleRate: 1 },
+      // Copies only: the path check's engine detection would add requests to the count.
+      path: { rate: 0 },
     });
     t.after(() => b.close());
     for (let i = 0; i < 3; i++) {
@@ -513,6 +517,8 @@ test('x-logprobe-mirror, whatever its value or spelling, never sends the client 
     candidate: { url: cand.url },
     baseline: { url: base.url },
     mirror: { sampleRate: 0 },
+    // Copies only (one per candidate copy): the path check's own requests are counted elsewhere.
+    path: { rate: 0 },
   });
   t.after(() => lp.close());
 
@@ -616,8 +622,9 @@ const ALLOWED: Record<string, ReadonlySet<string>> = {
   status_class: new Set(['1xx', '2xx', '3xx', '4xx', '5xx', 'aborted']),
   outcome: new Set<string>([...MIRROR_OUTCOMES, ...SCORING_OUTCOMES]),
   profile: new Set<string>(ENGINE_NAMES),
-  verdict: new Set<string>([...VERDICTS, ...SELF_VERDICTS]),
-  kind: new Set(['pair', 'self']),
+  verdict: new Set<string>([...VERDICTS, ...SELF_VERDICTS, ...PATH_VERDICTS]),
+  kind: new Set(['pair', 'self', 'path']),
+  cache: new Set<string>(CACHE_SPLITS),
   backend: new Set(['candidate', 'baseline']),
   class: new Set(['ambiguous', 'gray', 'systematic']),
   alert: new Set(ALERT_NAMES),
@@ -628,7 +635,7 @@ const ALLOWED: Record<string, ReadonlySet<string>> = {
   le: new Set([...LATENCY_BUCKETS, ...NATS_BUCKETS, ...POSITION_BUCKETS, '+Inf'].map(String)),
 };
 
-test('nothing a client sends creates new metric label values: random paths, methods, queries, headers and bodies leave the series set unchanged', async (t) => {
+test('nothing a client sends creates label values past the configured bound: random paths, methods, queries, headers and bodies; model names fill slices.maxModels once, then are other', async (t) => {
   // The candidate answers by method only, so two batches of different random requests with the
   // same methods and route kinds should produce exactly the same series.
   const STATUS: Record<string, number> = {
@@ -675,6 +682,8 @@ test('nothing a client sends creates new metric label values: random paths, meth
     candidate: { url: cand.url },
     baseline: { url: base.url },
     mirror: { sampleRate: 1 },
+    // The one label a client's body reaches: the first two model names seen; every later one is other.
+    slices: { maxModels: 2 },
   });
   t.after(() => lp.close());
   const port = Number(new URL(lp.proxyUrl).port);
@@ -731,20 +740,34 @@ test('nothing a client sends creates new metric label values: random paths, meth
   await batch();
   const second = series(await (await request(`${lp.adminUrl}/metrics`)).body.text());
 
+  const models = new Set<string>();
   for (const [key, labels] of second) {
     for (const [name, value] of Object.entries(labels)) {
+      if (name === 'model') {
+        models.add(value);
+        continue;
+      }
       const allowed = ALLOWED[name];
       assert.ok(allowed, `unexpected label name ${name} in ${key}`);
       assert.ok(allowed.has(value), `client input reached a label: ${key}`);
     }
   }
+  assert.ok(
+    models.has('other') && models.size <= 2 + 1,
+    `model values within slices.maxModels + other: ${[...models]}`,
+  );
   const added = [...second.keys()].filter((k) => !first.has(k));
   assert.deepEqual(added, [], 'a second batch of different random inputs added no series');
   // An upper bound from the fixed sets alone (routes × everything), far below one series per request.
   const catalogNames = new Set<string>(METRIC_CATALOG.map((m) => m.name));
   for (const key of second.keys())
     assert.ok(catalogNames.has(key.replace(/(_bucket|_sum|_count)?\{.*$/, '')), `not in the catalog: ${key}`);
-  assert.ok(second.size < 1000, `${second.size} series after ${2 * kinds.length * methods.length} distinct requests`);
+  // Each model value brings its own comparison series (docs/operations.md "Label cardinality"): at
+  // most slices.maxModels + other of them here.
+  assert.ok(
+    second.size < 500 + 250 * models.size,
+    `${second.size} series for ${models.size} model values after ${2 * kinds.length * methods.length} distinct requests`,
+  );
 });
 
 // ---------------------------------------------------------------- the baseline's headers: an allow-list

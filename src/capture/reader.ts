@@ -195,7 +195,7 @@ export function captureRecordError(value: unknown): string | null {
   const r = value as Record<string, unknown>;
   if (r.v === undefined) return 'not a capture record (no "v" field)';
   if (typeof r.v !== 'number' || !READABLE_CAPTURE_VERSIONS.includes(r.v))
-    return `unsupported capture version ${JSON.stringify(r.v)} (this logprobe reads ${READABLE_CAPTURE_VERSIONS.join(' and ')})`;
+    return `unsupported capture version ${JSON.stringify(r.v)} (this logprobe reads ${READABLE_CAPTURE_VERSIONS.slice(0, -1).join(', ')} and ${READABLE_CAPTURE_VERSIONS.at(-1)})`;
   if (typeof r.route !== 'string') return 'not a capture record (no "route")';
   for (const side of ['candidate', 'baseline'] as const) {
     const s = r[side] as Record<string, unknown> | null | undefined;

@@ -1,5 +1,7 @@
-import { forcedStats, type ForcedStats } from './scored.js';
-import type { Backend, Thresholds, TokenStep } from './types.js';
+import { compare } from './compare.js';
+import type { DefinitionWarning } from './definition.js';
+import { recount, type ForcedStats } from './scored.js';
+import type { Backend, ParsedResponse, Thresholds, TokenStep } from './types.js';
 
 /**
  * The path check (docs/detection.md "Decode vs prefill"): one backend's logprobs of the tokens it
@@ -17,6 +19,12 @@ export interface PathComparison extends ForcedStats {
   verdict: PathVerdict;
   /** The floor the positions were counted against, nats. */
   noiseFloor: number;
+  /**
+   * What the definition checks saw (src/core/definition.ts; `candidate` is the decode side,
+   * `baseline` the prefill): a decode path that reports every logprob as 0.0 is no distribution
+   * (`single_survivor`, `renormalised_subset`), whatever it is compared with.
+   */
+  definition?: DefinitionWarning[];
 }
 
 /** Why a backend's path was not checked, or the check's outcome. */
@@ -47,11 +55,25 @@ export function comparePaths(
   prefill: readonly TokenStep[],
   t: Thresholds,
 ): PathComparison {
-  const stats = forcedStats(decode, prefill, t);
+  const n = Math.min(decode.length, prefill.length);
+  const c = compare(steps(decode.slice(0, n)), steps(prefill.slice(0, n)), t);
+  const stats = recount(
+    c.positions.map((p) => p.shift),
+    t,
+  );
   let verdict: PathVerdict;
   if (stats.comparable === 0) verdict = 'incomparable';
   else if (stats.maxShift === 0) verdict = 'identical';
   else if (stats.shifted === 0) verdict = 'noise';
   else verdict = 'path_inconsistent';
-  return { ...stats, verdict, noiseFloor: t.noiseFloor };
+  return {
+    ...stats,
+    verdict,
+    noiseFloor: t.noiseFloor,
+    ...(c.definition && c.definition.length > 0 ? { definition: c.definition } : {}),
+  };
+}
+
+function steps(s: TokenStep[]): ParsedResponse {
+  return { format: 'completions', stream: false, steps: s, text: s.map((x) => x.token).join(''), flags: [] };
 }

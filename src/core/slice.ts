@@ -27,6 +27,11 @@ export function cacheSplit(cachedTokens: number | null): CacheSplit {
   return cachedTokens > 0 ? 'hit' : 'miss';
 }
 
+/** The longest model name that becomes a label value of its own (served names and adapter names are far shorter). */
+export const MAX_NAME = 128;
+// eslint-disable-next-line no-control-regex -- the point: control characters never reach a label
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
 /** How models become slices (the config's `slices`). */
 export interface SliceOptions {
   /** The allow-list: these names are slices, every other is `other`. Null: the first `maxModels` names seen. */
@@ -52,15 +57,25 @@ export class Slicer {
     this.allowed = options.models === null ? null : new Set(options.models);
   }
 
-  /** The slices known from the start (the allow-list's, and `other`). */
+  /**
+   * The slices known from the start: the allow-list's, and `other` (always a possible value: its
+   * series exist at 0 before any request, so rules and panels that read `model` see one).
+   */
   initial(): string[] {
-    return this.options.models === null ? [] : [...this.options.models, OTHER_MODEL];
+    return [...(this.options.models ?? []), OTHER_MODEL];
   }
 
-  /** The slice of a mirrored body's `model` field. */
+  /**
+   * The slice of a mirrored body's `model` field. A name a label should not carry (longer than
+   * {@link MAX_NAME}, or with control characters) is `other`, as a name past the bound is.
+   */
   model(body: Readonly<Record<string, unknown>>): string {
     const name = body.model;
     if (typeof name !== 'string' || name === '') return NO_MODEL;
+    if (name.length > MAX_NAME || CONTROL.test(name)) {
+      this.onOverflow?.(name);
+      return OTHER_MODEL;
+    }
     if (this.allowed !== null) {
       if (this.allowed.has(name)) return name;
       this.onOverflow?.(name);

@@ -27,6 +27,8 @@ import {
   SCORING_OUTCOMES,
 } from './catalog.js';
 import { PROBE_SHAPES, SELF_VERDICTS } from '../core/self.js';
+import { PATH_VERDICTS } from '../core/path.js';
+import { CACHE_SPLITS } from '../core/slice.js';
 import type { Backend } from '../core/types.js';
 
 type AnyMetric = Counter<string> | Gauge<string> | Histogram<string>;
@@ -55,6 +57,8 @@ export class Metrics {
   readonly registry: Registry;
   readonly thread: MetricThread | undefined;
   private readonly byName = new Map<string, AnyMetric>();
+  /** The route labels of `mirror.routes`: a model slice's series are created on each. */
+  private readonly mirrorRoutes: readonly string[];
 
   constructor(options: MetricsOptions = {}) {
     this.thread = options.thread;
@@ -70,6 +74,7 @@ export class Metrics {
       this.byName.set(spec.name, metric);
     }
     const routes = [...new Set((options.mirrorRoutes ?? []).map(routeLabel))];
+    this.mirrorRoutes = routes;
     if (options.thread !== 'worker') this.initMain(routes);
     if (options.thread !== 'main') this.initWorker(routes);
   }
@@ -100,13 +105,8 @@ export class Metrics {
   private initWorker(mirrorRoutes: readonly string[]): void {
     for (const route of mirrorRoutes) {
       for (const outcome of MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
-      for (const verdict of VERDICTS) this.counter('logprobe_verdicts_total').inc({ route, verdict, kind: 'pair' }, 0);
-      for (const backend of BACKENDS)
-        for (const verdict of SELF_VERDICTS)
-          this.counter('logprobe_verdicts_total').inc({ route, verdict, kind: 'self', backend }, 0);
       for (const name of [
         'logprobe_token_crosspath_diff_nats',
-        'logprobe_token_shift_nats',
         'logprobe_token_gap_nats',
         'logprobe_token_kl_nats',
         'logprobe_first_divergence_tokens',
@@ -143,6 +143,24 @@ export class Metrics {
       this.counter('logprobe_capture_records_dropped_total').inc({ reason }, 0);
     // 0 until a capture writer says it works (captures off: none does).
     this.gauge('logprobe_capture_ok').set(0);
+  }
+
+  /**
+   * A model slice's comparison series at 0, when the slice is first seen (or at start for
+   * `slices.models` and `other`): its verdicts of every kind on every mirrored route (pairs by
+   * cache split, self and path checks by backend) and its shift histogram.
+   */
+  initSlice(model: string): void {
+    const verdicts = this.counter('logprobe_verdicts_total');
+    for (const route of this.mirrorRoutes) {
+      for (const verdict of VERDICTS)
+        for (const cache of CACHE_SPLITS) verdicts.inc({ route, verdict, kind: 'pair', model, cache }, 0);
+      for (const backend of BACKENDS) {
+        for (const verdict of SELF_VERDICTS) verdicts.inc({ route, verdict, kind: 'self', backend, model }, 0);
+        for (const verdict of PATH_VERDICTS) verdicts.inc({ route, verdict, kind: 'path', backend, model }, 0);
+      }
+      this.histogram('logprobe_token_shift_nats').zero({ route, model });
+    }
   }
 
   /** A client request refused at once by a configured candidate limit. */

@@ -86,6 +86,7 @@ export class MirrorDetectors {
       permutation: new PermutationWindow({ window: config.alert.window, ...config.alert.permutation }),
     };
     this.slices.set(model, d);
+    metrics.initSlice(model);
     metrics.gauge('logprobe_alert_test_pvalue').set({ model }, 1);
     metrics.gauge('logprobe_window_global_shift_ratio').set({ model }, 0);
     metrics.gauge('logprobe_cusum_statistic').set({ model }, 0);

@@ -12,7 +12,7 @@ export {
   type EngineServerOptions,
 } from './openai-server.js';
 export { ENGINE_APIS, type EngineApi } from './api/profile.js';
-export { createSimModel, type SimOptions } from './sim/model.js';
+export { createSimModel, type SimAdapterOptions, type SimOptions } from './sim/model.js';
 export { SERVER_FAULT_FORMS } from './faults.js';
 export { FAULT_FORMS, InvalidFaultError, parseFault } from './llama/faults.js';
 export { runEngineCli, EngineUsageError } from './cli.js';
