@@ -96,9 +96,10 @@ export async function mirrorThrough(
       }
       const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
       const verdicts = Object.fromEntries(
-        VERDICTS.map((v) => [v, metricValue(metrics, 'logprobe_verdicts_total', { verdict: v }) ?? 0]).filter(
-          ([, c]) => c !== 0,
-        ),
+        VERDICTS.map((v) => [
+          v,
+          metricValue(metrics, 'logprobe_verdicts_total', { verdict: v, kind: 'pair' }) ?? 0,
+        ]).filter(([, c]) => c !== 0),
       );
       return { verdicts, globalFiredAt, sustainedFiredAt, metrics };
     } finally {
