@@ -12,6 +12,7 @@ import {
   type ScoredPair,
   type TokenStep,
 } from '../src/core/index.js';
+import { locusOfShares } from '../src/core/scored.js';
 import { chatBody, step, type Spec } from './core-bodies.js';
 import { forced } from './helpers/steps.js';
 
@@ -183,4 +184,34 @@ test('not scored: the free-running verdict stays, with the reason; settled verdi
   );
   assert.equal(kept.verdict, 'identical');
   assert.equal(kept.locus, null);
+});
+
+test('one continuation position cannot flip the locus: 1 of 30 scored positions at 0.161, the prompt at most 0.070 → unknown, not decode_state', () => {
+  const free = freeRun([0.05, 0.02], null);
+  const p = pair({
+    prompt: [side(16, (i) => (i === 3 ? 0.07 : 0.01)), side(16, () => 0)],
+    cont: [side(30, (i) => (i === 11 ? 0.161 : 0.02), 100), side(30, () => 0, 100)],
+    mode: 'incremental',
+  });
+  const { scored, prompt } = scoredBlocks(p, T);
+  assert.equal(scored.shifted, 1);
+  assert.equal(prompt!.shifted, 0);
+  const r = withScoring(free, scored, prompt, T);
+  assert.equal(r.locus, 'unknown');
+  assert.match(
+    r.explanation,
+    /Locus: unknown — 0 of 16 prompt positions shifted .*too few continuation positions moved/,
+  );
+});
+
+test('locusOfShares: decode_state needs the continuation moved broadly and the prompt (almost) not; compute when the prompt moved otherwise', () => {
+  assert.equal(locusOfShares({ shifted: 0, comparable: 16 }, 1), 'decode_state');
+  assert.equal(
+    locusOfShares({ shifted: 1, comparable: 16 }, 0.9),
+    'decode_state',
+    'one prompt position of 16 does not make it compute',
+  );
+  assert.equal(locusOfShares({ shifted: 8, comparable: 16 }, 0.9), 'compute');
+  assert.equal(locusOfShares({ shifted: 2, comparable: 16 }, 0.1), 'compute');
+  assert.equal(locusOfShares({ shifted: 0, comparable: 16 }, 0.3), 'unknown');
 });
