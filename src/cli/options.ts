@@ -1,4 +1,4 @@
-import { httpUrlHint, isHttpUrl } from '../config/values.js';
+import { backendBase, httpUrlHint, isHttpUrl } from '../config/values.js';
 import { usageError } from '../errors/index.js';
 
 /** Parses a CLI number option, naming the flag when it is not a number or out of range. */
@@ -39,7 +39,7 @@ export function httpUrlFlag(flag: string, raw: string | undefined): string {
  * the user puts in) is refused at once, before a name lookup fails once a prompt.
  */
 export function backendUrlFlag(flag: string, raw: string | undefined): string {
-  const url = httpUrlFlag(flag, raw);
+  const url = backendBase(httpUrlFlag(flag, raw));
   const host = /^https?:\/\/(?:[^@/]*@)?([^:/?#]+)/i.exec(url)?.[1] ?? '';
   if (/^[A-Z][A-Z0-9_]*$/.test(host) && host !== 'LOCALHOST')
     throw usageError(`${flag} ${url}: ${host} is a placeholder: put the URL of your own server there`);

@@ -6,6 +6,7 @@ import { ENGINE_SETTINGS, type EngineSetting } from '../metrics/labels.js';
 import { KeyRejectedError, probeEngine, requiredCapabilities, UnreachableError } from '../probe/probe.js';
 import { missingText, probeJson, probeTable } from '../probe/format.js';
 import { choiceArg, httpUrlFlag, numberArg } from './options.js';
+import { backendBase } from '../config/values.js';
 import { writeOut } from './stdout.js';
 
 interface ProbeFlags {
@@ -63,8 +64,13 @@ export const probeCommand: CommandFactory = (setExit) =>
     .option('--timeout <ms>', 'per request', numberArg('--timeout', { min: 1, integer: true }), 10000)
     .option('--json', 'one JSON object (docs/engines.md)')
     .addHelpText('after', HELP)
-    .action(async (url: string, flags: ProbeFlags) => {
-      httpUrlFlag('URL', url);
+    .action(async (given: string, flags: ProbeFlags) => {
+      // The URL it calls, said when it is not the one given (a base_url's /v1 dropped).
+      const url = backendBase(httpUrlFlag('URL', given));
+      if (url !== given)
+        process.stderr.write(
+          `logprobe: probing ${url} (the /v1 of ${given} dropped: logprobe calls /v1/… and the engine's own routes under it)\n`,
+        );
       const timeoutMs = flags.timeout;
       const config = loadConfig({ file: flags.config });
       const required = requiredCapabilities(config);

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ENGINE_SETTINGS } from '../metrics/labels.js';
-import { httpUrlHint, isHttpUrl } from './values.js';
+import { backendBase, httpUrlHint, isHttpUrl } from './values.js';
 import { cusumUnit, resolveCusum } from '../core/arl.js';
 
 /**
@@ -45,12 +45,12 @@ const nonNegativeInt = z
 const optionalSecret = z.string({ error: 'expected a string' }).nullable().default(null);
 
 // Credentials in the URL would be logged and are not sent (the pools use the origin only).
-const upstreamUrl = httpUrl.refine(
-  (s) => !URL.canParse(s) || (new URL(s).username === '' && new URL(s).password === ''),
-  {
+// A trailing /v1 (an OpenAI client's base_url) is dropped: logprobe appends the client's /v1/… itself.
+const upstreamUrl = httpUrl
+  .refine((s) => !URL.canParse(s) || (new URL(s).username === '' && new URL(s).password === ''), {
     error: 'credentials in the URL are not sent: remove user:password@ (the baseline takes baseline.apiKey)',
-  },
-);
+  })
+  .transform(backendBase);
 
 const upstream = (defaultUrl: string) =>
   z.strictObject({

@@ -26,6 +26,23 @@ export function httpUrlHint(s: string): string {
   return '';
 }
 
+/**
+ * A backend's base URL as logprobe uses it: without a trailing `/v1` (the OpenAI clients'
+ * `base_url` convention). logprobe forwards the client's own path (`/v1/chat/completions`) and
+ * calls the engine's native routes (`/tokenize`, `/generate`, `/completion`) under the URL's path,
+ * so a `/v1` there would make every call `/v1/v1/…` (a 404). Any other path prefix is kept.
+ */
+export function backendBase(url: string): string {
+  if (!URL.canParse(url)) return url;
+  const u = new URL(url);
+  const path = u.pathname.replace(/\/+$/, '');
+  if (!/\/v1$/i.test(path)) return url;
+  u.pathname = path.slice(0, -3) || '/';
+  const out = u.toString();
+  // No trailing slash on a bare origin, as URLs are written in the config.
+  return u.pathname === '/' && !u.search && !u.hash ? out.replace(/\/$/, '') : out;
+}
+
 /** `none` or `null` (any case, blanks around it): no baseline. */
 export function isNone(s: string): boolean {
   return /^(none|null)$/i.test(s.trim());
