@@ -4,6 +4,7 @@ import type { Backend, ParsedResponse } from '../core/types.js';
 import type { CappedField, EngineName, EngineSetting } from '../metrics/labels.js';
 import { callBackend, mirrorHeaders, type BackendResult, type MirrorTarget } from './dispatch.js';
 import { ScoringError, UnsupportedError, type ScoringTarget } from './http.js';
+import { requestKind, type RequestKind } from './rewrite.js';
 import {
   LogprobLimits,
   parseCapFor,
@@ -180,10 +181,14 @@ export class BackendClient {
    * scored is never probed); until then copies go as they are and the continuation's ids come
    * from the answer's own ids or its re-tokenised text.
    */
-  async copyParams(target: ScoringTarget): Promise<Readonly<Record<string, unknown>>> {
-    // `candidate.model` / `baseline.model`: the copy names the backend's own served model.
-    const named = target.model ? { model: target.model } : {};
+  async copyParams(target: ScoringTarget, kind: RequestKind | null = null): Promise<Readonly<Record<string, unknown>>> {
+    // `candidate.model` / `baseline.model`: the copy names the backend's own served model
+    // (SGLang's `/generate` has no `model`: it serves one, adapters by `lora_path`).
+    const named = target.model && kind !== 'generate' ? { model: target.model } : {};
     if (this.shared.options.when === 'never') return named;
+    // The profiles' fields are those of the OpenAI chat and completions routes (`return_token_ids`):
+    // the Responses route and `/generate` would refuse them or carry ids already.
+    if (kind === 'responses' || kind === 'generate') return named;
     if (this.shared.options.engines[this.side] === 'auto' && !this.detected) return named;
     try {
       return { ...(await this.profile(target)).copyParams, ...named };
@@ -200,7 +205,7 @@ export class BackendClient {
   /** The sender {@link sendWithinLimits} and {@link sendOneWithinLimits} drive, for one copy. */
   async sender(copy: Copy): Promise<(payload: string) => Promise<BackendResult>> {
     const target = this.target(copy.clientHeaders, copy.secrets);
-    const extra = await this.copyParams(target);
+    const extra = await this.copyParams(target, requestKind(copy.path));
     return (payload) => this.post(copy.path, target, withCopyParams(payload, extra));
   }
 

@@ -68,6 +68,8 @@ export interface CaptureRecord {
   slice?: Slice;
   /** Path checks (v3): each checked backend's decode-time logprobs against its own prefill of the same tokens. */
   paths?: PathPair[];
+  /** The copy went to another route than the client's (v3): a Responses request sent as chat completions, its route returning no logprobs. */
+  translated?: { from: string; to: string };
 }
 
 /** One repeat probe as captured: the first run is the record's own side of that backend. */
@@ -215,6 +217,7 @@ function assemble(
         }
       : {}),
     ...(pair.slice ? { slice: pair.slice } : {}),
+    ...(pair.translated ? { translated: pair.translated } : {}),
     // Numbers, token ids and reasons: the reason may quote an upstream's error page.
     ...(pair.paths && pair.paths.length > 0 ? { paths: clean(pair.paths, false) } : {}),
   };

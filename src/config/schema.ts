@@ -233,7 +233,7 @@ const sections = z.strictObject({
         .array(z.string().startsWith('/', { error: 'expected a path starting with /' }), {
           error: 'expected a list of paths',
         })
-        .default(['/v1/completions', '/v1/chat/completions']),
+        .default(['/v1/completions', '/v1/chat/completions', '/v1/responses', '/generate']),
       topLogprobs: positiveInt.max(20, { error: 'expected a whole number from 1 to 20' }).default(5),
       maxTokens: positiveInt.default(64),
       concurrency: positiveInt.default(4),

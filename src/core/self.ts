@@ -111,12 +111,19 @@ function count(v: unknown): number | null {
 export function cachedPromptTokens(body: unknown): number | null {
   if (typeof body !== 'object' || body === null) return null;
   const b = body as {
-    usage?: { prompt_tokens?: unknown; prompt_tokens_details?: { cached_tokens?: unknown } | null };
+    usage?: {
+      prompt_tokens?: unknown;
+      prompt_tokens_details?: { cached_tokens?: unknown } | null;
+      input_tokens_details?: { cached_tokens?: unknown } | null;
+    };
     meta_info?: { cached_tokens?: unknown };
     timings?: { prompt_n?: unknown };
   };
   const details = count(b.usage?.prompt_tokens_details?.cached_tokens);
   if (details !== null) return details;
+  // The Responses API's usage names the prompt `input`.
+  const input = count(b.usage?.input_tokens_details?.cached_tokens);
+  if (input !== null) return input;
   const meta = count(b.meta_info?.cached_tokens);
   if (meta !== null) return meta;
   const total = count(b.usage?.prompt_tokens);

@@ -102,7 +102,14 @@ export interface TokenStep {
  * `unknown` anything that is not a completion response.
  */
 export type ResponseFormat =
-  'completions' | 'chat' | 'llamacpp-completions' | 'llamacpp-native' | 'sglang-native' | 'error' | 'unknown';
+  | 'completions'
+  | 'chat'
+  | 'responses'
+  | 'llamacpp-completions'
+  | 'llamacpp-native'
+  | 'sglang-native'
+  | 'error'
+  | 'unknown';
 
 /** A response body reduced to its token steps. */
 export interface ParsedResponse {

@@ -14,6 +14,7 @@ export const KNOWN_ROUTES = [
   '/v1/models',
   '/v1/embeddings',
   '/v1/responses',
+  '/generate',
   '/health',
 ] as const;
 

@@ -13,7 +13,7 @@ import type { Exchange } from '../proxy/tap.js';
 import { createUpstreamPool } from '../backend/pool.js';
 import { Backends, scoringOptions, type BackendOptions } from '../backend/client.js';
 import type { BackendHealth } from '../backend/health.js';
-import { mirrorKind, requestKind, rewriteForMirror, skipReason } from '../backend/rewrite.js';
+import { mirrorKind, requestKind, rewriteForMirror, skipReason, stateSkip } from '../backend/rewrite.js';
 import {
   PairPipeline,
   withBody,
@@ -124,7 +124,7 @@ export class Mirror {
     this.redaction = redactionOf(config);
     this.random = deps.random ?? Math.random;
     this.backends = mirrorBackends(deps, this.log);
-    this.pipeline = new PairPipeline(this.backends);
+    this.pipeline = new PairPipeline(this.backends, { rewrite: config.mirror });
     this.calibration = new MirrorCalibration({ config, metrics, pipeline: this.pipeline });
     this.detectors = new MirrorDetectors({ config, metrics, log: this.log, listeners: deps.listeners, now });
     const overflow = metrics.counter('logprobe_slice_overflow_total');
@@ -213,6 +213,8 @@ export class Mirror {
     }
     if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
       return count('skipped', 'the request body is not a JSON object');
+    const stateful = stateSkip(kind, parsed as Record<string, unknown>);
+    if (stateful !== null) return count('skipped', stateful);
     const body = rewriteForMirror(kind, parsed as Record<string, unknown>, this.deps.config.mirror);
     let payload: string;
     try {
@@ -330,6 +332,7 @@ export class Mirror {
       slice: { model: job.model, cache: run.cache },
       ...(repeats.length > 0 ? { repeats } : {}),
       ...(run.paths.length > 0 ? { paths: run.paths } : {}),
+      ...(run.translated ? { translated: run.translated } : {}),
     };
     try {
       this.deps.listeners?.onPair?.(pair);

@@ -7,14 +7,14 @@ import type { ParsedResponse, TokenStep } from '../core/types.js';
 import type { Backends, Copy } from '../backend/client.js';
 import type { BackendResult } from '../backend/dispatch.js';
 import { UnsupportedError } from '../backend/http.js';
-import type { PromptSource } from '../backend/engines/profile.js';
+import { responsesAsChat, scoringSource, type RequestKind, type RewriteOptions } from '../backend/rewrite.js';
 import { analyzePair, type PairResult } from './analyze.js';
 import { repeatOnce, type RepeatPair } from './repeat.js';
 import { scorePair, type ScoringResult } from './score.js';
 
 /** One copy through the pipeline: where it goes, its body, the client request it came from, and its API. */
 export interface PairCopy extends Copy {
-  kind: PromptSource['kind'];
+  kind: RequestKind;
 }
 
 /** Which backends a pair probes with a repeat (cold → warm), and whether their caches are emptied first. */
@@ -64,6 +64,8 @@ export interface PairRun {
   cache: CacheSplit;
   /** The backends whose cache flush before a repeat failed, with the error (their first run may be warm). */
   flushErrors: ReadonlyMap<Backend, string>;
+  /** The copy went to another route than the client's (a Responses request as chat: no logprobs on that route). */
+  translated?: { from: string; to: string };
 }
 
 /**
@@ -85,12 +87,25 @@ export class PairPipeline {
     private readonly o: {
       /** Health taken over the scored positions (offline reports); the live mirror keeps the free-running health. */
       scoredHealth?: boolean;
+      /** How copies are rewritten (`mirror`): a Responses copy is translated to chat with it where an engine returns no logprobs there. */
+      rewrite?: RewriteOptions;
     } = {},
   ) {}
 
-  async run(copy: PairCopy, o: PairRunOptions): Promise<PairRun> {
+  /** An engine answered a Responses copy without logprobs: later Responses copies go as chat completions. */
+  private responsesAsChat = false;
+
+  async run(given: PairCopy, o: PairRunOptions): Promise<PairRun> {
+    let copy = this.responsesAsChat ? this.asChat(given) : given;
     const flushErrors = o.repeat?.flush ? await this.flush(copy, o.repeat.backends) : new Map<Backend, string>();
-    const sent = await this.send(copy);
+    let sent = await this.send(copy);
+    if (copy.kind === 'responses' && this.o.rewrite && withoutLogprobs(sent)) {
+      // vLLM returned none on its Responses route before vllm-project/vllm#23225's fix: the same
+      // request as chat completions (instructions and input items as messages) is compared instead.
+      this.responsesAsChat = true;
+      copy = this.asChat(given);
+      sent = await this.send(copy);
+    }
     const request = sent.request;
     const result = analyzePair(sent.candidate, sent.baseline, o.thresholds);
     // What the backends got: lowered to a logprobs cap one of them stated, if any.
@@ -117,6 +132,19 @@ export class PairPipeline {
       paths,
       cache,
       flushErrors,
+      ...(copy !== given ? { translated: { from: given.path, to: copy.path } } : {}),
+    };
+  }
+
+  /** A Responses copy as the chat completions copy it stands for (the same path prefix). */
+  private asChat(copy: PairCopy): PairCopy {
+    if (copy.kind !== 'responses' || !this.o.rewrite) return copy;
+    const { payload: _payload, ...rest } = copy;
+    return {
+      ...rest,
+      kind: 'chat',
+      path: copy.path.replace(/\/responses$/, '/chat/completions'),
+      body: responsesAsChat(copy.body, this.o.rewrite),
     };
   }
 
@@ -156,7 +184,7 @@ export class PairPipeline {
     if (result.outcome !== 'ok' || !result.comparison || !result.baseline || baseline === null) return null;
     const free = result.comparison;
     const r = await scorePair(this.backends, {
-      source: { kind: copy.kind, body: copy.body },
+      source: scoringSource(copy.kind, copy.body),
       free,
       baseline: { parsed: result.baseline, body: baseline.body },
       targets: {
@@ -211,11 +239,10 @@ export class PairPipeline {
     const client = this.backends.side(backend);
     const target = client.target(copy.clientHeaders, copy.secrets);
     try {
-      const { profile, spec } = await client.prepare(
-        target,
-        { kind: copy.kind, body: copy.body },
-        { parsed, body: answer.body },
-      );
+      const { profile, spec } = await client.prepare(target, scoringSource(copy.kind, copy.body), {
+        parsed,
+        body: answer.body,
+      });
       // As wide as the copy's own top-k at most: more alternatives on one side pair nothing.
       const topK = Math.min(spec.topK, Math.max(1, ...parsed.steps.map((s) => s.top.length)));
       const scored = await client.score(target, profile, { ...spec, topK, promptPositions: 0, prefill: true });
@@ -273,7 +300,7 @@ export class PairPipeline {
           ...(flushError !== undefined ? { flushError } : {}),
           thresholds: o.thresholds,
           target: client.target(copy.clientHeaders, copy.secrets),
-          source: { kind: copy.kind, body },
+          source: scoringSource(copy.kind, body),
           busy: o.busy,
           when: this.backends.scoring.when,
           counts: this.counts,
@@ -282,6 +309,15 @@ export class PairPipeline {
     }
     return { repeats, body };
   }
+}
+
+/** Some side answered a Responses copy with no logprobs (its route returns none): the copy must go as chat. */
+function withoutLogprobs(sent: { candidate: BackendResult; baseline: BackendResult | null }): boolean {
+  return [sent.candidate, sent.baseline].some((r) => {
+    if (r === null || r.error !== null || r.status >= 400) return false;
+    const p = parseResponse(r.body);
+    return p.format === 'responses' && p.steps.length === 0;
+  });
 }
 
 function notChecked(backend: Backend, outcome: Exclude<PathPair['outcome'], 'ok'>, reason: string): PathPair {

@@ -34,6 +34,8 @@ export interface MirroredPair {
   repeats?: RepeatPair[];
   /** Path checks: each checked backend's decode-time logprobs against its own prefill of the same tokens. */
   paths?: PathPair[];
+  /** The copy went to another route than the client's: a Responses request sent as chat completions (its route returned no logprobs). */
+  translated?: { from: string; to: string };
 }
 
 /** Who wants to hear about mirrored pairs and alert transitions (capture, the demo). */

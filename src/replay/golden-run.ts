@@ -1,4 +1,5 @@
 import { readJsonLines } from '../capture/reader.js';
+import { scoringSource } from '../backend/rewrite.js';
 import type { CaptureWriter } from '../capture/writer.js';
 import { withScoredHealth, withScoring, type Thresholds } from '../core/index.js';
 import { analyzePair, type PairResult } from '../pair/analyze.js';
@@ -142,7 +143,7 @@ async function scoreWithGolden(
   const free = result.comparison;
   const r = await scoreAgainstGolden(on.candidate, {
     when: o.scoring.when,
-    source: { kind: p.item.kind, body: p.request },
+    source: scoringSource(p.item.kind, p.request),
     free,
     golden: p.golden,
     target: on.target,

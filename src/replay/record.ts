@@ -3,7 +3,7 @@ import { basename } from 'node:path';
 import { readJsonLines } from '../capture/reader.js';
 import { parseResponse, sideChecks, type DefinitionWarning, type Thresholds } from '../core/index.js';
 import type { BackendResult } from '../backend/dispatch.js';
-import { rewriteForMirror, type RewriteOptions } from '../backend/rewrite.js';
+import { rewriteForMirror, scoringSource, type RewriteOptions } from '../backend/rewrite.js';
 import type { MirrorOutcome } from '../pair/types.js';
 import { routeLabel } from '../metrics/labels.js';
 import { requestJson, UnsupportedError, type ScoringTarget } from '../backend/http.js';
@@ -343,7 +343,7 @@ async function scoreOwn(
 ): Promise<GoldenScoring> {
   if (scoring.when === 'never') return { outcome: 'skipped', reason: 'scoring is off (analysis.scoring.when: never)' };
   try {
-    const source = { kind: item.kind, body: request };
+    const source = scoringSource(item.kind, request);
     const { profile, spec } = await client.prepare(target, source, { parsed, body });
     const s = await client.score(target, profile, spec);
     return {

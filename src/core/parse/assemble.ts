@@ -25,7 +25,9 @@ class Accumulator {
   private readonly tokenIds: unknown[] = [];
   private readonly flags = new Set<string>();
   private kind: 'chat' | 'completions' | null = null;
-  private shape: 'items' | 'arrays' | 'sglang' | 'llamacpp' | null = null;
+  private shape: 'items' | 'arrays' | 'sglang' | 'llamacpp' | 'responses' | null = null;
+  /** A Responses stream's deltas carried logprobs (its closing `response.completed` repeats them). */
+  private responseDeltas = false;
   private sawResponse = false;
   private sawLogprobs = false;
   private sglangLength = -1;
@@ -49,6 +51,8 @@ class Accumulator {
     if (typeof chunk.system_fingerprint === 'string' && this.fingerprint === undefined)
       this.fingerprint = chunk.system_fingerprint;
     if (Array.isArray(chunk.choices)) this.addChoices(chunk, chunk.choices);
+    else if (chunk.object === 'response' && Array.isArray(chunk.output)) this.addResponse(chunk.output);
+    else if (typeof chunk.type === 'string' && chunk.type.startsWith('response.')) this.addResponseEvent(chunk);
     else if (isObject(chunk.meta_info)) this.addSglang(chunk, chunk.meta_info);
     else if (Array.isArray(chunk.completion_probabilities)) this.addLlamaNative(chunk, chunk.completion_probabilities);
     return true;
@@ -79,6 +83,52 @@ class Accumulator {
       this.sawLogprobs = true;
       this.shape ??= 'arrays';
       appendCompletions(this.steps, this.sizes, lp);
+    }
+  }
+
+  /**
+   * A Responses API body (`object: "response"`): the `output_text` parts of its `message` items,
+   * their text and their `logprobs` (chat-shaped items: `token`, `bytes`, `logprob`,
+   * `top_logprobs`). Reasoning items and tool calls carry no logprobs: skipped, as chat's are.
+   */
+  private addResponse(output: unknown[]): void {
+    this.sawResponse = true;
+    this.kind ??= 'chat';
+    this.shape ??= 'responses';
+    for (const item of output) {
+      if (!isObject(item) || item.type !== 'message' || !Array.isArray(item.content)) continue;
+      for (const part of item.content) {
+        if (!isObject(part) || part.type !== 'output_text') continue;
+        if (typeof part.text === 'string') this.text.push(part.text);
+        if (!Array.isArray(part.logprobs)) continue;
+        if (part.logprobs.length > 0) this.sawLogprobs = true;
+        appendChatItems(this.steps, part.logprobs);
+      }
+    }
+  }
+
+  /**
+   * One event of a streamed Responses answer (SSE `data:` of `response.*` events): the text and
+   * logprobs of each `response.output_text.delta`; the closing `response.completed` holds the
+   * whole response, read only when no delta carried logprobs (else it would repeat them).
+   */
+  private addResponseEvent(chunk: JsonObject): void {
+    this.sawResponse = true;
+    this.kind ??= 'chat';
+    this.shape ??= 'responses';
+    if (chunk.type === 'response.output_text.delta') {
+      if (typeof chunk.delta === 'string') this.text.push(chunk.delta);
+      if (Array.isArray(chunk.logprobs) && chunk.logprobs.length > 0) {
+        this.sawLogprobs = true;
+        this.responseDeltas = true;
+        appendChatItems(this.steps, chunk.logprobs);
+      }
+    } else if (chunk.type === 'response.completed' && !this.responseDeltas && isObject(chunk.response)) {
+      const output = chunk.response.output;
+      if (Array.isArray(output)) {
+        this.text.length = 0;
+        this.addResponse(output);
+      }
     }
   }
 
@@ -147,12 +197,14 @@ class Accumulator {
     if (!this.sawResponse) return 'unknown';
     if (this.shape === 'sglang') return 'sglang-native';
     if (this.shape === 'llamacpp') return 'llamacpp-native';
+    if (this.shape === 'responses') return 'responses';
     if (this.kind === 'chat') return 'chat';
     return this.shape === 'items' ? 'llamacpp-completions' : 'completions';
   }
 
   private emptyReason(): string | undefined {
-    if (!this.sawResponse) return 'not a completion response (no choices, meta_info or completion_probabilities)';
+    if (!this.sawResponse)
+      return 'not a completion response (no choices, output, meta_info or completion_probabilities)';
     if (!this.sawLogprobs) return 'no logprobs in the response';
     if (this.steps.length === 0) return 'no generated tokens with logprobs';
     return undefined;
