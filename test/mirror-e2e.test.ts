@@ -65,7 +65,7 @@ test('a corrupted prefill state gives global_shift verdicts and fires LogprobGlo
   assert.ok((metricValue(m, 'logprobe_first_divergence_tokens_count') ?? 0) > 0);
   assert.ok((metricValue(m, 'logprobe_flip_gap_nats_count') ?? 0) > 0);
   assert.equal(metricValue(m, 'logprobe_upstream_duration_seconds_count', { backend: 'baseline' }), 20);
-  assert.equal(metricValue(m, 'logprobe_noise_floor_nats'), 0.1);
+  assert.equal(metricValue(m, 'logprobe_noise_floor_nats', { model: 'sim' }), 0.1);
 });
 
 test('float noise (σ = 1e-3) gives no global_shift verdict and no alert over 500 mirrored requests', async (t) => {

@@ -219,9 +219,10 @@ function demoConfig(
       ...(repeat ? { repeat } : {}),
     },
     alert: { ...alertCfg, cusum: { k: 0.5, h: 5 } },
-    // The path check on one copy in five, the candidate's: on llama-server it costs one prefill per
-    // generated token, and the demo's two engines share two cores with the load and the proxy.
-    path: { rate: 0.2, backends: ['candidate'] },
+    // No path check: on llama-server it costs one fresh prefill per generated token, and the demo's
+    // two engines share two cores with the load and the proxy — the alerts would come seconds later.
+    // (docs/detection.md "Decode vs prefill" shows it on these engines.)
+    path: { rate: 0 },
     capture: { enabled: true, dir: options.captureDir },
     // The demo's engines are its own: whether they answer is worth a line, the full probe's ~25
     // generations per engine (llama.cpp at one thread) would only delay the alert.
