@@ -60,7 +60,7 @@ interface ChatJob {
 
 /** Serves one validated chat request. */
 export async function serveChat(ctx: RouteContext, req: ChatRequest, style: ChatStyle = {}): Promise<void> {
-  const { cells, addBos } = promptCells(ctx, { text: applyChatTemplate(req.messages) });
+  const { cells, addBos } = promptCells(ctx, { text: applyChatTemplate(req.messages, {}, ctx.server.chatTemplate) });
   const withLogprobs = req.logprobs && !ctx.faults.nologprobs;
   const { seq, maxTokens } = await startSequence(ctx, cells, req.maxTokens, { addBos, cache: defaultCache(ctx) });
   try {

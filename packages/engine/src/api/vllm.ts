@@ -30,7 +30,11 @@ function tokenize(ctx: RouteContext): void {
     // token, as a model's own template (`{{ bos_token }}…`) does, and adds no other special token.
     const rendered = textCells(
       model,
-      applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage: continueFinal }),
+      applyChatTemplate(
+        parseMessages(body),
+        { addGenerationPrompt, continueFinalMessage: continueFinal },
+        ctx.server.chatTemplate,
+      ),
     );
     const bos = model.bosToken ?? null;
     tokens = (bool(body, 'add_special_tokens') ?? false) && bos !== null ? [bos, ...rendered] : rendered;
