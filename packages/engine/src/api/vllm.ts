@@ -12,6 +12,7 @@ import { bool, parseChatRequest, parseJsonBody, parseMessages, type Body } from 
 import { sendJson, type Route, type RouteContext } from '../route.js';
 import { decodeWithSpecials, RawHttpError, textCells, tokenIdList } from './profile.js';
 import { parseVllmCompletion, serveVllmCompletion, vllmLogprobCount, vllmValidation } from './vllm-completions.js';
+import { retrieveResponse, serveResponses } from './vllm-responses.js';
 
 /** The vLLM release played by default (V1 engine; `GET /version`); `engineVersion` picks another. */
 export const VLLM_VERSION = '0.11.0';
@@ -206,6 +207,9 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
       });
     },
   },
+  // Ids are resp_ + 32 hex digits (ResponsesRequest.request_id), built by the route.
+  '/v1/responses': { methods: ['POST'], generation: true, idPrefix: '', serve: serveResponses },
+  '/v1/responses/:id': { methods: ['GET'], serve: retrieveResponse },
   '/tokenize': { methods: ['POST'], serve: tokenize },
   '/detokenize': { methods: ['POST'], serve: detokenize },
   '/version': {
