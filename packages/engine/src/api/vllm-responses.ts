@@ -336,26 +336,35 @@ async function streamResponse(j: Job): Promise<void> {
       contentIndex++;
     }
   });
-  if (all.length > 0) {
-    const text = all.map((s) => s.text).join('');
-    await send(
-      'response.output_text.done',
-      `"content_index":${contentIndex++},"item_id":"${itemId}","logprobs":[],"output_index":0,"text":${JSON.stringify(text)}`,
-    );
-    const part = outputText(text, 'null');
-    await send(
-      'response.content_part.done',
-      `"content_index":${contentIndex++},"item_id":"${itemId}","output_index":0,"part":${part}`,
-    );
-    await send(
-      'response.output_item.done',
-      `"item":{"id":"${itemId}","content":[${part}],"role":"assistant","status":"completed","type":"message","summary":[]},"output_index":0`,
-    );
-  }
+  if (all.length > 0) await closeItem(send, itemId, all, contentIndex);
   const final = responseJson(j, 'completed', outputItems(j, all), usageJson(j, result));
   keep(j, all, final);
   await send('response.completed', `"response":${final}`);
   res.end();
+}
+
+/** The text's done event, the part's and the item's, with the content index still counting up. */
+async function closeItem(
+  send: (type: string, fields: string) => Promise<void>,
+  itemId: string,
+  all: readonly TokenStep[],
+  from: number,
+): Promise<void> {
+  let contentIndex = from;
+  const text = all.map((s) => s.text).join('');
+  await send(
+    'response.output_text.done',
+    `"content_index":${contentIndex++},"item_id":"${itemId}","logprobs":[],"output_index":0,"text":${JSON.stringify(text)}`,
+  );
+  const part = outputText(text, 'null');
+  await send(
+    'response.content_part.done',
+    `"content_index":${contentIndex++},"item_id":"${itemId}","output_index":0,"part":${part}`,
+  );
+  await send(
+    'response.output_item.done',
+    `"item":{"id":"${itemId}","content":[${part}],"role":"assistant","status":"completed","type":"message","summary":[]},"output_index":0`,
+  );
 }
 
 /** `GET /v1/responses/{id}`: a stored response, else the 404. */
