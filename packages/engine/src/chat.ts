@@ -31,6 +31,7 @@ import {
 } from './route.js';
 import { SseWriter } from './sse.js';
 import { vllmChatBody } from './api/vllm-format.js';
+import { vllmReport } from './api/vllm-logprobs-mode.js';
 
 /** How the engine renders chat logprobs. Default: OpenAI's. */
 export interface ChatStyle {
@@ -60,7 +61,7 @@ interface ChatJob {
 
 /** Serves one validated chat request. */
 export async function serveChat(ctx: RouteContext, req: ChatRequest, style: ChatStyle = {}): Promise<void> {
-  const { cells, addBos } = promptCells(ctx, { text: applyChatTemplate(req.messages) });
+  const { cells, addBos } = promptCells(ctx, { text: applyChatTemplate(req.messages, {}, ctx.server.chatTemplate) });
   const withLogprobs = req.logprobs && !ctx.faults.nologprobs;
   const { seq, maxTokens } = await startSequence(ctx, cells, req.maxTokens, { addBos, cache: defaultCache(ctx) });
   try {
@@ -95,6 +96,7 @@ async function sendChat(j: ChatJob): Promise<void> {
     params,
     topN,
     rng,
+    ...vllmReport(ctx, params),
     signal: ctx.signal,
     tokenDelayMs: ctx.tokenDelayMs,
     emit: (s) => void steps.push(...s),
@@ -149,6 +151,7 @@ async function streamChat(j: ChatJob): Promise<void> {
     params,
     topN,
     rng,
+    ...vllmReport(ctx, params),
     signal: ctx.signal,
     tokenDelayMs: ctx.tokenDelayMs,
     emit,

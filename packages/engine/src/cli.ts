@@ -2,6 +2,8 @@ import { Command, CommanderError } from 'commander';
 import type { EngineModel } from './model.js';
 import { isServerFault, parseServerFaults, SERVER_FAULT_FORMS, type ServerFaults } from './faults.js';
 import { ENGINE_APIS, type EngineApi } from './api/profile.js';
+import { CHAT_TEMPLATE_NAMES, isChatTemplateName } from './chat-template.js';
+import { LOGPROBS_MODES } from './route.js';
 import { parseEngineVersion } from './api/version.js';
 import { startEngineServer, type EngineLog, type EngineServerHandle } from './openai-server.js';
 import { createSimModel, type SimAdapterOptions } from './sim/model.js';
@@ -58,6 +60,9 @@ interface EngineOptions {
   enableDeterministicInference?: boolean;
   apiKey?: string;
   adminApiKey?: string;
+  chatTemplate?: string;
+  logprobsMode?: string;
+  enableResponsesStore?: boolean;
   fault: string[];
   requestLog?: string;
   concurrency?: string;
@@ -94,7 +99,8 @@ endpoints and shapes:
   logprobe  OpenAI's shapes only (the default)      openai    legacy echo + max_tokens 0, owned_by system
   vllm      /tokenize, /detokenize, /version, prompt_logprobs, return_tokens_as_token_ids,
             /reset_prefix_cache with --dev-mode (or VLLM_SERVER_DEV_MODE=1); --max-logprobs,
-            --v2-model-runner (VLLM_USE_V2_MODEL_RUNNER=1), --batch-invariant (VLLM_BATCH_INVARIANT=1)
+            --v2-model-runner (VLLM_USE_V2_MODEL_RUNNER=1), --batch-invariant (VLLM_BATCH_INVARIANT=1),
+            /v1/responses (--enable-responses-store), --logprobs-mode, /server_info with --dev-mode
   sglang    /generate, /tokenize, /detokenize, /get_server_info, /get_model_info, /flush_cache;
             --enable-cache-report, --enable-deterministic-inference, --api-key, --admin-api-key
   --engine-version (vllm, sglang) picks the release whose behaviour the double plays.
@@ -348,7 +354,19 @@ function apiOptions(c: Command): Command {
     .option('--enable-cache-report', 'sglang: report usage.prompt_tokens_details.cached_tokens (when above 0)')
     .option('--enable-deterministic-inference', 'sglang: deterministic inference: --batch-noise off')
     .option('--api-key <key>', 'sglang: every route but /health and /metrics needs Authorization: Bearer KEY')
-    .option('--admin-api-key <key>', 'sglang: /flush_cache needs this key (the --api-key is refused there)');
+    .option('--admin-api-key <key>', 'sglang: /flush_cache needs this key (the --api-key is refused there)')
+    .option(
+      '--chat-template <name>',
+      `llama.cpp's built-in chat template for chat requests (every API): ${CHAT_TEMPLATE_NAMES.join(', ')}`,
+    )
+    .option(
+      '--logprobs-mode <mode>',
+      `vllm: what sample logprobs report: ${LOGPROBS_MODES.join(', ')} (default raw_logprobs)`,
+    )
+    .option(
+      '--enable-responses-store',
+      'vllm: /v1/responses stores responses (store, previous_response_id); VLLM_ENABLE_RESPONSES_API_STORE=1 does the same',
+    );
 }
 
 /** Batch noise, faults, the request log, pacing and the model's name and threads. */
@@ -394,6 +412,9 @@ async function runEngine(opts: EngineOptions, setExit: (code: number) => void): 
       enableCacheReport: opts.enableCacheReport ?? false,
       ...(opts.apiKey !== undefined ? { apiKey: opts.apiKey } : {}),
       ...(opts.adminApiKey !== undefined ? { adminApiKey: opts.adminApiKey } : {}),
+      ...(opts.chatTemplate !== undefined ? { chatTemplate: opts.chatTemplate } : {}),
+      ...(opts.logprobsMode !== undefined ? { logprobsMode: opts.logprobsMode } : {}),
+      responsesStore: (opts.enableResponsesStore ?? false) || env('VLLM_ENABLE_RESPONSES_API_STORE'),
       ...(tokenDelayMs !== undefined ? { tokenDelayMs } : {}),
       ...(opts.requestLog ? { requestLog: opts.requestLog } : {}),
       ...(maxContext !== undefined ? { maxContext } : {}),
@@ -469,6 +490,8 @@ function checkApiFlags(opts: EngineOptions, api: EngineApi): void {
     ['--max-logprobs', opts.maxLogprobs !== undefined],
     ['--v2-model-runner', opts.v2ModelRunner],
     ['--batch-invariant', opts.batchInvariant],
+    ['--logprobs-mode', opts.logprobsMode !== undefined],
+    ['--enable-responses-store', opts.enableResponsesStore],
   ] as const) {
     if (set && api !== 'vllm') throw new UsageError(`${flag} applies to --api vllm only`);
   }
@@ -480,6 +503,12 @@ function checkApiFlags(opts: EngineOptions, api: EngineApi): void {
   ] as const) {
     if (set && api !== 'sglang') throw new UsageError(`${flag} applies to --api sglang only`);
   }
+  if (opts.chatTemplate !== undefined && !isChatTemplateName(opts.chatTemplate))
+    throw new UsageError(
+      `--chat-template: expected one of ${CHAT_TEMPLATE_NAMES.join(', ')}, got '${opts.chatTemplate}'`,
+    );
+  if (opts.logprobsMode !== undefined && !(LOGPROBS_MODES as readonly string[]).includes(opts.logprobsMode))
+    throw new UsageError(`--logprobs-mode: expected one of ${LOGPROBS_MODES.join(', ')}, got '${opts.logprobsMode}'`);
   if (opts.engineVersion !== undefined) {
     if (api !== 'vllm' && api !== 'sglang')
       throw new UsageError('--engine-version applies to --api vllm and sglang only');

@@ -48,6 +48,11 @@ export interface GenerateOptions {
   readonly tokenDelayMs?: number;
   /** Attach each step's distribution to it (`TokenStep.dist`). Default false. */
   readonly keepDistributions?: boolean;
+  /**
+   * What the step reports instead of the model's distribution (vLLM's `--logprobs-mode`: logits,
+   * processed values); the token is still chosen from the model's own. Default: the distribution.
+   */
+  readonly report?: (dist: NextTokenDistribution) => NextTokenDistribution;
 }
 
 /** The outcome of a generation. */
@@ -131,9 +136,10 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
     const dist = await seq.next();
     // A fault may report other logprobs than those the token is chosen from (`choice`).
     const id = chooseToken(dist.choice ?? dist, params, o.rng, model.vocabSize);
+    const shown = o.report ? o.report(dist) : dist;
     if (id === model.eosToken) {
       await release(Infinity);
-      const eos = { id, logprob: dist.logprobOf(id), ...stepExtras(o, dist) };
+      const eos = { id, logprob: shown.logprobOf(id), ...stepExtras(o, shown) };
       return { finishReason: 'stop', completionTokens: count, eos };
     }
     count++;
@@ -142,8 +148,8 @@ export async function generate(o: GenerateOptions): Promise<GenerateResult> {
       id,
       text: piece,
       offset: text.length,
-      logprob: dist.logprobOf(id),
-      ...stepExtras(o, dist),
+      logprob: shown.logprobOf(id),
+      ...stepExtras(o, shown),
     };
     text += piece;
     held.push(step);

@@ -24,7 +24,16 @@ import { GenerationAborted } from './generate.js';
 import { RequestQueue } from './queue.js';
 import { RequestRecorder, type RecordedRequest } from './recorder.js';
 import type { EngineLog, EngineServerEvents, EngineServerHandle, EngineServerOptions } from './server-options.js';
-import { sendJson, sleep, type Route, type RouteContext, type ServerSettings } from './route.js';
+import { isChatTemplateName, CHAT_TEMPLATE_NAMES } from './chat-template.js';
+import {
+  LOGPROBS_MODES,
+  sendJson,
+  sleep,
+  type LogprobsMode,
+  type Route,
+  type RouteContext,
+  type ServerSettings,
+} from './route.js';
 
 export type { EngineLog, EngineServerEvents, EngineServerHandle, EngineServerOptions } from './server-options.js';
 
@@ -219,7 +228,20 @@ function serverSettings(
   if (options.maxLogprobs !== undefined && !(Number.isInteger(options.maxLogprobs) && options.maxLogprobs >= -1)) {
     throw new RangeError(`maxLogprobs must be an integer ≥ -1, got ${options.maxLogprobs}`);
   }
+  if (options.chatTemplate !== undefined && !isChatTemplateName(options.chatTemplate)) {
+    throw new RangeError(
+      `chatTemplate must be one of ${CHAT_TEMPLATE_NAMES.join(', ')}, got '${options.chatTemplate}'`,
+    );
+  }
+  if (options.logprobsMode !== undefined && !(LOGPROBS_MODES as readonly string[]).includes(options.logprobsMode)) {
+    throw new RangeError(`logprobsMode must be one of ${LOGPROBS_MODES.join(', ')}, got '${options.logprobsMode}'`);
+  }
   return {
+    chatTemplate:
+      options.chatTemplate !== undefined && isChatTemplateName(options.chatTemplate) ? options.chatTemplate : null,
+    logprobsMode: (options.logprobsMode ?? 'raw_logprobs') as LogprobsMode,
+    responsesStore: options.responsesStore ?? false,
+    responses: new Map(),
     prefixCache,
     devMode: options.devMode ?? false,
     slotSavePath: options.slotSavePath ?? null,

@@ -6,6 +6,7 @@ import type { ServerResponse } from 'node:http';
 import { setTimeout as delay } from 'node:timers/promises';
 import { textCells, type ApiProfile } from './api/profile.js';
 import { EngineHttpError, errorEnvelope } from './errors.js';
+import type { ChatTemplateName } from './chat-template.js';
 import type { ServerFaults } from './faults.js';
 import type { ResponseMeta, TokenJson } from './format.js';
 import type { CacheUse, EngineModel, ModelSequence } from './model.js';
@@ -48,10 +49,31 @@ export interface ServerSettings {
   readonly enableCacheReport: boolean;
   readonly apiKey: string | null;
   readonly adminApiKey: string | null;
+  /** llama-server's `--chat-template NAME` (every API here): a built-in template, or null for the plain one. */
+  readonly chatTemplate: ChatTemplateName | null;
+  /** vLLM's `--logprobs-mode`: which quantity sample logprobs report. */
+  readonly logprobsMode: LogprobsMode;
+  /** vLLM's `VLLM_ENABLE_RESPONSES_API_STORE=1`: `/v1/responses` keeps responses (`store`), else `store` is ignored. */
+  readonly responsesStore: boolean;
+  /** The stored responses and the messages that led to each, by response id. */
+  readonly responses: Map<string, StoredResponse>;
   /** Generation admission: the flush routes look at it. */
   readonly queue: RequestQueue;
   readonly host: string;
   port: number;
+}
+
+/** vLLM's `LogprobsMode` (vllm/config/model.py). */
+export const LOGPROBS_MODES = ['raw_logprobs', 'raw_logits', 'processed_logprobs', 'processed_logits'] as const;
+export type LogprobsMode = (typeof LOGPROBS_MODES)[number];
+
+/** A `/v1/responses` answer kept for `previous_response_id` and `GET /v1/responses/{id}`. */
+export interface StoredResponse {
+  /** The body as sent (JSON). */
+  readonly body: string;
+  /** The input messages (instructions and history included), then the answer's text. */
+  readonly messages: readonly { readonly role: string; readonly content: string }[];
+  readonly output: string | null;
 }
 
 /** Per-request context handed to a route. */

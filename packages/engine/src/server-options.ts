@@ -72,6 +72,19 @@ export interface EngineServerOptions {
    * SGLang and llama-server never check it.
    */
   readonly strictModel?: boolean;
+  /**
+   * llama-server's `--chat-template NAME`: one of llama.cpp's built-in templates (`chatml`,
+   * `llama2`, …; `CHAT_TEMPLATE_NAMES`) renders chat messages into the prompt, on every API.
+   * Default: the engine's plain `role: content` template.
+   */
+  readonly chatTemplate?: string;
+  /**
+   * vLLM's `--logprobs-mode`: `raw_logprobs` (default), `raw_logits`, `processed_logprobs`
+   * (after temperature, top-k, top-p), `processed_logits`: what sample logprobs report.
+   */
+  readonly logprobsMode?: string;
+  /** vLLM's `VLLM_ENABLE_RESPONSES_API_STORE=1`: `/v1/responses` stores responses. Default false (`store` ignored). */
+  readonly responsesStore?: boolean;
   /** Requests allowed to wait for a slot before new ones get a 503. Default 1024. */
   readonly maxQueue?: number;
   /** Largest prompt + completion, in tokens. Default 32768. */

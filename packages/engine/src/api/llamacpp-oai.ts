@@ -92,7 +92,7 @@ export async function serveLlamaChat(ctx: RouteContext): Promise<void> {
     nPredict: num(body, 'max_tokens', { integer: true }) ?? num(body, 'max_completion_tokens', { integer: true }),
     nProbs: logprobs ? (top ?? 20) : 0,
   });
-  const cells = textCells(ctx.model, applyChatTemplate(messages), true, true);
+  const cells = textCells(ctx.model, applyChatTemplate(messages, {}, ctx.server.chatTemplate), true, true);
   const t = new LlamaTokens(ctx.model);
   const withProbs = p.nProbs > 0 && !ctx.faults.nologprobs;
   const head = tail(ctx, body);

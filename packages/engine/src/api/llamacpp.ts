@@ -57,9 +57,11 @@ function detokenize(ctx: RouteContext): void {
 /** `{messages}` → `{prompt}`: the chat template applied, as chat would (then `/tokenize` with `add_special: true` gives chat's ids). */
 function applyTemplate(ctx: RouteContext): void {
   const body = parseJsonBody(ctx.raw);
-  const prompt = applyChatTemplate(parseMessages(body), {
-    addGenerationPrompt: bool(body, 'add_generation_prompt') ?? true,
-  });
+  const prompt = applyChatTemplate(
+    parseMessages(body),
+    { addGenerationPrompt: bool(body, 'add_generation_prompt') ?? true },
+    ctx.server.chatTemplate,
+  );
   sendJson(ctx.res, 200, JSON.stringify({ prompt }), JSON_UTF8);
 }
 
@@ -96,7 +98,8 @@ function props(ctx: RouteContext): void {
       },
       total_slots: 1,
       model_path: model.card?.path ?? model.id,
-      chat_template: CHAT_TEMPLATE_JINJA,
+      // A built-in name given with --chat-template is reported as given (the template's source).
+      chat_template: ctx.server.chatTemplate ?? CHAT_TEMPLATE_JINJA,
       bos_token: special(model.bosToken),
       eos_token: special(model.eosToken),
       build_info: LLAMACPP_BUILD,

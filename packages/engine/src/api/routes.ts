@@ -114,5 +114,7 @@ export function routeFor(api: EngineApi, path: string): Route | undefined {
   if (exact) return exact;
   // llama-server's /slots/:id_slot
   if (api === 'llamacpp' && /^\/slots\/\d+$/.test(path)) return table['/slots/:id'];
+  // vLLM's /v1/responses/{response_id}
+  if (api === 'vllm' && /^\/v1\/responses\/[^/]+$/.test(path)) return table['/v1/responses/:id'];
   return undefined;
 }

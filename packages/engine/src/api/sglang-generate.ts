@@ -6,7 +6,7 @@
  * are `[logprob, token_id, text|null]`; input entries cover tokens s..n-1 with the newest
  * alignment: entry 0 is always null.
  */
-import { badRequest } from '../errors.js';
+import { badRequest, EngineHttpError } from '../errors.js';
 import {
   generate,
   topEntries,
@@ -41,6 +41,8 @@ interface GenerateRequest {
   readonly tokenIdsLogprob: readonly number[] | null;
   readonly withText: boolean;
   readonly stream: boolean;
+  /** `rid`: the request id `meta_info.id` reports (default a fresh one). */
+  readonly rid: string | null;
 }
 
 function parseGenerate(ctx: RouteContext, body: Body): GenerateRequest {
@@ -95,6 +97,7 @@ function parseGenerate(ctx: RouteContext, body: Body): GenerateRequest {
     tokenIdsLogprob: ids === undefined || ids === null ? null : tokenIdList(body, 'token_ids_logprob', model.vocabSize),
     withText: bool(body, 'return_text_in_logprobs') ?? false,
     stream: bool(body, 'stream') ?? false,
+    rid: typeof body.rid === 'string' ? body.rid : null,
   };
 }
 
@@ -184,7 +187,7 @@ function body(
 ): string {
   const cached = seq.cacheState?.().reused ?? 0;
   return (
-    `{"text":${JSON.stringify(text)},"output_ids":[${outIds.join(',')}],"meta_info":{"id":${JSON.stringify(ctx.meta.id)},` +
+    `{"text":${JSON.stringify(text)},"output_ids":[${outIds.join(',')}],"meta_info":{"id":${JSON.stringify(req.rid ?? ctx.meta.id)},` +
     `"finish_reason":${finishReason(req, result)},"prompt_tokens":${req.cells.length},"weight_version":"default",` +
     (lp ? `${lp.json()},` : '') +
     `"total_retractions":0,"completion_tokens":${outIds.length},"cached_tokens":${cached},"cached_tokens_details":null,"dp_rank":null,` +
@@ -225,10 +228,32 @@ function generateOptions(
   };
 }
 
+/**
+ * A streamed request's ValueError (a bad field, `logprob_start_len` past the input): SGLang's
+ * `stream_results` catches it inside the stream, so the answer is a 200 with one
+ * `data: {"error": {"message"}}` event, then `[DONE]` (http_server.py `generate_request`).
+ */
+function streamedError(ctx: RouteContext, err: EngineHttpError): void {
+  const sse = new SseWriter(ctx.res, ctx.signal);
+  sse.open();
+  void sse.send(JSON.stringify({ error: { message: err.message } }));
+  sse.done();
+}
+
 /** `POST /generate` (and PUT, as SGLang's `api_route`). */
 export async function serveGenerate(ctx: RouteContext): Promise<void> {
   const t0 = performance.now();
-  const req = parseGenerate(ctx, parseJsonBody(ctx.raw));
+  const input = parseJsonBody(ctx.raw);
+  let req: GenerateRequest;
+  try {
+    req = parseGenerate(ctx, input);
+  } catch (err) {
+    if (input.stream === true && err instanceof EngineHttpError && err.status === 400) {
+      streamedError(ctx, err);
+      return;
+    }
+    throw err;
+  }
   const withLogprob = req.returnLogprob && !ctx.faults.nologprobs;
   const s = req.logprobStartLen;
   const { seq, maxTokens } = await startSequence(ctx, req.cells, req.maxNewTokens, {

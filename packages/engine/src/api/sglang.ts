@@ -51,8 +51,13 @@ function tokenize(ctx: RouteContext): void {
     const addGenerationPrompt = bool(body, 'add_generation_prompt') ?? true;
     const continueFinalMessage = bool(body, 'continue_final_message') ?? false;
     reply(
-      promptCells(ctx, { text: applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage }) })
-        .cells,
+      promptCells(ctx, {
+        text: applyChatTemplate(
+          parseMessages(body),
+          { addGenerationPrompt, continueFinalMessage },
+          ctx.server.chatTemplate,
+        ),
+      }).cells,
     );
     return;
   }

@@ -14,6 +14,7 @@ import type { Rng } from '../sampling.js';
 import { samplingRng, sendJson, sleep, startSequence, type RouteContext } from '../route.js';
 import { SseWriter } from '../sse.js';
 import { textCells } from './profile.js';
+import { vllmReport } from './vllm-logprobs-mode.js';
 import {
   cachedTokens,
   stopReason,
@@ -182,6 +183,7 @@ async function sendVllmCompletion(j: VllmJob): Promise<void> {
     params: j.params,
     topN: n,
     rng: j.rng,
+    ...vllmReport(ctx, j.params),
     signal: ctx.signal,
     tokenDelayMs: ctx.tokenDelayMs,
     emit: (s) => void steps.push(...s),
@@ -278,6 +280,7 @@ async function streamVllmCompletion(j: VllmJob): Promise<void> {
     params,
     topN: n,
     rng,
+    ...vllmReport(ctx, params),
     signal: ctx.signal,
     tokenDelayMs: ctx.tokenDelayMs,
     emit,

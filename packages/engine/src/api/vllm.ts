@@ -12,6 +12,7 @@ import { bool, parseChatRequest, parseJsonBody, parseMessages, type Body } from 
 import { sendJson, type Route, type RouteContext } from '../route.js';
 import { decodeWithSpecials, RawHttpError, textCells, tokenIdList } from './profile.js';
 import { parseVllmCompletion, serveVllmCompletion, vllmLogprobCount, vllmValidation } from './vllm-completions.js';
+import { retrieveResponse, serveResponses } from './vllm-responses.js';
 
 /** The vLLM release played by default (V1 engine; `GET /version`); `engineVersion` picks another. */
 export const VLLM_VERSION = '0.11.0';
@@ -30,7 +31,11 @@ function tokenize(ctx: RouteContext): void {
     // token, as a model's own template (`{{ bos_token }}…`) does, and adds no other special token.
     const rendered = textCells(
       model,
-      applyChatTemplate(parseMessages(body), { addGenerationPrompt, continueFinalMessage: continueFinal }),
+      applyChatTemplate(
+        parseMessages(body),
+        { addGenerationPrompt, continueFinalMessage: continueFinal },
+        ctx.server.chatTemplate,
+      ),
     );
     const bos = model.bosToken ?? null;
     tokens = (bool(body, 'add_special_tokens') ?? false) && bos !== null ? [bos, ...rendered] : rendered;
@@ -100,6 +105,65 @@ async function resetPrefixCache(ctx: RouteContext): Promise<void> {
   ctx.res.end();
 }
 
+/**
+ * `GET /server_info` (`entrypoints/serve/dev` `show_server_info`): only with `VLLM_SERVER_DEV_MODE=1`
+ * (else 404). `?config_format=text` (default) gives `str(vllm_config)`, whose fields do not include
+ * `logprobs_mode`; `json` gives the config as a dict, where `model_config.logprobs_mode` is the
+ * one place a client can read the mode from the server.
+ */
+function serverInfo(ctx: RouteContext): void {
+  if (!ctx.server.devMode) throw ctx.api.notFound(ctx.method, ctx.path);
+  const format = ctx.query.get('config_format') ?? 'text';
+  if (format !== 'text' && format !== 'json') {
+    throw new RawHttpError(
+      422,
+      JSON.stringify({
+        detail: [
+          {
+            type: 'literal_error',
+            loc: ['query', 'config_format'],
+            msg: "Input should be 'text' or 'json'",
+            input: format,
+            ctx: { expected: "'text' or 'json'" },
+          },
+        ],
+      }),
+    );
+  }
+  const { model, server } = ctx;
+  const py = (b: boolean): string => (b ? 'True' : 'False');
+  const config =
+    format === 'text'
+      ? `model='${model.id}', speculative_config=None, tokenizer='${model.id}', skip_tokenizer_init=False, ` +
+        `dtype=torch.float32, max_seq_len=${ctx.maxContext}, tensor_parallel_size=1, pipeline_parallel_size=1, ` +
+        `data_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto, device_config=cpu, ` +
+        `seed=0, served_model_name=${model.id}, enable_prefix_caching=${py(server.prefixCache)}, ` +
+        `enable_chunked_prefill=True, pooler_config=None, compilation_config={}`
+      : {
+          model_config: {
+            model: model.id,
+            tokenizer: model.id,
+            dtype: 'torch.float32',
+            seed: 0,
+            max_model_len: ctx.maxContext,
+            max_logprobs: server.maxLogprobs,
+            logprobs_mode: server.logprobsMode,
+            served_model_name: model.id,
+          },
+          cache_config: { block_size: 16, enable_prefix_caching: server.prefixCache },
+          parallel_config: { tensor_parallel_size: 1, pipeline_parallel_size: 1, data_parallel_size: 1 },
+        };
+  sendJson(
+    ctx.res,
+    200,
+    JSON.stringify({
+      vllm_config: config,
+      vllm_env: { VLLM_SERVER_DEV_MODE: '1' },
+      system_env: { os: process.platform, python_version: null, vllm_version: server.engineVersion ?? VLLM_VERSION },
+    }),
+  );
+}
+
 function parseVllmChat(body: Body, vocabSize: number, maxLogprobs: number): ReturnType<typeof parseChatRequest> {
   const top = body.top_logprobs;
   if (typeof top === 'number' && top < 0 && top !== -1)
@@ -143,12 +207,16 @@ export const VLLM_ROUTES: Readonly<Record<string, Route>> = {
       });
     },
   },
+  // Ids are resp_ + 32 hex digits (ResponsesRequest.request_id), built by the route.
+  '/v1/responses': { methods: ['POST'], generation: true, idPrefix: '', serve: serveResponses },
+  '/v1/responses/:id': { methods: ['GET'], serve: retrieveResponse },
   '/tokenize': { methods: ['POST'], serve: tokenize },
   '/detokenize': { methods: ['POST'], serve: detokenize },
   '/version': {
     methods: ['GET'],
     serve: (ctx) => sendJson(ctx.res, 200, JSON.stringify({ version: ctx.server.engineVersion ?? VLLM_VERSION })),
   },
+  '/server_info': { methods: ['GET'], serve: serverInfo },
   // Every method reaches it, so that without dev mode the path is a 404 whatever the method.
   '/reset_prefix_cache': { methods: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD'], serve: resetPrefixCache },
 };

@@ -30,6 +30,8 @@ export interface LlamaEngineProcessOptions {
   readonly api?: EngineApi;
   /** `--prefix-cache on|off` (default: the API's). */
   readonly prefixCache?: boolean;
+  /** `--chat-template NAME`: one of llama.cpp's built-in templates (`llama2`, `chatml`, …); default the plain one. */
+  readonly chatTemplate?: string;
   /** Extra engine flags (`--dev-mode`, `--slot-save-path DIR`, …), as given. */
   readonly args?: readonly string[];
 }
@@ -101,6 +103,7 @@ function engineArgs(options: LlamaEngineProcessOptions): string[] {
   if (fault !== null) args.push('--fault', fault);
   if (options.api !== undefined) args.push('--api', options.api);
   if (options.prefixCache !== undefined) args.push('--prefix-cache', options.prefixCache ? 'on' : 'off');
+  if (options.chatTemplate !== undefined) args.push('--chat-template', options.chatTemplate);
   if (options.args) args.push(...options.args);
   return args;
 }
