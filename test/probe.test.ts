@@ -261,8 +261,12 @@ describe('logprobe probe (the command)', () => {
       'capabilities',
       'required',
       'missing',
+      'meaning',
     ]);
     assert.equal(j.engine, 'vllm');
+    // No dev mode: vLLM does not say its --logprobs-mode, and the numbers are logprobs.
+    assert.equal(j.meaning.mode, null);
+    assert.match(j.meaning.detail, /VLLM_SERVER_DEV_MODE=1/);
     assert.deepEqual(j.missing, ['cache_path']);
     assert.ok(j.required.includes('cache_path') && j.required.includes('scoring'));
     for (const c of j.capabilities) assert.deepEqual(Object.keys(c), ['name', 'ok', 'detail', 'enable']);

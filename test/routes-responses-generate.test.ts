@@ -113,7 +113,7 @@ test('the openai client’s responses.create through the proxy, JSON and streame
   assert.equal(pairs.length, 4);
   for (const p of pairs) {
     assert.equal(p.route, '/v1/responses');
-    assert.equal(p.outcome, 'ok', JSON.stringify(p.analysis?.reason));
+    assert.equal(p.outcome, 'ok', JSON.stringify(p.analysis?.explanation));
     assert.equal(p.request.store, false);
     assert.equal(p.request.stream, false);
     assert.deepEqual(p.request.include, ['message.output_text.logprobs']);

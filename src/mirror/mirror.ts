@@ -203,6 +203,7 @@ export class Mirror {
     };
     const kind = mirrorKind(ex);
     if (kind === null) return count('skipped', skipReason(ex));
+    if (this.refusal !== null) return count('skipped', this.refusal);
     // A full queue would refuse the copy anyway: drop it before parsing and rewriting the body.
     if (this.queue.full) return count('dropped');
     let parsed: unknown;
@@ -351,6 +352,15 @@ export class Mirror {
     if (backend === 'baseline' && this.backends.baseline === null) return;
     this.backends.side(backend).adopt(engine, evidence);
   }
+
+  /**
+   * The two sides cannot be compared (their logprobs mean different things: the start-up probe's
+   * `meaningMismatch`): from now on every exchange is skipped with this reason, never a shift.
+   */
+  refuse(reason: string): void {
+    this.refusal = reason;
+  }
+  private refusal: string | null = null;
 
   /** The admin server listens on `port` (0 in the config: known only now): alerts link to its live page. */
   setAdminPort(port: number): void {

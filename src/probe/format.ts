@@ -20,6 +20,7 @@ export function probeTable(r: ProbeReport): string {
     line(head.slice(0, 3).concat([''])),
     ...rows.map(line),
     '',
+    `logprobs: ${r.meaning.mode ?? 'logprobs (raw or processed: not told)'} — ${r.meaning.detail}`,
     `* needed by the configuration's features`,
     r.missing.length === 0
       ? 'every feature the configuration uses works'

@@ -72,6 +72,30 @@ export interface ProbeReport {
   required: CapabilityName[];
   /** Required capabilities that do not work (ok false or null). */
   missing: CapabilityName[];
+  /** What the numbers it reports are (vLLM's `--logprobs-mode`, llama-server's pre-sampling values): two sides must mean the same. */
+  meaning: LogprobMeaning;
+}
+
+/**
+ * What a server's logprobs are. `mode`: vLLM's `--logprobs-mode` names (`raw_logprobs`, the
+ * default; `raw_logits`, `processed_logprobs`, `processed_logits`), `logits` when only its
+ * behaviour says they are not logprobs, null when not told (logprobs, raw or processed unknown).
+ */
+export interface LogprobMeaning {
+  mode: string | null;
+  /** How it was told, in a few words. */
+  detail: string;
+}
+
+/** Whether two sides' logprobs cannot be compared, and why (one line naming the flag), or null. */
+export function meaningMismatch(candidate: LogprobMeaning, baseline: LogprobMeaning): string | null {
+  const c = candidate.mode;
+  const b = baseline.mode;
+  if (c === null || b === null || c === b) return null;
+  const logits = (m: string) => m.endsWith('logits');
+  // `logits` (told by behaviour only) matches either logits mode; raw vs processed needs both told.
+  if ((c === 'logits' || b === 'logits') && logits(c) && logits(b)) return null;
+  return `the candidate reports ${c} and the baseline ${b}: their numbers mean different things, so pairs are not compared (start both with the same vLLM --logprobs-mode; candidate: ${candidate.detail}; baseline: ${baseline.detail})`;
 }
 
 /** A URL that answers nothing at all: no HTTP answer to `GET /v1/models`. */
@@ -215,6 +239,13 @@ export async function probeEngine(o: ProbeOptions): Promise<ProbeReport> {
   }
 }
 
+/** A reachability-only probe's capabilities: none asked. */
+const nothingAsked = (): Pick<ProbeReport, 'capabilities' | 'required' | 'missing'> => ({
+  capabilities: [],
+  required: [],
+  missing: [],
+});
+
 /** Probes the server on `pool`: who it is, then (unless reachability only) each capability. */
 async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   const headers: Record<string, string> = o.apiKey ? { authorization: `Bearer ${o.apiKey}` } : {};
@@ -242,7 +273,7 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
   if (told) o.onEngine?.(engine, evidence);
   const profile = PROFILES[engine];
   const report = { url: o.url, engine, evidence, version, model };
-  if (o.reachabilityOnly) return { ...report, capabilities: [], required: [], missing: [] };
+  if (o.reachabilityOnly) return { ...report, ...nothingAsked(), meaning: await toldMeaning(engine, get) };
   const caps = new Map<CapabilityName, Capability>();
   const c: ProbeContext = {
     target,
@@ -272,10 +303,52 @@ async function run(o: ProbeOptions, pool: Pool): Promise<ProbeReport> {
     why: (a) => keyRefusal(a, key) ?? failureReason({ status: a.status, body: a.body, error: null }),
     whyAdmin: (a) => keyRefusal(a, adminKey) ?? failureReason({ status: a.status, body: a.body, error: null }),
   };
-  await probeAll(c, o);
+  const steps = await probeAll(c, o);
   const capabilities = CAPABILITIES.map((n) => caps.get(n)!).filter(Boolean);
   const missing = o.required.filter((n) => caps.get(n)?.ok !== true);
-  return { ...report, capabilities, required: o.required, missing };
+  return { ...report, capabilities, required: o.required, missing, meaning: await meaningOf(engine, get, steps) };
+}
+
+/**
+ * What the server says its logprobs are: vLLM names its `--logprobs-mode` only in
+ * `GET /server_info?config_format=json` (`vllm_config.model_config.logprobs_mode`), which exists
+ * with `VLLM_SERVER_DEV_MODE=1` alone; llama-server's are the pre-sampling distribution (its
+ * `n_probs` without `post_sampling_probs`), vLLM's default. Null where nothing tells.
+ */
+async function toldMeaning(engine: EngineName, get: (path: string) => Promise<JsonAnswer>): Promise<LogprobMeaning> {
+  if (engine === 'llamacpp')
+    return { mode: 'raw_logprobs', detail: 'llama-server: pre-sampling probabilities (post_sampling_probs off)' };
+  if (engine !== 'vllm') return { mode: null, detail: 'not told by the server' };
+  const a = await get('/server_info?config_format=json').catch(errAnswer);
+  const mode = (a.body as { vllm_config?: { model_config?: { logprobs_mode?: unknown } } } | null)?.vllm_config
+    ?.model_config?.logprobs_mode;
+  if (a.status === 200 && typeof mode === 'string')
+    return { mode: mode.replace(/^LogprobsMode\./i, '').toLowerCase(), detail: '--logprobs-mode, from /server_info' };
+  return {
+    mode: null,
+    detail: 'vLLM names its --logprobs-mode only in /server_info, with VLLM_SERVER_DEV_MODE=1',
+  };
+}
+
+/** {@link toldMeaning}, else what a greedy answer's numbers show: values above 0, or a top list holding more than all the mass, are no logprobs. */
+async function meaningOf(
+  engine: EngineName,
+  get: (path: string) => Promise<JsonAnswer>,
+  steps: readonly TokenStep[],
+): Promise<LogprobMeaning> {
+  const told = await toldMeaning(engine, get);
+  if (told.mode !== null) return told;
+  const notLogprobs = steps.some(
+    (s) =>
+      (s.logprob !== null && s.logprob > 1e-6) ||
+      s.top.reduce((sum, [, v]) => sum + (Number.isFinite(v) ? Math.exp(v) : 0), 0) > 1.01,
+  );
+  if (notLogprobs)
+    return {
+      mode: 'logits',
+      detail: `the values are not logprobs (above 0, or a top list summing past 1)${engine === 'vllm' ? ': --logprobs-mode raw_logits or processed_logits' : ''}`,
+    };
+  return told;
 }
 
 /** The server's model, engine (configured or detected, with its evidence) and version; unreachable when /v1/models fails. */
@@ -313,8 +386,8 @@ async function identify(
   return { model, engine, evidence: detected.evidence, version, told: detected.told };
 }
 
-/** Runs every capability check in order, each recording its result through `c.set`. */
-async function probeAll(c: ProbeContext, o: ProbeOptions): Promise<void> {
+/** Runs every capability check in order, each recording its result through `c.set`; the copy's steps. */
+async function probeAll(c: ProbeContext, o: ProbeOptions): Promise<TokenStep[]> {
   const k = await probeTopK(c, o.topK);
   const steps = await probeCopy(c, k);
   await probeScoring(c, k, steps);
@@ -335,6 +408,7 @@ async function probeAll(c: ProbeContext, o: ProbeOptions): Promise<void> {
 
   await probeChat(c);
   await probeDeterminism(c, k, o.copies ?? 16);
+  return steps.steps;
 }
 
 /** What every check of a probe asks with: the server, its engine and profile, and where results go. */

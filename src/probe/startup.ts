@@ -6,6 +6,7 @@ import { missingText } from './format.js';
 import {
   CAPABILITY_LABELS,
   KeyRejectedError,
+  meaningMismatch,
   probeEngine,
   requiredCapabilities,
   UnreachableError,
@@ -30,7 +31,14 @@ export async function probeAtStart(o: StartProbe): Promise<Array<ProbeReport | n
   const { config } = o;
   if (config.probe.atStart === 'off') return [];
   const backends: Backend[] = config.baseline.url === null ? ['candidate'] : ['candidate', 'baseline'];
-  return Promise.all(backends.map((b) => probeBackend(o, b)));
+  const reports = await Promise.all(backends.map((b) => probeBackend(o, b)));
+  const [c, b] = reports;
+  const mismatch = c && b ? meaningMismatch(c.meaning, b.meaning) : null;
+  if (mismatch !== null) {
+    o.logger.warn({ candidate: c!.meaning, baseline: b!.meaning }, mismatch);
+    o.onMeaningMismatch?.(mismatch);
+  }
+  return reports;
 }
 
 /** What the start-up probe reports to: health, metrics, the log, and who adopts each engine. */
@@ -41,6 +49,8 @@ export interface StartProbe {
   logger: Logger;
   signal?: AbortSignal;
   onEngine?(backend: Backend, engine: EngineName, evidence: string): void;
+  /** The two sides' logprobs mean different things (`meaningMismatch`): pairs must not be compared. */
+  onMeaningMismatch?(reason: string): void;
 }
 
 async function probeBackend(o: StartProbe, backend: Backend): Promise<ProbeReport | null> {

@@ -177,6 +177,7 @@ void probeAtStart({
   logger: logger.child({ module: 'probe' }),
   signal: probing.signal,
   onEngine: (backend, engine, evidence) => mirror.adoptEngine(backend, engine, evidence),
+  onMeaningMismatch: (reason) => mirror.refuse(reason),
 })
   .then(() => sendMetrics(null))
   .catch((err: unknown) => logger.error({ err }, 'start-up probe failed'));
