@@ -10,6 +10,7 @@
     'global_shift',
     'early_shift',
     'local_shift',
+    'prompt_mismatch',
     'tokenizer_mismatch',
     'noise',
     'identical',

@@ -55,6 +55,8 @@ export function explain(e: ExplainInput, t: Thresholds): string {
     case 'incomparable':
       parts.push(`Incomparable: ${e.reason ?? 'a side has no logprobs'}.`);
       break;
+    case 'prompt_mismatch':
+      return 'Prompt mismatch: the two sides read different prompt tokens for the same request (a chat template or a tokenizer differs), so their logprobs are not compared.';
     case 'tokenizer_mismatch':
       parts.push(
         `Tokenizer mismatch: both sides spell the same text with different token boundaries from position ${e.flip?.index ?? '?'} ` +

@@ -1,6 +1,6 @@
 import { compare } from './compare.js';
 import { parseResponse } from './parse/index.js';
-import type { Comparison, ParsedResponse, Thresholds } from './types.js';
+import type { Comparison, ParsedResponse, PromptMismatch, Thresholds } from './types.js';
 import type { Backend } from './types.js';
 
 /** What a backend answered, as far as the classification is concerned (a live result or a capture's side). */
@@ -62,6 +62,8 @@ export function classifyPair(
       baseline: pb,
     };
   const free = compare(pc, pb, t);
+  const mismatch = promptMismatch(candidate.body, baseline.body);
+  if (mismatch !== null) return { outcome: 'ok', comparison: asPromptMismatch(free, mismatch), candidate: pc, baseline: pb };
   const comparison = score ? score(free) : free;
   return {
     outcome: comparison.verdict === 'incomparable' ? 'incomparable' : 'ok',
@@ -69,4 +71,46 @@ export function classifyPair(
     candidate: pc,
     baseline: pb,
   };
+}
+
+/**
+ * The prompt tokens a server says it read: `usage.prompt_tokens` (chat, completions),
+ * `usage.input_tokens` (the Responses API), SGLang's `meta_info.prompt_tokens`; null when it does not say.
+ */
+export function promptTokens(body: unknown): number | null {
+  if (typeof body !== 'object' || body === null) return null;
+  const b = body as { usage?: { prompt_tokens?: unknown; input_tokens?: unknown }; meta_info?: { prompt_tokens?: unknown } };
+  for (const v of [b.usage?.prompt_tokens, b.usage?.input_tokens, b.meta_info?.prompt_tokens])
+    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
+  return null;
+}
+
+/** Both sides said how many prompt tokens they read, and the counts differ: they did not read the same prompt. */
+export function promptMismatch(candidate: unknown, baseline: unknown): PromptMismatch | null {
+  const c = promptTokens(candidate);
+  const b = promptTokens(baseline);
+  return c !== null && b !== null && c !== b ? { candidateTokens: c, baselineTokens: b } : null;
+}
+
+/**
+ * A comparison made a `prompt_mismatch`: the two sides answered different prompts, so their
+ * logprobs are not a measure of the server — the free-running figures are kept for the record,
+ * the verdict and explanation say what differs, nothing is scored and no detector counts a shift.
+ */
+export function asPromptMismatch(free: Comparison, m: PromptMismatch): Comparison {
+  return { ...free, verdict: 'prompt_mismatch', explanation: promptMismatchText(m), promptMismatch: m };
+}
+
+/** The verdict in words: the counts, and the first differing token where known. */
+export function promptMismatchText(m: PromptMismatch): string {
+  const where =
+    m.at !== undefined && m.candidate && m.baseline
+      ? ` They first differ at prompt token ${m.at}: the candidate read ${tokenText(m.candidate)}, the baseline ${tokenText(m.baseline)}.`
+      : '';
+  return `Prompt mismatch: the two sides read different prompts for the same request (the candidate ${m.candidateTokens} prompt tokens, the baseline ${m.baselineTokens}): a chat template or a tokenizer differs, so their logprobs are not compared.${where}`;
+}
+
+function tokenText(t: { id: number | null; text: string | null }): string {
+  const text = t.text === null ? '' : `${JSON.stringify(t.text)} `;
+  return t.id === null ? (text.trim() || 'nothing (its prompt ends there)') : `${text}(id ${t.id})`;
 }

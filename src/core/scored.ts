@@ -152,7 +152,10 @@ export function withScoring(
   t: Thresholds,
 ): ScoredComparison {
   const fixed =
-    free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
+    free.verdict === 'incomparable' ||
+    free.verdict === 'prompt_mismatch' ||
+    free.verdict === 'tokenizer_mismatch' ||
+    free.verdict === 'identical';
   const hasScored = scored.outcome === 'ok' && (scored.comparable ?? 0) > 0;
   const scoredShifted = hasScored ? (scored.shifted ?? 0) : 0;
   const freeShifted = free.shifted > 0 || free.flip?.class === 'systematic';

@@ -137,6 +137,7 @@ export interface ParsedResponse {
  */
 export const VERDICTS = [
   'incomparable',
+  'prompt_mismatch',
   'tokenizer_mismatch',
   'identical',
   'noise',
@@ -237,4 +238,20 @@ export interface Comparison {
   health?: Health;
   /** Why a side's numbers cannot be raw full-vocabulary logprobs (empty when nothing says so): docs/format.md. */
   definition?: DefinitionWarning[];
+  /** `prompt_mismatch`: the prompt tokens each side read, and where they first differ when the engines could say. */
+  promptMismatch?: PromptMismatch;
+}
+
+/**
+ * The two sides of a pair read different prompt tokens for the same request (a chat template or a
+ * tokenizer differs): how many each read and, where the engines tokenize on request, the first
+ * position at which their prompt ids differ with each side's token there.
+ */
+export interface PromptMismatch {
+  candidateTokens: number;
+  baselineTokens: number;
+  /** First differing prompt position, with each side's token id and text there (absent: not asked, or the engines cannot say). */
+  at?: number;
+  candidate?: { id: number | null; text: string | null };
+  baseline?: { id: number | null; text: string | null };
 }

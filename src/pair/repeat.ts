@@ -135,7 +135,8 @@ async function scoredSelf(
   free: Comparison,
   first: ParsedResponse,
 ): Promise<Comparison> {
-  const settled = free.verdict === 'identical' || free.verdict === 'tokenizer_mismatch';
+  const settled =
+    free.verdict === 'identical' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'prompt_mismatch';
   if (o.when === 'never' || settled || (o.when === 'diverged' && free.firstDivergence === null)) return free;
   let scored: ScoredBlock;
   if (profile !== null && !profile.readsCache) {

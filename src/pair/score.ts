@@ -41,7 +41,10 @@ export async function scorePair(backends: Backends, p: PairToScore): Promise<Sco
   const o = backends.scoring;
   const free = p.free;
   const settled =
-    free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
+    free.verdict === 'incomparable' ||
+    free.verdict === 'prompt_mismatch' ||
+    free.verdict === 'tokenizer_mismatch' ||
+    free.verdict === 'identical';
   if (o.when === 'never')
     return {
       scored: notScored('skipped', 'scoring is off (analysis.scoring.when: never)'),

@@ -293,7 +293,10 @@ export async function scoreAgainstGolden(
 ): Promise<{ scored: ScoredBlock; prompt: PromptBlock | null; pair: ScoredPair | null }> {
   const free = o.free;
   const settled =
-    free.verdict === 'incomparable' || free.verdict === 'tokenizer_mismatch' || free.verdict === 'identical';
+    free.verdict === 'incomparable' ||
+    free.verdict === 'prompt_mismatch' ||
+    free.verdict === 'tokenizer_mismatch' ||
+    free.verdict === 'identical';
   const none = (outcome: Exclude<ScoringOutcome, 'ok'>, why: string) => ({
     scored: notScored(outcome, why),
     prompt: null,

@@ -19,7 +19,7 @@ table.worst td { font-size: 13px; }
 .s-zero { fill: #8fbc8f; } .s-noise { fill: #2e8b57; } .s-shift { fill: #e67e22; } .empty { fill: var(--line); }
 .badge { display: inline-block; padding: 0 6px; border-radius: 4px; font-size: 12px; color: #fff; background: #777; }
 .v-global_shift { background: #c0392b; fill: #c0392b; } .v-early_shift { background: #e67e22; fill: #e67e22; } .v-local_shift { background: #d4a017; fill: #d4a017; }
-.v-tokenizer_mismatch { background: #8e44ad; fill: #8e44ad; } .v-noise { background: #2e8b57; fill: #2e8b57; } .v-identical { background: #27ae60; fill: #27ae60; } .v-incomparable { background: #7f8c8d; fill: #7f8c8d; }
+.v-prompt_mismatch { background: #34495e; fill: #34495e; } .v-tokenizer_mismatch { background: #8e44ad; fill: #8e44ad; } .v-noise { background: #2e8b57; fill: #2e8b57; } .v-identical { background: #27ae60; fill: #27ae60; } .v-incomparable { background: #7f8c8d; fill: #7f8c8d; }
 .c-ambiguous { background: #95a5a6; fill: #95a5a6; } .c-gray { background: #5d6d7e; fill: #5d6d7e; } .c-systematic { background: #c0392b; fill: #c0392b; }
 .flip-info { color: #fff; border-radius: 4px; padding: 0 6px; font-size: 12px; }
 .controls { display: flex; gap: 10px; align-items: center; margin: 8px 0; flex-wrap: wrap; }

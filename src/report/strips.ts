@@ -204,6 +204,7 @@ const SEVERITY: Record<Verdict, number> = {
   global_shift: 6,
   early_shift: 5,
   local_shift: 4,
+  prompt_mismatch: 3,
   tokenizer_mismatch: 3,
   noise: 2,
   identical: 1,

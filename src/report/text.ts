@@ -23,10 +23,11 @@ const ALARM_RANK: Readonly<Record<Verdict, number>> = {
   global_shift: 0,
   early_shift: 1,
   local_shift: 2,
-  tokenizer_mismatch: 3,
-  noise: 4,
-  identical: 5,
-  incomparable: 6,
+  prompt_mismatch: 3,
+  tokenizer_mismatch: 4,
+  noise: 5,
+  identical: 6,
+  incomparable: 7,
 };
 
 /** Every verdict ({@link VERDICTS}) from the most to the least alarming: the order reports list them in. */
@@ -117,7 +118,7 @@ export function notableWorst(d: SummaryData, top: number): Strip[] {
   return d.worst.filter((s) => NOTABLE.has(s.verdict) || s.flip?.class === 'systematic').slice(0, top);
 }
 
-const NOTABLE = new Set<string>(['global_shift', 'early_shift', 'local_shift', 'tokenizer_mismatch']);
+const NOTABLE = new Set<string>(['global_shift', 'early_shift', 'local_shift', 'prompt_mismatch', 'tokenizer_mismatch']);
 
 /** The human-readable report of `analyze` and `replay`: verdict mix, shift distribution, flips, alerts, worst pairs. */
 export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
