@@ -188,6 +188,7 @@ test('every alert has a severity, a for: duration, an explanation and a runbook 
     'LogprobMirrorStalled',
     'LogprobMirrorWorkerDown',
     'LogprobPathInconsistency',
+    'LogprobPromptMismatch',
     'LogprobProxyErrors',
     'LogprobSelfInconsistency',
     'LogprobSustainedShift',

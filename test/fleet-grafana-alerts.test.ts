@@ -259,6 +259,7 @@ test('on a real Prometheus over a recorded scrape, each Grafana query returns th
     LogprobMirrorStalled: ['worker-down'],
     LogprobMirrorWorkerDown: ['worker-down'],
     LogprobProxyErrors: [],
+    LogprobPromptMismatch: [],
   };
   for (const rule of grafanaRules) {
     const by = groupLabels(rule);

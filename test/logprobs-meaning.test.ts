@@ -71,6 +71,7 @@ test('candidate processed_logprobs, baseline raw_logprobs: one line at start, pa
   assert.equal(pairs.length, 0, 'no pair compared');
   const m = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   assert.equal(metricValue(m, 'logprobe_mirror_total', { outcome: 'skipped' }), 6);
+  assert.equal(metricValue(m, 'logprobe_mirror_skipped_total', { reason: 'meaning_differs' }), 6, 'with its reason');
   assert.equal(metricValue(m, 'logprobe_verdicts_total', { kind: 'pair', verdict: 'global_shift' }) ?? 0, 0);
 
   const probed = await runCli(['probe', cand.url]);

@@ -189,6 +189,8 @@ test('a Responses request continuing a stored response is passed through and nev
   assert.equal(r.pairs.length, 1, 'the first only');
   const m = await (await request(`${r.lp.adminUrl}/metrics`)).body.text();
   assert.equal(metricValue(m, 'logprobe_mirror_total', { route: '/v1/responses', outcome: 'skipped' }), 1);
+  assert.equal(metricValue(m, 'logprobe_mirror_skipped_total', { reason: 'stored_state' }), 1, 'with its reason');
+  assert.equal(metricValue(m, 'logprobe_mirror_skipped_total', { reason: 'not_json' }), 0);
 });
 
 test('an engine whose Responses route returns no logprobs (vLLM before 0.10.2): the copy goes as chat completions, and the capture says so', async (t) => {

@@ -271,6 +271,21 @@ export class BackendClient {
   }
 
   /**
+   * The request's prompt as this backend tokenizes it (chat through its own template) and, where
+   * its engine has a `/detokenize`, a function spelling ids as its engine does (null without one).
+   */
+  async promptTokens(
+    target: ScoringTarget,
+    source: PromptSource,
+  ): Promise<{ ids: number[]; spell: ((ids: readonly number[]) => Promise<string>) | null }> {
+    const profile = await this.profile(target);
+    const ids = await profile.promptIds(target, source);
+    const detokenize = profile.detokenize?.bind(profile);
+    const model = modelOf(source.body);
+    return { ids, spell: detokenize ? (t) => detokenize(target, t, model) : null };
+  }
+
+  /**
    * Scores a prepared sequence (in its turn, for incremental profiles), within the cap the backend
    * stated: asked for more alternatives than it allows (vLLM: `Requested prompt logprobs of N,
    * which is greater than max allowed: M`), the cap is learned and the call is made once more

@@ -32,7 +32,11 @@ export interface AlertState {
 
 /** The in-process alerts. */
 export type AlertName =
-  'LogprobGlobalShift' | 'LogprobSustainedShift' | 'LogprobSelfInconsistency' | 'LogprobPathInconsistency';
+  | 'LogprobGlobalShift'
+  | 'LogprobSustainedShift'
+  | 'LogprobSelfInconsistency'
+  | 'LogprobPathInconsistency'
+  | 'LogprobPromptMismatch';
 
 /** A change of an alert's firing state, with the evidence at that moment. */
 export interface AlertTransition {
@@ -264,4 +268,43 @@ export function tick(
   now: number,
 ): { state: DetectorState; transitions: AlertTransition[] } {
   return transitions(state, state, cfg, now);
+}
+
+/**
+ * The prompt-mismatch detector: the same window as the pair detector's, over compared pairs, each
+ * counting one position that "moved" when its two sides read different prompts
+ * (`prompt_mismatch`); it fires `LogprobPromptMismatch` when at least `fireFraction` of the last
+ * `window` pairs (and `minRequests` of them) did, held for `forSeconds`. It has no CUSUM: a template
+ * or tokenizer mismatch is all or nothing per pair, never a small shift to accumulate.
+ */
+export function observePrompt(
+  state: DetectorState,
+  mismatched: boolean,
+  requestId: string,
+  cfg: AlertConfig,
+  now: number,
+): { state: DetectorState; transitions: AlertTransition[] } {
+  const obs = { shifted: mismatched ? 1 : 0, comparable: 1, maxShift: null, noiseFloor: 1, requestId };
+  return promptAlert(observe(state, obs, cfg, now));
+}
+
+/** Time alone can fire or resolve the prompt-mismatch alert, as it does the others. */
+export function tickPrompt(
+  state: DetectorState,
+  cfg: AlertConfig,
+  now: number,
+): { state: DetectorState; transitions: AlertTransition[] } {
+  return promptAlert(tick(state, cfg, now));
+}
+
+function promptAlert(r: { state: DetectorState; transitions: AlertTransition[] }): {
+  state: DetectorState;
+  transitions: AlertTransition[];
+} {
+  return {
+    state: r.state,
+    transitions: r.transitions
+      .filter((t) => t.alert === 'LogprobGlobalShift')
+      .map((t) => ({ ...t, alert: 'LogprobPromptMismatch' as const })),
+  };
 }

@@ -17,6 +17,7 @@ export {
   type FlipClass,
   type ParsedResponse,
   type PositionRow,
+  type PromptMismatch,
   type ResponseFormat,
   type StepFlag,
   type Thresholds,

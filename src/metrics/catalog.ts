@@ -159,6 +159,13 @@ export const METRIC_CATALOG = [
     owner: 'worker',
   },
   {
+    name: 'logprobe_mirror_skipped_total',
+    type: 'counter',
+    help: "Sampled requests the mirror did not copy, by reason: stored_state (a Responses request reading server-side state the baseline cannot have: previous_response_id, conversation), meaning_differs (the two sides' logprobs mean different things), not_json (the body is not a JSON object), unserialisable (nested too deep to copy).",
+    labelNames: ['reason'],
+    owner: 'worker',
+  },
+  {
     name: 'logprobe_slice_overflow_total',
     type: 'counter',
     help: 'Mirrored requests whose model was folded into the `other` slice (outside slices.models, or past the first slices.maxModels names seen).',
@@ -353,12 +360,16 @@ export const ALERT_NAMES = [
   'LogprobSustainedShift',
   'LogprobSelfInconsistency',
   'LogprobPathInconsistency',
+  'LogprobPromptMismatch',
 ] as const;
 /** The alerts of one backend (labelled with it). */
 export const BACKEND_ALERTS = ['LogprobSelfInconsistency', 'LogprobPathInconsistency'] as const;
 export const BACKENDS = ['candidate', 'baseline'] as const;
 /** Outcomes of `logprobe_scoring_total`. */
 export const SCORING_OUTCOMES = ['ok', 'unsupported', 'skipped', 'failed'] as const;
+/** `logprobe_mirror_skipped_total{reason}`: why the mirror's worker did not copy a sampled request. */
+export const MIRROR_SKIP_REASONS = ['stored_state', 'meaning_differs', 'not_json', 'unserialisable'] as const;
+export type MirrorSkipReason = (typeof MIRROR_SKIP_REASONS)[number];
 /** `logprobe_flip_gap_nats{class}`: core's FlipClass (the report's FLIP_CLASSES has the same list). */
 export const FLIP_CLASSES = ['ambiguous', 'gray', 'systematic'] as const satisfies readonly FlipClass[];
 /** `logprobe_proxy_requests_total{status_class}`: the status' hundreds, `aborted` for a client gone (499). */

@@ -12,6 +12,7 @@ import {
   BACKENDS,
   FLIP_CLASSES,
   MAIN_MIRROR_OUTCOMES,
+  MIRROR_SKIP_REASONS,
   METRIC_CATALOG,
   MIRROR_OUTCOMES,
   REFUSAL_REASONS,
@@ -103,6 +104,7 @@ export class Metrics {
 
   /** The mirror's worker: every mirrored route's comparison series, the detectors, the backends, the capture. */
   private initWorker(mirrorRoutes: readonly string[]): void {
+    for (const reason of MIRROR_SKIP_REASONS) this.counter('logprobe_mirror_skipped_total').inc({ reason }, 0);
     for (const route of mirrorRoutes) {
       for (const outcome of MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
       for (const name of [

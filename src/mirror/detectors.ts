@@ -5,8 +5,10 @@ import { detectorEvidence } from '../core/index.js';
 import {
   initialDetectorState,
   observe,
+  observePrompt,
   pooledShare,
   tick,
+  tickPrompt,
   type AlertPhase,
   type AlertTransition,
   type DetectorState,
@@ -23,6 +25,8 @@ export interface SliceDetectors {
   pairs: DetectorState;
   self: Record<Backend, DetectorState>;
   path: Record<Backend, DetectorState>;
+  /** The share of compared pairs whose two sides read different prompts (LogprobPromptMismatch). */
+  prompt: DetectorState;
   permutation: PermutationWindow;
 }
 
@@ -59,6 +63,7 @@ export class MirrorDetectors {
       const now = deps.now();
       for (const [model, d] of this.slices) {
         this.setPairState(model, d, tick(d.pairs, config.alert, now));
+        this.setPromptState(model, d, tickPrompt(d.prompt, config.alert, now));
         for (const b of BACKENDS) {
           this.setBackendState(model, d, 'self', b, tickSelf(d.self[b], config.alert, now, b));
           this.setBackendState(
@@ -83,6 +88,7 @@ export class MirrorDetectors {
       pairs: initialDetectorState(),
       self: { candidate: initialDetectorState(), baseline: initialDetectorState() },
       path: { candidate: initialDetectorState(), baseline: initialDetectorState() },
+      prompt: initialDetectorState(),
       permutation: new PermutationWindow({ window: config.alert.window, ...config.alert.permutation }),
     };
     this.slices.set(model, d);
@@ -136,6 +142,13 @@ export class MirrorDetectors {
     );
     d.permutation.add(analysis);
     metrics.gauge('logprobe_alert_test_pvalue').set({ model }, d.permutation.pValue());
+  }
+
+  /** A compared pair to its slice's prompt-mismatch window: whether its two sides read different prompts. */
+  observePrompt(model: string, requestId: string, mismatched: boolean): void {
+    const { config, now } = this.deps;
+    const d = this.slice(model);
+    this.setPromptState(model, d, observePrompt(d.prompt, mismatched, requestId, config.alert, now()));
   }
 
   /** A cold→warm repeat pair's evidence to its backend's self-consistency detector in its slice. */
@@ -195,6 +208,18 @@ export class MirrorDetectors {
     const firing = metrics.gauge('logprobe_alert_firing');
     firing.set({ alert: 'LogprobGlobalShift', model }, firingValue(d.pairs.global.phase));
     firing.set({ alert: 'LogprobSustainedShift', model }, firingValue(d.pairs.sustained.phase));
+    this.notifyTransitions(model, result.transitions);
+  }
+
+  private setPromptState(
+    model: string,
+    d: SliceDetectors,
+    result: { state: DetectorState; transitions: AlertTransition[] },
+  ): void {
+    d.prompt = result.state;
+    this.deps.metrics
+      .gauge('logprobe_alert_firing')
+      .set({ alert: 'LogprobPromptMismatch', model }, firingValue(result.state.global.phase));
     this.notifyTransitions(model, result.transitions);
   }
 

@@ -23,6 +23,7 @@ import {
   type PairRun,
 } from '../pair/pipeline.js';
 import { Slicer } from '../core/slice.js';
+import type { MirrorSkipReason } from '../metrics/catalog.js';
 import type { MirroredPair, MirrorListeners, MirrorOutcome } from '../pair/types.js';
 import { MirrorCalibration } from './calibration.js';
 import { MirrorDetectors, type SliceDetectors } from './detectors.js';
@@ -196,33 +197,34 @@ export class Mirror {
    */
   accept(ex: Exchange): void {
     const settle = this.deps.onSettled;
-    const count = (outcome: MirrorOutcome, reason?: string | null) => {
+    const count = (outcome: MirrorOutcome, reason?: string | null, code?: MirrorSkipReason) => {
       this.deps.metrics.counter('logprobe_mirror_total').inc({ route: ex.route, outcome });
+      if (code) this.deps.metrics.counter('logprobe_mirror_skipped_total').inc({ reason: code });
       if (reason) this.log.debug({ reqId: ex.requestId, route: ex.route, reason }, 'mirror skipped');
       settle?.();
     };
     const kind = mirrorKind(ex);
     if (kind === null) return count('skipped', skipReason(ex));
-    if (this.refusal !== null) return count('skipped', this.refusal);
+    if (this.refusal !== null) return count('skipped', this.refusal, 'meaning_differs');
     // A full queue would refuse the copy anyway: drop it before parsing and rewriting the body.
     if (this.queue.full) return count('dropped');
     let parsed: unknown;
     try {
       parsed = JSON.parse(ex.body.toString('utf8'));
     } catch {
-      return count('skipped', 'the request body is not JSON');
+      return count('skipped', 'the request body is not JSON', 'not_json');
     }
     if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
-      return count('skipped', 'the request body is not a JSON object');
+      return count('skipped', 'the request body is not a JSON object', 'not_json');
     const stateful = stateSkip(kind, parsed as Record<string, unknown>);
-    if (stateful !== null) return count('skipped', stateful);
+    if (stateful !== null) return count('skipped', stateful, 'stored_state');
     const body = rewriteForMirror(kind, parsed as Record<string, unknown>, this.deps.config.mirror);
     let payload: string;
     try {
       // Throws on a body nested deeper than the stack allows (JSON.parse does not).
       payload = JSON.stringify(body);
     } catch {
-      return count('skipped', 'the rewritten body cannot be serialised (nested too deep)');
+      return count('skipped', 'the rewritten body cannot be serialised (nested too deep)', 'unserialisable');
     }
     const job: Job = {
       id: ex.requestId,

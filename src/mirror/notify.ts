@@ -33,6 +33,8 @@ export function alertSummary(t: AlertTransition): string {
       return `the ${t.backend ?? 'backend'} disagrees with itself between a cold and a warm run: suspect the cache path`;
     case 'LogprobPathInconsistency':
       return `the ${t.backend ?? 'backend'}'s decode-time logprobs disagree with its own prefill of the same tokens: suspect the path that differs (speculative decoding, an adapter's head on prompt logprobs, stale prefill buffers)`;
+    case 'LogprobPromptMismatch':
+      return 'the candidate and the baseline read different prompt tokens for the same requests: the serving chat template or tokenizer differs from the trusted one';
     case 'LogprobSustainedShift': {
       const x = t.evidence.medianX;
       if (x === null) return 'a shift above the noise floor persists across requests';
@@ -57,6 +59,9 @@ const DESCRIPTION: Record<AlertTransition['alert'], string> = {
   LogprobPathInconsistency:
     "A backend's logprobs of the tokens it generated, reported while decoding, disagree above the path floor with the same tokens scored in one prefill pass on that backend, over the window of path pairs. " +
     'A wrong weight moves both paths alike (the pair alerts see it, this one does not); this one sees a bug confined to one path: speculative or MTP decoding, prompt logprobs computed without an adapter, stale prefill buffers.',
+  LogprobPromptMismatch:
+    'Over the window of compared pairs, at least fireFraction of them had two sides that read different prompt tokens for the same request (usage.prompt_tokens differ). ' +
+    "Their logprobs are not compared (verdict prompt_mismatch): compare the candidate's chat template and tokenizer with the baseline's; each pair shows the first prompt token where they differ.",
 };
 
 /** Where an alert is, in words: ` (candidate, model a3)`, or nothing for the one detector of everything. */

@@ -70,7 +70,11 @@ export class PairObserver {
     const analysis = run.result.comparison;
     if (analysis !== null) {
       recordComparison(metrics, { route: job.route, model: job.model, cache: run.cache }, analysis);
-      if (analysis.verdict !== 'incomparable' && analysis.comparable > 0)
+      // Two sides that read different prompts say nothing about the server's numerics: they count
+      // in the prompt-mismatch window only, never as a shift or a clean pair of the pair detectors.
+      const mismatched = analysis.verdict === 'prompt_mismatch';
+      if (analysis.verdict !== 'incomparable') this.deps.detectors.observePrompt(job.model, job.id, mismatched);
+      if (!mismatched && analysis.verdict !== 'incomparable' && analysis.comparable > 0)
         this.deps.detectors.observePair(job.model, job.id, analysis, floor);
     }
     for (const rp of run.repeats) this.observeRepeat(job, rp, floor);

@@ -7,10 +7,11 @@ import {
   type Health,
   type ParsedResponse,
   type PromptBlock,
+  type PromptMismatch,
   type ScoredBlock,
   type Thresholds,
 } from '../core/index.js';
-import { classifyPair, failedAnswer, type SideAnswer } from '../core/pair.js';
+import { asPromptMismatch, classifyPair, failedAnswer, type SideAnswer } from '../core/pair.js';
 import { clip, failureReason } from '../backend/failure.js';
 import type { MirrorOutcome } from './types.js';
 import { PROBE_SHAPES, probeShape, repeatCache, selfVerdict, type ProbeShape, type SelfVerdict } from '../core/self.js';
@@ -46,7 +47,8 @@ export function analyzePair(
     thresholds,
     scoring?.scored ? (free) => rescored(free, scoring, thresholds) : undefined,
   );
-  const { outcome, comparison } = c;
+  const { outcome } = c;
+  const comparison = located(c.comparison, scoring?.promptMismatch);
   if (outcome === 'candidate_error' || outcome === 'baseline_error')
     return {
       outcome,
@@ -113,6 +115,16 @@ export interface CapturedScoring {
   prompt?: PromptBlock | null | undefined;
   /** The health measured live: over the scored positions it cannot be recomputed offline. */
   health?: Health | undefined;
+  /** Where the two sides' prompts first differed, as the engines said live (a `prompt_mismatch`). */
+  promptMismatch?: PromptMismatch | undefined;
+}
+
+/** A `prompt_mismatch` re-classified offline keeps where the engines said live the prompts differ (nothing is tokenized again). */
+function located(c: Comparison | null, live: PromptMismatch | undefined): Comparison | null {
+  const m = c?.promptMismatch;
+  if (!c || !m || live?.at === undefined) return c;
+  if (live.candidateTokens !== m.candidateTokens || live.baselineTokens !== m.baselineTokens) return c;
+  return asPromptMismatch(c, live);
 }
 
 /**

@@ -3,7 +3,8 @@ import { parseResponse, withScoredHealth, withScoring } from '../core/index.js';
 import { CacheCounts } from '../core/self.js';
 import { comparePaths, type PathPair } from '../core/path.js';
 import { cacheSplit, type CacheSplit } from '../core/slice.js';
-import type { ParsedResponse, TokenStep } from '../core/types.js';
+import type { Comparison, ParsedResponse, TokenStep } from '../core/types.js';
+import { asPromptMismatch } from '../core/pair.js';
 import type { Backends, Copy } from '../backend/client.js';
 import type { BackendResult } from '../backend/dispatch.js';
 import { UnsupportedError } from '../backend/http.js';
@@ -111,6 +112,8 @@ export class PairPipeline {
     // What the backends got: lowered to a logprobs cap one of them stated, if any.
     const asSent = withBody(copy, request);
     const cache = cacheSplit(this.counts.one('candidate', sent.candidate.body));
+    if (result.comparison?.verdict === 'prompt_mismatch' && !o.busy)
+      result.comparison = await this.locate(asSent, result.comparison);
     const scoring = await this.score(asSent, sent.baseline, result, o);
     const again = o.repeat
       ? await this.repeats(asSent, o.repeat, sent, flushErrors, o)
@@ -146,6 +149,31 @@ export class PairPipeline {
       path: copy.path.replace(/\/responses$/, '/chat/completions'),
       body: responsesAsChat(copy.body, this.o.rewrite),
     };
+  }
+
+  /**
+   * Step locate (a `prompt_mismatch` only): each side's prompt ids as its engine tokenizes the
+   * request (chat through its own template), the first position where they differ and each
+   * side's token there, spelled by its `/detokenize`. Never throws: where an engine cannot say,
+   * the counts alone stand.
+   */
+  private async locate(copy: PairCopy, c: Comparison): Promise<Comparison> {
+    const m = c.promptMismatch;
+    if (!m || this.backends.baseline === null) return c;
+    try {
+      const source = scoringSource(copy.kind, copy.body);
+      const side = (b: Backend) => {
+        const client = this.backends.side(b);
+        return client.promptTokens(client.target(copy.clientHeaders, copy.secrets), source);
+      };
+      const [cand, base] = await Promise.all([side('candidate'), side('baseline')]);
+      const at = firstDifference(cand.ids, base.ids);
+      if (at === null) return c;
+      const [candidate, baseline] = await Promise.all([tokenAt(cand, at), tokenAt(base, at)]);
+      return asPromptMismatch(c, { ...m, at, candidate, baseline });
+    } catch {
+      return c;
+    }
   }
 
   /** Empties the caches of the backends a repeat probes, so the first run is cold; what failed is kept. */
@@ -309,6 +337,24 @@ export class PairPipeline {
     }
     return { repeats, body };
   }
+}
+
+/** The first index at which two id lists differ (one ending before the other counts); null when equal. */
+function firstDifference(a: readonly number[], b: readonly number[]): number | null {
+  const n = Math.max(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
+  return null;
+}
+
+/** A side's prompt token at `at`: its id (null past its end) and its text where its engine spells it. */
+async function tokenAt(
+  side: { ids: number[]; spell: ((ids: readonly number[]) => Promise<string>) | null },
+  at: number,
+): Promise<{ id: number | null; text: string | null }> {
+  const id = side.ids[at];
+  if (id === undefined) return { id: null, text: null };
+  const text = side.spell ? await side.spell([id]).catch(() => null) : null;
+  return { id, text };
 }
 
 /** Some side answered a Responses copy with no logprobs (its route returns none): the copy must go as chat. */

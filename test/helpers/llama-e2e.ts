@@ -27,6 +27,7 @@ export const E2E_PROMPTS: readonly string[] = [
 
 const VERDICTS = [
   'incomparable',
+  'prompt_mismatch',
   'tokenizer_mismatch',
   'identical',
   'noise',

@@ -3,6 +3,7 @@ import { postOk, requestJson, ScoringError, UnsupportedError, type ScoringTarget
 import {
   idPrompt,
   postFlush,
+  textField,
   tokenIds,
   type EngineProfile,
   type ProfileScore,
@@ -57,6 +58,11 @@ export const llamacppProfile: EngineProfile = {
 
   async tokenize(target, text) {
     return tokenIds(await postOk(target, '/tokenize', { content: text, add_special: false }));
+  },
+
+  // tools/server/server.cpp `/detokenize`: `{tokens}` → `{content}`.
+  async detokenize(target, ids) {
+    return textField(await postOk(target, '/detokenize', { tokens: ids }), 'content');
   },
 
   async score(target: ScoringTarget, spec: ScoreSpec): Promise<ProfileScore> {

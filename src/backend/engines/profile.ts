@@ -65,6 +65,8 @@ export interface EngineProfile {
   promptIds(target: ScoringTarget, source: PromptSource): Promise<number[]>;
   /** Token ids of a piece of generated text, no special tokens (when the answer carried no ids). */
   tokenize(target: ScoringTarget, text: string, model: string | undefined): Promise<number[]>;
+  /** The text of token ids as the engine spells them, special tokens kept (its `/detokenize`); absent where it has none. */
+  detokenize?(target: ScoringTarget, ids: readonly number[], model: string | undefined): Promise<string>;
   /** Scores prompt + continuation. */
   score(target: ScoringTarget, spec: ScoreSpec): Promise<ProfileScore>;
   /** Empties the engine's prefix cache (staging only: `mirror.repeat.flush`); Unsupported where it cannot. */
@@ -115,4 +117,11 @@ export function tokenIds(body: Readonly<Record<string, unknown>>): number[] {
   if (!ids.every((x) => x !== undefined))
     throw new ScoringError('/tokenize answered something that is not a list of token ids');
   return ids as number[];
+}
+
+/** A string field of an engine's answer, or a ScoringError naming it. */
+export function textField(body: Record<string, unknown>, field: string): string {
+  const v = body[field];
+  if (typeof v !== 'string') throw new ScoringError(`the answer has no string \`${field}\``);
+  return v;
 }

@@ -5,6 +5,7 @@ import {
   idPrompt,
   modelOf,
   postFlush,
+  textField,
   tokenIds,
   type EngineProfile,
   type ProfileScore,
@@ -116,6 +117,11 @@ export const sglangProfile: EngineProfile = {
 
   async tokenize(target, text, model) {
     return tokenIds(await postOk(target, '/tokenize', { model, prompt: text, add_special_tokens: false }));
+  },
+
+  // sglang/srt/entrypoints/http_server.py `/detokenize`: `{tokens, skip_special_tokens}` → `{text}`.
+  async detokenize(target, ids, model) {
+    return textField(await postOk(target, '/detokenize', { model, tokens: ids, skip_special_tokens: false }), 'text');
   },
 
   async score(target: ScoringTarget, spec: ScoreSpec): Promise<ProfileScore> {

@@ -5,6 +5,7 @@ import {
   idPrompt,
   modelOf,
   postFlush,
+  textField,
   tokenIds,
   type EngineProfile,
   type ProfileScore,
@@ -56,6 +57,11 @@ export const vllmProfile: EngineProfile = {
 
   async tokenize(target, text, model) {
     return tokenIds(await postOk(target, '/tokenize', { model, prompt: text, add_special_tokens: false }));
+  },
+
+  // vllm/entrypoints/openai/api_server.py `detokenize`: `{model, tokens}` → `{prompt}`.
+  async detokenize(target, ids, model) {
+    return textField(await postOk(target, '/detokenize', { model, tokens: ids }), 'prompt');
   },
 
   async score(target: ScoringTarget, spec: ScoreSpec): Promise<ProfileScore> {
