@@ -35,7 +35,7 @@ test('the defaults are the documented ones (config/logprobe.example.yaml)', () =
     {
       sampleRate: 0.05,
       sampleBy: 'random',
-      routes: ['/v1/completions', '/v1/chat/completions'],
+      routes: ['/v1/completions', '/v1/chat/completions', '/v1/responses', '/generate'],
       topLogprobs: 5,
       maxTokens: 64,
       concurrency: 4,
@@ -220,7 +220,7 @@ test("serve's start line says what the mirror does: sample rate, routes, how to 
   const line = mirrorStartLine(loadConfig({ env: {} }));
   assert.equal(
     line,
-    'mirroring 5% of /v1/completions, /v1/chat/completions — for a first try send header x-logprobe-mirror: 1, or set LOGPROBE_SAMPLE_RATE=1; against the baseline http://127.0.0.1:30001; captures to ./captures, prompts included (capture.includePrompts: false drops them)',
+    'mirroring 5% of /v1/completions, /v1/chat/completions, /v1/responses, /generate — for a first try send header x-logprobe-mirror: 1, or set LOGPROBE_SAMPLE_RATE=1; against the baseline http://127.0.0.1:30001; captures to ./captures, prompts included (capture.includePrompts: false drops them)',
   );
   assert.equal(
     mirrorStartLine(
