@@ -228,7 +228,7 @@ test("serve's start line says what the mirror does: sample rate, routes, how to 
         env: { LOGPROBE_SAMPLE_RATE: '1', LOGPROBE_BASELINE_URL: 'none', LOGPROBE_CAPTURE_ENABLED: 'false' },
       }),
     ),
-    "mirroring 100% of /v1/completions, /v1/chat/completions; baseline-free (the candidate's own repeats); captures off",
+    "mirroring 100% of /v1/completions, /v1/chat/completions, /v1/responses, /generate; baseline-free (the candidate's own repeats); captures off",
   );
   assert.match(
     mirrorStartLine(loadConfig({ env: { LOGPROBE_SAMPLE_RATE: '0' } })),
