@@ -17,6 +17,10 @@ import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 import type { AlertTransition } from '../src/core/detector.js';
 import type { MirroredPair } from '../src/pair/types.js';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { tempDir } from './helpers/capture.js';
+import { runCli } from './helpers/cli.js';
 
 const N = 30;
 
@@ -32,8 +36,10 @@ async function run(t: { after(fn: () => unknown): void }, candidateTemplate: 'll
   t.after(() => Promise.all([candidate.stop(), baseline.stop()]));
   const pairs: MirroredPair[] = [];
   const alerts: AlertTransition[] = [];
+  const dir = tempDir(t);
   const lp = await startLogprobe(
     {
+      capture: { enabled: true, dir },
       candidate: { url: candidate.url },
       baseline: { url: baseline.url },
       mirror: { sampleRate: 1, concurrency: 1, maxTokens: 12 },
@@ -54,7 +60,8 @@ async function run(t: { after(fn: () => unknown): void }, candidateTemplate: 'll
     await lp.runtime.mirror!.idle();
   }
   const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
-  return { pairs, alerts, metrics };
+  await lp.close();
+  return { pairs, alerts, metrics, files: readdirSync(dir).map((f) => join(dir, f)) };
 }
 
 test(
@@ -99,6 +106,18 @@ test(
       )
       .reduce((a, b) => a + b, 0);
     assert.equal(counted, mismatched.length, 'counted in logprobe_verdicts_total');
+    // Offline: the capture keeps the verdict and where the prompts differ; analyze says both.
+    const json = await runCli(['analyze', '--json', ...r.files], { timeoutMs: 60_000 });
+    assert.equal(json.code, 0, json.stderr);
+    const offline = json.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { verdict: string; promptMismatch?: { at?: number } });
+    assert.equal(offline.filter((o) => o.verdict === 'prompt_mismatch').length, mismatched.length);
+    assert.equal(offline[0]!.promptMismatch?.at, m.at);
+    const text = await runCli(['analyze', ...r.files], { timeoutMs: 60_000 });
+    assert.match(text.stdout, /prompt_mismatch/);
+    assert.match(text.stdout, /first differ at prompt token \d+/);
   },
 );
 
