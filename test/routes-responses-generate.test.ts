@@ -4,7 +4,7 @@ import { createServer, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { createSimModel, startEngineServer, type EngineServerHandle, type SimOptions } from '@logprobe/engine';
+import { createSimModel, startEngineServer, type SimOptions } from '@logprobe/engine';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 import { captureLines, tempDir } from './helpers/capture.js';
@@ -24,8 +24,8 @@ function engine(api: 'vllm' | 'sglang', o: SimOptions = {}, server: { engineVers
 
 async function mirror(
   t: { after(fn: () => unknown): void },
-  cand: EngineServerHandle,
-  base: EngineServerHandle,
+  cand: { url: string },
+  base: { url: string },
   config: ConfigInput = {},
 ) {
   const pairs: MirroredPair[] = [];
@@ -47,8 +47,12 @@ async function mirror(
 /** A recording tee in front of an engine: the bytes it answered, response by response. */
 async function tee(t: { after(fn: () => unknown): void }, upstream: string) {
   const answers: Buffer[] = [];
+  /** Each exchange: the request body it carried and the bytes answered. */
+  const exchanges: Array<{ request: string; answer: Buffer }> = [];
   const server = createServer((req, res) => {
     const u = new URL(upstream);
+    const sent: Buffer[] = [];
+    req.on('data', (c: Buffer) => sent.push(c));
     const out = httpRequest(
       { host: u.hostname, port: u.port, method: req.method, path: req.url, headers: req.headers },
       (up) => {
@@ -60,6 +64,7 @@ async function tee(t: { after(fn: () => unknown): void }, upstream: string) {
         });
         up.on('end', () => {
           answers.push(Buffer.concat(parts));
+          exchanges.push({ request: Buffer.concat(sent).toString('utf8'), answer: Buffer.concat(parts) });
           res.end();
         });
       },
@@ -68,7 +73,7 @@ async function tee(t: { after(fn: () => unknown): void }, upstream: string) {
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(() => new Promise<void>((r) => server.close(() => r())));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, answers };
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, answers, exchanges };
 }
 
 test('the openai client’s responses.create through the proxy, JSON and streamed: the engine’s bytes exactly; the copies mirrored with logprobs and store false', async (t) => {
@@ -230,7 +235,8 @@ test('SGLang /generate clients (text and input_ids, as slime and verl send them)
     const cand = await engine('sglang', shifted ? { stateShift: 0.6 } : {});
     const base = await engine('sglang');
     t.after(() => Promise.all([cand.close(), base.close()]));
-    const r = await mirror(t, cand, base);
+    const recorded = await tee(t, cand.url);
+    const r = await mirror(t, recorded, base);
     for (let i = 0; i < 20; i++) {
       const body =
         i % 2 === 0
@@ -240,20 +246,19 @@ test('SGLang /generate clients (text and input_ids, as slime and verl send them)
               sampling_params: { temperature: 0.7, max_new_tokens: 16 },
               return_logprob: true,
             };
-      const direct = await request(`${cand.url}/generate`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ ...body, sampling_params: { ...body.sampling_params, temperature: 0 } }),
-      });
-      await direct.body.dump();
+      const payload = JSON.stringify(body);
       const res = await request(`${r.lp.proxyUrl}/generate`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
+        body: payload,
       });
       assert.equal(res.statusCode, 200);
-      const got = (await res.body.json()) as { text: string; meta_info: { id: string } };
-      assert.equal(typeof got.text, 'string');
+      const got = Buffer.from(await res.body.arrayBuffer());
+      // The client's own request reached the candidate unchanged, and its answer came back byte for byte.
+      const own = recorded.exchanges.filter((e) => e.request === payload);
+      assert.equal(own.length, 1, 'the client request reached the candidate as sent');
+      assert.ok(got.equals(own[0]!.answer), `request ${i}: byte for byte`);
+      assert.equal(typeof (JSON.parse(got.toString('utf8')) as { text: unknown }).text, 'string');
     }
     await r.lp.runtime.mirror!.idle();
     assert.equal(r.pairs.length, 20);
