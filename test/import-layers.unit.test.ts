@@ -25,8 +25,9 @@ export const LAYERS: readonly (readonly string[])[] = [
   ['capture/', 'probe/', 'report/'],
   // The live page's feed and page, the replay gate.
   ['live/', 'replay/'],
-  // The admin port, and the mirror's worker thread (its entry wires capture, the live feed, the probe) with its handle on the proxy's thread.
-  ['admin/', 'worker/'],
+  // The admin port, the canary probes (they send through the pair pipeline, against a golden reference),
+  // and the mirror's worker thread (its entry wires capture, the live feed, the probe, the canaries) with its handle on the proxy's thread.
+  ['admin/', 'canary/', 'worker/'],
   // One process of serve.
   ['server/'],
   // Several processes (the cluster), the demo.

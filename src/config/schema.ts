@@ -297,6 +297,32 @@ const sections = z.strictObject({
     })
     .prefault({}),
   /**
+   * Canary probes (src/canary): a probe set logprobe sends on its own once per `intervalSeconds`
+   * (± `jitterSeconds`), to the candidate and the baseline — or to the candidate alone against
+   * `reference`, a golden file recorded from a trusted server — through the pair pipeline, judged
+   * per round (docs/detection.md "Canaries"). Within `tokensPerHour` (both sides' tokens), never
+   * while the client path has more than `maxCandidateInFlight` requests in flight to the candidate.
+   */
+  canary: z
+    .strictObject({
+      enabled: z.boolean({ error: 'expected true or false' }).default(false),
+      probes: z
+        .string({ error: 'expected a probe file path, or null for the built-in set' })
+        .min(1)
+        .nullable()
+        .default(null),
+      model: z.string({ error: 'expected a model name, or null' }).min(1).nullable().default(null),
+      intervalSeconds: positiveNumber.default(60),
+      jitterSeconds: nonNegative.default(5),
+      maxTokens: positiveInt.max(64, { error: 'expected a whole number from 1 to 64' }).default(4),
+      topLogprobs: positiveInt.max(20, { error: 'expected a whole number from 1 to 20' }).default(20),
+      reference: z.string({ error: 'expected a golden file path, or null' }).min(1).nullable().default(null),
+      tokensPerHour: positiveInt.default(50_000),
+      maxCandidateInFlight: positiveInt.default(64),
+      alpha: positiveNumber.max(0.5, { error: 'expected a p-value threshold in (0, 0.5]' }).default(0.01),
+    })
+    .prefault({}),
+  /**
    * `serve`'s start-up check of each backend (src/probe, in the mirror's worker, off the client
    * path): `full` asks every capability `logprobe probe` asks, `reachability` only whether it
    * answers and which engine it is, `off` nothing.

@@ -1,0 +1,186 @@
+import type { BackendResult } from '../backend/dispatch.js';
+import { detectorEvidence, formatNats, type Comparison, type Thresholds } from '../core/index.js';
+import { permutationPValue, pairDifference } from '../core/permutation.js';
+import { mulberry32 } from '../core/random.js';
+import { analyzePair, type PairResult } from '../pair/analyze.js';
+import type { PairPipeline } from '../pair/pipeline.js';
+import { goldenBody } from '../replay/golden-run.js';
+import { goldenKey, goldenSide, type GoldenIndex } from '../replay/golden.js';
+import { probeCopy, type CanaryCopyOptions, type CanaryProbe } from './probes.js';
+
+/** One probe sent and compared: what each side answered, the pair classified, the tokens it cost. */
+export interface CanaryPair {
+  probe: CanaryProbe;
+  /** The model named in the copy (null: none). */
+  model: string | null;
+  /** The body the candidate got. */
+  request: Record<string, unknown>;
+  candidate: BackendResult;
+  /** The baseline's answer, or the reference's recorded one. */
+  baseline: BackendResult;
+  /** The other side was a recorded reference (a golden file), not a live baseline. */
+  reference: boolean;
+  result: PairResult;
+  /** Prompt and generated tokens both sides spent (a recorded reference spends none). */
+  tokens: number;
+}
+
+/**
+ * Sends canary probes through the one pair pipeline (src/pair/pipeline.ts): to the candidate and
+ * the baseline at once, or — for a server with no twin — to the candidate alone, compared with the
+ * answer a golden file recorded for the same probe (`logprobe record PROBES --backend TRUSTED`).
+ * No repeats and no path check: a probe is short, and its worth is its first tokens.
+ */
+export class CanaryRunner {
+  constructor(
+    private readonly o: {
+      pipeline: PairPipeline;
+      /** The recorded reference (candidate-only mode), or null with a live baseline. */
+      reference: GoldenIndex | null;
+      copy: Omit<CanaryCopyOptions, 'model'>;
+    },
+  ) {}
+
+  /** One probe, compared at `thresholds`. Never throws: a failed side is an outcome of the pair. */
+  async one(probe: CanaryProbe, model: string | null, thresholds: Thresholds): Promise<CanaryPair> {
+    const copy = probeCopy(probe, { ...this.o.copy, model });
+    const ref = this.o.reference;
+    if (ref === null) {
+      const run = await this.o.pipeline.run(copy, { thresholds, busy: false, repeat: null, path: null });
+      const baseline = run.baseline!;
+      return {
+        probe,
+        model,
+        request: run.request,
+        candidate: run.candidate,
+        baseline,
+        reference: false,
+        result: run.result,
+        tokens: spent(run.candidate, copy.body) + spent(baseline, copy.body),
+      };
+    }
+    const golden = ref.byKey.get(goldenKey(probe.route, probe.body));
+    if (golden === undefined) {
+      const missing: BackendResult = {
+        status: 0,
+        latencyMs: 0,
+        body: null,
+        serverHeaders: {},
+        error: `no reference for probe ${probe.id} in ${ref.file} (record it: logprobe record PROBES --backend TRUSTED)`,
+      };
+      return {
+        probe,
+        model,
+        request: copy.body,
+        candidate: missing,
+        baseline: missing,
+        reference: true,
+        result: analyzePair(missing, missing, thresholds),
+        tokens: 0,
+      };
+    }
+    // The recorded request, at most the canary's length: the reference holds no more.
+    const sent = await this.o.pipeline.send({
+      ...copy,
+      body: goldenBody(golden.request, this.o.copy.maxTokens),
+      payload: undefined,
+    } as typeof copy);
+    const base = goldenSide(golden);
+    return {
+      probe,
+      model,
+      request: sent.request,
+      candidate: sent.candidate,
+      baseline: base,
+      reference: true,
+      result: analyzePair(sent.candidate, base, thresholds),
+      tokens: spent(sent.candidate, sent.request),
+    };
+  }
+}
+
+/** Tokens a side spent on a copy: its `usage.total_tokens`, else prompt characters / 4 + the tokens asked for. */
+export function spent(r: BackendResult, body: Readonly<Record<string, unknown>>): number {
+  const usage = (r.body as { usage?: { total_tokens?: unknown } } | null)?.usage;
+  if (typeof usage?.total_tokens === 'number' && usage.total_tokens >= 0) return usage.total_tokens;
+  return estimateTokens(body);
+}
+
+/** What a copy may cost before it is sent: its prompt's characters / 4 plus the tokens it asks for (at least 1 each). */
+export function estimateTokens(body: Readonly<Record<string, unknown>>): number {
+  const prompt = body.prompt ?? body.messages ?? '';
+  const chars = typeof prompt === 'string' ? prompt.length : JSON.stringify(prompt).length;
+  const asked = body.max_tokens ?? body.max_completion_tokens;
+  return Math.max(1, Math.ceil(chars / 4)) + (typeof asked === 'number' && asked > 0 ? asked : 16);
+}
+
+/** A round of canaries judged: changed or the same, with the figures that say why. */
+export interface CanaryJudgement {
+  verdict: 'same' | 'changed' | 'inconclusive';
+  /** Probes sent, and those compared (both sides usable). */
+  probes: number;
+  compared: number;
+  /** Compared probes whose verdict is a shift (global, early, local). */
+  shiftedProbes: number;
+  /** Shifted share of the comparable positions pooled over the round (the window statistic). */
+  pooledShare: number;
+  /** Largest position shift of the round, nats. */
+  maxShift: number | null;
+  /** The sign-flip permutation test's p-value over the probes' mean logprob differences. */
+  pValue: number;
+  /** The round's reading in one line. */
+  summary: string;
+}
+
+/** How a round is judged: `alpha` for the permutation test, `fireFraction` for the pooled share. */
+export interface JudgeOptions {
+  alpha: number;
+  fireFraction: number;
+  permutations: number;
+  seed: number;
+}
+
+const SHIFTS = new Set(['global_shift', 'early_shift', 'local_shift']);
+
+/**
+ * Judges one round: changed when the probes' logprobs moved together (the permutation test's
+ * p ≤ `alpha`: an exact false-alarm rate whatever the noise, as Log Probability Tracking's test) or
+ * when the pooled shifted share of their positions reaches `fireFraction` (the window alert's
+ * rule); inconclusive when nothing was compared.
+ */
+export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): CanaryJudgement {
+  const compared = pairs
+    .map((p) => p.result.comparison)
+    .filter((c): c is Comparison => c !== null && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch');
+  let shifted = 0;
+  let comparable = 0;
+  let maxShift: number | null = null;
+  const d: number[] = [];
+  for (const c of compared) {
+    const e = detectorEvidence(c);
+    shifted += e.shifted;
+    comparable += e.comparable;
+    if (e.maxShift !== null) maxShift = Math.max(maxShift ?? 0, e.maxShift);
+    const v = pairDifference(c);
+    if (v !== null) d.push(v);
+  }
+  const pooledShare = comparable > 0 ? shifted / comparable : 0;
+  const pValue = permutationPValue(d, o.permutations, mulberry32(o.seed));
+  const shiftedProbes = compared.filter((c) => SHIFTS.has(c.verdict)).length;
+  const verdict =
+    compared.length === 0 ? 'inconclusive' : pValue <= o.alpha || pooledShare >= o.fireFraction ? 'changed' : 'same';
+  const summary =
+    compared.length === 0
+      ? `inconclusive: none of ${pairs.length} probes could be compared`
+      : `${verdict}: ${shiftedProbes} of ${compared.length} probes shifted, pooled share ${pooledShare.toFixed(3)} (changed at ${o.fireFraction}), max shift ${formatNats(maxShift)} nats, permutation p ${pValue.toPrecision(3)} (changed at ≤ ${o.alpha})`;
+  return {
+    verdict,
+    probes: pairs.length,
+    compared: compared.length,
+    shiftedProbes,
+    pooledShare,
+    maxShift,
+    pValue,
+    summary,
+  };
+}
