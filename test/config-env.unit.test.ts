@@ -202,7 +202,10 @@ test('the effective config as YAML: every value with its origin, secrets redacte
     'a string that looks like a number is quoted',
   );
   assert.equal(line('top_k').trim(), 'top_k: 1 # file');
-  assert.equal(line('routes').trim(), 'routes: [ /v1/completions, /v1/chat/completions, /v1/responses, /generate ] # default');
+  assert.equal(
+    line('routes').trim(),
+    'routes: [ /v1/completions, /v1/chat/completions, /v1/responses, /generate ] # default',
+  );
   assert.equal(
     line('webhookUrl').trim(),
     `webhookUrl: https://${REDACTED}@hooks.example/${REDACTED}?${REDACTED} # file`,
