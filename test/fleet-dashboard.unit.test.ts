@@ -184,6 +184,7 @@ test('every alert has a severity, a for: duration, an explanation and a runbook 
   );
   const alerts = rules.groups.flatMap((g) => g.rules).filter((r) => r.alert);
   assert.deepEqual(alerts.map((r) => r.alert).sort(), [
+    'LogprobCanaryShift',
     'LogprobGlobalShift',
     'LogprobMirrorStalled',
     'LogprobMirrorWorkerDown',

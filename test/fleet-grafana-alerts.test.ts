@@ -260,6 +260,7 @@ test('on a real Prometheus over a recorded scrape, each Grafana query returns th
     LogprobMirrorWorkerDown: ['worker-down'],
     LogprobProxyErrors: [],
     LogprobPromptMismatch: [],
+    LogprobCanaryShift: [],
   };
   for (const rule of grafanaRules) {
     const by = groupLabels(rule);

@@ -23,6 +23,8 @@ export interface CanaryPair {
   result: PairResult;
   /** Prompt and generated tokens both sides spent (a recorded reference spends none). */
   tokens: number;
+  /** The most the same probe can cost next time: each side's prompt tokens as reported, plus the tokens it asks for. */
+  bound: number;
 }
 
 /**
@@ -57,6 +59,7 @@ export class CanaryRunner {
         reference: false,
         result: run.result,
         tokens: spent(run.candidate, copy.body) + spent(baseline, copy.body),
+        bound: costBound(run.candidate, copy.body) + costBound(baseline, copy.body),
       };
     }
     const golden = ref.byKey.get(goldenKey(probe.route, probe.body));
@@ -77,6 +80,7 @@ export class CanaryRunner {
         reference: true,
         result: analyzePair(missing, missing, thresholds),
         tokens: 0,
+        bound: 0,
       };
     }
     // The recorded request, at most the canary's length: the reference holds no more.
@@ -95,6 +99,7 @@ export class CanaryRunner {
       reference: true,
       result: analyzePair(sent.candidate, base, thresholds),
       tokens: spent(sent.candidate, sent.request),
+      bound: costBound(sent.candidate, sent.request),
     };
   }
 }
@@ -106,12 +111,27 @@ export function spent(r: BackendResult, body: Readonly<Record<string, unknown>>)
   return estimateTokens(body);
 }
 
-/** What a copy may cost before it is sent: its prompt's characters / 4 plus the tokens it asks for (at least 1 each). */
+/**
+ * The most a copy can cost on one side before it was ever sent: one token per UTF-8 byte of its
+ * prompt (no tokenizer makes more, byte-level ones at most that) plus 32 for a chat template's
+ * own tokens, plus the tokens it asks for.
+ */
 export function estimateTokens(body: Readonly<Record<string, unknown>>): number {
   const prompt = body.prompt ?? body.messages ?? '';
-  const chars = typeof prompt === 'string' ? prompt.length : JSON.stringify(prompt).length;
-  const asked = body.max_tokens ?? body.max_completion_tokens;
-  return Math.max(1, Math.ceil(chars / 4)) + (typeof asked === 'number' && asked > 0 ? asked : 16);
+  const bytes = Buffer.byteLength(typeof prompt === 'string' ? prompt : JSON.stringify(prompt), 'utf8');
+  return bytes + 32 + asked(body);
+}
+
+/** The most the same copy can cost next time on one side: its prompt tokens as the side reported them, plus the tokens asked for. */
+export function costBound(r: BackendResult, body: Readonly<Record<string, unknown>>): number {
+  const usage = (r.body as { usage?: { prompt_tokens?: unknown } } | null)?.usage;
+  if (typeof usage?.prompt_tokens === 'number' && usage.prompt_tokens >= 0) return usage.prompt_tokens + asked(body);
+  return estimateTokens(body);
+}
+
+function asked(body: Readonly<Record<string, unknown>>): number {
+  const v = body.max_tokens ?? body.max_completion_tokens;
+  return typeof v === 'number' && v > 0 ? v : 16;
 }
 
 /** A round of canaries judged: changed or the same, with the figures that say why. */

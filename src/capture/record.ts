@@ -1,6 +1,6 @@
 import type { Comparison, Thresholds } from '../core/index.js';
 import type { BackendResult } from '../backend/dispatch.js';
-import type { MirroredPair, MirrorOutcome } from '../pair/types.js';
+import type { CanaryTag, MirroredPair, MirrorOutcome } from '../pair/types.js';
 import type { RepeatPair } from '../pair/repeat.js';
 import type { ProbeShape, RepeatCache, RepeatSides, SelfVerdict } from '../core/self.js';
 import { HARMLESS_HEADERS, hashEchoedPrompts, hashPrompts, Redaction } from '../log/redact.js';
@@ -70,6 +70,8 @@ export interface CaptureRecord {
   paths?: PathPair[];
   /** The copy went to another route than the client's (v3): a Responses request sent as chat completions, its route returning no logprobs. */
   translated?: { from: string; to: string };
+  /** A canary probe's pair (v3): logprobe's own request, no client behind it (`analyze` keeps it out of the mirrored pairs' detectors). */
+  canary?: CanaryTag;
 }
 
 /** One repeat probe as captured: the first run is the record's own side of that backend. */
@@ -220,6 +222,7 @@ function assemble(
     ...(pair.translated ? { translated: pair.translated } : {}),
     // Numbers, token ids and reasons: the reason may quote an upstream's error page.
     ...(pair.paths && pair.paths.length > 0 ? { paths: clean(pair.paths, false) } : {}),
+    ...(pair.canary ? { canary: pair.canary } : {}),
   };
 }
 

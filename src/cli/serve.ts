@@ -5,6 +5,7 @@ import { configWarnings, resolveConfig, unknownEnvWarnings } from '../config/loa
 import { renderConfigYaml } from '../config/show.js';
 import { LogprobeError } from '../errors/index.js';
 import { createRuntime } from '../server/server.js';
+import { checkCanaryFiles } from '../canary/prober.js';
 import { AdminAuth, adminHttps } from '../admin/auth.js';
 import { createClusterRuntime, workerCount } from '../cluster/primary.js';
 import { aborted, stopOnSignal } from './signals.js';
@@ -34,6 +35,8 @@ export const serveCommand: CommandFactory = (setExit) =>
       // The admin port's token file and certificate are read now: a missing one is named before anything listens.
       AdminAuth.fromConfig(config);
       adminHttps(config);
+      // The canaries' probe file and reference are read now too: a bad line is named before anything listens.
+      await checkCanaryFiles(config);
       if (opts.checkConfig) {
         for (const w of warnings) process.stderr.write(`logprobe: warning: ${w}\n`);
         const header = [

@@ -437,10 +437,16 @@ const sections = z.strictObject({
  * The whole config: the sections, then `alert.cusum`'s k and h resolved from its targets and the
  * floor (src/core/arl.ts), so every reader sees the k and h in force.
  */
-export const configSchema = sections.transform((c) => {
-  const unit = cusumUnit(c.analysis.noiseFloor, c.calibration.minFloor);
-  return { ...c, alert: { ...c.alert, cusum: { ...c.alert.cusum, ...resolveCusum(c.alert.cusum, unit) } } };
-});
+export const configSchema = sections
+  .refine((c) => !c.canary.enabled || c.baseline.url !== null || c.canary.reference !== null, {
+    path: ['canary', 'reference'],
+    error:
+      'canaries need something to compare the candidate with: set baseline.url, or canary.reference (a golden file: logprobe record PROBES --backend TRUSTED --out ref.jsonl)',
+  })
+  .transform((c) => {
+    const unit = cusumUnit(c.analysis.noiseFloor, c.calibration.minFloor);
+    return { ...c, alert: { ...c.alert, cusum: { ...c.alert.cusum, ...resolveCusum(c.alert.cusum, unit) } } };
+  });
 
 /** The validated, frozen configuration. */
 export type Config = z.output<typeof configSchema>;

@@ -36,7 +36,8 @@ export type AlertName =
   | 'LogprobSustainedShift'
   | 'LogprobSelfInconsistency'
   | 'LogprobPathInconsistency'
-  | 'LogprobPromptMismatch';
+  | 'LogprobPromptMismatch'
+  | 'LogprobCanaryShift';
 
 /** A change of an alert's firing state, with the evidence at that moment. */
 export interface AlertTransition {
@@ -48,6 +49,8 @@ export interface AlertTransition {
   to: 'firing' | 'resolved';
   at: number;
   startsAt: number;
+  /** The evidence in words where the window's figures do not say it (a canary round's judgement). */
+  detail?: string;
   evidence: {
     pooledShare: number;
     requestsInWindow: number;

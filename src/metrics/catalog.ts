@@ -159,6 +159,20 @@ export const METRIC_CATALOG = [
     owner: 'worker',
   },
   {
+    name: 'logprobe_canary_probes_total',
+    type: 'counter',
+    help: "Canary probes (logprobe's own requests, config canary) by outcome: ok (both sides answered and were compared), failed (a side failed or nothing could be compared), budget (not sent: canary.tokensPerHour would be passed), saturated (not sent: the client path had more than canary.maxCandidateInFlight requests in flight to the candidate).",
+    labelNames: ['outcome'],
+    owner: 'worker',
+  },
+  {
+    name: 'logprobe_canary_tokens_total',
+    type: 'counter',
+    help: "Tokens the canary probes spent, both sides' prompt and generated tokens (usage.total_tokens, else an estimate); canary.tokensPerHour bounds it over any hour.",
+    labelNames: [],
+    owner: 'worker',
+  },
+  {
     name: 'logprobe_mirror_skipped_total',
     type: 'counter',
     help: "Sampled requests the mirror did not copy, by reason: stored_state (a Responses request reading server-side state the baseline cannot have: previous_response_id, conversation), meaning_differs (the two sides' logprobs mean different things), not_json (the body is not a JSON object), unserialisable (nested too deep to copy).",
@@ -361,12 +375,16 @@ export const ALERT_NAMES = [
   'LogprobSelfInconsistency',
   'LogprobPathInconsistency',
   'LogprobPromptMismatch',
+  'LogprobCanaryShift',
 ] as const;
 /** The alerts of one backend (labelled with it). */
 export const BACKEND_ALERTS = ['LogprobSelfInconsistency', 'LogprobPathInconsistency'] as const;
 export const BACKENDS = ['candidate', 'baseline'] as const;
 /** Outcomes of `logprobe_scoring_total`. */
 export const SCORING_OUTCOMES = ['ok', 'unsupported', 'skipped', 'failed'] as const;
+/** `logprobe_canary_probes_total{outcome}`. */
+export const CANARY_OUTCOMES = ['ok', 'failed', 'budget', 'saturated'] as const;
+export type CanaryOutcome = (typeof CANARY_OUTCOMES)[number];
 /** `logprobe_mirror_skipped_total{reason}`: why the mirror's worker did not copy a sampled request. */
 export const MIRROR_SKIP_REASONS = ['stored_state', 'meaning_differs', 'not_json', 'unserialisable'] as const;
 export type MirrorSkipReason = (typeof MIRROR_SKIP_REASONS)[number];

@@ -13,6 +13,7 @@ import {
   FLIP_CLASSES,
   MAIN_MIRROR_OUTCOMES,
   MIRROR_SKIP_REASONS,
+  CANARY_OUTCOMES,
   METRIC_CATALOG,
   MIRROR_OUTCOMES,
   REFUSAL_REASONS,
@@ -105,6 +106,8 @@ export class Metrics {
   /** The mirror's worker: every mirrored route's comparison series, the detectors, the backends, the capture. */
   private initWorker(mirrorRoutes: readonly string[]): void {
     for (const reason of MIRROR_SKIP_REASONS) this.counter('logprobe_mirror_skipped_total').inc({ reason }, 0);
+    for (const outcome of CANARY_OUTCOMES) this.counter('logprobe_canary_probes_total').inc({ outcome }, 0);
+    this.counter('logprobe_canary_tokens_total').inc(0);
     for (const route of mirrorRoutes) {
       for (const outcome of MIRROR_OUTCOMES) this.counter('logprobe_mirror_total').inc({ route, outcome }, 0);
       for (const name of [

@@ -9,7 +9,9 @@ import {
   pooledShare,
   tick,
   tickPrompt,
+  stepAlert,
   type AlertPhase,
+  type AlertState,
   type AlertTransition,
   type DetectorState,
 } from '../core/detector.js';
@@ -27,6 +29,8 @@ export interface SliceDetectors {
   path: Record<Backend, DetectorState>;
   /** The share of compared pairs whose two sides read different prompts (LogprobPromptMismatch). */
   prompt: DetectorState;
+  /** LogprobCanaryShift: firing from a canary round judged changed until one judged the same. */
+  canary: AlertState;
   permutation: PermutationWindow;
 }
 
@@ -89,6 +93,7 @@ export class MirrorDetectors {
       self: { candidate: initialDetectorState(), baseline: initialDetectorState() },
       path: { candidate: initialDetectorState(), baseline: initialDetectorState() },
       prompt: initialDetectorState(),
+      canary: { phase: 'inactive', since: 0, firedAt: null },
       permutation: new PermutationWindow({ window: config.alert.window, ...config.alert.permutation }),
     };
     this.slices.set(model, d);
@@ -149,6 +154,46 @@ export class MirrorDetectors {
     const { config, now } = this.deps;
     const d = this.slice(model);
     this.setPromptState(model, d, observePrompt(d.prompt, mismatched, requestId, config.alert, now()));
+  }
+
+  /**
+   * A canary round's judgement to its slice's LogprobCanaryShift: a round judged changed fires it
+   * at once (a round is already a test over the whole probe set), the first judged the same
+   * resolves it; an inconclusive round (`changed` null) changes nothing.
+   */
+  observeCanary(
+    model: string,
+    changed: boolean | null,
+    round: { probes: number; pooledShare: number; maxShift: number | null; exampleId: string | null; detail: string },
+  ): void {
+    if (changed === null) return;
+    const d = this.slice(model);
+    const now = this.deps.now();
+    const prev = d.canary;
+    const step = stepAlert(prev, changed, now, 0);
+    d.canary = step.state;
+    this.deps.metrics
+      .gauge('logprobe_alert_firing')
+      .set({ alert: 'LogprobCanaryShift', model }, firingValue(step.state.phase));
+    if (step.change === null) return;
+    this.notifyTransitions(model, [
+      {
+        alert: 'LogprobCanaryShift',
+        to: step.change,
+        at: now,
+        startsAt: prev.firedAt ?? step.state.firedAt ?? now,
+        detail: round.detail,
+        evidence: {
+          pooledShare: round.pooledShare,
+          requestsInWindow: round.probes,
+          medianShift: round.maxShift,
+          cusum: 0,
+          cusumRequests: 0,
+          medianX: null,
+          exampleRequestId: round.exampleId,
+        },
+      },
+    ]);
   }
 
   /** A cold→warm repeat pair's evidence to its backend's self-consistency detector in its slice. */

@@ -44,6 +44,18 @@ interface Job extends PairCopy {
   settle?: () => void;
 }
 
+/** A canary round as the mirror observes it: its slice, its pairs, and how it was judged (null: inconclusive). */
+export interface CanaryRound {
+  model: string;
+  pairs: MirroredPair[];
+  changed: boolean | null;
+  compared: number;
+  pooledShare: number;
+  maxShift: number | null;
+  /** The judgement in one line (the alert's evidence). */
+  summary: string;
+}
+
 /** What the mirror needs from the process. */
 export interface MirrorDeps {
   config: Config;
@@ -342,6 +354,42 @@ export class Mirror {
     } catch (err) {
       this.log.error({ err }, 'mirror listener failed');
     }
+  }
+
+  /** The pair pipeline the mirrored copies go through: canary probes (src/canary) go through it too, with the mirror's backends. */
+  get pairPipeline(): PairPipeline {
+    return this.pipeline;
+  }
+
+  /** The model slice a request naming `model` counts in (within `slices`' bound). */
+  sliceOf(model: string | null): string {
+    return this.slicer.model(model === null ? {} : { model });
+  }
+
+  /**
+   * A round of canary probes, compared and judged (src/canary): each pair counted
+   * (`logprobe_verdicts_total{kind="canary"}`) and handed to the listeners (capture, the live
+   * page) as a canary's, the judgement to the slice's LogprobCanaryShift. Canary pairs feed no
+   * other detector and teach no floor: they are logprobe's own requests, not the traffic's.
+   */
+  observeCanaryRound(round: CanaryRound): void {
+    const verdicts = this.deps.metrics.counter('logprobe_verdicts_total');
+    for (const pair of round.pairs) {
+      const v = pair.analysis?.verdict;
+      if (v !== undefined) verdicts.inc({ route: pair.route, verdict: v, kind: 'canary', model: round.model });
+      try {
+        this.deps.listeners?.onPair?.(pair);
+      } catch (err) {
+        this.log.error({ err }, 'mirror listener failed');
+      }
+    }
+    this.detectors.observeCanary(round.model, round.changed, {
+      probes: round.compared,
+      pooledShare: round.pooledShare,
+      maxShift: round.maxShift,
+      exampleId: round.pairs.find((p) => p.analysis !== null)?.id ?? null,
+      detail: round.summary,
+    });
   }
 
   /** Resolves when no mirrored pair is queued or in flight (tests, replay). */

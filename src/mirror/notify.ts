@@ -35,6 +35,8 @@ export function alertSummary(t: AlertTransition): string {
       return `the ${t.backend ?? 'backend'}'s decode-time logprobs disagree with its own prefill of the same tokens: suspect the path that differs (speculative decoding, an adapter's head on prompt logprobs, stale prefill buffers)`;
     case 'LogprobPromptMismatch':
       return 'the candidate and the baseline read different prompt tokens for the same requests: the serving chat template or tokenizer differs from the trusted one';
+    case 'LogprobCanaryShift':
+      return "logprobe's own canary probes answer differently on the candidate than on the trusted side: the served model or its numerics changed, with or without client traffic";
     case 'LogprobSustainedShift': {
       const x = t.evidence.medianX;
       if (x === null) return 'a shift above the noise floor persists across requests';
@@ -59,6 +61,9 @@ const DESCRIPTION: Record<AlertTransition['alert'], string> = {
   LogprobPathInconsistency:
     "A backend's logprobs of the tokens it generated, reported while decoding, disagree above the path floor with the same tokens scored in one prefill pass on that backend, over the window of path pairs. " +
     'A wrong weight moves both paths alike (the pair alerts see it, this one does not); this one sees a bug confined to one path: speculative or MTP decoding, prompt logprobs computed without an adapter, stale prefill buffers.',
+  LogprobCanaryShift:
+    "A round of canary probes (the probe set logprobe sends on its own each canary.intervalSeconds) judged changed: the probes' logprobs on the candidate moved together against the baseline or the recorded reference (the permutation test's p <= canary.alpha) or their pooled shifted share reached alert.fireFraction. It resolves at the first round judged the same. " +
+    'It needs no client traffic: right after a deploy it is the first verdict.',
   LogprobPromptMismatch:
     'Over the window of compared pairs, at least fireFraction of them had two sides that read different prompt tokens for the same request (usage.prompt_tokens differ). ' +
     "Their logprobs are not compared (verdict prompt_mismatch): compare the candidate's chat template and tokenizer with the baseline's; each pair shows the first prompt token where they differ.",
@@ -77,6 +82,7 @@ export function alertWhere(t: Pick<AlertTransition, 'backend' | 'model'>): strin
  */
 export function evidenceText(t: AlertTransition): string {
   const e = t.evidence;
+  if (t.detail !== undefined) return t.detail;
   if (t.alert === 'LogprobSustainedShift') {
     return `CUSUM ${e.cusum.toFixed(1)} over ${e.cusumRequests} request${e.cusumRequests === 1 ? '' : 's'} in a row, median maxShift ${e.medianX === null ? 'n/a' : e.medianX.toFixed(2)}× the noise floor`;
   }

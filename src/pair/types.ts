@@ -36,6 +36,15 @@ export interface MirroredPair {
   paths?: PathPair[];
   /** The copy went to another route than the client's: a Responses request sent as chat completions (its route returned no logprobs). */
   translated?: { from: string; to: string };
+  /** A canary probe's pair (logprobe's own request, no client behind it): which probe, which round, against what. */
+  canary?: CanaryTag;
+}
+
+/** What makes a pair a canary's: its probe's id, the round it was sent in, and whether the other side was a recorded reference. */
+export interface CanaryTag {
+  probe: string;
+  round: number;
+  reference: boolean;
 }
 
 /** Who wants to hear about mirrored pairs and alert transitions (capture, the demo). */

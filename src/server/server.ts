@@ -174,6 +174,7 @@ export function createRuntime(config: Config, options: RuntimeOptions = {}): Log
         metrics,
         listeners: options.listeners,
         workerUrl: options.mirrorWorkerUrl,
+        candidateInFlight: () => candidatePool.stats.running + candidatePool.stats.queued,
       });
   const parts = options.makeParts?.({ config, logger, metrics, candidatePool }) ?? { mirror };
   const wiring: RuntimeWiring = {

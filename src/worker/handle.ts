@@ -111,6 +111,8 @@ export interface MirrorHandleDeps {
    * which a worker thread does not inherit.
    */
   workerUrl?: URL | undefined;
+  /** The client path's requests in flight to the candidate now (the candidate pool's running + queued): told to the canaries. */
+  candidateInFlight?: () => number;
 }
 
 /**
@@ -150,6 +152,7 @@ export class MirrorHandle implements MirrorTap {
   private backends: BackendStatus[] = [];
   private readonly closed: Promise<void>;
   private closing: Promise<void> | null = null;
+  private loadTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly deps: MirrorHandleDeps) {
     const { config } = deps;
@@ -168,6 +171,18 @@ export class MirrorHandle implements MirrorTap {
       resourceLimits: WORKER_LIMITS,
     });
     this.worker.on('message', (m: FromWorker) => this.onMessage(m));
+    // Canaries wait while the client path is busy: the worker learns the load four times a second.
+    const load = deps.candidateInFlight;
+    if (config.canary.enabled && load) {
+      let last = -1;
+      this.loadTimer = setInterval(() => {
+        const n = load();
+        if (n === last || !this.alive) return;
+        last = n;
+        this.worker.postMessage({ t: 'load', candidateInFlight: n } satisfies ToWorker);
+      }, 250);
+      this.loadTimer.unref();
+    }
     this.worker.on('error', (err) => {
       deps.logger.error({ err }, 'mirror worker failed');
     });
@@ -392,6 +407,7 @@ export class MirrorHandle implements MirrorTap {
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
+      if (this.loadTimer) clearInterval(this.loadTimer);
       if (this.alive) {
         this.worker.postMessage({ t: 'close' } satisfies ToWorker);
         const grace = exitDeadlineMs(this.deps.config);

@@ -31,6 +31,8 @@ export type ToWorker =
   | { t: 'live'; id: number; since: number; sinceT: number }
   /** The admin server's port once it listens (alerts link to its live page). */
   | { t: 'admin'; port: number }
+  /** The client path's requests in flight to the candidate (canaries wait above canary.maxCandidateInFlight). */
+  | { t: 'load'; candidateInFlight: number }
   | { t: 'close' };
 
 export type FromWorker =

@@ -10,6 +10,7 @@ import { LiveFeed } from '../live/feed.js';
 import { BackendHealth } from '../backend/health.js';
 import { copyKey } from '../backend/failure.js';
 import { probeAtStart } from '../probe/startup.js';
+import { CanaryProber } from '../canary/prober.js';
 import type { MirrorListeners } from '../pair/types.js';
 import { summarize, type FromWorker, type ToWorker, type WorkerInit } from './protocol.js';
 import { configuredKeys } from '../log/redact.js';
@@ -138,6 +139,19 @@ const mirror: Mirror = new Mirror({
 /** The start-up probe's, aborted at close: a shutdown never waits for it. */
 const probing = new AbortController();
 
+/** The client path's requests in flight to the candidate, as the proxy's thread last said. */
+let candidateInFlight = 0;
+/** Canary probes (config canary): logprobe's own requests, through the mirror, on a schedule. */
+const canaries = config.canary.enabled
+  ? new CanaryProber({
+      config,
+      mirror,
+      metrics,
+      log: logger.child({ module: 'canary' }),
+      candidateInFlight: () => candidateInFlight,
+    })
+  : null;
+
 port.on('message', (m: ToWorker) => {
   if (m.t === 'job') {
     const { body } = m.exchange;
@@ -149,12 +163,15 @@ port.on('message', (m: ToWorker) => {
     port.postMessage({ t: 'live', id: m.id, body } satisfies FromWorker, [body.buffer]);
   } else if (m.t === 'admin') {
     mirror.setAdminPort(m.port);
+  } else if (m.t === 'load') {
+    candidateInFlight = m.candidateInFlight;
   } else if (m.t === 'close') {
     probing.abort();
     live.close();
     health.close();
     void (async () => {
       try {
+        await canaries?.close();
         await mirror.close();
         await capture?.close();
         await candidatePool.close();
@@ -169,6 +186,15 @@ port.on('message', (m: ToWorker) => {
 
 // Ready: the first snapshot tells the proxy's thread so, with every series at its start value.
 sendMetrics(null);
+// A probe file or reference that cannot be read stops the canaries, said once; the mirror goes on.
+canaries
+  ?.start()
+  .catch((err: unknown) =>
+    logger.error(
+      { err: (err as Error)?.message ?? String(err) },
+      `canaries off: ${(err as Error)?.message ?? String(err)}`,
+    ),
+  );
 // Then each backend is probed once (probe.atStart), in the background: nothing waits for it.
 void probeAtStart({
   config,

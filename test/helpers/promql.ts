@@ -47,7 +47,7 @@ export const LABEL_VALUES: Record<string, (v: string) => boolean> = {
       'self_inconsistent',
       'path_inconsistent',
     ].includes(v),
-  kind: (v) => v === 'pair' || v === 'self' || v === 'path',
+  kind: (v) => v === 'pair' || v === 'self' || v === 'path' || v === 'canary',
   cache: (v) => v === 'hit' || v === 'miss' || v === 'unknown',
   outcome: (v) => (MIRROR_OUTCOMES as readonly string[]).includes(v),
   alert: (v) => (ALERT_NAMES as readonly string[]).includes(v),

@@ -1,0 +1,188 @@
+/**
+ * Canaries in `serve` (issue #37): with no client traffic at all, logprobe's own probes go to the
+ * candidate and the baseline every `canary.intervalSeconds`; a state-shift fault on the candidate
+ * fires LogprobCanaryShift within two intervals and a redeploy without it resolves it; a tiny
+ * token budget stops the probes, counted, never passed; a busy client path pauses them, counted.
+ * Real engines (the simulated vLLM of @logprobe/engine) on port 0, behind a switch that plays the
+ * redeploy and holds client requests open.
+ */
+import assert from 'node:assert/strict';
+import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { test } from 'node:test';
+import { request } from 'undici';
+import { createSimModel, startEngineServer, type SimOptions } from '@logprobe/engine';
+import type { AlertTransition } from '../src/core/detector.js';
+import type { MirroredPair } from '../src/pair/types.js';
+import { startLogprobe } from './helpers/logprobe.js';
+import { metricValue } from './helpers/sim.js';
+
+const engine = (o: SimOptions = {}) =>
+  startEngineServer({ model: createSimModel({ seed: 5, id: 'm', ...o }), api: 'vllm' });
+
+/**
+ * A switch in front of the candidate: forwards to `target` (changed at will: a redeploy), and
+ * holds every request whose body says HOLD until `release()` (a busy client path).
+ */
+async function candidateSwitch(t: { after(fn: () => unknown): void }, first: string) {
+  let target = first;
+  const held: Array<() => void> = [];
+  const forward = (req: IncomingMessage, res: ServerResponse, body: Buffer) => {
+    const u = new URL(target);
+    const out = httpRequest(
+      { host: u.hostname, port: u.port, method: req.method, path: req.url, headers: req.headers },
+      (up) => {
+        res.writeHead(up.statusCode!, up.headers);
+        up.pipe(res);
+      },
+    );
+    // A request cut while the test closes (the canaries' last round): not the test's subject.
+    out.on('error', () => res.destroy());
+    out.end(body);
+  };
+  const server = createServer((req, res) => {
+    req.on('error', () => res.destroy());
+    const parts: Buffer[] = [];
+    req.on('data', (c: Buffer) => parts.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(parts);
+      if (body.includes('HOLD')) held.push(() => forward(req, res, body));
+      else forward(req, res, body);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => {
+    for (const go of held.splice(0)) go();
+    server.closeAllConnections();
+    return new Promise<void>((r) => server.close(() => r()));
+  });
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    to: (url: string) => (target = url),
+    held: () => held.length,
+    release: () => held.splice(0).forEach((go) => go()),
+  };
+}
+
+async function scrape(adminUrl: string): Promise<string> {
+  return (await request(`${adminUrl}/metrics`)).body.text();
+}
+
+async function until(what: string, cond: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test('an idle serve with canaries: a state-shift fault fires LogprobCanaryShift within two intervals, a redeploy without it resolves it', async (t) => {
+  const [faulty, clean, base] = await Promise.all([engine({ stateShift: 0.6 }), engine(), engine()]);
+  t.after(() => Promise.all([faulty.close(), clean.close(), base.close()]));
+  const sw = await candidateSwitch(t, faulty.url);
+  const alerts: Array<AlertTransition & { t: number }> = [];
+  const pairs: MirroredPair[] = [];
+  const INTERVAL = 2;
+  const lp = await startLogprobe(
+    {
+      candidate: { url: sw.url },
+      baseline: { url: base.url },
+      mirror: { sampleRate: 0 },
+      canary: { enabled: true, intervalSeconds: INTERVAL, jitterSeconds: 0 },
+    },
+    {
+      listeners: {
+        onAlert: (a) => alerts.push({ ...a, t: Date.now() }),
+        onPair: (p) => pairs.push(p),
+      },
+    },
+  );
+  t.after(() => lp.close());
+  const started = Date.now();
+  await until('LogprobCanaryShift firing', () => alerts.some((a) => a.to === 'firing'), 4 * INTERVAL * 1000);
+  const fired = alerts.find((a) => a.to === 'firing')!;
+  t.diagnostic(`fired ${((fired.t - started) / 1000).toFixed(2)} s after start: ${fired.detail}`);
+  assert.equal(fired.alert, 'LogprobCanaryShift');
+  assert.equal(fired.model, 'm');
+  assert.ok(fired.t - started <= 2 * INTERVAL * 1000, 'within two canary intervals');
+  assert.match(fired.detail ?? '', /canary round \d+ \(model m\): changed: \d+ of 12 probes shifted/);
+  // Every pair was a canary's: no client request was ever sent.
+  assert.ok(pairs.length >= 12);
+  assert.ok(pairs.every((p) => p.canary !== undefined && Object.keys(p.clientHeaders).length === 0));
+  const m = await scrape(lp.adminUrl);
+  assert.equal(metricValue(m, 'logprobe_proxy_requests_total', { route: '/v1/completions', status_class: '2xx' }), 0);
+  assert.ok(metricValue(m, 'logprobe_canary_probes_total', { outcome: 'ok' })! >= 12);
+  assert.ok(metricValue(m, 'logprobe_canary_tokens_total', {})! > 0);
+  assert.equal(metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobCanaryShift', model: 'm' }), 1);
+  // The redeploy: the same server without the fault.
+  const redeployed = Date.now();
+  sw.to(clean.url);
+  await until('LogprobCanaryShift resolved', () => alerts.some((a) => a.to === 'resolved'), 4 * INTERVAL * 1000);
+  const resolved = alerts.find((a) => a.to === 'resolved')!;
+  assert.ok(resolved.t - redeployed <= 2 * INTERVAL * 1000 + 1000, 'resolved within two intervals of the redeploy');
+  assert.equal(alerts.filter((a) => a.to === 'firing').length, 1, 'fired once');
+});
+
+test('the token budget holds: probes stop before canary.tokensPerHour would be passed, counted as budget', async (t) => {
+  const [cand, base] = await Promise.all([engine(), engine()]);
+  t.after(() => Promise.all([cand.close(), base.close()]));
+  const BUDGET = 400;
+  const lp = await startLogprobe({
+    candidate: { url: cand.url },
+    baseline: { url: base.url },
+    mirror: { sampleRate: 0 },
+    canary: { enabled: true, intervalSeconds: 0.3, jitterSeconds: 0, tokensPerHour: BUDGET },
+  });
+  t.after(() => lp.close());
+  await until(
+    'a probe refused by the budget',
+    async () =>
+      (metricValue(await scrape(lp.adminUrl), 'logprobe_canary_probes_total', { outcome: 'budget' }) ?? 0) > 0,
+    10_000,
+  );
+  await new Promise((r) => setTimeout(r, 1000));
+  const m = await scrape(lp.adminUrl);
+  const tokens = metricValue(m, 'logprobe_canary_tokens_total', {})!;
+  const ok = metricValue(m, 'logprobe_canary_probes_total', { outcome: 'ok' })!;
+  t.diagnostic(`${ok} probes sent for ${tokens} tokens, budget ${BUDGET}`);
+  assert.ok(ok > 0, 'some probes went');
+  assert.ok(tokens <= BUDGET, `never past the budget (${tokens} tokens)`);
+  assert.ok(metricValue(m, 'logprobe_canary_probes_total', { outcome: 'budget' })! > ok, 'the rest refused, counted');
+  assert.match(lp.logs.text(), /canaries paused: the next probe would pass canary\.tokensPerHour \(400\)/);
+});
+
+test('a busy client path pauses the canaries (canary.maxCandidateInFlight), counted as saturated; they resume after', async (t) => {
+  const [cand, base] = await Promise.all([engine(), engine()]);
+  t.after(() => Promise.all([cand.close(), base.close()]));
+  const sw = await candidateSwitch(t, cand.url);
+  const lp = await startLogprobe({
+    candidate: { url: sw.url },
+    baseline: { url: base.url },
+    mirror: { sampleRate: 0 },
+    canary: { enabled: true, intervalSeconds: 0.5, jitterSeconds: 0, maxCandidateInFlight: 1 },
+  });
+  t.after(() => lp.close());
+  const ok = async () => metricValue(await scrape(lp.adminUrl), 'logprobe_canary_probes_total', { outcome: 'ok' }) ?? 0;
+  await until('a first round', async () => (await ok()) >= 12, 10_000);
+  // Two client requests held open at the candidate: two in flight, above the limit of 1.
+  const clients = [1, 2].map(() =>
+    request(`${lp.proxyUrl}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'HOLD this', max_tokens: 4 }),
+    }),
+  );
+  await until('both client requests held', () => sw.held() === 2, 5_000);
+  await new Promise((r) => setTimeout(r, 600)); // the load reaches the worker (4 times a second); a round in flight ends
+  const before = await ok();
+  await new Promise((r) => setTimeout(r, 1500)); // three intervals
+  const m = await scrape(lp.adminUrl);
+  assert.equal(metricValue(m, 'logprobe_canary_probes_total', { outcome: 'ok' }), before, 'no probe while busy');
+  assert.ok(metricValue(m, 'logprobe_canary_probes_total', { outcome: 'saturated' })! >= 12, 'counted as saturated');
+  sw.release();
+  for (const c of await Promise.all(clients)) {
+    assert.equal(c.statusCode, 200, 'the clients were answered');
+    await c.body.dump();
+  }
+  await until('probes again', async () => (await ok()) > before, 5_000);
+});
