@@ -232,3 +232,38 @@ test('the capture pruner deletes the oldest files down to the budget and keeps t
   assert.equal(r.status, 0);
   assert.match(r.stdout, /cannot list the capture directory/);
 });
+
+test('canaries run once per fleet: one canary pod with canary on and mirroring off, no Service selects it; the proxy replicas keep canaries off', () => {
+  assert.equal(config.canary.enabled, false, 'the proxy replicas send no canaries');
+  const canary = resource('Deployment', 'logprobe-canary');
+  const spec = canary.spec as Obj & { replicas: number; strategy: { type: string }; template: Obj };
+  assert.equal(spec.replicas, 1);
+  assert.equal(spec.strategy.type, 'Recreate', 'never two canary pods at once');
+  const labels = (spec.template.metadata as Obj).labels as Record<string, string>;
+  const selector = ((service.spec as Obj).selector ?? {}) as Record<string, string>;
+  const selects = (sel: Record<string, string>) => Object.entries(sel).every(([k, v]) => labels[k] === v);
+  assert.ok(!selects(selector), 'the Service does not select the canary pod');
+  const proxySelector = ((deployment.spec as Obj).selector as Obj).matchLabels as Record<string, string>;
+  assert.ok(!selects(proxySelector), "the proxy Deployment's selector does not take the canary pod");
+  const pdb = resource('PodDisruptionBudget');
+  assert.ok(
+    !selects(((pdb.spec as Obj).selector as Obj).matchLabels as Record<string, string>),
+    'nor does the PodDisruptionBudget',
+  );
+  const cm = resource('ConfigMap', 'logprobe-canary-config').data as Record<string, string>;
+  const dir = mkdtempSync(join(tmpdir(), 'logprobe-k8s-'));
+  try {
+    const file = join(dir, 'logprobe.yaml');
+    writeFileSync(file, cm['logprobe.yaml'] ?? '');
+    const c = loadConfig({ file, env: { BASELINE_API_KEY: 'k', ADMIN_TOKEN: 't' } });
+    assert.equal(c.canary.enabled, true);
+    assert.equal(c.mirror.sampleRate, 0);
+    assert.equal(c.candidate.url, config.candidate.url, 'the same candidate as the proxy replicas');
+    assert.equal(c.baseline.url, config.baseline.url);
+    assert.equal(c.alert.fireFraction, config.alert.fireFraction);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const annotations = (spec.template.metadata as Obj).annotations as Record<string, string>;
+  assert.equal(annotations['prometheus.io/scrape'], 'true', 'its LogprobCanaryShift is scraped');
+});
