@@ -103,20 +103,25 @@ export class LiveModels {
   private readonly counts = new Map<string, Counts>();
   /** The last transition of each alert, by `model/alert[/backend]`. */
   private readonly last = new Map<string, NonNullable<LiveAlert['last']>>();
+  /** Names other than `other` and `none` counted so far. */
+  private named = 0;
   private readonly bound: number;
 
   constructor(
-    private readonly config: Config,
+    config: Config,
     private readonly now: () => number,
   ) {
-    // The slicer's own bound (src/core/slice.ts): the names it may give, with `other` and `none`.
-    this.bound = (config.slices.models?.length ?? config.slices.maxModels) + 2;
+    // The slicer's own bound (src/core/slice.ts): the names it may give besides `other` and `none`.
+    this.bound = config.slices.models?.length ?? config.slices.maxModels;
   }
 
-  /** The slice a pair counts in: its own, or `other` once the bound is reached. */
+  /** The slice a pair counts in: its own, or `other` once the bound is reached (the slicer's, again). */
   private key(pair: MirroredPair): string {
     const model = pair.slice?.model ?? NO_MODEL;
-    return this.counts.has(model) || this.counts.size < this.bound ? model : OTHER_MODEL;
+    if (this.counts.has(model) || model === OTHER_MODEL || model === NO_MODEL) return model;
+    if (this.named >= this.bound) return OTHER_MODEL;
+    this.named++;
+    return model;
   }
 
   private of(model: string): Counts {
@@ -159,7 +164,7 @@ export class LiveModels {
 
   /** An alert transition of a slice (one without a model is the caller's single detector: not a row's). */
   onAlert(t: AlertTransition): void {
-    if (t.model === undefined || !(this.counts.has(t.model) || this.last.size < this.bound * 6)) return;
+    if (t.model === undefined || !(this.counts.has(t.model) || this.last.size < (this.bound + 2) * 6)) return;
     this.last.set(alertKey(t.model, t.alert, t.backend), { to: t.to, at: t.at * 1000, evidence: t.evidence });
   }
 
