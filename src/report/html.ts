@@ -171,7 +171,7 @@ const VERDICT_MEANING: Record<string, string> = {
   local_shift:
     'Specific positions moved above the noise floor: suspect a token-specific path (a vocabulary slice, an embedding row, a sampling-side change).',
   prompt_mismatch:
-    'The two sides read different prompt tokens for the same request: the chat template or the tokenizer of the candidate differs from the baseline\'s, so their logprobs are not compared. The first differing prompt token of each side is shown where the engines tokenize on request.',
+    "The two sides read different prompt tokens for the same request: the chat template or the tokenizer of the candidate differs from the baseline's, so their logprobs are not compared. The first differing prompt token of each side is shown where the engines tokenize on request.",
   tokenizer_mismatch:
     'The same text with other token boundaries: the servers tokenize or detokenize differently, so their logprobs cannot be compared token by token.',
   noise:

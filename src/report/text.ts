@@ -118,7 +118,13 @@ export function notableWorst(d: SummaryData, top: number): Strip[] {
   return d.worst.filter((s) => NOTABLE.has(s.verdict) || s.flip?.class === 'systematic').slice(0, top);
 }
 
-const NOTABLE = new Set<string>(['global_shift', 'early_shift', 'local_shift', 'prompt_mismatch', 'tokenizer_mismatch']);
+const NOTABLE = new Set<string>([
+  'global_shift',
+  'early_shift',
+  'local_shift',
+  'prompt_mismatch',
+  'tokenizer_mismatch',
+]);
 
 /** The human-readable report of `analyze` and `replay`: verdict mix, shift distribution, flips, alerts, worst pairs. */
 export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
