@@ -1,6 +1,6 @@
 /**
  * The live page's script (src/live/page.ts): polls GET /ui/data every POLL_MS ms and draws the
- * alerts, the verdict mix, the window's pooled share and CUSUM (inline SVG) and the last pairs as
+ * alerts, a row per model slice (worst first), the verdict mix, the window's pooled share and CUSUM (inline SVG) and the last pairs as
  * the report's token strips (strip.ts).
  */
 (function () {
@@ -133,6 +133,114 @@
       tr.appendChild(el('td', 'evidence', ev));
       body.appendChild(tr);
     });
+  }
+
+  // The short name of one of a model's alerts, as its badge shows it.
+  const ALERT_SHORT: Record<string, string> = {
+    LogprobGlobalShift: 'global',
+    LogprobSustainedShift: 'sustained',
+    LogprobSelfInconsistency: 'self',
+    LogprobPathInconsistency: 'path',
+  };
+
+  function pvalueText(p: number): string {
+    return p < 0.01 ? p.toExponential(1) : p.toFixed(2);
+  }
+
+  // A model's verdict counts: the non-zero ones, worst first, as badges.
+  function modelVerdicts(m: any): HTMLElement {
+    const td = el('td', 'verdicts');
+    VERDICTS.forEach(function (v) {
+      const n = m.verdicts[v] || 0;
+      if (!n) return;
+      const b = el('span', 'badge v-' + v, v + ' ' + n);
+      b.setAttribute('data-verdict', v);
+      td.appendChild(b);
+      td.appendChild(document.createTextNode(' '));
+    });
+    return td;
+  }
+
+  // A model's alerts: one badge each, coloured by its phase; the title says since when and the last transition.
+  function modelAlerts(m: any, now: number): HTMLElement {
+    const td = el('td', 'model-alerts');
+    m.alerts.forEach(function (a: any) {
+      const b = el(
+        'span',
+        'badge a-' + a.phase,
+        ALERT_SHORT[a.alert] + (a.backend ? ' ' + a.backend : '') + (a.phase === 'inactive' ? '' : ' ' + a.phase),
+      );
+      b.setAttribute('data-alert', a.alert + (a.backend ? '/' + a.backend : ''));
+      b.setAttribute('data-phase', a.phase);
+      b.title =
+        a.alert +
+        (a.backend ? ' ' + a.backend : '') +
+        ': ' +
+        a.phase +
+        (a.since === null ? '' : ' since ' + clock(a.since) + ' (' + ago(a.since, now) + ')') +
+        (a.last ? '; last ' + a.last.to + ' at ' + clock(a.last.at) : '');
+      td.appendChild(b);
+      td.appendChild(document.createTextNode(' '));
+    });
+    return td;
+  }
+
+  // Each backend's last path check in a model: its verdict and figures, and the path detector's window.
+  function modelPath(m: any): HTMLElement {
+    const td = el('td', 'evidence model-path');
+    const parts = ['candidate', 'baseline']
+      .filter(function (b) {
+        return m.path[b];
+      })
+      .map(function (b) {
+        const p = m.path[b];
+        const last =
+          p.outcome === 'ok'
+            ? p.verdict + ', max shift ' + nats(p.maxShift) + ', shifted ' + p.shifted + '/' + p.comparable
+            : p.outcome + (p.reason ? ' (' + p.reason + ')' : '');
+        return (
+          b +
+          ': ' +
+          last +
+          ' \u00b7 ' +
+          p.checks +
+          ' checks, ' +
+          p.inconsistent +
+          ' inconsistent \u00b7 window ' +
+          p.share.toFixed(2) +
+          ' over ' +
+          p.requests +
+          ', CUSUM ' +
+          p.cusum.toFixed(1)
+        );
+      });
+    td.textContent = parts.length ? parts.join('; ') : 'no path check';
+    return td;
+  }
+
+  // One row per model slice, worst first (the feed orders them): pairs, verdicts, window, CUSUM, p-value, alerts, path checks.
+  function renderModels(models: any, now: number) {
+    const body = byId('model-body');
+    clear(body);
+    (models || []).forEach(function (m: any) {
+      const tr = el('tr');
+      tr.setAttribute('data-model', m.model);
+      tr.setAttribute('data-firing', String(m.firing));
+      const name = el('td');
+      name.appendChild(el('strong', null, m.model));
+      tr.appendChild(name);
+      tr.appendChild(el('td', 'num pairs', m.pairs));
+      tr.appendChild(modelVerdicts(m));
+      tr.appendChild(el('td', 'num share', m.share.toFixed(2) + ' / ' + m.requests));
+      tr.appendChild(el('td', 'num cusum', m.cusum.toFixed(1)));
+      tr.appendChild(
+        el('td', 'num pvalue', m.pvalue === undefined ? '' : pvalueText(m.pvalue) + ' / ' + m.pvaluePairs),
+      );
+      tr.appendChild(modelAlerts(m, now));
+      tr.appendChild(modelPath(m));
+      body.appendChild(tr);
+    });
+    byId('no-models').style.display = models && models.length ? 'none' : 'block';
   }
 
   // Each backend's repeats by self verdict, and the probes the alert did not see.
@@ -345,6 +453,13 @@
     } else {
       card = cardWithoutStrip(p);
     }
+    if (p.model !== undefined) {
+      // Its model slice and the candidate's prefix cache, in the card's head.
+      const head = card.querySelector('.strip-head') || card;
+      const tag = el('span', 'pair-model', 'model ' + p.model + (p.cache ? ' \u00b7 cache ' + p.cache : ''));
+      tag.setAttribute('data-model', p.model);
+      head.appendChild(tag);
+    }
     if (p.prompt) card.insertBefore(el('p', 'live-prompt', p.prompt), card.children[1] || null);
     if (p.repeats.length)
       card.appendChild(
@@ -411,11 +526,7 @@
       w.cusum.toFixed(1) +
       (w.pvalue === undefined
         ? ''
-        : ', permutation test p = ' +
-          (w.pvalue < 0.01 ? w.pvalue.toExponential(1) : w.pvalue.toFixed(2)) +
-          ' over ' +
-          w.pvaluePairs +
-          ' pairs')
+        : ', permutation test p = ' + pvalueText(w.pvalue) + ' over ' + w.pvaluePairs + ' pairs')
     );
   }
 
@@ -447,6 +558,7 @@
     byId('pairs-bound').textContent = String(d.settings.pairs);
     renderBackends(d.backends, d.now);
     renderAlerts(d.alerts, d.now);
+    renderModels(d.models, d.now);
     renderMix(d);
     chart(
       'share-chart',

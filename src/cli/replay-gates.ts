@@ -16,6 +16,7 @@ import type { HealthReport } from '../report/health-text.js';
 import { loadGolden, maxTokensOf, type GoldenIndex } from '../replay/golden.js';
 import { missingFromGolden, type AnalysedPair } from '../replay/golden-run.js';
 import { JUnitReport } from '../replay/junit.js';
+import { ModelGates, type ModelGate } from '../replay/models.js';
 import { isNone } from '../config/values.js';
 import { checkWritable } from './report-file.js';
 
@@ -71,6 +72,8 @@ class ListeningSummary extends Summary {
 export interface GateOutcome {
   results: GateResult[];
   report: HealthReport;
+  /** The verdict gate and every `--gate` decided per model, failing models first. */
+  models: ModelGate[];
 }
 
 /** Parses `--gate` and checks it against `--baseline`/`--baseline-from` (usage errors, exit 2). */
@@ -167,25 +170,36 @@ export class ReplayGates {
   private readonly gates: GateAccumulator;
   private readonly junit: JUnitReport | null;
   private readonly byId = new Map<string, Record<string, unknown>>();
+  /** The verdicts and gates by model (src/replay/models.ts). */
+  private readonly models: ModelGates;
 
   private constructor(
     flags: GateFlags,
-    o: { specs: GateSpec[]; golden: GoldenIndex | null; maxTokens: number | undefined; failOn: ReadonlySet<string> },
+    o: {
+      specs: GateSpec[];
+      golden: GoldenIndex | null;
+      maxTokens: number | undefined;
+      failOn: ReadonlySet<string>;
+      slices: Config['slices'];
+    },
   ) {
     this.specs = o.specs;
     this.golden = o.golden;
     this.maxTokens = o.maxTokens;
     this.junit = flags.junit ? new JUnitReport('logprobe replay') : null;
     this.failOn = o.failOn;
-    this.gates = new GateAccumulator(
-      o.specs,
-      this.junit ? (spec, p, r) => this.junit!.gateCase(spec, { ...p, order: this.order }, r) : undefined,
-    );
+    this.models = new ModelGates(o.slices);
+    this.gates = new GateAccumulator(o.specs, (spec, p, r) => {
+      this.models.gateCase(this.model, spec.name, r.status);
+      this.junit?.gateCase(spec, { ...p, order: this.order }, r);
+    });
   }
 
   private readonly failOn: ReadonlySet<string>;
   /** The input place of the pair being judged (JUnit lists cases in input order). */
   private order: [string, number] = ['', 0];
+  /** The model slice of the pair being judged. */
+  private model = '';
 
   /**
    * Parses and checks the gates against what the run can measure: `logits` needs top lists of at
@@ -209,7 +223,7 @@ export class ReplayGates {
     const golden = flags.baselineFrom ? await goldenFor(flags.baselineFrom, o.inputs, notes) : null;
     checkLogits(specs, golden, o.config);
     const maxTokens = tokensBudget(specs, golden, o.maxTokens, notes);
-    const g = new ReplayGates(flags, { specs, golden, maxTokens, failOn: o.failOn });
+    const g = new ReplayGates(flags, { specs, golden, maxTokens, failOn: o.failOn, slices: o.config.slices });
     g.notes.push(...notes);
     return g;
   }
@@ -240,6 +254,8 @@ export class ReplayGates {
       maxTokens: request ? maxTokensOf(request) : (this.maxTokens ?? null),
     };
     this.order = [e.file, e.line];
+    this.model = this.models.slice(e.model);
+    this.models.add(this.model, e);
     this.gates.add(pair);
     if (this.junit) {
       const v = c?.verdict ?? e.result.outcome;
@@ -256,14 +272,35 @@ export class ReplayGates {
     }
   }
 
+  /** One test case per model: its gate (the verdict gate and every --gate on its prompts alone). */
+  private modelCases(models: readonly ModelGate[]): void {
+    const suite = `gate by model (--fail-on ${this.failOn.size ? [...this.failOn].join(',') : 'none'}${this.specs.length ? `; ${this.specs.map((g) => g.name).join(', ')}` : ''})`;
+    for (const m of models) {
+      const counts = Object.entries({ ...m.verdicts, ...m.uncompared })
+        .filter(([, n]) => (n ?? 0) > 0)
+        .map(([v, n]) => `${v} ${n}`);
+      this.junit!.add(suite, {
+        name: `model ${m.model}`,
+        classname: 'logprobe.gate.model',
+        status: m.passed ? 'passed' : 'failed',
+        message: `${m.pairs} pairs, ${m.compared} compared${counts.length ? `: ${counts.join(', ')}` : ''}${m.passed ? '' : `; failed on ${m.failedOn.join(', ')}`}`,
+        type: 'model',
+      });
+    }
+  }
+
   private verdictSuite(): string {
     return `verdict gate (--fail-on ${this.failOn.size ? [...this.failOn].join(',') : 'none'})`;
   }
 
-  /** The gates' results and the health report (after the run). */
+  /** The gates' results, the health report, and the gate by model (after the run). */
   outcome(): GateOutcome {
     const results = this.gates.results();
-    return { results, report: { health: this.health.health(), definition: this.health.definition(), gates: results } };
+    return {
+      results,
+      report: { health: this.health.health(), definition: this.health.definition(), gates: results },
+      models: this.models.results(this.failOn),
+    };
   }
 
   /** Writes the JUnit report: the per-prompt cases, plus the run-level checks of the verdict gate. */
@@ -271,10 +308,11 @@ export class ReplayGates {
     file: string,
     results: readonly GateResult[],
     data: SummaryData,
-    run: { alertsFired: number },
+    run: { alertsFired: number; models: readonly ModelGate[] },
   ): Promise<void> {
     if (!this.junit) return;
     this.junit.declare(results);
+    this.modelCases(run.models);
     const suite = this.verdictSuite();
     this.junit.add(suite, {
       name: 'run: at least one pair compared',

@@ -19,6 +19,7 @@ import {
 } from './thresholds.js';
 import { readJsonLines, resolveInputs } from '../capture/reader.js';
 import { decideGate } from '../replay/gate.js';
+import { renderModelTable } from '../replay/models.js';
 import { openReplayCapture } from '../replay/output.js';
 import { runReplay } from '../replay/run.js';
 import { runGoldenReplay } from '../replay/golden-run.js';
@@ -239,7 +240,7 @@ async function sendAll(s: ReplaySettings, writer: CaptureWriter, summary: Summar
 async function reportReplay(s: ReplaySettings, flags: ReplayFlags, summary: Summary): Promise<number> {
   const { thresholds, gates } = s;
   const data = summary.data();
-  const { results, report } = gates.outcome();
+  const { results, report, models } = gates.outcome();
   const ctx = {
     thresholds: describeThresholds(thresholds),
     gapAmbiguous: thresholds.gapAmbiguous,
@@ -249,6 +250,8 @@ async function reportReplay(s: ReplaySettings, flags: ReplayFlags, summary: Summ
   // --json: the summary alone on stdout (docs/format.md, "replay --json"); the lines below go to stderr.
   const say = (line: string) => (flags.json ? process.stderr.write(line) : writeOut(line));
   if (!flags.json) void writeOut(renderSummaryText(data, ctx));
+  // More than one model: the gate of each (one model's is the run's).
+  if (!flags.json && models.length > 1) void writeOut(`${renderModelTable(models)}\n`);
   void say(`capture: ${s.out}\n`);
   const against = gates.golden ? `golden ${flags.baselineFrom}` : (s.baselineUrl ?? 'itself');
   if (flags.html) {
@@ -260,10 +263,10 @@ async function reportReplay(s: ReplaySettings, flags: ReplayFlags, summary: Summ
     void say(`report: ${flags.html}\n`);
   }
   if (flags.junit) {
-    await gates.writeJunit(flags.junit, results, data, { alertsFired: summary.alertsFired });
+    await gates.writeJunit(flags.junit, results, data, { alertsFired: summary.alertsFired, models });
     void say(`junit: ${flags.junit}\n`);
   }
-  const gate = decideGate(summary, data, s.failOn, results);
+  const gate = decideGate(summary, data, s.failOn, results, models);
   if (flags.json) {
     const json = {
       pairs: data.pairs,
@@ -279,6 +282,8 @@ async function reportReplay(s: ReplaySettings, flags: ReplayFlags, summary: Summ
       failOn: [...s.failOn],
       passed: gate.passed,
       line: gate.line,
+      byModel: Object.fromEntries(models.map(({ model, ...m }) => [model, m])),
+      failedModels: models.filter((m) => !m.passed).map((m) => m.model),
       capture: s.out,
       report: flags.html ?? null,
       junit: flags.junit ?? null,

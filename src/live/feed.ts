@@ -1,11 +1,20 @@
 import type { Config } from '../config/schema.js';
 import { parseResponse, VERDICTS, type Verdict } from '../core/index.js';
-import { pooledShare, type AlertPhase, type AlertTransition, type DetectorState } from '../core/detector.js';
+import {
+  pooledShare,
+  type AlertName,
+  type AlertPhase,
+  type AlertTransition,
+  type DetectorState,
+} from '../core/detector.js';
 import { PROBE_SHAPES, SELF_VERDICTS, type ProbeShape, type SelfVerdict } from '../core/self.js';
 import { buildStrip, type Strip } from '../report/strips.js';
 import type { MirroredPair, MirrorOutcome } from '../pair/types.js';
 import type { BackendStatus } from '../backend/health.js';
 import type { Backend } from '../core/types.js';
+import type { CacheSplit } from '../core/slice.js';
+import type { SliceDetectors } from '../mirror/detectors.js';
+import { fires, liveAlert, LiveModels, type LiveModel } from './models.js';
 
 /**
  * The live page's state (GET /ui on the admin port, src/live/page.ts), kept in the mirror's
@@ -47,6 +56,9 @@ export interface LivePair {
   id: string;
   ts: string;
   route: string;
+  /** Its model slice and whether the candidate's copy read from its prefix cache (absent: the pair carried no slice). */
+  model?: string;
+  cache?: CacheSplit;
   outcome: MirrorOutcome;
   /** The pair's verdict; null when it was not compared (see outcome) or baseline-free. */
   verdict: Verdict | null;
@@ -89,7 +101,7 @@ export interface LivePoint {
 }
 
 export interface LiveAlert {
-  alert: 'LogprobGlobalShift' | 'LogprobSustainedShift' | 'LogprobSelfInconsistency';
+  alert: AlertName;
   backend?: Backend;
   /** `firing` and `resolving` are what logprobe_alert_firing shows as 1. */
   phase: AlertPhase;
@@ -123,7 +135,18 @@ export interface LiveData {
   noiseFloor: number | null;
   /** Each backend's state: reachable or not, its engine, the last failed copy's cause (src/backend/health.ts). */
   backends: BackendStatus[];
+  /**
+   * The worst slice's LogprobGlobalShift and LogprobSustainedShift (the slice {@link window} and
+   * {@link series} show), then LogprobSelfInconsistency per backend, firing when it fires in any
+   * slice. Each slice's own alerts are in {@link models}.
+   */
   alerts: LiveAlert[];
+  /**
+   * One row per model slice that has seen a pair (src/live/models.ts), worst first: its pairs and
+   * verdicts, its window, CUSUM and p-value, each of its alerts, its path checks. At most
+   * `slices.models` (or `slices.maxModels`) + 2 rows.
+   */
+  models: LiveModel[];
   /** Since the start: pairs by outcome, compared pairs by verdict, repeats by backend and verdict. */
   outcomes: Partial<Record<MirrorOutcome, number>>;
   verdicts: Record<Verdict, number>;
@@ -252,10 +275,15 @@ export class LiveFeed {
     private readonly backends: () => BackendStatus[] = () => [],
     /** The permutation test now (null: none). */
     private readonly permutation: () => { pValue(): number; readonly pairs: number } | null = () => null,
+    /** Every model slice's detectors now (src/mirror/detectors.ts): the page's row per model. */
+    private readonly slices: () => ReadonlyMap<string, Readonly<SliceDetectors>> = () => new Map(),
   ) {
+    this.models = new LiveModels(config, now);
     this.timer = setInterval(() => this.sample(), 1000);
     this.timer.unref();
   }
+
+  private readonly models: LiveModels;
 
   /** The window now, as a point of the chart. */
   private point(): LivePoint {
@@ -282,6 +310,7 @@ export class LiveFeed {
     this.noiseFloor = pair.noiseFloor;
     const verdict = pair.analysis && pair.outcome !== 'unparseable' ? pair.analysis.verdict : null;
     if (verdict !== null && pair.baseline !== null) this.verdicts[verdict]++;
+    this.models.onPair(pair, verdict);
     const repeats = (pair.repeats ?? []).map((r) => ({ backend: r.backend, verdict: r.verdict, probe: r.probe }));
     for (const r of repeats) if (r.verdict !== null) this.self[r.backend][r.verdict]++;
     for (const r of repeats) if (r.verdict !== null) this.probes[r.backend][r.probe]++;
@@ -292,6 +321,7 @@ export class LiveFeed {
       id: cut(pair.id, ID_CHARS),
       ts: pair.ts,
       route: pair.route,
+      ...(pair.slice ? { model: pair.slice.model, cache: pair.slice.cache } : {}),
       outcome: pair.outcome,
       verdict: pair.baseline === null ? null : verdict,
       prompt: this.config.capture.includePrompts ? promptExcerpt(pair.request) : null,
@@ -343,6 +373,7 @@ export class LiveFeed {
   }
 
   onAlert(t: AlertTransition): void {
+    this.models.onAlert(t);
     const key = t.backend ? `${t.alert}/${t.backend}` : t.alert;
     this.lastTransition.set(key, { to: t.to, at: t.at * 1000, evidence: t.evidence });
     if (t.alert === 'LogprobSelfInconsistency' && t.backend)
@@ -351,19 +382,26 @@ export class LiveFeed {
 
   private alerts(): LiveAlert[] {
     const d = this.detector();
-    const of = (alert: 'LogprobGlobalShift' | 'LogprobSustainedShift', s: DetectorState['global']): LiveAlert => ({
-      alert,
-      phase: s.phase,
-      since: s.phase === 'inactive' && s.since === 0 ? null : s.since * 1000,
-      last: this.lastTransition.get(alert) ?? null,
+    const of = (alert: 'LogprobGlobalShift' | 'LogprobSustainedShift', s: DetectorState['global']): LiveAlert =>
+      liveAlert(alert, s, this.lastTransition.get(alert) ?? null);
+    const slices = [...this.slices().values()];
+    const self = (['candidate', 'baseline'] as const).map((backend): LiveAlert => {
+      const last = this.lastTransition.get(`LogprobSelfInconsistency/${backend}`) ?? null;
+      // Per slice, the detectors' own phases: firing when any slice's fires (the transitions
+      // alone would let one slice's resolve hide another's firing).
+      if (slices.length > 0) {
+        const s = slices.map((x) => x.self[backend].global);
+        const worst = s.find((x) => fires(x.phase)) ?? s.find((x) => x.phase === 'pending') ?? s[0]!;
+        return liveAlert('LogprobSelfInconsistency', worst, last, backend);
+      }
+      return {
+        alert: 'LogprobSelfInconsistency',
+        backend,
+        phase: this.selfAlerts[backend].firing ? 'firing' : 'inactive',
+        since: this.selfAlerts[backend].since,
+        last,
+      };
     });
-    const self = (['candidate', 'baseline'] as const).map((backend): LiveAlert => ({
-      alert: 'LogprobSelfInconsistency',
-      backend,
-      phase: this.selfAlerts[backend].firing ? 'firing' : 'inactive',
-      since: this.selfAlerts[backend].since,
-      last: this.lastTransition.get(`LogprobSelfInconsistency/${backend}`) ?? null,
-    }));
     return [of('LogprobGlobalShift', d.global), of('LogprobSustainedShift', d.sustained), ...self];
   }
 
@@ -399,6 +437,7 @@ export class LiveFeed {
       noiseFloor: this.noiseFloor,
       backends: this.backends(),
       alerts: this.alerts(),
+      models: this.models.rows(this.slices()),
       outcomes: this.outcomes,
       verdicts: this.verdicts,
       self: this.self,

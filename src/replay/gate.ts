@@ -1,6 +1,7 @@
 import type { GateResult } from '../core/gates.js';
 import type { MirrorOutcome } from '../pair/types.js';
 import type { Summary, SummaryData } from '../report/summary.js';
+import { failedModelsNote, type ModelGate } from './models.js';
 
 /** The CI gate's decision over a replay, and the one line that says it. */
 export interface GateDecision {
@@ -12,13 +13,15 @@ export interface GateDecision {
 /**
  * Decides the gate: it fails when a verdict or outcome named by `failOn` occurred (`alert`: the
  * offline detectors fired over the run), and also when no pair at all could be compared — a
- * candidate that is down must not pass on no evidence.
+ * candidate that is down must not pass on no evidence. With `models` (more than one), a failing
+ * line names the models that failed it (src/replay/models.ts).
  */
 export function decideGate(
   summary: Summary,
   data: SummaryData,
   failOn: ReadonlySet<string>,
   gates: readonly GateResult[] = [],
+  models: readonly ModelGate[] = [],
 ): GateDecision {
   const hits = [...failOn]
     .filter((v) => v !== 'alert' && summary.count([v]) > 0)
@@ -26,7 +29,7 @@ export function decideGate(
   if (failOn.has('alert') && summary.alertsFired > 0) hits.push(`alert ${data.alerts.map((a) => a.alert).join(', ')}`);
   // The named gates (--gate, src/core/gates.ts): each fails on its own prompts.
   for (const g of gates) if (!g.passed) hits.push(`${g.gate} on ${g.failed} of ${g.prompts} prompts`);
-  if (hits.length > 0) return { passed: false, line: `gate: FAIL (${hits.join(', ')})` };
+  if (hits.length > 0) return { passed: false, line: `gate: FAIL (${hits.join(', ')}${failedModelsNote(models)})` };
   if (data.compared === 0 && summary.selfCompared === 0)
     return { passed: false, line: `gate: FAIL (no pair could be compared: ${noEvidence(data)})` };
   const named = gates.length > 0 ? `; ${gates.map((g) => g.gate).join(', ')} passed` : '';

@@ -109,6 +109,7 @@ export async function runGoldenReplay(o: GoldenReplayOptions): Promise<{ pairs: 
       line: at.line,
       id,
       route: item.route,
+      ...(item.model !== undefined ? { model: item.model } : {}),
       result,
       noiseFloor: o.thresholds.noiseFloor,
       request,

@@ -12,6 +12,15 @@ export interface ReplayItem {
   route: string;
   kind: RequestKind;
   body: Record<string, unknown>;
+  /** Its model (the gate by model, src/replay/models.ts): a capture record's `slice.model`, else the body's `model`; absent when neither names one. */
+  model?: string;
+}
+
+/** The model of an input line: the capture's slice when it has one (what the mirror counted it in), else the request's `model`. */
+function modelOf(slice: unknown, body: Record<string, unknown>): { model?: string } {
+  const fromSlice = (slice as { model?: unknown } | null | undefined)?.model;
+  const m = typeof fromSlice === 'string' ? fromSlice : body.model;
+  return typeof m === 'string' && m !== '' ? { model: m } : {};
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
@@ -33,7 +42,7 @@ export function toReplayItem(value: unknown): ReplayItem | { error: string } {
     const kind = requestKind(path);
     if (kind === null || !path.startsWith('/'))
       return { error: `route '${path}' cannot be replayed (not a completions route)` };
-    return { route: path, kind, body: record.request };
+    return { route: path, kind, body: record.request, ...modelOf(record.slice, record.request) };
   }
   if (typeof value.route !== 'string') return { error: 'not a capture record or a prompt-set line (no "route")' };
   const route = value.route;
@@ -50,7 +59,7 @@ export function toReplayItem(value: unknown): ReplayItem | { error: string } {
   }
   if (kind === 'chat' && !Array.isArray(body.messages)) return { error: 'a chat request needs "messages" (a list)' };
   if (kind === 'completions' && body.prompt === undefined) return { error: 'a completions request needs "prompt"' };
-  return { route, kind, body };
+  return { route, kind, body, ...modelOf(undefined, body) };
 }
 
 /**

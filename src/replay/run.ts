@@ -137,6 +137,7 @@ class PairReplay {
       line: at.line,
       id,
       route: item.route,
+      ...(item.model !== undefined ? { model: item.model } : {}),
       result: alone ? aloneResult(run) : run.result,
       noiseFloor: o.thresholds.noiseFloor,
       ...(alone ? { repeats: repeatsOf(run) } : { request: run.request }),

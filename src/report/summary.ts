@@ -38,6 +38,8 @@ export interface SummaryEntry {
   result: PairResult;
   /** The thresholds' noise floor used for this pair. */
   noiseFloor: number;
+  /** The input's model, as named (replay's gate by model slices it: src/replay/models.ts); absent when none is named. */
+  model?: string;
   /** The verdict the capture recorded online (null: not compared online); undefined when the input had none. */
   online?: Verdict | null;
   /** The mirrored request (its prompt is shown with the pair's strip, and groups repeated prompts). */

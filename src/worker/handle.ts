@@ -148,6 +148,8 @@ export class MirrorHandle implements MirrorTap {
     candidate: summarize(initialDetectorState()),
     baseline: summarize(initialDetectorState()),
   };
+  /** Each model slice's pair detectors as of the last settled pair (bounded as the slices are: src/core/slice.ts). */
+  private readonly sliceSummaries = new Map<string, DetectorSummary>();
   /** Each backend's state as the worker last told it (src/backend/health.ts). */
   private backends: BackendStatus[] = [];
   private readonly closed: Promise<void>;
@@ -235,6 +237,16 @@ export class MirrorHandle implements MirrorTap {
     return this.detector;
   }
 
+  /**
+   * Each model slice's pair detectors (window and CUSUM, alert phases) as of the last settled pair,
+   * by model: what {@link detectorState} shows of the worst one, for every slice. (The live page's
+   * rows do not come through here: GET /ui/data is the worker's own JSON, relayed as it is, also
+   * by the cluster's primary.)
+   */
+  get sliceStates(): ReadonlyMap<string, Readonly<DetectorSummary>> {
+    return this.sliceSummaries;
+  }
+
   /** A backend's self-consistency detector as of the last settled pair (for the demo's progress lines). */
   selfDetectorState(backend: Backend): Readonly<DetectorSummary> {
     return this.self[backend];
@@ -280,6 +292,7 @@ export class MirrorHandle implements MirrorTap {
       case 'settled':
         this.detector = m.state;
         this.self = m.self;
+        for (const [model, summary] of m.slices ?? []) this.sliceSummaries.set(model, summary);
         if (this.outstanding > 0) this.outstanding--;
         if (this.outstanding === 0) this.wakeIdle();
         break;

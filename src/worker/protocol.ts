@@ -36,8 +36,17 @@ export type ToWorker =
   | { t: 'close' };
 
 export type FromWorker =
-  /** A pair settled: the pair detectors' state, and each backend's self-consistency detector. */
-  | { t: 'settled'; state: DetectorSummary; self: Record<Backend, DetectorSummary> }
+  /**
+   * A pair settled: the pair detectors' state (of the worst slice), each backend's
+   * self-consistency detector, and the pair detectors of each model slice whose state changed
+   * since the last message (src/mirror/detectors.ts; as many as there are slices at most).
+   */
+  | {
+      t: 'settled';
+      state: DetectorSummary;
+      self: Record<Backend, DetectorSummary>;
+      slices?: Array<[string, DetectorSummary]>;
+    }
   | { t: 'log'; line: string }
   | { t: 'pair'; pair: MirroredPair }
   | { t: 'alert'; transition: AlertTransition }

@@ -96,6 +96,7 @@ const live = new LiveFeed(
   Date.now,
   () => health.snapshot(),
   () => mirror.permutation,
+  () => mirror.slices,
 );
 const feed = (f: () => void) => {
   try {
@@ -132,9 +133,25 @@ const mirror: Mirror = new Mirror({
         candidate: summarize(mirror.selfDetectorState('candidate')),
         baseline: summarize(mirror.selfDetectorState('baseline')),
       },
+      slices: changedSlices(),
     }),
   health,
 });
+
+/**
+ * Each slice's pair detectors as last told to the proxy's thread: a settled message carries only
+ * the slices whose state changed since (a detector's state is a new object after each change).
+ */
+const slicesSent = new Map<string, object>();
+function changedSlices(): Array<[string, ReturnType<typeof summarize>]> {
+  const out: Array<[string, ReturnType<typeof summarize>]> = [];
+  for (const [model, d] of mirror.slices) {
+    if (slicesSent.get(model) === d.pairs) continue;
+    slicesSent.set(model, d.pairs);
+    out.push([model, summarize(d.pairs)]);
+  }
+  return out;
+}
 
 /** The start-up probe's, aborted at close: a shutdown never waits for it. */
 const probing = new AbortController();
