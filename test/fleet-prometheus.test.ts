@@ -181,10 +181,12 @@ test(
     assert.deepEqual(
       alerting.map((r) => `${r.name} for ${r.duration}s`).sort(),
       [
+        'LogprobCanaryShift',
         'LogprobGlobalShift',
         'LogprobMirrorStalled',
         'LogprobMirrorWorkerDown',
         'LogprobPathInconsistency',
+        'LogprobPromptMismatch',
         'LogprobProxyErrors',
         'LogprobSelfInconsistency',
         'LogprobSustainedShift',

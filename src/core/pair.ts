@@ -62,7 +62,13 @@ export function classifyPair(
       baseline: pb,
     };
   const free = compare(pc, pb, t);
-  const mismatch = promptMismatch(candidate.body, baseline.body);
+  // Different prompt token counts: the two sides read different prompts (a template or a
+  // tokenizer). A tokenizer_mismatch already says which (the same text in other tokens), and an
+  // incomparable pair has nothing to compare: both keep their verdict.
+  const mismatch =
+    free.verdict === 'tokenizer_mismatch' || free.verdict === 'incomparable'
+      ? null
+      : promptMismatch(candidate.body, baseline.body);
   if (mismatch !== null)
     return { outcome: 'ok', comparison: asPromptMismatch(free, mismatch), candidate: pc, baseline: pb };
   const comparison = score ? score(free) : free;

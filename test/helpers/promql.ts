@@ -38,6 +38,7 @@ export const LABEL_VALUES: Record<string, (v: string) => boolean> = {
   verdict: (v) =>
     [
       'incomparable',
+      'prompt_mismatch',
       'tokenizer_mismatch',
       'identical',
       'noise',
