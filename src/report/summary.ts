@@ -242,6 +242,17 @@ export class Summary {
     if (this.floors.size < 5) this.floors.add(e.noiseFloor);
     else if (!this.floors.has(e.noiseFloor)) this.moreFloors = true;
     if (c.verdict === 'incomparable') return;
+    // Two sides that read different prompts: their shifts and flips measure no server, only the strip says what differs.
+    if (c.verdict !== 'prompt_mismatch') this.addFigures(c);
+    this.addStrip(n, e, c);
+    // As online: a compared pair with comparable positions feeds its model's pair detectors; a
+    // prompt_mismatch is never a shift (the two sides read different prompts) and feeds none.
+    if (clock && c.comparable > 0 && c.verdict !== 'prompt_mismatch')
+      this.slices.pair(model, c, e.noiseFloor, clock, here);
+  }
+
+  /** A compared pair's shifts, flip, threshold-model positions and scoring. */
+  private addFigures(c: NonNullable<PairResult['comparison']>): void {
     for (const p of c.positions) if (p.shift !== null) this.positionShift.add(p.shift);
     if (c.maxShift !== null) this.pairMaxShift.add(c.maxShift);
     if (c.flip && c.flip.gap !== null) {
@@ -250,11 +261,6 @@ export class Summary {
     }
     if (c.verdict !== 'tokenizer_mismatch') this.flipCurve.add(c);
     this.addScoring(c);
-    this.addStrip(n, e, c);
-    // As online: a compared pair with comparable positions feeds its model's pair detectors; a
-    // prompt_mismatch is never a shift (the two sides read different prompts) and feeds none.
-    if (clock && c.comparable > 0 && c.verdict !== 'prompt_mismatch')
-      this.slices.pair(model, c, e.noiseFloor, clock, here);
   }
 
   /** The pair among the worst and the sample: repeats of one prompt with one verdict share a strip (hashed prompts group by their hash). */
