@@ -6,8 +6,8 @@ import { runCli } from './helpers/cli.js';
 
 // A recorded capture set (test/fixtures/analyze-golden/record.ts: `serve` in front of simulated
 // engines and fault servers, one pair per case: identical, noise, local/early/global shift,
-// tokenizer mismatch (now judged prompt_mismatch: its two sides read 45 and 30 prompt tokens), incomparable, unparseable, candidate and baseline errors, with repeats and
-// vLLM scoring) and what `analyze` printed for it when it was recorded. Any change to the pair
+// tokenizer mismatch (now judged prompt_mismatch: its two sides read 45 and 30 prompt tokens),
+// incomparable, unparseable, candidate and baseline errors, with repeats and vLLM scoring) and what `analyze` printed for it when it was recorded. Any change to the pair
 // classification, the comparison, the summary or its text shows here as a byte of difference.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));

@@ -106,11 +106,14 @@ test("capture → analyze --json reproduces every online verdict and figure exac
         outcome: _o,
         noiseFloor: floor,
         onlineVerdict,
+        model,
+        cache: _c,
         ...recomputed
       } = p;
       assert.deepEqual(recomputed, captured, `${file}:${i + 1}`);
       assert.equal(floor, noiseFloor);
       assert.equal(onlineVerdict, captured.verdict);
+      assert.equal(model, 'sim');
       assert.ok(Array.isArray(positions));
       checked++;
     });
