@@ -13,6 +13,7 @@ import { tempDir } from './helpers/capture.js';
 const VERDICTS = [
   'incomparable',
   'tokenizer_mismatch',
+  'prompt_mismatch',
   'identical',
   'noise',
   'early_shift',
@@ -108,6 +109,7 @@ test("capture → analyze --json reproduces every online verdict and figure exac
         onlineVerdict,
         model,
         cache: _c,
+        paths: _p,
         ...recomputed
       } = p;
       assert.deepEqual(recomputed, captured, `${file}:${i + 1}`);

@@ -63,8 +63,10 @@ export function classifyPair(
     };
   const free = compare(pc, pb, t);
   const mismatch = promptMismatch(candidate.body, baseline.body);
-  if (mismatch !== null) return { outcome: 'ok', comparison: asPromptMismatch(free, mismatch), candidate: pc, baseline: pb };
-  const comparison = score ? score(free) : free;
+  // A prompt mismatch is settled before scoring; `score` still folds in what the scoring said of it
+  // (online: skipped, not needed), so that offline the captured block is read back as online.
+  const judged = mismatch === null ? free : asPromptMismatch(free, mismatch);
+  const comparison = score ? score(judged) : judged;
   return {
     outcome: comparison.verdict === 'incomparable' ? 'incomparable' : 'ok',
     comparison,
@@ -79,7 +81,10 @@ export function classifyPair(
  */
 export function promptTokens(body: unknown): number | null {
   if (typeof body !== 'object' || body === null) return null;
-  const b = body as { usage?: { prompt_tokens?: unknown; input_tokens?: unknown }; meta_info?: { prompt_tokens?: unknown } };
+  const b = body as {
+    usage?: { prompt_tokens?: unknown; input_tokens?: unknown };
+    meta_info?: { prompt_tokens?: unknown };
+  };
   for (const v of [b.usage?.prompt_tokens, b.usage?.input_tokens, b.meta_info?.prompt_tokens])
     if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
   return null;
@@ -112,5 +117,5 @@ export function promptMismatchText(m: PromptMismatch): string {
 
 function tokenText(t: { id: number | null; text: string | null }): string {
   const text = t.text === null ? '' : `${JSON.stringify(t.text)} `;
-  return t.id === null ? (text.trim() || 'nothing (its prompt ends there)') : `${text}(id ${t.id})`;
+  return t.id === null ? text.trim() || 'nothing (its prompt ends there)' : `${text}(id ${t.id})`;
 }
