@@ -120,8 +120,8 @@ function cacheCounts(pairs: MirroredPair[], cache: string) {
 }
 
 test('a cache fault on ordinary traffic (no repeats) shows the hit/miss split in analyze', async (t) => {
-  // A wrong restore of a cached prefix (sim `cacheHitShift`, the stand-in for llama's `cache-hit:I`;
-  // sgl-project/sglang#4175-like): every distribution computed on a reused prefix moves, a cold request is clean.
+  // A wrong restore of a cached prefix (the sim's existing `cacheHitShift`, the stand-in for llama's
+  // `cache-hit:I`): every distribution computed on a reused prefix moves; a cold request is clean.
   // Shadow mode: the client's own request goes elsewhere, so a copy hits the candidate's cache only
   // where an earlier copy left a shared prefix — as a mirror in front of production sees it.
   const cand = await cachedEngine({ cacheHitShift: 0.6 });
