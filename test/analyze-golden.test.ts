@@ -6,8 +6,9 @@ import { runCli } from './helpers/cli.js';
 
 // A recorded capture set (test/fixtures/analyze-golden/record.ts: `serve` in front of simulated
 // engines and fault servers, one pair per case: identical, noise, local/early/global shift,
-// tokenizer mismatch, incomparable, unparseable, candidate and baseline errors, with repeats and
-// vLLM scoring) and what `analyze` printed for it when it was recorded. Any change to the pair
+// tokenizer mismatch (its two sides also read 45 and 30 prompt tokens: the tokenizer_mismatch
+// verdict stands, the more precise one), incomparable, unparseable, candidate and baseline errors,
+// with repeats and vLLM scoring) and what `analyze` printed for it when it was recorded. Any change to the pair
 // classification, the comparison, the summary or its text shows here as a byte of difference.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -46,6 +47,11 @@ test('analyze --json over the recorded capture set prints, byte for byte, the co
     'unparseable',
   ]);
   assert.equal(res.stdout, want);
+  // Records before v3 carry no slice: the request's model, cache unknown.
+  for (const l of want.trim().split('\n')) {
+    const p = JSON.parse(l) as { model: string; cache: string };
+    assert.deepEqual([p.model, p.cache], ['sim', 'unknown']);
+  }
 });
 
 test('analyze (text) over the recorded capture set prints, byte for byte, the committed report', async () => {

@@ -13,6 +13,7 @@ import { tempDir } from './helpers/capture.js';
 const VERDICTS = [
   'incomparable',
   'tokenizer_mismatch',
+  'prompt_mismatch',
   'identical',
   'noise',
   'early_shift',
@@ -106,11 +107,15 @@ test("capture → analyze --json reproduces every online verdict and figure exac
         outcome: _o,
         noiseFloor: floor,
         onlineVerdict,
+        model,
+        cache: _c,
+        paths: _p,
         ...recomputed
       } = p;
       assert.deepEqual(recomputed, captured, `${file}:${i + 1}`);
       assert.equal(floor, noiseFloor);
       assert.equal(onlineVerdict, captured.verdict);
+      assert.equal(model, 'sim');
       assert.ok(Array.isArray(positions));
       checked++;
     });

@@ -18,6 +18,7 @@ import { resolveInputs } from '../capture/reader.js';
 import { analyzeFiles, type AnalysedRecord } from '../report/analyze.js';
 import { Summary } from '../report/summary.js';
 import { renderSummaryText } from '../report/text.js';
+import type { PathPair } from '../core/path.js';
 import { checkWritable, writeHtmlReport } from './report-file.js';
 import { stdoutGone, writeOut } from './stdout.js';
 
@@ -96,7 +97,7 @@ async function analyze(inputs: string[], flags: AnalyzeFlags): Promise<number> {
     config,
     overrides,
     json: flags.json === true,
-    summary: new Summary({ alert: config.alert }),
+    summary: new Summary({ alert: config.alert, permutation: config.alert.permutation }),
   };
   // Two token-logprob files, or one against engine responses: the training comparison (docs/training.md).
   if (files.length === 2 && ((await isTokenFile(files[0]!)) || (await isTokenFile(files[1]!))))
@@ -219,6 +220,30 @@ function pairJson(r: AnalysedRecord): Record<string, unknown> {
     outcome: result.outcome,
     noiseFloor: r.thresholds.noiseFloor,
     onlineVerdict: record.analysis?.verdict ?? null,
+    model: r.slice.model,
+    cache: r.slice.cache,
+    ...(r.paths.length > 0 ? { paths: r.paths.map(pathJson) } : {}),
   };
   return result.comparison ? { ...result.comparison, ...where } : { verdict: null, ...where };
+}
+
+/** A path check as `--json` prints it: its outcome and verdict, and the figures without the per-position shifts. */
+function pathJson(p: PathPair): Record<string, unknown> {
+  const a = p.analysis;
+  return {
+    backend: p.backend,
+    outcome: p.outcome,
+    ...(p.reason ? { reason: p.reason } : {}),
+    ...(p.method ? { method: p.method } : {}),
+    verdict: p.verdict,
+    ...(a
+      ? {
+          comparable: a.comparable,
+          shifted: a.shifted,
+          maxShift: a.maxShift,
+          meanShift: a.meanShift,
+          noiseFloor: a.noiseFloor,
+        }
+      : {}),
+  };
 }

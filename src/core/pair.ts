@@ -69,9 +69,10 @@ export function classifyPair(
     free.verdict === 'tokenizer_mismatch' || free.verdict === 'incomparable'
       ? null
       : promptMismatch(candidate.body, baseline.body);
-  if (mismatch !== null)
-    return { outcome: 'ok', comparison: asPromptMismatch(free, mismatch), candidate: pc, baseline: pb };
-  const comparison = score ? score(free) : free;
+  // A prompt mismatch is settled before scoring; `score` still folds in what the scoring said of it
+  // (online: skipped, not needed), so that offline the captured block is read back as online.
+  const judged = mismatch === null ? free : asPromptMismatch(free, mismatch);
+  const comparison = score ? score(judged) : judged;
   return {
     outcome: comparison.verdict === 'incomparable' ? 'incomparable' : 'ok',
     comparison,

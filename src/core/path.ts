@@ -61,17 +61,34 @@ export function comparePaths(
     c.positions.map((p) => p.shift),
     t,
   );
-  let verdict: PathVerdict;
-  if (stats.comparable === 0) verdict = 'incomparable';
-  else if (stats.maxShift === 0) verdict = 'identical';
-  else if (stats.shifted === 0) verdict = 'noise';
-  else verdict = 'path_inconsistent';
   return {
     ...stats,
-    verdict,
+    verdict: pathVerdict(stats),
     noiseFloor: t.noiseFloor,
     ...(c.definition && c.definition.length > 0 ? { definition: c.definition } : {}),
   };
+}
+
+/** The path verdict of counted positions: none comparable, all exactly equal, none above the floor, or some above it. */
+export function pathVerdict(stats: Pick<ForcedStats, 'comparable' | 'maxShift' | 'shifted'>): PathVerdict {
+  if (stats.comparable === 0) return 'incomparable';
+  if (stats.maxShift === 0) return 'identical';
+  if (stats.shifted === 0) return 'noise';
+  return 'path_inconsistent';
+}
+
+/**
+ * A captured path pair judged again offline (`analyze`): its stored shifts re-counted against
+ * `noiseFloor` (default: the floor it was counted against online, so the online verdict is
+ * reproduced exactly). A pair without an analysis (not `ok`) is returned as it was.
+ */
+export function rejudgePath(p: PathPair, noiseFloor?: number): PathPair {
+  const a = p.analysis;
+  if (a === null || !Array.isArray(a.shifts)) return p;
+  const floor = noiseFloor ?? a.noiseFloor;
+  const stats = recount(a.shifts, { noiseFloor: floor });
+  const verdict = pathVerdict(stats);
+  return { ...p, analysis: { ...a, ...stats, verdict, noiseFloor: floor }, verdict };
 }
 
 function steps(s: TokenStep[]): ParsedResponse {

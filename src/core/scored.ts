@@ -108,7 +108,7 @@ export function forcedStats(
 }
 
 /** Re-counts stored shifts against other thresholds (`analyze` with a new floor). */
-export function recount(shifts: ReadonlyArray<number | null>, t: Thresholds): ForcedStats {
+export function recount(shifts: ReadonlyArray<number | null>, t: Pick<Thresholds, 'noiseFloor'>): ForcedStats {
   const known = shifts.filter((s): s is number => s !== null);
   const shifted = known.filter((s) => s > t.noiseFloor).length;
   return {

@@ -3,6 +3,9 @@ import { asCaptureRecord, captureRecordError, readJsonLines } from '../capture/r
 import type { CaptureRecord } from '../capture/record.js';
 import { analyzePair, analyzeRepeat, type PairResult } from '../pair/analyze.js';
 import type { Summary } from './summary.js';
+import { CACHE_SPLITS, type CacheSplit, type Slice } from '../core/slice.js';
+import { PATH_VERDICTS, rejudgePath, type PathPair } from '../core/path.js';
+import { entryModel } from './slices.js';
 
 /** One analysed record. */
 export interface AnalysedRecord {
@@ -11,6 +14,10 @@ export interface AnalysedRecord {
   record: CaptureRecord;
   result: PairResult;
   thresholds: Thresholds;
+  /** The pair's model slice and cache split: the captured ones, or (before v3) the request's model and `unknown`. */
+  slice: Slice;
+  /** Its path checks, judged again against the floor each was counted against (or `--noise-floor`). */
+  paths: PathPair[];
 }
 
 /** What {@link analyzeFiles} reads and where it reports. */
@@ -123,6 +130,8 @@ async function analyzeRecord(o: AnalyzeFilesOptions, file: string, line: number,
   const repeats = (record.repeats ?? []).map((r) =>
     analyzeRepeat(r.backend === 'candidate' ? record.candidate : record.baseline, r, thresholds),
   );
+  const slice = recordSlice(record);
+  const paths = recordPaths(record).map((p) => rejudgePath(p, o.overrides.noiseFloor));
   o.summary.add({
     file,
     line,
@@ -135,7 +144,46 @@ async function analyzeRecord(o: AnalyzeFilesOptions, file: string, line: number,
     at: Date.parse(record.ts) / 1000,
     request: record.request,
     promptsHashed: record.promptsHashed === true,
+    slice,
+    paths,
   });
-  const wait = o.onPair?.({ file, line, record, result, thresholds });
+  const wait = o.onPair?.({ file, line, record, result, thresholds, slice, paths });
   if (wait) await wait;
+}
+
+/** A record's slice: as captured (v3), else the request's model and cache `unknown`; a malformed one read the same way. */
+export function recordSlice(record: CaptureRecord): Slice {
+  const s = record.slice as Partial<Slice> | undefined;
+  const model = entryModel(
+    s && typeof s.model === 'string' && s.model !== '' ? { model: s.model } : undefined,
+    record.request,
+  );
+  const cache: CacheSplit = CACHE_SPLITS.includes(s?.cache as CacheSplit) ? (s!.cache as CacheSplit) : 'unknown';
+  return { model, cache };
+}
+
+/**
+ * A record's path checks that can be read (a backend, an outcome; an analysis with its shifts, a
+ * known verdict and a floor), the rest left out: a hand-edited or foreign line is skipped, not fatal.
+ */
+function recordPaths(record: CaptureRecord): PathPair[] {
+  if (!Array.isArray(record.paths)) return [];
+  const ok = record.paths.filter((p): p is PathPair => {
+    if (
+      typeof p !== 'object' ||
+      p === null ||
+      (p.backend !== 'candidate' && p.backend !== 'baseline') ||
+      typeof p.outcome !== 'string'
+    )
+      return false;
+    const a = p.analysis as PathPair['analysis'] | undefined;
+    if (a === null || a === undefined) return p.verdict === null || p.verdict === undefined;
+    return (
+      Array.isArray(a.shifts) &&
+      a.shifts.every((x) => x === null || typeof x === 'number') &&
+      typeof a.noiseFloor === 'number' &&
+      PATH_VERDICTS.includes(p.verdict as never)
+    );
+  });
+  return ok.map((p) => (p.analysis ? p : { ...p, analysis: null, verdict: null }));
 }

@@ -6,6 +6,7 @@ import { esc, svgHistogram, svgShareChart, svgStackedBar, type Bar } from './htm
 import { gapBucketLabel } from './threshold.js';
 import { flipStopSentence } from './text.js';
 import { healthHtml } from './health-text.js';
+import { alertsSection, cacheSection, modelsSection, pathSection } from './html-slices.js';
 import type { Strip } from './strips.js';
 import { FLIP_CLASSES, type SummaryData } from './summary.js';
 import { ABSENCE_NOTE, notableWorst, VERDICT_ORDER, type ReportContext } from './text.js';
@@ -250,9 +251,7 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
     nStrips === 0
       ? 'No pair was compared, so there is no token strip.'
       : `Token strips for ${int(nStrips)} of ${int(d.pairs)} pairs: the ${int(d.worst.length)} worst (by verdict, then max shift), plus the ${int(d.sampled.length)} others of a uniform random sample of ${int(d.sampleDrawn)} pairs (seeded, so the same input gives the same page; a prompt already shown is not shown again); ${perPage} per page. Hover a token for both sides' top-k.`;
-  const alerts = d.alerts.length
-    ? `<section id="alerts"><h2>Detectors</h2><ul>${d.alerts.map((a) => `<li><strong>${a.alert}</strong> would fire at pair ${int(a.atPair)} (pooled share ${a.pooledShare.toFixed(2)}, CUSUM ${a.cusum.toFixed(1)}); pairs in input order, forSeconds not applied.</li>`).join('')}</ul></section>`
-    : '';
+  const alerts = alertsSection(d);
   const skipped = d.skipped
     ? `<section id="skipped"><h2>Skipped lines (${int(d.skipped)})</h2><ul>${d.skippedExamples.map((m) => `<li><code>${esc(m)}</code></li>`).join('')}</ul></section>`
     : '';
@@ -269,7 +268,7 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
 <title>${esc(ctx.title)}</title><link rel="icon" href="data:,"><style>${HTML_STYLE}</style></head>
 <body><header><h1>${esc(ctx.title)}</h1>
 <p class="muted">Inputs: ${ctx.inputs.map((f) => `<code>${esc(f)}</code>`).join(', ')}. Thresholds: ${esc(ctx.thresholds)}.</p></header>
-<main>${verdictSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}
+<main>${verdictSection(d)}${modelsSection(d)}${cacheSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}${pathSection(d)}
 <section id="shift"><h2>Position shift (free-running)</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable free-running position (${int(d.positionShift.n)}: up to each pair's divergence; the teacher-forced positions are in each strip and the worst table).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
 <section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>${flipCurveSection(d, ctx)}
 ${keySection(d, ctx)}${worstSection(d, ctx.top ?? 10)}

@@ -1,28 +1,26 @@
-import {
-  initialDetectorState,
-  observe,
-  pooledShare,
-  tick,
-  type AlertConfig,
-  type AlertTransition,
-  type AlertName,
-  type DetectorState,
-} from '../core/detector.js';
-import { observeSelf, SELF_VERDICTS, selfEvidence, tickSelf, type SelfVerdict } from '../core/self.js';
-import {
-  detectorEvidence,
-  VERDICTS,
-  type FlipClass,
-  type Locus,
-  type ScoringOutcome,
-  type Verdict,
-} from '../core/index.js';
+import type { AlertConfig } from '../core/detector.js';
+import { SELF_VERDICTS, type SelfVerdict } from '../core/self.js';
+import { VERDICTS, type FlipClass, type Locus, type ScoringOutcome, type Verdict } from '../core/index.js';
 import type { MirrorOutcome } from '../pair/types.js';
 import { Histogram, linearEdges, logEdges, type HistogramData } from './histogram.js';
 import type { PairResult, RepeatResult } from '../pair/analyze.js';
 import { FlipCurve, type FlipCurveData } from './threshold.js';
 import { badness, buildStrip, promptKey, StripSelector, stripInput, type Strip } from './strips.js';
 import type { Backend } from '../core/types.js';
+import type { PermutationConfig } from '../core/permutation.js';
+import type { Slice } from '../core/slice.js';
+import { PATH_VERDICTS, type PathOutcome, type PathPair, type PathVerdict } from '../core/path.js';
+import {
+  CACHE_RULE,
+  entryModel,
+  OfflineSlices,
+  type DetectorClock,
+  type ModelFigures,
+  type OfflineAlert,
+  type PairPlace,
+} from './slices.js';
+
+export type { ModelFigures, OfflineAlert } from './slices.js';
 
 /** Outcomes of pairs that were not compared. */
 export const UNCOMPARED: readonly MirrorOutcome[] = ['candidate_error', 'baseline_error', 'unparseable'];
@@ -54,20 +52,24 @@ export interface SummaryEntry {
    * as it did online. Without it, each pair is one tick and the alerts fire without waiting.
    */
   at?: number;
+  /** The pair's model slice and cache split as captured (v3); without it, the request's `model` and cache `unknown`. */
+  slice?: Slice;
+  /** The pair's path checks (decode vs prefill on one backend), judged offline (src/core/path.ts rejudgePath). */
+  paths?: readonly PathPair[];
 }
 
-/** An alert the in-process detectors would have raised over the pairs, in input order. */
-export interface OfflineAlert {
-  alert: AlertName;
-  /** LogprobSelfInconsistency: the backend whose repeats disagree. */
-  backend?: Backend;
-  /** 1-based pair number at which it fired. */
-  atPair: number;
-  /** That pair's id (the request id online) and where it is (`file:line`). */
-  id: string;
-  where: string;
-  pooledShare: number;
-  cusum: number;
+/** Path checks of one backend: by outcome, the verdicts of those checked, their shifts, and the verdicts per model. */
+export interface PathFigures {
+  backend: Backend;
+  /** Path pairs by outcome (`ok`: checked). */
+  outcomes: Record<PathOutcome, number>;
+  verdicts: Record<PathVerdict, number>;
+  /** shift_i over every compared position of every checked path pair (decode vs prefill). */
+  positionShift: HistogramData;
+  /** Each checked path pair's largest shift. */
+  pairMaxShift: HistogramData;
+  /** The path verdicts per model, in the order the models were first seen. */
+  models: Array<{ model: string; verdicts: Record<PathVerdict, number> }>;
 }
 
 /** Everything a report shows, as plain data (the text report, `--html`, and tests read it). */
@@ -91,7 +93,14 @@ export interface SummaryData {
   flips: Record<FlipClass, HistogramData> & { lowerBound: number };
   /** The threshold model: the share of positions that flipped per baseline-gap bucket, and the gap at which flips stop (src/report/threshold.ts). */
   flipCurve: FlipCurveData;
+  /** What the offline detectors would have raised: each alert's first firing per model (and backend), in input order. */
   alerts: OfflineAlert[];
+  /** Each model slice: its verdicts, its cache split, its detectors (the report shows a table when there is more than one). */
+  models: ModelFigures[];
+  /** The rule by which a model's shifts concentrate on cache hits (src/report/slices.ts CACHE_RULE). */
+  cacheRule: typeof CACHE_RULE;
+  /** Path checks per backend (none when no pair carried one). */
+  paths: PathFigures[];
   /** Pairs without a baseline (baseline-free mode): only their repeats say anything. */
   baselineFree: number;
   /** Repeat probes per backend: self verdicts, the shift between the runs, and how many had their first run cold for sure. */
@@ -104,7 +113,7 @@ export interface SummaryData {
     unprobed: number;
     verdicts: Record<SelfVerdict, number>;
     positionShift: HistogramData;
-    /** The self detector after the last pair (the cold→warm pairs it counted): its window's pooled share and size, and its CUSUM. */
+    /** The self detector after the last pair (the cold→warm pairs it counted; of the model whose share is largest): its window's pooled share and size, and its CUSUM. */
     detector: { share: number; requests: number; cusum: number };
   }>;
   /** The alert config the offline detectors ran with (null: none ran). */
@@ -139,6 +148,8 @@ export interface SummaryOptions {
   sample?: number;
   /** Alert config for the offline detectors (`forSeconds` holds over the pairs' capture times, {@link SummaryEntry.at}). */
   alert?: AlertConfig;
+  /** The permutation test's settings (`alert.permutation`; its window is `alert.window`); absent: no p-value. */
+  permutation?: Omit<PermutationConfig, 'window'>;
 }
 
 const EXAMPLES = 20;
@@ -165,10 +176,20 @@ export class Summary {
   ) as Record<FlipClass, Histogram>;
   private lowerBound = 0;
   private readonly strips: StripSelector;
-  private detector: DetectorState = initialDetectorState();
+  /** Each model's detectors and verdicts by cache split, as the mirror keeps them per slice. */
+  private readonly slices: OfflineSlices;
   /** The pair before the current one: an alert that time alone fired between two pairs fired after it. */
-  private previous: { n: number; id: string; where: string } | null = null;
-  private readonly alerts: OfflineAlert[] = [];
+  private previous: PairPlace | null = null;
+  private readonly pathStats = new Map<
+    Backend,
+    {
+      outcomes: Record<PathOutcome, number>;
+      verdicts: Record<PathVerdict, number>;
+      shift: Histogram;
+      maxShift: Histogram;
+      models: Map<string, Record<PathVerdict, number>>;
+    }
+  >();
   private skipped = 0;
   private readonly skippedExamples: string[] = [];
   private readonly scoringOutcomes: Record<ScoringOutcome, number> = { ok: 0, unsupported: 0, skipped: 0, failed: 0 };
@@ -190,20 +211,23 @@ export class Summary {
       unprobed: number;
       verdicts: Record<SelfVerdict, number>;
       shift: Histogram;
-      detector: DetectorState;
     }
   >();
 
   constructor(private readonly options: SummaryOptions = {}) {
     this.strips = new StripSelector(options.worst ?? 100, options.sample ?? 400);
+    this.slices = new OfflineSlices({ alert: options.alert, permutation: options.permutation });
   }
 
   /** Adds one pair. */
   add(e: SummaryEntry): void {
     const n = ++this.pairs;
-    for (const r of e.repeats ?? []) this.addRepeat(n, e, r);
-    const previous = this.previous;
-    this.previous = { n, id: e.id, where: `${e.file}:${e.line}` };
+    const here: PairPlace = { n, id: e.id, where: `${e.file}:${e.line}` };
+    const model = this.slices.name(entryModel(e.slice, e.request));
+    const clock = this.detectorClock(n, e, this.previous);
+    this.previous = here;
+    for (const r of e.repeats ?? []) this.addRepeat(model, r, e.noiseFloor, clock, here);
+    for (const p of e.paths ?? []) this.addPath(model, p, clock, here);
     if (e.result.baselineFree) {
       this.baselineFree++;
       return;
@@ -216,9 +240,21 @@ export class Summary {
       return;
     }
     this.verdicts[c.verdict]++;
+    this.slices.verdict(model, e.slice?.cache ?? 'unknown', c.verdict);
     if (this.floors.size < 5) this.floors.add(e.noiseFloor);
     else if (!this.floors.has(e.noiseFloor)) this.moreFloors = true;
     if (c.verdict === 'incomparable') return;
+    // Two sides that read different prompts: their shifts and flips measure no server, only the strip says what differs.
+    if (c.verdict !== 'prompt_mismatch') this.addFigures(c);
+    this.addStrip(n, e, c);
+    // As online: a compared pair with comparable positions feeds its model's pair detectors; a
+    // prompt_mismatch is never a shift (the two sides read different prompts) and feeds none.
+    if (clock && c.comparable > 0 && c.verdict !== 'prompt_mismatch')
+      this.slices.pair(model, c, e.noiseFloor, clock, here);
+  }
+
+  /** A compared pair's shifts, flip, threshold-model positions and scoring. */
+  private addFigures(c: NonNullable<PairResult['comparison']>): void {
     for (const p of c.positions) if (p.shift !== null) this.positionShift.add(p.shift);
     if (c.maxShift !== null) this.pairMaxShift.add(c.maxShift);
     if (c.flip && c.flip.gap !== null) {
@@ -227,38 +263,33 @@ export class Summary {
     }
     if (c.verdict !== 'tokenizer_mismatch') this.flipCurve.add(c);
     this.addScoring(c);
+  }
+
+  /** The pair among the worst and the sample: repeats of one prompt with one verdict share a strip (hashed prompts group by their hash). */
+  private addStrip(n: number, e: SummaryEntry, c: NonNullable<PairResult['comparison']>): void {
     const { candidate, baseline } = e.result;
-    if (candidate && baseline) {
-      // Repeats of one prompt with one verdict share a strip among the worst (hashed prompts group by their hash).
-      const prompt = promptKey(e.route, e.request);
-      const group = prompt === null ? null : `${c.verdict}:${prompt}`;
-      const input = stripInput(e.request, e.promptsHashed);
-      this.strips.consider(
-        badness(c),
-        () =>
-          buildStrip(
-            {
-              n,
-              id: e.id,
-              at: `${e.file}:${e.line}`,
-              route: e.route,
-              noiseFloor: e.noiseFloor,
-              ...(input ? { input } : {}),
-            },
-            c,
-            candidate,
-            baseline,
-          ),
-        group,
-      );
-    }
-    // Each alert is reported once, when it first fires: after both have, the detectors can rest.
-    if (
-      this.options.alert &&
-      c.comparable > 0 &&
-      this.alerts.filter((a) => a.alert !== 'LogprobSelfInconsistency').length < 2
-    )
-      this.detect(n, e, this.options.alert, previous);
+    if (!candidate || !baseline) return;
+    const prompt = promptKey(e.route, e.request);
+    const group = prompt === null ? null : `${c.verdict}:${prompt}`;
+    const input = stripInput(e.request, e.promptsHashed);
+    this.strips.consider(
+      badness(c),
+      () =>
+        buildStrip(
+          {
+            n,
+            id: e.id,
+            at: `${e.file}:${e.line}`,
+            route: e.route,
+            noiseFloor: e.noiseFloor,
+            ...(input ? { input } : {}),
+          },
+          c,
+          candidate,
+          baseline,
+        ),
+      group,
+    );
   }
 
   private addScoring(c: NonNullable<PairResult['comparison']>): void {
@@ -279,7 +310,13 @@ export class Summary {
     }
   }
 
-  private addRepeat(n: number, e: SummaryEntry, r: RepeatResult): void {
+  private addRepeat(
+    model: string,
+    r: RepeatResult,
+    noiseFloor: number,
+    clock: DetectorClock | null,
+    here: PairPlace,
+  ): void {
     let s = this.selfStats.get(r.backend);
     if (!s) {
       s = {
@@ -290,7 +327,6 @@ export class Summary {
         unprobed: 0,
         verdicts: Object.fromEntries(SELF_VERDICTS.map((v) => [v, 0])) as Record<SelfVerdict, number>,
         shift: new Histogram(logEdges(-6, 2, 10)),
-        detector: initialDetectorState(),
       };
       this.selfStats.set(r.backend, s);
     }
@@ -303,58 +339,51 @@ export class Summary {
     if (c === null || r.verdict === null) return;
     s.verdicts[r.verdict]++;
     for (const p of c.positions) if (p.shift !== null) s.shift.add(p.shift);
-    const cfg = this.options.alert;
-    // Fed to the end (its window and CUSUM are the report's figures); only its first firing is an alert.
-    if (cfg && r.probe === 'cold_warm' && c.verdict !== 'incomparable' && c.comparable > 0) {
-      const clock = this.clock(n, e, cfg);
-      const here = { n, id: e.id, where: `${e.file}:${e.line}` };
-      // The mirror's ticker (once a second) may fire a pending alert between two pairs: by a
-      // second before this pair it has surely ticked, and the alert fired after the previous pair.
-      if (clock.tick !== null && this.previous) {
-        const t = tickSelf(s.detector, clock.cfg, clock.tick, r.backend);
-        s.detector = t.state;
-        this.selfFired(r.backend, t.transitions, t.state, this.previous);
-      }
-      const o = observeSelf(
-        s.detector,
-        { ...selfEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id },
-        clock.cfg,
-        clock.now,
-        r.backend,
-      );
-      s.detector = o.state;
-      this.selfFired(r.backend, o.transitions, o.state, here);
+    // As online: only a cold→warm pair says anything about the cache path.
+    if (clock && r.probe === 'cold_warm' && c.verdict !== 'incomparable' && c.comparable > 0)
+      this.slices.repeat(model, r.backend, c, noiseFloor, clock, here);
+  }
+
+  /** A path check: counted by backend and model; a checked pair with comparable positions feeds its model's path detector, as online. */
+  private addPath(model: string, p: PathPair, clock: DetectorClock | null, here: PairPlace): void {
+    let s = this.pathStats.get(p.backend);
+    if (!s) {
+      s = {
+        outcomes: { ok: 0, unsupported: 0, skipped: 0, failed: 0 },
+        verdicts: pathVerdictCounts(),
+        shift: new Histogram(logEdges(-6, 2, 10)),
+        maxShift: new Histogram(logEdges(-6, 2, 10)),
+        models: new Map(),
+      };
+      this.pathStats.set(p.backend, s);
     }
+    if (p.outcome in s.outcomes) s.outcomes[p.outcome]++;
+    const c = p.analysis;
+    if (c === null || p.verdict === null) return;
+    s.verdicts[p.verdict]++;
+    let m = s.models.get(model);
+    if (!m) s.models.set(model, (m = pathVerdictCounts()));
+    m[p.verdict]++;
+    for (const x of c.shifts) if (x !== null) s.shift.add(x);
+    if (c.maxShift !== null) s.maxShift.add(c.maxShift);
+    if (clock && c.verdict !== 'incomparable' && c.comparable > 0) this.slices.path(model, p.backend, c, clock, here);
   }
 
   /**
-   * The detectors' clock for pair `n`: its capture time when it has one and the alert must hold
-   * for `forSeconds` (with a tick a second before it); otherwise one tick per pair and no waiting.
+   * The detectors' clock for pair `n` (null: no alert config, no detector runs): its capture time
+   * when it has one and the alert must hold for `forSeconds`, otherwise one tick per pair and no
+   * waiting. With capture times, the mirror's ticker (once a second) may fire a pending alert
+   * between two pairs: by a second before this pair it has surely ticked every slice, and an
+   * alert that fired so fired after the previous pair.
    */
-  private clock(n: number, e: SummaryEntry, cfg: AlertConfig): { cfg: AlertConfig; now: number; tick: number | null } {
-    if (cfg.forSeconds > 0 && e.at !== undefined && Number.isFinite(e.at)) return { cfg, now: e.at, tick: e.at - 1 };
-    return { cfg: { ...cfg, forSeconds: 0 }, now: n, tick: null };
-  }
-
-  /** Records the self alert's first firing among `transitions`, at `pair` (later firings are not listed); whether it was listed. */
-  private selfFired(
-    backend: Backend,
-    transitions: readonly AlertTransition[],
-    state: DetectorState,
-    pair: { n: number; id: string; where: string },
-  ): boolean {
-    if (!transitions.some((t) => t.to === 'firing')) return false;
-    if (this.alerts.some((a) => a.alert === 'LogprobSelfInconsistency' && a.backend === backend)) return false;
-    this.alerts.push({
-      alert: 'LogprobSelfInconsistency',
-      backend,
-      atPair: pair.n,
-      id: pair.id,
-      where: pair.where,
-      pooledShare: pooledShare(state),
-      cusum: state.cusum,
-    });
-    return true;
+  private detectorClock(n: number, e: SummaryEntry, previous: PairPlace | null): DetectorClock | null {
+    const cfg = this.options.alert;
+    if (!cfg) return null;
+    if (cfg.forSeconds > 0 && e.at !== undefined && Number.isFinite(e.at)) {
+      if (previous) this.slices.tick(cfg, e.at - 1, previous);
+      return { cfg, now: e.at };
+    }
+    return { cfg: { ...cfg, forSeconds: 0 }, now: n };
   }
 
   /** Counts an uncompared pair's reason: at most {@link MAX_CAUSES} distinct ones per outcome (the rest are not named). */
@@ -383,7 +412,7 @@ export class Summary {
   }
 
   get alertsFired(): number {
-    return this.alerts.length;
+    return this.slices.alerts.length;
   }
 
   /** Repeat pairs compared (their two runs both answered), over every backend: evidence too. */
@@ -398,35 +427,31 @@ export class Summary {
     return this.pairs;
   }
 
-  private detect(n: number, e: SummaryEntry, cfg: AlertConfig, previous: Summary['previous']): void {
-    const c = e.result.comparison!;
-    const clock = this.clock(n, e, cfg);
-    const fired = (
-      r: { state: DetectorState; transitions: AlertTransition[] },
-      at: NonNullable<Summary['previous']>,
-    ) => {
-      this.detector = r.state;
-      for (const t of r.transitions)
-        if (t.to === 'firing' && !this.alerts.some((a) => a.alert === t.alert))
-          this.alerts.push({
-            alert: t.alert,
-            atPair: at.n,
-            id: at.id,
-            where: at.where,
-            pooledShare: pooledShare(r.state),
-            cusum: r.state.cusum,
-          });
-    };
-    if (clock.tick !== null && previous) fired(tick(this.detector, clock.cfg, clock.tick), previous);
-    fired(
-      observe(
-        this.detector,
-        { ...detectorEvidence(c), noiseFloor: e.noiseFloor, requestId: e.id },
-        clock.cfg,
-        clock.now,
-      ),
-      { n, id: e.id, where: `${e.file}:${e.line}` },
-    );
+  /** Each backend's repeat probes, as data. */
+  private repeatData(): SummaryData['repeats'] {
+    return [...this.selfStats].map(([backend, s]) => ({
+      backend,
+      pairs: s.pairs,
+      flushed: s.flushed,
+      notCold: s.notCold,
+      notWarm: s.notWarm,
+      unprobed: s.unprobed,
+      verdicts: { ...s.verdicts },
+      positionShift: s.shift.toJSON(),
+      detector: this.slices.worstSelf(backend) ?? { share: 0, requests: 0, cusum: 0 },
+    }));
+  }
+
+  /** Each backend's path checks, as data. */
+  private pathData(): PathFigures[] {
+    return [...this.pathStats].map(([backend, s]) => ({
+      backend,
+      outcomes: { ...s.outcomes },
+      verdicts: { ...s.verdicts },
+      positionShift: s.shift.toJSON(),
+      pairMaxShift: s.maxShift.toJSON(),
+      models: [...s.models].map(([model, verdicts]) => ({ model, verdicts: { ...verdicts } })),
+    }));
   }
 
   /** The report's data. */
@@ -458,19 +483,12 @@ export class Summary {
         lowerBound: this.lowerBound,
       },
       flipCurve: this.flipCurve.toJSON(),
-      alerts: [...this.alerts],
+      alerts: [...this.slices.alerts],
+      models: this.slices.data(),
+      cacheRule: CACHE_RULE,
+      paths: this.pathData(),
       baselineFree: this.baselineFree,
-      repeats: [...this.selfStats].map(([backend, s]) => ({
-        backend,
-        pairs: s.pairs,
-        flushed: s.flushed,
-        notCold: s.notCold,
-        notWarm: s.notWarm,
-        unprobed: s.unprobed,
-        verdicts: { ...s.verdicts },
-        positionShift: s.shift.toJSON(),
-        detector: { share: pooledShare(s.detector), requests: s.detector.recent.length, cusum: s.detector.cusum },
-      })),
+      repeats: this.repeatData(),
       alertConfig: this.options.alert ?? null,
       scoring: {
         outcomes: { ...this.scoringOutcomes },
@@ -490,4 +508,8 @@ export class Summary {
       skippedExamples: [...this.skippedExamples],
     };
   }
+}
+
+function pathVerdictCounts(): Record<PathVerdict, number> {
+  return Object.fromEntries(PATH_VERDICTS.map((v) => [v, 0])) as Record<PathVerdict, number>;
 }

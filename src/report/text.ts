@@ -1,7 +1,10 @@
 import { SELF_VERDICTS } from '../core/self.js';
 import { formatNats, VERDICTS, type Verdict } from '../core/index.js';
 import { coarsen, type HistogramData } from './histogram.js';
-import { FLIP_CLASSES, type SummaryData } from './summary.js';
+import { FLIP_CLASSES, type ModelFigures, type SummaryData } from './summary.js';
+import { PATH_VERDICTS } from '../core/path.js';
+import { CACHE_SPLITS } from '../core/slice.js';
+import { SHIFT_VERDICTS } from './slices.js';
 import { healthLines, type HealthReport } from './health-text.js';
 import type { Strip } from './strips.js';
 import { gapBucketLabel, MIN_FLIPS_FOR_STOP, type FlipCurveData } from './threshold.js';
@@ -131,7 +134,9 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   const out = headerLines(d, ctx);
   // Baseline-free: no pair was compared, the repeats below are the report.
   if (!(d.compared === 0 && d.baselineFree > 0)) out.push(...verdictLines(d), ...shiftLines(d), ...flipLines(d, ctx));
-  out.push(...flipCurveLines(d, ctx), ...scoringLines(d), ...repeatLines(d), ...alertLines(d), ...worstLines(d, ctx));
+  out.push(...modelLines(d), ...cacheLines(d));
+  out.push(...flipCurveLines(d, ctx), ...scoringLines(d), ...repeatLines(d), ...pathLines(d));
+  out.push(...alertLines(d), ...worstLines(d, ctx));
   // Baseline-free, health (KL, relative error) has no second backend to measure: said, not a block of n/a.
   if (ctx.health && d.compared === 0 && d.baselineFree > 0)
     out.push(
@@ -316,6 +321,126 @@ function repeatLines(d: SummaryData): string[] {
   return out;
 }
 
+/** A verdict mix in a few words: the verdicts present, most alarming first (`none` when empty). */
+function mix(verdicts: Readonly<Record<string, number>>, order: readonly string[]): string {
+  return (
+    order
+      .filter((v) => (verdicts[v] ?? 0) > 0)
+      .map((v) => `${v} ${int(verdicts[v]!)}`)
+      .join(', ') || 'none'
+  );
+}
+
+/** Pairs of a model with a shift verdict. */
+function shiftedOf(m: ModelFigures): number {
+  return SHIFT_VERDICTS.reduce((n, v) => n + m.verdicts[v], 0);
+}
+
+/** Each model's own figures, one row each: only when the input had more than one model (one model's are the report itself). */
+function modelLines(d: SummaryData): string[] {
+  if (d.models.length < 2) return [];
+  const withPaths = d.paths.length > 0;
+  const out = [
+    '',
+    `by model (${d.models.length} models, each with its own detectors as online; window share, CUSUM and permutation p-value after the last pair)`,
+    `  ${'model'.padEnd(20)} ${'compared'.padStart(8)} ${'shifted'.padStart(8)} ${'prompt_mismatch'.padStart(15)}${withPaths ? ` ${'path_inconsistent'.padStart(17)}` : ''}  ${'window'.padStart(6)} ${'CUSUM'.padStart(6)} ${'p-value'.padStart(7)}  alerts`,
+  ];
+  for (const m of d.models) {
+    const det = m.detector;
+    const path = d.paths.reduce(
+      (n, p) => n + (p.models.find((x) => x.model === m.model)?.verdicts.path_inconsistent ?? 0),
+      0,
+    );
+    const alerts = d.alerts
+      .filter((a) => a.model === m.model)
+      .map((a) => `${a.alert}${a.backend ? ` (${a.backend})` : ''} at pair ${int(a.atPair)}`);
+    out.push(
+      `  ${m.model.padEnd(20)} ${int(m.compared).padStart(8)} ${int(shiftedOf(m)).padStart(8)} ${int(m.verdicts.prompt_mismatch).padStart(15)}${withPaths ? ` ${int(path).padStart(17)}` : ''}  ${(det ? det.share.toFixed(2) : '—').padStart(6)} ${(det ? det.cusum.toFixed(1) : '—').padStart(6)} ${(det ? det.pValue.toFixed(3) : '—').padStart(7)}  ${alerts.join('; ') || '—'}`.trimEnd(),
+    );
+  }
+  return out;
+}
+
+/** The sentence of a model whose shifts concentrate on cache hits (the rule: src/report/slices.ts CACHE_RULE, docs/detection.md). */
+export function cacheSentence(m: ModelFigures): string {
+  const { hit, miss } = m.cache;
+  return `model ${m.model}: shifted on ${int(hit.shifted)} of ${int(hit.compared)} cache hits, ${int(miss.shifted)} of ${int(miss.compared)} misses: suspect the cache path (prefix cache / KV reuse)`;
+}
+
+/** The rule in words, for the reports. */
+export function cacheRuleText(d: Pick<SummaryData, 'cacheRule'>): string {
+  const r = d.cacheRule;
+  return `at least ${r.minPairs} hits and ${r.minPairs} misses compared, the hits' shifted share at least ${r.minShare} and at least ${r.ratio}× the misses'`;
+}
+
+/** The pair verdicts by whether the candidate's copy read from its prefix cache, per model; the sentence where shifts concentrate on hits. */
+function cacheLines(d: SummaryData): string[] {
+  const known = d.models.filter((m) => m.cache.hit.compared + m.cache.miss.compared > 0);
+  if (known.length === 0) return [];
+  const out = [
+    '',
+    "cache split (whether the candidate's copy read part of its prompt from its prefix cache, as its engine reported): pairs compared (not incomparable, not prompt_mismatch), shifted, verdicts",
+  ];
+  for (const m of known)
+    for (const c of CACHE_SPLITS) {
+      const cell = m.cache[c];
+      if (cell.compared === 0 && c === 'unknown') continue;
+      out.push(
+        `  ${d.models.length > 1 ? `${m.model.padEnd(20)} ` : ''}${c.padEnd(7)} ${int(cell.compared).padStart(7)} compared ${int(cell.shifted).padStart(7)} shifted  (${mix(cell.verdicts, VERDICT_ORDER)})`,
+      );
+    }
+  const suspects = d.models.filter((m) => m.cacheSuspect);
+  for (const m of suspects) out.push(`  ${cacheSentence(m)}`);
+  if (suspects.length === 0 && known.some((m) => m.cache.hit.shifted + m.cache.miss.shifted > 0))
+    out.push(`  the shifts do not concentrate on cache hits (${cacheRuleText(d)})`);
+  return out;
+}
+
+/** Each backend's path checks: decode-time logprobs against its own prefill of the same tokens. */
+function pathLines(d: SummaryData): string[] {
+  const out: string[] = [];
+  for (const p of d.paths) {
+    const checked = p.outcomes.ok;
+    const all = checked + p.outcomes.unsupported + p.outcomes.skipped + p.outcomes.failed;
+    out.push(
+      '',
+      `path check on the ${p.backend} (its decode-time logprobs against its own prefill of the same tokens): ${int(checked)} of ${int(all)} checked (unsupported ${int(p.outcomes.unsupported)}, skipped ${int(p.outcomes.skipped)}, failed ${int(p.outcomes.failed)}); ${mix(p.verdicts, [...PATH_VERDICTS].reverse())}`,
+    );
+    if (p.pairMaxShift.n > 0)
+      out.push(
+        `  per-pair path max shift: ${quantiles(p.pairMaxShift, [
+          ['p50', 0.5],
+          ['p90', 0.9],
+        ])}`,
+      );
+    const bad = p.models.filter((m) => m.verdicts.path_inconsistent > 0);
+    if (d.models.length > 1 && bad.length > 0)
+      out.push(
+        `  path_inconsistent by model: ${bad.map((m) => `${m.model} ${int(m.verdicts.path_inconsistent)} of ${int(PATH_VERDICTS.reduce((n, v) => n + m.verdicts[v], 0))}`).join(', ')}`,
+      );
+    if (p.verdicts.path_inconsistent > 0)
+      out.push(
+        `  path_inconsistent: the ${p.backend}'s decode path and its prefill disagree on the same tokens: suspect speculative/MTP decoding, prompt logprobs computed another way (an adapter's head), stale prefill buffers or decode-only kernels (docs/detection.md "Decode vs prefill")`,
+      );
+  }
+  return out;
+}
+
+/** What a backend alert's pooled share is over. */
+const ALERT_OVER: Partial<Record<string, string>> = {
+  LogprobSelfInconsistency: ' of the cold→warm repeat pairs',
+  LogprobPathInconsistency: ' of the path pairs',
+};
+
+/**
+ * An alert as the mirror's log line names it: `LogprobGlobalShift (model a3)`,
+ * `LogprobPathInconsistency (candidate, model a3)`; the model only when the input had more than one.
+ */
+export function alertName(a: SummaryData['alerts'][number], d: Pick<SummaryData, 'models'>): string {
+  const parts = [...(a.backend ? [a.backend] : []), ...(d.models.length > 1 ? [`model ${a.model}`] : [])];
+  return parts.length > 0 ? `${a.alert} (${parts.join(', ')})` : a.alert;
+}
+
 /** What the detectors would have raised over the pairs in input order. */
 function alertLines(d: SummaryData): string[] {
   const out: string[] = [];
@@ -329,11 +454,11 @@ function alertLines(d: SummaryData): string[] {
         : 'for 0 s';
     out.push(
       '',
-      `offline detectors (the pairs in capture order, each with the noise floor it was judged with above — the one in force online unless --config or --noise-floor replaced it; alert window ${cfg.window}, min ${cfg.minRequests}, fraction ${cfg.fireFraction}, ${timing} — the alert section of --config or the defaults: give serve's own to match its alerts):`,
+      `offline detectors (${d.models.length > 1 ? "each model's own, as online; " : ''}the pairs in capture order, each with the noise floor it was judged with above — the one in force online unless --config or --noise-floor replaced it; alert window ${cfg.window}, min ${cfg.minRequests}, fraction ${cfg.fireFraction}, ${timing} — the alert section of --config or the defaults: give serve's own to match its alerts):`,
     );
     for (const a of d.alerts)
       out.push(
-        `  ${a.alert}${a.backend ? ` (${a.backend})` : ''} would fire at pair ${int(a.atPair)}, id ${a.id} (${a.where}) (pooled share ${a.pooledShare.toFixed(2)}${a.alert === 'LogprobSelfInconsistency' ? ' of the cold→warm repeat pairs' : `, CUSUM ${a.cusum.toFixed(1)}`})`,
+        `  ${alertName(a, d)} would fire at pair ${int(a.atPair)}, id ${a.id} (${a.where}) (pooled share ${a.pooledShare.toFixed(2)}${ALERT_OVER[a.alert] ?? `, CUSUM ${a.cusum.toFixed(1)}`})`,
       );
   }
   return out;
