@@ -7,6 +7,7 @@
  * (between the `bench:detect` markers). Needs the built CLI (`npm run build`).
  *
  *   npm run bench:detect -- [--requests 40] [--seed 1] [--max-tokens 32] [--faults 'a;b'] [--no-write]
+ *   npm run bench:detect -- --canary [--budget 600] [--canary-alpha 0.01] [--canary-floor 0.002] [--flip-noise 0.002]
  */
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
@@ -67,8 +68,28 @@ const { values } = parseArgs({
     'llama-pairs': { type: 'string', default: '0' },
     /** A config to measure instead of the defaults, as JSON (`{"alert":{"minRequests":10}}`). */
     'config-json': { type: 'string', default: '{}' },
+    /** The race of LT, B3IT and logprobe's canaries (bench/canary-race.ts) instead of the fault table. */
+    canary: { type: 'boolean', default: false },
+    budget: { type: 'string', default: '600' },
+    'canary-alpha': { type: 'string', default: '0.01' },
+    'canary-floor': { type: 'string', default: '0.002' },
+    'flip-noise': { type: 'string', default: '0.002' },
   },
 });
+if (values.canary) {
+  const { runCanaryRace } = await import('./canary-race.js');
+  console.log(
+    await runCanaryRace({
+      seed: Number(values.seed),
+      budget: Number(values.budget),
+      alpha: Number(values['canary-alpha']),
+      floor: Number(values['canary-floor']),
+      flipNoise: Number(values['flip-noise']),
+      write: !values['no-write'],
+    }),
+  );
+  process.exit(0);
+}
 if (values.arl) {
   for (const name of ['pairs', 'auto-pairs', 'jobs', 'runs', 'cap', 'max-tokens', 'repeat-every'] as const) {
     const v = Number(values[name]);

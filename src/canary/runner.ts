@@ -148,6 +148,8 @@ export interface CanaryJudgement {
   maxShift: number | null;
   /** The sign-flip permutation test's p-value over the probes' mean logprob differences. */
   pValue: number;
+  /** Border probes (a built `gap`) whose first token flipped or moved by at least that gap. */
+  borderShifts: number;
   /** The round's reading in one line. */
   summary: string;
 }
@@ -164,35 +166,36 @@ const SHIFTS = new Set(['global_shift', 'early_shift', 'local_shift']);
 
 /**
  * Judges one round: changed when the probes' logprobs moved together (the permutation test's
- * p ≤ `alpha`: an exact false-alarm rate whatever the noise, as Log Probability Tracking's test) or
+ * p ≤ `alpha`: an exact false-alarm rate whatever the noise, as Log Probability Tracking's test),
  * when the pooled shifted share of their positions reaches `fireFraction` (the window alert's
- * rule); inconclusive when nothing was compared.
+ * rule), or when a border probe moved by its own gap ({@link borderShifted}); inconclusive when
+ * nothing was compared.
  */
 export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): CanaryJudgement {
-  const compared = pairs
-    .map((p) => p.result.comparison)
-    .filter((c): c is Comparison => c !== null && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch');
+  const compared = pairs.filter((p) => comparable(p.result.comparison));
   let shifted = 0;
-  let comparable = 0;
+  let comparablePositions = 0;
   let maxShift: number | null = null;
   const d: number[] = [];
-  for (const c of compared) {
+  for (const { result } of compared) {
+    const c = result.comparison!;
     const e = detectorEvidence(c);
     shifted += e.shifted;
-    comparable += e.comparable;
+    comparablePositions += e.comparable;
     if (e.maxShift !== null) maxShift = Math.max(maxShift ?? 0, e.maxShift);
     const v = pairDifference(c);
     if (v !== null) d.push(v);
   }
-  const pooledShare = comparable > 0 ? shifted / comparable : 0;
+  const pooledShare = comparablePositions > 0 ? shifted / comparablePositions : 0;
   const pValue = permutationPValue(d, o.permutations, mulberry32(o.seed));
-  const shiftedProbes = compared.filter((c) => SHIFTS.has(c.verdict)).length;
-  const verdict =
-    compared.length === 0 ? 'inconclusive' : pValue <= o.alpha || pooledShare >= o.fireFraction ? 'changed' : 'same';
+  const shiftedProbes = compared.filter((p) => SHIFTS.has(p.result.comparison!.verdict)).length;
+  const borderShifts = compared.filter(borderShifted).length;
+  const changed = pValue <= o.alpha || pooledShare >= o.fireFraction || borderShifts > 0;
+  const verdict = compared.length === 0 ? 'inconclusive' : changed ? 'changed' : 'same';
   const summary =
     compared.length === 0
       ? `inconclusive: none of ${pairs.length} probes could be compared`
-      : `${verdict}: ${shiftedProbes} of ${compared.length} probes shifted, pooled share ${pooledShare.toFixed(3)} (changed at ${o.fireFraction}), max shift ${formatNats(maxShift)} nats, permutation p ${pValue.toPrecision(3)} (changed at ≤ ${o.alpha})`;
+      : `${verdict}: ${shiftedProbes} of ${compared.length} probes shifted, pooled share ${pooledShare.toFixed(3)} (changed at ${o.fireFraction}), ${borderShifts} border probes moved by their gap, max shift ${formatNats(maxShift)} nats, permutation p ${pValue.toPrecision(3)} (changed at ≤ ${o.alpha})`;
   return {
     verdict,
     probes: pairs.length,
@@ -201,6 +204,26 @@ export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): Canar
     pooledShare,
     maxShift,
     pValue,
+    borderShifts,
     summary,
   };
+}
+
+const comparable = (c: Comparison | null): c is Comparison =>
+  c !== null && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch';
+
+/**
+ * Gap-weighted flip evidence at a border probe: its first token flipped, or some top-k logprob
+ * there moved by at least the probe's `gap` (the trusted side's top-1/top-2 gap that `canary
+ * build` measured). The force that flips a border input is its gap, and `canary build` keeps only
+ * gaps above flip noise, so a move that large is not noise (B3IT, arXiv 2602.11083, sees only the
+ * flip; the logprobs show the push before it flips). A probe with no measured gap gives none.
+ */
+export function borderShifted(p: CanaryPair): boolean {
+  const c = p.result.comparison;
+  const gap = p.probe.gap;
+  if (gap === null || gap <= 0 || !comparable(c)) return false;
+  if (c.firstDivergence === 0) return true;
+  const first = c.positions[0];
+  return first?.i === 0 && first.shift !== null && first.shift >= gap;
 }
