@@ -52,7 +52,13 @@ export function missingFromReference(probes: readonly CanaryProbe[], ref: Golden
 /** Runs one round per model, the probes one after another (a canary is a trickle, not a load). */
 export async function runCheck(o: CheckOptions): Promise<CheckRound[]> {
   const backends = checkBackends(o);
-  const runner = new CanaryRunner({ pipeline: new PairPipeline(backends), reference: o.reference, copy: o.copy });
+  // Each probe twice to the trusted side (the candidate against a reference): the spread test's null.
+  const runner = new CanaryRunner({
+    pipeline: new PairPipeline(backends),
+    reference: o.reference,
+    copy: o.copy,
+    self: true,
+  });
   const rounds: CheckRound[] = [];
   let done = 0;
   try {

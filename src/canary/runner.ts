@@ -23,6 +23,12 @@ export interface CanaryPair {
   result: PairResult;
   /** Prompt and generated tokens both sides spent (a recorded reference spends none). */
   tokens: number;
+  /**
+   * The trusted side's run-to-run spread on this probe: the baseline's second run compared with
+   * its first (against a reference, the candidate's second run with its first); null when a run
+   * failed, absent when the runner was not asked to measure it (`self`).
+   */
+  self?: Comparison | null;
 }
 
 /**
@@ -38,6 +44,12 @@ export class CanaryRunner {
       /** The recorded reference (candidate-only mode), or null with a live baseline. */
       reference: GoldenIndex | null;
       copy: Omit<CanaryCopyOptions, 'model'>;
+      /**
+       * Send each probe a second time to one side to measure its run-to-run spread (the
+       * baseline live; the candidate against a reference), for {@link judgeRound}'s spread test.
+       * Costs that side's tokens twice.
+       */
+      self?: boolean;
     },
   ) {}
 
@@ -46,9 +58,12 @@ export class CanaryRunner {
     const copy = probeCopy(probe, { ...this.o.copy, model });
     const ref = this.o.reference;
     if (ref === null) {
-      const run = await this.o.pipeline.run(copy, { thresholds, busy: false, repeat: null, path: null });
+      const repeat = this.o.self ? { backends: ['baseline' as const], flush: false } : null;
+      const run = await this.o.pipeline.run(copy, { thresholds, busy: false, repeat, path: null });
       const baseline = run.baseline!;
+      const again = run.repeats[0];
       return {
+        ...(this.o.self ? { self: again?.analysis ?? null } : {}),
         probe,
         model,
         request: run.request,
@@ -56,7 +71,8 @@ export class CanaryRunner {
         baseline,
         reference: false,
         result: run.result,
-        tokens: spent(run.candidate, copy.body) + spent(baseline, copy.body),
+        tokens:
+          spent(run.candidate, copy.body) + spent(baseline, copy.body) + (again ? spent(again.second, copy.body) : 0),
       };
     }
     const golden = ref.byKey.get(goldenKey(probe.route, probe.body));
@@ -80,13 +96,12 @@ export class CanaryRunner {
       };
     }
     // The recorded request, at most the canary's length: the reference holds no more.
-    const sent = await this.o.pipeline.send({
-      ...copy,
-      body: goldenBody(golden.request, this.o.copy.maxTokens),
-      payload: undefined,
-    } as typeof copy);
+    const recorded = { ...copy, body: goldenBody(golden.request, this.o.copy.maxTokens), payload: undefined };
+    const sent = await this.o.pipeline.send(recorded);
     const base = goldenSide(golden);
+    const again = this.o.self ? await this.o.pipeline.send(recorded) : null;
     return {
+      ...(again ? { self: analyzePair(again.candidate, sent.candidate, thresholds).comparison } : {}),
       probe,
       model,
       request: sent.request,
@@ -94,7 +109,7 @@ export class CanaryRunner {
       baseline: base,
       reference: true,
       result: analyzePair(sent.candidate, base, thresholds),
-      tokens: spent(sent.candidate, sent.request),
+      tokens: spent(sent.candidate, sent.request) + (again ? spent(again.candidate, again.request) : 0),
     };
   }
 }
@@ -128,11 +143,19 @@ export interface CanaryJudgement {
   maxShift: number | null;
   /** The sign-flip permutation test's p-value over the probes' mean logprob differences. */
   pValue: number;
+  /**
+   * The spread test's one-sided p-value: each probe's shift between the two sides against the
+   * trusted side's own run-to-run shift on it; null when the round measured no spread
+   * (the runner's `self`).
+   */
+  spreadPValue: number | null;
+  /** Probes the spread test compared (both the pair and the trusted side's repeat usable). */
+  spreadProbes: number;
   /** The round's reading in one line. */
   summary: string;
 }
 
-/** How a round is judged: `alpha` for the permutation test, `fireFraction` for the pooled share. */
+/** How a round is judged: `alpha` for the permutation tests, `fireFraction` for the pooled share. */
 export interface JudgeOptions {
   alpha: number;
   fireFraction: number;
@@ -142,45 +165,87 @@ export interface JudgeOptions {
 
 const SHIFTS = new Set(['global_shift', 'early_shift', 'local_shift']);
 
+const usable = (c: Comparison | null | undefined): c is Comparison =>
+  c !== null && c !== undefined && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch';
+
 /**
- * Judges one round: changed when the probes' logprobs moved together (the permutation test's
- * p ≤ `alpha`: an exact false-alarm rate whatever the noise, as Log Probability Tracking's test) or
- * when the pooled shifted share of their positions reaches `fireFraction` (the window alert's
- * rule); inconclusive when nothing was compared.
+ * Judges one round: changed when any of three rules says so, inconclusive when nothing was
+ * compared.
+ *
+ * 1. The pooled shifted share of the probes' positions reaches `fireFraction` (the window alert's
+ *    rule, at the analysis floor).
+ * 2. The probes' logprobs moved together: the sign-flip permutation test of the mean differences
+ *    |Σ dᵢ| has p ≤ `alpha` (Log Probability Tracking's test). A change that moves logprobs up
+ *    and down alike — weight noise, a state shift — cancels in Σ dᵢ and is not seen here.
+ * 3. The spread test, where the round measured the trusted side's run-to-run spread (each pair's
+ *    `self`): eᵢ = maxShift(candidate vs trusted) − maxShift(trusted vs itself), one-sided
+ *    sign-flip test of Σ eᵢ, changed at p ≤ `alpha`. If the candidate is the trusted build up to
+ *    noise, its run and the trusted side's second run are exchangeable, so eᵢ is symmetric about
+ *    0 and the p-value is exact, whatever the engine's noise (none on a deterministic engine:
+ *    every eᵢ = 0, p = 1). It sees a zero-mean change below the floor: all n probes shifted
+ *    more than the spread give p ≈ 2⁻ⁿ (≤ 0.01 from 7 probes on).
  */
 export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): CanaryJudgement {
-  const compared = pairs
-    .map((p) => p.result.comparison)
-    .filter((c): c is Comparison => c !== null && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch');
+  const compared = pairs.filter((p) => usable(p.result.comparison));
   let shifted = 0;
   let comparable = 0;
   let maxShift: number | null = null;
   const d: number[] = [];
-  for (const c of compared) {
-    const e = detectorEvidence(c);
-    shifted += e.shifted;
-    comparable += e.comparable;
-    if (e.maxShift !== null) maxShift = Math.max(maxShift ?? 0, e.maxShift);
+  const e: number[] = [];
+  for (const p of compared) {
+    const c = p.result.comparison!;
+    const ev = detectorEvidence(c);
+    shifted += ev.shifted;
+    comparable += ev.comparable;
+    if (ev.maxShift !== null) maxShift = Math.max(maxShift ?? 0, ev.maxShift);
     const v = pairDifference(c);
     if (v !== null) d.push(v);
+    if (usable(p.self) && c.maxShift !== null) e.push(c.maxShift - (p.self.maxShift ?? 0));
   }
   const pooledShare = comparable > 0 ? shifted / comparable : 0;
   const pValue = permutationPValue(d, o.permutations, mulberry32(o.seed));
-  const shiftedProbes = compared.filter((c) => SHIFTS.has(c.verdict)).length;
-  const verdict =
-    compared.length === 0 ? 'inconclusive' : pValue <= o.alpha || pooledShare >= o.fireFraction ? 'changed' : 'same';
-  const summary =
-    compared.length === 0
-      ? `inconclusive: none of ${pairs.length} probes could be compared`
-      : `${verdict}: ${shiftedProbes} of ${compared.length} probes shifted, pooled share ${pooledShare.toFixed(3)} (changed at ${o.fireFraction}), max shift ${formatNats(maxShift)} nats, permutation p ${pValue.toPrecision(3)} (changed at ≤ ${o.alpha})`;
-  return {
-    verdict,
+  const measured = pairs.some((p) => p.self !== undefined);
+  const spreadPValue = measured ? oneSidedPValue(e, o.permutations, mulberry32(o.seed)) : null;
+  const shiftedProbes = compared.filter((p) => SHIFTS.has(p.result.comparison!.verdict)).length;
+  const fired =
+    pValue <= o.alpha || pooledShare >= o.fireFraction || (spreadPValue !== null && spreadPValue <= o.alpha);
+  const j = {
+    verdict: compared.length === 0 ? 'inconclusive' : fired ? 'changed' : 'same',
     probes: pairs.length,
     compared: compared.length,
     shiftedProbes,
     pooledShare,
     maxShift,
     pValue,
-    summary,
-  };
+    spreadPValue,
+    spreadProbes: e.length,
+  } as const;
+  return { ...j, summary: judgementSummary(j, o) };
+}
+
+/** The round's reading in one line, with every figure and the threshold it is judged at. */
+function judgementSummary(j: Omit<CanaryJudgement, 'summary'>, o: JudgeOptions): string {
+  if (j.compared === 0) return `inconclusive: none of ${j.probes} probes could be compared`;
+  const spread =
+    j.spreadPValue === null ? '' : `, spread test p ${j.spreadPValue.toPrecision(3)} over ${j.spreadProbes} probes`;
+  return `${j.verdict}: ${j.shiftedProbes} of ${j.compared} probes shifted, pooled share ${j.pooledShare.toFixed(3)} (changed at ${o.fireFraction}), max shift ${formatNats(j.maxShift)} nats, permutation p ${j.pValue.toPrecision(3)}${spread} (${spread ? 'each ' : ''}changed at ≤ ${o.alpha})`;
+}
+
+/**
+ * The one-sided sign-flip p-value of Σ e: (1 + #{Σ ±eᵢ ≥ Σ eᵢ}) / (1 + B) over `permutations`
+ * random sign vectors. 1 for an empty set or Σ e ≤ 0 (no evidence the candidate moved more).
+ */
+export function oneSidedPValue(e: readonly number[], permutations: number, random: () => number): number {
+  let observed = 0;
+  for (const v of e) observed += v;
+  if (e.length === 0 || !(observed > 0)) return 1;
+  // Ties within rounding count as at least as extreme (a conservative p).
+  const eps = observed * 1e-12;
+  let extreme = 0;
+  for (let b = 0; b < permutations; b++) {
+    let sum = 0;
+    for (const v of e) sum += random() < 0.5 ? v : -v;
+    if (sum >= observed - eps) extreme++;
+  }
+  return (1 + extreme) / (1 + permutations);
 }
