@@ -4,7 +4,7 @@
  * whose weights carry 0.3% noise (`weight-noise:0.003`) moves each probe's logprobs by 0.015–0.024
  * nats — under the default floor of 0.1, and up as often as down, so neither the pooled share nor
  * the |Σd| permutation test sees it — and is judged changed (exit 1) by the spread test: every
- * probe shifted more than the baseline's own repeat of it (docs/detection.md "Canaries").
+ * probe shifted more than the baseline's own repeat of it (README "Canaries").
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
