@@ -93,6 +93,9 @@ export class CanaryProber {
       pipeline: this.deps.mirror.pairPipeline,
       reference,
       copy: { ...this.deps.config.mirror, maxTokens: c.maxTokens, topLogprobs: c.topLogprobs },
+      // The trusted side's own run-to-run spread on each probe, for the spread test: the same
+      // judgement as `canary check` (one more run of the trusted side per probe).
+      self: true,
     });
     this.deps.log.info(
       {
@@ -217,7 +220,8 @@ export class CanaryProber {
       topLogprobs: c.topLogprobs,
       model,
     }).body;
-    return estimateTokens(body) * (c.reference === null ? 2 : 1);
+    // Each run a probe takes: candidate and baseline and the baseline's repeat, or the candidate twice against a reference.
+    return estimateTokens(body) * (c.reference === null ? 3 : 2);
   }
 
   private charge(probe: CanaryProbe, model: string | null, tokens: number, bound: number): void {

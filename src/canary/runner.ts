@@ -23,8 +23,14 @@ export interface CanaryPair {
   result: PairResult;
   /** Prompt and generated tokens both sides spent (a recorded reference spends none). */
   tokens: number;
-  /** The most the same probe can cost next time: each side's prompt tokens as reported, plus the tokens it asks for. */
+  /** The most the same probe can cost next time: each run's prompt tokens as reported, plus the tokens it asks for. */
   bound: number;
+  /**
+   * The trusted side's run-to-run spread on this probe: the baseline's second run compared with
+   * its first (against a reference, the candidate's second run with its first); null when a run
+   * failed, absent when the runner was not asked to measure it (`self`).
+   */
+  self?: Comparison | null;
 }
 
 /**
@@ -40,6 +46,12 @@ export class CanaryRunner {
       /** The recorded reference (candidate-only mode), or null with a live baseline. */
       reference: GoldenIndex | null;
       copy: Omit<CanaryCopyOptions, 'model'>;
+      /**
+       * Send each probe a second time to one side to measure its run-to-run spread (the
+       * baseline live; the candidate against a reference), for {@link judgeRound}'s spread test.
+       * Costs that side's tokens twice.
+       */
+      self?: boolean;
     },
   ) {}
 
@@ -48,9 +60,12 @@ export class CanaryRunner {
     const copy = probeCopy(probe, { ...this.o.copy, model });
     const ref = this.o.reference;
     if (ref === null) {
-      const run = await this.o.pipeline.run(copy, { thresholds, busy: false, repeat: null, path: null });
+      const repeat = this.o.self ? { backends: ['baseline' as const], flush: false } : null;
+      const run = await this.o.pipeline.run(copy, { thresholds, busy: false, repeat, path: null });
       const baseline = run.baseline!;
+      const again = run.repeats[0];
       return {
+        ...(this.o.self ? { self: again?.analysis ?? null } : {}),
         probe,
         model,
         request: run.request,
@@ -58,8 +73,12 @@ export class CanaryRunner {
         baseline,
         reference: false,
         result: run.result,
-        tokens: spent(run.candidate, copy.body) + spent(baseline, copy.body),
-        bound: costBound(run.candidate, copy.body) + costBound(baseline, copy.body),
+        tokens:
+          spent(run.candidate, copy.body) + spent(baseline, copy.body) + (again ? spent(again.second, copy.body) : 0),
+        bound:
+          costBound(run.candidate, copy.body) +
+          costBound(baseline, copy.body) +
+          (this.o.self ? costBound(again?.second ?? baseline, copy.body) : 0),
       };
     }
     const golden = ref.byKey.get(goldenKey(probe.route, probe.body));
@@ -84,13 +103,12 @@ export class CanaryRunner {
       };
     }
     // The recorded request, at most the canary's length: the reference holds no more.
-    const sent = await this.o.pipeline.send({
-      ...copy,
-      body: goldenBody(golden.request, this.o.copy.maxTokens),
-      payload: undefined,
-    } as typeof copy);
+    const recorded = { ...copy, body: goldenBody(golden.request, this.o.copy.maxTokens), payload: undefined };
+    const sent = await this.o.pipeline.send(recorded);
     const base = goldenSide(golden);
+    const again = this.o.self ? await this.o.pipeline.send(recorded) : null;
     return {
+      ...(again ? { self: analyzePair(again.candidate, sent.candidate, thresholds).comparison } : {}),
       probe,
       model,
       request: sent.request,
@@ -98,8 +116,8 @@ export class CanaryRunner {
       baseline: base,
       reference: true,
       result: analyzePair(sent.candidate, base, thresholds),
-      tokens: spent(sent.candidate, sent.request),
-      bound: costBound(sent.candidate, sent.request),
+      tokens: spent(sent.candidate, sent.request) + (again ? spent(again.candidate, again.request) : 0),
+      bound: costBound(sent.candidate, sent.request) * (this.o.self ? 2 : 1),
     };
   }
 }
@@ -148,13 +166,21 @@ export interface CanaryJudgement {
   maxShift: number | null;
   /** The sign-flip permutation test's p-value over the probes' mean logprob differences. */
   pValue: number;
+  /**
+   * The spread test's one-sided p-value: each probe's shift between the two sides against the
+   * trusted side's own run-to-run shift on it; null when the round measured no spread
+   * (the runner's `self`).
+   */
+  spreadPValue: number | null;
+  /** Probes the spread test compared (both the pair and the trusted side's repeat usable). */
+  spreadProbes: number;
   /** Border probes (a built `gap`) whose first token flipped or moved by at least that gap. */
   borderShifts: number;
   /** The round's reading in one line. */
   summary: string;
 }
 
-/** How a round is judged: `alpha` for the permutation test, `fireFraction` for the pooled share. */
+/** How a round is judged: `alpha` for the permutation tests, `fireFraction` for the pooled share. */
 export interface JudgeOptions {
   alpha: number;
   fireFraction: number;
@@ -164,53 +190,96 @@ export interface JudgeOptions {
 
 const SHIFTS = new Set(['global_shift', 'early_shift', 'local_shift']);
 
+const usable = (c: Comparison | null | undefined): c is Comparison =>
+  c !== null && c !== undefined && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch';
+
 /**
- * Judges one round: changed when the probes' logprobs moved together (the permutation test's
- * p ≤ `alpha`: an exact false-alarm rate whatever the noise, as Log Probability Tracking's test),
- * when the pooled shifted share of their positions reaches `fireFraction` (the window alert's
- * rule), or when a border probe moved by its own gap ({@link borderShifted}); inconclusive when
- * nothing was compared.
+ * Judges one round: changed when any of four rules says so, inconclusive when nothing was
+ * compared.
+ *
+ * 1. The pooled shifted share of the probes' positions reaches `fireFraction` (the window alert's
+ *    rule, at the analysis floor).
+ * 2. The probes' logprobs moved together: the sign-flip permutation test of the mean differences
+ *    |Σ dᵢ| has p ≤ `alpha` (Log Probability Tracking's test). A change that moves logprobs up
+ *    and down alike — weight noise, a state shift — cancels in Σ dᵢ and is not seen here.
+ * 3. The spread test, where the round measured the trusted side's run-to-run spread (each pair's
+ *    `self`): eᵢ = maxShift(candidate vs trusted) − maxShift(trusted vs itself), one-sided
+ *    sign-flip test of Σ eᵢ, changed at p ≤ `alpha`. If the candidate is the trusted build up to
+ *    noise, its run and the trusted side's second run are exchangeable, so eᵢ is symmetric about
+ *    0 and the p-value is exact, whatever the engine's noise (none on a deterministic engine:
+ *    every eᵢ = 0, p = 1). It sees a zero-mean change below the floor: all n probes shifted
+ *    more than the spread give p ≈ 2⁻ⁿ (≤ 0.01 from 7 probes on).
  */
 export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): CanaryJudgement {
-  const compared = pairs.filter((p) => comparable(p.result.comparison));
+  const compared = pairs.filter((p) => usable(p.result.comparison));
   let shifted = 0;
-  let comparablePositions = 0;
+  let comparable = 0;
   let maxShift: number | null = null;
   const d: number[] = [];
-  for (const { result } of compared) {
-    const c = result.comparison!;
-    const e = detectorEvidence(c);
-    shifted += e.shifted;
-    comparablePositions += e.comparable;
-    if (e.maxShift !== null) maxShift = Math.max(maxShift ?? 0, e.maxShift);
+  const e: number[] = [];
+  for (const p of compared) {
+    const c = p.result.comparison!;
+    const ev = detectorEvidence(c);
+    shifted += ev.shifted;
+    comparable += ev.comparable;
+    if (ev.maxShift !== null) maxShift = Math.max(maxShift ?? 0, ev.maxShift);
     const v = pairDifference(c);
     if (v !== null) d.push(v);
+    if (usable(p.self) && c.maxShift !== null) e.push(c.maxShift - (p.self.maxShift ?? 0));
   }
-  const pooledShare = comparablePositions > 0 ? shifted / comparablePositions : 0;
+  const pooledShare = comparable > 0 ? shifted / comparable : 0;
   const pValue = permutationPValue(d, o.permutations, mulberry32(o.seed));
+  const measured = pairs.some((p) => p.self !== undefined);
+  const spreadPValue = measured ? oneSidedPValue(e, o.permutations, mulberry32(o.seed)) : null;
   const shiftedProbes = compared.filter((p) => SHIFTS.has(p.result.comparison!.verdict)).length;
   const borderShifts = compared.filter(borderShifted).length;
-  const changed = pValue <= o.alpha || pooledShare >= o.fireFraction || borderShifts > 0;
-  const verdict = compared.length === 0 ? 'inconclusive' : changed ? 'changed' : 'same';
-  const summary =
-    compared.length === 0
-      ? `inconclusive: none of ${pairs.length} probes could be compared`
-      : `${verdict}: ${shiftedProbes} of ${compared.length} probes shifted, pooled share ${pooledShare.toFixed(3)} (changed at ${o.fireFraction}), ${borderShifts} border probes moved by their gap, max shift ${formatNats(maxShift)} nats, permutation p ${pValue.toPrecision(3)} (changed at ≤ ${o.alpha})`;
-  return {
-    verdict,
+  const fired =
+    pValue <= o.alpha ||
+    pooledShare >= o.fireFraction ||
+    (spreadPValue !== null && spreadPValue <= o.alpha) ||
+    borderShifts > 0;
+  const j = {
+    verdict: compared.length === 0 ? 'inconclusive' : fired ? 'changed' : 'same',
     probes: pairs.length,
     compared: compared.length,
     shiftedProbes,
     pooledShare,
     maxShift,
     pValue,
+    spreadPValue,
+    spreadProbes: e.length,
     borderShifts,
-    summary,
-  };
+  } as const;
+  return { ...j, summary: judgementSummary(j, o) };
 }
 
-const comparable = (c: Comparison | null): c is Comparison =>
-  c !== null && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch';
+/** The round's reading in one line, with every figure and the threshold it is judged at. */
+function judgementSummary(j: Omit<CanaryJudgement, 'summary'>, o: JudgeOptions): string {
+  if (j.compared === 0) return `inconclusive: none of ${j.probes} probes could be compared`;
+  const spread =
+    j.spreadPValue === null ? '' : `, spread test p ${j.spreadPValue.toPrecision(3)} over ${j.spreadProbes} probes`;
+  const border = j.borderShifts > 0 ? `, ${j.borderShifts} border probes moved by their gap` : '';
+  return `${j.verdict}: ${j.shiftedProbes} of ${j.compared} probes shifted, pooled share ${j.pooledShare.toFixed(3)} (changed at ${o.fireFraction})${border}, max shift ${formatNats(j.maxShift)} nats, permutation p ${j.pValue.toPrecision(3)}${spread} (${spread ? 'each ' : ''}changed at ≤ ${o.alpha})`;
+}
+
+/**
+ * The one-sided sign-flip p-value of Σ e: (1 + #{Σ ±eᵢ ≥ Σ eᵢ}) / (1 + B) over `permutations`
+ * random sign vectors. 1 for an empty set or Σ e ≤ 0 (no evidence the candidate moved more).
+ */
+export function oneSidedPValue(e: readonly number[], permutations: number, random: () => number): number {
+  let observed = 0;
+  for (const v of e) observed += v;
+  if (e.length === 0 || !(observed > 0)) return 1;
+  // Ties within rounding count as at least as extreme (a conservative p).
+  const eps = observed * 1e-12;
+  let extreme = 0;
+  for (let b = 0; b < permutations; b++) {
+    let sum = 0;
+    for (const v of e) sum += random() < 0.5 ? v : -v;
+    if (sum >= observed - eps) extreme++;
+  }
+  return (1 + extreme) / (1 + permutations);
+}
 
 /**
  * Gap-weighted flip evidence at a border probe: its first token flipped, or some top-k logprob
@@ -222,7 +291,7 @@ const comparable = (c: Comparison | null): c is Comparison =>
 export function borderShifted(p: CanaryPair): boolean {
   const c = p.result.comparison;
   const gap = p.probe.gap;
-  if (gap === null || gap <= 0 || !comparable(c)) return false;
+  if (gap === null || gap <= 0 || !usable(c)) return false;
   if (c.firstDivergence === 0) return true;
   const first = c.positions[0];
   return first?.i === 0 && first.shift !== null && first.shift >= gap;

@@ -7,6 +7,7 @@ import { analyzeCommand } from './analyze.js';
 import { replayCommand } from './replay.js';
 import { recordCommand } from './record.js';
 import { probeCommand } from './probe.js';
+import { canaryCommand } from './canary.js';
 
 /** A command factory: builds the commander Command; `setExit` records the exit code. */
 export type CommandFactory = (setExit: (code: number) => void) => Command;
@@ -19,6 +20,7 @@ export const commands: CommandFactory[] = [
   replayCommand,
   recordCommand,
   probeCommand,
+  canaryCommand,
   demoCommand,
   engineCommand,
 ];

@@ -317,7 +317,7 @@ const sections = z.strictObject({
       maxTokens: positiveInt.max(64, { error: 'expected a whole number from 1 to 64' }).default(4),
       topLogprobs: positiveInt.max(20, { error: 'expected a whole number from 1 to 20' }).default(20),
       reference: z.string({ error: 'expected a golden file path, or null' }).min(1).nullable().default(null),
-      tokensPerHour: positiveInt.default(50_000),
+      tokensPerHour: positiveInt.default(100_000),
       maxCandidateInFlight: positiveInt.default(64),
       alpha: positiveNumber.max(0.5, { error: 'expected a p-value threshold in (0, 0.5]' }).default(0.01),
     })

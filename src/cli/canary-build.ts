@@ -1,0 +1,174 @@
+import { writeFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
+import { Command } from 'commander';
+import type { CommandFactory } from './commands.js';
+import { noInput, unwritableFile, usageError } from '../errors/index.js';
+import { backendUrlFlag, numberArg } from './options.js';
+import { startProgress } from './progress.js';
+import { checkWritable } from './report-file.js';
+import { writeOut } from './stdout.js';
+import { configFrom } from './thresholds.js';
+import { resolveInputs } from '../capture/reader.js';
+import { scoringOptions } from '../backend/client.js';
+import {
+  chooseProbes,
+  FLIP_NOISE_GAP,
+  measureGaps,
+  probeLines,
+  readCaptures,
+  readPrompts,
+  type BuildInput,
+  type Chosen,
+  type Measured,
+} from '../canary/build.js';
+
+interface BuildFlags {
+  from?: string[];
+  prompts?: string;
+  backend?: string;
+  out?: string;
+  count: number;
+  perRoute?: number;
+  minGap: number;
+  concurrency: number;
+  config?: string;
+}
+
+const HELP = `
+Chooses canary probes by worth. Each candidate prompt (--from: captures, or directories of them;
+--prompts: prompt-set lines as replay and record read them, or plain text, one completions prompt
+a line) is sent once to the trusted --backend, greedy, one token with canary.topLogprobs
+alternatives, and its first token's top-1/top-2 gap is measured: a small gap is a border input,
+whose argmax any change of the logits moves or flips. Gaps below --min-gap (default ${FLIP_NOISE_GAP} nats) flip on
+run-to-run noise alone and are skipped. The kept prompts are spread round-robin over the (route,
+model) slices, each slice smallest gap first, up to --count (at most --per-route a slice).
+
+--out is a probe file (JSONL: {"id", "route", "body", "gap", "model"?}), which is also a prompt set:
+  logprobe record PROBES.jsonl --backend TRUSTED --out ref.jsonl   # the reference for --reference
+  logprobe canary check --candidate NEW --reference ref.jsonl --probes PROBES.jsonl
+
+Exit codes:
+  0  probes written
+  1  no probe could be kept (every prompt failed or sat below the flip-noise floor); said why
+  2  usage error: a missing or bad flag, --from and --prompts both or neither, an unreadable input,
+     an unwritable --out, no prompt in the inputs
+`;
+
+/** `logprobe canary build (--from CAPTURE… | --prompts FILE) --backend URL --out PROBES.jsonl`. */
+export const canaryBuildCommand: CommandFactory = (setExit) =>
+  new Command('build')
+    .description('choose canary probes from captures or prompts: smallest first-token gaps on the trusted backend')
+    .option('--from <captures...>', 'captures (.jsonl or .jsonl.gz) or directories of them')
+    .option('--prompts <file>', 'a prompt set, or plain text with one prompt per line')
+    .option('--backend <url>', 'the trusted build to measure on')
+    .option('--out <file>', 'the probe file to write (JSONL)')
+    .option('--count <n>', 'probes to keep', numberArg('--count', { min: 1, integer: true }), 32)
+    .option(
+      '--per-route <n>',
+      'probes per (route, model) slice at most',
+      numberArg('--per-route', { min: 1, integer: true }),
+    )
+    .option(
+      '--min-gap <nats>',
+      'the flip-noise floor: smaller gaps are skipped',
+      numberArg('--min-gap', { min: 0 }),
+      FLIP_NOISE_GAP,
+    )
+    .option(
+      '--concurrency <n>',
+      'prompts in flight at once',
+      numberArg('--concurrency', { min: 1, max: 256, integer: true }),
+      4,
+    )
+    .option(
+      '-c, --config <file>',
+      'take baseline.apiKey, timeouts, canary.topLogprobs and mirror.seed from a YAML config',
+    )
+    .addHelpText('after', HELP)
+    .action(async (flags: BuildFlags) => setExit(await build(flags)));
+
+/** The build: inputs read, gaps measured, probes chosen and written; the summary; the exit code. */
+async function build(flags: BuildFlags): Promise<number> {
+  if ((flags.from === undefined) === (flags.prompts === undefined))
+    throw usageError('give one of --from CAPTURE… and --prompts FILE');
+  const backend = backendUrlFlag('--backend', flags.backend);
+  if (flags.out === undefined) throw usageError('--out FILE is required (the probe file to write)');
+  const out = resolve(flags.out);
+  const config = configFrom(flags);
+  const input =
+    flags.from !== undefined
+      ? await readCaptures((await resolveInputs(flags.from)).files)
+      : await readPrompts(flags.prompts!);
+  const where = flags.from?.join(', ') ?? flags.prompts!;
+  if (input.candidates.length === 0) throw noInput(`no prompt to measure in ${where}${firstSkip(input)}`);
+  await checkWritable(out);
+  const progress = startProgress({
+    label: 'canary build',
+    total: input.candidates.length,
+    unit: 'items',
+    lines: false,
+  });
+  let measured: Measured[];
+  try {
+    measured = await measureGaps(input.candidates, {
+      backend: {
+        url: backend,
+        timeoutMs: config.baseline.timeoutMs,
+        connectTimeoutMs: config.baseline.connectTimeoutMs,
+        idleTimeoutMs: config.baseline.idleTimeoutMs,
+        apiKey: config.baseline.apiKey,
+      },
+      tlsInsecure: config.tlsInsecure,
+      rewrite: { ...config.mirror, topLogprobs: config.canary.topLogprobs },
+      scoring: { ...scoringOptions(config), when: 'never' },
+      concurrency: flags.concurrency,
+      onMeasured: (done) => progress.update(done),
+    });
+  } finally {
+    progress.stop();
+  }
+  const chosen = chooseProbes(measured, { count: flags.count, perSlice: flags.perRoute ?? null, minGap: flags.minGap });
+  if (chosen.probes.length > 0) {
+    try {
+      await writeFile(out, probeLines(chosen.probes), { mode: 0o600 });
+    } catch (err) {
+      throw unwritableFile(out, err);
+    }
+  }
+  void writeOut(`${buildSummary(input, measured, chosen, { where, backend, out, minGap: flags.minGap }).join('\n')}\n`);
+  return chosen.probes.length > 0 ? 0 : 1;
+}
+
+function firstSkip(input: BuildInput): string {
+  const first = Object.values(input.firstSkip)[0];
+  return first ? ` (first skipped: ${first})` : '';
+}
+
+const counts = (r: Record<string, number>): string =>
+  Object.entries(r)
+    .map(([k, n]) => `${n} ${k}`)
+    .join(', ');
+
+/** What the build did, in three lines: read, measured, kept (each with what it skipped and why). */
+function buildSummary(
+  input: BuildInput,
+  measured: readonly Measured[],
+  chosen: Chosen,
+  o: { where: string; backend: string; out: string; minGap: number },
+): string[] {
+  const ok = measured.filter((m) => 'gap' in m).length;
+  const readSkips = counts(input.skipped);
+  const chooseSkips = counts(chosen.skipped);
+  return [
+    `read ${input.lines} lines from ${o.where}: ${input.candidates.length} distinct prompts${readSkips ? `; skipped ${readSkips}` : ''}`,
+    `measured ${ok} of ${measured.length} on ${o.backend} (first-token top-1/top-2 gap; flip-noise floor ${o.minGap} nats)${chosen.firstError ? `; first failure: ${chosen.firstError}` : ''}`,
+    chosen.probes.length > 0
+      ? `kept ${chosen.probes.length} probes over ${chosen.slices} (route, model) slices to ${o.out}, gaps ${gapRange(chosen)} nats${chooseSkips ? `; skipped ${chooseSkips}` : ''}`
+      : `kept no probe: nothing written to ${o.out}${chooseSkips ? `; skipped ${chooseSkips}` : ''}`,
+  ];
+}
+
+function gapRange(chosen: Chosen): string {
+  const gaps = chosen.probes.map((p) => p.gap ?? 0);
+  return `${Math.min(...gaps).toPrecision(3)} to ${Math.max(...gaps).toPrecision(3)}`;
+}
