@@ -3,7 +3,7 @@ import { detectorEvidence, formatNats, type Comparison, type Thresholds } from '
 import { permutationPValue, pairDifference } from '../core/permutation.js';
 import { mulberry32 } from '../core/random.js';
 import { analyzePair, type PairResult } from '../pair/analyze.js';
-import type { PairPipeline } from '../pair/pipeline.js';
+import type { PairCopy, PairPipeline } from '../pair/pipeline.js';
 import { goldenBody } from '../replay/golden-run.js';
 import { goldenKey, goldenSide, type GoldenIndex } from '../replay/golden.js';
 import { probeCopy, type CanaryCopyOptions, type CanaryProbe } from './probes.js';
@@ -81,6 +81,17 @@ export class CanaryRunner {
           (this.o.self ? costBound(again?.second ?? baseline, copy.body) : 0),
       };
     }
+    return this.againstReference(probe, model, copy, ref, thresholds);
+  }
+
+  /** The candidate alone, compared with the answer the reference recorded for the same probe. */
+  private async againstReference(
+    probe: CanaryProbe,
+    model: string | null,
+    copy: PairCopy,
+    ref: GoldenIndex,
+    thresholds: Thresholds,
+  ): Promise<CanaryPair> {
     const golden = ref.byKey.get(goldenKey(probe.route, probe.body));
     if (golden === undefined) {
       const missing: BackendResult = {
