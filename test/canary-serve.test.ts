@@ -14,8 +14,12 @@ import { request } from 'undici';
 import { createSimModel, startEngineServer, type SimOptions } from '@logprobe/engine';
 import type { AlertTransition } from '../src/core/detector.js';
 import type { MirroredPair } from '../src/pair/types.js';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
+import { tempDir } from './helpers/capture.js';
+import { runCli } from './helpers/cli.js';
 
 const engine = (o: SimOptions = {}) =>
   startEngineServer({ model: createSimModel({ seed: 5, id: 'm', ...o }), api: 'vllm' });
@@ -83,8 +87,10 @@ test('an idle serve with canaries: a state-shift fault fires LogprobCanaryShift 
   const alerts: Array<AlertTransition & { t: number }> = [];
   const pairs: MirroredPair[] = [];
   const INTERVAL = 2;
+  const dir = tempDir(t);
   const lp = await startLogprobe(
     {
+      capture: { enabled: true, dir },
       candidate: { url: sw.url },
       baseline: { url: base.url },
       mirror: { sampleRate: 0 },
@@ -121,6 +127,22 @@ test('an idle serve with canaries: a state-shift fault fires LogprobCanaryShift 
   const resolved = alerts.find((a) => a.to === 'resolved')!;
   assert.ok(resolved.t - redeployed <= 2 * INTERVAL * 1000 + 1000, 'resolved within two intervals of the redeploy');
   assert.equal(alerts.filter((a) => a.to === 'firing').length, 1, 'fired once');
+  // Offline: the capture holds the canary pairs, and analyze counts them apart from traffic.
+  await lp.close();
+  const files = readdirSync(dir).map((f) => join(dir, f));
+  const text = await runCli(['analyze', ...files], { timeoutMs: 60_000 });
+  assert.equal(text.code, 0, text.stderr);
+  assert.match(text.stdout, /^pairs 0, compared 0/, 'no traffic: no mirrored pair');
+  const rounds = new Set(pairs.map((p) => p.canary!.round)).size;
+  const shifted = pairs.filter((p) => p.analysis?.verdict === 'global_shift').length;
+  assert.match(text.stdout, new RegExp(`model m: ${pairs.length} probes in ${rounds} rounds: global_shift ${shifted}`));
+  const json = await runCli(['analyze', '--json', ...files], { timeoutMs: 60_000 });
+  const lines = json.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { canary?: { round: number } });
+  assert.equal(lines.length, pairs.length);
+  assert.ok(lines.every((l) => typeof l.canary?.round === 'number'));
 });
 
 test('the token budget holds: probes stop before canary.tokensPerHour would be passed, counted as budget', async (t) => {

@@ -223,6 +223,7 @@ function pairJson(r: AnalysedRecord): Record<string, unknown> {
     model: r.slice.model,
     cache: r.slice.cache,
     ...(r.paths.length > 0 ? { paths: r.paths.map(pathJson) } : {}),
+    ...(r.record.canary !== undefined ? { canary: r.record.canary } : {}),
   };
   return result.comparison ? { ...result.comparison, ...where } : { verdict: null, ...where };
 }

@@ -132,6 +132,13 @@ async function analyzeRecord(o: AnalyzeFilesOptions, file: string, line: number,
   );
   const slice = recordSlice(record);
   const paths = recordPaths(record).map((p) => rejudgePath(p, o.overrides.noiseFloor));
+  if (record.canary !== undefined) {
+    // A canary's pair: its round was judged online; it is counted apart, never as traffic.
+    o.summary.addCanary(slice.model, record.canary.round, result.comparison?.verdict ?? null);
+    const wait = o.onPair?.({ file, line, record, result, thresholds, slice, paths });
+    if (wait) await wait;
+    return;
+  }
   o.summary.add({
     file,
     line,

@@ -120,6 +120,18 @@ function flipCurveSection(d: SummaryData, ctx: HtmlContext): string {
   return `<section id="flip-curve-section"><h2>Flip share by gap (the threshold model)</h2><p>Every comparable position, by the baseline's gap between its top two tokens (the force a flip there needs); a flip is a pair's first divergence. Float noise flips only near-ties; a systematic shift of size s flips the tokens whose gap is below about s.</p>${chart}<p id="flip-stop">${esc(flipStopSentence(fc, ctx.gapAmbiguous, d.positionShift))}</p></section>`;
 }
 
+/** Canary pairs, counted apart: per model, the rounds and their probes' verdicts. */
+function canarySection(d: SummaryData): string {
+  if (d.canaries.length === 0) return '';
+  const rows = d.canaries.map((c) => {
+    const verdicts = VERDICT_ORDER.filter((v) => (c.verdicts[v] ?? 0) > 0)
+      .map((v) => `<span class="badge v-${v}">${v}</span> ${int(c.verdicts[v] ?? 0)}`)
+      .join(' ');
+    return `<tr data-model="${esc(c.model)}"><th scope="row">${esc(c.model)}</th><td class="num">${int(c.rounds)}</td><td class="num">${int(c.pairs)}</td><td>${verdicts}</td></tr>`;
+  });
+  return `<section id="canaries"><h2>Canaries</h2><p class="muted">logprobe's own probes, judged online per round (LogprobCanaryShift); not in the figures above.</p><table><thead><tr><th>model</th><th>rounds</th><th>probes</th><th>verdicts</th></tr></thead><tbody>${rows.join('')}</tbody></table></section>`;
+}
+
 function verdictSection(d: SummaryData): string {
   const rows = VERDICT_ORDER.map(
     (v) =>
@@ -268,7 +280,7 @@ export function renderHtml(d: SummaryData, ctx: HtmlContext): string {
 <title>${esc(ctx.title)}</title><link rel="icon" href="data:,"><style>${HTML_STYLE}</style></head>
 <body><header><h1>${esc(ctx.title)}</h1>
 <p class="muted">Inputs: ${ctx.inputs.map((f) => `<code>${esc(f)}</code>`).join(', ')}. Thresholds: ${esc(ctx.thresholds)}.</p></header>
-<main>${verdictSection(d)}${modelsSection(d)}${cacheSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}${pathSection(d)}
+<main>${verdictSection(d)}${modelsSection(d)}${cacheSection(d)}${ctx.health ? healthHtml(ctx.health) : ''}${alerts}${pathSection(d)}${canarySection(d)}
 <section id="shift"><h2>Position shift (free-running)</h2><p>max |lp<sub>c</sub>(t) − lp<sub>b</sub>(t)| over the tokens both top-k lists hold, at every comparable free-running position (${int(d.positionShift.n)}: up to each pair's divergence; the teacher-forced positions are in each strip and the worst table).</p>${shiftChart(d.positionShift, d.noiseFloors)}</section>
 <section id="flips"><h2>Flip gap</h2><p>At the first divergence, the force a flip needs: lp<sub>b</sub>(A) − lp<sub>b</sub>(B)${d.flips.lowerBound ? `; ${int(d.flips.lowerBound)} are lower bounds (the candidate's token outside the baseline's top-k)` : ''}.</p>${flipChart(d, ctx)}<table class="flips"><tbody>${flips}</tbody></table></section>${flipCurveSection(d, ctx)}
 ${keySection(d, ctx)}${worstSection(d, ctx.top ?? 10)}

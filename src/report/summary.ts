@@ -103,6 +103,11 @@ export interface SummaryData {
   paths: PathFigures[];
   /** Pairs without a baseline (baseline-free mode): only their repeats say anything. */
   baselineFree: number;
+  /**
+   * Canary pairs (logprobe's own probes, config canary): judged online per round, never in the
+   * figures above; per model, the rounds and the verdicts of their probes.
+   */
+  canaries: Array<{ model: string; rounds: number; pairs: number; verdicts: Partial<Record<Verdict, number>> }>;
   /** Repeat probes per backend: self verdicts, the shift between the runs, and how many had their first run cold for sure. */
   repeats: Array<{
     backend: Backend;
@@ -217,6 +222,28 @@ export class Summary {
   constructor(private readonly options: SummaryOptions = {}) {
     this.strips = new StripSelector(options.worst ?? 100, options.sample ?? 400);
     this.slices = new OfflineSlices({ alert: options.alert, permutation: options.permutation });
+  }
+
+  private readonly canaryStats = new Map<
+    string,
+    { rounds: Set<number>; pairs: number; verdicts: Partial<Record<Verdict, number>> }
+  >();
+
+  /**
+   * Adds one canary pair (a record with `canary`): counted apart by model, round and verdict, and
+   * nothing else — logprobe's own probes are not the traffic, and their rounds were judged online.
+   */
+  addCanary(model: string, round: number, verdict: Verdict | null): void {
+    let c = this.canaryStats.get(model);
+    if (c === undefined) {
+      // As bounded as the models of the traffic (the capture's slices).
+      if (this.canaryStats.size >= 1000) return;
+      c = { rounds: new Set(), pairs: 0, verdicts: {} };
+      this.canaryStats.set(model, c);
+    }
+    if (c.rounds.size < 100_000) c.rounds.add(round);
+    c.pairs++;
+    if (verdict !== null) c.verdicts[verdict] = (c.verdicts[verdict] ?? 0) + 1;
   }
 
   /** Adds one pair. */
@@ -488,6 +515,12 @@ export class Summary {
       cacheRule: CACHE_RULE,
       paths: this.pathData(),
       baselineFree: this.baselineFree,
+      canaries: [...this.canaryStats].map(([model, c]) => ({
+        model,
+        rounds: c.rounds.size,
+        pairs: c.pairs,
+        verdicts: { ...c.verdicts },
+      })),
       repeats: this.repeatData(),
       alertConfig: this.options.alert ?? null,
       scoring: {

@@ -136,7 +136,7 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   if (!(d.compared === 0 && d.baselineFree > 0)) out.push(...verdictLines(d), ...shiftLines(d), ...flipLines(d, ctx));
   out.push(...modelLines(d), ...cacheLines(d));
   out.push(...flipCurveLines(d, ctx), ...scoringLines(d), ...repeatLines(d), ...pathLines(d));
-  out.push(...alertLines(d), ...worstLines(d, ctx));
+  out.push(...alertLines(d), ...canaryLines(d), ...worstLines(d, ctx));
   // Baseline-free, health (KL, relative error) has no second backend to measure: said, not a block of n/a.
   if (ctx.health && d.compared === 0 && d.baselineFree > 0)
     out.push(
@@ -147,6 +147,19 @@ export function renderSummaryText(d: SummaryData, ctx: ReportContext): string {
   if (d.skipped > 0) out.push('', `skipped lines: ${int(d.skipped)} (reported on stderr)`);
   out.push('', `note: ${ABSENCE_NOTE}`);
   return `${out.join('\n')}\n`;
+}
+
+/** Canary pairs, counted apart: per model, the rounds and the verdicts of their probes. */
+function canaryLines(d: SummaryData): string[] {
+  if (d.canaries.length === 0) return [];
+  const out = ['', "canaries (logprobe's own probes, judged online per round; not in the figures above)"];
+  for (const c of d.canaries) {
+    const verdicts = VERDICT_ORDER.filter((v) => (c.verdicts[v] ?? 0) > 0)
+      .map((v) => `${v} ${int(c.verdicts[v] ?? 0)}`)
+      .join(', ');
+    out.push(`  model ${c.model}: ${int(c.pairs)} probes in ${int(c.rounds)} rounds${verdicts ? `: ${verdicts}` : ''}`);
+  }
+  return out;
 }
 
 /** What was read and compared, why the rest was not, the thresholds. */
