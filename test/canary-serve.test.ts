@@ -120,6 +120,22 @@ test('an idle serve with canaries: a state-shift fault fires LogprobCanaryShift 
   assert.ok(metricValue(m, 'logprobe_canary_probes_total', { outcome: 'ok' })! >= 12);
   assert.ok(metricValue(m, 'logprobe_canary_tokens_total', {})! > 0);
   assert.equal(metricValue(m, 'logprobe_alert_firing', { alert: 'LogprobCanaryShift', model: 'm' }), 1);
+  // The live page: the canary pairs tagged, the traffic's verdict mix untouched, the model's canary alert firing.
+  const live = (await (await request(`${lp.adminUrl}/ui/data`)).body.json()) as {
+    data: {
+      pairs: Array<{ canary?: { round: number } }>;
+      verdicts: Record<string, number>;
+      models: Array<{ model: string; alerts: Array<{ alert: string; phase: string }> }>;
+    };
+  };
+  assert.ok(live.data.pairs.length > 0 && live.data.pairs.every((p) => p.canary !== undefined));
+  assert.equal(
+    Object.values(live.data.verdicts).reduce((a, b) => a + b, 0),
+    0,
+    'canary pairs are not in the verdict mix',
+  );
+  const row = live.data.models.find((m) => m.model === 'm');
+  assert.equal(row?.alerts.find((a) => a.alert === 'LogprobCanaryShift')?.phase, 'firing');
   // The redeploy: the same server without the fault.
   const redeployed = Date.now();
   sw.to(clean.url);

@@ -94,6 +94,8 @@ test(`nine models, ${SHIFTED} shifted: /ui/data has a row per model, ${SHIFTED} 
         'LogprobSelfInconsistency/baseline',
         'LogprobPathInconsistency/candidate',
         'LogprobPathInconsistency/baseline',
+        'LogprobPromptMismatch',
+        'LogprobCanaryShift',
       ],
     );
     // The row's figures are the slice's own gauges.

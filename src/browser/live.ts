@@ -141,6 +141,8 @@
     LogprobSustainedShift: 'sustained',
     LogprobSelfInconsistency: 'self',
     LogprobPathInconsistency: 'path',
+    LogprobPromptMismatch: 'prompt',
+    LogprobCanaryShift: 'canary',
   };
 
   function pvalueText(p: number): string {
@@ -456,7 +458,14 @@
     if (p.model !== undefined) {
       // Its model slice and the candidate's prefix cache, in the card's head.
       const head = card.querySelector('.strip-head') || card;
-      const tag = el('span', 'pair-model', 'model ' + p.model + (p.cache ? ' \u00b7 cache ' + p.cache : ''));
+      const tag = el(
+        'span',
+        'pair-model',
+        (p.canary ? 'canary ' + p.canary.probe + ' (round ' + p.canary.round + ') \u00b7 ' : '') +
+          'model ' +
+          p.model +
+          (p.cache && !p.canary ? ' \u00b7 cache ' + p.cache : ''),
+      );
       tag.setAttribute('data-model', p.model);
       head.appendChild(tag);
     }

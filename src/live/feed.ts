@@ -59,6 +59,8 @@ export interface LivePair {
   /** Its model slice and whether the candidate's copy read from its prefix cache (absent: the pair carried no slice). */
   model?: string;
   cache?: CacheSplit;
+  /** A canary's pair (logprobe's own probe): its probe and round; not in the verdict mix. */
+  canary?: { probe: string; round: number };
   outcome: MirrorOutcome;
   /** The pair's verdict; null when it was not compared (see outcome) or baseline-free. */
   verdict: Verdict | null;
@@ -309,7 +311,7 @@ export class LiveFeed {
     this.outcomes[pair.outcome] = (this.outcomes[pair.outcome] ?? 0) + 1;
     this.noiseFloor = pair.noiseFloor;
     const verdict = pair.analysis && pair.outcome !== 'unparseable' ? pair.analysis.verdict : null;
-    if (verdict !== null && pair.baseline !== null) this.verdicts[verdict]++;
+    if (verdict !== null && pair.baseline !== null && pair.canary === undefined) this.verdicts[verdict]++;
     this.models.onPair(pair, verdict);
     const repeats = (pair.repeats ?? []).map((r) => ({ backend: r.backend, verdict: r.verdict, probe: r.probe }));
     for (const r of repeats) if (r.verdict !== null) this.self[r.backend][r.verdict]++;
@@ -322,6 +324,7 @@ export class LiveFeed {
       ts: pair.ts,
       route: pair.route,
       ...(pair.slice ? { model: pair.slice.model, cache: pair.slice.cache } : {}),
+      ...(pair.canary ? { canary: { probe: cut(pair.canary.probe, ID_CHARS), round: pair.canary.round } } : {}),
       outcome: pair.outcome,
       verdict: pair.baseline === null ? null : verdict,
       prompt: this.config.capture.includePrompts ? promptExcerpt(pair.request) : null,

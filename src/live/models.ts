@@ -59,7 +59,7 @@ export interface LiveModel {
   cusum: number;
   pvalue?: number;
   pvaluePairs?: number;
-  /** Its alerts: LogprobGlobalShift, LogprobSustainedShift, then LogprobSelfInconsistency and LogprobPathInconsistency per backend. */
+  /** Its alerts: LogprobGlobalShift, LogprobSustainedShift, LogprobSelfInconsistency and LogprobPathInconsistency per backend, LogprobPromptMismatch, LogprobCanaryShift. */
   alerts: LiveAlert[];
   /** How many of them fire now (`firing` or `resolving`): what orders the rows, worst first. */
   firing: number;
@@ -133,8 +133,9 @@ export class LiveModels {
     return c;
   }
 
-  /** A mirrored pair: its slice's count, its verdict (when compared against a baseline), its path checks. */
+  /** A mirrored pair: its slice's count, its verdict (when compared against a baseline), its path checks. A canary's pair is not traffic: its alert says what its rounds found. */
   onPair(pair: MirroredPair, verdict: Verdict | null): void {
+    if (pair.canary !== undefined) return;
     const c = this.of(this.key(pair));
     c.pairs++;
     if (verdict !== null && pair.baseline !== null) c.verdicts[verdict]++;
@@ -164,7 +165,7 @@ export class LiveModels {
 
   /** An alert transition of a slice (one without a model is the caller's single detector: not a row's). */
   onAlert(t: AlertTransition): void {
-    if (t.model === undefined || !(this.counts.has(t.model) || this.last.size < (this.bound + 2) * 6)) return;
+    if (t.model === undefined || !(this.counts.has(t.model) || this.last.size < (this.bound + 2) * 8)) return;
     this.last.set(alertKey(t.model, t.alert, t.backend), { to: t.to, at: t.at * 1000, evidence: t.evidence });
   }
 
@@ -201,6 +202,8 @@ export class LiveModels {
           ...BACKENDS.map((b) =>
             liveAlert('LogprobPathInconsistency', d.path[b].global, last('LogprobPathInconsistency', b), b),
           ),
+          liveAlert('LogprobPromptMismatch', d.prompt.global, last('LogprobPromptMismatch')),
+          liveAlert('LogprobCanaryShift', d.canary, last('LogprobCanaryShift')),
         ]
       : [];
     const path = { candidate: c?.path.candidate ?? null, baseline: c?.path.baseline ?? null };
