@@ -272,8 +272,12 @@ export class ReplayGates {
     }
   }
 
-  /** One test case per model: its gate (the verdict gate and every --gate on its prompts alone). */
+  /**
+   * One test case per model: its gate (the verdict gate and every --gate on its prompts alone);
+   * with one model the suites above are its gate already, as the text shows its table only then.
+   */
   private modelCases(models: readonly ModelGate[]): void {
+    if (models.length < 2) return;
     const suite = `gate by model (--fail-on ${this.failOn.size ? [...this.failOn].join(',') : 'none'}${this.specs.length ? `; ${this.specs.map((g) => g.name).join(', ')}` : ''})`;
     for (const m of models) {
       const counts = Object.entries({ ...m.verdicts, ...m.uncompared })
