@@ -21,13 +21,20 @@
  *   temperature 0 without logprobs, round-robin; fires at the first flip (the paper's flip rule
  *   at T = 0; the website's daily series rule — window 14, σ_k 4, |Δ| 0.2, persistence 3,
  *   cooldown 10 — needs ≥ 3 daily rounds of 200 queries and is not what is raced).
- * - Canaries: the pool ranked as `canary build` ranks it (first-token gap, smallest first, at or
- *   above --flip-noise), the first 12; CanaryRunner against the recorded reference
- *   (candidate-only mode, no baseline spent), maxTokens 4, topLogprobs 20, judgeRound over the
- *   last 12 pairs after every probe (alpha α, fireFraction 0.5, 999 permutations), the
- *   comparisons at a noise floor of --canary-floor (default 0.002 nats: the same flip-noise figure
- *   `canary build` assumes, above the 1.3e-3 nats at which llama.cpp noise flipped a token here,
- *   docs/detection.md).
+ * - Canaries: the pool ranked by worth per token (`--canary-rank cost`, the default): a canary
+ *   fires when its first token moves by the floor (the comparison) or by its gap (the border
+ *   rule), so it needs a move of min(floor, gap), and costs its prompt + generated tokens; the 12
+ *   smallest min(floor, gap) × cost at or above --flip-noise, ties by gap (`--canary-rank gap`:
+ *   the 12 smallest gaps, as before). CanaryRunner against the recorded reference (candidate-only
+ *   mode, no baseline spent), topLogprobs 20, each length of --canary-tokens (default 1 and 2)
+ *   its own column, judgeRound over the last 12 pairs after every probe (alpha α, fireFraction
+ *   0.5, 999 permutations), the comparisons at a noise floor of --canary-floor (default 0.002
+ *   nats: the same flip-noise figure `canary build` assumes, above the 1.3e-3 nats at which
+ *   llama.cpp noise flipped a token here, docs/detection.md).
+ * - decode-state:0 is a change only later tokens show (the first generated token is clean): the
+ *   price of a 1-token canary.
+ * - A method that fires on a no-change class is marked † in the change table: its detections are
+ *   not at the others' false-alarm rate (n/a at α).
  * - No-change classes run the whole budget and count every evaluation that fired.
  */
 import { cpus } from 'node:os';
@@ -38,7 +45,7 @@ import { Backends } from '../src/backend/client.js';
 import type { BackendResult } from '../src/backend/dispatch.js';
 import { createUpstreamPool } from '../src/backend/pool.js';
 import { DEFAULT_PROBES, probeCopy, type CanaryProbe } from '../src/canary/probes.js';
-import { CanaryRunner, judgeRound, spent, type CanaryPair } from '../src/canary/runner.js';
+import { CanaryRunner, costBound, judgeRound, spent, type CanaryPair } from '../src/canary/runner.js';
 import { DEFAULT_THRESHOLDS, type Thresholds } from '../src/core/index.js';
 import { mulberry32 } from '../src/core/random.js';
 import { PairPipeline } from '../src/pair/pipeline.js';
@@ -64,6 +71,10 @@ export interface RaceOptions {
   floor: number;
   /** Reference gaps below this are flip noise: `canary build` does not pick them. */
   flipNoise: number;
+  /** The canaries' lengths raced (`canary.maxTokens`), one column each. */
+  canaryTokens: number[];
+  /** How the canaries are chosen: by gap alone, or by gap × cost (prompt + generated tokens). */
+  rank: 'gap' | 'cost';
   write: boolean;
 }
 
@@ -71,9 +82,10 @@ const PERMUTATIONS = 999;
 const LT_REF = 100;
 const B3IT_K = 20;
 const CANARIES = 12;
-const CANARY_COPY = { topLogprobs: 20, maxTokens: 4, seed: 0, extraParams: {} };
-const METHODS = ['LT', 'LT, 100 ref.', 'B3IT', 'canaries'] as const;
-type Method = (typeof METHODS)[number];
+const canaryCopy = (maxTokens: number) => ({ topLogprobs: 20, maxTokens, seed: 0, extraParams: {} });
+const canaryMethod = (t: number): string => `canaries, ${t} token${t === 1 ? '' : 's'}`;
+const methods = (o: RaceOptions): string[] => ['LT', 'LT, 100 ref.', 'B3IT', ...o.canaryTokens.map(canaryMethod)];
+type Method = string;
 
 const CHANGES = [
   'weight-noise:0.01',
@@ -82,6 +94,7 @@ const CHANGES = [
   'weights:f16',
   'kv:q8_0',
   'zero-layer:1',
+  'decode-state:0',
 ];
 const NO_CHANGE = ['twin (same seed, clean)', 'batch:8 vs batch:1', 'restarted server'] as const;
 
@@ -151,36 +164,49 @@ interface Reference {
   lt: TopK[];
   b3it: BorderInput<CanaryProbe>[];
   canaries: BorderInput<CanaryProbe>[];
-  golden: GoldenIndex;
+  /** The canaries' recorded answers, per length raced. */
+  golden: Map<number, GoldenIndex>;
 }
 
 async function record(url: string, o: RaceOptions): Promise<Reference> {
   const lt: TopK[] = [];
   for (let i = 0; i < LT_REF; i++) lt.push(firstTopK((await post(url, '/v1/completions', LT_BODY)).body));
-  const byKey = new Map<string, GoldenRecord & { line: number }>();
+  const byKey = new Map(o.canaryTokens.map((t) => [t, new Map<string, GoldenRecord & { line: number }>()]));
   const ranked: BorderInput<CanaryProbe>[] = [];
   let line = 0;
   for (const probe of pool()) {
-    const copy = probeCopy(probe, { ...CANARY_COPY, model: 'm' });
-    const answer = await post(url, probe.route, copy.body);
     const token = textOf((await post(url, probe.route, b3itBody(probe))).body);
-    ranked.push({ probe: { ...probe, gap: gapOf(firstTopK(answer.body)) }, token, gap: gapOf(firstTopK(answer.body)) });
-    const rec = { request: copy.body, baseline: { ...answer, latencyMs: answer.latencyMs }, line: ++line };
-    byKey.set(goldenKey(probe.route, probe.body), rec as unknown as GoldenRecord & { line: number });
+    line++;
+    let measured: BorderInput<CanaryProbe> | null = null;
+    for (const t of o.canaryTokens) {
+      const copy = probeCopy(probe, { ...canaryCopy(t), model: 'm' });
+      const answer = await post(url, probe.route, copy.body);
+      const gap = gapOf(firstTopK(answer.body));
+      // The cost `canary build` ranks by: prompt tokens + the tokens the shortest length asks.
+      measured ??= { probe: { ...probe, gap }, token, gap, cost: costBound(answer, copy.body) };
+      const rec = { request: copy.body, baseline: answer, line };
+      byKey.get(t)!.set(goldenKey(probe.route, probe.body), rec as unknown as GoldenRecord & { line: number });
+    }
+    ranked.push(measured!);
   }
-  const golden: GoldenIndex = {
-    file: '(recorded in memory)',
-    records: byKey.size,
-    byKey,
-    problems: [],
-    minTopK: 20,
-    minScoredTopK: null,
-    minMaxTokens: 4,
-  };
+  const golden = new Map(
+    [...byKey].map(([t, k]): [number, GoldenIndex] => [
+      t,
+      {
+        file: '(recorded in memory)',
+        records: k.size,
+        byKey: k,
+        problems: [],
+        minTopK: 20,
+        minScoredTopK: null,
+        minMaxTokens: t,
+      },
+    ]),
+  );
   return {
     lt,
     b3it: selectBorderInputs(ranked, B3IT_K),
-    canaries: selectCanaries(ranked, CANARIES, o.flipNoise),
+    canaries: selectCanaries(ranked, CANARIES, o.flipNoise, o.rank === 'cost' ? { floor: o.floor } : undefined),
     golden,
   };
 }
@@ -238,14 +264,23 @@ function b3itStep(url: string, ref: Reference): Step {
   };
 }
 
-function canaryStep(url: string, ref: Reference, o: RaceOptions): { step: Step; close: () => Promise<unknown> } {
+function canaryStep(
+  url: string,
+  ref: Reference,
+  o: RaceOptions,
+  maxTokens: number,
+): { step: Step; close: () => Promise<unknown> } {
   const upstream = { url, timeoutMs: 30_000, connectTimeoutMs: 5_000, idleTimeoutMs: 30_000 };
   const p = createUpstreamPool(upstream, { tlsInsecure: false, connections: 1, maxHeaderSize: 64 * 1024 });
   const backends = new Backends(
     { candidate: { ...upstream, pool: p, ownsPool: true, headers: { role: 'candidate' } }, baseline: null },
     { when: 'never', maxPositions: 0, topK: 20, engines: { candidate: 'auto', baseline: 'auto' } },
   );
-  const runner = new CanaryRunner({ pipeline: new PairPipeline(backends), reference: ref.golden, copy: CANARY_COPY });
+  const runner = new CanaryRunner({
+    pipeline: new PairPipeline(backends),
+    reference: ref.golden.get(maxTokens)!,
+    copy: canaryCopy(maxTokens),
+  });
   const thresholds: Thresholds = { ...DEFAULT_THRESHOLDS, noiseFloor: o.floor };
   const pairs: CanaryPair[] = [];
   let i = 0;
@@ -270,17 +305,20 @@ async function allMethods(
   o: RaceOptions,
   toTheEnd: boolean,
 ): Promise<Record<Method, Outcome>> {
-  const canary = canaryStep(url, ref, o);
-  try {
-    return {
-      LT: await race(ltStep(url, ref, o, 'equal'), o.budget, toTheEnd),
-      'LT, 100 ref.': await race(ltStep(url, ref, o, 'all'), o.budget, toTheEnd),
-      B3IT: await race(b3itStep(url, ref), o.budget, toTheEnd),
-      canaries: await race(canary.step, o.budget, toTheEnd),
-    };
-  } finally {
-    await canary.close();
+  const out: Record<Method, Outcome> = {
+    LT: await race(ltStep(url, ref, o, 'equal'), o.budget, toTheEnd),
+    'LT, 100 ref.': await race(ltStep(url, ref, o, 'all'), o.budget, toTheEnd),
+    B3IT: await race(b3itStep(url, ref), o.budget, toTheEnd),
+  };
+  for (const t of o.canaryTokens) {
+    const canary = canaryStep(url, ref, o, t);
+    try {
+      out[canaryMethod(t)] = await race(canary.step, o.budget, toTheEnd);
+    } finally {
+      await canary.close();
+    }
   }
+  return out;
 }
 
 async function withEngine<T>(seed: number, fault: string | null, f: (e: LlamaEngineProcess) => Promise<T>): Promise<T> {
@@ -319,40 +357,79 @@ async function measure(o: RaceOptions): Promise<{ results: Results; refs: Refere
   }
 }
 
-const cell = (x: Outcome, budget: number): string =>
-  x.detectedAt === null ? `not within ${budget}` : `**${x.detectedAt}**`;
+const cell = (x: Outcome, budget: number, mark: string): string =>
+  x.detectedAt === null ? `not within ${budget}` : `**${x.detectedAt}**${mark}`;
+
+/**
+ * How each canary column compares, change by change, with every other method — the false-alarming
+ * ones included (the stricter reading): strictly fewer tokens, a tie, or more.
+ */
+function verdicts(r: Results, all: readonly Method[], o: RaceOptions): string[] {
+  const others = all.filter((k) => !k.startsWith('canaries'));
+  return o.canaryTokens.map((t) => {
+    const c = canaryMethod(t);
+    const won: string[] = [];
+    const not: string[] = [];
+    for (const [f, m] of r.changes) {
+      const mine = m[c]!.detectedAt ?? Infinity;
+      const best = Math.min(...others.map((k) => m[k]!.detectedAt ?? Infinity));
+      if (mine < best) won.push(f);
+      else if (mine === Infinity) not.push(`${f} (no method within ${o.budget})`);
+      else not.push(`${f} (${mine} against ${best}${mine === best ? ', a tie' : ''})`);
+    }
+    return `- ${c}: fewer tokens than every other method on ${won.length} of ${r.changes.size} changes${not.length > 0 ? `; not on ${not.join(', ')}` : ''}.`;
+  });
+}
 
 function report(r: Results, refs: Reference, o: RaceOptions, seconds: number): string {
-  const head = `| change | ${METHODS.join(' | ')} | canaries' largest shift (nats) |\n| --- |${METHODS.map(() => ' --- |').join('')} --- |`;
-  const shift = (x: Outcome): string => (x.maxShift === null ? '—' : x.maxShift.toExponential(1));
+  const all = methods(o);
+  // A method that fired on a no-change class is not at the others' false-alarm rate: its
+  // detections are marked †, n/a at α (they are shown, not compared as equals).
+  const alarmed = new Set(all.filter((k) => [...r.quiet.values()].some((m) => m[k]!.fires > 0)));
+  const mark = (k: Method): string => (alarmed.has(k) ? ' †' : '');
+  const canaries = all.filter((k) => k.startsWith('canaries'));
+  const head = `| change | ${all.join(' | ')} | canaries' largest shift (nats) |\n| --- |${all.map(() => ' --- |').join('')} --- |`;
+  const shift = (m: Record<Method, Outcome>): string =>
+    canaries.map((k) => (m[k]!.maxShift === null ? '—' : m[k]!.maxShift.toExponential(1))).join(' / ');
   const rows = [...r.changes].map(
-    ([f, m]) => `| ${f} | ${METHODS.map((k) => cell(m[k], o.budget)).join(' | ')} | ${shift(m.canaries)} |`,
+    ([f, m]) => `| ${f} | ${all.map((k) => cell(m[k]!, o.budget, mark(k))).join(' | ')} | ${shift(m)} |`,
   );
   const quiet = [...r.quiet].map(
     ([c, m]) =>
-      `| ${c} | ${METHODS.map((k) => `${m[k].fires} of ${m[k].evaluations} (${m[k].spent} tokens)`).join(' | ')} | ${shift(m.canaries)} |`,
+      `| ${c} | ${all.map((k) => `${m[k]!.fires} of ${m[k]!.evaluations} (${m[k]!.spent} tokens)`).join(' | ')} | ${shift(m)} |`,
   );
   const chart = asciiChart(
     [...r.changes].map(([f, m]) => ({
       label: f,
-      values: METHODS.map((k) => ({ series: k, value: m[k].detectedAt })),
+      values: all.map((k) => ({ series: k, value: m[k]!.detectedAt })),
     })),
     { width: 40, max: o.budget, unit: 'tokens' },
   );
   const gaps = (b: BorderInput<CanaryProbe>[]): string =>
     `${b[0]?.gap.toExponential(1) ?? '—'}–${b.at(-1)?.gap.toExponential(1) ?? '—'}`;
+  const evals = canaries.map((k) => [...r.quiet.values()].reduce((n, m) => n + m[k]!.evaluations, 0));
   return [
-    `${new Date().toISOString().slice(0, 10)}, ${cpus()[0]?.model.trim() ?? 'unknown CPU'} (${cpus().length} cores, shared), Node ${process.version}; llama.cpp engines threads 1, seed ${o.seed}; α = ${o.alpha} per test for LT and the canaries' permutation test; budget ${o.budget} candidate tokens per method and class; canary floor ${o.floor} nats, flip noise ${o.flipNoise}; B3IT border gaps ${gaps(refs.b3it)}, canary gaps ${gaps(refs.canaries)} (${refs.canaries.map((c) => c.probe.id).join(', ')}). ${seconds.toFixed(0)} s in all.`,
+    `${new Date().toISOString().slice(0, 10)}, ${cpus()[0]?.model.trim() ?? 'unknown CPU'} (${cpus().length} cores, shared), Node ${process.version}; llama.cpp engines threads 1, seed ${o.seed}; α = ${o.alpha} per test for LT and the canaries' permutation test; budget ${o.budget} candidate tokens per method and class; canary floor ${o.floor} nats, flip noise ${o.flipNoise}, canaries chosen by ${o.rank === 'cost' ? 'worth per token (min(floor, gap) × (prompt + generated tokens), smallest first)' : 'gap'}; B3IT border gaps ${gaps(refs.b3it)}, canary gaps ${gaps(refs.canaries)} (${refs.canaries.map((c) => `${c.probe.id} ${c.cost ?? '?'}`).join(', ')}: id and tokens a query at the shortest length). ${seconds.toFixed(0)} s in all.`,
     '',
     'Probe tokens (prompt + generated, candidate side) spent up to the query that fired:',
     '',
     head,
     ...rows,
     '',
+    alarmed.size > 0
+      ? `† fired on a no-change class below (${[...alarmed].join('; ')}): not at the others' false-alarm rate, so n/a at α — shown, not counted as a win.`
+      : 'No method fired on a no-change class.',
+    '',
     'No-change classes, the whole budget: evaluations that fired, of all evaluations (every evaluation after a query):',
     '',
     head.replace('| change |', '| no-change class |'),
     ...quiet,
+    '',
+    `The canaries' in-control run: ${canaries.map((k, i) => `${k} ${[...r.quiet.values()].reduce((n, m) => n + m[k]!.fires, 0)} fires in ${evals[i]} evaluations`).join(', ')} over the ${r.quiet.size} no-change classes.`,
+    '',
+    'Each canary length against every other method (the † ones included):',
+    '',
+    ...verdicts(r, all, o),
     '',
     '```text',
     chart,

@@ -76,6 +76,26 @@ test('B3IT takes the smallest gaps; canary build the smallest at or above flip n
   );
 });
 
+test('canary build by worth per token: min(floor, gap) × cost, smallest first, ties by gap', () => {
+  const c = [
+    { gap: 0.007, cost: 4 },
+    { gap: 0.03, cost: 3 },
+    { gap: 0.001, cost: 2 },
+    { gap: 0.05, cost: 3 },
+    { gap: 0.003, cost: 9 },
+  ].map((x, i) => ({ probe: i, token: 't', ...x }));
+  // At floor 0.002 every kept gap needs the floor: the cheapest first, then the smaller gap.
+  assert.deepEqual(
+    selectCanaries(c, 3, 0.002, { floor: 0.002 }).map((b) => b.probe),
+    [1, 3, 0],
+  );
+  // At floor 0.1 the gap is the move needed: gap × cost (0.028, 0.09, 0.15, 0.027).
+  assert.deepEqual(
+    selectCanaries(c, 2, 0.002, { floor: 0.1 }).map((b) => b.probe),
+    [4, 0],
+  );
+});
+
 test("judgeRound's border evidence: a border probe's first token moved by its gap, or flipped", () => {
   const pair = (gap: number | null, shift: number, firstDivergence: number | null = null): CanaryPair =>
     ({
