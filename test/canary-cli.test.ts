@@ -163,6 +163,8 @@ test('canary build: probes by first-token gap, round-robin over (route, model) s
     out,
     '--count',
     '9',
+    '--rank',
+    'gap',
   ]);
   assert.equal(r.code, 0, r.stderr + r.stdout);
   assert.match(

@@ -117,7 +117,14 @@ export async function readPrompts(file: string): Promise<BuildInput> {
 }
 
 /** A candidate measured: its first token's top-1/top-2 gap, or why it has none. */
-export type Measured = { candidate: BuildCandidate; gap: number } | { candidate: BuildCandidate; error: string };
+export type Measured =
+  | {
+      candidate: BuildCandidate;
+      gap: number;
+      /** The prompt tokens the backend read (`usage.prompt_tokens`); null when it did not say. */
+      promptTokens: number | null;
+    }
+  | { candidate: BuildCandidate; error: string };
 
 /** What measuring needs: the trusted backend, the rewrite (one token, top-k), pacing. */
 export interface MeasureOptions {
@@ -176,14 +183,23 @@ async function measureOne(client: BackendClient, c: BuildCandidate, rewrite: Rew
   const top = parsed.steps[0]?.top.filter(([, lp]) => Number.isFinite(lp)) ?? [];
   if (parsed.steps.length === 0) return { candidate: c, error: parsed.error ?? 'no logprobs in the answer' };
   if (top.length < 2) return { candidate: c, error: 'fewer than two alternatives at the first token' };
-  return { candidate: c, gap: Math.max(0, top[0]![1] - top[1]![1]) };
+  const usage = (r.body as { usage?: { prompt_tokens?: unknown } } | null)?.usage;
+  const promptTokens = typeof usage?.prompt_tokens === 'number' ? usage.prompt_tokens : null;
+  return { candidate: c, gap: Math.max(0, top[0]![1] - top[1]![1]), promptTokens };
 }
 
-/** How the measured candidates are chosen: how many, at most how many per slice, the flip-noise floor. */
+/** How the measured candidates are chosen: how many, at most how many per slice, the flip-noise floor, the order. */
 export interface ChooseOptions {
   count: number;
   perSlice: number | null;
   minGap: number;
+  /**
+   * `gap`: the smallest first-token gap first. `cost` (with `floor`, the noise floor the probes
+   * are judged at, and `maxTokens`, the tokens each probe generates): the most worth per token
+   * first — a probe fires when its first token moves by min(floor, gap), so the smallest
+   * min(floor, gap) × (prompt tokens + maxTokens) first, ties by gap.
+   */
+  rank?: { by: 'gap' } | { by: 'cost'; floor: number; maxTokens: number };
 }
 
 /** The chosen probes and what was left out, by reason. */
@@ -197,13 +213,14 @@ export interface Chosen {
 
 /**
  * The probes by worth: the measured candidates above `minGap`, each (route, model) slice sorted
- * by gap (smallest first), taken round-robin over the slices — every slice gets probes — until
- * `count` (at most `perSlice` a slice).
+ * by `rank` (the smallest gap, or the most worth per token, first), taken round-robin over the
+ * slices — every slice gets probes — until `count` (at most `perSlice` a slice).
  */
 export function chooseProbes(measured: readonly Measured[], o: ChooseOptions): Chosen {
   const skipped: Record<string, number> = {};
   let firstError: string | null = null;
-  const slices = new Map<string, Array<{ c: BuildCandidate; gap: number }>>();
+  const slices = new Map<string, Array<{ c: BuildCandidate; gap: number; key: number }>>();
+  const rank = o.rank ?? { by: 'gap' };
   for (const m of measured) {
     if ('error' in m) {
       skipped['failed'] = (skipped['failed'] ?? 0) + 1;
@@ -216,9 +233,11 @@ export function chooseProbes(measured: readonly Measured[], o: ChooseOptions): C
     }
     const key = `${m.candidate.route} ${m.candidate.model ?? ''}`;
     if (!slices.has(key)) slices.set(key, []);
-    slices.get(key)!.push({ c: m.candidate, gap: m.gap });
+    const cost = rank.by === 'cost' ? (m.promptTokens ?? promptEstimate(m.candidate.body)) + rank.maxTokens : 1;
+    const worth = rank.by === 'cost' ? Math.min(rank.floor, m.gap) * cost : m.gap;
+    slices.get(key)!.push({ c: m.candidate, gap: m.gap, key: worth });
   }
-  const queues = [...slices.values()].map((q) => q.sort((a, b) => a.gap - b.gap));
+  const queues = [...slices.values()].map((q) => q.sort((a, b) => a.key - b.key || a.gap - b.gap));
   const cap = o.perSlice ?? Infinity;
   const probes: CanaryProbe[] = [];
   for (let round = 0; round < cap && probes.length < o.count; round++) {
@@ -254,4 +273,10 @@ export function probeLines(probes: readonly CanaryProbe[]): string {
     )
     .join('\n')
     .concat(probes.length > 0 ? '\n' : '');
+}
+
+/** A prompt's tokens when the backend did not say: about four bytes a token. */
+function promptEstimate(body: Readonly<Record<string, unknown>>): number {
+  const prompt = body.prompt ?? body.messages ?? '';
+  return Math.ceil(Buffer.byteLength(typeof prompt === 'string' ? prompt : JSON.stringify(prompt), 'utf8') / 4);
 }

@@ -1,6 +1,6 @@
 import { writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { noInput, unwritableFile, usageError } from '../errors/index.js';
 import { backendUrlFlag, numberArg } from './options.js';
@@ -30,6 +30,7 @@ interface BuildFlags {
   count: number;
   perRoute?: number;
   minGap: number;
+  rank: 'cost' | 'gap';
   concurrency: number;
   config?: string;
 }
@@ -41,7 +42,10 @@ a line) is sent once to the trusted --backend, greedy, one token with canary.top
 alternatives, and its first token's top-1/top-2 gap is measured: a small gap is a border input,
 whose argmax any change of the logits moves or flips. Gaps below --min-gap (default ${FLIP_NOISE_GAP} nats) flip on
 run-to-run noise alone and are skipped. The kept prompts are spread round-robin over the (route,
-model) slices, each slice smallest gap first, up to --count (at most --per-route a slice).
+model) slices up to --count (at most --per-route a slice), each slice by --rank: cost (the
+default) puts the most worth per token first — a probe fires when its first token moves by
+min(floor, gap), floor being analysis.noiseFloor, so the smallest min(floor, gap) × (its prompt
+tokens + canary.maxTokens) first; gap puts the smallest gap first whatever the prompt's length.
 
 --out is a probe file (JSONL: {"id", "route", "body", "gap", "model"?}), which is also a prompt set:
   logprobe record PROBES.jsonl --backend TRUSTED --out ref.jsonl   # the reference for --reference
@@ -73,6 +77,11 @@ export const canaryBuildCommand: CommandFactory = (setExit) =>
       'the flip-noise floor: smaller gaps are skipped',
       numberArg('--min-gap', { min: 0 }),
       FLIP_NOISE_GAP,
+    )
+    .addOption(
+      new Option('--rank <order>', 'cost: most worth per token first; gap: smallest gap first')
+        .choices(['cost', 'gap'])
+        .default('cost'),
     )
     .option(
       '--concurrency <n>',
@@ -127,7 +136,16 @@ async function build(flags: BuildFlags): Promise<number> {
   } finally {
     progress.stop();
   }
-  const chosen = chooseProbes(measured, { count: flags.count, perSlice: flags.perRoute ?? null, minGap: flags.minGap });
+  const floor = config.analysis.noiseFloor;
+  const chosen = chooseProbes(measured, {
+    count: flags.count,
+    perSlice: flags.perRoute ?? null,
+    minGap: flags.minGap,
+    rank:
+      flags.rank === 'gap' || typeof floor !== 'number'
+        ? { by: 'gap' }
+        : { by: 'cost', floor, maxTokens: config.canary.maxTokens },
+  });
   if (chosen.probes.length > 0) {
     try {
       await writeFile(out, probeLines(chosen.probes), { mode: 0o600 });
