@@ -44,7 +44,8 @@ import { spawnLlamaEngine, type LlamaEngineProcess } from '@logprobe/engine';
 import { Backends } from '../src/backend/client.js';
 import type { BackendResult } from '../src/backend/dispatch.js';
 import { createUpstreamPool } from '../src/backend/pool.js';
-import { DEFAULT_PROBES, probeCopy, type CanaryProbe } from '../src/canary/probes.js';
+import { probeCopy, type CanaryProbe } from '../src/canary/probes.js';
+import { generatedInput } from '../src/canary/build.js';
 import { CanaryRunner, costBound, judgeRound, spent, type CanaryPair } from '../src/canary/runner.js';
 import { DEFAULT_THRESHOLDS, type Thresholds } from '../src/core/index.js';
 import { mulberry32 } from '../src/core/random.js';
@@ -103,17 +104,8 @@ const NO_CHANGE = ['twin (same seed, clean)', 'batch:8 vs batch:1', 'restarted s
  * one-character prompt (B3IT's one-token inputs) and every two-letter lowercase prompt.
  */
 function pool(): CanaryProbe[] {
-  const short = (id: string, prompt: string): CanaryProbe => ({
-    id,
-    route: '/v1/completions',
-    body: { prompt },
-    gap: null,
-  });
-  const out: CanaryProbe[] = [...DEFAULT_PROBES];
-  for (let c = 32; c < 127; c++) out.push(short(`char-${c}`, String.fromCharCode(c)));
-  const letters = 'abcdefghijklmnopqrstuvwxyz';
-  for (const a of letters) for (const b of letters) out.push(short(a + b, a + b));
-  return out;
+  // The same set `logprobe canary build --generated` measures.
+  return generatedInput().candidates.map((c) => ({ id: c.id, route: c.route, body: c.body, gap: null }));
 }
 
 async function post(url: string, path: string, body: Record<string, unknown>): Promise<BackendResult> {

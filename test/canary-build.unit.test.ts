@@ -59,3 +59,20 @@ test('rank cost: the smallest min(floor, gap) × (prompt tokens + maxTokens) fir
     ['said-short', 'unsaid-long'],
   );
 });
+
+test('the generated set: the built-in probes, 95 one-character and 676 two-letter prompts, each once, named', async () => {
+  const { generatedInput } = await import('../src/canary/build.js');
+  const { DEFAULT_PROBES } = await import('../src/canary/probes.js');
+  const g = generatedInput();
+  assert.equal(g.candidates.length, DEFAULT_PROBES.length + 95 + 676);
+  assert.deepEqual(g.skipped, {});
+  assert.equal(new Set(g.candidates.map((c) => c.id)).size, g.candidates.length, 'distinct ids');
+  assert.deepEqual(
+    g.candidates.slice(DEFAULT_PROBES.length, DEFAULT_PROBES.length + 2).map((c) => [c.id, c.body.prompt]),
+    [
+      ['char-32', ' '],
+      ['char-33', '!'],
+    ],
+  );
+  assert.equal(g.candidates.at(-1)!.id, 'zz');
+});

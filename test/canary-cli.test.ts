@@ -235,8 +235,9 @@ test('canary build: probes by first-token gap, round-robin over (route, model) s
     /^measured 0 of 11 on http:\/\/127\.0\.0\.1:1 .*; first failure: prompts\.txt:1: ECONNREFUSED/m,
   );
   for (const [args, message] of [
-    [['--backend', base.url, '--out', out], /give one of --from CAPTURE… and --prompts FILE/],
+    [['--backend', base.url, '--out', out], /give one of --from CAPTURE…, --prompts FILE and --generated/],
     [['--prompts', prompts, '--from', prompts, '--backend', base.url, '--out', out], /give one of --from/],
+    [['--generated', '--prompts', prompts, '--backend', base.url, '--out', out], /give one of --from/],
     [['--prompts', prompts, '--out', out], /--backend URL is required/],
     [['--prompts', prompts, '--backend', base.url], /--out FILE is required/],
     [['--prompts', join(dir, 'missing.txt'), '--backend', base.url, '--out', out], /missing\.txt: no such file/],
@@ -270,4 +271,24 @@ test('canary build --from a capture: its mirrored requests are the candidates, t
     .map((l) => JSON.parse(l));
   assert.equal(probes.length, 3);
   for (const p of probes) assert.equal(p.model, 'm');
+});
+
+test('canary build --generated: the 783 short prompts measured on the trusted backend, the most worth per token kept, a check runs on them', async (t) => {
+  const { twin, base } = await engines(t);
+  const dir = tempDir(t);
+  const out = join(dir, 'generated.jsonl');
+  const r = await runCli(['canary', 'build', '--generated', '--backend', base.url, '--out', out, '--count', '12'], {
+    timeoutMs: 120_000,
+  });
+  assert.equal(r.code, 0, r.stderr + r.stdout);
+  assert.match(r.stdout, /^read 783 lines from the generated set/m);
+  assert.match(r.stdout, /^measured 783 of 783 on /m);
+  const probes = readFileSync(out, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l, i) => parseProbe(JSON.parse(l), String(i)));
+  assert.equal(probes.length, 12);
+  for (const p of probes) assert.ok(!('error' in p) && typeof p.gap === 'number');
+  const check = await runCli(['canary', 'check', '--candidate', twin.url, '--baseline', base.url, '--probes', out]);
+  assert.equal(check.code, 0, check.stderr + check.stdout);
 });

@@ -9,7 +9,7 @@ import { parseResponse } from '../core/index.js';
 import { probeFile, readJsonLines } from '../capture/reader.js';
 import { goldenKey } from '../replay/golden.js';
 import { toReplayItem } from '../replay/input.js';
-import type { CanaryProbe } from './probes.js';
+import { DEFAULT_PROBES, type CanaryProbe } from './probes.js';
 
 /**
  * `logprobe canary build`: probes chosen by worth. Each candidate prompt is sent once to the
@@ -85,6 +85,28 @@ export async function readCaptures(files: readonly string[]): Promise<BuildInput
       else addValue(input, seen, line.value, line);
     }
   }
+  return input;
+}
+
+/**
+ * The generated set, for a server with no captures and no prompts of its own: the built-in
+ * probes, every printable one-character prompt (B3IT's one-token inputs) and every two-letter
+ * lowercase prompt — 783 short completions prompts, some of which are near-ties on any model;
+ * the measurement finds which, and short prompts cost little a probe.
+ */
+export function generatedInput(): BuildInput {
+  const input = emptyInput();
+  const seen = new Set<string>();
+  const add = (id: string, route: CanaryProbe['route'], body: Record<string, unknown>) => {
+    input.lines++;
+    const before = input.candidates.length;
+    addValue(input, seen, { route, body }, { file: 'generated', line: input.lines });
+    if (input.candidates.length > before) input.candidates[before]!.id = id;
+  };
+  for (const p of DEFAULT_PROBES) add(p.id, p.route, p.body);
+  for (let c = 32; c < 127; c++) add(`char-${c}`, '/v1/completions', { prompt: String.fromCharCode(c) });
+  const letters = 'abcdefghijklmnopqrstuvwxyz';
+  for (const a of letters) for (const b of letters) add(a + b, '/v1/completions', { prompt: a + b });
   return input;
 }
 

@@ -17,6 +17,7 @@ import {
   probeLines,
   readCaptures,
   readPrompts,
+  generatedInput,
   type BuildInput,
   type Chosen,
   type Measured,
@@ -25,6 +26,7 @@ import {
 interface BuildFlags {
   from?: string[];
   prompts?: string;
+  generated?: boolean;
   backend?: string;
   out?: string;
   count: number;
@@ -38,7 +40,8 @@ interface BuildFlags {
 const HELP = `
 Chooses canary probes by worth. Each candidate prompt (--from: captures, or directories of them;
 --prompts: prompt-set lines as replay and record read them, or plain text, one completions prompt
-a line) is sent once to the trusted --backend, greedy, one token with canary.topLogprobs
+a line; --generated: the built-in probes, every printable one-character and every two-letter
+lowercase prompt, 783 in all, for a server with neither) is sent once to the trusted --backend, greedy, one token with canary.topLogprobs
 alternatives, and its first token's top-1/top-2 gap is measured: a small gap is a border input,
 whose argmax any change of the logits moves or flips. Gaps below --min-gap (default ${FLIP_NOISE_GAP} nats) flip on
 run-to-run noise alone and are skipped. The kept prompts are spread round-robin over the (route,
@@ -54,7 +57,7 @@ tokens + canary.maxTokens) first; gap puts the smallest gap first whatever the p
 Exit codes:
   0  probes written
   1  no probe could be kept (every prompt failed or sat below the flip-noise floor); said why
-  2  usage error: a missing or bad flag, --from and --prompts both or neither, an unreadable input,
+  2  usage error: a missing or bad flag, not exactly one of --from, --prompts and --generated, an unreadable input,
      an unwritable --out, no prompt in the inputs
 `;
 
@@ -64,6 +67,7 @@ export const canaryBuildCommand: CommandFactory = (setExit) =>
     .description('choose canary probes from captures or prompts: smallest first-token gaps on the trusted backend')
     .option('--from <captures...>', 'captures (.jsonl or .jsonl.gz) or directories of them')
     .option('--prompts <file>', 'a prompt set, or plain text with one prompt per line')
+    .option('--generated', 'the generated set: the built-in probes, one-character and two-letter prompts (783)')
     .option('--backend <url>', 'the trusted build to measure on')
     .option('--out <file>', 'the probe file to write (JSONL)')
     .option('--count <n>', 'probes to keep', numberArg('--count', { min: 1, integer: true }), 32)
@@ -96,19 +100,24 @@ export const canaryBuildCommand: CommandFactory = (setExit) =>
     .addHelpText('after', HELP)
     .action(async (flags: BuildFlags) => setExit(await build(flags)));
 
+/** The candidates of exactly one source: captures, a prompt file or the generated set; and how to name it. */
+async function readInput(flags: BuildFlags): Promise<{ input: BuildInput; where: string }> {
+  const sources = [flags.from !== undefined, flags.prompts !== undefined, flags.generated === true];
+  if (sources.filter(Boolean).length !== 1)
+    throw usageError('give one of --from CAPTURE…, --prompts FILE and --generated');
+  if (flags.from !== undefined)
+    return { input: await readCaptures((await resolveInputs(flags.from)).files), where: flags.from.join(', ') };
+  if (flags.generated) return { input: generatedInput(), where: 'the generated set' };
+  return { input: await readPrompts(flags.prompts!), where: flags.prompts! };
+}
+
 /** The build: inputs read, gaps measured, probes chosen and written; the summary; the exit code. */
 async function build(flags: BuildFlags): Promise<number> {
-  if ((flags.from === undefined) === (flags.prompts === undefined))
-    throw usageError('give one of --from CAPTURE… and --prompts FILE');
   const backend = backendUrlFlag('--backend', flags.backend);
   if (flags.out === undefined) throw usageError('--out FILE is required (the probe file to write)');
   const out = resolve(flags.out);
   const config = configFrom(flags);
-  const input =
-    flags.from !== undefined
-      ? await readCaptures((await resolveInputs(flags.from)).files)
-      : await readPrompts(flags.prompts!);
-  const where = flags.from?.join(', ') ?? flags.prompts!;
+  const { input, where } = await readInput(flags);
   if (input.candidates.length === 0) throw noInput(`no prompt to measure in ${where}${firstSkip(input)}`);
   await checkWritable(out);
   const progress = startProgress({
