@@ -15,6 +15,8 @@ import { allText, chatBody, tempDir } from './helpers/capture.js';
 import { buildConfig } from '../src/config/load.js';
 import {
   ALERT_NAMES,
+  CANARY_OUTCOMES,
+  MIRROR_SKIP_REASONS,
   LATENCY_BUCKETS,
   METRIC_CATALOG,
   MIRROR_OUTCOMES,
@@ -620,15 +622,15 @@ function series(text: string): Map<string, Record<string, string>> {
 const ALLOWED: Record<string, ReadonlySet<string>> = {
   route: new Set([...KNOWN_ROUTES, 'other']),
   status_class: new Set(['1xx', '2xx', '3xx', '4xx', '5xx', 'aborted']),
-  outcome: new Set<string>([...MIRROR_OUTCOMES, ...SCORING_OUTCOMES]),
+  outcome: new Set<string>([...MIRROR_OUTCOMES, ...SCORING_OUTCOMES, ...CANARY_OUTCOMES]),
   profile: new Set<string>(ENGINE_NAMES),
   verdict: new Set<string>([...VERDICTS, ...SELF_VERDICTS, ...PATH_VERDICTS]),
-  kind: new Set(['pair', 'self', 'path']),
+  kind: new Set(['pair', 'self', 'path', 'canary']),
   cache: new Set<string>(CACHE_SPLITS),
   backend: new Set(['candidate', 'baseline']),
   class: new Set(['ambiguous', 'gray', 'systematic']),
   alert: new Set(ALERT_NAMES),
-  reason: new Set<string>([...CAPTURE_ERROR_REASONS, ...OVERFLOW_REASONS, ...REFUSAL_REASONS]),
+  reason: new Set<string>([...CAPTURE_ERROR_REASONS, ...OVERFLOW_REASONS, ...REFUSAL_REASONS, ...MIRROR_SKIP_REASONS]),
   probe: new Set<string>(PROBE_SHAPES),
   capability: new Set<string>(CAPABILITIES),
   field: new Set<string>(CAPPED_FIELDS),
