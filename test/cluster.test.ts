@@ -10,6 +10,7 @@ import { tempDir } from './helpers/capture.js';
 import { getWithHost } from './helpers/host.js';
 import { metricValue } from './helpers/sim.js';
 import { startEngineServer, createSimModel } from '@logprobe/engine';
+import { candidateSwitch } from './helpers/switch.js';
 
 // `logprobe serve` with listen.workers: 2 (the built CLI from dist/, real processes and sockets):
 // a primary (the one mirror, the admin port) and two proxy worker processes sharing the public
@@ -345,4 +346,50 @@ test('listen.workers 2: SIGTERM drains both workers (their requests finish, /rea
   const records = readdirSync(dir).flatMap((f) => readFileSync(join(dir, f), 'utf8').split('\n').filter(Boolean));
   assert.equal(records.length, N, p.output());
   assert.doesNotMatch(p.output(), /drain time over|did not stop in time|dropped/);
+});
+
+test('listen.workers 2 with canaries: the proxy workers tell the primary their client requests in flight, and a busy client path pauses the canaries (saturated)', async (t) => {
+  const [cand, base] = await Promise.all(
+    [1, 2].map(() => startEngineServer({ model: createSimModel({ seed: 5, id: 'm' }), api: 'vllm' })),
+  );
+  t.after(() => Promise.all([cand!.close(), base!.close()]));
+  const sw = await candidateSwitch(t, cand!.url);
+  const p = await serve(
+    t,
+    `listen: { host: 127.0.0.1, port: 0, workers: 2 }\nadmin: { host: 127.0.0.1, port: 0 }\ncandidate: { url: ${sw.url} }\nbaseline: { url: ${base!.url} }\n` +
+      `mirror: { sampleRate: 0 }\ncanary: { enabled: true, intervalSeconds: 0.5, jitterSeconds: 0, maxCandidateInFlight: 1 }\n`,
+  );
+  const ok = async () => metricValue(await metrics(p.adminUrl), 'logprobe_canary_probes_total', { outcome: 'ok' }) ?? 0;
+  const deadline = performance.now() + 20_000;
+  while ((await ok()) < 12) {
+    assert.ok(performance.now() < deadline, 'a first canary round');
+    await sleep(100);
+  }
+  // Four client requests held at the candidate, spread over the two workers: above the limit of 1.
+  const clients = [1, 2, 3, 4].map(() =>
+    request(`${p.proxyUrl}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', prompt: 'HOLD this', max_tokens: 4 }),
+    }),
+  );
+  while (sw.held() < 4) {
+    assert.ok(performance.now() < deadline, 'the client requests reach the candidate');
+    await sleep(20);
+  }
+  await sleep(800); // each worker's load (4 times a second), then the primary's, reach the mirror; a round in flight ends
+  const before = await ok();
+  await sleep(1500);
+  const text = await metrics(p.adminUrl);
+  assert.equal(metricValue(text, 'logprobe_canary_probes_total', { outcome: 'ok' }), before, 'no probe while busy');
+  assert.ok(metricValue(text, 'logprobe_canary_probes_total', { outcome: 'saturated' })! >= 12, 'counted as saturated');
+  sw.release();
+  for (const c of await Promise.all(clients)) {
+    assert.equal(c.statusCode, 200);
+    await c.body.dump();
+  }
+  while ((await ok()) <= before) {
+    assert.ok(performance.now() < deadline + 10_000, 'probes again once the clients are answered');
+    await sleep(100);
+  }
 });

@@ -140,7 +140,14 @@ export function createClusterRuntime(config: Config, workers: number): ClusterRu
   // The primary's own: the mirror's hand-over (skipped, dropped), logprobe_mirror_worker_up, the
   // readiness probe's connection, its process metrics; the client path's families stay at 0 here.
   const metrics = new Metrics({ thread: 'main', mirrorRoutes: config.mirror.routes });
-  const mirror = new MirrorHandle({ config, logger, logDestination, metrics });
+  // The canaries' load signal: the proxy workers' client requests in flight to the candidate.
+  const mirror = new MirrorHandle({
+    config,
+    logger,
+    logDestination,
+    metrics,
+    candidateInFlight: () => supervisor.candidateInFlight(),
+  });
   const probePool: Pool = createCandidatePool(config, metrics, 1);
   const clusterMetrics: ClusterMetrics = new ClusterMetrics(
     () => supervisor.current(),

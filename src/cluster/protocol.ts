@@ -31,5 +31,7 @@ export type FromProxyWorker =
   | { t: 'failed'; code: string | null; message: string }
   /** An exchange the worker's sampler chose, body as its bytes. */
   | { t: 'job'; exchange: Exchange }
+  /** Its client requests in flight to the candidate (its pool's running + queued), when it changed: the canaries wait above canary.maxCandidateInFlight. */
+  | { t: 'load'; candidateInFlight: number }
   /** The worker's registry: the answer to scrape `id`, or (null) a snapshot of its own — once listening, and last before it exits. */
   | { t: 'metrics'; id: number | null; metrics: MetricsJSON };

@@ -89,6 +89,18 @@ async function serveWorker(
     })();
   };
 
+  // The canaries (in the primary's mirror) wait while the client path is busy: this worker's
+  // share of it, told four times a second when it changed.
+  if (config.canary.enabled) {
+    let last = 0;
+    setInterval(() => {
+      const n = candidatePool.stats.running + candidatePool.stats.queued;
+      if (n === last || !process.connected) return;
+      last = n;
+      send({ t: 'load', candidateInFlight: n });
+    }, 250).unref();
+  }
+
   process.on('message', (m: ToProxyWorker) => {
     if (m.t === 'ack') handOver.acked(m.n);
     else if (m.t === 'metrics') snapshot(m.id);

@@ -28,6 +28,8 @@ export interface Proc {
   waiters: Map<number, (m: MetricsJSON | null) => void>;
   /** Jobs that arrived since its last ack. */
   acks: number;
+  /** Its client requests in flight to the candidate, as it last said (0 before it says). */
+  load: number;
   exited: boolean;
   /** Its IPC channel is closed: every message it sent has been read. */
   disconnected: boolean;
@@ -134,6 +136,11 @@ export class Supervisor {
     return this.slots.map((s) => s.proc?.pid);
   }
 
+  /** The client path's requests in flight to the candidate, summed over the workers that have not exited. */
+  candidateInFlight(): number {
+    return this.slots.reduce((n, s) => n + (s.proc !== null && !s.proc.exited ? s.proc.load : 0), 0);
+  }
+
   /** The slots' processes whose counters are not yet retired. */
   current(): Proc[] {
     return this.slots.flatMap((s) => (s.proc !== null && !s.proc.retired ? [s.proc] : []));
@@ -175,6 +182,7 @@ export class Supervisor {
       snapshot: [],
       waiters: new Map(),
       acks: 0,
+      load: 0,
       exited: false,
       disconnected: false,
       retired: false,
@@ -208,6 +216,9 @@ export class Supervisor {
         break;
       case 'metrics':
         this.deps.events.snapshot(p, m.id, m.metrics);
+        break;
+      case 'load':
+        p.load = m.candidateInFlight;
         break;
     }
   }
