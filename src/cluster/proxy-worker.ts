@@ -1,4 +1,5 @@
 import type { Config } from '../config/schema.js';
+import type { Pool } from 'undici';
 import { createLogger, stdoutDestination } from '../log/logger.js';
 import { Metrics } from '../metrics/registry.js';
 import { buildApp } from '../proxy/app.js';
@@ -89,17 +90,7 @@ async function serveWorker(
     })();
   };
 
-  // The canaries (in the primary's mirror) wait while the client path is busy: this worker's
-  // share of it, told four times a second when it changed.
-  if (config.canary.enabled) {
-    let last = 0;
-    setInterval(() => {
-      const n = candidatePool.stats.running + candidatePool.stats.queued;
-      if (n === last || !process.connected) return;
-      last = n;
-      send({ t: 'load', candidateInFlight: n });
-    }, 250).unref();
-  }
+  if (config.canary.enabled) tellLoad(candidatePool, send);
 
   process.on('message', (m: ToProxyWorker) => {
     if (m.t === 'ack') handOver.acked(m.n);
@@ -120,4 +111,18 @@ async function serveWorker(
   snapshot(null);
   send({ t: 'listening', url });
   logger.info({ url }, 'proxy worker listening');
+}
+
+/**
+ * The canaries (in the primary's mirror) wait while the client path is busy: this worker's share
+ * of it — its pool's running and queued requests — told four times a second when it changed.
+ */
+function tellLoad(pool: Pool, send: (m: FromProxyWorker) => void): void {
+  let last = 0;
+  setInterval(() => {
+    const n = pool.stats.running + pool.stats.queued;
+    if (n === last || !process.connected) return;
+    last = n;
+    send({ t: 'load', candidateInFlight: n });
+  }, 250).unref();
 }
