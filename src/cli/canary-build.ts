@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { Command, Option } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { noInput, unwritableFile, usageError } from '../errors/index.js';
-import { backendUrlFlag, numberArg } from './options.js';
+import { backendUrlFlag, numberArg, trustedBackend } from './options.js';
 import { startProgress } from './progress.js';
 import { checkWritable } from './report-file.js';
 import { writeOut } from './stdout.js';
@@ -129,13 +129,7 @@ async function build(flags: BuildFlags): Promise<number> {
   let measured: Measured[];
   try {
     measured = await measureGaps(input.candidates, {
-      backend: {
-        url: backend,
-        timeoutMs: config.baseline.timeoutMs,
-        connectTimeoutMs: config.baseline.connectTimeoutMs,
-        idleTimeoutMs: config.baseline.idleTimeoutMs,
-        apiKey: config.baseline.apiKey,
-      },
+      backend: trustedBackend(backend, config),
       tlsInsecure: config.tlsInsecure,
       rewrite: { ...config.mirror, topLogprobs: config.canary.topLogprobs },
       scoring: { ...scoringOptions(config), when: 'never' },

@@ -1,3 +1,4 @@
+import type { Config } from '../config/schema.js';
 import { backendBase, httpUrlHint, isHttpUrl } from '../config/values.js';
 import { usageError } from '../errors/index.js';
 
@@ -44,6 +45,18 @@ export function backendUrlFlag(flag: string, raw: string | undefined): string {
   if (/^[A-Z][A-Z0-9_]*$/.test(host) && host !== 'LOCALHOST')
     throw usageError(`${flag} ${url}: ${host} is a placeholder: put the URL of your own server there`);
   return url;
+}
+
+/**
+ * A trusted backend a command reaches by URL (`record --backend`, `canary build --backend`): the
+ * URL, with the baseline's timeouts and key from the config.
+ */
+export function trustedBackend(
+  url: string,
+  config: Config,
+): { url: string; timeoutMs: number; connectTimeoutMs: number; idleTimeoutMs: number; apiKey: string | null } {
+  const { timeoutMs, connectTimeoutMs, idleTimeoutMs, apiKey } = config.baseline;
+  return { url, timeoutMs, connectTimeoutMs, idleTimeoutMs, apiKey };
 }
 
 /** Commander's argParser for a flag that takes one of `choices`: anything else is a usage error naming the flag and the choices. */

@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import type { CommandFactory } from './commands.js';
 import { noInput, unwritableFile, usageError } from '../errors/index.js';
 import { LOGITS_TOP } from '../core/index.js';
-import { backendUrlFlag, numberArg } from './options.js';
+import { backendUrlFlag, numberArg, trustedBackend } from './options.js';
 import { startProgress } from './progress.js';
 import { writeOut } from './stdout.js';
 import { configFrom, resolveThresholds } from './thresholds.js';
@@ -102,13 +102,7 @@ async function record(args: string[], flags: RecordFlags, setExit: (code: number
   try {
     result = await runRecord({
       inputs,
-      backend: {
-        url: backend,
-        timeoutMs: config.baseline.timeoutMs,
-        connectTimeoutMs: config.baseline.connectTimeoutMs,
-        idleTimeoutMs: config.baseline.idleTimeoutMs,
-        apiKey: config.baseline.apiKey,
-      },
+      backend: trustedBackend(backend, config),
       tlsInsecure: config.tlsInsecure,
       // The logits gate compares each side's top-10: the answers and their scoring both ask for that many.
       rewrite: { ...config.mirror, topLogprobs: topK },
