@@ -10,6 +10,7 @@ import { probeFile, readJsonLines } from '../capture/reader.js';
 import { goldenKey } from '../replay/golden.js';
 import { toReplayItem } from '../replay/input.js';
 import { DEFAULT_PROBES, type CanaryProbe } from './probes.js';
+import { promptBytes } from './runner.js';
 
 /**
  * `logprobe canary build`: probes chosen by worth. Each candidate prompt is sent once to the
@@ -255,7 +256,9 @@ export function chooseProbes(measured: readonly Measured[], o: ChooseOptions): C
     }
     const key = `${m.candidate.route} ${m.candidate.model ?? ''}`;
     if (!slices.has(key)) slices.set(key, []);
-    const cost = rank.by === 'cost' ? (m.promptTokens ?? promptEstimate(m.candidate.body)) + rank.maxTokens : 1;
+    // A backend that did not say its prompt tokens: about four bytes a token.
+    const cost =
+      rank.by === 'cost' ? (m.promptTokens ?? Math.ceil(promptBytes(m.candidate.body) / 4)) + rank.maxTokens : 1;
     const worth = rank.by === 'cost' ? Math.min(rank.floor, m.gap) * cost : m.gap;
     slices.get(key)!.push({ c: m.candidate, gap: m.gap, key: worth });
   }
@@ -295,10 +298,4 @@ export function probeLines(probes: readonly CanaryProbe[]): string {
     )
     .join('\n')
     .concat(probes.length > 0 ? '\n' : '');
-}
-
-/** A prompt's tokens when the backend did not say: about four bytes a token. */
-function promptEstimate(body: Readonly<Record<string, unknown>>): number {
-  const prompt = body.prompt ?? body.messages ?? '';
-  return Math.ceil(Buffer.byteLength(typeof prompt === 'string' ? prompt : JSON.stringify(prompt), 'utf8') / 4);
 }

@@ -133,7 +133,7 @@ export class CanaryRunner {
   }
 }
 
-/** Tokens a side spent on a copy: its `usage.total_tokens`, else prompt characters / 4 + the tokens asked for. */
+/** Tokens a side spent on a copy: its `usage.total_tokens`, else the copy's upper bound ({@link estimateTokens}). */
 export function spent(r: BackendResult, body: Readonly<Record<string, unknown>>): number {
   const usage = (r.body as { usage?: { total_tokens?: unknown } } | null)?.usage;
   if (typeof usage?.total_tokens === 'number' && usage.total_tokens >= 0) return usage.total_tokens;
@@ -146,9 +146,13 @@ export function spent(r: BackendResult, body: Readonly<Record<string, unknown>>)
  * own tokens, plus the tokens it asks for.
  */
 export function estimateTokens(body: Readonly<Record<string, unknown>>): number {
+  return promptBytes(body) + 32 + asked(body);
+}
+
+/** The UTF-8 bytes of a copy's prompt (`prompt`, or the `messages` as JSON). */
+export function promptBytes(body: Readonly<Record<string, unknown>>): number {
   const prompt = body.prompt ?? body.messages ?? '';
-  const bytes = Buffer.byteLength(typeof prompt === 'string' ? prompt : JSON.stringify(prompt), 'utf8');
-  return bytes + 32 + asked(body);
+  return Buffer.byteLength(typeof prompt === 'string' ? prompt : JSON.stringify(prompt), 'utf8');
 }
 
 /** The most the same copy can cost next time on one side: its prompt tokens as the side reported them, plus the tokens asked for. */

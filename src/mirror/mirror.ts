@@ -349,6 +349,11 @@ export class Mirror {
       ...(run.paths.length > 0 ? { paths: run.paths } : {}),
       ...(run.translated ? { translated: run.translated } : {}),
     };
+    this.tell(pair);
+  }
+
+  /** A pair to the listeners (capture, the live page); a listener's failure is logged, never the mirror's. */
+  private tell(pair: MirroredPair): void {
     try {
       this.deps.listeners?.onPair?.(pair);
     } catch (err) {
@@ -377,11 +382,7 @@ export class Mirror {
     for (const pair of round.pairs) {
       const v = pair.analysis?.verdict;
       if (v !== undefined) verdicts.inc({ route: pair.route, verdict: v, kind: 'canary', model: round.model });
-      try {
-        this.deps.listeners?.onPair?.(pair);
-      } catch (err) {
-        this.log.error({ err }, 'mirror listener failed');
-      }
+      this.tell(pair);
     }
     this.detectors.observeCanary(round.model, round.changed, {
       probes: round.compared,
