@@ -13,6 +13,9 @@ const m = (id: string, gap: number, promptTokens: number | null, prompt = 'x'): 
   promptTokens,
 });
 
+/** Every probe, by worth per token at a 0.1-nat floor and two generated tokens. */
+const BY_COST = { count: 10, perSlice: null, minGap: 1e-3, rank: { by: 'cost', floor: 0.1, maxTokens: 2 } } as const;
+
 const measured = [m('long-small', 0.01, 200), m('short-larger', 0.02, 4), m('mid', 0.015, 20), m('noise', 1e-4, 3)];
 
 test('rank gap: the smallest gap first, whatever the prompt costs; gaps under the flip-noise floor skipped', () => {
@@ -25,35 +28,20 @@ test('rank gap: the smallest gap first, whatever the prompt costs; gaps under th
 });
 
 test('rank cost: the smallest min(floor, gap) × (prompt tokens + maxTokens) first', () => {
-  const c = chooseProbes(measured, {
-    count: 10,
-    perSlice: null,
-    minGap: 1e-3,
-    rank: { by: 'cost', floor: 0.1, maxTokens: 2 },
-  });
+  const c = chooseProbes(measured, BY_COST);
   // 0.02 × 6 = 0.12, 0.015 × 22 = 0.33, 0.01 × 202 = 2.02.
   assert.deepEqual(
     c.probes.map((p) => p.id),
     ['short-larger', 'mid', 'long-small'],
   );
   // Above the floor the move needed is the floor: the gap no longer matters, the cost does.
-  const capped = chooseProbes([m('a', 0.5, 10), m('b', 0.2, 30)], {
-    count: 10,
-    perSlice: null,
-    minGap: 1e-3,
-    rank: { by: 'cost', floor: 0.1, maxTokens: 2 },
-  });
+  const capped = chooseProbes([m('a', 0.5, 10), m('b', 0.2, 30)], BY_COST);
   assert.deepEqual(
     capped.probes.map((p) => p.id),
     ['a', 'b'],
   );
   // A backend that did not say its prompt tokens: estimated from the prompt (four bytes a token).
-  const est = chooseProbes([m('unsaid-long', 0.01, null, 'y'.repeat(400)), m('said-short', 0.01, 3)], {
-    count: 10,
-    perSlice: null,
-    minGap: 1e-3,
-    rank: { by: 'cost', floor: 0.1, maxTokens: 2 },
-  });
+  const est = chooseProbes([m('unsaid-long', 0.01, null, 'y'.repeat(400)), m('said-short', 0.01, 3)], BY_COST);
   assert.deepEqual(
     est.probes.map((p) => p.id),
     ['said-short', 'unsaid-long'],

@@ -8,6 +8,7 @@ import {
   type SimAdapterOptions,
   type SimOptions,
 } from '@logprobe/engine';
+import { modelTraffic } from './helpers/model-traffic.js';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 import type { ConfigInput } from '../src/config/schema.js';
@@ -33,27 +34,6 @@ function engine(o: SimOptions = {}, faults: Record<string, Partial<SimAdapterOpt
   });
 }
 
-/** `n` completions, round-robin over `models`, `parallel` at a time; distinct prompts. */
-async function traffic(proxyUrl: string, models: readonly string[], n: number, parallel = 8): Promise<void> {
-  let next = 0;
-  const one = async (): Promise<void> => {
-    for (let i = next++; i < n; i = next++) {
-      const r = await request(`${proxyUrl}/v1/completions`, {
-        method: 'POST',
-        body: JSON.stringify({
-          model: models[i % models.length],
-          prompt: `Request ${i}: tell me about the weather and the model's layers`,
-          max_tokens: 12,
-        }),
-        headers: { 'content-type': 'application/json' },
-      });
-      assert.equal(r.statusCode, 200);
-      await r.body.dump();
-    }
-  };
-  await Promise.all(Array.from({ length: parallel }, one));
-}
-
 async function run(
   t: { after(fn: () => unknown): void },
   cand: EngineServerHandle,
@@ -74,7 +54,7 @@ async function run(
     { listeners: { onPair: (p) => pairs.push(p), onAlert: (a) => alerts.push(a) } },
   );
   t.after(() => lp.close());
-  await traffic(lp.proxyUrl, models, n);
+  await modelTraffic(lp.proxyUrl, models, n);
   await lp.runtime.mirror!.idle();
   const metrics = await (await request(`${lp.adminUrl}/metrics`)).body.text();
   return { lp, pairs, alerts, metrics };

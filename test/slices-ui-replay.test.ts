@@ -7,6 +7,7 @@ import { request } from 'undici';
 import { parse as parseJunit, type TestSuite, type TestSuites } from 'junit2json';
 import { chromium } from 'playwright-core';
 import { createSimModel, startEngineServer, type SimAdapterOptions } from '@logprobe/engine';
+import { modelTraffic } from './helpers/model-traffic.js';
 import { startLogprobe } from './helpers/logprobe.js';
 import { metricValue } from './helpers/sim.js';
 import { runCli } from './helpers/cli.js';
@@ -35,26 +36,6 @@ function engine(faults: Record<string, Partial<SimAdapterOptions>> = {}) {
   });
 }
 
-async function traffic(proxyUrl: string, n: number, parallel = 8): Promise<void> {
-  let next = 0;
-  const one = async (): Promise<void> => {
-    for (let i = next++; i < n; i = next++) {
-      const r = await request(`${proxyUrl}/v1/completions`, {
-        method: 'POST',
-        body: JSON.stringify({
-          model: MODELS[i % MODELS.length],
-          prompt: `Request ${i}: tell me about the weather and the model's layers`,
-          max_tokens: 12,
-        }),
-        headers: { 'content-type': 'application/json' },
-      });
-      assert.equal(r.statusCode, 200);
-      await r.body.dump();
-    }
-  };
-  await Promise.all(Array.from({ length: parallel }, one));
-}
-
 const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
 
 test(`nine models, ${SHIFTED} shifted: /ui/data has a row per model, ${SHIFTED} first and firing; a replay of the capture fails its gate naming ${SHIFTED} alone`, async (t) => {
@@ -72,7 +53,7 @@ test(`nine models, ${SHIFTED} shifted: /ui/data has a row per model, ${SHIFTED} 
   });
   let closed = false;
   t.after(() => (closed ? undefined : lp.close()));
-  await traffic(lp.proxyUrl, MODELS.length * PER_MODEL);
+  await modelTraffic(lp.proxyUrl, MODELS, MODELS.length * PER_MODEL);
   await lp.runtime.mirror!.idle();
 
   const res = await request(`${lp.adminUrl}/ui/data`);
