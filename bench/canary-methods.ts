@@ -84,25 +84,6 @@ export function selectBorderInputs<P>(candidates: readonly BorderInput<P>[], k: 
   return [...candidates].sort((x, y) => x.gap - y.gap).slice(0, k);
 }
 
-/**
- * logprobe's `canary build` selection: of the reference gaps at or above `flipNoise`, the `k`
- * smallest (`rank` absent), or the `k` of most worth per token (`rank.floor`): a probe fires when
- * its first token moves by the floor (the comparison's shift) or by its gap (the border rule),
- * so the move it needs is min(floor, gap) and its worth per token 1 / (min(floor, gap) × cost),
- * cost being prompt + generated tokens; ties by gap.
- */
-export function selectCanaries<P>(
-  candidates: readonly BorderInput<P>[],
-  k: number,
-  flipNoise: number,
-  rank?: { floor: number },
-): BorderInput<P>[] {
-  const kept = candidates.filter((c) => c.gap >= flipNoise);
-  if (rank === undefined) return selectBorderInputs(kept, k);
-  const key = (c: BorderInput<P>): number => Math.min(rank.floor, c.gap) * (c.cost ?? 1);
-  return [...kept].sort((x, y) => key(x) - key(y) || x.gap - y.gap).slice(0, k);
-}
-
 /** B3IT's flip rule at temperature 0: a border input flipped when its greedy token is not the reference's. */
 export function b3itFlipped(reference: string, observed: string): boolean {
   return observed !== reference;

@@ -21,18 +21,21 @@
  *   temperature 0 without logprobs, round-robin; fires at the first flip (the paper's flip rule
  *   at T = 0; the website's daily series rule — window 14, σ_k 4, |Δ| 0.2, persistence 3,
  *   cooldown 10 — needs ≥ 3 daily rounds of 200 queries and is not what is raced).
- * - Canaries: the pool ranked by worth per token (`--canary-rank cost`, the default): a canary
- *   fires when its first token moves by the floor (the comparison) or by its gap (the border
- *   rule), so it needs a move of min(floor, gap), and costs its prompt + generated tokens; the 12
- *   smallest min(floor, gap) × cost at or above --flip-noise, ties by gap (`--canary-rank gap`:
- *   the 12 smallest gaps, as before). CanaryRunner against the recorded reference (candidate-only
- *   mode, no baseline spent), topLogprobs 20, each length of --canary-tokens (default 1 and 2)
- *   its own column, judgeRound over the last 12 pairs after every probe (alpha α, fireFraction
- *   0.5, 999 permutations), the comparisons at a noise floor of --canary-floor (default 0.002
- *   nats: the same flip-noise figure `canary build` assumes, above the 1.3e-3 nats at which
- *   llama.cpp noise flipped a token here, docs/detection.md).
- * - decode-state:0 is a change only later tokens show (the first generated token is clean): the
- *   price of a 1-token canary.
+ * - Canaries: the pool measured and chosen as `logprobe canary build --generated --count 12`
+ *   chooses (src/canary/build.ts measureGaps, chooseProbes; `--canary-rank cost`, the default:
+ *   the most worth per token first — a canary fires when its first token moves by the floor (the
+ *   comparison) or by its gap (the border rule), so it needs a move of min(floor, gap), and costs
+ *   its prompt + generated tokens; gaps below --flip-noise skipped): 9 first-token probes of one
+ *   token and 3 decode probes of `canary.maxTokens` (4) tokens, chosen by their second token's
+ *   gap, placed evenly among the others, the first second in line. CanaryRunner against the
+ *   recorded reference (candidate-only mode, no baseline spent), topLogprobs 20, judgeRound over
+ *   the last 12 pairs after every probe (alpha α, fireFraction 0.5, 999 permutations), the
+ *   comparisons at a noise floor of --canary-floor (default 0.002 nats: the same flip-noise
+ *   figure `canary build` assumes, above the 1.3e-3 nats at which llama.cpp noise flipped a token
+ *   here, docs/detection.md). Ablations (--canary-tokens, default 1,4): the same probes in the
+ *   same order, every one that many tokens long, a column each.
+ * - decode-state:0 is a change only later tokens show (the first generated token is clean): what
+ *   the decode probes are for, and the price of a set of 1-token canaries.
  * - A method that fires on a no-change class is marked † in the change table: its detections are
  *   not at the others' false-alarm rate (n/a at α).
  * - No-change classes run the whole budget and count every evaluation that fired.
@@ -44,9 +47,10 @@ import { spawnLlamaEngine, type LlamaEngineProcess } from '@logprobe/engine';
 import { Backends } from '../src/backend/client.js';
 import type { BackendResult } from '../src/backend/dispatch.js';
 import { createUpstreamPool } from '../src/backend/pool.js';
-import { probeCopy, type CanaryProbe } from '../src/canary/probes.js';
-import { generatedInput } from '../src/canary/build.js';
-import { CanaryRunner, costBound, judgeRound, spent, type CanaryPair } from '../src/canary/runner.js';
+import { isDecodeProbe, probeCopy, type CanaryProbe } from '../src/canary/probes.js';
+import { chooseProbes, generatedInput, measureGaps, withLength, type Measured } from '../src/canary/build.js';
+import { CanaryRunner, judgeRound, spent, type CanaryPair } from '../src/canary/runner.js';
+import { buildConfig } from '../src/config/load.js';
 import { DEFAULT_THRESHOLDS, type Thresholds } from '../src/core/index.js';
 import { mulberry32 } from '../src/core/random.js';
 import { PairPipeline } from '../src/pair/pipeline.js';
@@ -58,7 +62,6 @@ import {
   b3itFlipped,
   ltPValue,
   selectBorderInputs,
-  selectCanaries,
   type BorderInput,
   type TopK,
 } from './canary-methods.js';
@@ -72,7 +75,7 @@ export interface RaceOptions {
   floor: number;
   /** Reference gaps below this are flip noise: `canary build` does not pick them. */
   flipNoise: number;
-  /** The canaries' lengths raced (`canary.maxTokens`), one column each. */
+  /** Ablations: the same canaries, every probe this many tokens long, one column each. */
   canaryTokens: number[];
   /** How the canaries are chosen: by gap alone, or by gap × cost (prompt + generated tokens). */
   rank: 'gap' | 'cost';
@@ -82,10 +85,16 @@ export interface RaceOptions {
 const PERMUTATIONS = 999;
 const LT_REF = 100;
 const B3IT_K = 20;
+/** As many canaries as the built-in set holds, a quarter of them decode probes (`canary build`'s default share). */
 const CANARIES = 12;
+const DECODE = Math.ceil(CANARIES / 4);
+/** `canary.maxTokens` as shipped: a decode probe's length, every probe's cap. */
+const MAX_TOKENS = buildConfig().canary.maxTokens;
 const canaryCopy = (maxTokens: number) => ({ topLogprobs: 20, maxTokens, seed: 0, extraParams: {} });
-const canaryMethod = (t: number): string => `canaries, ${t} token${t === 1 ? '' : 's'}`;
-const methods = (o: RaceOptions): string[] => ['LT', 'LT, 100 ref.', 'B3IT', ...o.canaryTokens.map(canaryMethod)];
+const CANARY = 'canaries';
+const ablation = (t: number): string => `canaries, every probe ${t} token${t === 1 ? '' : 's'}`;
+const canaryColumns = (o: RaceOptions): string[] => [CANARY, ...o.canaryTokens.map(ablation)];
+const methods = (o: RaceOptions): string[] => ['LT', 'LT, 100 ref.', 'B3IT', ...canaryColumns(o)];
 type Method = string;
 
 const CHANGES = [
@@ -98,15 +107,6 @@ const CHANGES = [
   'decode-state:0',
 ];
 const NO_CHANGE = ['twin (same seed, clean)', 'batch:8 vs batch:1', 'restarted server'] as const;
-
-/**
- * The pool both B3IT and `canary build` choose from: the built-in canaries, every printable
- * one-character prompt (B3IT's one-token inputs) and every two-letter lowercase prompt.
- */
-function pool(): CanaryProbe[] {
-  // The same set `logprobe canary build --generated` measures.
-  return generatedInput().candidates.map((c) => ({ id: c.id, route: c.route, body: c.body, gap: null }));
-}
 
 async function post(url: string, path: string, body: Record<string, unknown>): Promise<BackendResult> {
   const t = performance.now();
@@ -133,11 +133,6 @@ function firstTopK(body: unknown): TopK {
   return Object.fromEntries((lp?.content?.[0]?.top_logprobs ?? []).map((e) => [e.token, e.logprob]));
 }
 
-function gapOf(top: TopK): number {
-  const v = Object.values(top).sort((a, b) => b - a);
-  return v.length >= 2 ? v[0]! - v[1]! : Infinity;
-}
-
 function textOf(body: unknown): string {
   const c = (body as { choices: Array<{ text?: string; message?: { content?: string } }> }).choices[0]!;
   return c.text ?? c.message?.content ?? '';
@@ -151,55 +146,100 @@ const b3itBody = (p: CanaryProbe): Record<string, unknown> => ({
   temperature: 0,
 });
 
+/** A canary column: its probes in the order sent, and their answers recorded on the trusted engine. */
+interface CanaryColumn {
+  probes: CanaryProbe[];
+  golden: GoldenIndex;
+}
+
 /** Everything recorded once from a trusted engine. */
 interface Reference {
   lt: TopK[];
   b3it: BorderInput<CanaryProbe>[];
-  canaries: BorderInput<CanaryProbe>[];
-  /** The canaries' recorded answers, per length raced. */
-  golden: Map<number, GoldenIndex>;
+  /** The canaries `canary build` chooses (src/canary/build.ts chooseProbes), in its order, with each one's cost a query. */
+  canaries: Array<{ probe: CanaryProbe; cost: number | null }>;
+  /** Each canary column (the built set; the same probes at one length each), by name. */
+  columns: Map<string, CanaryColumn>;
+}
+
+/** `probe` at `maxTokens` tokens whatever its kind (an ablation column). */
+function atLength(probe: CanaryProbe, maxTokens: number): CanaryProbe {
+  return { ...probe, body: withLength(probe.body, maxTokens) };
+}
+
+/** The answers of `probes` on the trusted engine, as a golden index (the canaries' reference). */
+async function recordColumn(url: string, probes: CanaryProbe[], cap: number): Promise<CanaryColumn> {
+  const byKey = new Map<string, GoldenRecord & { line: number }>();
+  for (const [i, probe] of probes.entries()) {
+    const copy = probeCopy(probe, { ...canaryCopy(cap), model: 'm' });
+    const baseline = await post(url, probe.route, copy.body);
+    const rec = { request: copy.body, baseline, line: i + 1 };
+    byKey.set(goldenKey(probe.route, probe.body), rec as unknown as GoldenRecord & { line: number });
+  }
+  const golden = {
+    file: '(recorded in memory)',
+    records: byKey.size,
+    byKey,
+    problems: [],
+    minTopK: 20,
+    minScoredTopK: null,
+    minMaxTokens: 1,
+  };
+  return { probes, golden };
+}
+
+/**
+ * The pool both B3IT and the canaries choose from — `canary build --generated`'s: the built-in
+ * canaries, every printable one-character prompt (B3IT's one-token inputs) and every two-letter
+ * lowercase prompt — measured as `canary build` measures it (two greedy tokens, their gaps).
+ */
+async function measurePool(url: string): Promise<Measured[]> {
+  return measureGaps(generatedInput().candidates, {
+    backend: { url, timeoutMs: 30_000, connectTimeoutMs: 5_000, idleTimeoutMs: 30_000, apiKey: null },
+    tlsInsecure: false,
+    rewrite: canaryCopy(2),
+    scoring: { when: 'never', maxPositions: 0, topK: 20, engines: { candidate: 'auto', baseline: 'auto' } },
+    concurrency: 1,
+  });
 }
 
 async function record(url: string, o: RaceOptions): Promise<Reference> {
   const lt: TopK[] = [];
   for (let i = 0; i < LT_REF; i++) lt.push(firstTopK((await post(url, '/v1/completions', LT_BODY)).body));
-  const byKey = new Map(o.canaryTokens.map((t) => [t, new Map<string, GoldenRecord & { line: number }>()]));
-  const ranked: BorderInput<CanaryProbe>[] = [];
-  let line = 0;
-  for (const probe of pool()) {
+  const measured = await measurePool(url);
+  const border: BorderInput<CanaryProbe>[] = [];
+  for (const m of measured) {
+    if ('error' in m) continue;
+    const probe: CanaryProbe = { id: m.candidate.id, route: m.candidate.route, body: m.candidate.body, gap: m.gap };
     const token = textOf((await post(url, probe.route, b3itBody(probe))).body);
-    line++;
-    let measured: BorderInput<CanaryProbe> | null = null;
-    for (const t of o.canaryTokens) {
-      const copy = probeCopy(probe, { ...canaryCopy(t), model: 'm' });
-      const answer = await post(url, probe.route, copy.body);
-      const gap = gapOf(firstTopK(answer.body));
-      // The cost `canary build` ranks by: prompt tokens + the tokens the shortest length asks.
-      measured ??= { probe: { ...probe, gap }, token, gap, cost: costBound(answer, copy.body) };
-      const rec = { request: copy.body, baseline: answer, line };
-      byKey.get(t)!.set(goldenKey(probe.route, probe.body), rec as unknown as GoldenRecord & { line: number });
-    }
-    ranked.push(measured!);
+    border.push({ probe, token, gap: m.gap });
   }
-  const golden = new Map(
-    [...byKey].map(([t, k]): [number, GoldenIndex] => [
-      t,
-      {
-        file: '(recorded in memory)',
-        records: k.size,
-        byKey: k,
-        problems: [],
-        minTopK: 20,
-        minScoredTopK: null,
-        minMaxTokens: t,
-      },
-    ]),
-  );
+  const chosen = chooseProbes(measured, {
+    count: CANARIES,
+    decode: DECODE,
+    perSlice: null,
+    minGap: o.flipNoise,
+    rank: o.rank === 'cost' ? { by: 'cost', floor: o.floor, maxTokens: MAX_TOKENS } : { by: 'gap' },
+  }).probes;
+  const columns = new Map([[CANARY, await recordColumn(url, chosen, MAX_TOKENS)]]);
+  for (const t of o.canaryTokens)
+    columns.set(
+      ablation(t),
+      await recordColumn(
+        url,
+        chosen.map((p) => atLength(p, t)),
+        Math.max(t, MAX_TOKENS),
+      ),
+    );
+  const promptTokens = new Map(measured.map((m) => [m.candidate.id, 'error' in m ? null : m.promptTokens]));
   return {
     lt,
-    b3it: selectBorderInputs(ranked, B3IT_K),
-    canaries: selectCanaries(ranked, CANARIES, o.flipNoise, o.rank === 'cost' ? { floor: o.floor } : undefined),
-    golden,
+    b3it: selectBorderInputs(border, B3IT_K),
+    canaries: chosen.map((probe) => {
+      const prompt = promptTokens.get(probe.id) ?? null;
+      return { probe, cost: prompt === null ? null : prompt + (isDecodeProbe(probe) ? MAX_TOKENS : 1) };
+    }),
+    columns,
   };
 }
 
@@ -256,28 +296,24 @@ function b3itStep(url: string, ref: Reference): Step {
   };
 }
 
-function canaryStep(
-  url: string,
-  ref: Reference,
-  o: RaceOptions,
-  maxTokens: number,
-): { step: Step; close: () => Promise<unknown> } {
+function canaryStep(url: string, column: CanaryColumn, o: RaceOptions): { step: Step; close: () => Promise<unknown> } {
   const upstream = { url, timeoutMs: 30_000, connectTimeoutMs: 5_000, idleTimeoutMs: 30_000 };
   const p = createUpstreamPool(upstream, { tlsInsecure: false, connections: 1, maxHeaderSize: 64 * 1024 });
   const backends = new Backends(
     { candidate: { ...upstream, pool: p, ownsPool: true, headers: { role: 'candidate' } }, baseline: null },
     { when: 'never', maxPositions: 0, topK: 20, engines: { candidate: 'auto', baseline: 'auto' } },
   );
+  // The cap: the golden requests already say each probe's length (goldenBody keeps a smaller one).
   const runner = new CanaryRunner({
     pipeline: new PairPipeline(backends),
-    reference: ref.golden.get(maxTokens)!,
-    copy: canaryCopy(maxTokens),
+    reference: column.golden,
+    copy: canaryCopy(64),
   });
   const thresholds: Thresholds = { ...DEFAULT_THRESHOLDS, noiseFloor: o.floor };
   const pairs: CanaryPair[] = [];
   let i = 0;
   const step: Step = async () => {
-    const probe = ref.canaries[i++ % ref.canaries.length]!.probe;
+    const probe = column.probes[i++ % column.probes.length]!;
     const pair = await runner.one(probe, 'm', thresholds);
     pairs.push(pair);
     const j = judgeRound(pairs.slice(-CANARIES), {
@@ -302,10 +338,10 @@ async function allMethods(
     'LT, 100 ref.': await race(ltStep(url, ref, o, 'all'), o.budget, toTheEnd),
     B3IT: await race(b3itStep(url, ref), o.budget, toTheEnd),
   };
-  for (const t of o.canaryTokens) {
-    const canary = canaryStep(url, ref, o, t);
+  for (const [name, column] of ref.columns) {
+    const canary = canaryStep(url, column, o);
     try {
-      out[canaryMethod(t)] = await race(canary.step, o.budget, toTheEnd);
+      out[name] = await race(canary.step, o.budget, toTheEnd);
     } finally {
       await canary.close();
     }
@@ -331,7 +367,7 @@ async function measure(o: RaceOptions): Promise<{ results: Results; refs: Refere
   try {
     const ref = await record(trusted.url, o);
     log(`recorded: LT ${ref.lt.length} rows, B3IT gaps ${ref.b3it.map((b) => b.gap.toExponential(1)).join(' ')}`);
-    log(`canaries: ${ref.canaries.map((b) => `${b.probe.id} ${b.gap.toExponential(1)}`).join(', ')}`);
+    log(`canaries: ${ref.canaries.map((c) => canaryLabel(c.probe, c.cost)).join(', ')}`);
     for (const fault of CHANGES) {
       results.changes.set(fault, await withEngine(o.seed, fault, (e) => allMethods(e.url, ref, o, false)));
       log(`${fault}: done`);
@@ -349,6 +385,9 @@ async function measure(o: RaceOptions): Promise<{ results: Results; refs: Refere
   }
 }
 
+const canaryLabel = (p: CanaryProbe, cost: number | null): string =>
+  `${p.id}${isDecodeProbe(p) ? ' (decode)' : ''} ${cost ?? '?'}`;
+
 const cell = (x: Outcome, budget: number, mark: string): string =>
   x.detectedAt === null ? `not within ${budget}` : `**${x.detectedAt}**${mark}`;
 
@@ -358,8 +397,7 @@ const cell = (x: Outcome, budget: number, mark: string): string =>
  */
 function verdicts(r: Results, all: readonly Method[], o: RaceOptions): string[] {
   const others = all.filter((k) => !k.startsWith('canaries'));
-  return o.canaryTokens.map((t) => {
-    const c = canaryMethod(t);
+  return canaryColumns(o).map((c) => {
     const won: string[] = [];
     const not: string[] = [];
     for (const [f, m] of r.changes) {
@@ -397,11 +435,13 @@ function report(r: Results, refs: Reference, o: RaceOptions, seconds: number): s
     })),
     { width: 40, max: o.budget, unit: 'tokens' },
   );
-  const gaps = (b: BorderInput<CanaryProbe>[]): string =>
-    `${b[0]?.gap.toExponential(1) ?? '—'}–${b.at(-1)?.gap.toExponential(1) ?? '—'}`;
+  const range = (g: number[]): string =>
+    g.length === 0 ? '—' : `${Math.min(...g).toExponential(1)}–${Math.max(...g).toExponential(1)}`;
+  const b3itGaps = range(refs.b3it.map((b) => b.gap));
+  const canaryGaps = range(refs.canaries.map((c) => c.probe.gap ?? NaN).filter(Number.isFinite));
   const evals = canaries.map((k) => [...r.quiet.values()].reduce((n, m) => n + m[k]!.evaluations, 0));
   return [
-    `${new Date().toISOString().slice(0, 10)}, ${cpus()[0]?.model.trim() ?? 'unknown CPU'} (${cpus().length} cores, shared), Node ${process.version}; llama.cpp engines threads 1, seed ${o.seed}; α = ${o.alpha} per test for LT and the canaries' permutation test; budget ${o.budget} candidate tokens per method and class; canary floor ${o.floor} nats, flip noise ${o.flipNoise}, canaries chosen by ${o.rank === 'cost' ? 'worth per token (min(floor, gap) × (prompt + generated tokens), smallest first)' : 'gap'}; B3IT border gaps ${gaps(refs.b3it)}, canary gaps ${gaps(refs.canaries)} (${refs.canaries.map((c) => `${c.probe.id} ${c.cost ?? '?'}`).join(', ')}: id and tokens a query at the shortest length). ${seconds.toFixed(0)} s in all.`,
+    `${new Date().toISOString().slice(0, 10)}, ${cpus()[0]?.model.trim() ?? 'unknown CPU'} (${cpus().length} cores, shared), Node ${process.version}; llama.cpp engines threads 1, seed ${o.seed}; α = ${o.alpha} per test for LT and the canaries' permutation test; budget ${o.budget} candidate tokens per method and class; canary floor ${o.floor} nats, flip noise ${o.flipNoise}, canaries chosen by ${o.rank === 'cost' ? 'worth per token (min(floor, gap) × (prompt + generated tokens), smallest first)' : 'gap'}; B3IT border gaps ${b3itGaps}; the canaries as \`canary build\` chose them (${CANARIES}, ${DECODE} of them decode probes of canary.maxTokens ${MAX_TOKENS} tokens, the rest 1 token), first-token gaps ${canaryGaps}, in the order sent: ${refs.canaries.map((c) => canaryLabel(c.probe, c.cost)).join(', ')} (id, tokens a query). ${seconds.toFixed(0)} s in all.`,
     '',
     'Probe tokens (prompt + generated, candidate side) spent up to the query that fired:',
     '',
@@ -419,7 +459,7 @@ function report(r: Results, refs: Reference, o: RaceOptions, seconds: number): s
     '',
     `The canaries' in-control run: ${canaries.map((k, i) => `${k} ${[...r.quiet.values()].reduce((n, m) => n + m[k]!.fires, 0)} fires in ${evals[i]} evaluations`).join(', ')} over the ${r.quiet.size} no-change classes.`,
     '',
-    'Each canary length against every other method (the † ones included):',
+    'Each canary column against every other method (the † ones included):',
     '',
     ...verdicts(r, all, o),
     '',

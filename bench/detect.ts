@@ -8,7 +8,7 @@
  *
  *   npm run bench:detect -- [--requests 40] [--seed 1] [--max-tokens 32] [--faults 'a;b'] [--no-write]
  *   npm run bench:detect -- --canary [--budget 600] [--canary-alpha 0.01] [--canary-floor 0.002] [--flip-noise 0.002]
- *     [--canary-tokens 1,2] [--canary-rank cost|gap]
+ *     [--canary-tokens 1,4] [--canary-rank cost|gap]
  */
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
@@ -75,14 +75,14 @@ const { values } = parseArgs({
     'canary-alpha': { type: 'string', default: '0.01' },
     'canary-floor': { type: 'string', default: '0.002' },
     'flip-noise': { type: 'string', default: '0.002' },
-    'canary-tokens': { type: 'string', default: '1,2' },
+    'canary-tokens': { type: 'string', default: '1,4' },
     'canary-rank': { type: 'string', default: 'cost' },
   },
 });
 if (values.canary) {
   const lengths = values['canary-tokens'].split(',').map(Number);
   if (lengths.some((t) => !Number.isInteger(t) || t < 1) || !['cost', 'gap'].includes(values['canary-rank'])) {
-    console.error('bench:detect: --canary-tokens is a list of whole numbers ≥ 1 (1,2); --canary-rank cost or gap');
+    console.error('bench:detect: --canary-tokens is a list of whole numbers ≥ 1 (1,4); --canary-rank cost or gap');
     process.exit(2);
   }
   const { runCanaryRace } = await import('./canary-race.js');

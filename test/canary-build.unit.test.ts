@@ -7,19 +7,32 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { chooseProbes, type Measured } from '../src/canary/build.js';
 
-const m = (id: string, gap: number, promptTokens: number | null, prompt = 'x'): Measured => ({
-  candidate: { id, route: '/v1/completions', body: { prompt }, model: null },
+const m = (
+  id: string,
+  gap: number,
+  promptTokens: number | null,
+  prompt = 'x',
+  decodeGap: number | null = null,
+): Measured => ({
+  candidate: { id, route: '/v1/completions', body: { prompt, max_tokens: 50 }, model: null },
   gap,
+  decodeGap,
   promptTokens,
 });
 
-/** Every probe, by worth per token at a 0.1-nat floor and two generated tokens. */
-const BY_COST = { count: 10, perSlice: null, minGap: 1e-3, rank: { by: 'cost', floor: 0.1, maxTokens: 2 } } as const;
+/** Every probe a first-token probe, by worth per token at a 0.1-nat floor (a decode probe would generate two tokens). */
+const BY_COST = {
+  count: 10,
+  decode: 0,
+  perSlice: null,
+  minGap: 1e-3,
+  rank: { by: 'cost', floor: 0.1, maxTokens: 2 },
+} as const;
 
 const measured = [m('long-small', 0.01, 200), m('short-larger', 0.02, 4), m('mid', 0.015, 20), m('noise', 1e-4, 3)];
 
 test('rank gap: the smallest gap first, whatever the prompt costs; gaps under the flip-noise floor skipped', () => {
-  const c = chooseProbes(measured, { count: 10, perSlice: null, minGap: 1e-3, rank: { by: 'gap' } });
+  const c = chooseProbes(measured, { count: 10, decode: 0, perSlice: null, minGap: 1e-3, rank: { by: 'gap' } });
   assert.deepEqual(
     c.probes.map((p) => p.id),
     ['long-small', 'mid', 'short-larger'],
@@ -27,9 +40,9 @@ test('rank gap: the smallest gap first, whatever the prompt costs; gaps under th
   assert.equal(c.skipped['below the flip-noise floor'], 1);
 });
 
-test('rank cost: the smallest min(floor, gap) × (prompt tokens + maxTokens) first', () => {
+test('rank cost: the smallest min(floor, gap) × (prompt tokens + 1) first', () => {
   const c = chooseProbes(measured, BY_COST);
-  // 0.02 × 6 = 0.12, 0.015 × 22 = 0.33, 0.01 × 202 = 2.02.
+  // 0.02 × 5 = 0.10, 0.015 × 21 = 0.32, 0.01 × 201 = 2.01.
   assert.deepEqual(
     c.probes.map((p) => p.id),
     ['short-larger', 'mid', 'long-small'],
@@ -63,4 +76,46 @@ test('the generated set: the built-in probes, 95 one-character and 676 two-lette
     ],
   );
   assert.equal(g.candidates.at(-1)!.id, 'zz');
+});
+
+test('decode probes: chosen by their second token, placed evenly from second in line, no length of their own', () => {
+  const pool = [
+    m('f1', 0.01, 3),
+    m('f2', 0.02, 3),
+    m('f3', 0.03, 3),
+    m('f4', 0.04, 3),
+    m('f5', 0.05, 3),
+    m('d-cheap', 0.5, 3, 'x', 0.01),
+    m('d-long', 0.5, 300, 'x', 0.01),
+    m('d-noise', 0.5, 3, 'x', 1e-4),
+    m('one-token-answer', 0.2, 3, 'x', null),
+  ];
+  const c = chooseProbes(pool, { ...BY_COST, count: 6, decode: 2 });
+  // Decode worth: 0.01 × (3 + 2) = 0.05 and 0.01 × 302; d-noise's second gap is flip noise; the
+  // answer that stopped after one token has no decode step to watch.
+  assert.deepEqual(
+    c.probes.map((p) => p.id),
+    ['f1', 'd-cheap', 'f2', 'f3', 'd-long', 'f4'],
+  );
+  for (const p of c.probes) {
+    if (p.id.startsWith('d-')) assert.equal(p.body.max_tokens, undefined, `${p.id}: canary.maxTokens long`);
+    else assert.equal(p.body.max_tokens, 1, `${p.id}: one token`);
+    assert.equal(p.body.prompt, 'x');
+  }
+  assert.equal(c.skipped['over --count or --per-route'], 3);
+  // More decode probes asked than there are: the first-token ones fill the count.
+  const few = chooseProbes(pool, { ...BY_COST, count: 4, decode: 4 });
+  assert.deepEqual(
+    few.probes.map((p) => p.id),
+    ['f1', 'd-cheap', 'f2', 'd-long'],
+  );
+});
+
+test('the built-in set: first-token probes ask one token, decode probes none (canary.maxTokens), the first decode probe second', async () => {
+  const { DEFAULT_PROBES, isDecodeProbe } = await import('../src/canary/probes.js');
+  const decode = DEFAULT_PROBES.filter(isDecodeProbe);
+  assert.ok(decode.length >= 2 && decode.length < DEFAULT_PROBES.length / 2, `${decode.length} decode probes`);
+  assert.equal(isDecodeProbe(DEFAULT_PROBES[0]!), false);
+  assert.equal(isDecodeProbe(DEFAULT_PROBES[1]!), true);
+  for (const p of DEFAULT_PROBES) assert.equal(p.body.max_tokens, isDecodeProbe(p) ? undefined : 1, p.id);
 });

@@ -14,11 +14,12 @@ import { promptBytes } from './runner.js';
 
 /**
  * `logprobe canary build`: probes chosen by worth. Each candidate prompt is sent once to the
- * trusted backend, greedy, one token with its top-k logprobs; the top-1/top-2 gap at that first
+ * trusted backend, greedy, two tokens with their top-k logprobs; the top-1/top-2 gap at the first
  * token says how near the argmax is to flipping. A small gap is a border input (B3IT): any change
  * of the logits moves it, and a flip shows at the first token. Below `minGap` (~1e-3 nats) the
- * argmax flips on run-to-run noise alone, so those are skipped. The kept ones are spread over
- * the (route, model) slices round-robin, each slice smallest gap first.
+ * argmax flips on run-to-run noise alone, so those are skipped. The second token's gap ranks the
+ * decode probes (a decode-path bug leaves the first token clean). The kept ones are spread over
+ * the (route, model) slices round-robin, each slice by worth.
  */
 
 /** Under this gap (nats) the first token's argmax flips on run-to-run noise alone: not a probe. */
@@ -139,17 +140,19 @@ export async function readPrompts(file: string): Promise<BuildInput> {
   return input;
 }
 
-/** A candidate measured: its first token's top-1/top-2 gap, or why it has none. */
+/** A candidate measured: its first and second tokens' top-1/top-2 gaps, or why it has none. */
 export type Measured =
   | {
       candidate: BuildCandidate;
       gap: number;
+      /** The second token's gap (the first decode step); null when the answer stopped after one token. */
+      decodeGap: number | null;
       /** The prompt tokens the backend read (`usage.prompt_tokens`); null when it did not say. */
       promptTokens: number | null;
     }
   | { candidate: BuildCandidate; error: string };
 
-/** What measuring needs: the trusted backend, the rewrite (one token, top-k), pacing. */
+/** What measuring needs: the trusted backend, the rewrite (two tokens, top-k), pacing. */
 export interface MeasureOptions {
   backend: UpstreamOptions & { apiKey: string | null };
   tlsInsecure: boolean;
@@ -195,32 +198,50 @@ export async function measureGaps(candidates: readonly BuildCandidate[], o: Meas
   return out;
 }
 
-/** One candidate's first-token gap on the backend: greedy, one token, its top-k. */
+/** A step's top-1/top-2 gap, or null with fewer than two finite alternatives. */
+function stepGap(step: { top: ReadonlyArray<readonly [string, number]> } | undefined): number | null {
+  const top = step?.top.filter(([, lp]) => Number.isFinite(lp)) ?? [];
+  return top.length < 2 ? null : Math.max(0, top[0]![1] - top[1]![1]);
+}
+
+/** One candidate's gaps on the backend: greedy, two tokens (the first, and the first decode step), their top-k. */
 async function measureOne(client: BackendClient, c: BuildCandidate, rewrite: RewriteOptions): Promise<Measured> {
   const kind = c.route === '/v1/chat/completions' ? 'chat' : 'completions';
-  const body = rewriteForMirror(kind, c.body, { ...rewrite, maxTokens: 1 });
+  const body = rewriteForMirror(kind, withLength(c.body, 2), { ...rewrite, maxTokens: 2 });
   const sent = await client.send({ path: c.route, body });
   const r = sent.result;
   if (r.error !== null || r.status >= 400) return { candidate: c, error: failureReason(r) };
   const parsed = parseResponse(r.body);
-  const top = parsed.steps[0]?.top.filter(([, lp]) => Number.isFinite(lp)) ?? [];
   if (parsed.steps.length === 0) return { candidate: c, error: parsed.error ?? 'no logprobs in the answer' };
-  if (top.length < 2) return { candidate: c, error: 'fewer than two alternatives at the first token' };
+  const gap = stepGap(parsed.steps[0]);
+  if (gap === null) return { candidate: c, error: 'fewer than two alternatives at the first token' };
   const usage = (r.body as { usage?: { prompt_tokens?: unknown } } | null)?.usage;
   const promptTokens = typeof usage?.prompt_tokens === 'number' ? usage.prompt_tokens : null;
-  return { candidate: c, gap: Math.max(0, top[0]![1] - top[1]![1]), promptTokens };
+  return { candidate: c, gap, decodeGap: stepGap(parsed.steps[1]), promptTokens };
 }
 
-/** How the measured candidates are chosen: how many, at most how many per slice, the flip-noise floor, the order. */
+/** A body at `maxTokens` tokens (`max_tokens`), or naming no length (null: `canary.maxTokens` applies). */
+export function withLength(body: Readonly<Record<string, unknown>>, maxTokens: number | null): Record<string, unknown> {
+  const { max_tokens: _t, max_completion_tokens: _c, ...rest } = body;
+  return maxTokens === null ? rest : { ...rest, max_tokens: maxTokens };
+}
+
+/** How the measured candidates are chosen: how many, how many decode probes, at most how many per slice, the flip-noise floor, the order. */
 export interface ChooseOptions {
   count: number;
+  /**
+   * Of `count`, the decode probes: generated `canary.maxTokens` long, chosen by their second
+   * token's gap (the first decode step), for a bug of the decode path that leaves the first token
+   * clean. The others are first-token probes, one token each.
+   */
+  decode: number;
   perSlice: number | null;
   minGap: number;
   /**
-   * `gap`: the smallest first-token gap first. `cost` (with `floor`, the noise floor the probes
-   * are judged at, and `maxTokens`, the tokens each probe generates): the most worth per token
-   * first — a probe fires when its first token moves by min(floor, gap), so the smallest
-   * min(floor, gap) × (prompt tokens + maxTokens) first, ties by gap.
+   * `gap`: the smallest gap first. `cost` (with `floor`, the noise floor the probes are judged at,
+   * and `maxTokens`, the tokens a decode probe generates): the most worth per token first — a
+   * probe fires when its token moves by min(floor, gap), so the smallest min(floor, gap) ×
+   * (prompt tokens + tokens generated) first, ties by gap.
    */
   rank?: { by: 'gap' } | { by: 'cost'; floor: number; maxTokens: number };
 }
@@ -234,16 +255,31 @@ export interface Chosen {
   firstError: string | null;
 }
 
+/** A measured candidate kept, with its worth at each length (smaller first; null: not a decode probe). */
+interface Entry {
+  c: BuildCandidate;
+  gap: number;
+  first: number;
+  decode: number | null;
+}
+
 /**
- * The probes by worth: the measured candidates above `minGap`, each (route, model) slice sorted
- * by `rank` (the smallest gap, or the most worth per token, first), taken round-robin over the
- * slices — every slice gets probes — until `count` (at most `perSlice` a slice).
+ * The probes by worth: the measured candidates above `minGap`, spread round-robin over the
+ * (route, model) slices — every slice gets probes — at most `perSlice` a slice. First the
+ * `decode` decode probes (each slice by its second-token worth), then first-token probes (by
+ * first-token worth) up to `count`; the decode probes are placed among the others evenly, the
+ * first second in line, so that a short run (or one cut by the budget) sees both kinds.
  */
 export function chooseProbes(measured: readonly Measured[], o: ChooseOptions): Chosen {
   const skipped: Record<string, number> = {};
   let firstError: string | null = null;
-  const slices = new Map<string, Array<{ c: BuildCandidate; gap: number; key: number }>>();
+  const slices = new Map<string, Entry[]>();
   const rank = o.rank ?? { by: 'gap' };
+  // A backend that did not say its prompt tokens: about four bytes a token.
+  const prompt = (m: Extract<Measured, { gap: number }>) =>
+    m.promptTokens ?? Math.ceil(promptBytes(m.candidate.body) / 4);
+  const worth = (gap: number, tokens: number): number =>
+    rank.by === 'cost' ? Math.min(rank.floor, gap) * tokens : gap;
   for (const m of measured) {
     if ('error' in m) {
       skipped['failed'] = (skipped['failed'] ?? 0) + 1;
@@ -256,32 +292,93 @@ export function chooseProbes(measured: readonly Measured[], o: ChooseOptions): C
     }
     const key = `${m.candidate.route} ${m.candidate.model ?? ''}`;
     if (!slices.has(key)) slices.set(key, []);
-    // A backend that did not say its prompt tokens: about four bytes a token.
-    const cost =
-      rank.by === 'cost' ? (m.promptTokens ?? Math.ceil(promptBytes(m.candidate.body) / 4)) + rank.maxTokens : 1;
-    const worth = rank.by === 'cost' ? Math.min(rank.floor, m.gap) * cost : m.gap;
-    slices.get(key)!.push({ c: m.candidate, gap: m.gap, key: worth });
+    const decodes = m.decodeGap !== null && m.decodeGap >= o.minGap;
+    slices.get(key)!.push({
+      c: m.candidate,
+      gap: m.gap,
+      first: worth(m.gap, prompt(m) + 1),
+      decode: decodes ? worth(m.decodeGap!, prompt(m) + (rank.by === 'cost' ? rank.maxTokens : 2)) : null,
+    });
   }
-  const queues = [...slices.values()].map((q) => q.sort((a, b) => a.key - b.key || a.gap - b.gap));
-  const cap = o.perSlice ?? Infinity;
-  const probes: CanaryProbe[] = [];
-  for (let round = 0; round < cap && probes.length < o.count; round++) {
-    const before = probes.length;
-    for (const q of queues) {
-      const e = q[round];
-      if (e === undefined || probes.length >= o.count) continue;
-      probes.push(asProbe(e.c, e.gap));
-    }
-    if (probes.length === before) break;
-  }
-  const kept = probes.length;
-  const eligible = queues.reduce((n, q) => n + q.length, 0);
-  if (eligible > kept) skipped['over --count or --per-route'] = eligible - kept;
-  return { probes, slices: queues.length, skipped, firstError };
+  const entries = [...slices.values()];
+  const taken = new Map<BuildCandidate, 'first' | 'decode'>();
+  const perSlice = entries.map(() => 0);
+  const pick = (kind: 'first' | 'decode', upTo: number) => {
+    const queues = entries.map((q) =>
+      q.filter((e) => e[kind] !== null).sort((a, b) => a[kind]! - b[kind]! || a.gap - b.gap),
+    );
+    roundRobin(queues, perSlice, o.perSlice ?? Infinity, (e) => {
+      if (taken.size >= upTo) return 'full';
+      if (taken.has(e.c)) return 'skip';
+      taken.set(e.c, kind);
+      return 'taken';
+    });
+  };
+  pick('decode', Math.min(o.decode, o.count));
+  pick('first', o.count);
+  const probes = interleave(entries.flat(), taken);
+  const eligible = entries.reduce((n, q) => n + q.length, 0);
+  if (eligible > probes.length) skipped['over --count or --per-route'] = eligible - probes.length;
+  return { probes, slices: entries.length, skipped, firstError };
 }
 
-function asProbe(c: BuildCandidate, gap: number): CanaryProbe {
-  return { id: c.id, route: c.route, body: c.body, gap, ...(c.model !== null ? { model: c.model } : {}) };
+/**
+ * Takes from each queue in turn — the queues' i-th entries, then their (i+1)-th — at most `cap`
+ * a queue (counted in `perQueue` across calls), until `take` says the choice is full.
+ */
+function roundRobin<E>(
+  queues: readonly E[][],
+  perQueue: number[],
+  cap: number,
+  take: (e: E) => 'taken' | 'skip' | 'full',
+): void {
+  const at = queues.map(() => 0);
+  for (let live = true; live;) {
+    live = false;
+    for (const [i, q] of queues.entries()) {
+      if (perQueue[i]! >= cap) continue;
+      while (at[i]! < q.length) {
+        const e = q[at[i]!]!;
+        at[i] = at[i]! + 1;
+        const got = take(e);
+        if (got === 'full') return;
+        if (got === 'taken') {
+          perQueue[i] = perQueue[i]! + 1;
+          live = true;
+          break;
+        }
+      }
+    }
+  }
+}
+
+/** The chosen probes in file order: the first-token ones by worth, each decode probe placed evenly among them (the first at index 1). */
+function interleave(entries: readonly Entry[], taken: ReadonlyMap<BuildCandidate, 'first' | 'decode'>): CanaryProbe[] {
+  const byWorth = (kind: 'first' | 'decode') =>
+    entries
+      .filter((e) => taken.get(e.c) === kind)
+      .sort((a, b) => a[kind]! - b[kind]! || a.gap - b.gap)
+      .map((e) => asProbe(e.c, e.gap, kind === 'first' ? 1 : null));
+  const first = byWorth('first');
+  const decode = byWorth('decode');
+  const n = first.length + decode.length;
+  const out: CanaryProbe[] = [];
+  for (let j = 0; j < decode.length; j++) {
+    const at = Math.min(n - 1, 1 + Math.floor((j * n) / decode.length));
+    while (out.length < at && first.length > 0) out.push(first.shift()!);
+    out.push(decode[j]!);
+  }
+  return [...out, ...first];
+}
+
+function asProbe(c: BuildCandidate, gap: number, maxTokens: 1 | null): CanaryProbe {
+  return {
+    id: c.id,
+    route: c.route,
+    body: withLength(c.body, maxTokens),
+    gap,
+    ...(c.model !== null ? { model: c.model } : {}),
+  };
 }
 
 /** The probe file's lines: `{"id", "route", "body", "gap", "model"?}` (a prompt-set line too). */

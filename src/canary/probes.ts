@@ -8,7 +8,9 @@ import type { PairCopy } from '../pair/pipeline.js';
  * is JSON lines of `{"route", "body", "id"?, "gap"?, "model"?}` — the prompt-set line of `replay`
  * and `record` (src/replay/input.ts), so the same file records a reference golden file with
  * `logprobe record PROBES --backend TRUSTED`. `gap` is the trusted side's top-1/top-2 gap at the
- * first generated token when `canary build` measured it (a border input has a small one).
+ * first generated token when `canary build` measured it (a border input has a small one). The
+ * body's `max_tokens` is the probe's length (at most `canary.maxTokens`, which a body naming none
+ * gets): 1 for a first-token probe, more for a decode probe ({@link isDecodeProbe}).
  */
 export interface CanaryProbe {
   id: string;
@@ -26,28 +28,50 @@ export interface CanaryProbe {
  * a near-tie on most instruction-tuned models (a pick among equals, a coin, a number, a colour):
  * border inputs in the sense of B3IT (arXiv 2602.11083), where any change of the logits moves
  * the top-2 gap and can flip the argmax. `canary build` measures and ranks them for one server.
+ *
+ * Two lengths, as `canary build` writes them: first-token probes ask one token (`max_tokens: 1`:
+ * the border input's whole worth, at the least cost); decode probes name no length and generate
+ * `canary.maxTokens`, because a bug of the decode steps alone (a KV cell lost after the prompt,
+ * bench `decode-state:0`) leaves the first token — computed by the prefill — clean. The decode
+ * probes sit among the others, the first second in line, so a short run sees both.
  */
 export const DEFAULT_PROBES: readonly CanaryProbe[] = [
-  completion('pick-number', 'I am thinking of a number between 1 and 10. The number is'),
-  completion('coin', 'I flipped a coin and it landed on'),
-  completion('colour', 'My favourite colour is'),
-  completion('letter', 'A random letter of the alphabet:'),
-  completion('weekday', 'The best day of the week is'),
-  completion('fruit', 'The fruit I like most is the'),
-  completion('yes-no', 'Question: Is it going to rain tomorrow? Answer (yes or no):'),
-  completion('animal', 'If I could be any animal, I would be a'),
-  chat('chat-number', 'Pick a number from 1 to 5. Reply with the number only.'),
-  chat('chat-word', 'Say one English word, any word. Reply with the word only.'),
-  chat('chat-side', 'Heads or tails? Reply with one word.'),
-  chat('chat-city', 'Name a city in Europe. Reply with the name only.'),
+  completion('pick-number', 'I am thinking of a number between 1 and 10. The number is', 1),
+  completion('coin', 'I flipped a coin and it landed on', null),
+  completion('colour', 'My favourite colour is', 1),
+  completion('letter', 'A random letter of the alphabet:', 1),
+  completion('weekday', 'The best day of the week is', 1),
+  chat('chat-number', 'Pick a number from 1 to 5. Reply with the number only.', 1),
+  completion('fruit', 'The fruit I like most is the', null),
+  completion('yes-no', 'Question: Is it going to rain tomorrow? Answer (yes or no):', 1),
+  completion('animal', 'If I could be any animal, I would be a', 1),
+  chat('chat-word', 'Say one English word, any word. Reply with the word only.', 1),
+  chat('chat-side', 'Heads or tails? Reply with one word.', 1),
+  chat('chat-city', 'Name a city in Europe. Reply with the name only.', null),
 ];
 
-function completion(id: string, prompt: string): CanaryProbe {
-  return { id, route: '/v1/completions', body: { prompt }, gap: null };
+/** `max_tokens` in a probe's body for a first-token probe (1); null for a decode probe (`canary.maxTokens`). */
+function length(maxTokens: 1 | null): Record<string, unknown> {
+  return maxTokens === null ? {} : { max_tokens: maxTokens };
 }
 
-function chat(id: string, content: string): CanaryProbe {
-  return { id, route: '/v1/chat/completions', body: { messages: [{ role: 'user', content }] }, gap: null };
+function completion(id: string, prompt: string, maxTokens: 1 | null): CanaryProbe {
+  return { id, route: '/v1/completions', body: { prompt, ...length(maxTokens) }, gap: null };
+}
+
+function chat(id: string, content: string, maxTokens: 1 | null): CanaryProbe {
+  return {
+    id,
+    route: '/v1/chat/completions',
+    body: { messages: [{ role: 'user', content }], ...length(maxTokens) },
+    gap: null,
+  };
+}
+
+/** A decode probe: its body names no length above one token, so it generates `canary.maxTokens` (a first-token probe asks 1). */
+export function isDecodeProbe(p: CanaryProbe): boolean {
+  const v = p.body.max_tokens ?? p.body.max_completion_tokens;
+  return typeof v !== 'number' || v > 1;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
@@ -107,7 +131,10 @@ export interface CanaryCopyOptions extends RewriteOptions {
   model: string | null;
 }
 
-/** A probe as the copy the pair pipeline sends: greedy, `maxTokens` long, top-`topLogprobs` logprobs. */
+/**
+ * A probe as the copy the pair pipeline sends: greedy, top-`topLogprobs` logprobs, as long as its
+ * body's `max_tokens` asks, at most `maxTokens` (`canary.maxTokens`; a body that names none gets it).
+ */
 export function probeCopy(p: CanaryProbe, o: CanaryCopyOptions): PairCopy {
   const kind = p.route === '/v1/chat/completions' ? 'chat' : 'completions';
   const model = p.model ?? o.model;

@@ -21,6 +21,11 @@ export interface CanaryPair {
   /** The other side was a recorded reference (a golden file), not a live baseline. */
   reference: boolean;
   result: PairResult;
+  /**
+   * The decode steps' evidence: the compared positions after the first (the prefill computes the
+   * first token; a decode-only bug leaves it clean) and those that shifted above the floor.
+   */
+  decode: StepEvidence;
   /** Prompt and generated tokens both sides spent (a recorded reference spends none). */
   tokens: number;
   /** The most the same probe can cost next time: each run's prompt tokens as reported, plus the tokens it asks for. */
@@ -73,6 +78,7 @@ export class CanaryRunner {
         baseline,
         reference: false,
         result: run.result,
+        decode: decodeEvidence(run.result.comparison, thresholds.noiseFloor),
         tokens:
           spent(run.candidate, copy.body) + spent(baseline, copy.body) + (again ? spent(again.second, copy.body) : 0),
         bound:
@@ -109,6 +115,7 @@ export class CanaryRunner {
         baseline: missing,
         reference: true,
         result: analyzePair(missing, missing, thresholds),
+        decode: { shifted: 0, comparable: 0 },
         tokens: 0,
         bound: 0,
       };
@@ -118,6 +125,7 @@ export class CanaryRunner {
     const sent = await this.o.pipeline.send(recorded);
     const base = goldenSide(golden);
     const again = this.o.self ? await this.o.pipeline.send(recorded) : null;
+    const result = analyzePair(sent.candidate, base, thresholds);
     return {
       ...(again ? { self: analyzePair(again.candidate, sent.candidate, thresholds).comparison } : {}),
       probe,
@@ -126,11 +134,33 @@ export class CanaryRunner {
       candidate: sent.candidate,
       baseline: base,
       reference: true,
-      result: analyzePair(sent.candidate, base, thresholds),
+      result,
+      decode: decodeEvidence(result.comparison, thresholds.noiseFloor),
       tokens: spent(sent.candidate, sent.request) + (again ? spent(again.candidate, again.request) : 0),
       bound: costBound(sent.candidate, sent.request) * (this.o.self ? 2 : 1),
     };
   }
+}
+
+/** Positions compared and those shifted above the floor. */
+export interface StepEvidence {
+  shifted: number;
+  comparable: number;
+}
+
+/**
+ * A pair's decode steps: its compared positions after the first, and those whose shift passed
+ * `floor` (the comparison's own rule, src/core/compare.ts). None for an unusable comparison.
+ */
+export function decodeEvidence(c: Comparison | null, floor: number): StepEvidence {
+  const out = { shifted: 0, comparable: 0 };
+  if (!usable(c)) return out;
+  for (const p of c.positions) {
+    if (p.i < 1) continue;
+    out.comparable++;
+    if (p.shift !== null && p.shift > floor) out.shifted++;
+  }
+  return out;
 }
 
 /** Tokens a side spent on a copy: its `usage.total_tokens`, else the copy's upper bound ({@link estimateTokens}). */
@@ -177,6 +207,10 @@ export interface CanaryJudgement {
   shiftedProbes: number;
   /** Shifted share of the comparable positions pooled over the round (the window statistic). */
   pooledShare: number;
+  /** The same share over the decode steps alone (positions after the first; {@link decodeEvidence}); null: none compared. */
+  decodeShare: number | null;
+  /** Decode-step positions compared over the round. */
+  decodePositions: number;
   /** Largest position shift of the round, nats. */
   maxShift: number | null;
   /** The sign-flip permutation test's p-value over the probes' mean logprob differences. */
@@ -209,11 +243,13 @@ const usable = (c: Comparison | null | undefined): c is Comparison =>
   c !== null && c !== undefined && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch';
 
 /**
- * Judges one round: changed when any of four rules says so, inconclusive when nothing was
+ * Judges one round: changed when any of five rules says so, inconclusive when nothing was
  * compared.
  *
  * 1. The pooled shifted share of the probes' positions reaches `fireFraction` (the window alert's
- *    rule, at the analysis floor).
+ *    rule, at the analysis floor) — over all positions, or over the decode steps alone (the
+ *    positions after the first, {@link decodeEvidence}): a bug of the decode path leaves every
+ *    first token clean, and the first-token probes would dilute its share below the fraction.
  * 2. The probes' logprobs moved together: the sign-flip permutation test of the mean differences
  *    |Σ dᵢ| has p ≤ `alpha` (Log Probability Tracking's test). A change that moves logprobs up
  *    and down alike — weight noise, a state shift — cancels in Σ dᵢ and is not seen here.
@@ -224,12 +260,14 @@ const usable = (c: Comparison | null | undefined): c is Comparison =>
  *    0 and the p-value is exact, whatever the engine's noise (none on a deterministic engine:
  *    every eᵢ = 0, p = 1). It sees a zero-mean change below the floor: all n probes shifted
  *    more than the spread give p ≈ 2⁻ⁿ (≤ 0.01 from 7 probes on).
+ * 4. The border rule ({@link borderShifted}).
  */
 export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): CanaryJudgement {
   const compared = pairs.filter((p) => usable(p.result.comparison));
   let shifted = 0;
   let comparable = 0;
   let maxShift: number | null = null;
+  const decode = { shifted: 0, comparable: 0 };
   const d: number[] = [];
   const e: number[] = [];
   for (const p of compared) {
@@ -238,11 +276,14 @@ export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): Canar
     shifted += ev.shifted;
     comparable += ev.comparable;
     if (ev.maxShift !== null) maxShift = Math.max(maxShift ?? 0, ev.maxShift);
+    decode.shifted += p.decode.shifted;
+    decode.comparable += p.decode.comparable;
     const v = pairDifference(c);
     if (v !== null) d.push(v);
     if (usable(p.self) && c.maxShift !== null) e.push(c.maxShift - (p.self.maxShift ?? 0));
   }
   const pooledShare = comparable > 0 ? shifted / comparable : 0;
+  const decodeShare = decode.comparable > 0 ? decode.shifted / decode.comparable : null;
   const pValue = permutationPValue(d, o.permutations, mulberry32(o.seed));
   const measured = pairs.some((p) => p.self !== undefined);
   const spreadPValue = measured ? oneSidedPValue(e, o.permutations, mulberry32(o.seed)) : null;
@@ -251,6 +292,7 @@ export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): Canar
   const fired =
     pValue <= o.alpha ||
     pooledShare >= o.fireFraction ||
+    (decodeShare !== null && decodeShare >= o.fireFraction) ||
     (spreadPValue !== null && spreadPValue <= o.alpha) ||
     borderShifts > 0;
   const j = {
@@ -259,6 +301,8 @@ export function judgeRound(pairs: readonly CanaryPair[], o: JudgeOptions): Canar
     compared: compared.length,
     shiftedProbes,
     pooledShare,
+    decodeShare,
+    decodePositions: decode.comparable,
     maxShift,
     pValue,
     spreadPValue,
@@ -274,7 +318,9 @@ function judgementSummary(j: Omit<CanaryJudgement, 'summary'>, o: JudgeOptions):
   const spread =
     j.spreadPValue === null ? '' : `, spread test p ${j.spreadPValue.toPrecision(3)} over ${j.spreadProbes} probes`;
   const border = j.borderShifts > 0 ? `, ${j.borderShifts} border probes moved by their gap` : '';
-  return `${j.verdict}: ${j.shiftedProbes} of ${j.compared} probes shifted, pooled share ${j.pooledShare.toFixed(3)} (changed at ${o.fireFraction})${border}, max shift ${formatNats(j.maxShift)} nats, permutation p ${j.pValue.toPrecision(3)}${spread} (${spread ? 'each ' : ''}changed at ≤ ${o.alpha})`;
+  const decode =
+    j.decodeShare === null ? '' : `, decode-step share ${j.decodeShare.toFixed(3)} over ${j.decodePositions} positions`;
+  return `${j.verdict}: ${j.shiftedProbes} of ${j.compared} probes shifted, pooled share ${j.pooledShare.toFixed(3)}${decode} (changed at ${o.fireFraction})${border}, max shift ${formatNats(j.maxShift)} nats, permutation p ${j.pValue.toPrecision(3)}${spread} (${spread ? 'each ' : ''}changed at ≤ ${o.alpha})`;
 }
 
 /**

@@ -7,6 +7,7 @@ import { backendUrlFlag, numberArg, trustedBackend } from './options.js';
 import { startProgress } from './progress.js';
 import { checkWritable } from './report-file.js';
 import { writeOut } from './stdout.js';
+import { isDecodeProbe } from '../canary/probes.js';
 import { configFrom } from './thresholds.js';
 import { resolveInputs } from '../capture/reader.js';
 import { scoringOptions } from '../backend/client.js';
@@ -30,6 +31,7 @@ interface BuildFlags {
   backend?: string;
   out?: string;
   count: number;
+  decode?: number;
   perRoute?: number;
   minGap: number;
   rank: 'cost' | 'gap';
@@ -41,14 +43,20 @@ const HELP = `
 Chooses canary probes by worth. Each candidate prompt (--from: captures, or directories of them;
 --prompts: prompt-set lines as replay and record read them, or plain text, one completions prompt
 a line; --generated: the built-in probes, every printable one-character and every two-letter
-lowercase prompt, 783 in all, for a server with neither) is sent once to the trusted --backend, greedy, one token with canary.topLogprobs
-alternatives, and its first token's top-1/top-2 gap is measured: a small gap is a border input,
-whose argmax any change of the logits moves or flips. Gaps below --min-gap (default ${FLIP_NOISE_GAP} nats) flip on
-run-to-run noise alone and are skipped. The kept prompts are spread round-robin over the (route,
-model) slices up to --count (at most --per-route a slice), each slice by --rank: cost (the
-default) puts the most worth per token first — a probe fires when its first token moves by
-min(floor, gap), floor being analysis.noiseFloor, so the smallest min(floor, gap) × (its prompt
-tokens + canary.maxTokens) first; gap puts the smallest gap first whatever the prompt's length.
+lowercase prompt, 783 in all, for a server with neither) is sent once to the trusted --backend, greedy, two tokens with
+canary.topLogprobs alternatives, and its first token's top-1/top-2 gap is measured: a small gap is
+a border input, whose argmax any change of the logits moves or flips. Gaps below --min-gap
+(default ${FLIP_NOISE_GAP} nats) flip on run-to-run noise alone and are skipped. The kept prompts are spread
+round-robin over the (route, model) slices up to --count (at most --per-route a slice), each slice
+by --rank: cost (the default) puts the most worth per token first — a probe fires when its token
+moves by min(floor, gap), floor being analysis.noiseFloor, so the smallest min(floor, gap) × (its
+prompt tokens + tokens generated) first; gap puts the smallest gap first whatever the prompt's length.
+
+Two kinds of probe: --decode of them (default a quarter of --count, rounded up) are decode probes,
+chosen by their second token's gap and generated canary.maxTokens long — a bug of the decode
+steps leaves the first token, which the prefill computes, clean; the rest are first-token probes,
+one token each ("max_tokens": 1 in their body), the cheapest evidence of everything else. The
+decode probes sit evenly among the others, the first second in line.
 
 --out is a probe file (JSONL: {"id", "route", "body", "gap", "model"?}), which is also a prompt set:
   logprobe record PROBES.jsonl --backend TRUSTED --out ref.jsonl   # the reference for --reference
@@ -71,6 +79,11 @@ export const canaryBuildCommand: CommandFactory = (setExit) =>
     .option('--backend <url>', 'the trusted build to measure on')
     .option('--out <file>', 'the probe file to write (JSONL)')
     .option('--count <n>', 'probes to keep', numberArg('--count', { min: 1, integer: true }), 32)
+    .option(
+      '--decode <n>',
+      'decode probes among --count (default: a quarter, rounded up)',
+      numberArg('--decode', { min: 0, integer: true }),
+    )
     .option(
       '--per-route <n>',
       'probes per (route, model) slice at most',
@@ -115,6 +128,8 @@ async function readInput(flags: BuildFlags): Promise<{ input: BuildInput; where:
 async function build(flags: BuildFlags): Promise<number> {
   const backend = backendUrlFlag('--backend', flags.backend);
   if (flags.out === undefined) throw usageError('--out FILE is required (the probe file to write)');
+  if (flags.decode !== undefined && flags.decode > flags.count)
+    throw usageError(`--decode ${flags.decode}: at most --count (${flags.count}) probes can be decode probes`);
   const out = resolve(flags.out);
   const config = configFrom(flags);
   const { input, where } = await readInput(flags);
@@ -142,6 +157,7 @@ async function build(flags: BuildFlags): Promise<number> {
   const floor = config.analysis.noiseFloor;
   const chosen = chooseProbes(measured, {
     count: flags.count,
+    decode: flags.decode ?? Math.ceil(flags.count / 4),
     perSlice: flags.perRoute ?? null,
     minGap: flags.minGap,
     rank:
@@ -182,9 +198,9 @@ function buildSummary(
   const chooseSkips = counts(chosen.skipped);
   return [
     `read ${input.lines} lines from ${o.where}: ${input.candidates.length} distinct prompts${readSkips ? `; skipped ${readSkips}` : ''}`,
-    `measured ${ok} of ${measured.length} on ${o.backend} (first-token top-1/top-2 gap; flip-noise floor ${o.minGap} nats)${chosen.firstError ? `; first failure: ${chosen.firstError}` : ''}`,
+    `measured ${ok} of ${measured.length} on ${o.backend} (top-1/top-2 gaps of the first two tokens; flip-noise floor ${o.minGap} nats)${chosen.firstError ? `; first failure: ${chosen.firstError}` : ''}`,
     chosen.probes.length > 0
-      ? `kept ${chosen.probes.length} probes over ${chosen.slices} (route, model) slices to ${o.out}, gaps ${gapRange(chosen)} nats${chooseSkips ? `; skipped ${chooseSkips}` : ''}`
+      ? `kept ${chosen.probes.length} probes (${chosen.probes.filter(isDecodeProbe).length} decode) over ${chosen.slices} (route, model) slices to ${o.out}, gaps ${gapRange(chosen)} nats${chooseSkips ? `; skipped ${chooseSkips}` : ''}`
       : `kept no probe: nothing written to ${o.out}${chooseSkips ? `; skipped ${chooseSkips}` : ''}`,
   ];
 }

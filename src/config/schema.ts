@@ -314,9 +314,10 @@ const sections = z.strictObject({
       model: z.string({ error: 'expected a model name, or null' }).min(1).nullable().default(null),
       intervalSeconds: positiveNumber.default(60),
       jitterSeconds: nonNegative.default(5),
-      // 2: the first token (a border input's worth) and one decode step (a state bug shows there
-      // only, bench decode-state:0); 1 is cheaper and blind to it (docs/detection.md).
-      maxTokens: positiveInt.max(64, { error: 'expected a whole number from 1 to 64' }).default(2),
+      // The length of a probe whose body names none — the decode probes (a state bug shows in the
+      // decode steps only, bench decode-state:0) — and the cap on every probe; first-token probes
+      // ask 1 in their body (docs/detection.md "Canaries").
+      maxTokens: positiveInt.max(64, { error: 'expected a whole number from 1 to 64' }).default(4),
       topLogprobs: positiveInt.max(20, { error: 'expected a whole number from 1 to 20' }).default(20),
       reference: z.string({ error: 'expected a golden file path, or null' }).min(1).nullable().default(null),
       tokensPerHour: positiveInt.default(100_000),
