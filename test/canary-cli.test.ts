@@ -40,7 +40,7 @@ test('canary check: a twin is the same (exit 0), a state-shifted candidate chang
     assert.match(same.stdout, new RegExp(`^  ${p.id} +identical +max shift 0\\.000 nats  first-token gap \\d`, 'm'));
   assert.match(
     lines.at(-1)!,
-    /^same: 0 of 12 probes shifted, pooled share 0\.000 .*permutation p 1\.00, spread test p 1\.00 over 12 probes/,
+    /^same: 0 of 12 probes shifted, pooled share 0\.000, decode-step share 0\.000 over \d+ positions .*permutation p 1\.00, spread test p 1\.00 over 12 probes/,
   );
 
   const changed = await runCli(['canary', 'check', '--candidate', shifted.url, '--baseline', base.url]);
@@ -48,7 +48,7 @@ test('canary check: a twin is the same (exit 0), a state-shifted candidate chang
   assert.match(changed.stdout, /^ {2}pick-number +(global|early|local)_shift +max shift \d/m);
   assert.match(
     changed.stdout.trim().split('\n').at(-1)!,
-    /^changed: \d+ of 12 probes shifted, pooled share (0\.[5-9]|1\.0)\d* \(changed at 0\.5\)/,
+    /^changed: \d+ of 12 probes shifted, pooled share (0\.[5-9]|1\.0)\d*(, decode-step share [\d.]+ over \d+ positions)? \(changed at 0\.5\)/,
   );
 
   const json = await runCli(['canary', 'check', '--candidate', shifted.url, '--baseline', base.url, '--json']);
@@ -174,7 +174,7 @@ test('canary build: probes by first-token gap, round-robin over (route, model) s
   assert.match(r.stdout, /^measured 11 of 11 on /m);
   assert.match(
     r.stdout,
-    /^kept 9 probes over 2 \(route, model\) slices to .*probes\.jsonl, gaps .*; skipped 1 below the flip-noise floor, 1 over --count or --per-route$/m,
+    /^kept 9 probes \(3 decode\) over 2 \(route, model\) slices to .*probes\.jsonl, gaps .*; skipped 1 below the flip-noise floor, 1 over --count or --per-route$/m,
   );
   const lines = readFileSync(out, 'utf8')
     .trim()
@@ -187,17 +187,18 @@ test('canary build: probes by first-token gap, round-robin over (route, model) s
     assert.equal(typeof p.gap, 'number');
     return p;
   });
-  // Round-robin: completions and chat alternate while both have probes; each sorted by gap.
+  // Round-robin over the slices: both routes have probes; three decode probes, the rest one token.
   const both =
     2 * Math.min(...['/v1/completions', '/v1/chat/completions'].map((r) => probes.filter((p) => p.route === r).length));
   assert.ok(both >= 6, `both slices have probes: ${both}`);
-  for (let i = 1; i < both; i++) assert.notEqual(probes[i]!.route, probes[i - 1]!.route, `probe ${i} alternates`);
+  assert.equal(probes.filter((p) => p.body.max_tokens === undefined).length, 3, 'three decode probes');
+  assert.equal(probes[1]!.body.max_tokens, undefined, 'the first decode probe second in line');
   for (const route of ['/v1/completions', '/v1/chat/completions']) {
-    const gaps = probes.filter((p) => p.route === route).map((p) => p.gap!);
+    const gaps = probes.filter((p) => p.route === route && p.body.max_tokens === 1).map((p) => p.gap!);
     assert.deepEqual(
       gaps,
       [...gaps].sort((a, b) => a - b),
-      `${route} smallest gap first`,
+      `${route} first-token probes smallest gap first`,
     );
   }
   // The probe file is a check's --probes and a record input.
