@@ -9,7 +9,7 @@ import { parseResponse } from '../core/index.js';
 import { probeFile, readJsonLines } from '../capture/reader.js';
 import { goldenKey } from '../replay/golden.js';
 import { toReplayItem } from '../replay/input.js';
-import { DEFAULT_PROBES, type CanaryProbe } from './probes.js';
+import { DEFAULT_PROBES, withLength, type CanaryProbe } from './probes.js';
 import { promptBytes } from './runner.js';
 
 /**
@@ -220,12 +220,6 @@ async function measureOne(client: BackendClient, c: BuildCandidate, rewrite: Rew
   return { candidate: c, gap, decodeGap: stepGap(parsed.steps[1]), promptTokens };
 }
 
-/** A body at `maxTokens` tokens (`max_tokens`), or naming no length (null: `canary.maxTokens` applies). */
-export function withLength(body: Readonly<Record<string, unknown>>, maxTokens: number | null): Record<string, unknown> {
-  const { max_tokens: _t, max_completion_tokens: _c, ...rest } = body;
-  return maxTokens === null ? rest : { ...rest, max_tokens: maxTokens };
-}
-
 /** How the measured candidates are chosen: how many, how many decode probes, at most how many per slice, the flip-noise floor, the order. */
 export interface ChooseOptions {
   count: number;
@@ -278,8 +272,9 @@ export function chooseProbes(measured: readonly Measured[], o: ChooseOptions): C
   // A backend that did not say its prompt tokens: about four bytes a token.
   const prompt = (m: Extract<Measured, { gap: number }>) =>
     m.promptTokens ?? Math.ceil(promptBytes(m.candidate.body) / 4);
-  const worth = (gap: number, tokens: number): number =>
-    rank.by === 'cost' ? Math.min(rank.floor, gap) * tokens : gap;
+  // Worth per token of a probe moved by `gap`, generating one token or (a decode probe) maxTokens.
+  const worth = (m: Extract<Measured, { gap: number }>, gap: number, decode: boolean): number =>
+    rank.by === 'cost' ? Math.min(rank.floor, gap) * (prompt(m) + (decode ? rank.maxTokens : 1)) : gap;
   for (const m of measured) {
     if ('error' in m) {
       skipped['failed'] = (skipped['failed'] ?? 0) + 1;
@@ -296,8 +291,8 @@ export function chooseProbes(measured: readonly Measured[], o: ChooseOptions): C
     slices.get(key)!.push({
       c: m.candidate,
       gap: m.gap,
-      first: worth(m.gap, prompt(m) + 1),
-      decode: decodes ? worth(m.decodeGap!, prompt(m) + (rank.by === 'cost' ? rank.maxTokens : 2)) : null,
+      first: worth(m, m.gap, false),
+      decode: decodes ? worth(m, m.decodeGap!, true) : null,
     });
   }
   const entries = [...slices.values()];

@@ -50,20 +50,24 @@ export const DEFAULT_PROBES: readonly CanaryProbe[] = [
   chat('chat-city', 'Name a city in Europe. Reply with the name only.', null),
 ];
 
-/** `max_tokens` in a probe's body for a first-token probe (1); null for a decode probe (`canary.maxTokens`). */
-function length(maxTokens: 1 | null): Record<string, unknown> {
-  return maxTokens === null ? {} : { max_tokens: maxTokens };
+/**
+ * A probe body at `maxTokens` tokens (`max_tokens`; any `max_completion_tokens` dropped), or naming
+ * no length (null: `canary.maxTokens` applies — a decode probe).
+ */
+export function withLength(body: Readonly<Record<string, unknown>>, maxTokens: number | null): Record<string, unknown> {
+  const { max_tokens: _t, max_completion_tokens: _c, ...rest } = body;
+  return maxTokens === null ? rest : { ...rest, max_tokens: maxTokens };
 }
 
 function completion(id: string, prompt: string, maxTokens: 1 | null): CanaryProbe {
-  return { id, route: '/v1/completions', body: { prompt, ...length(maxTokens) }, gap: null };
+  return { id, route: '/v1/completions', body: withLength({ prompt }, maxTokens), gap: null };
 }
 
 function chat(id: string, content: string, maxTokens: 1 | null): CanaryProbe {
   return {
     id,
     route: '/v1/chat/completions',
-    body: { messages: [{ role: 'user', content }], ...length(maxTokens) },
+    body: withLength({ messages: [{ role: 'user', content }] }, maxTokens),
     gap: null,
   };
 }
