@@ -75,8 +75,6 @@ export interface BorderInput<P> {
   probe: P;
   token: string;
   gap: number;
-  /** What one query of it costs: prompt tokens + tokens generated (absent: not measured). */
-  cost?: number;
 }
 
 /** B3IT's selection: the `k` smallest reference gaps (the most balanced top-2). */

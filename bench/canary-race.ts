@@ -92,6 +92,13 @@ const DECODE = Math.ceil(CANARIES / 4);
 const MAX_TOKENS = buildConfig().canary.maxTokens;
 const canaryCopy = (maxTokens: number) => ({ topLogprobs: 20, maxTokens, seed: 0, extraParams: {} });
 const CANARY = 'canaries';
+/** The race scores nothing: every method reads the answers as they come. */
+const NO_SCORING = {
+  when: 'never',
+  maxPositions: 0,
+  topK: 20,
+  engines: { candidate: 'auto', baseline: 'auto' },
+} as const;
 const ablation = (t: number): string => `canaries, every probe ${t} token${t === 1 ? '' : 's'}`;
 const canaryColumns = (o: RaceOptions): string[] => [CANARY, ...o.canaryTokens.map(ablation)];
 const methods = (o: RaceOptions): string[] => ['LT', 'LT, 100 ref.', 'B3IT', ...canaryColumns(o)];
@@ -150,6 +157,8 @@ const b3itBody = (p: CanaryProbe): Record<string, unknown> => ({
 interface CanaryColumn {
   probes: CanaryProbe[];
   golden: GoldenIndex;
+  /** `canary.maxTokens` for this column: the length of a probe that names none, every probe's cap. */
+  cap: number;
 }
 
 /** Everything recorded once from a trusted engine. */
@@ -185,7 +194,7 @@ async function recordColumn(url: string, probes: CanaryProbe[], cap: number): Pr
     minScoredTopK: null,
     minMaxTokens: 1,
   };
-  return { probes, golden };
+  return { probes, golden, cap };
 }
 
 /**
@@ -198,7 +207,7 @@ async function measurePool(url: string): Promise<Measured[]> {
     backend: { url, timeoutMs: 30_000, connectTimeoutMs: 5_000, idleTimeoutMs: 30_000, apiKey: null },
     tlsInsecure: false,
     rewrite: canaryCopy(2),
-    scoring: { when: 'never', maxPositions: 0, topK: 20, engines: { candidate: 'auto', baseline: 'auto' } },
+    scoring: NO_SCORING,
     concurrency: 1,
   });
 }
@@ -301,13 +310,12 @@ function canaryStep(url: string, column: CanaryColumn, o: RaceOptions): { step: 
   const p = createUpstreamPool(upstream, { tlsInsecure: false, connections: 1, maxHeaderSize: 64 * 1024 });
   const backends = new Backends(
     { candidate: { ...upstream, pool: p, ownsPool: true, headers: { role: 'candidate' } }, baseline: null },
-    { when: 'never', maxPositions: 0, topK: 20, engines: { candidate: 'auto', baseline: 'auto' } },
+    NO_SCORING,
   );
-  // The cap: the golden requests already say each probe's length (goldenBody keeps a smaller one).
   const runner = new CanaryRunner({
     pipeline: new PairPipeline(backends),
     reference: column.golden,
-    copy: canaryCopy(64),
+    copy: canaryCopy(column.cap),
   });
   const thresholds: Thresholds = { ...DEFAULT_THRESHOLDS, noiseFloor: o.floor };
   const pairs: CanaryPair[] = [];
