@@ -243,7 +243,7 @@ const usable = (c: Comparison | null | undefined): c is Comparison =>
   c !== null && c !== undefined && c.verdict !== 'incomparable' && c.verdict !== 'prompt_mismatch';
 
 /**
- * Judges one round: changed when any of five rules says so, inconclusive when nothing was
+ * Judges one round: changed when any of four rules says so, inconclusive when nothing was
  * compared.
  *
  * 1. The pooled shifted share of the probes' positions reaches `fireFraction` (the window alert's
