@@ -66,7 +66,10 @@ test('an idle serve with canaries: a state-shift fault fires LogprobCanaryShift 
   assert.equal(fired.alert, 'LogprobCanaryShift');
   assert.equal(fired.model, 'm');
   assert.ok(fired.t - started <= 2 * INTERVAL * 1000, 'within two canary intervals');
-  assert.match(fired.detail ?? '', /canary round \d+ \(model m\): changed: \d+ of 12 probes shifted/);
+  assert.match(
+    fired.detail ?? '',
+    /canary round \d+ \(model m\) at floor [\d.e+-]+ nats: changed: \d+ of 12 probes shifted/,
+  );
   // Every pair was a canary's: no client request was ever sent.
   assert.ok(pairs.length >= 12);
   assert.ok(pairs.every((p) => p.canary !== undefined && Object.keys(p.clientHeaders).length === 0));
@@ -185,4 +188,48 @@ test('a busy client path pauses the canaries (canary.maxCandidateInFlight), coun
     await c.body.dump();
   }
   await until('probes again', async () => (await ok()) > before, 5_000);
+});
+
+test("canary.noiseFloor auto: on noisy twins the canaries learn their own floor from the baseline's repeats — inconclusive while learning, then quiet — where the traffic's fixed floor keeps firing", async (t) => {
+  // Two engines of the same model, each request jittered (σ 0.05 nats on every logit): a GPU's
+  // run-to-run noise, far above the 0.01-nat floor the traffic is configured with.
+  const [cand, base] = await Promise.all([engine({ noise: 0.05 }), engine({ noise: 0.05 })]);
+  t.after(() => Promise.all([cand.close(), base.close()]));
+  const run = async (noiseFloor: 'auto' | null) => {
+    const alerts: AlertTransition[] = [];
+    const pairs: MirroredPair[] = [];
+    const lp = await startLogprobe(
+      {
+        candidate: { url: cand.url },
+        baseline: { url: base.url },
+        mirror: { sampleRate: 0 },
+        analysis: { noiseFloor: 0.01 },
+        calibration: { minSamples: 12, minFloor: 0.01 },
+        canary: { enabled: true, intervalSeconds: 1, jitterSeconds: 0, noiseFloor },
+      },
+      { listeners: { onAlert: (a) => alerts.push(a), onPair: (p) => pairs.push(p) } },
+    );
+    t.after(() => lp.close());
+    await until('four canary rounds', () => pairs.some((p) => (p.canary?.round ?? 0) >= 4), 30_000);
+    return { alerts, pairs };
+  };
+  const [fixed, auto] = await Promise.all([run(null), run('auto')]);
+  assert.ok(
+    fixed.alerts.some((a) => a.alert === 'LogprobCanaryShift' && a.to === 'firing'),
+    "at the traffic's floor the noise reads as a change",
+  );
+  assert.deepEqual(
+    auto.alerts.filter((a) => a.alert === 'LogprobCanaryShift'),
+    [],
+    'auto: round 1 inconclusive (learning), the later rounds the same',
+  );
+  const floorOf = (round: number) => [
+    ...new Set(auto.pairs.filter((p) => p.canary?.round === round).map((p) => p.noiseFloor)),
+  ];
+  assert.deepEqual(floorOf(1), [0.01], 'round 1 at calibration.minFloor');
+  const learned = floorOf(3);
+  assert.equal(learned.length, 1);
+  const twinShift = Math.max(...auto.pairs.filter((p) => p.canary?.round === 3).map((p) => p.analysis?.maxShift ?? 0));
+  t.diagnostic(`learned floor ${learned[0]} nats; round 3's largest shift ${twinShift}`);
+  assert.ok(learned[0]! > 0.05, `the floor learned above the noise: ${learned[0]}`);
 });

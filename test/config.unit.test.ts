@@ -201,6 +201,22 @@ test('noiseFloor accepts auto', () => {
   assert.equal(loadConfig({ env: { LOGPROBE_NOISE_FLOOR: '0.05' } }).analysis.noiseFloor, 0.05);
 });
 
+test('canary.noiseFloor: null, a number or auto; auto needs the live baseline it learns from', () => {
+  assert.equal(buildConfig({}).canary.noiseFloor, null);
+  assert.equal(buildConfig({ canary: { noiseFloor: 0.004 } }).canary.noiseFloor, 0.004);
+  assert.equal(buildConfig({ canary: { noiseFloor: 'auto' } }).canary.noiseFloor, 'auto');
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ canary: { noiseFloor: 'auto', reference: 'ref.jsonl' } })),
+    [
+      "canary.noiseFloor: auto learns from the live baseline's repeat of each probe, and canary.reference has none: give a number of nats (or null: analysis.noiseFloor)",
+    ],
+  );
+  assert.deepEqual(
+    issuesOf(() => buildConfig({ canary: { noiseFloor: 'exact' } })),
+    ['canary.noiseFloor: expected a positive number of nats, auto or null'],
+  );
+});
+
 test('config/logprobe.example.yaml is valid, states every key, and its values are the defaults', () => {
   const file = new URL('../config/logprobe.example.yaml', import.meta.url).pathname;
   const raw = readConfigFile(file, {});

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { requestJson } from '../backend/http.js';
-import type { Thresholds } from '../core/index.js';
+import { formatNats, type Thresholds } from '../core/index.js';
 import type { CanaryOutcome } from '../metrics/catalog.js';
 import type { Metrics } from '../metrics/registry.js';
 import type { Mirror } from '../mirror/mirror.js';
@@ -158,7 +158,10 @@ export class CanaryProber {
   private async roundFor(model: string | null, round: number): Promise<void> {
     const { mirror, config } = this.deps;
     const slice = mirror.sliceOf(model);
-    const t = mirror.thresholds(slice);
+    const t = mirror.canaryThresholds(slice);
+    // `canary.noiseFloor: auto` not learned yet: the round is compared, counted and captured, and
+    // its repeats teach the floor, but a floor at calibration.minFloor is not one to judge at.
+    const toLearn = mirror.canaryFloorToLearn(slice);
     const pairs: CanaryPair[] = [];
     for (const [i, probe] of this.probes.entries()) {
       const refused = this.refusal(probe, model);
@@ -168,6 +171,7 @@ export class CanaryProber {
       }
       const pair = await this.runner!.one(probe, model, t);
       this.charge(probe, model, pair.tokens, pair.bound);
+      this.learn(slice, pair);
       const c = pair.result.comparison;
       this.count(c !== null && c.verdict !== 'incomparable' ? 'ok' : 'failed', 1);
       pairs.push(pair);
@@ -180,18 +184,35 @@ export class CanaryProber {
       permutations: config.alert.permutation.permutations,
       seed: config.alert.permutation.seed,
     });
-    const line = `canary round ${round}${model !== null ? ` (model ${model})` : ''}: ${j.summary}`;
-    if (j.verdict === 'changed') this.deps.log.info({ round, model }, line);
+    const verdict = toLearn > 0 ? 'inconclusive' : j.verdict;
+    const learning =
+      toLearn > 0
+        ? `inconclusive: canary.noiseFloor auto is still learning (${toLearn} more trusted repeats before it judges); at the starting floor `
+        : '';
+    const line = `canary round ${round}${model !== null ? ` (model ${model})` : ''} at floor ${formatNats(t.noiseFloor)} nats: ${learning}${j.summary}`;
+    if (verdict === 'changed') this.deps.log.info({ round, model }, line);
     else this.deps.log.debug({ round, model }, line);
     mirror.observeCanaryRound({
       model: slice,
       pairs: pairs.map((p) => canaryPair(p, slice, round, t)),
-      changed: j.verdict === 'inconclusive' ? null : j.verdict === 'changed',
+      changed: verdict === 'inconclusive' ? null : verdict === 'changed',
       compared: j.compared,
       pooledShare: j.pooledShare,
       maxShift: j.maxShift,
       summary: line,
     });
+  }
+
+  /**
+   * The probe's repeat on one side teaches the canaries' own floor (`canary.noiseFloor: auto`):
+   * the baseline's repeat, trusted; against a reference the candidate's, observed only.
+   */
+  private learn(slice: string, pair: CanaryPair): void {
+    const self = pair.self;
+    if (self === undefined || self === null || self.verdict === 'incomparable') return;
+    const shifts = self.positions.map((p) => p.shift).filter((s): s is number => s !== null);
+    const backend = pair.reference ? 'candidate' : 'baseline';
+    this.deps.mirror.learnCanaryFloor(slice, backend, shifts, !pair.reference);
   }
 
   /** Why a probe may not go now: the client path is busy, or it would pass the hour's budget; null when it may. */

@@ -6,7 +6,7 @@ import { startProgress } from './progress.js';
 import { writeOut } from './stdout.js';
 import { configFrom, resolveThresholds, thresholdOptions, type ThresholdFlags } from './thresholds.js';
 import { scoringOptions } from '../backend/client.js';
-import { formatNats } from '../core/index.js';
+import { formatNats, type Thresholds } from '../core/index.js';
 import type { Config } from '../config/schema.js';
 import { loadGolden, type GoldenIndex } from '../replay/golden.js';
 import { loadProbes, type CanaryProbe } from '../canary/probes.js';
@@ -33,9 +33,12 @@ const HELP = `
 Sends the probe set once (--probes FILE, else canary.probes of --config, else the built-in set of
 border inputs) to the candidate and to the live --baseline, or to the candidate alone compared with
 --reference GOLDEN (a golden file: logprobe record PROBES --backend TRUSTED --out GOLDEN), greedy,
-canary.maxTokens tokens with canary.topLogprobs alternatives, and judges the round as serve's
-canaries do: changed when the permutation test's p <= canary.alpha or the pooled shifted share of
-the probes' positions reaches alert.fireFraction (thresholds: analysis.* of --config, or the flags).
+with canary.topLogprobs alternatives (first-token probes one token, decode probes canary.maxTokens),
+and judges the round as serve's canaries do: changed when the permutation test's p <= canary.alpha,
+the pooled shifted share of the probes' positions (or of the decode steps alone) reaches
+alert.fireFraction, the spread test's p <= canary.alpha, or a border probe moved by its gap
+(thresholds: analysis.* of --config at canary.noiseFloor when it names one — auto: calibration.minFloor,
+one round learns nothing — or the flags).
 
 The model: --model, else canary.model, else candidate.model, else each model the candidate lists in
 GET /v1/models (a round per model, changed if any round changed). A probe that names its own
@@ -108,7 +111,7 @@ async function checkSettings(flags: CheckFlags): Promise<CheckSettings> {
     throw usageError('--baseline URL or --reference GOLDEN is required (the trusted side to compare with)');
   const baselineUrl = flags.baseline === undefined ? null : backendUrlFlag('--baseline', flags.baseline);
   const config = configFrom(flags);
-  const thresholds = resolveThresholds(flags, config);
+  const thresholds = canaryThresholds(flags, config);
   const probes = await loadProbes(flags.probes ?? config.canary.probes);
   const reference = flags.reference === undefined ? null : await referenceFor(flags.reference, probes);
   const c = config.canary;
@@ -216,6 +219,18 @@ function summaryLine(r: CheckRound): string {
   if (j.verdict !== 'inconclusive') return j.summary;
   const cause = r.pairs.find((p) => p.result.reason !== undefined);
   return `${j.summary}${cause ? ` (${cause.probe.id}: ${cause.result.outcome}, ${cause.result.reason})` : ''}`;
+}
+
+/**
+ * The thresholds of the round: `analysis.*` of the config, at `canary.noiseFloor` when it names
+ * one (`auto`: `calibration.minFloor` — one round has learned nothing yet, as serve's first), and
+ * the flags over both.
+ */
+function canaryThresholds(flags: CheckFlags, config: Config): Thresholds {
+  const own = config.canary.noiseFloor;
+  const t = resolveThresholds(flags, config);
+  if (own === null || flags.noiseFloor !== undefined) return t;
+  return { ...t, noiseFloor: own === 'auto' ? config.calibration.minFloor : own };
 }
 
 /** `--json`: one object, the rounds with their figures and each probe's result (docs/format.md). */

@@ -44,6 +44,16 @@ const nonNegativeInt = z
   .min(0, { error: 'expected a whole number ≥ 0' });
 const optionalSecret = z.string({ error: 'expected a string' }).nullable().default(null);
 
+/**
+ * A check's floor of its own (`path.noiseFloor`, `canary.noiseFloor`): null follows
+ * `analysis.noiseFloor` in force, a number is the floor, `auto` learns from that check's trusted
+ * pairs (src/mirror/calibration.ts `ownFloor`).
+ */
+const ownFloor = z
+  .union([positiveNumber, z.literal('auto')], { error: 'expected a positive number of nats, auto or null' })
+  .nullable()
+  .default(null);
+
 // Credentials in the URL would be logged and are not sent (the pools use the origin only).
 // A trailing /v1 (an OpenAI client's base_url) is dropped: logprobe appends the client's /v1/… itself.
 const upstreamUrl = httpUrl
@@ -290,10 +300,7 @@ const sections = z.strictObject({
           error: 'expected a list of backends',
         })
         .default(['candidate', 'baseline']),
-      noiseFloor: z
-        .union([positiveNumber, z.literal('auto')], { error: 'expected a positive number of nats, auto or null' })
-        .nullable()
-        .default(null),
+      noiseFloor: ownFloor,
     })
     .prefault({}),
   /**
@@ -323,6 +330,10 @@ const sections = z.strictObject({
       tokensPerHour: positiveInt.default(100_000),
       maxCandidateInFlight: positiveInt.default(64),
       alpha: positiveNumber.max(0.5, { error: 'expected a p-value threshold in (0, 0.5]' }).default(0.01),
+      // The canaries' own floor: null follows the slice's `analysis.noiseFloor` in force, `auto`
+      // learns from the live baseline's repeat of each probe (as `path.noiseFloor: auto`; rounds
+      // are inconclusive until `calibration.minSamples` repeats), a number is the floor.
+      noiseFloor: ownFloor,
     })
     .prefault({}),
   /**
@@ -445,6 +456,11 @@ export const configSchema = sections
     path: ['canary', 'reference'],
     error:
       'canaries need something to compare the candidate with: set baseline.url, or canary.reference (a golden file: logprobe record PROBES --backend TRUSTED --out ref.jsonl)',
+  })
+  .refine((c) => c.canary.noiseFloor !== 'auto' || c.canary.reference === null, {
+    path: ['canary', 'noiseFloor'],
+    error:
+      "auto learns from the live baseline's repeat of each probe, and canary.reference has none: give a number of nats (or null: analysis.noiseFloor)",
   })
   .transform((c) => {
     const unit = cusumUnit(c.analysis.noiseFloor, c.calibration.minFloor);

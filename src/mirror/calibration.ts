@@ -65,6 +65,9 @@ export class Calibration {
   }
 }
 
+/** The checks with a floor of their own (`path.noiseFloor`, `canary.noiseFloor`). */
+export type OwnFloor = 'path' | 'canary';
+
 /**
  * The mirror's calibration (`calibration.rate`): the floor in force, what it has learned, its
  * gauges, and the extra runs that teach it — the same copy again to each backend, whose shift
@@ -75,8 +78,11 @@ export class Calibration {
 export class MirrorCalibration {
   /** What each model slice has learned (the `auto` floor runs per slice). */
   private readonly learned = new Map<string, Calibration>();
-  /** What each slice's path floor has learned from the trusted side's path pairs (`path.noiseFloor: auto`). */
-  private readonly paths = new Map<string, Calibration>();
+  /**
+   * What each slice's own floors have learned (`path.noiseFloor: auto` from the trusted side's
+   * path pairs, `canary.noiseFloor: auto` from the trusted side's canary repeats), by check.
+   */
+  private readonly own: Record<OwnFloor, Map<string, Calibration>> = { path: new Map(), canary: new Map() };
 
   constructor(
     private readonly deps: {
@@ -109,21 +115,40 @@ export class MirrorCalibration {
     return this.floorOf(this.of(model));
   }
 
-  /** The path check's floor for a slice: `path.noiseFloor`, learned from the trusted side's path pairs for `auto`, else the pair floor in force. */
-  pathFloor(model: string): number {
-    const f = this.deps.config.path.noiseFloor;
+  /**
+   * The floor of a check that has one of its own, for a slice: `path.noiseFloor` or
+   * `canary.noiseFloor` — a number; `auto`, learned from that check's trusted pairs alone
+   * ({@link addOwn}); null, the pair floor in force.
+   */
+  ownFloor(kind: OwnFloor, model: string): number {
+    const f = this.deps.config[kind].noiseFloor;
     if (f === null) return this.noiseFloor(model);
     if (f !== 'auto') return f;
-    let c = this.paths.get(model);
-    if (c === undefined) this.paths.set(model, (c = new Calibration(this.deps.config.calibration)));
-    return c.autoFloor();
+    return this.ownOf(kind, model).autoFloor();
   }
 
-  /** A path pair's per-position shifts: the baseline's teach the slice's `auto` path floor (the candidate's never do). */
-  addPath(model: string, backend: Backend, shifts: readonly number[]): void {
-    if (this.deps.config.path.noiseFloor !== 'auto') return;
-    this.pathFloor(model);
-    this.paths.get(model)!.add(backend, shifts, { trusted: backend === 'baseline' });
+  /**
+   * Trusted pairs an `auto` own floor still waits for before it is learned (0: learned, or not
+   * `auto`): until then it stands at `calibration.minFloor`.
+   */
+  ownToLearn(kind: OwnFloor, model: string): number {
+    if (this.deps.config[kind].noiseFloor !== 'auto') return 0;
+    return Math.max(0, this.deps.config.calibration.minSamples - this.ownOf(kind, model).samples.trusted);
+  }
+
+  private ownOf(kind: OwnFloor, model: string): Calibration {
+    let c = this.own[kind].get(model);
+    if (c === undefined) this.own[kind].set(model, (c = new Calibration(this.deps.config.calibration)));
+    return c;
+  }
+
+  /**
+   * A pair of the check's own (a path pair, a canary's repeat) and its per-position shifts: the
+   * trusted side's teach the slice's `auto` floor of that check, the candidate's never do.
+   */
+  addOwn(kind: OwnFloor, model: string, backend: Backend, shifts: readonly number[], trusted: boolean): void {
+    if (this.deps.config[kind].noiseFloor !== 'auto') return;
+    this.ownOf(kind, model).add(backend, shifts, { trusted });
   }
 
   /** A repeat pair's per-position shifts in a slice; `trusted`: the floor may learn from them. Publishes the gauges. */

@@ -183,6 +183,25 @@ export class Mirror {
     return pickThresholds(this.deps.config.analysis, this.noiseFloor(model));
   }
 
+  /** The thresholds a slice's canaries are compared at: the analysis thresholds at `canary.noiseFloor` (src/mirror/calibration.ts `ownFloor`). */
+  canaryThresholds(model: string): Thresholds {
+    return pickThresholds(this.deps.config.analysis, this.calibration.ownFloor('canary', model));
+  }
+
+  /**
+   * A canary's repeat on one side (its per-position shifts against its first run): the trusted
+   * side's teach the slice's `canary.noiseFloor: auto` — the canaries' own floor, apart from the
+   * traffic's.
+   */
+  learnCanaryFloor(model: string, backend: Backend, shifts: readonly number[], trusted: boolean): void {
+    this.calibration.addOwn('canary', model, backend, shifts, trusted);
+  }
+
+  /** Trusted canary repeats `canary.noiseFloor: auto` still waits for in a slice (0: learned, or a set floor). */
+  canaryFloorToLearn(model: string): number {
+    return this.calibration.ownToLearn('canary', model);
+  }
+
   /** Every model slice's detectors (read-only, for the live page). */
   get slices(): ReadonlyMap<string, Readonly<SliceDetectors>> {
     return this.detectors.all;
@@ -294,7 +313,7 @@ export class Mirror {
   private async run(job: Job, plan: RepeatPlan | null): Promise<void> {
     const floor = this.noiseFloor(job.model);
     const t = pickThresholds(this.deps.config.analysis, floor);
-    const pathFloor = this.calibration.pathFloor(job.model);
+    const pathFloor = this.calibration.ownFloor('path', job.model);
     const run = await this.pipeline.run(job, {
       thresholds: t,
       busy: this.busy,
@@ -375,7 +394,8 @@ export class Mirror {
    * A round of canary probes, compared and judged (src/canary): each pair counted
    * (`logprobe_verdicts_total{kind="canary"}`) and handed to the listeners (capture, the live
    * page) as a canary's, the judgement to the slice's LogprobCanaryShift. Canary pairs feed no
-   * other detector and teach no floor: they are logprobe's own requests, not the traffic's.
+   * other detector and teach no floor of the traffic's: they are logprobe's own requests (their
+   * repeats teach the canaries' own floor, {@link learnCanaryFloor}).
    */
   observeCanaryRound(round: CanaryRound): void {
     const verdicts = this.deps.metrics.counter('logprobe_verdicts_total');

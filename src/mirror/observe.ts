@@ -138,7 +138,7 @@ export class PairObserver {
     for (const s of shifts) h.observe({ backend: pp.backend }, s);
     if (c.verdict !== 'incomparable' && c.comparable > 0)
       this.deps.detectors.observePath(job.model, pp.backend, job.id, c, floor);
-    this.deps.calibration.addPath(job.model, pp.backend, shifts);
+    this.deps.calibration.addOwn('path', job.model, pp.backend, shifts, pp.backend === 'baseline');
   }
 
   /**
